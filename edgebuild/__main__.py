@@ -1,0 +1,3 @@
+from edgebuild.cli import main
+
+main()

@@ -1,0 +1,81 @@
+"""Errors a user can fix. One class per kind of problem, each with its own exit code.
+
+The CLI prints these without a traceback (``-v`` shows it) and exits with ``exit_code``.
+Anything that is not an ``EdgebuildError`` is a bug and is not caught.
+"""
+
+from __future__ import annotations
+
+
+class EdgebuildError(Exception):
+    """Base of every user-facing error."""
+
+    exit_code = 1
+    #: one word for the kind of problem, printed before the message
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  hint: {self.hint}"
+        return self.message
+
+
+class ConfigError(EdgebuildError):
+    """The project file is missing, not valid TOML, or fails validation."""
+
+    exit_code = 3
+    kind = "config error"
+
+
+class TargetError(EdgebuildError):
+    """An unknown target, module or JetPack release, or a pairing that does not exist."""
+
+    exit_code = 4
+    kind = "target error"
+
+
+class DataError(EdgebuildError):
+    """Calibration or validation data is missing or malformed."""
+
+    exit_code = 5
+    kind = "data error"
+
+
+class ModelError(EdgebuildError):
+    """The model entry point, its weights, or its forward pass failed."""
+
+    exit_code = 6
+    kind = "model error"
+
+
+class ProfileDataError(EdgebuildError):
+    """A file under profiles/ is broken: this is a problem of the installation, not the project."""
+
+    exit_code = 7
+    kind = "profile data error"
+
+
+class CapabilityMissing(EdgebuildError):
+    """This host lacks something the requested work needs (TensorRT, a GPU, podman, ...)."""
+
+    exit_code = 10
+    kind = "not available here"
+
+
+#: exit codes documented in the README and `edgebuild --help`
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "other edgebuild error",
+    2: "bad command-line usage",
+    3: ConfigError.__doc__ or "",
+    4: TargetError.__doc__ or "",
+    5: DataError.__doc__ or "",
+    6: ModelError.__doc__ or "",
+    7: ProfileDataError.__doc__ or "",
+    10: CapabilityMissing.__doc__ or "",
+}

@@ -1,0 +1,158 @@
+"""Loading the project's PyTorch model from its entry point, and running it.
+
+torch is imported inside the functions that need it, so the CLI starts without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from edgebuild.errors import ModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgebuild.config import Project
+
+
+@contextmanager
+def _project_on_path(project: Project) -> Iterator[None]:
+    added = [str(project.path(p)) for p in project.model.python_path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for entry in added:
+            if entry in sys.path:
+                sys.path.remove(entry)
+
+
+def resolve_entry_point(project: Project, spec: str, key: str) -> Any:
+    """Import ``package.module:function`` with the project's python_path; errors name ``key``."""
+    module_name, _, attr = spec.partition(":")
+    with _project_on_path(project):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise ModelError(
+                f"{project.source}: {key}: cannot import module {module_name!r}: {exc}",
+                hint=f"model.python_path is {project.model.python_path} (relative to {project.root})",
+            ) from exc
+        except Exception as exc:  # the user's module raised while importing
+            raise ModelError(
+                f"{project.source}: {key}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise ModelError(f"{project.source}: {key}: module {module_name!r} has no function {attr!r}")
+    return function
+
+
+def call_entry_point(project: Project, spec: str, key: str, *args: Any) -> Any:
+    function = resolve_entry_point(project, spec, key)
+    with _project_on_path(project):
+        try:
+            return function(*args)
+        except Exception as exc:
+            raise ModelError(f"{project.source}: {key}: {spec} raised {type(exc).__name__}: {exc}") from exc
+
+
+def load_model(project: Project) -> torch.nn.Module:
+    """Build the model from its entry point, load the weights, and put it in eval mode."""
+    import torch
+
+    model = call_entry_point(project, project.model.entry_point, "model.entry_point")
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(
+            f"{project.source}: model.entry_point: {project.model.entry_point} returned "
+            f"{type(model).__name__}, not a torch.nn.Module"
+        )
+    if project.model.weights:
+        path = project.path(project.model.weights)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise ModelError(f"{project.source}: model.weights: file not found: {path}") from None
+        except Exception as exc:
+            raise ModelError(f"{project.source}: model.weights: cannot read {path}: {exc}") from exc
+        if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+            state = state["state_dict"]
+        try:
+            model.load_state_dict(state, strict=True)
+        except (RuntimeError, TypeError) as exc:
+            raise ModelError(
+                f"{project.source}: model.weights: {path} does not fit the model: {exc}"
+            ) from exc
+    return model.eval()
+
+
+def outputs_by_name(result: Any, names: list[str], source: str) -> dict[str, np.ndarray]:
+    """A forward result (tensor, tuple/list or dict of tensors) as {output name: array}."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        values = {names[0]: result} if len(names) == 1 else None
+    elif isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise ModelError(
+                f"{source}: model.outputs: forward returned keys {sorted(result)}, missing {missing}"
+            )
+        values = {n: result[n] for n in names}
+    elif isinstance(result, (tuple, list)) and len(result) == len(names):
+        values = dict(zip(names, result))
+    else:
+        values = None
+    if values is None:
+        count = len(result) if isinstance(result, (tuple, list, dict)) else 1
+        raise ModelError(
+            f"{source}: model.outputs: names {names} do not fit what forward returned "
+            f"({type(result).__name__} with {count} value(s))"
+        )
+    return {n: v.detach().cpu().numpy() for n, v in values.items()}
+
+
+class TorchRunner:
+    """Runs the PyTorch model on the CPU with the Runner interface: {name: array} -> {name: array}."""
+
+    backend = "torch-cpu"
+
+    def __init__(self, project: Project, model: torch.nn.Module | None = None) -> None:
+        self.project = project
+        self.model = model if model is not None else load_model(project)
+        self.input_names = [spec.name for spec in project.model.inputs]
+        self.output_names = list(project.model.outputs)
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        tensors = [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in self.input_names]
+        with torch.inference_mode():
+            try:
+                result = self.model(*tensors)
+            except Exception as exc:
+                shapes = {n: list(inputs[n].shape) for n in self.input_names}
+                raise ModelError(
+                    f"{self.project.source}: model forward at {shapes} raised {type(exc).__name__}: {exc}"
+                ) from exc
+        return outputs_by_name(result, self.output_names, str(self.project.source))
+
+
+def example_inputs(project: Project, which: str = "opt_shape", seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic random inputs at the min, opt or max shape of every model input."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for spec in project.model.inputs:
+        shape = getattr(spec, which)
+        if spec.dtype in ("float32", "float16"):
+            inputs[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        elif spec.dtype == "bool":
+            inputs[spec.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            inputs[spec.name] = rng.integers(0, 10, shape).astype(spec.dtype)
+    return inputs

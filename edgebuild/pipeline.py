@@ -1,0 +1,168 @@
+"""``edgebuild compile``: plan one build unit per selected fleet group and run the stages.
+
+A stage is a function ``(context) -> StageOutcome``. Stages that are not built yet are listed
+with ``run=None`` so the summary says plainly what did not happen.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from edgebuild.config import Project
+from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups
+
+
+@dataclass(frozen=True)
+class BuildUnit:
+    """One fleet group built for its target."""
+
+    group: SelectedGroup
+
+    @property
+    def target_id(self) -> str:
+        return self.group.target.id
+
+    def describe(self) -> dict:
+        module, release = self.group.target.module, self.group.target.release
+        return {
+            "group": self.group.name,
+            "in_fleet": self.group.in_fleet,
+            "target": self.target_id,
+            "module": module.name,
+            "compute_capability": module.compute_capability,
+            "jetpack": release.jetpack,
+            "l4t": release.l4t,
+            "tensorrt": release.tensorrt,
+            "cuda": release.cuda,
+            "max_onnx_opset": release.max_onnx_opset,
+            "use_dla": self.group.use_dla,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    project: Project
+    selector: str
+    units: tuple[BuildUnit, ...]
+
+
+@dataclass
+class StageOutcome:
+    status: str  # "ran", "skipped" (up to date), "not available", "failed"
+    detail: str
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class CompileContext:
+    plan: Plan
+    progress: bool = True
+    results: dict[str, StageOutcome] = field(default_factory=dict)
+    torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    summary: str
+    run: Callable[[CompileContext], StageOutcome] | None
+
+
+def plan_compile(project: Project, selector: str, catalog: Catalog | None = None) -> Plan:
+    catalog = catalog or load_catalog()
+    groups = select_groups(selector, project.fleet, catalog)
+    return Plan(project, selector, tuple(BuildUnit(g) for g in groups))
+
+
+# -- stages ------------------------------------------------------------------------------
+
+def _model_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.model import TorchRunner, example_inputs
+
+    project = ctx.plan.project
+    started = time.perf_counter()
+    runner = TorchRunner(project)
+    shapes = {}
+    for which in ("min_shape", "opt_shape", "max_shape"):
+        outputs = runner.run(example_inputs(project, which))
+        shapes[which] = {name: list(array.shape) for name, array in outputs.items()}
+    params = sum(p.numel() for p in runner.model.parameters())
+    ctx.torch_runner = runner
+    return StageOutcome(
+        "ran",
+        f"{project.model.entry_point} ({params:,} parameters), forward at min/opt/max shapes "
+        f"in {time.perf_counter() - started:.1f} s",
+        {"parameters": params, "output_shapes": shapes},
+    )
+
+
+def _reference_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.evaluate import evaluate
+
+    result = evaluate(ctx.plan.project, ctx.torch_runner, progress=ctx.progress)
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+    return StageOutcome(
+        "ran",
+        f"FP32 {metrics} on {result.images} validation images [backend {result.backend}]",
+        result.as_dict(),
+    )
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("model", "load the entry point and weights, run forward at the min/opt/max shapes", _model_stage),
+    Stage("reference", "FP32 accuracy of the PyTorch model on the validation set", _reference_stage),
+    Stage("export", "ONNX export with dynamic axes and a parity check against PyTorch", None),
+    Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", None),
+    Stage("quantize", "FP16 and calibrated INT8 (Q/DQ) candidates", None),
+    Stage("gate", "accuracy retention of each candidate against FP32; pick the fastest that passes", None),
+    Stage("engine", "TensorRT engine per JetPack profile", None),
+    Stage("container", "runtime container and cgroup-limited run specs per target", None),
+    Stage("package", "signed OTA artifacts per fleet group", None),
+)
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    plan: Plan
+    stages: tuple[tuple[Stage, StageOutcome], ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" for _, o in self.stages)
+
+    def as_dict(self) -> dict:
+        project = self.plan.project
+        return {
+            "project": project.project.name,
+            "project_file": str(project.source),
+            "selector": self.plan.selector,
+            "units": [u.describe() for u in self.plan.units],
+            "stages": [
+                {"name": s.name, "status": o.status, "detail": o.detail,
+                 **({"data": o.data} if o.data else {})}
+                for s, o in self.stages
+            ],
+        }
+
+
+def run_compile(plan: Plan, *, progress: bool = True,
+                on_stage: Callable[[Stage, StageOutcome], None] | None = None) -> CompileReport:
+    """Run every stage in order; stages after a failure do not run."""
+    ctx = CompileContext(plan, progress)
+    done: list[tuple[Stage, StageOutcome]] = []
+    failed = False
+    for stage in STAGES:
+        if stage.run is None:
+            outcome = StageOutcome("not available", "not implemented in this version of edgebuild")
+        elif failed:
+            outcome = StageOutcome("not run", "an earlier stage failed")
+        else:
+            outcome = stage.run(ctx)
+            failed = outcome.status == "failed"
+        ctx.results[stage.name] = outcome
+        done.append((stage, outcome))
+        if on_stage:
+            on_stage(stage, outcome)
+    return CompileReport(plan, tuple(done))

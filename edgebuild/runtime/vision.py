@@ -1,0 +1,166 @@
+"""Image pre- and post-processing shared by the build host and the device.
+
+Device side: Python 3.8 and numpy only. The same functions feed training, evaluation on the
+build host and inference on a Jetson, so an image is turned into a tensor in exactly one way.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+RESIZE_MODES = ("letterbox", "resize")
+CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    """How a decoded image (H x W x 3 RGB uint8, or H x W gray) becomes a CHW float32 tensor."""
+
+    input_size: Tuple[int, int]  # (height, width)
+    resize: str = "letterbox"
+    pad_value: int = 114
+    channel_order: str = "RGB"
+    mean: Tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: Tuple[float, ...] = (1.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """Maps coordinates in the network input back to the original image."""
+
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+    original_width: int
+    original_height: int
+
+    def boxes_to_original(self, boxes_xyxy: np.ndarray) -> np.ndarray:
+        out = np.asarray(boxes_xyxy, dtype=np.float32).copy()
+        out[..., [0, 2]] = (out[..., [0, 2]] - self.pad_x) / self.scale_x
+        out[..., [1, 3]] = (out[..., [1, 3]] - self.pad_y) / self.scale_y
+        out[..., [0, 2]] = out[..., [0, 2]].clip(0, self.original_width)
+        out[..., [1, 3]] = out[..., [1, 3]].clip(0, self.original_height)
+        return out
+
+
+def resize_bilinear(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize with half-pixel centres (as cv2.INTER_LINEAR), HxW or HxWxC, float32 out."""
+    src = np.asarray(image, dtype=np.float32)
+    in_h, in_w = src.shape[:2]
+    if (in_h, in_w) == (height, width):
+        return src.copy()
+    ys = (np.arange(height, dtype=np.float32) + 0.5) * (in_h / height) - 0.5
+    xs = (np.arange(width, dtype=np.float32) + 0.5) * (in_w / width) - 0.5
+    ys = ys.clip(0, in_h - 1)
+    xs = xs.clip(0, in_w - 1)
+    y0 = np.floor(ys).astype(np.int64)
+    x0 = np.floor(xs).astype(np.int64)
+    y1 = np.minimum(y0 + 1, in_h - 1)
+    x1 = np.minimum(x0 + 1, in_w - 1)
+    wy = (ys - y0)[:, None]
+    wx = (xs - x0)[None, :]
+    if src.ndim == 3:
+        wy = wy[..., None]
+        wx = wx[..., None]
+    top = src[y0][:, x0] * (1 - wx) + src[y0][:, x1] * wx
+    bottom = src[y1][:, x0] * (1 - wx) + src[y1][:, x1] * wx
+    return top * (1 - wy) + bottom * wy
+
+
+def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, ImageTransform]:
+    """Turn one decoded image into a CHW float32 tensor and the transform that undoes it."""
+    pixels = np.asarray(image)
+    if spec.channel_order == "GRAY":
+        if pixels.ndim == 3:
+            pixels = pixels[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        pixels = pixels[..., None]
+    else:
+        if pixels.ndim == 2:
+            pixels = np.repeat(pixels[..., None], 3, axis=2)
+        pixels = pixels[..., :3]
+        if spec.channel_order == "BGR":
+            pixels = pixels[..., ::-1]
+    orig_h, orig_w = pixels.shape[:2]
+    out_h, out_w = spec.input_size
+    if spec.resize == "letterbox":
+        scale = min(out_h / orig_h, out_w / orig_w)
+        new_h, new_w = max(1, round(orig_h * scale)), max(1, round(orig_w * scale))
+        resized = resize_bilinear(pixels, new_h, new_w)
+        pad_y, pad_x = (out_h - new_h) // 2, (out_w - new_w) // 2
+        canvas = np.full((out_h, out_w, pixels.shape[2]), float(spec.pad_value), np.float32)
+        canvas[pad_y : pad_y + new_h, pad_x : pad_x + new_w] = resized
+        transform = ImageTransform(new_w / orig_w, new_h / orig_h, pad_x, pad_y, orig_w, orig_h)
+    elif spec.resize == "resize":
+        canvas = resize_bilinear(pixels, out_h, out_w)
+        transform = ImageTransform(out_w / orig_w, out_h / orig_h, 0.0, 0.0, orig_w, orig_h)
+    else:
+        raise ValueError("resize must be one of %s, not %r" % (RESIZE_MODES, spec.resize))
+    mean = np.asarray(spec.mean, np.float32)[: canvas.shape[2]]
+    std = np.asarray(spec.std, np.float32)[: canvas.shape[2]]
+    tensor = (canvas / 255.0 - mean) / std
+    return np.ascontiguousarray(tensor.transpose(2, 0, 1), dtype=np.float32), transform
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Greedy non-maximum suppression; returns indices of kept boxes, best score first."""
+    order = np.argsort(-scores, kind="stable")
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = (x2 - x1).clip(0) * (y2 - y1).clip(0)
+    keep: List[int] = []
+    while order.size:
+        best = order[0]
+        keep.append(int(best))
+        rest = order[1:]
+        iw = (np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest])).clip(0)
+        ih = (np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest])).clip(0)
+        inter = iw * ih
+        iou = inter / np.maximum(areas[best] + areas[rest] - inter, 1e-9)
+        order = rest[iou <= iou_threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class DetectionParams:
+    score_threshold: float = 0.001
+    nms_iou: float = 0.6
+    max_detections: int = 100
+    pre_nms_top_k: int = 1000
+
+
+def decode_detections(
+    boxes: np.ndarray, scores: np.ndarray, params: DetectionParams
+) -> Dict[str, np.ndarray]:
+    """Dense per-anchor outputs of one image -> final detections (class-aware NMS).
+
+    boxes: [A, 4] xyxy in network-input pixels; scores: [A, C] per-class probabilities.
+    Every (anchor, class) pair above the threshold is a candidate, as in COCO evaluation of
+    multi-label heads. Returns boxes [K, 4], scores [K], labels [K] (0-based class index).
+    """
+    anchor_idx, class_idx = np.nonzero(scores > params.score_threshold)
+    cand_scores = scores[anchor_idx, class_idx]
+    if cand_scores.size > params.pre_nms_top_k:
+        top = np.argpartition(-cand_scores, params.pre_nms_top_k - 1)[: params.pre_nms_top_k]
+        anchor_idx, class_idx, cand_scores = anchor_idx[top], class_idx[top], cand_scores[top]
+    cand_boxes = boxes[anchor_idx].astype(np.float32)
+    # Offsetting each class into its own coordinate range makes one NMS call class-aware.
+    offset = class_idx[:, None].astype(np.float32) * (float(np.abs(cand_boxes).max(initial=0)) + 1)
+    keep = nms(cand_boxes + offset, cand_scores, params.nms_iou)[: params.max_detections]
+    return {
+        "boxes": cand_boxes[keep],
+        "scores": cand_scores[keep].astype(np.float32),
+        "labels": class_idx[keep].astype(np.int64),
+    }
+
+
+def top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries per row, best first: [N, C] -> [N, k]."""
+    k = min(k, logits.shape[-1])
+    part = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
+    order = np.argsort(-np.take_along_axis(logits, part, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(part, order, axis=-1)
+
+
+def stack_batch(tensors: Sequence[np.ndarray]) -> np.ndarray:
+    return np.ascontiguousarray(np.stack(tensors, axis=0), dtype=np.float32)
