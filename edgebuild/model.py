@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
@@ -32,9 +33,23 @@ def _project_on_path(project: Project) -> Iterator[None]:
                 sys.path.remove(entry)
 
 
+def _forget_foreign_package(project: Project, top: str) -> None:
+    """Drop an already-imported package of this name that came from another project's folder."""
+    loaded = sys.modules.get(top)
+    origin = getattr(loaded, "__file__", None)
+    if loaded is None or origin is None:
+        return
+    roots = [project.path(p) for p in project.model.python_path]
+    if any(Path(origin).resolve().is_relative_to(root) for root in roots):
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+
+
 def resolve_entry_point(project: Project, spec: str, key: str) -> Any:
     """Import ``package.module:function`` with the project's python_path; errors name ``key``."""
     module_name, _, attr = spec.partition(":")
+    _forget_foreign_package(project, module_name.split(".")[0])
     with _project_on_path(project):
         try:
             module = importlib.import_module(module_name)

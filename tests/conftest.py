@@ -1,0 +1,181 @@
+"""Shared fixtures and the resource markers (gpu, jetson, container).
+
+A marked test is skipped only when its resource is missing, and says why. Listing the
+resource in EDGEBUILD_REQUIRE (comma-separated, e.g. ``gpu,container``) turns that skip into
+a failure, so a CI machine that should have the resource cannot silently pass without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import textwrap
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@lru_cache(maxsize=None)
+def _gpu() -> tuple[bool, str]:
+    if importlib.util.find_spec("tensorrt") is None:
+        return False, "TensorRT is not installed (it comes only from NVIDIA's package index)"
+    if not (Path("/dev/nvidia0").exists() or Path("/dev/nvhost-ctrl-gpu").exists()):
+        return False, "no NVIDIA GPU device on this host"
+    return True, ""
+
+
+@lru_cache(maxsize=None)
+def _jetson() -> tuple[bool, str]:
+    if Path("/etc/nv_tegra_release").exists():
+        return True, ""
+    return False, "not a Jetson (/etc/nv_tegra_release is absent)"
+
+
+@lru_cache(maxsize=None)
+def _container() -> tuple[bool, str]:
+    missing = [tool for tool in ("podman", "buildah") if shutil.which(tool) is None]
+    if missing:
+        return False, f"{' and '.join(missing)} not installed"
+    if os.geteuid() != 0:
+        return False, "container tests need root"
+    return True, ""
+
+
+RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container}
+
+
+def required_resources() -> set[str]:
+    return {r.strip() for r in os.environ.get("EDGEBUILD_REQUIRE", "").split(",") if r.strip()}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    required = required_resources()
+    for marker in item.iter_markers():
+        probe = RESOURCES.get(marker.name)
+        if probe is None:
+            continue
+        available, reason = probe()
+        if available:
+            continue
+        if marker.name in required:
+            pytest.fail(f"EDGEBUILD_REQUIRE includes {marker.name!r}, but {reason}", pytrace=False)
+        pytest.skip(f"{marker.name}: {reason}")
+
+
+# -- a small, valid project for fast tests -----------------------------------------------
+
+TINY_MODEL = '''
+import torch
+
+
+class TinyDetector(torch.nn.Module):
+    """Not a useful detector: just enough shape to exercise the pipeline quickly."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2).transpose(1, 2)
+        return {"boxes": y[..., :4].abs() * 8.0, "scores": torch.sigmoid(y[..., 4:])}
+
+
+def build_model():
+    return TinyDetector()
+
+
+def broken_model():
+    raise RuntimeError("cannot build")
+
+
+def not_a_module():
+    return 42
+'''
+
+TINY_TOML = """\
+[project]
+name = "tiny"
+
+[model]
+entry_point = "tinydet.model:build_model"
+outputs = ["boxes", "scores"]
+
+[[model.inputs]]
+name = "images"
+dtype = "float32"
+min_shape = [1, 3, 32, 32]
+opt_shape = [2, 3, 64, 64]
+max_shape = [4, 3, 96, 96]
+
+[task]
+kind = "detection"
+classes = ["a", "b"]
+
+[task.preprocess]
+input_size = [64, 64]
+resize = "letterbox"
+
+[data]
+calibration_images = "data/calibration"
+
+[data.validation]
+annotations = "data/val/annotations.json"
+images = "data/val/images"
+
+[accuracy]
+min_retention = 0.92
+
+[[fleet]]
+name = "yard-cams"
+module = "orin-nano-8gb"
+jetpack = "6.2"
+
+[[fleet]]
+name = "dock"
+module = "agx-orin-64gb"
+jetpack = "5.1.2"
+
+[[fleet]]
+name = "legacy"
+module = "xavier-nx"
+jetpack = "5.1.2"
+"""
+
+
+def write_tiny_project(root: Path, toml_text: str = TINY_TOML) -> Path:
+    from PIL import Image
+
+    (root / "tinydet").mkdir(parents=True, exist_ok=True)
+    (root / "tinydet" / "__init__.py").write_text("")
+    (root / "tinydet" / "model.py").write_text(textwrap.dedent(TINY_MODEL))
+    rng = np.random.default_rng(0)
+    for folder in ("data/calibration", "data/val/images"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    images, annotations = [], []
+    for i in range(4):
+        pixels = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "data/calibration" / f"{i}.png")
+        Image.fromarray(pixels).save(root / "data/val/images" / f"{i}.png")
+        images.append({"id": i + 1, "file_name": f"{i}.png", "width": 64, "height": 48})
+        annotations.append({"id": i + 1, "image_id": i + 1, "category_id": 1 + i % 2,
+                            "bbox": [4.0, 4.0, 20.0, 16.0], "area": 320.0, "iscrowd": 0})
+    coco = {"images": images, "annotations": annotations,
+            "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]}
+    (root / "data/val/annotations.json").write_text(json.dumps(coco))
+    path = root / "edgebuild.toml"
+    path.write_text(toml_text)
+    return path
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    """A valid detection project with a tiny model and four images; returns its folder."""
+    write_tiny_project(tmp_path)
+    return tmp_path

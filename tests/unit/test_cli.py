@@ -1,0 +1,96 @@
+"""The command line: fast help, versions, doctor, compile's plan and summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from edgebuild import __version__
+from edgebuild.cli import main
+
+HEAVY = ("torch", "onnx", "onnxruntime", "pydantic", "PIL", "pycocotools")
+
+
+def test_help_imports_nothing_heavy_and_is_fast() -> None:
+    code = (
+        "import sys, time; t = time.perf_counter(); from edgebuild.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], time.perf_counter() - t)"
+    )
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    elapsed = time.perf_counter() - started
+    line = next(x for x in out.stdout.splitlines() if x.startswith("HEAVY"))
+    assert line.startswith("HEAVY []"), line
+    assert elapsed < 1.0, f"edgebuild --help took {elapsed:.2f} s"
+    assert "Exit codes:" in out.stdout
+
+
+def test_every_command_has_help() -> None:
+    for args in (["init"], ["check"], ["compile"], ["profiles"], ["profiles", "list"],
+                 ["profiles", "show"], ["doctor"]):
+        result = CliRunner().invoke(main, [*args, "--help"])
+        assert result.exit_code == 0, (args, result.output)
+        assert "Usage:" in result.output
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_doctor_reports_each_capability_with_what_it_enables() -> None:
+    result = CliRunner().invoke(main, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    checks = {c["name"]: c for c in json.loads(result.output)}
+    for name in ("torch", "onnx", "onnxruntime", "tensorrt", "cuda gpu", "cgroups", "podman",
+                 "mender-artifact", "ssh"):
+        assert name in checks and checks[name]["enables"]
+    assert checks["torch"]["ok"] and checks["torch"]["found"].startswith("torch 2.")
+    text = CliRunner().invoke(main, ["doctor"]).output
+    if not checks["tensorrt"]["ok"]:
+        assert "missing: TensorRT engine builds" in text
+
+
+def test_check_lists_fleet_with_versions(tiny_project: Path) -> None:
+    result = CliRunner().invoke(main, ["check", "-p", str(tiny_project)])
+    assert result.exit_code == 0, result.output
+    assert "yard-cams" in result.output and "R36.4.3" in result.output and "10.3.0.30" in result.output
+
+
+def test_unknown_target_exits_4_with_choices(tiny_project: Path) -> None:
+    result = CliRunner().invoke(main, ["compile", "-p", str(tiny_project), "--target", "orion"])
+    assert result.exit_code == 4
+    assert "unknown target 'orion'" in result.output and "yard-cams" in result.output
+
+
+def test_compile_plans_orin_groups_and_says_which_stages_ran(tiny_project: Path) -> None:
+    result = CliRunner().invoke(main, ["compile", "-p", str(tiny_project), "--target", "orin", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert [u["group"] for u in report["units"]] == ["yard-cams", "dock"]
+    assert {u["target"]: (u["l4t"], u["tensorrt"]) for u in report["units"]} == {
+        "orin-nano-8gb@6.2": ("36.4.3", "10.3.0.30"), "agx-orin-64gb@5.1.2": ("35.4.1", "8.5.2.2")}
+    status = {s["name"]: s["status"] for s in report["stages"]}
+    assert status["model"] == "ran" and status["reference"] == "ran"
+    assert status["engine"] == "not available"
+    reference = next(s for s in report["stages"] if s["name"] == "reference")
+    assert reference["data"]["backend"] == "torch-cpu" and reference["data"]["images"] == 4
+
+
+def test_model_errors_are_clear(tiny_project: Path) -> None:
+    toml = tiny_project / "edgebuild.toml"
+    for entry, words in (("tinydet.model:broken_model", "raised RuntimeError: cannot build"),
+                         ("tinydet.model:not_a_module", "returned int, not a torch.nn.Module"),
+                         ("tinydet.nothere:build_model", "cannot import module 'tinydet.nothere'"),
+                         ("tinydet.model:missing", "has no function 'missing'")):
+        toml.write_text(toml.read_text().replace(
+            toml.read_text().split('entry_point = "')[1].split('"')[0], entry))
+        result = CliRunner().invoke(main, ["compile", "-p", str(tiny_project)])
+        assert result.exit_code == 6, result.output
+        assert words in result.output and "Traceback" not in result.output

@@ -1,0 +1,147 @@
+"""edgebuild.toml validation: a broken file gives one short error naming the file and the key."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from edgebuild.config import load_project
+from edgebuild.errors import ConfigError
+from tests.conftest import TINY_TOML, write_tiny_project
+
+
+def _without(text: str, start: str, end: str) -> str:
+    """TINY_TOML with the lines from `start` up to (not including) `end` removed."""
+    head, rest = text.split(start, 1)
+    return head + end + rest.split(end, 1)[1]
+
+
+# (case id, edit of the valid file, the key the error must name, words the error must contain)
+BROKEN = [
+    ("missing-section", lambda t: _without(t, "[data]\n", "[accuracy]"), "data", "required key is missing"),
+    ("wrong-type", lambda t: t.replace("min_retention = 0.92", 'min_retention = "high"'),
+     "accuracy.min_retention", "valid number"),
+    ("unknown-key", lambda t: t.replace('name = "tiny"', 'name = "tiny"\ncolour = "red"'),
+     "project.colour", "unknown key (allowed here: name, build_dir)"),
+    ("unknown-module", lambda t: t.replace('"orin-nano-8gb"', '"orin-nano-9gb"'),
+     "fleet[0].module", "unknown module 'orin-nano-9gb'"),
+    ("module-jetpack-mismatch", lambda t: t.replace('module = "xavier-nx"\njetpack = "5.1.2"',
+                                                     'module = "xavier-nx"\njetpack = "6.2"'),
+     "fleet[2]", "not supported by JetPack 6.2"),
+    ("unknown-jetpack", lambda t: t.replace('jetpack = "6.2"', 'jetpack = "6.9"'),
+     "fleet[0].jetpack", "unknown JetPack release '6.9'"),
+    ("bad-entry-point", lambda t: t.replace("tinydet.model:build_model", "tinydet.model.build_model"),
+     "model.entry_point", "package.module:function"),
+    ("missing-data-path", lambda t: t.replace('calibration_images = "data/calibration"',
+                                              'calibration_images = "data/nope"'),
+     "data.calibration_images", "path does not exist"),
+    ("retention-above-one", lambda t: t.replace("min_retention = 0.92", "min_retention = 1.5"),
+     "accuracy.min_retention", "must be in (0, 1]"),
+    ("retention-zero", lambda t: t.replace("min_retention = 0.92", "min_retention = 0"),
+     "accuracy.min_retention", "must be in (0, 1]"),
+    ("min-above-max", lambda t: t.replace("min_shape = [1, 3, 32, 32]", "min_shape = [8, 3, 32, 32]"),
+     "model.inputs[0]", "axis 0 needs min <= opt <= max, found 8, 2, 4"),
+    ("rank-mismatch", lambda t: t.replace("opt_shape = [2, 3, 64, 64]", "opt_shape = [2, 3, 64]"),
+     "model.inputs[0]", "same rank"),
+    ("duplicate-group", lambda t: t.replace('name = "legacy"', 'name = "dock"'),
+     "fleet[2].name", "duplicate group name 'dock' (also fleet[1])"),
+    ("not-toml", lambda t: t.replace("[project]", "[project"), "", "not valid TOML"),
+    ("unknown-task-kind", lambda t: t.replace('kind = "detection"', 'kind = "segmentation"'),
+     "task", "'detection' or 'classification', found 'segmentation'"),
+    ("output-not-declared", lambda t: t.replace('outputs = ["boxes", "scores"]', 'outputs = ["bbox", "scores"]'),
+     "task.postprocess.boxes_output", "'boxes' is not one of model.outputs"),
+    ("metric-for-other-task", lambda t: t.replace("min_retention = 0.92", 'metric = "top-1"\nmin_retention = 0.92'),
+     "accuracy.metric", "does not apply to detection"),
+    ("input-size-outside-profile", lambda t: t.replace("input_size = [64, 64]", "input_size = [128, 128]"),
+     "task.preprocess.input_size", "outside the shape range"),
+    ("dla-without-cores", lambda t: t.replace('jetpack = "6.2"', 'jetpack = "6.2"\nuse_dla = true'),
+     "fleet[0].use_dla", "has no DLA cores"),
+    ("mean-wrong-length", lambda t: t.replace('resize = "letterbox"', 'resize = "letterbox"\nmean = [0.5]'),
+     "task.preprocess", "mean needs 3 value(s)"),
+    ("negative-shape", lambda t: t.replace("max_shape = [4, 3, 96, 96]", "max_shape = [4, 3, -96, 96]"),
+     "model.inputs[0].max_shape[2]", "greater than 0"),
+    ("no-fleet", lambda t: t.split("[[fleet]]")[0], "fleet", "required key is missing"),
+    ("unknown-dtype", lambda t: t.replace('dtype = "float32"', 'dtype = "float64"'),
+     "model.inputs[0].dtype", "float64"),
+]
+
+
+@pytest.mark.parametrize("case, edit, key, words", BROKEN, ids=[c[0] for c in BROKEN])
+def test_broken_project_file_names_file_and_key(tmp_path: Path, case, edit, key, words) -> None:
+    write_tiny_project(tmp_path, edit(TINY_TOML))
+    with pytest.raises(ConfigError) as caught:
+        load_project(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(str(tmp_path / "edgebuild.toml") + ":")
+    assert f"{key}:" in message or f"{key} " in message or not key
+    assert words in message
+    assert len(message.splitlines()) <= 3, message
+
+    result = CliRunner().invoke(main, ["check", "--project", str(tmp_path)])
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    assert words in result.output
+
+
+def test_several_problems_are_reported_together(tmp_path: Path) -> None:
+    text = TINY_TOML.replace("min_retention = 0.92", "min_retention = 7").replace(
+        'name = "tiny"', 'name = "tiny"\nextra = 1')
+    write_tiny_project(tmp_path, text)
+    with pytest.raises(ConfigError, match="2 problems") as caught:
+        load_project(tmp_path)
+    assert "project.extra" in str(caught.value) and "accuracy.min_retention" in str(caught.value)
+
+
+def test_valid_project_loads_with_defaults(tiny_project: Path) -> None:
+    project = load_project(tiny_project)
+    assert project.metric == "mAP50-95"
+    assert project.accuracy.min_retention == 0.92
+    assert project.model.inputs[0].dynamic_axes == [0, 2, 3]
+    assert [g.target_id for g in project.fleet] == ["orin-nano-8gb@6.2", "agx-orin-64gb@5.1.2",
+                                                    "xavier-nx@5.1.2"]
+    assert project.runtime.port == 8000
+
+
+def test_unquoted_jetpack_version_is_accepted(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace('jetpack = "6.2"', "jetpack = 6.2"))
+    assert load_project(tmp_path).fleet[0].jetpack == "6.2"
+
+
+def test_missing_project_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="project file not found"):
+        load_project(tmp_path)
+
+
+def test_prepare_hook_creates_missing_data(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace(
+        'calibration_images = "data/calibration"',
+        'calibration_images = "data/generated"\nprepare = "tinydet.prep:prepare"'))
+    (tmp_path / "tinydet" / "prep.py").write_text(
+        "import os\ndef prepare(root):\n    os.makedirs(os.path.join(root, 'data', 'generated'))\n")
+    project = load_project(tmp_path)
+    assert project.path(project.data.calibration_images).is_dir()
+
+
+def test_cli_error_is_one_line_without_traceback_and_verbose_shows_it(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace("min_retention = 0.92", "min_retention = 2"))
+    cmd = [sys.executable, "-m", "edgebuild", "check", "--project", str(tmp_path)]
+    plain = subprocess.run(cmd, capture_output=True, text=True)
+    assert plain.returncode == 3
+    assert re.fullmatch(r"error: config error: .*edgebuild\.toml: accuracy\.min_retention: .*\n", plain.stderr)
+    verbose = subprocess.run(cmd[:3] + ["-v"] + cmd[3:], capture_output=True, text=True)
+    assert verbose.returncode == 3 and "Traceback" in verbose.stderr
+
+
+def test_init_writes_a_file_that_parses(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["init", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    project = load_project(tmp_path, check_paths=False)
+    assert project.task.kind == "detection" and len(project.fleet) == 2
+    again = CliRunner().invoke(main, ["init", str(tmp_path)])
+    assert again.exit_code == 3 and "already exists" in again.output
