@@ -10,10 +10,10 @@ Each problem names the file, the key, what was found and what is allowed.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from edgebuild.errors import ConfigError
@@ -339,9 +339,9 @@ def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, 
             lines.append(f"{key}: unknown key (allowed here: {allowed})")
         elif kind == "missing":
             lines.append(f"{key}: required key is missing")
-        elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
-            lines.append(f"{key}: kind must be 'detection' or 'classification', found {err.get('input', {}).get('kind')!r}"
-                         if isinstance(err.get("input"), dict) else f"{key}: {err['msg']}")
+        elif kind in ("union_tag_invalid", "union_tag_not_found"):
+            found = err["input"].get("kind") if isinstance(err.get("input"), dict) else err.get("input")
+            lines.append(f"{key}: kind must be 'detection' or 'classification', found {found!r}")
         else:
             message = err["msg"].removeprefix("Value error, ")
             found = err.get("input")

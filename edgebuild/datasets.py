@@ -71,7 +71,8 @@ def load_coco_set(project: Project) -> CocoSet:
         raise DataError(f"{key}: file not found: {ann_path}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{key}: {ann_path} is not valid JSON: {exc}") from None
-    if not isinstance(gt, dict) or not all(isinstance(gt.get(k), list) for k in ("images", "annotations", "categories")):
+    sections = ("images", "annotations", "categories")
+    if not isinstance(gt, dict) or not all(isinstance(gt.get(k), list) for k in sections):
         raise DataError(f"{key}: {ann_path} is not COCO format: needs lists 'images', 'annotations', 'categories'")
     try:
         by_name = {c["name"]: int(c["id"]) for c in gt["categories"]}

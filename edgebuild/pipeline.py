@@ -7,8 +7,9 @@ with ``run=None`` so the summary says plainly what did not happen.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from edgebuild.config import Project
 from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups

@@ -8,11 +8,11 @@ or several of these separated by commas.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgebuild.errors import ProfileDataError, TargetError

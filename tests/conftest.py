@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import textwrap
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpu() -> tuple[bool, str]:
     if importlib.util.find_spec("tensorrt") is None:
         return False, "TensorRT is not installed (it comes only from NVIDIA's package index)"
@@ -31,14 +31,14 @@ def _gpu() -> tuple[bool, str]:
     return True, ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _jetson() -> tuple[bool, str]:
     if Path("/etc/nv_tegra_release").exists():
         return True, ""
     return False, "not a Jetson (/etc/nv_tegra_release is absent)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _container() -> tuple[bool, str]:
     missing = [tool for tool in ("podman", "buildah") if shutil.which(tool) is None]
     if missing:

@@ -73,9 +73,9 @@ def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, Ima
     """Turn one decoded image into a CHW float32 tensor and the transform that undoes it."""
     pixels = np.asarray(image)
     if spec.channel_order == "GRAY":
-        if pixels.ndim == 3:
+        if pixels.ndim == 3 and pixels.shape[2] >= 3:
             pixels = pixels[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        pixels = pixels[..., None]
+        pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], 1)
     else:
         if pixels.ndim == 2:
             pixels = np.repeat(pixels[..., None], 3, axis=2)

@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine:  `make demo`  and  `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.edgebuild-installed
+EXAMPLE ?= examples/shapes-detector
+TARGET ?= orin
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml requirements-host.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-host.txt -e '.[dev]'
+	touch $@
+
+setup: $(STAMP)  ## create the venv and install edgebuild (CPU build host)
+
+demo: $(STAMP)  ## compile the bundled shapes example for every Orin group of its fleet
+	$(BIN)/edgebuild compile --target $(TARGET) --project $(EXAMPLE)
+
+lint: $(STAMP)
+	$(BIN)/ruff check edgebuild tests examples
+	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime
+
+test: lint  ## lint, then every test (marked tests skip only when their resource is missing)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build examples/*/build .pytest_cache .ruff_cache

@@ -1,0 +1,85 @@
+"""Pre/post-processing shared by host and device, and the metrics built on pycocotools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
+from edgebuild.runtime.vision import (
+    DetectionParams,
+    PreprocessSpec,
+    decode_detections,
+    nms,
+    preprocess,
+    resize_bilinear,
+    top_k,
+)
+
+
+def test_letterbox_keeps_aspect_and_maps_boxes_back() -> None:
+    image = np.zeros((100, 200, 3), np.uint8)
+    image[20:60, 40:120] = 255  # a white box at x 40..120, y 20..60
+    tensor, transform = preprocess(image, PreprocessSpec((160, 160), "letterbox", pad_value=0))
+    assert tensor.shape == (3, 160, 160) and tensor.dtype == np.float32
+    assert (transform.scale_x, transform.scale_y, transform.pad_x, transform.pad_y) == (0.8, 0.8, 0, 40)
+    ys, xs = np.nonzero(tensor[0] > 0.5)
+    found = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
+    np.testing.assert_allclose(transform.boxes_to_original(found), [[40, 20, 120, 60]], atol=1.5)
+
+
+def test_normalization_gray_and_bgr() -> None:
+    image = np.full((8, 8, 3), (255, 0, 0), np.uint8)
+    rgb, _ = preprocess(image, PreprocessSpec((8, 8), "resize", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)))
+    np.testing.assert_allclose(rgb[:, 0, 0], [1.0, -1.0, -1.0])
+    bgr, _ = preprocess(image, PreprocessSpec((8, 8), "resize", channel_order="BGR"))
+    np.testing.assert_allclose(bgr[:, 0, 0], [0.0, 0.0, 1.0])
+    gray, _ = preprocess(np.full((4, 4), 255, np.uint8), PreprocessSpec((8, 8), "resize", channel_order="GRAY",
+                                                                          mean=(0.0,), std=(1.0,)))
+    assert gray.shape == (1, 8, 8)
+    np.testing.assert_allclose(gray, 1.0, atol=1e-6)
+
+
+def test_bilinear_resize_matches_half_pixel_convention() -> None:
+    image = np.array([[0, 10], [20, 30]], np.float32)
+    up = resize_bilinear(image, 4, 4)
+    np.testing.assert_allclose(up[0], [0, 2.5, 7.5, 10])
+    np.testing.assert_allclose(resize_bilinear(np.full((7, 9, 3), 42.0), 3, 5), 42.0)
+
+
+def test_nms_and_class_aware_decode() -> None:
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]], np.float32)
+    assert nms(boxes, np.array([0.9, 0.8, 0.7]), 0.5).tolist() == [0, 2]
+    scores = np.array([[0.9, 0.0], [0.0, 0.8], [0.7, 0.0]], np.float32)
+    out = decode_detections(boxes, scores, DetectionParams(score_threshold=0.1, nms_iou=0.5))
+    # the overlapping box survives because it is another class
+    assert out["labels"].tolist() == [0, 1, 0] and out["scores"].tolist() == pytest.approx([0.9, 0.8, 0.7])
+    capped = decode_detections(boxes, scores, DetectionParams(score_threshold=0.1, max_detections=1))
+    assert len(capped["scores"]) == 1
+
+
+def test_top_k_and_accuracy() -> None:
+    logits = np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4]])
+    assert top_k(logits, 2).tolist() == [[1, 2], [0, 2]]
+    assert top_k_accuracy(logits, np.array([1, 2])) == {"top-1": 0.5, "top-5": 1.0}
+
+
+def _coco_gt() -> dict:
+    return {
+        "images": [{"id": 1, "file_name": "a.png", "width": 100, "height": 100}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 30, 30],
+                         "area": 900, "iscrowd": 0}],
+        "categories": [{"id": 1, "name": "circle"}],
+    }
+
+
+def test_coco_metrics_perfect_shifted_and_empty() -> None:
+    perfect = coco_detection_metrics(_coco_gt(), [{"image_id": 1, "category_id": 1,
+                                                   "bbox": [10, 10, 30, 30], "score": 0.9}])
+    assert perfect["mAP50-95"] == pytest.approx(1.0) and perfect["mAP50"] == pytest.approx(1.0)
+    # shifted by 6 px: IoU = 24*30/(2*900-720) = 0.667 -> matches at 0.50..0.65 only
+    shifted = coco_detection_metrics(_coco_gt(), [{"image_id": 1, "category_id": 1,
+                                                   "bbox": [16, 10, 30, 30], "score": 0.9}])
+    assert shifted["mAP50"] == pytest.approx(1.0)
+    assert shifted["mAP50-95"] == pytest.approx(0.4, abs=1e-6)
+    assert coco_detection_metrics(_coco_gt(), []) == {"mAP50-95": 0.0, "mAP50": 0.0}
