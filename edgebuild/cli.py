@@ -52,6 +52,11 @@ project_option = click.option(
     help="Project folder, or its edgebuild.toml (env EDGEBUILD_PROJECT).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+target_option = click.option(
+    "--target", "-t", "selector", default="all", show_default=True,
+    help="Which fleet groups: a family (orin), a module id, MODULE@JETPACK, a group name, or 'all'; "
+         "comma-separated for several.",
+)
 
 
 @click.group(cls=_Group, epilog=_EXIT_CODE_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,12 +120,11 @@ def _fleet_table(units: list[dict]) -> str:
 
 @main.command("compile")
 @project_option
-@click.option("--target", "-t", "selector", default="all", show_default=True,
-              help="Which fleet groups: a family (orin), a module id, MODULE@JETPACK, a group "
-                   "name, or 'all'; comma-separated for several.")
+@target_option
+@click.option("--force", is_flag=True, help="Rebuild every stage even if its inputs did not change.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def compile_command(project_dir: Path, selector: str, no_progress: bool, as_json: bool) -> None:
+def compile_command(project_dir: Path, selector: str, force: bool, no_progress: bool, as_json: bool) -> None:
     """Run the pipeline for every fleet group the target selects.
 
     Plans one build unit per selected group and runs the stages in order. The summary
@@ -143,7 +147,7 @@ def compile_command(project_dir: Path, selector: str, no_progress: bool, as_json
     if not as_json:
         click.echo("stages:")
     report = run_compile(plan, progress=not no_progress and not as_json and sys.stderr.isatty(),
-                         on_stage=show)
+                         force=force, report=_report if not as_json else (lambda _: None), on_stage=show)
     if as_json:
         _emit_json(report.as_dict())
     else:
@@ -153,7 +157,108 @@ def compile_command(project_dir: Path, selector: str, no_progress: bool, as_json
         if missing:
             click.echo(f"not available yet: {', '.join(missing)}")
     if not report.ok:
+        failed = next(s for s, o in report.stages if o.status == "failed")
+        if failed.name == "preflight" and not as_json:
+            outcome = dict(report.stages)[failed]
+            click.echo("\n" + _preflight_text(outcome.data["onnx"], outcome.data["targets"]))
         sys.exit(1)
+
+
+def _report(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _plan(project_dir: Path, selector: str) -> Any:
+    from edgebuild.config import load_project
+    from edgebuild.pipeline import plan_compile
+
+    return plan_compile(load_project(project_dir), selector)
+
+
+@main.command("export")
+@project_option
+@target_option
+@click.option("--force", is_flag=True, help="Export again even if nothing changed.")
+@json_option
+def export_command(project_dir: Path, selector: str, force: bool, as_json: bool) -> None:
+    """Export the model to ONNX and check it against PyTorch.
+
+    The opset is the highest that every selected target's TensorRT parser takes (or
+    export.opset if it is not above that). The dynamo exporter is tried first, the
+    TorchScript exporter is the fallback; the record says which was used and why. The ONNX
+    is checked (onnx.checker, shape inference), run with ONNX Runtime at the min, opt and max
+    shapes and compared with PyTorch; any mismatch is an error. Nothing changed since the
+    last export: it is reused.
+    """
+    from edgebuild.export import choose_opset, export_model
+
+    plan = _plan(project_dir, selector)
+    project = plan.project
+    opset, reason = choose_opset(project, [u.group.target.release for u in plan.units])
+    record = export_model(project, opset, reason, force=force, report=_report)
+    if as_json:
+        _emit_json(record.as_dict())
+        return
+    click.echo(f"{record.onnx_path} ({'reused, nothing changed' if record.reused else 'exported'})")
+    click.echo(f"  opset {record.opset}: {record.opset_reason}")
+    click.echo(f"  exporter: {record.exporter_note}")
+    click.echo(f"  simplify: {record.simplify_note}")
+    click.echo(f"  dynamic axes: {record.dynamic_axes}")
+    click.echo(f"  sha256 {record.sha256}" + ("  (weights in external data)" if record.external_data else ""))
+    rows = [[p.shape, " ".join(f"{n}{s}" for n, s in p.input_shapes.items()), p.output, f"{p.max_abs:.3g}",
+             f"{p.max_rel:.3g}", "ok" if p.ok else "MISMATCH"] for p in record.parity]
+    click.echo(f"\nparity vs PyTorch [onnxruntime-cpu] (atol {record.atol}, rtol {record.rtol}):")
+    click.echo(_table(rows, ["shape", "inputs", "output", "max abs err", "max rel err", ""]))
+
+
+@main.command("preflight")
+@project_option
+@target_option
+@click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check this ONNX file instead of the project's export.")
+@json_option
+def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, as_json: bool) -> None:
+    """Check every ONNX operator against each selected target's TensorRT parser.
+
+    Reports, per target, each node the parser cannot take (unsupported operator, opset out
+    of range, a known restriction such as Resize antialias or ScatterND reduction), INT64
+    tensors TensorRT 8.x casts down, and, for groups with use_dla, the layers the DLA
+    cannot run. Exits with code 9 when any target has a blocking problem.
+    """
+    from edgebuild.errors import PreflightError
+    from edgebuild.export import choose_opset, export_model
+    from edgebuild.preflight import preflight
+
+    plan = _plan(project_dir, selector)
+    if onnx_path is None:
+        opset, reason = choose_opset(plan.project, [u.group.target.release for u in plan.units])
+        onnx_path = export_model(plan.project, opset, reason, report=_report).onnx_path
+    results = preflight(onnx_path, [u.group for u in plan.units])
+    targets = [r.as_dict() for r in results]
+    if as_json:
+        _emit_json({"onnx": str(onnx_path), "targets": targets})
+    else:
+        click.echo(_preflight_text(onnx_path, targets))
+    blocked = [r for r in results if r.blocking]
+    if blocked:
+        raise PreflightError(
+            f"{onnx_path.name}: blocking problems for " + ", ".join(f"{r.group} = {r.target}" for r in blocked),
+            hint="each listed node needs the suggested fix, or drop that target",
+        )
+
+
+def _preflight_text(onnx_path: Path | str, targets: list[dict]) -> str:
+    """Per target: its findings as a table (targets as TargetPreflight.as_dict())."""
+    lines = [f"preflight of {onnx_path}"]
+    for t in targets:
+        head = f"\n{t['group']} = {t['target']} (TensorRT {t['tensorrt']}, {t['parser_table']}): "
+        if not t["findings"]:
+            lines.append(head + "clean")
+            continue
+        lines.append(head + f"{t['blocking']} blocking, {len(t['findings']) - t['blocking']} other")
+        rows = [[f["node"], f["op_type"], f["severity"], f["problem"], f["fix"]] for f in t["findings"]]
+        lines.append(_table(rows, ["node", "op", "severity", "problem", "suggested fix"]))
+    return "\n".join(lines)
 
 
 @main.group()

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
 
 PROJECT_FILE = "edgebuild.toml"
@@ -201,6 +201,15 @@ class FleetGroup(_Section):
         return f"{self.module}@{self.jetpack}"
 
 
+class ExportSection(_Section):
+    opset: int | None = Field(None, ge=9)
+    exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
+    simplify: bool = True
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    external_data: bool = False
+
+
 class RuntimeSection(_Section):
     warmup_budget_s: float = Field(30.0, gt=0)
     cgroup_preset: str | None = None
@@ -220,6 +229,7 @@ class Project(_Section):
     model: ModelSection
     task: Annotated[DetectionTask | ClassificationTask, Field(discriminator="kind")]
     data: DataSection
+    export: ExportSection = ExportSection()
     accuracy: AccuracySection = AccuracySection()
     fleet: list[FleetGroup] = Field(min_length=1)
     runtime: RuntimeSection = RuntimeSection()

@@ -60,6 +60,20 @@ class ProfileDataError(EdgebuildError):
     kind = "profile data error"
 
 
+class ExportError(EdgebuildError):
+    """ONNX export failed, the ONNX file is invalid, or it does not match PyTorch."""
+
+    exit_code = 8
+    kind = "export error"
+
+
+class PreflightError(EdgebuildError):
+    """A target's TensorRT cannot parse or build some operator of the model."""
+
+    exit_code = 9
+    kind = "preflight"
+
+
 class CapabilityMissing(EdgebuildError):
     """This host lacks something the requested work needs (TensorRT, a GPU, podman, ...)."""
 
@@ -77,5 +91,7 @@ EXIT_CODES: dict[int, str] = {
     5: DataError.__doc__ or "",
     6: ModelError.__doc__ or "",
     7: ProfileDataError.__doc__ or "",
+    8: ExportError.__doc__ or "",
+    9: PreflightError.__doc__ or "",
     10: CapabilityMissing.__doc__ or "",
 }

@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgebuild.backends import Runner
 from edgebuild.datasets import Sample, load_class_folder_set, load_coco_set, read_image
 from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.runtime.vision import (
@@ -26,12 +27,6 @@ from edgebuild.runtime.vision import (
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
-
-
-class Runner(Protocol):
-    backend: str
-
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
 @dataclass(frozen=True)

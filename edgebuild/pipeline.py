@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edgebuild.config import Project
@@ -61,7 +62,11 @@ class CompileContext:
     plan: Plan
     progress: bool = True
     results: dict[str, StageOutcome] = field(default_factory=dict)
+    force: bool = False
+    report: Callable[[str], None] = lambda _: None
     torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
+    export: Any = None  # the ExportRecord, once the export stage ran
+    preflight: Any = None  # list of TargetPreflight
 
 
 @dataclass(frozen=True)
@@ -111,11 +116,51 @@ def _reference_stage(ctx: CompileContext) -> StageOutcome:
     )
 
 
+def _export_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.export import choose_opset, export_model
+
+    project = ctx.plan.project
+    opset, reason = choose_opset(project, [u.group.target.release for u in ctx.plan.units])
+    record = export_model(project, opset, reason, force=ctx.force, report=ctx.report,
+                          torch_runner=ctx.torch_runner)
+    ctx.export = record
+    worst = max(record.parity, key=lambda p: p.max_abs)
+    verb = "reused (didn't change)" if record.reused else f"exported in {record.seconds:.1f} s"
+    return StageOutcome(
+        "skipped" if record.reused else "ran",
+        f"{verb}: opset {record.opset}, {record.exporter} exporter, parity ok at "
+        f"{len({p.shape for p in record.parity})} shapes (max abs error {worst.max_abs:.2g}) -> "
+        f"{_relative(record.onnx_path, project.root)}",
+        record.as_dict(),
+    )
+
+
+def _preflight_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.preflight import preflight
+
+    results = preflight(ctx.export.onnx_path, [u.group for u in ctx.plan.units])
+    ctx.preflight = results
+    blocked = [r for r in results if r.blocking]
+    warnings = sum(len(r.findings) - len(r.blocking) for r in results)
+    data = {"onnx": str(ctx.export.onnx_path), "targets": [r.as_dict() for r in results]}
+    if blocked:
+        names = ", ".join(f"{r.group} ({len(r.blocking)})" for r in blocked)
+        return StageOutcome("failed", f"blocking operator problems for {names}; see `edgebuild preflight`", data)
+    return StageOutcome("ran", f"{len(results)} target(s) clean, {warnings} warning(s)", data)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("model", "load the entry point and weights, run forward at the min/opt/max shapes", _model_stage),
     Stage("reference", "FP32 accuracy of the PyTorch model on the validation set", _reference_stage),
-    Stage("export", "ONNX export with dynamic axes and a parity check against PyTorch", None),
-    Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", None),
+    Stage("export", "ONNX export with dynamic axes and a parity check against PyTorch", _export_stage),
+    Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", _preflight_stage),
     Stage("quantize", "FP16 and calibrated INT8 (Q/DQ) candidates", None),
     Stage("gate", "accuracy retention of each candidate against FP32; pick the fastest that passes", None),
     Stage("engine", "TensorRT engine per JetPack profile", None),
@@ -148,10 +193,11 @@ class CompileReport:
         }
 
 
-def run_compile(plan: Plan, *, progress: bool = True,
+def run_compile(plan: Plan, *, progress: bool = True, force: bool = False,
+                report: Callable[[str], None] = lambda _: None,
                 on_stage: Callable[[Stage, StageOutcome], None] | None = None) -> CompileReport:
     """Run every stage in order; stages after a failure do not run."""
-    ctx = CompileContext(plan, progress)
+    ctx = CompileContext(plan, progress, force=force, report=report)
     done: list[tuple[Stage, StageOutcome]] = []
     failed = False
     for stage in STAGES:

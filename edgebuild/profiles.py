@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from edgebuild._compat import tomllib
 from edgebuild.errors import ProfileDataError, TargetError
 
 FAMILIES = ("orin", "xavier", "nano", "thor")

@@ -1,0 +1,286 @@
+"""Preflight: every ONNX node checked against each target's TensorRT ONNX parser.
+
+What a target's TensorRT can parse lives in data files under ``profiles/tensorrt/``:
+``onnx-parser-<major.minor>.toml`` (onnx-tensorrt's operators.md of that release),
+``known-restrictions.toml`` (attribute-, equation- and constant-level limits) and ``dla.toml``
+(what the DLA can run). This module only reads them: no operator table lives in code.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild._compat import tomllib
+from edgebuild.errors import ExportError, ProfileDataError
+from edgebuild.profiles import data_dir
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgebuild.profiles import SelectedGroup
+
+STANDARD_DOMAINS = ("", "ai.onnx")
+BLOCKING, WARNING, DLA_FALLBACK = "blocking", "warning", "dla-fallback"
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    op_type: str
+    severity: str  # blocking | warning | dla-fallback
+    problem: str
+    fix: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TargetPreflight:
+    group: str
+    target: str
+    tensorrt: str
+    parser_table: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == BLOCKING]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["blocking"] = len(self.blocking)
+        return data
+
+
+# -- data files ----------------------------------------------------------------------------
+
+def _tensorrt_dir() -> Path:
+    return data_dir("profiles") / "tensorrt"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProfileDataError(f"{path}: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def parser_table(tensorrt_version: str) -> dict[str, Any]:
+    """The operator table of the TensorRT release ``major.minor`` of ``tensorrt_version``."""
+    major_minor = ".".join(tensorrt_version.split(".")[:2])
+    path = _tensorrt_dir() / f"onnx-parser-{major_minor}.toml"
+    if not path.is_file():
+        known = sorted(p.stem.removeprefix("onnx-parser-") for p in _tensorrt_dir().glob("onnx-parser-*.toml"))
+        raise ProfileDataError(
+            f"{path}: no ONNX parser table for TensorRT {major_minor} (tables: {', '.join(known)})"
+        )
+    table = _read_toml(path)
+    table["_path"] = path.name
+    return table
+
+
+@lru_cache(maxsize=1)
+def restrictions() -> dict[str, Any]:
+    return _read_toml(_tensorrt_dir() / "known-restrictions.toml")
+
+
+@lru_cache(maxsize=1)
+def dla_table() -> dict[str, Any]:
+    return _read_toml(_tensorrt_dir() / "dla.toml")
+
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """``"10.3.0.30"`` against ``">=10.0,<10.9"``; an empty spec matches every version."""
+    have = _version(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        match = re.fullmatch(r"(<=|>=|==|<|>)\s*([\d.]+)", clause)
+        if not match:
+            raise ProfileDataError(f"known-restrictions.toml: bad version specifier {clause!r}")
+        want = _version(match.group(2))
+        if not _OPS[match.group(1)](have[: len(want)], want):
+            return False
+    return True
+
+
+# -- the ONNX side -------------------------------------------------------------------------
+
+def load_graph(path: Path) -> onnx.ModelProto:
+    """The model's structure (external weights are not loaded), with inferred value types."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # DecodeError and friends: a truncated or foreign file
+        raise ExportError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception:  # preflight still works on the un-inferred graph; INT64 checks see less
+        return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS), 0)
+
+
+def _attribute(node: onnx.NodeProto, name: str) -> Any:
+    import onnx
+
+    for attr in node.attribute:
+        if attr.name == name:
+            value = onnx.helper.get_attribute_value(attr)
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _constant_value(model: onnx.ModelProto, name: str) -> list[float] | None:
+    import onnx.numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
+            return onnx.numpy_helper.to_array(init).ravel().tolist()
+    for node in model.graph.node:
+        if node.op_type == "Constant" and name in node.output:
+            value = _attribute(node, "value")
+            return onnx.numpy_helper.to_array(value).ravel().tolist() if value is not None else None
+    return None
+
+
+def _rule_hits(rule: dict[str, Any], node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+    if "attribute_not_in" in rule:
+        cond = rule["attribute_not_in"]
+        value = _attribute(node, cond["name"])
+        return value is not None and value not in cond["values"]
+    if "equation_matches" in rule:
+        return re.search(rule["equation_matches"], _attribute(node, "equation") or "") is not None
+    if rule.get("einsum_repeated_index"):
+        terms = (_attribute(node, "equation") or "").replace(" ", "").split("->")[0].split(",")
+        return any(len(set(t.replace("...", ""))) < len(t.replace("...", "")) for t in terms)
+    if "opset_at_least" in rule:
+        return default_opset(model) >= rule["opset_at_least"]
+    if "constant_input_above" in rule:
+        cond = rule["constant_input_above"]
+        if len(node.input) <= cond["index"]:
+            return False
+        values = _constant_value(model, node.input[cond["index"]])
+        return bool(values) and max(values) > cond["limit"]
+    raise ProfileDataError(f"known-restrictions.toml: rule {rule.get('id')!r} has no condition edgebuild knows")
+
+
+def _int64_tensors(model: onnx.ModelProto) -> list[str]:
+    import onnx
+
+    int64 = onnx.TensorProto.INT64
+    names = [i.name for i in model.graph.initializer if i.data_type == int64]
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if value.type.tensor_type.elem_type == int64:
+            names.append(value.name)
+    return names
+
+
+# -- checking ------------------------------------------------------------------------------
+
+def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPreflight:
+    release = group.target.release
+    table = parser_table(release.tensorrt)
+    operators = table.get("operators", {})
+    rules = restrictions()
+    parser_source = table.get("source", table["_path"])
+    findings: list[Finding] = []
+
+    opset = default_opset(model)
+    if not table["min_opset"] <= opset <= table["max_opset"]:
+        findings.append(Finding(
+            "(model)", "opset", BLOCKING,
+            f"the model imports ONNX opset {opset}; TensorRT {release.tensorrt}'s parser takes opsets "
+            f"{table['min_opset']}..{table['max_opset']}",
+            f"export at opset {min(table['max_opset'], max(opset, table['min_opset']))} (export.opset)",
+            parser_source))
+
+    for index, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        if node.domain not in STANDARD_DOMAINS:
+            custom = rules["custom_domain"]
+            findings.append(Finding(name, node.op_type, custom["severity"],
+                                    custom["problem"].format(domain=node.domain), custom["fix"], custom["source"]))
+            continue
+        entry = operators.get(node.op_type)
+        if entry is None or not entry.get("supported", False):
+            later = _first_supporting_release(node.op_type)
+            findings.append(Finding(
+                name, node.op_type, BLOCKING,
+                f"{node.op_type} is {'not in' if entry is None else 'marked unsupported in'} the operator "
+                f"table of TensorRT {release.tensorrt}'s ONNX parser",
+                (f"TensorRT {later} supports it: target a JetPack with it, or " if later else "")
+                + "rewrite this part of the model with supported operators",
+                parser_source))
+        for rule in rules.get("rule", []):
+            if rule["op"] == node.op_type and version_matches(release.tensorrt, rule["tensorrt"]) \
+                    and _rule_hits(rule, node, model):
+                findings.append(Finding(name, node.op_type, rule["severity"], rule["problem"], rule["fix"],
+                                        rule["source"]))
+
+    int64_rule = rules.get("int64")
+    if int64_rule and version_matches(release.tensorrt, int64_rule["tensorrt"]):
+        tensors = _int64_tensors(model)
+        if tensors:
+            shown = ", ".join(tensors[:5]) + (f" and {len(tensors) - 5} more" if len(tensors) > 5 else "")
+            findings.append(Finding(f"({len(tensors)} tensors: {shown})", "INT64", int64_rule["severity"],
+                                    int64_rule["problem"], int64_rule["fix"], int64_rule["source"]))
+
+    if group.use_dla and group.target.module.dla_cores > 0:
+        findings += _dla_fallbacks(model)
+    return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
+
+
+def _first_supporting_release(op_type: str) -> str | None:
+    for path in sorted(_tensorrt_dir().glob("onnx-parser-*.toml"),
+                       key=lambda p: _version(p.stem.removeprefix("onnx-parser-"))):
+        entry = parser_table(path.stem.removeprefix("onnx-parser-")).get("operators", {}).get(op_type)
+        if entry and entry.get("supported"):
+            return path.stem.removeprefix("onnx-parser-")
+    return None
+
+
+def _dla_fallbacks(model: onnx.ModelProto) -> list[Finding]:
+    table = dla_table()
+    ops = table.get("onnx_ops", {})
+    source = table.get("source", "dla.toml")
+    findings = []
+    dynamic = [i.name for i in model.graph.input
+               if any(d.dim_param or not d.dim_value for d in i.type.tensor_type.shape.dim)]
+    if dynamic:
+        findings.append(Finding(
+            "(model)", "dynamic shapes", DLA_FALLBACK,
+            f"inputs {dynamic} have dynamic axes; the DLA runs only static shapes, so DLA engines are built "
+            "with min = opt = max",
+            "give the DLA groups a fixed input shape (min_shape = opt_shape = max_shape)", source))
+    for index, node in enumerate(model.graph.node):
+        entry = ops.get(node.op_type)
+        if node.op_type in ("Constant", "Identity"):
+            continue
+        if entry is None or not entry.get("dla", False):
+            why = "; ".join(entry.get("restrictions", [])) if entry else "not in the DLA supported-layer list"
+            findings.append(Finding(
+                node.name or f"{node.op_type}_{index}", node.op_type, DLA_FALLBACK,
+                f"the DLA cannot run {node.op_type} ({why}); it falls back to the GPU",
+                "fine with GPU fallback; to keep the layer on the DLA use a DLA-supported operator",
+                entry.get("source", source) if entry else source))
+    return findings
+
+
+def preflight(onnx_path: Path, groups: list[SelectedGroup]) -> list[TargetPreflight]:
+    """Check the model against every selected group's target."""
+    model = load_graph(onnx_path)
+    return [check_target(model, group) for group in groups]

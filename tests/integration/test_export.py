@@ -1,0 +1,188 @@
+"""Real torch -> ONNX -> ONNX Runtime export, parity, caching and failure handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+
+from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.cli import main
+from edgebuild.config import load_project
+from edgebuild.errors import ExportError, ModelError
+from edgebuild.export import ParityError, choose_opset, export_dir, export_model, verify_onnx
+from edgebuild.model import load_model
+from edgebuild.profiles import load_catalog
+from tests.conftest import TINY_TOML, write_tiny_project
+
+TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
+
+
+def _export(project_dir: Path, opset: int = 17, **kwargs):
+    return export_model(load_project(project_dir), opset, "test", **kwargs)
+
+
+def _leftovers(project_dir: Path) -> list[str]:
+    root = project_dir / "build" / "export"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_dynamo_export_has_dynamic_axes_and_runs_at_three_shapes(tiny_project: Path) -> None:
+    record = _export(tiny_project, opset=18)
+    assert record.exporter == "dynamo" and record.opset == 18
+    model = onnx.load(str(record.onnx_path))
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 3, "height", "width"]
+    assert [o.name for o in model.graph.output] == ["boxes", "scores"]
+    runner = OnnxRuntimeRunner(record.onnx_path)
+    for n, side in ((1, 32), (2, 64), (4, 96)):
+        out = runner.run({"images": np.zeros((n, 3, side, side), np.float32)})
+        assert out["boxes"].shape == (n, (side // 8) ** 2, 4) and out["scores"].shape == (n, (side // 8) ** 2, 2)
+    assert {p.shape for p in record.parity} == {"min_shape", "opt_shape", "max_shape"}
+    assert all(p.ok and p.max_abs < 1e-4 for p in record.parity)
+    stored = json.loads((record.onnx_path.parent / "export.json").read_text())
+    assert stored["files"]["model.onnx"] == record.sha256
+    assert stored["exporter"] == "dynamo" and stored["versions"]["torch"].startswith("2.")
+    assert stored["dynamic_axes"] == {"images": {"0": "batch", "2": "height", "3": "width"}}
+
+
+def test_opset_comes_from_the_lowest_targeted_parser(tiny_project: Path) -> None:
+    project = load_project(tiny_project)
+    releases = load_catalog().releases
+    assert choose_opset(project, [releases["6.2"]])[0] == 20
+    opset, reason = choose_opset(project, [releases["6.2"], releases["5.1.2"]])
+    assert opset == 17 and "JetPack 5.1.2" in reason
+    write_tiny_project(tiny_project, TINY_TOML.replace("[accuracy]", "[export]\nopset = 19\n\n[accuracy]"))
+    with pytest.raises(ExportError, match="export.opset: 19 is above what JetPack 5.1.2"):
+        choose_opset(load_project(tiny_project), [releases["6.2"], releases["5.1.2"]])
+
+
+def test_opset_the_dynamo_exporter_cannot_reach_falls_back_to_torchscript(tiny_project: Path) -> None:
+    record = _export(tiny_project, opset=13)
+    assert record.exporter == "torchscript" and record.opset == 13
+    assert "dynamo exporter produced opset" in record.exporter_note
+    assert onnx.load(str(record.onnx_path)).opset_import[0].version == 13
+
+
+def test_second_export_is_reused_and_changes_re_export(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TORCHSCRIPT)
+    first = _export(tmp_path)
+    assert not first.reused
+    assert _export(tmp_path).reused
+
+    messages: list[str] = []
+    torch.save(load_model(load_project(tmp_path)).state_dict(), tmp_path / "weights.pt")
+    with_weights = TORCHSCRIPT.replace('outputs = ["boxes"', 'weights = "weights.pt"\noutputs = ["boxes"')
+    write_tiny_project(tmp_path, with_weights)
+    again = _export(tmp_path, report=messages.append)
+    assert not again.reused and "changed since the last export: weights" in messages[0]
+
+    write_tiny_project(tmp_path, TORCHSCRIPT.replace("max_shape = [4, 3, 96, 96]", "max_shape = [4, 3, 128, 128]"))
+    messages.clear()
+    assert not _export(tmp_path, report=messages.append).reused
+    assert "io" in messages[0]
+
+    record = _export(tmp_path)
+    record.onnx_path.write_bytes(record.onnx_path.read_bytes()[:100])  # corrupt the stored export
+    messages.clear()
+    assert not _export(tmp_path, report=messages.append).reused
+    assert "output files missing or modified: model.onnx" in messages[0]
+
+
+def test_external_data_layout_round_trips(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TORCHSCRIPT.replace('exporter = "torchscript"',
+                                                      'exporter = "torchscript"\nexternal_data = true'))
+    record = _export(tmp_path)
+    assert record.external_data and set(record.files) == {"model.onnx", "model.onnx.data"}
+    assert OnnxRuntimeRunner(record.onnx_path).run({"images": np.zeros((1, 3, 32, 32), np.float32)})
+    assert _export(tmp_path).reused
+
+
+def test_truncated_onnx_is_a_clear_error(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TORCHSCRIPT)
+    record = _export(tmp_path)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(record.onnx_path.read_bytes()[: record.onnx_path.stat().st_size // 2])
+    with pytest.raises(ExportError, match="not a valid ONNX model"):
+        verify_onnx(broken)
+    with pytest.raises(ExportError, match="ONNX Runtime cannot load"):
+        OnnxRuntimeRunner(broken)
+    result = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--onnx", str(broken)])
+    assert result.exit_code == 8 and "not a readable ONNX model" in result.output
+    assert "Traceback" not in result.output
+
+
+RAISING = '''
+import torch
+
+class Raises(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        if images.shape[0] > 0:
+            raise ValueError("this model cannot run")
+        return {"boxes": images, "scores": images}
+
+class Differs(torch.nn.Module):
+    """Gives other numbers while being exported than when run eagerly."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2).transpose(1, 2)
+        if torch.onnx.is_in_onnx_export():
+            y = y + 0.5
+        return {"boxes": y[..., :4], "scores": torch.sigmoid(y[..., 4:])}
+
+def raises():
+    return Raises()
+
+def differs():
+    return Differs()
+'''
+
+
+def test_forward_that_raises_and_missing_entry_point_leave_nothing(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TORCHSCRIPT.replace("tinydet.model:build_model", "tinydet.bad:raises"))
+    (tmp_path / "tinydet" / "bad.py").write_text(RAISING)
+    with pytest.raises(ModelError, match="raised ValueError: this model cannot run"):
+        _export(tmp_path)
+    write_tiny_project(tmp_path, TORCHSCRIPT.replace("tinydet.model:build_model", "tinydet.nope:build"))
+    with pytest.raises(ModelError, match="cannot import module 'tinydet.nope'"):
+        _export(tmp_path)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_parity_mismatch_lists_every_failure_and_leaves_nothing(tmp_path: Path, exporter: str) -> None:
+    toml = TORCHSCRIPT.replace("tinydet.model:build_model", "tinydet.bad:differs")
+    write_tiny_project(tmp_path, toml.replace('exporter = "torchscript"', f'exporter = "{exporter}"'))
+    (tmp_path / "tinydet" / "bad.py").write_text(RAISING)
+    with pytest.raises(ParityError) as caught:
+        _export(tmp_path, opset=18)
+    message = str(caught.value)
+    assert "in 6 of 6 checks" in message
+    for shape in ("min_shape", "opt_shape", "max_shape"):
+        assert f"boxes at {shape}" in message and f"scores at {shape}" in message
+    assert "max abs error 0.5" in message
+    assert _leftovers(tmp_path) == []
+    assert not export_dir(load_project(tmp_path), 18).exists()
+
+
+def test_cli_export_prints_parity_table(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TORCHSCRIPT)
+    result = CliRunner().invoke(main, ["export", "-p", str(tmp_path), "--target", "orin"])
+    assert result.exit_code == 0, result.output
+    assert "opset 17" in result.output and "limited by JetPack 5.1.2" in result.output
+    assert result.output.count(" ok") >= 6 and "parity vs PyTorch [onnxruntime-cpu]" in result.output
+    again = CliRunner().invoke(main, ["export", "-p", str(tmp_path), "--target", "orin"])
+    assert "reused, nothing changed" in again.output
