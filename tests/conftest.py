@@ -179,3 +179,18 @@ def tiny_project(tmp_path: Path) -> Path:
     """A valid detection project with a tiny model and four images; returns its folder."""
     write_tiny_project(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path):
+    """Copy a bundled example (without its build folder) into tmp_path and return the copy."""
+
+    def copy(name: str) -> Path:
+        source = EXAMPLES / name
+        if not (source / "edgebuild.toml").is_file():
+            pytest.fail(f"{source}/edgebuild.toml is missing")
+        target = tmp_path / name
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        return target
+
+    return copy

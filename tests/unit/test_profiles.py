@@ -137,3 +137,12 @@ def test_profiles_show_prints_sources_and_unconfirmed_marks() -> None:
     assert "8.5.2" in result.output
     bad = CliRunner().invoke(main, ["profiles", "show", "nano@6.2"])
     assert bad.exit_code == 4 and "Traceback" not in bad.output
+
+
+def test_release_opset_never_exceeds_its_parser_table() -> None:
+    from edgebuild.preflight import parser_table
+
+    for release in load_catalog().releases.values():
+        table = parser_table(release.tensorrt)
+        assert table["min_opset"] <= release.max_onnx_opset <= table["max_opset"], release.jetpack
+        assert len(table["operators"]) >= 100

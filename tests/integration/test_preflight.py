@@ -1,0 +1,171 @@
+"""Preflight: ONNX nodes against each target's TensorRT parser tables and known restrictions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from edgebuild.cli import main
+from edgebuild.preflight import BLOCKING, DLA_FALLBACK, WARNING, check_target, preflight, version_matches
+from edgebuild.profiles import SelectedGroup, load_catalog
+from tests.conftest import TINY_TOML, write_tiny_project
+
+LAYERNORM_MODEL = '''
+import torch
+
+class WithLayerNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+        self.norm = torch.nn.LayerNorm(6)
+
+    def forward(self, images):
+        y = self.norm(self.conv(images).flatten(2).transpose(1, 2))
+        return {"boxes": y[..., :4], "scores": torch.sigmoid(y[..., 4:])}
+
+def build():
+    return WithLayerNorm()
+'''
+
+
+def _group(target: str, use_dla: bool = False) -> SelectedGroup:
+    return SelectedGroup(target, load_catalog().parse_target(target), use_dla)
+
+
+def test_layernorm_blocks_jetpack_5_1_and_is_clean_on_6_1(tmp_path: Path) -> None:
+    toml = TINY_TOML.replace("tinydet.model:build_model", "tinydet.ln:build").replace(
+        '[[fleet]]\nname = "legacy"\nmodule = "xavier-nx"\njetpack = "5.1.2"',
+        '[[fleet]]\nname = "gate"\nmodule = "orin-nx-16gb"\njetpack = "6.1"')
+    write_tiny_project(tmp_path, toml.replace("[accuracy]", '[export]\nopset = 17\n\n[accuracy]'))
+    (tmp_path / "tinydet" / "ln.py").write_text(LAYERNORM_MODEL)
+    result = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--target", "dock,gate", "--json"])
+    assert result.exit_code == 9, result.output
+    report = json.loads(result.output[result.output.index("{"): result.output.rindex("}") + 1])
+    by_group = {t["group"]: t for t in report["targets"]}
+    dock, gate = by_group["dock"], by_group["gate"]
+    assert dock["tensorrt"].startswith("8.5") and gate["tensorrt"].startswith("10.3")
+    blocking = [f for f in dock["findings"] if f["severity"] == BLOCKING]
+    assert [f["op_type"] for f in blocking] == ["LayerNormalization"]
+    assert "TensorRT 8.6 supports it" in blocking[0]["fix"]
+    assert "operators.md" in blocking[0]["source"]
+    assert gate["blocking"] == 0 and not [f for f in gate["findings"] if f["op_type"] == "LayerNormalization"]
+    text = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--target", "dock,gate"])
+    assert text.exit_code == 9 and "gate = orin-nx-16gb@6.1 (TensorRT 10.3.0.30" in text.output
+    assert "blocking problems for dock = agx-orin-64gb@5.1.2" in text.output and "Traceback" not in text.output
+
+
+def _model(nodes: list, inputs: list, outputs: list, initializers: list = (), opset: int = 17,
+           extra_opsets: list = ()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])
+
+
+def _float(name: str, shape: list) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _problems(model: onnx.ModelProto, target: str, use_dla: bool = False) -> list[tuple[str, str, str]]:
+    return [(f.op_type, f.severity, f.problem) for f in check_target(model, _group(target, use_dla)).findings]
+
+
+def test_resize_antialias_is_blocking_everywhere() -> None:
+    roi = numpy_helper.from_array(np.array([], np.float32), "roi")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="up", mode="linear", antialias=1)
+    model = _model([node], [_float("x", [1, 3, 8, 8])], [_float("y", [1, 3, 16, 16])], [roi, scales], opset=18)
+    for target in ("orin-nano-8gb@6.2", "agx-thor@7.2"):
+        assert ("Resize", BLOCKING, "Resize with antialias=1: TensorRT's resize layer has no antialiasing") \
+            in _problems(model, target)
+    plain = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="up", mode="linear")
+    clean = _model([plain], [_float("x", [1, 3, 8, 8])], [_float("y", [1, 3, 16, 16])], [roi, scales], opset=18)
+    assert _problems(clean, "orin-nano-8gb@6.2") == []
+
+
+def test_scatternd_reduction_einsum_ellipsis_and_topk_limits() -> None:
+    idx = numpy_helper.from_array(np.zeros((1, 1), np.int64), "idx")
+    scatter = helper.make_node("ScatterND", ["x", "idx", "u"], ["y"], name="scatter", reduction="add")
+    model = _model([scatter], [_float("x", [4]), _float("u", [1])], [_float("y", [4])], [idx], opset=16)
+    assert any(p[0] == "ScatterND" and p[1] == BLOCKING and "reduction" in p[2]
+               for p in _problems(model, "orin-nano-8gb@6.2"))
+
+    einsum = helper.make_node("Einsum", ["a", "b"], ["c"], name="ein", equation="...ij,...jk->...ik")
+    model = _model([einsum], [_float("a", [2, 3, 4]), _float("b", [2, 4, 5])], [_float("c", [2, 3, 5])])
+    assert any("ellipsis" in p[2] for p in _problems(model, "agx-orin-64gb@5.1.2"))
+    assert not any("ellipsis" in p[2] for p in _problems(model, "orin-nano-8gb@6.2"))
+
+    k = numpy_helper.from_array(np.array([5000], np.int64), "k")
+    topk = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")
+    model = _model([topk], [_float("x", [1, 8000])],
+                   [_float("v", [1, 5000]), helper.make_tensor_value_info("i", TensorProto.INT64, [1, 5000])], [k])
+    assert any(p[0] == "TopK" and "3840" in p[2] for p in _problems(model, "orin-nano-8gb@6.2"))
+
+
+def test_int64_warns_on_tensorrt_8_only_and_custom_domains_block() -> None:
+    shape = helper.make_node("Shape", ["x"], ["s"], name="shape")
+    model = _model([shape], [_float("x", [1, 3])], [helper.make_tensor_value_info("s", TensorProto.INT64, [2])])
+    assert ("INT64", WARNING) in [(p[0], p[1]) for p in _problems(model, "agx-orin-64gb@5.1.2")]
+    assert _problems(model, "orin-nano-8gb@6.2") == []
+
+    custom = helper.make_node("FusedConv", ["x"], ["y"], name="fused", domain="com.microsoft")
+    model = _model([custom], [_float("x", [1, 3])], [_float("y", [1, 3])],
+                   extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
+    assert any(p[1] == BLOCKING and "com.microsoft" in p[2] for p in _problems(model, "orin-nano-8gb@6.2"))
+
+
+def test_opset_outside_the_parser_range_is_blocking() -> None:
+    relu = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    model = _model([relu], [_float("x", [1])], [_float("y", [1])], opset=20)
+    problems = _problems(model, "agx-orin-64gb@5.1.2")
+    assert problems[0][:2] == ("opset", BLOCKING) and "opsets 7..17" in problems[0][2]
+
+
+def test_dla_fallbacks_are_reported_for_dla_groups_only() -> None:
+    conv_w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("NonMaxSuppression", ["b", "s"], ["n"], name="nms")]
+    model = _model(nodes, [_float("x", ["batch", 3, 8, 8]), _float("b", [1, 10, 4]), _float("s", [1, 1, 10])],
+                   [_float("r", ["batch", 4, 8, 8]),
+                    helper.make_tensor_value_info("n", TensorProto.INT64, [None, 3])], [conv_w])
+    dla = [(p[0], p[1]) for p in _problems(model, "agx-orin-64gb@6.2", use_dla=True) if p[1] == DLA_FALLBACK]
+    assert ("NonMaxSuppression", DLA_FALLBACK) in dla and ("dynamic shapes", DLA_FALLBACK) in dla
+    assert ("Conv", DLA_FALLBACK) not in dla and ("Relu", DLA_FALLBACK) not in dla
+    assert not [p for p in _problems(model, "agx-orin-64gb@6.2") if p[1] == DLA_FALLBACK]
+
+
+def test_version_specifiers() -> None:
+    assert version_matches("10.3.0.30", ">=10.0,<10.9")
+    assert not version_matches("10.9.0", ">=10.0,<10.9")
+    assert version_matches("8.5.2.2", "<10.0") and version_matches("8.5.2.2", "")
+
+
+def test_every_profile_release_has_a_parser_table(tmp_path: Path) -> None:
+    relu = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    path = tmp_path / "relu.onnx"
+    onnx.save(_model([relu], [_float("x", [1])], [_float("y", [1])], opset=13), path)
+    catalog = load_catalog()
+    groups = [SelectedGroup(t.id, t, False) for t in catalog.all_targets()]
+    results = preflight(path, groups)
+    assert len(results) == len(groups) and all(not r.blocking for r in results)
+
+
+@pytest.mark.parametrize("example", ["shapes-detector", "digits-classifier"])
+def test_bundled_examples_pass_preflight_on_their_fleet(example: str, example_copy) -> None:
+    root = example_copy(example)
+    result = CliRunner().invoke(main, ["preflight", "-p", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"): result.output.rindex("}") + 1])
+    assert {t["group"] for t in report["targets"]} == {g["name"] for g in _fleet(root)}
+    assert all(t["blocking"] == 0 for t in report["targets"])
+
+
+def _fleet(root: Path) -> list[dict]:
+    import tomllib
+
+    return tomllib.loads((root / "edgebuild.toml").read_text())["fleet"]
