@@ -40,6 +40,11 @@ def tree_sha256(root: Path, pattern: str = "*.py") -> str:
     return digest.hexdigest()
 
 
+def files_digest(paths: list[Path]) -> str:
+    """Hash of a list of files by name and content (a data set's identity)."""
+    return digest([[p.name, file_sha256(p)] for p in paths])
+
+
 def digest(value: Any) -> str:
     """A stable hash of a JSON-serialisable value."""
     text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))

@@ -261,6 +261,56 @@ def _preflight_text(onnx_path: Path | str, targets: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@main.command("validate")
+@project_option
+@target_option
+@click.option("--force", is_flag=True, help="Evaluate again even if nothing changed.")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@json_option
+def validate_command(project_dir: Path, selector: str, force: bool, no_progress: bool, as_json: bool) -> None:
+    """Measure FP32, FP16 and INT8 candidates against the accuracy gate.
+
+    Each candidate's metric on the validation set is divided by the FP32 model's
+    (retention); a candidate passes at retention >= accuracy.min_retention. When plain INT8
+    fails, the most sensitive layers are kept in floating point until it passes or
+    quantize.max_kept_layers is reached. Exits with code 11 when nothing selectable passes.
+    """
+    from edgebuild.export import choose_opset, export_model
+    from edgebuild.gate import require_pass, run_gate
+
+    plan = _plan(project_dir, selector)
+    project = plan.project
+    opset, reason = choose_opset(project, [u.group.target.release for u in plan.units])
+    record = export_model(project, opset, reason, report=_report)
+    result = run_gate(project, record, force=force, report=_report,
+                      progress=not no_progress and not as_json and sys.stderr.isatty())
+    if as_json:
+        _emit_json({**result.as_dict(), "targets": [u.describe() for u in plan.units]})
+    else:
+        click.echo(_gate_text(result, [u.group.name for u in plan.units]))
+    require_pass(project, result)
+
+
+def _gate_text(result: Any, groups: list[str]) -> str:
+    lines = [f"accuracy gate for {', '.join(groups)}: {result.metric}, min retention {result.threshold} "
+             f"of FP32 {result.reference_value:.4f}, {result.images} validation images"
+             + (" (reused, nothing changed)" if result.reused else "")]
+    rows = [[c.precision, f"{c.value:.4f}", f"{c.retention:.3f}",
+             ("pass" if c.passed else "FAIL") + ("" if c.selectable else " (not allowed)"),
+             f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
+    lines.append(_table(rows, ["precision", result.metric, "retention", "gate", "latency ms", "backend",
+                               "notes"]))
+    if result.sensitivity:
+        worst = ", ".join(f"{s['layer']} ({s['cost']:+.3f})" for s in result.sensitivity[:5])
+        lines.append(f"most sensitive layers (metric lost when quantized alone): {worst}")
+    if result.selected:
+        lines.append(f"selected: {result.selected} ({result.selection_rule})")
+    else:
+        lines.append("selected: nothing passes. Try:")
+        lines += [f"  - {step}" for step in result.next_steps]
+    return "\n".join(lines)
+
+
 @main.group()
 def profiles() -> None:
     """JetPack releases, Jetson modules and the targets they make."""

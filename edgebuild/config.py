@@ -167,6 +167,9 @@ class DataSection(_Section):
 class AccuracySection(_Section):
     metric: str | None = None
     min_retention: float = 0.92
+    # auto: the fastest measured when the backend is the target's TensorRT, otherwise the lowest
+    # precision that passes (CPU latency says little about a Jetson's tensor cores)
+    select: Literal["auto", "fastest", "lowest-precision"] = "auto"
 
     @field_validator("min_retention")
     @classmethod
@@ -210,6 +213,16 @@ class ExportSection(_Section):
     external_data: bool = False
 
 
+class QuantizeSection(_Section):
+    # candidates that may be selected; the FP32 model is always evaluated as the reference
+    precisions: list[Literal["int8", "fp16", "fp32"]] = Field(["int8", "fp16", "fp32"], min_length=1)
+    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    percentile: float = Field(99.999, gt=90, le=100)
+    per_channel: bool = True
+    max_kept_layers: int = Field(8, ge=0)
+    sensitivity_images: PositiveInt = 64
+
+
 class RuntimeSection(_Section):
     warmup_budget_s: float = Field(30.0, gt=0)
     cgroup_preset: str | None = None
@@ -230,6 +243,7 @@ class Project(_Section):
     task: Annotated[DetectionTask | ClassificationTask, Field(discriminator="kind")]
     data: DataSection
     export: ExportSection = ExportSection()
+    quantize: QuantizeSection = QuantizeSection()
     accuracy: AccuracySection = AccuracySection()
     fleet: list[FleetGroup] = Field(min_length=1)
     runtime: RuntimeSection = RuntimeSection()

@@ -60,7 +60,8 @@ class CocoSet:
     category_ids: list[int]  # category_ids[class_index] = COCO category id
 
 
-def load_coco_set(project: Project) -> CocoSet:
+def load_coco_set(project: Project, limit: int | None = None) -> CocoSet:
+    """The COCO validation set; ``limit`` (or data.validation.max_images) keeps the first images."""
     val = project.data.validation
     ann_path = project.path(val.annotations or "")
     images_dir = project.path(val.images)
@@ -87,8 +88,9 @@ def load_coco_set(project: Project) -> CocoSet:
             f"(categories: {sorted(by_name)})"
         )
     entries.sort()
-    if val.max_images:
-        entries = entries[: val.max_images]
+    cap = min(filter(None, (limit, val.max_images)), default=None)
+    if cap:
+        entries = entries[:cap]
         kept = {i for i, _ in entries}
         gt = {**gt, "images": [im for im in gt["images"] if int(im["id"]) in kept],
               "annotations": [a for a in gt["annotations"] if int(a["image_id"]) in kept]}
@@ -104,7 +106,7 @@ def load_coco_set(project: Project) -> CocoSet:
     return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes])
 
 
-def load_class_folder_set(project: Project) -> list[Sample]:
+def load_class_folder_set(project: Project, limit: int | None = None) -> list[Sample]:
     """A classification set: one sub-folder per class name, as in task.classes."""
     val = project.data.validation
     root = project.path(val.images)
@@ -122,8 +124,9 @@ def load_class_folder_set(project: Project) -> list[Sample]:
     for label, name in enumerate(classes):
         for rank, path in enumerate(list_images(root / name, f"data.validation.images ({name})")):
             ranked.append((rank, label, path))
-    if val.max_images:
+    cap = min(filter(None, (limit, val.max_images)), default=None)
+    if cap:
         # take the first images of every class in turn, so a capped set stays balanced
-        ranked = sorted(ranked)[: val.max_images]
+        ranked = sorted(ranked)[:cap]
     ranked.sort(key=lambda item: (item[1], item[0]))
     return [Sample(path, i, label) for i, (_, label, path) in enumerate(ranked)]

@@ -74,6 +74,13 @@ class PreflightError(EdgebuildError):
     kind = "preflight"
 
 
+class AccuracyGateError(EdgebuildError):
+    """No precision candidate keeps enough of the FP32 accuracy."""
+
+    exit_code = 11
+    kind = "accuracy gate"
+
+
 class CapabilityMissing(EdgebuildError):
     """This host lacks something the requested work needs (TensorRT, a GPU, podman, ...)."""
 
@@ -94,4 +101,5 @@ EXIT_CODES: dict[int, str] = {
     8: ExportError.__doc__ or "",
     9: PreflightError.__doc__ or "",
     10: CapabilityMissing.__doc__ or "",
+    11: AccuracyGateError.__doc__ or "",
 }

@@ -1,7 +1,8 @@
 """Task evaluation: run a backend over the validation set and compute the project's metric.
 
-Works with any runner that has ``backend`` (a name) and ``run({input: array}) -> {output: array}``;
-every result records which backend produced it.
+Works with any runner of ``edgebuild.backends`` (``backend`` name, ``run(inputs) -> outputs``);
+every result records which backend produced it. A ``ValidationSet`` decodes and preprocesses
+the images once, so comparing several candidates does not redo that work.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from edgebuild.runtime.vision import (
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
+
+#: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
+CACHE_BUDGET_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -55,71 +59,104 @@ def preprocess_spec(project: Project) -> PreprocessSpec:
     )
 
 
-def _batches(samples: list[Sample], project: Project, batch_size: int,
-             progress: bool, desc: str) -> Iterator[tuple[list[Sample], np.ndarray, list[ImageTransform]]]:
-    from tqdm import tqdm
-
-    spec = preprocess_spec(project)
-    gray = spec.channel_order == "GRAY"
-    bar = tqdm(total=len(samples), desc=desc, unit="img", disable=not progress, leave=False)
-    try:
-        for start in range(0, len(samples), batch_size):
-            chunk = samples[start : start + batch_size]
-            tensors, transforms = zip(*(preprocess(read_image(s.path, gray), spec) for s in chunk))
-            yield chunk, stack_batch(tensors), list(transforms)
-            bar.update(len(chunk))
-    finally:
-        bar.close()
-
-
 def evaluation_batch_size(project: Project, requested: int = 8) -> int:
     spec = project.model.inputs[0]
     return max(spec.min_shape[0], min(requested, spec.max_shape[0]))
 
 
-def evaluate(project: Project, runner: Runner, *, batch_size: int = 8, progress: bool = True) -> Evaluation:
-    """The project's metric for ``runner`` on the validation set."""
+class ValidationSet:
+    """The project's validation images, preprocessed, in batches, with their ground truth."""
+
+    def __init__(self, project: Project, *, limit: int | None = None, batch_size: int = 8) -> None:
+        self.project = project
+        self.batch_size = evaluation_batch_size(project, batch_size)
+        if project.task.kind == "detection":
+            self.coco = load_coco_set(project, limit)
+            self.samples: list[Sample] = self.coco.samples
+        else:
+            self.coco = None
+            self.samples = load_class_folder_set(project, limit)
+        self._spec = preprocess_spec(project)
+        channels, (height, width) = project.task.preprocess.channels, self._spec.input_size
+        self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES
+        self._cache: list[tuple[list[Sample], np.ndarray, list[ImageTransform]]] = []
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def batches(self) -> Iterator[tuple[list[Sample], np.ndarray, list[ImageTransform]]]:
+        if self._cache:
+            yield from self._cache
+            return
+        gray = self._spec.channel_order == "GRAY"
+        filled = []
+        for start in range(0, len(self.samples), self.batch_size):
+            chunk = self.samples[start : start + self.batch_size]
+            tensors, transforms = zip(*(preprocess(read_image(s.path, gray), self._spec) for s in chunk))
+            batch = (chunk, stack_batch(tensors), list(transforms))
+            if self._cacheable:
+                filled.append(batch)
+            yield batch
+        self._cache = filled
+
+
+def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
+             progress: bool = True, desc: str | None = None) -> Evaluation:
+    """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it)."""
+    from tqdm import tqdm
+
     started = time.perf_counter()
-    batch_size = evaluation_batch_size(project, batch_size)
+    data = data or ValidationSet(project)
     input_name = project.model.inputs[0].name
-    desc = f"evaluate [{runner.backend}]"
-    if project.task.kind == "detection":
-        metrics, count = _evaluate_detection(project, runner, input_name, batch_size, progress, desc)
-    else:
-        metrics, count = _evaluate_classification(project, runner, input_name, batch_size, progress, desc)
-    return Evaluation(project.metric, metrics[project.metric], metrics, runner.backend, count,
+    bar = tqdm(total=len(data), desc=desc or f"evaluate [{runner.backend}]", unit="img",
+               disable=not progress, leave=False)
+    collect = _DetectionCollector(project, data) if project.task.kind == "detection" \
+        else _ClassificationCollector(project, data)
+    try:
+        for chunk, batch, transforms in data.batches():
+            collect.add(chunk, transforms, runner.run({input_name: batch}))
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    metrics = collect.metrics()
+    return Evaluation(project.metric, metrics[project.metric], metrics, runner.backend, len(data),
                       time.perf_counter() - started)
 
 
-def _evaluate_detection(project: Project, runner: Runner, input_name: str, batch_size: int,
-                        progress: bool, desc: str) -> tuple[dict[str, float], int]:
-    coco = load_coco_set(project)
-    post = project.task.postprocess
-    params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
-    results = []
-    for chunk, batch, transforms in _batches(coco.samples, project, batch_size, progress, desc):
-        outputs = runner.run({input_name: batch})
-        boxes, scores = outputs[post.boxes_output], outputs[post.scores_output]
+class _DetectionCollector:
+    def __init__(self, project: Project, data: ValidationSet) -> None:
+        post = project.task.postprocess
+        self.boxes_name, self.scores_name = post.boxes_output, post.scores_output
+        self.params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
+        self.coco = data.coco
+        self.results: list[dict[str, Any]] = []
+
+    def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        boxes, scores = outputs[self.boxes_name], outputs[self.scores_name]
         for i, (sample, transform) in enumerate(zip(chunk, transforms)):
-            found = decode_detections(boxes[i], scores[i], params)
+            found = decode_detections(boxes[i], scores[i], self.params)
             xyxy = transform.boxes_to_original(found["boxes"])
             for box, score, label in zip(xyxy, found["scores"], found["labels"]):
                 x1, y1, x2, y2 = (float(v) for v in box)
-                results.append({
+                self.results.append({
                     "image_id": sample.image_id,
-                    "category_id": coco.category_ids[int(label)],
+                    "category_id": self.coco.category_ids[int(label)],
                     "bbox": [x1, y1, x2 - x1, y2 - y1],
                     "score": float(score),
                 })
-    return coco_detection_metrics(coco.ground_truth, results), len(coco.samples)
+
+    def metrics(self) -> dict[str, float]:
+        return coco_detection_metrics(self.coco.ground_truth, self.results)
 
 
-def _evaluate_classification(project: Project, runner: Runner, input_name: str, batch_size: int,
-                             progress: bool, desc: str) -> tuple[dict[str, float], int]:
-    samples = load_class_folder_set(project)
-    logits_name = project.task.postprocess.logits_output
-    logits = []
-    for _, batch, _ in _batches(samples, project, batch_size, progress, desc):
-        logits.append(runner.run({input_name: batch})[logits_name])
-    labels = np.array([s.label for s in samples])
-    return top_k_accuracy(np.concatenate(logits), labels), len(samples)
+class _ClassificationCollector:
+    def __init__(self, project: Project, data: ValidationSet) -> None:
+        self.logits_name = project.task.postprocess.logits_output
+        self.labels = np.array([s.label for s in data.samples])
+        self.logits: list[np.ndarray] = []
+
+    def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        self.logits.append(outputs[self.logits_name])
+
+    def metrics(self) -> dict[str, float]:
+        return top_k_accuracy(np.concatenate(self.logits), self.labels)

@@ -67,6 +67,7 @@ class CompileContext:
     torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
     export: Any = None  # the ExportRecord, once the export stage ran
     preflight: Any = None  # list of TargetPreflight
+    gate: Any = None  # the GateResult
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,27 @@ def _preflight_stage(ctx: CompileContext) -> StageOutcome:
     return StageOutcome("ran", f"{len(results)} target(s) clean, {warnings} warning(s)", data)
 
 
+def _gate_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.gate import run_gate
+
+    result = run_gate(ctx.plan.project, ctx.export, force=ctx.force, progress=ctx.progress, report=ctx.report)
+    ctx.gate = result
+    summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
+    verb = "reused" if result.reused else "measured"
+    if not result.passed:
+        return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
+                                      f"({summary}) [{result.backend}]; see `edgebuild validate`",
+                            result.as_dict())
+    chosen = result.candidate(result.selected)
+    return StageOutcome(
+        "skipped" if result.reused else "ran",
+        f"{verb}: FP32 {result.metric} {result.reference_value:.4f}; retention {summary}; selected "
+        f"{chosen.precision} ({chosen.metric} {chosen.value:.4f}) for all {len(ctx.plan.units)} target(s) "
+        f"[{result.backend}]",
+        result.as_dict(),
+    )
+
+
 def _relative(path: Path, root: Path) -> str:
     try:
         return str(path.relative_to(root))
@@ -161,8 +183,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("reference", "FP32 accuracy of the PyTorch model on the validation set", _reference_stage),
     Stage("export", "ONNX export with dynamic axes and a parity check against PyTorch", _export_stage),
     Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", _preflight_stage),
-    Stage("quantize", "FP16 and calibrated INT8 (Q/DQ) candidates", None),
-    Stage("gate", "accuracy retention of each candidate against FP32; pick the fastest that passes", None),
+    Stage("gate", "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, "
+                  "INT8 fallback, selection", _gate_stage),
     Stage("engine", "TensorRT engine per JetPack profile", None),
     Stage("container", "runtime container and cgroup-limited run specs per target", None),
     Stage("package", "signed OTA artifacts per fleet group", None),

@@ -145,7 +145,8 @@ def decode_detections(
         anchor_idx, class_idx, cand_scores = anchor_idx[top], class_idx[top], cand_scores[top]
     cand_boxes = boxes[anchor_idx].astype(np.float32)
     # Offsetting each class into its own coordinate range makes one NMS call class-aware.
-    offset = class_idx[:, None].astype(np.float32) * (float(np.abs(cand_boxes).max(initial=0)) + 1)
+    span = float(cand_boxes.max(initial=0) - cand_boxes.min(initial=0)) + 1
+    offset = class_idx[:, None].astype(np.float32) * span
     keep = nms(cand_boxes + offset, cand_scores, params.nms_iou)[: params.max_detections]
     return {
         "boxes": cand_boxes[keep],

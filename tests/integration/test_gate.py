@@ -1,0 +1,123 @@
+"""The accuracy gate on real models: candidates, retention, INT8 fallback, caching, the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from edgebuild.config import load_project
+from edgebuild.errors import AccuracyGateError
+from edgebuild.export import choose_opset, export_model
+from edgebuild.gate import require_pass, run_gate
+from edgebuild.profiles import load_catalog
+
+FRAGILE = '''
+"""The trained digits network made fragile on purpose: one activation channel of the first
+block is scaled by 1000 and the next convolution scales it back, so FP32 outputs are unchanged
+but a per-tensor INT8 range for that activation crushes every other channel to zero."""
+from pathlib import Path
+
+import torch
+
+from digits_classifier.model import build_model
+
+WEIGHTS = Path(__file__).resolve().parent.parent / "weights" / "digits_classifier.pt"
+
+
+class Fragile(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = build_model()
+        self.net.load_state_dict(torch.load(WEIGHTS, map_location="cpu", weights_only=True))
+        scale = torch.ones(1, 16, 1, 1)
+        scale[0, 0] = 1000.0
+        self.register_buffer("scale", scale)
+        with torch.no_grad():
+            self.net.features[1][0].weight[:, 0] /= 1000.0
+
+    def forward(self, x):
+        features = self.net.features
+        y = features[0](x) * self.scale
+        for block in features[1:]:
+            y = block(y)
+        return self.net.classifier(torch.flatten(self.net.pool(y), 1))
+
+
+def build():
+    return Fragile().eval()
+'''
+
+
+def _fragile_project(example_copy, settings: str) -> Path:
+    root = example_copy("digits-classifier")
+    (root / "digits_classifier" / "fragile.py").write_text(FRAGILE)
+    toml = (root / "edgebuild.toml").read_text()
+    toml = toml.replace('entry_point = "digits_classifier.model:build_model"',
+                        'entry_point = "digits_classifier.fragile:build"')
+    toml = toml.replace('weights = "weights/digits_classifier.pt"\n', "")
+    toml = toml.replace('[[fleet]]', f'[export]\nexporter = "torchscript"\n\n[quantize]\n{settings}\n\n[[fleet]]', 1)
+    (root / "edgebuild.toml").write_text(toml)
+    return root
+
+
+def _gate(root: Path, **kwargs):
+    project = load_project(root)
+    releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
+    opset, why = choose_opset(project, releases)
+    return project, run_gate(project, export_model(project, opset, why), progress=False, **kwargs)
+
+
+def test_fragile_model_fails_plain_int8_and_the_fallback_recovers(example_copy) -> None:
+    root = _fragile_project(example_copy, 'precisions = ["int8"]\nmax_kept_layers = 4\nsensitivity_images = 100')
+    messages: list[str] = []
+    project, result = _gate(root, report=messages.append)
+    fp32, int8, mixed = (result.candidate(p) for p in ("fp32", "int8", "int8-mixed"))
+    print(f"\nfragile digits: FP32 top-1 {fp32.value:.4f}; plain INT8 {int8.value:.4f} "
+          f"(retention {int8.retention:.3f}); INT8 keeping {mixed.kept_fp32} in FP32: "
+          f"{mixed.value:.4f} (retention {mixed.retention:.3f}) [{result.backend}]")
+    assert fp32.value > 0.98  # the outlier channel changes nothing in FP32
+    assert int8.retention < 0.5 and not int8.passed  # plain INT8 collapses
+    assert mixed.passed and mixed.retention >= 0.92
+    assert 1 <= len(mixed.kept_fp32) <= 4
+    assert result.selected == "int8-mixed"
+    top = [s["layer"] for s in result.sensitivity[: len(mixed.kept_fp32)]]
+    assert top == mixed.kept_fp32, "the kept layers are the most sensitive ones"
+    assert result.sensitivity[0]["cost"] > 0.3
+    assert any("ranking" in m for m in messages)
+    assert not any(p.name.startswith("probe") for p in result.folder.iterdir())
+
+
+def test_without_fallback_the_gate_refuses_and_says_what_to_try(example_copy) -> None:
+    root = _fragile_project(example_copy, 'precisions = ["int8"]\nmax_kept_layers = 0')
+    project, result = _gate(root)
+    assert result.selected is None and result.next_steps
+    with pytest.raises(AccuracyGateError) as caught:
+        require_pass(project, result)
+    message = str(caught.value)
+    assert "no candidate keeps 92% of the FP32 top-1" in message
+    assert "fp32: top-1" in message and "(not in quantize.precisions)" in message
+    assert "quantize.calibration_method" in message and "max_kept_layers" in message
+
+    cli = CliRunner().invoke(main, ["validate", "-p", str(root)])
+    assert cli.exit_code == 11, cli.output
+    assert "FAIL" in cli.output and "Traceback" not in cli.output
+
+
+def test_digits_candidates_reuse_and_report(example_copy) -> None:
+    root = example_copy("digits-classifier")
+    result = CliRunner().invoke(main, ["validate", "-p", str(root)])
+    assert result.exit_code == 0, result.output
+    for precision in ("fp32", "fp16", "int8"):
+        assert precision in result.output
+    assert "selected: int8" in result.output and "onnxruntime-cpu" in result.output
+    again = CliRunner().invoke(main, ["validate", "-p", str(root), "--json"])
+    assert again.exit_code == 0
+    import json
+
+    report = json.loads(again.output[again.output.index("{"): again.output.rindex("}") + 1])
+    assert report["reused"] is True and report["selected"] == "int8"
+    fp32 = next(c for c in report["candidates"] if c["precision"] == "fp32")
+    assert fp32["value"] > 0.95 and fp32["retention"] == 1.0
