@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,9 +120,16 @@ def prepare_for_quantization(source: Path, out: Path) -> Path:
     """ONNX Runtime's recommended pre-processing (shape inference, graph clean-up)."""
     from onnxruntime.quantization import quant_pre_process
 
+    source, out = source.resolve(), out.resolve()
+    previous = os.getcwd()
     try:
-        with _quiet():
-            quant_pre_process(str(source), str(out), skip_symbolic_shape=False)
+        # its symbolic shape inference drops temporary files into the working directory
+        with _quiet(), tempfile.TemporaryDirectory() as scratch:
+            os.chdir(scratch)
+            try:
+                quant_pre_process(str(source), str(out), skip_symbolic_shape=False)
+            finally:
+                os.chdir(previous)
     except Exception:  # symbolic shape inference fails on some graphs; the plain model still quantizes
         return source
     return out

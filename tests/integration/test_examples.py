@@ -1,0 +1,70 @@
+"""The bundled examples, end to end, with their real numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from edgebuild.config import load_project
+from edgebuild.evaluate import evaluate
+from edgebuild.model import TorchRunner, resolve_entry_point
+
+
+def test_shapes_detector_fp32_map_is_at_least_half(example_copy) -> None:
+    project = load_project(example_copy("shapes-detector"))  # data.prepare generates the data
+    result = evaluate(project, TorchRunner(project), progress=False)
+    print(f"\nshapes-detector FP32 [{result.backend}]: mAP50-95 {result.metrics['mAP50-95']:.4f}, "
+          f"mAP50 {result.metrics['mAP50']:.4f} on {result.images} images")
+    assert result.images == 200
+    assert result.metrics["mAP50-95"] >= 0.5
+
+
+def test_shapes_data_is_generated_deterministically(example_copy, tmp_path: Path) -> None:
+    first = load_project(example_copy("shapes-detector"))
+    annotations = (first.root / "data/val/annotations.json").read_bytes()
+    prepare = resolve_entry_point(first, first.data.prepare, "data.prepare")
+    again = tmp_path / "again"
+    again.mkdir()
+    prepare(str(again))
+    assert (again / "data/val/annotations.json").read_bytes() == annotations
+    names = sorted(p.name for p in (first.root / "data/calibration").iterdir())
+    assert names == sorted(p.name for p in (again / "data/calibration").iterdir()) and len(names) == 64
+
+
+def test_digits_classifier_fp32_top1(example_copy) -> None:
+    project = load_project(example_copy("digits-classifier"))
+    result = evaluate(project, TorchRunner(project), progress=False)
+    print(f"\ndigits-classifier FP32 [{result.backend}]: top-1 {result.metrics['top-1']:.4f}")
+    assert result.metrics["top-1"] >= 0.95
+
+
+@pytest.mark.slow
+def test_compile_orin_on_the_shapes_example(example_copy) -> None:
+    root = example_copy("shapes-detector")
+    before = set(os.listdir("."))
+    result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"): result.output.rindex("}") + 1])
+    assert [u["group"] for u in report["units"]] == ["yard-cams", "dock", "gate"]
+    assert {u["target"]: u["tensorrt"] for u in report["units"]}["agx-orin-64gb@5.1.2"].startswith("8.5")
+    stages = {s["name"]: s for s in report["stages"]}
+    assert [n for n, s in stages.items() if s["status"] == "ran"] == ["model", "reference", "export", "preflight",
+                                                                       "gate"]
+    assert stages["export"]["data"]["opset"] == 17  # JetPack 5.1.2's TensorRT 8.5 parser limits it
+    gate = stages["gate"]["data"]
+    values = {c["precision"]: (c["value"], c["retention"], c["passed"]) for c in gate["candidates"]}
+    print("\nshapes-detector gate [{}]: {}; selected {}".format(gate["backend"], values, gate["selected"]))
+    assert values["fp32"][0] >= 0.5 and values["fp16"][1] >= 0.98
+    assert gate["selected"] in ("int8", "int8-mixed")
+    assert values[gate["selected"]][1] >= 0.92
+    assert set(os.listdir(".")) == before, "nothing may be written into the working directory"
+
+    again = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--json"])
+    statuses = {s["name"]: s["status"] for s in json.loads(
+        again.output[again.output.index("{"): again.output.rindex("}") + 1])["stages"]}
+    assert statuses["export"] == "skipped" and statuses["gate"] == "skipped"
