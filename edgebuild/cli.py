@@ -157,11 +157,10 @@ def compile_command(project_dir: Path, selector: str, force: bool, no_progress: 
         if missing:
             click.echo(f"not available yet: {', '.join(missing)}")
     if not report.ok:
-        failed = next(s for s, o in report.stages if o.status == "failed")
+        failed, outcome = next((s, o) for s, o in report.stages if o.status == "failed")
         if failed.name == "preflight" and not as_json:
-            outcome = dict(report.stages)[failed]
             click.echo("\n" + _preflight_text(outcome.data["onnx"], outcome.data["targets"]))
-        sys.exit(1)
+        raise report.error
 
 
 def _report(message: str) -> None:

@@ -192,6 +192,13 @@ class _GateRun:
         result = evaluate(self.project, runner, data=self.data, progress=self.progress,
                           desc=f"evaluate {candidate.precision}")
         if candidate.precision == "fp32":
+            if result.value <= 0:
+                raise AccuracyGateError(
+                    f"{self.project.source}: the FP32 model scores {result.metric} {result.value:.4f} on the "
+                    f"validation set [{runner.backend}], so retention cannot be measured",
+                    hint="check the weights, task.preprocess, task.postprocess and that task.classes is in "
+                         "the model's output order",
+                )
             self.reference = result.value
         retention = result.value / self.reference if self.reference > 0 else 0.0
         threshold = self.project.accuracy.min_retention

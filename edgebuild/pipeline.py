@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.config import Project
+from edgebuild.errors import AccuracyGateError, EdgebuildError, PreflightError
 from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
 
@@ -52,9 +53,10 @@ class Plan:
 
 @dataclass
 class StageOutcome:
-    status: str  # "ran", "skipped" (up to date), "not available", "failed"
+    status: str  # "ran", "skipped" (up to date), "not available", "failed", "not run"
     detail: str
     data: dict = field(default_factory=dict)
+    error: EdgebuildError | None = None  # why a failed stage failed, raised by the CLI at the end
 
 
 @dataclass
@@ -146,21 +148,25 @@ def _preflight_stage(ctx: CompileContext) -> StageOutcome:
     data = {"onnx": str(ctx.export.onnx_path), "targets": [r.as_dict() for r in results]}
     if blocked:
         names = ", ".join(f"{r.group} ({len(r.blocking)})" for r in blocked)
-        return StageOutcome("failed", f"blocking operator problems for {names}; see `edgebuild preflight`", data)
+        detail = f"blocking operator problems for {names}; see `edgebuild preflight`"
+        return StageOutcome("failed", detail, data, PreflightError(f"{ctx.export.onnx_path.name}: {detail}"))
     return StageOutcome("ran", f"{len(results)} target(s) clean, {warnings} warning(s)", data)
 
 
 def _gate_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.gate import run_gate
+    from edgebuild.gate import require_pass, run_gate
 
     result = run_gate(ctx.plan.project, ctx.export, force=ctx.force, progress=ctx.progress, report=ctx.report)
     ctx.gate = result
     summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
     verb = "reused" if result.reused else "measured"
     if not result.passed:
-        return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
-                                      f"({summary}) [{result.backend}]; see `edgebuild validate`",
-                            result.as_dict())
+        try:
+            require_pass(ctx.plan.project, result)
+        except AccuracyGateError as verdict:
+            return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
+                                          f"({summary}) [{result.backend}]; see `edgebuild validate`",
+                                result.as_dict(), verdict)
     chosen = result.candidate(result.selected)
     return StageOutcome(
         "skipped" if result.reused else "ran",
@@ -198,7 +204,12 @@ class CompileReport:
 
     @property
     def ok(self) -> bool:
-        return all(o.status != "failed" for _, o in self.stages)
+        return self.error is None
+
+    @property
+    def error(self) -> EdgebuildError | None:
+        """The error of the stage that failed, if one did."""
+        return next((o.error for _, o in self.stages if o.status == "failed"), None)
 
     def as_dict(self) -> dict:
         project = self.plan.project
@@ -228,7 +239,10 @@ def run_compile(plan: Plan, *, progress: bool = True, force: bool = False,
         elif failed:
             outcome = StageOutcome("not run", "an earlier stage failed")
         else:
-            outcome = stage.run(ctx)
+            try:
+                outcome = stage.run(ctx)
+            except EdgebuildError as exc:
+                outcome = StageOutcome("failed", str(exc.message).splitlines()[0], error=exc)
             failed = outcome.status == "failed"
         ctx.results[stage.name] = outcome
         done.append((stage, outcome))

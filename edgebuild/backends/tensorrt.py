@@ -1,0 +1,502 @@
+"""TensorRT engine builder and runner, written against the documented Python API of 8.5, 8.6 and 10.x.
+
+This module runs on the device (Jetson, Python 3.8), so it keeps to 3.8 syntax and imports only
+numpy, tensorrt and a CUDA binding (pycuda, else cuda-python), each inside the function that needs
+it. The version differences it encodes (reference/jetson-facts.md section 4 and the API listings
+in reference/tensorrt-api/):
+
+- network flags: ``1 << int(NetworkDefinitionCreationFlag.EXPLICIT_BATCH)`` before 10, ``0`` from 10;
+- workspace: ``set_memory_pool_limit(MemoryPoolType.WORKSPACE, n)`` only (``max_workspace_size`` is
+  gone in 10.x);
+- build: ``build_serialized_network`` only (``build_engine`` is gone in 10.x);
+- ``builder_optimization_level`` only where the config has it (8.6+);
+- parser errors: ``desc()`` and ``node()`` everywhere, ``node_name()``/``node_operator()`` from 10.x;
+- device memory: ``device_memory_size_v2`` where present (10.x), else ``device_memory_size``;
+- I/O: the tensor API (``set_input_shape``, ``set_tensor_address``, ``execute_async_v3``), never
+  bindings or ``execute_async_v2`` (removed in 10.x).
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+# (typing.Dict/Optional/Tuple on purpose: this file must run on Python 3.8)
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
+
+PRECISIONS = ("fp32", "fp16", "int8")
+
+Shape = Tuple[int, ...]
+ShapeRange = Tuple[Shape, Shape, Shape]
+
+
+def _no_report(message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Everything the builder needs; a pipeline stage makes one from the project and the target profile.
+
+    ``precision`` "int8" means the ONNX carries Q/DQ nodes: the INT8 flag (and FP16, so layers
+    without Q/DQ may use FP16) is set and TensorRT honours the Q/DQ scales; there is no calibrator.
+    ``profiles`` maps each dynamic input name to its (min, opt, max) shapes.
+    """
+
+    onnx_path: Path
+    plan_path: Path
+    precision: str
+    profiles: Mapping[str, ShapeRange]
+    workspace_bytes: int
+    timing_cache_path: Optional[Path] = None
+    dla_core: Optional[int] = None
+    builder_optimization_level: Optional[int] = None
+    report: Callable[[str], None] = field(default=_no_report, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "onnx_path", Path(self.onnx_path))
+        object.__setattr__(self, "plan_path", Path(self.plan_path))
+        if self.timing_cache_path is not None:
+            object.__setattr__(self, "timing_cache_path", Path(self.timing_cache_path))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"engine precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if int(self.workspace_bytes) <= 0:
+            raise ConfigError(f"workspace_bytes must be positive, not {self.workspace_bytes}")
+        if self.dla_core is not None and self.precision == "fp32":
+            raise ConfigError("DLA runs only FP16 or INT8 layers: choose precision fp16 or int8 to use a DLA core")
+        if self.builder_optimization_level is not None and not 0 <= self.builder_optimization_level <= 5:
+            raise ConfigError(f"builder_optimization_level must be 0..5, not {self.builder_optimization_level}")
+        profiles = {}
+        for name, shapes in self.profiles.items():
+            if len(shapes) != 3:
+                raise ConfigError(f"input {name!r}: a profile needs (min, opt, max) shapes, got {shapes!r}")
+            low, opt, high = (tuple(int(d) for d in s) for s in shapes)
+            if not len(low) == len(opt) == len(high):
+                raise ConfigError(f"input {name!r}: min/opt/max shapes {low}/{opt}/{high} differ in rank")
+            if any(not a <= b <= c for a, b, c in zip(low, opt, high)):
+                raise ConfigError(f"input {name!r}: shapes must satisfy min <= opt <= max, got {low}/{opt}/{high}")
+            profiles[name] = (low, opt, high)
+        object.__setattr__(self, "profiles", profiles)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+def import_tensorrt() -> Any:
+    try:
+        import tensorrt
+    except ImportError as exc:
+        raise CapabilityMissing(
+            f"TensorRT is not installed on this host (import tensorrt failed: {exc})",
+            hint="TensorRT comes with JetPack on a Jetson, or from NVIDIA's package index on a GPU workstation; "
+                 "without it, use the 'deferred' placement so the device builds its engine",
+        ) from None
+    return tensorrt
+
+
+def _major(version: str) -> int:
+    return int(str(version).split(".")[0])
+
+
+def network_flags(trt: Any) -> int:
+    """EXPLICIT_BATCH before TensorRT 10; from 10 it is deprecated and ignored, so pass 0."""
+    if _major(trt.__version__) >= 10:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(str(tmp), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(str(tmp), str(path))
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(str(path), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parser_errors(parser: Any) -> List[str]:
+    lines = []
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        where = f"node #{error.node()}"
+        if hasattr(error, "node_name"):  # 10.x names the node; 8.x only gives its index
+            name, op = error.node_name(), error.node_operator()
+            if name or op:
+                where += f" {name!r}" + (f" ({op})" if op else "")
+        lines.append(f"{where}: {error.desc()}")
+    return lines
+
+
+def _device_memory_size(engine: Any) -> int:
+    if hasattr(engine, "device_memory_size_v2"):  # 10.x; device_memory_size is deprecated there
+        return int(engine.device_memory_size_v2)
+    return int(engine.device_memory_size)
+
+
+def _layer_information(trt: Any, engine: Any) -> Any:
+    inspector = engine.create_engine_inspector()
+    text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# -- builder ------------------------------------------------------------------------------------
+
+def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
+    """Parse the ONNX, build a serialized plan, write it (and the timing cache) atomically.
+
+    Returns the engine metadata a pipeline stage writes into ``engine.json`` (it adds the module,
+    JetPack/L4T and compute capability, which the builder does not know).
+    """
+    if trt is None:
+        trt = import_tensorrt()
+    report = settings.report
+    version = str(trt.__version__)
+    if not settings.onnx_path.is_file():
+        raise ExportError(f"{settings.onnx_path}: ONNX file not found (run `edgebuild export` first)")
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(network_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    report(f"TensorRT {version}: parsing {settings.onnx_path.name}")
+    if not parser.parse_from_file(str(settings.onnx_path)):
+        errors = _parser_errors(parser) or ["the parser reported failure without an error message"]
+        raise ExportError(
+            f"TensorRT {version} cannot parse {settings.onnx_path} ({len(errors)} error(s)):\n  - "
+            + "\n  - ".join(errors),
+            hint="`edgebuild preflight` lists the operators each target's TensorRT supports",
+        )
+
+    inputs = [network.get_input(i).name for i in range(network.num_inputs)]
+    unknown = sorted(set(settings.profiles) - set(inputs))
+    if unknown:
+        raise ConfigError(f"shape profile names inputs {unknown} that {settings.onnx_path.name} does not have "
+                          f"(its inputs: {inputs})")
+
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace_bytes))
+    if settings.precision in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)
+    if settings.precision == "int8":
+        config.set_flag(trt.BuilderFlag.INT8)  # explicit Q/DQ in the ONNX gives the scales; no calibrator
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # per-layer precision in the inspector
+
+    if settings.profiles:
+        profile = builder.create_optimization_profile()
+        for name, (low, opt, high) in settings.profiles.items():
+            profile.set_shape(name, low, opt, high)
+        config.add_optimization_profile(profile)
+
+    if settings.dla_core is not None:
+        cores = int(builder.num_DLA_cores)
+        if not 0 <= settings.dla_core < cores:
+            raise TargetError(f"DLA core {settings.dla_core} was requested, but this device has {cores} DLA core(s)")
+        config.default_device_type = trt.DeviceType.DLA
+        config.DLA_core = int(settings.dla_core)
+        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+
+    optimization_level = None
+    if settings.builder_optimization_level is not None:
+        if hasattr(config, "builder_optimization_level"):  # 8.6+
+            config.builder_optimization_level = int(settings.builder_optimization_level)
+            optimization_level = int(settings.builder_optimization_level)
+        else:
+            report(f"TensorRT {version} has no builder optimization level (8.6+); "
+                   f"level {settings.builder_optimization_level} ignored")
+
+    cache_path = settings.timing_cache_path
+    cache_loaded = False
+    if cache_path is not None:
+        blob = b""
+        if cache_path.is_file():
+            blob = cache_path.read_bytes()
+            cache_loaded = True
+            report(f"timing cache: loaded {cache_path} ({len(blob)} bytes)")
+        cache = config.create_timing_cache(blob)
+        if not config.set_timing_cache(cache, ignore_mismatch=False):
+            raise TargetError(f"TensorRT {version} rejected the timing cache {cache_path} (made for another "
+                              "device or TensorRT version?)", hint=f"delete {cache_path} to start a new one")
+
+    report(f"TensorRT {version}: building the {settings.precision} engine (this can take minutes)")
+    started = time.monotonic()
+    serialized = builder.build_serialized_network(network, config)
+    seconds = time.monotonic() - started
+    if serialized is None:
+        raise ExportError(
+            f"TensorRT {version} failed to build an engine from {settings.onnx_path} "
+            f"(precision {settings.precision}, workspace {settings.workspace_bytes} bytes)",
+            hint="the TensorRT log above says why; a larger workspace or another precision may help",
+        )
+    plan = bytes(serialized)
+    _atomic_write(settings.plan_path, plan)
+    report(f"built in {seconds:.1f} s: {settings.plan_path} ({len(plan)} bytes)")
+    if cache_path is not None:
+        _atomic_write(cache_path, bytes(config.get_timing_cache().serialize()))
+
+    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    if engine is None:
+        raise ExportError(f"TensorRT {version} cannot load the engine it has just built ({settings.plan_path})")
+    return {
+        "tensorrt_version": version,
+        "precision": settings.precision,
+        "shapes": {name: {"min": list(s[0]), "opt": list(s[1]), "max": list(s[2])}
+                   for name, s in settings.profiles.items()},
+        "onnx": str(settings.onnx_path),
+        "onnx_sha256": _sha256(settings.onnx_path),
+        "plan": str(settings.plan_path),
+        "plan_sha256": hashlib.sha256(plan).hexdigest(),
+        "plan_bytes": len(plan),
+        "build_seconds": round(seconds, 3),
+        "workspace_bytes": int(settings.workspace_bytes),
+        "dla_core": settings.dla_core,
+        "builder_optimization_level": optimization_level,
+        "timing_cache": None if cache_path is None else {"path": str(cache_path), "loaded": cache_loaded},
+        "device_memory_size": _device_memory_size(engine),
+        "layers": _layer_information(trt, engine),
+    }
+
+
+# -- compatibility -------------------------------------------------------------------------------
+
+def _cc(value: Any) -> str:
+    """'8.7', '87', 'sm_87' or (8, 7) -> '8.7'."""
+    if isinstance(value, (tuple, list)):
+        return ".".join(str(int(v)) for v in value)
+    text = str(value).strip().lower().replace("sm_", "").replace("sm", "")
+    if "." not in text and text.isdigit() and len(text) >= 2:
+        text = f"{text[:-1]}.{text[-1]}"
+    return text
+
+
+def check_engine_compatible(engine_json: Mapping[str, Any], running_trt_version: str,
+                            compute_capability: Any) -> None:
+    """Refuse an engine built for another TensorRT version or GPU: plans are tied to both."""
+    built_version = engine_json.get("tensorrt_version")
+    built_cc = engine_json.get("compute_capability")
+    target = ", ".join(str(engine_json[k]) for k in ("module", "jetpack") if engine_json.get(k))
+    built = f"TensorRT {built_version} on compute capability {built_cc}" + (f" ({target})" if target else "")
+    here = f"TensorRT {running_trt_version} and compute capability {_cc(compute_capability)}"
+    plan = engine_json.get("plan", "the engine")
+    if built_version is None or built_cc is None:
+        raise TargetError(f"{plan}: engine.json does not say which TensorRT version and compute capability it "
+                          f"was built for; this device has {here}", hint="rebuild the engine with edgebuild")
+    problems = []
+    if str(built_version) != str(running_trt_version):
+        problems.append("TensorRT version")
+    if _cc(built_cc) != _cc(compute_capability):
+        problems.append("compute capability")
+    if problems:
+        raise TargetError(
+            f"{plan} was built for {built}; this device has {here} ({' and '.join(problems)} differ). "
+            "A TensorRT engine runs only with the exact TensorRT version and GPU it was built for.",
+            hint="rebuild the engine on a device of this profile, or use the 'deferred' placement",
+        )
+
+
+# -- device memory behind a small interface --------------------------------------------------------
+
+class _PycudaMemory:
+    """Device buffers and a stream through pycuda (the binding the product card names)."""
+
+    def __init__(self) -> None:
+        import pycuda.autoinit  # noqa: F401  (creates the CUDA context on device 0)
+        import pycuda.driver as cuda
+
+        self._cuda = cuda
+        self._allocations = {}  # type: Dict[int, Any]
+
+    def compute_capability(self) -> str:
+        major, minor = self._cuda.Device(0).compute_capability()
+        return f"{major}.{minor}"
+
+    def create_stream(self) -> Any:
+        return self._cuda.Stream()
+
+    def stream_handle(self, stream: Any) -> int:
+        return int(stream.handle)
+
+    def alloc(self, nbytes: int) -> int:
+        allocation = self._cuda.mem_alloc(max(int(nbytes), 1))
+        pointer = int(allocation)
+        self._allocations[pointer] = allocation
+        return pointer
+
+    def free(self, pointer: int) -> None:
+        allocation = self._allocations.pop(pointer, None)
+        if allocation is not None:
+            allocation.free()
+
+    def htod_async(self, pointer: int, host: Any, stream: Any) -> None:
+        self._cuda.memcpy_htod_async(pointer, host, stream)
+
+    def dtoh_async(self, host: Any, pointer: int, stream: Any) -> None:
+        self._cuda.memcpy_dtoh_async(host, pointer, stream)
+
+    def synchronize(self, stream: Any) -> None:
+        stream.synchronize()
+
+
+class _CudaPythonMemory:
+    """The same through cuda-python's runtime API, for devices without pycuda."""
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import runtime as cudart  # cuda-python 12.6+
+        except ImportError:
+            from cuda import cudart  # older cuda-python
+        self._rt = cudart
+
+    def _check(self, result: Any) -> Any:
+        error = result[0]
+        if error != self._rt.cudaError_t.cudaSuccess:
+            raise CapabilityMissing(f"CUDA runtime call failed: {error}")
+        return result[1] if len(result) > 1 else None
+
+    def compute_capability(self) -> str:
+        props = self._check(self._rt.cudaGetDeviceProperties(0))
+        return f"{props.major}.{props.minor}"
+
+    def create_stream(self) -> Any:
+        return self._check(self._rt.cudaStreamCreate())
+
+    def stream_handle(self, stream: Any) -> int:
+        return int(stream)
+
+    def alloc(self, nbytes: int) -> int:
+        return int(self._check(self._rt.cudaMalloc(max(int(nbytes), 1))))
+
+    def free(self, pointer: int) -> None:
+        self._check(self._rt.cudaFree(pointer))
+
+    def htod_async(self, pointer: int, host: Any, stream: Any) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        self._check(self._rt.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, kind, stream))
+
+    def dtoh_async(self, host: Any, pointer: int, stream: Any) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        self._check(self._rt.cudaMemcpyAsync(host.ctypes.data, pointer, host.nbytes, kind, stream))
+
+    def synchronize(self, stream: Any) -> None:
+        self._check(self._rt.cudaStreamSynchronize(stream))
+
+
+def default_memory() -> Any:
+    """pycuda when installed, else cuda-python; neither -> CapabilityMissing."""
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return _PycudaMemory()
+    try:
+        return _CudaPythonMemory()
+    except ImportError:
+        raise CapabilityMissing(
+            "neither pycuda nor cuda-python is installed, so TensorRT engines cannot be given device buffers",
+            hint="pip install pycuda (or cuda-python) on the device",
+        ) from None
+
+
+# -- runner -------------------------------------------------------------------------------------
+
+_NUMPY_TYPES = (("FLOAT", "float32"), ("HALF", "float16"), ("INT8", "int8"), ("INT32", "int32"),
+                ("INT64", "int64"), ("BOOL", "bool_"), ("UINT8", "uint8"))
+
+
+def _numpy_dtype(trt: Any, data_type: Any) -> Any:
+    import numpy as np
+
+    for trt_name, np_name in _NUMPY_TYPES:
+        member = getattr(trt.DataType, trt_name, None)
+        if member is not None and member == data_type:
+            return np.dtype(getattr(np, np_name))
+    raise ExportError(f"engine tensor type {data_type} has no numpy equivalent")
+
+
+class TensorRTRunner:
+    """Runs a serialized plan with the tensor API; same interface as OnnxRuntimeRunner."""
+
+    def __init__(self, plan_path: Union[str, Path], engine_json: Union[None, str, Path, Mapping[str, Any]] = None,
+                 *, trt: Any = None, memory: Any = None) -> None:
+        self.path = Path(plan_path)
+        self._trt = trt if trt is not None else import_tensorrt()
+        self._memory = memory if memory is not None else default_memory()
+        version = str(self._trt.__version__)
+        if engine_json is not None:
+            if not isinstance(engine_json, Mapping):
+                engine_json = json.loads(Path(engine_json).read_text())
+            check_engine_compatible(engine_json, version, self._memory.compute_capability())
+        if not self.path.is_file():
+            raise TargetError(f"{self.path}: TensorRT engine file not found")
+        self._logger = self._trt.Logger(self._trt.Logger.WARNING)
+        self._runtime = self._trt.Runtime(self._logger)
+        self._engine = self._runtime.deserialize_cuda_engine(self.path.read_bytes())
+        if self._engine is None:
+            raise TargetError(f"TensorRT {version} cannot load {self.path}: it was built with another TensorRT "
+                              "version or for another GPU, or the file is damaged",
+                              hint="rebuild the engine on this device")
+        self._context = self._engine.create_execution_context()
+        self._stream = self._memory.create_stream()
+        self.backend = f"tensorrt {version}"
+        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
+        is_input = self._trt.TensorIOMode.INPUT
+        self.input_names = [n for n in names if self._engine.get_tensor_mode(n) == is_input]
+        self.output_names = [n for n in names if n not in self.input_names]
+        self._dtypes = {n: _numpy_dtype(self._trt, self._engine.get_tensor_dtype(n)) for n in names}
+
+    def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+        import numpy as np
+
+        missing = [n for n in self.input_names if n not in inputs]
+        if missing:
+            raise ExportError(f"{self.path}: inputs {missing} not given (engine inputs: {self.input_names})")
+        host = {}  # type: Dict[str, Any]
+        for name in self.input_names:
+            host[name] = np.ascontiguousarray(inputs[name], dtype=self._dtypes[name])
+            if not self._context.set_input_shape(name, tuple(host[name].shape)):
+                raise ExportError(f"{self.path}: input {name!r} shape {list(host[name].shape)} is outside the "
+                                  "engine's optimization profile")
+        for name in self.output_names:
+            shape = tuple(int(d) for d in self._context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise ExportError(f"{self.path}: output {name!r} has a data-dependent shape {list(shape)}, "
+                                  "which this runner does not support")
+            host[name] = np.empty(shape, dtype=self._dtypes[name])
+        pointers = {}  # type: Dict[str, int]
+        try:
+            for name in self.input_names + self.output_names:
+                pointers[name] = self._memory.alloc(host[name].nbytes)
+                self._context.set_tensor_address(name, pointers[name])
+            for name in self.input_names:
+                self._memory.htod_async(pointers[name], host[name], self._stream)
+            if not self._context.execute_async_v3(self._memory.stream_handle(self._stream)):
+                shapes = {n: list(host[n].shape) for n in self.input_names}
+                raise ExportError(f"{self.path}: TensorRT execution failed at input shapes {shapes}")
+            for name in self.output_names:
+                self._memory.dtoh_async(host[name], pointers[name], self._stream)
+            self._memory.synchronize(self._stream)
+        finally:
+            for pointer in pointers.values():
+                self._memory.free(pointer)
+        return {name: host[name] for name in self.output_names}
+
