@@ -8,13 +8,14 @@ interrupted run never leaves an output that looks complete.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,28 @@ def verify_files(folder: Path, hashes: dict[str, str]) -> list[str]:
         if not path.is_file() or file_sha256(path) != expected:
             bad.append(name)
     return bad
+
+
+def find_reusable_record(folder: Path, record_file: str, load: Callable[[Path], Any],
+                         current_key_parts: Callable[[], dict[str, str]], what: str) -> tuple[Any, str]:
+    """A stage's stored record if its key parts are unchanged and its files intact.
+
+    The record needs ``key_parts``, ``files`` and ``reused`` fields. Returns (record, "up to
+    date") or (None, why not), cheapest check first.
+    """
+    if not (folder / record_file).is_file():
+        return None, f"no earlier {what}"
+    try:
+        record = load(folder)
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        return None, f"earlier record unreadable ({exc})"
+    changed = changed_parts(record.key_parts, current_key_parts())
+    if changed:
+        return None, f"changed since the last {what}: {', '.join(changed)}"
+    broken = verify_files(folder, record.files)
+    if broken:
+        return None, f"output files missing or modified: {', '.join(broken)}"
+    return dataclasses.replace(record, reused=True), "up to date"
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +25,11 @@ import numpy as np
 
 from edgebuild.cache import (
     atomic_output_dir,
-    changed_parts,
     digest,
     file_sha256,
+    find_reusable_record,
     tool_versions,
     tree_sha256,
-    verify_files,
 )
 from edgebuild.errors import ExportError
 
@@ -165,20 +164,8 @@ def export_dir(project: Project, opset: int) -> Path:
 
 def find_reusable(project: Project, opset: int) -> tuple[ExportRecord | None, str]:
     """The stored export if it is up to date and intact, else None and why it is not."""
-    folder = export_dir(project, opset)
-    if not (folder / RECORD_FILE).is_file():
-        return None, "no earlier export"
-    try:
-        record = ExportRecord.load(folder)
-    except (ValueError, TypeError, KeyError) as exc:
-        return None, f"earlier record unreadable ({exc})"
-    changed = changed_parts(record.key_parts, cache_key_parts(project, opset))
-    if changed:
-        return None, f"changed since the last export: {', '.join(changed)}"
-    broken = verify_files(folder, record.files)
-    if broken:
-        return None, f"output files missing or modified: {', '.join(broken)}"
-    return replace(record, reused=True), "up to date"
+    return find_reusable_record(export_dir(project, opset), RECORD_FILE, ExportRecord.load,
+                                lambda: cache_key_parts(project, opset), "export")
 
 
 # -- export --------------------------------------------------------------------------------

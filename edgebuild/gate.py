@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.cache import (
     atomic_output_dir,
-    changed_parts,
     digest,
     file_sha256,
     files_digest,
+    find_reusable_record,
     tool_versions,
-    verify_files,
 )
 from edgebuild.errors import AccuracyGateError
 
@@ -119,19 +118,8 @@ def cache_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
 
 
 def find_reusable(project: Project, export: ExportRecord) -> tuple[GateResult | None, str]:
-    folder = gate_dir(project)
-    if not (folder / RECORD_FILE).is_file():
-        return None, "no earlier gate run"
-    try:
-        result = GateResult.load(folder)
-    except (ValueError, TypeError, KeyError) as exc:
-        return None, f"earlier record unreadable ({exc})"
-    changed = changed_parts(result.key_parts, cache_key_parts(project, export))
-    if changed:
-        return None, f"changed since the last gate run: {', '.join(changed)}"
-    if verify_files(folder, result.files):
-        return None, "candidate files missing or modified"
-    return replace(result, reused=True), "up to date"
+    return find_reusable_record(gate_dir(project), RECORD_FILE, GateResult.load,
+                                lambda: cache_key_parts(project, export), "gate run")
 
 
 def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30) -> float:
