@@ -151,11 +151,12 @@ def compile_command(project_dir: Path, selector: str, force: bool, no_progress: 
     if as_json:
         _emit_json(report.as_dict())
     else:
-        ran = [s.name for s, o in report.stages if o.status == "ran"]
-        missing = [s.name for s, o in report.stages if o.status == "not available"]
-        click.echo(f"\nran: {', '.join(ran) or 'nothing'}")
-        if missing:
-            click.echo(f"not available yet: {', '.join(missing)}")
+        click.echo()
+        for status, label in (("ran", "ran"), ("skipped", "up to date (reused)"), ("deferred", "deferred"),
+                              ("failed", "failed"), ("not run", "not run"), ("not available", "not available yet")):
+            names = [s.name for s, o in report.stages if o.status == status]
+            if names:
+                click.echo(f"{label}: {', '.join(names)}")
     if not report.ok:
         failed, outcome = next((s, o) for s, o in report.stages if o.status == "failed")
         if failed.name == "preflight" and not as_json:

@@ -53,7 +53,7 @@ class Plan:
 
 @dataclass
 class StageOutcome:
-    status: str  # "ran", "skipped" (up to date), "not available", "failed", "not run"
+    status: str  # "ran", "skipped" (up to date), "deferred", "not available", "failed", "not run"
     detail: str
     data: dict = field(default_factory=dict)
     error: EdgebuildError | None = None  # why a failed stage failed, raised by the CLI at the end
@@ -177,6 +177,17 @@ def _gate_stage(ctx: CompileContext) -> StageOutcome:
     )
 
 
+def _engine_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.engine import plan_engines
+
+    planned = plan_engines(ctx.plan.project, ctx.plan.units, ctx.gate, report=ctx.report)
+    parts = [f"{p['group']} {p['placement']}" for p in planned]
+    reasons = sorted({p["reason"] for p in planned})
+    built = [p for p in planned if "engine_json" in p]
+    status = "ran" if built else "deferred"
+    return StageOutcome(status, f"{', '.join(parts)}: {'; '.join(reasons)}", {"engines": planned})
+
+
 def _relative(path: Path, root: Path) -> str:
     try:
         return str(path.relative_to(root))
@@ -191,7 +202,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", _preflight_stage),
     Stage("gate", "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, "
                   "INT8 fallback, selection", _gate_stage),
-    Stage("engine", "TensorRT engine per JetPack profile", None),
+    Stage("engine", "TensorRT engine per JetPack profile: built here (local, host-check) or deferred to the "
+                    "device with its recipe", _engine_stage),
     Stage("container", "runtime container and cgroup-limited run specs per target", None),
     Stage("package", "signed OTA artifacts per fleet group", None),
 )

@@ -1,0 +1,72 @@
+"""Engine placement and recipes; builds go through the TensorRT test double (tests/fakes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from edgebuild.config import load_project
+from edgebuild.engine import HostFacts, decide_placement, parse_nv_tegra_release, plan_engines, probe_host
+from edgebuild.pipeline import plan_compile
+from edgebuild.profiles import load_catalog
+from tests.fakes.tensorrt_double import make_tensorrt
+
+
+def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "nv_tegra_release").write_text(
+        "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64\n")
+    (tmp_path / "proc" / "device-tree").mkdir(parents=True)
+    (tmp_path / "proc" / "device-tree" / "compatible").write_bytes(
+        b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0")
+    host = probe_host(tmp_path)
+    assert host.l4t == "36.4.3" and "nvidia,p3767-0005" in host.compatible
+    assert parse_nv_tegra_release("# R35 (release), REVISION: 4.1") == "35.4.1"
+
+
+def test_placement_local_host_check_and_deferred() -> None:
+    target = load_catalog().parse_target("orin-nano-8gb@6.2")
+    jetson = HostFacts("10.3.0.30", "", "8.7", "36.4.3", ("nvidia,p3767-0005", "nvidia,tegra234"))
+    assert decide_placement(target, jetson)[0] == "local"
+    other_jetson = HostFacts("8.5.2.2", "", "8.7", "35.4.1", ("nvidia,p3701-0005", "nvidia,tegra234"))
+    placement, why = decide_placement(target, other_jetson)
+    assert placement == "host-check" and "never packaged" in why
+    x86 = HostFacts("10.3.0", "", "8.9", None, ())
+    assert decide_placement(target, x86)[0] == "host-check"
+    bare = HostFacts(None, "TensorRT is not installed on this host", None, None, ())
+    placement, why = decide_placement(target, bare)
+    assert placement == "deferred" and "TensorRT is not installed" in why
+
+
+def test_compile_on_a_cpu_host_defers_engines_with_recipes(example_copy) -> None:
+    root = example_copy("digits-classifier")
+    result = CliRunner().invoke(main, ["compile", "-p", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    stages = {s["name"]: s for s in json.loads(result.stdout)["stages"]}
+    engines = stages["engine"]["data"]["engines"]
+    assert stages["engine"]["status"] == "deferred"
+    assert {e["group"]: e["placement"] for e in engines} == {"sorters": "deferred", "line-cams": "deferred"}
+    recipe = json.loads(Path(engines[0]["recipe"]).read_text())
+    assert recipe["precision"] == "int8" and recipe["shippable_engine"] is False
+    assert recipe["profiles"]["images"] == [[1, 1, 8, 8], [8, 1, 16, 16], [32, 1, 32, 32]]
+    assert recipe["workspace_bytes"] == 512 * 1024 * 1024  # an eighth of the Orin Nano 4GB
+    assert recipe["tensorrt"] == "10.3.0.30" and recipe["timing_cache"] == "orin-nano-4gb-trt10.3.0.30.cache"
+
+
+def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy) -> None:
+    root = example_copy("digits-classifier")
+    CliRunner().invoke(main, ["validate", "-p", str(root)])
+    project = load_project(root)
+    from edgebuild.gate import GateResult, gate_dir
+
+    gate = GateResult.load(gate_dir(project))
+    plan = plan_compile(project, "sorters")
+    host = HostFacts("10.3.0", "", "8.9", None, ())
+    planned = plan_engines(project, plan.units, gate, host=host, trt=make_tensorrt("10.3.0"))
+    assert planned[0]["placement"] == "host-check"
+    engine = json.loads(Path(planned[0]["engine_json"]).read_text())
+    assert engine["shippable"] is False and engine["compute_capability"] == "8.9"
+    assert engine["target"] == "orin-nano-4gb@6.2" and engine["precision"] == "int8"
