@@ -1,0 +1,55 @@
+"""Resource markers skip only when the resource is missing, and EDGEBUILD_REQUIRE makes that fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+
+
+@pytest.fixture
+def marked_suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makeini("[pytest]\naddopts = --strict-markers -ra\nmarkers =\n    gpu: x\n    jetson: x\n"
+                     "    container: x\n    slow: x\n")
+    pytester.makepyfile(test_needs_gpu="""
+import pytest
+
+@pytest.mark.gpu
+def test_on_gpu():
+    pass
+
+@pytest.mark.jetson
+def test_on_jetson():
+    pass
+""")
+    return pytester
+
+
+def test_missing_resource_is_a_skip_with_its_reason(marked_suite: pytest.Pytester, monkeypatch) -> None:
+    monkeypatch.delenv("EDGEBUILD_REQUIRE", raising=False)
+    result = marked_suite.runpytest_subprocess()
+    if "2 passed" in result.stdout.str():
+        pytest.skip("this host has a GPU with TensorRT and is a Jetson")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*gpu: *", "*jetson: not a Jetson*"])
+
+
+def test_required_resource_that_is_missing_fails(marked_suite: pytest.Pytester, monkeypatch) -> None:
+    monkeypatch.setenv("EDGEBUILD_REQUIRE", "gpu,jetson")
+    result = marked_suite.runpytest_subprocess()
+    if "2 passed" in result.stdout.str():
+        pytest.skip("this host has a GPU with TensorRT and is a Jetson")
+    result.assert_outcomes(errors=2)  # failing in setup is an error: the run exits non-zero
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*EDGEBUILD_REQUIRE includes 'gpu'*"])
+
+
+def test_unknown_marker_is_rejected(marked_suite: pytest.Pytester) -> None:
+    marked_suite.makepyfile(test_typo="import pytest\n\n@pytest.mark.gpuu\ndef test_x():\n    pass\n")
+    result = marked_suite.runpytest_subprocess("test_typo.py")
+    assert result.ret != 0 and "gpuu" in result.stdout.str() + result.stderr.str()
