@@ -190,12 +190,10 @@ def export_command(project_dir: Path, selector: str, force: bool, as_json: bool)
     shapes and compared with PyTorch; any mismatch is an error. Nothing changed since the
     last export: it is reused.
     """
-    from edgebuild.export import choose_opset, export_model
+    from edgebuild.export import export_for_targets
 
     plan = _plan(project_dir, selector)
-    project = plan.project
-    opset, reason = choose_opset(project, [u.group.target.release for u in plan.units])
-    record = export_model(project, opset, reason, force=force, report=_report)
+    record = export_for_targets(plan.project, plan.releases, force=force, report=_report)
     if as_json:
         _emit_json(record.as_dict())
         return
@@ -226,13 +224,12 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
     cannot run. Exits with code 9 when any target has a blocking problem.
     """
     from edgebuild.errors import PreflightError
-    from edgebuild.export import choose_opset, export_model
+    from edgebuild.export import export_for_targets
     from edgebuild.preflight import preflight
 
     plan = _plan(project_dir, selector)
     if onnx_path is None:
-        opset, reason = choose_opset(plan.project, [u.group.target.release for u in plan.units])
-        onnx_path = export_model(plan.project, opset, reason, report=_report).onnx_path
+        onnx_path = export_for_targets(plan.project, plan.releases, report=_report).onnx_path
     results = preflight(onnx_path, [u.group for u in plan.units])
     targets = [r.as_dict() for r in results]
     if as_json:
@@ -275,13 +272,12 @@ def validate_command(project_dir: Path, selector: str, force: bool, no_progress:
     fails, the most sensitive layers are kept in floating point until it passes or
     quantize.max_kept_layers is reached. Exits with code 11 when nothing selectable passes.
     """
-    from edgebuild.export import choose_opset, export_model
+    from edgebuild.export import export_for_targets
     from edgebuild.gate import require_pass, run_gate
 
     plan = _plan(project_dir, selector)
     project = plan.project
-    opset, reason = choose_opset(project, [u.group.target.release for u in plan.units])
-    record = export_model(project, opset, reason, report=_report)
+    record = export_for_targets(project, plan.releases, report=_report)
     result = run_gate(project, record, force=force, report=_report,
                       progress=not no_progress and not as_json and sys.stderr.isatty())
     if as_json:

@@ -127,7 +127,7 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
             "workspace_bytes": workspace_bytes(target),
             "dla_core": 0 if unit.group.use_dla else None,
             "timing_cache": f"{target.module.id}-trt{target.release.tensorrt}.cache",
-            "module": asdict_module(target),
+            "module": _module_facts(target),
             "jetpack": target.release.jetpack,
             "l4t": target.release.l4t,
             "tensorrt": target.release.tensorrt,
@@ -136,7 +136,7 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
     return folder / RECIPE_FILE
 
 
-def asdict_module(target: Target) -> dict[str, Any]:
+def _module_facts(target: Target) -> dict[str, Any]:
     module = target.module
     return {"id": module.id, "name": module.name, "compute_capability": module.compute_capability,
             "compatible": module.compatible}

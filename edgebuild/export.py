@@ -128,6 +128,13 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
     return requested, "export.opset in the project file"
 
 
+def export_for_targets(project: Project, releases: list[JetPackRelease], *, force: bool = False,
+                       report: Report = lambda _: None, torch_runner: Any = None) -> ExportRecord:
+    """Export (or reuse) at the opset these targets' TensorRT parsers all take."""
+    opset, reason = choose_opset(project, releases)
+    return export_model(project, opset, reason, force=force, report=report, torch_runner=torch_runner)
+
+
 # -- cache key -----------------------------------------------------------------------------
 
 def _model_code_digest(project: Project) -> str:

@@ -300,14 +300,20 @@ def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:
     return steps
 
 
-def require_pass(project: Project, result: GateResult) -> None:
-    """Raise the gate's verdict as an error when no selectable candidate passed."""
+def verdict(project: Project, result: GateResult) -> AccuracyGateError | None:
+    """The gate's refusal as an error when no selectable candidate passed, else None."""
     if result.passed:
-        return
+        return None
     lines = [f"  - {c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}"
              + ("" if c.selectable else " (not in quantize.precisions)") for c in result.candidates]
-    raise AccuracyGateError(
+    return AccuracyGateError(
         f"{project.source}: no candidate keeps {result.threshold:.0%} of the FP32 {result.metric} "
         f"({result.reference_value:.4f}) [{result.backend}]:\n" + "\n".join(lines),
         hint="; ".join(result.next_steps),
     )
+
+
+def require_pass(project: Project, result: GateResult) -> None:
+    error = verdict(project, result)
+    if error is not None:
+        raise error

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.config import Project
-from edgebuild.errors import AccuracyGateError, EdgebuildError, PreflightError
+from edgebuild.errors import EdgebuildError, PreflightError
 from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
 
@@ -50,6 +50,11 @@ class Plan:
     selector: str
     units: tuple[BuildUnit, ...]
 
+    @property
+    def releases(self) -> list:
+        """The JetPack release of every unit (what the export's opset must fit)."""
+        return [u.group.target.release for u in self.units]
+
 
 @dataclass
 class StageOutcome:
@@ -63,12 +68,10 @@ class StageOutcome:
 class CompileContext:
     plan: Plan
     progress: bool = True
-    results: dict[str, StageOutcome] = field(default_factory=dict)
     force: bool = False
     report: Callable[[str], None] = lambda _: None
     torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
     export: Any = None  # the ExportRecord, once the export stage ran
-    preflight: Any = None  # list of TargetPreflight
     gate: Any = None  # the GateResult
 
 
@@ -120,12 +123,11 @@ def _reference_stage(ctx: CompileContext) -> StageOutcome:
 
 
 def _export_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.export import choose_opset, export_model
+    from edgebuild.export import export_for_targets
 
     project = ctx.plan.project
-    opset, reason = choose_opset(project, [u.group.target.release for u in ctx.plan.units])
-    record = export_model(project, opset, reason, force=ctx.force, report=ctx.report,
-                          torch_runner=ctx.torch_runner)
+    record = export_for_targets(project, ctx.plan.releases, force=ctx.force, report=ctx.report,
+                                torch_runner=ctx.torch_runner)
     ctx.export = record
     worst = max(record.parity, key=lambda p: p.max_abs)
     verb = "reused (didn't change)" if record.reused else f"exported in {record.seconds:.1f} s"
@@ -142,7 +144,6 @@ def _preflight_stage(ctx: CompileContext) -> StageOutcome:
     from edgebuild.preflight import preflight
 
     results = preflight(ctx.export.onnx_path, [u.group for u in ctx.plan.units])
-    ctx.preflight = results
     blocked = [r for r in results if r.blocking]
     warnings = sum(len(r.findings) - len(r.blocking) for r in results)
     data = {"onnx": str(ctx.export.onnx_path), "targets": [r.as_dict() for r in results]}
@@ -154,19 +155,17 @@ def _preflight_stage(ctx: CompileContext) -> StageOutcome:
 
 
 def _gate_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.gate import require_pass, run_gate
+    from edgebuild.gate import run_gate, verdict
 
     result = run_gate(ctx.plan.project, ctx.export, force=ctx.force, progress=ctx.progress, report=ctx.report)
     ctx.gate = result
     summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
     verb = "reused" if result.reused else "measured"
-    if not result.passed:
-        try:
-            require_pass(ctx.plan.project, result)
-        except AccuracyGateError as verdict:
-            return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
-                                          f"({summary}) [{result.backend}]; see `edgebuild validate`",
-                                result.as_dict(), verdict)
+    refusal = verdict(ctx.plan.project, result)
+    if refusal is not None:
+        return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
+                                      f"({summary}) [{result.backend}]; see `edgebuild validate`",
+                            result.as_dict(), refusal)
     chosen = result.candidate(result.selected)
     return StageOutcome(
         "skipped" if result.reused else "ran",
@@ -256,7 +255,6 @@ def run_compile(plan: Plan, *, progress: bool = True, force: bool = False,
             except EdgebuildError as exc:
                 outcome = StageOutcome("failed", str(exc.message).splitlines()[0], error=exc)
             failed = outcome.status == "failed"
-        ctx.results[stage.name] = outcome
         done.append((stage, outcome))
         if on_stage:
             on_stage(stage, outcome)
