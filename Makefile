@@ -21,7 +21,7 @@ demo: $(STAMP)  ## compile the bundled shapes example for every Orin group of it
 
 lint: $(STAMP)
 	$(BIN)/ruff check edgebuild tests examples
-	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime
+	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime edgebuild/errors.py edgebuild/__init__.py
 
 test: lint  ## lint, then every test (marked tests skip only when their resource is missing)
 	$(BIN)/python -m pytest

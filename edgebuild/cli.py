@@ -122,19 +122,31 @@ def _fleet_table(units: list[dict]) -> str:
 @project_option
 @target_option
 @click.option("--force", is_flag=True, help="Rebuild every stage even if its inputs did not change.")
+@click.option("--build-on", metavar="ssh://USER@HOST[:PORT]", default=None,
+              help="Build every selected group's engine on this Jetson over SSH (overrides the groups' build_on). "
+                   "It must be the group's module on its JetPack's L4T release.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def compile_command(project_dir: Path, selector: str, force: bool, no_progress: bool, as_json: bool) -> None:
+def compile_command(project_dir: Path, selector: str, force: bool, build_on: str | None, no_progress: bool,
+                    as_json: bool) -> None:
     """Run the pipeline for every fleet group the target selects.
 
     Plans one build unit per selected group and runs the stages in order. The summary
-    says which stages ran and which are not available in this version.
+    says which stages ran, where each engine is built (local, ssh://..., host-check or
+    deferred, and why), and which stages are not available in this version.
     """
     from edgebuild.config import load_project
     from edgebuild.pipeline import plan_compile, run_compile
 
     project = load_project(project_dir)
     plan = plan_compile(project, selector)
+    if build_on:
+        from edgebuild.remote import parse_ssh_url
+
+        try:
+            parse_ssh_url(build_on)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--build-on") from None
     if not as_json:
         click.echo(f"edgebuild compile: {project.project.name} ({project.source})")
         click.echo(f"target {selector!r}: {len(plan.units)} of {len(project.fleet)} fleet group(s)\n")
@@ -147,10 +159,20 @@ def compile_command(project_dir: Path, selector: str, force: bool, no_progress: 
     if not as_json:
         click.echo("stages:")
     report = run_compile(plan, progress=not no_progress and not as_json and sys.stderr.isatty(),
-                         force=force, report=_report if not as_json else (lambda _: None), on_stage=show)
+                         force=force, build_on=build_on, report=_report if not as_json else (lambda _: None),
+                         on_stage=show)
     if as_json:
         _emit_json(report.as_dict())
     else:
+        engines = next((o.data.get("engines") for s, o in report.stages if s.name == "engine"), None)
+        if engines:
+            click.echo("\nengines:")
+            for entry in engines:
+                outcome = f"FAILED: {entry['error']}" if "error" in entry else (
+                    "built" if "engine_json" in entry else "deferred")
+                click.echo(f"  {entry['group']:<12} {entry['target']:<22} {entry['placement']:<12} {outcome}")
+                if "error" not in entry:
+                    click.echo(f"  {'':<12} {entry['reason']}")
         click.echo()
         for status, label in (("ran", "ran"), ("skipped", "up to date (reused)"), ("deferred", "deferred"),
                               ("failed", "failed"), ("not run", "not run"), ("not available", "not available yet")):
@@ -262,9 +284,13 @@ def _preflight_text(onnx_path: Path | str, targets: list[dict]) -> str:
 @project_option
 @target_option
 @click.option("--force", is_flag=True, help="Evaluate again even if nothing changed.")
+@click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), default=None,
+              help="What measures the candidates (default: accuracy.backend, else onnxruntime). tensorrt builds a "
+                   "host-check engine per candidate with this host's TensorRT and GPU.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def validate_command(project_dir: Path, selector: str, force: bool, no_progress: bool, as_json: bool) -> None:
+def validate_command(project_dir: Path, selector: str, force: bool, backend: str | None, no_progress: bool,
+                     as_json: bool) -> None:
     """Measure FP32, FP16 and INT8 candidates against the accuracy gate.
 
     Each candidate's metric on the validation set is divided by the FP32 model's
@@ -277,6 +303,8 @@ def validate_command(project_dir: Path, selector: str, force: bool, no_progress:
 
     plan = _plan(project_dir, selector)
     project = plan.project
+    if backend:
+        project = project.with_accuracy_backend(backend)
     record = export_for_targets(project, plan.releases, report=_report)
     result = run_gate(project, record, force=force, report=_report,
                       progress=not no_progress and not as_json and sys.stderr.isatty())

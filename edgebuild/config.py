@@ -170,6 +170,9 @@ class AccuracySection(_Section):
     # auto: the fastest measured when the backend is the target's TensorRT, otherwise the lowest
     # precision that passes (CPU latency says little about a Jetson's tensor cores)
     select: Literal["auto", "fastest", "lowest-precision"] = "auto"
+    # what measures the candidates: ONNX Runtime on the CPU (every host), or this host's real
+    # TensorRT (a host check of the real kernels' accuracy; needs TensorRT and an NVIDIA GPU)
+    backend: Literal["onnxruntime", "tensorrt"] = "onnxruntime"
 
     @field_validator("min_retention")
     @classmethod
@@ -184,6 +187,17 @@ class FleetGroup(_Section):
     module: str
     jetpack: str
     use_dla: bool = False
+    build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
+
+    @field_validator("build_on")
+    @classmethod
+    def _build_on(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from edgebuild.remote import parse_ssh_url
+
+        parse_ssh_url(value)  # its ValueError names what is allowed
+        return value
 
     @field_validator("name")
     @classmethod
@@ -269,6 +283,11 @@ class Project(_Section):
 
     def group(self, name: str) -> FleetGroup:
         return next(g for g in self.fleet if g.name == name)
+
+    def with_accuracy_backend(self, backend: str) -> Project:
+        """The same project measured on another backend (``validate --backend``)."""
+        accuracy = self.accuracy.model_copy(update={"backend": backend})
+        return self.model_copy(update={"accuracy": accuracy})
 
 
 def find_project_file(location: str | Path) -> Path:

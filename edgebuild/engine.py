@@ -3,26 +3,38 @@
 A TensorRT plan is tied to the TensorRT version and the GPU's compute capability and cannot be
 cross-built for a Jetson on x86. So every target gets a placement:
 
-- ``local``: this host is a Jetson of the target's module family on the target's L4T release,
-  with TensorRT: the engine is built here and is shippable;
+- ``local``: this host is a Jetson of the target's module on the target's L4T release, with
+  TensorRT: the engine is built here and is shippable;
+- ``ssh://user@host``: the fleet group names a build device (``build_on``); edgebuild checks over
+  SSH that it is the target's module and L4T, copies the recipe there, runs its device-side
+  builder, fetches the plan, ``engine.json`` and timing cache and checks their hashes; shippable;
 - ``host-check``: this host has TensorRT and a GPU but is not the target: the engine is built to
   catch parser and builder failures, and is never packaged for a Jetson;
-- ``deferred``: no TensorRT here: the recipe (ONNX + build settings) goes to the device, which
-  builds the engine once.
+- ``deferred``: no suitable builder: the recipe (ONNX + build settings) goes to the device, which
+  builds the engine once at first start with the same builder.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
+import hashlib
 import json
-import re
+import os
 import shutil
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.cache import atomic_output_dir, file_sha256
+from edgebuild.errors import EdgebuildError, RemoteError
+from edgebuild.runtime.device import (
+    ENGINE_FILE,
+    ENGINE_JSON,
+    RECIPE_FILE,
+    DeviceFacts,
+    build_from_recipe,
+    module_matches,
+    probe,
+    require_match,
+)
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
@@ -30,66 +42,25 @@ if TYPE_CHECKING:
     from edgebuild.pipeline import BuildUnit
     from edgebuild.profiles import Target
 
-RECIPE_FILE = "recipe.json"
 #: TensorRT's build workspace: an eighth of the module's memory, at most 1 GiB (shared CPU/GPU DRAM)
 MAX_WORKSPACE_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
-class HostFacts:
-    tensorrt: str | None
-    tensorrt_problem: str
-    compute_capability: str | None
-    l4t: str | None
-    compatible: tuple[str, ...]
-
-
-def parse_nv_tegra_release(text: str) -> str | None:
-    """``# R36 (release), REVISION: 4.3, GCID: ...`` -> ``36.4.3``."""
-    match = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", text)
-    return f"{match.group(1)}.{match.group(2)}" if match else None
-
-
-def probe_host(root: Path = Path("/")) -> HostFacts:
-    """What this host offers for engine builds; ``root`` is injectable for tests."""
-    release = root / "etc" / "nv_tegra_release"
-    l4t = parse_nv_tegra_release(release.read_text(errors="replace")) if release.is_file() else None
-    compatible_file = root / "proc" / "device-tree" / "compatible"
-    compatible = tuple(s for s in compatible_file.read_bytes().decode(errors="replace").split("\0") if s) \
-        if compatible_file.is_file() else ()
-    version, problem = _tensorrt_version()
-    capability = None
-    if version:
-        try:
-            from edgebuild.backends.tensorrt import default_memory
-
-            capability = default_memory().compute_capability()
-        except Exception as exc:  # no GPU, no CUDA binding: the reason is part of the placement
-            problem = f"TensorRT {version} is installed but no usable CUDA GPU: {exc}"
-    return HostFacts(version, problem, capability, l4t, compatible)
-
-
-def _tensorrt_version() -> tuple[str | None, str]:
-    if importlib.util.find_spec("tensorrt") is None:
-        return None, "TensorRT is not installed on this host"
-    try:
-        return importlib.metadata.version("tensorrt"), ""
-    except importlib.metadata.PackageNotFoundError:  # JetPack's apt package has no pip metadata
-        import tensorrt
-
-        return str(tensorrt.__version__), ""
-
-
-def decide_placement(target: Target, host: HostFacts) -> tuple[str, str]:
-    """(placement, why) for one target on this host."""
+def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:
+    """(placement, why) for one target on this host; ``build_on`` is the group's ssh:// build device."""
     release, module = target.release, target.module
+    if build_on:
+        return build_on, f"built on {build_on} after checking over SSH that it is a {module.name} on L4T R{release.l4t}"
+    if host.tensorrt is not None:
+        same_trt = host.tensorrt.split(".")[:3] == release.tensorrt.split(".")[:3]
+        same_l4t = host.l4t in (release.l4t, *release.l4t_aliases)
+        if host.l4t and same_trt and same_l4t and module_matches(host, module.compatible):
+            return "local", f"this host is a {module.name} on L4T R{host.l4t} with TensorRT {host.tensorrt}"
     if host.tensorrt is None or host.compute_capability is None:
-        return "deferred", f"{host.tensorrt_problem}; the engine is to be built on the device from the recipe"
-    same_trt = host.tensorrt.split(".")[:3] == release.tensorrt.split(".")[:3]
-    same_l4t = host.l4t in (release.l4t, *release.l4t_aliases)
-    same_module = any(c in host.compatible for c in module.compatible[:-1])  # the last one is the SoC
-    if host.l4t and same_trt and same_l4t and same_module:
-        return "local", f"this host is a {module.name} on L4T R{host.l4t} with TensorRT {host.tensorrt}"
+        problem = host.tensorrt_problem if host.tensorrt else \
+            f"TensorRT is not installed on this host ({host.tensorrt_problem})"
+        return "deferred", (f"{problem}; the device builds the engine from the recipe at first start "
+                            "(or name a build device with `build_on = \"ssh://user@host\"` in the fleet group)")
     return "host-check", (
         f"this host (TensorRT {host.tensorrt}, sm {host.compute_capability}"
         + (f", L4T R{host.l4t}" if host.l4t else ", not a Jetson")
@@ -115,7 +86,7 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
             "target": target.id,
             "placement": placement,
             "placement_reason": why,
-            "shippable_engine": placement == "local",
+            "shippable_engine": placement == "local" or placement.startswith("ssh://"),
             "onnx": "model.onnx",
             "onnx_sha256": file_sha256(staging / "model.onnx"),
             "precision": precision,
@@ -130,6 +101,7 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
             "module": _module_facts(target),
             "jetpack": target.release.jetpack,
             "l4t": target.release.l4t,
+            "l4t_accepted": [target.release.l4t, *target.release.l4t_aliases],
             "tensorrt": target.release.tensorrt,
         }
         (staging / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))
@@ -142,44 +114,82 @@ def _module_facts(target: Target) -> dict[str, Any]:
             "compatible": module.compatible}
 
 
-def build_from_recipe(recipe_path: Path, host: HostFacts, *, trt: Any = None,
-                      report: Any = lambda _: None) -> Path:
-    """Build the engine of a recipe on this host; writes ``engine.plan`` and ``engine.json``."""
-    from edgebuild.backends.tensorrt import BuildSettings, build_engine
+def build_over_ssh(recipe_path: Path, url: str, *, report: Any = lambda _: None,
+                   timeout_s: float = 3 * 3600) -> Path:
+    """Build a recipe's engine on the Jetson at ``url``; returns the local ``engine.json``.
+
+    Nothing is copied before the device has shown (over SSH) that it is the recipe's module on its
+    L4T release; every fetched file is checked against the hash the device computed.
+    """
+    from edgebuild.remote import SshDevice
 
     recipe = json.loads(recipe_path.read_text())
     folder = recipe_path.parent
-    cache_dir = folder.parent / "timing-caches"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    settings = BuildSettings(
-        onnx_path=folder / recipe["onnx"], plan_path=folder / "engine.plan", precision=recipe["precision"],
-        profiles={name: tuple(tuple(s) for s in shapes) for name, shapes in recipe["profiles"].items()},
-        workspace_bytes=recipe["workspace_bytes"], timing_cache_path=cache_dir / recipe["timing_cache"],
-        dla_core=recipe["dla_core"], report=report)
-    metadata = build_engine(settings, trt=trt)
-    engine_json = {
-        **metadata,
-        "target": recipe["target"], "module": recipe["module"], "jetpack": recipe["jetpack"],
-        "l4t": recipe["l4t"], "placement": recipe["placement"], "shippable": recipe["shippable_engine"],
-        "compute_capability": host.compute_capability, "built_on_l4t": host.l4t,
-        "onnx_sha256": recipe["onnx_sha256"],
-    }
-    (folder / "engine.json").write_text(json.dumps(engine_json, indent=2, default=str))
-    return folder / "engine.json"
+    device = SshDevice(url)
+    facts = DeviceFacts.from_dict(device.device_tool(["probe"], timeout_s=120)["device"])
+    require_match(facts, recipe, where=url)
+    report(f"engine: {url} is {facts.describe()}")
+    remote = f"builds/{recipe['group']}-{recipe['onnx_sha256'][:12]}"
+    cache_name = f"timing-caches/{recipe['timing_cache']}"
+    local_cache = folder.parent / cache_name
+    files: dict[str, Path] = {f"{remote}/{RECIPE_FILE}": recipe_path,
+                              f"{remote}/{recipe['onnx']}": folder / recipe["onnx"]}
+    if local_cache.is_file():
+        files[cache_name] = local_cache
+    device.put(files, ".")
+    report(f"engine: building {recipe['target']} on {url} (this can take minutes)")
+    answer = device.device_tool(["build-engine", f"{remote}/{RECIPE_FILE}", "--timing-cache-dir", "timing-caches"],
+                                timeout_s=timeout_s)
+    expected = {f"{remote}/{name}": digest for name, digest in answer["files"].items()}
+    if answer.get("timing_cache_sha256"):
+        expected[cache_name] = answer["timing_cache_sha256"]
+    fetched = device.fetch(expected)
+    for name, data in fetched.items():
+        if hashlib.sha256(data).hexdigest() != expected[name]:
+            raise RemoteError(f"{url}: {name} arrived with another sha256 than the device computed; "
+                              "the transfer was corrupted or the file changed", hint="run the compile again")
+    engine_json = json.loads(fetched[f"{remote}/{ENGINE_JSON}"])
+    plan = fetched[f"{remote}/{ENGINE_FILE}"]
+    if hashlib.sha256(plan).hexdigest() != engine_json.get("plan_sha256"):
+        raise RemoteError(f"{url}: the fetched engine.plan does not match the plan_sha256 of its engine.json")
+    _write_atomically(folder / ENGINE_FILE, plan)
+    _write_atomically(folder / ENGINE_JSON, fetched[f"{remote}/{ENGINE_JSON}"])
+    if cache_name in fetched:
+        _write_atomically(local_cache, fetched[cache_name])
+    report(f"engine: fetched {ENGINE_FILE} ({len(plan)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
+    return folder / ENGINE_JSON
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    staging.write_bytes(data)
+    os.replace(staging, path)
 
 
 def plan_engines(project: Project, units: tuple[BuildUnit, ...], gate: GateResult, *,
-                 host: HostFacts | None = None, trt: Any = None, report: Any = lambda _: None) -> list[dict[str, Any]]:
-    """Write a recipe per unit, decide where its engine is built, and build it when that is here."""
-    host = host or probe_host()
+                 host: DeviceFacts | None = None, build_on: str | None = None, trt: Any = None,
+                 report: Any = lambda _: None) -> list[dict[str, Any]]:
+    """Write a recipe per unit, decide where its engine is built, and build it unless deferred.
+
+    ``build_on`` (from ``--build-on``) overrides the groups' own build devices. A failed build is
+    recorded in its entry (``error``) and the other units still build.
+    """
+    host = host or probe()
     planned = []
     for unit in units:
-        placement, why = decide_placement(unit.group.target, host)
+        placement, why = decide_placement(unit.group.target, host, build_on or unit.group.build_on)
         recipe = write_recipe(project, unit, gate, placement, why)
-        entry = {"group": unit.group.name, "target": unit.target_id, "placement": placement,
-                 "reason": why, "recipe": str(recipe), "host": asdict(host)}
-        if placement != "deferred":
-            report(f"engine: building {unit.target_id} ({placement})")
-            entry["engine_json"] = str(build_from_recipe(recipe, host, trt=trt, report=report))
+        entry: dict[str, Any] = {"group": unit.group.name, "target": unit.target_id, "placement": placement,
+                                 "reason": why, "recipe": str(recipe), "host": host.as_dict()}
+        try:
+            if placement.startswith("ssh://"):
+                entry["engine_json"] = str(build_over_ssh(recipe, placement, report=report))
+            elif placement != "deferred":
+                report(f"engine: building {unit.target_id} ({placement})")
+                entry["engine_json"] = str(build_from_recipe(recipe, host, verify_device=placement == "local",
+                                                             trt=trt, report=report))
+        except EdgebuildError as exc:
+            entry["error"] = exc
         planned.append(entry)
     return planned

@@ -4,7 +4,7 @@ The CLI prints these without a traceback (``-v`` shows it) and exits with ``exit
 Anything that is not an ``EdgebuildError`` is a bug and is not caught.
 """
 
-from __future__ import annotations
+from typing import Optional
 
 
 class EdgebuildError(Exception):
@@ -14,7 +14,7 @@ class EdgebuildError(Exception):
     #: one word for the kind of problem, printed before the message
     kind = "error"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -88,8 +88,15 @@ class CapabilityMissing(EdgebuildError):
     kind = "not available here"
 
 
+class RemoteError(EdgebuildError):
+    """A device reached over SSH could not be reached, or a file transfer or a command on it failed."""
+
+    exit_code = 12
+    kind = "remote device"
+
+
 #: exit codes documented in the README and `edgebuild --help`
-EXIT_CODES: dict[int, str] = {
+EXIT_CODES = {
     0: "success",
     1: "other edgebuild error",
     2: "bad command-line usage",
@@ -102,4 +109,5 @@ EXIT_CODES: dict[int, str] = {
     9: PreflightError.__doc__ or "",
     10: CapabilityMissing.__doc__ or "",
     11: AccuracyGateError.__doc__ or "",
+    12: RemoteError.__doc__ or "",
 }

@@ -1,6 +1,6 @@
 """Task evaluation: run a backend over the validation set and compute the project's metric.
 
-Works with any runner of ``edgebuild.backends`` (``backend`` name, ``run(inputs) -> outputs``);
+Works with any runner of ``edgebuild.runtime.backends`` (``backend`` name, ``run(inputs) -> outputs``);
 every result records which backend produced it. A ``ValidationSet`` decodes and preprocesses
 the images once, so comparing several candidates does not redo that work.
 """
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgebuild.backends import Runner
 from edgebuild.datasets import Sample, load_class_folder_set, load_coco_set, read_image
 from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
+from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
     DetectionParams,
     ImageTransform,

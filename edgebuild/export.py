@@ -428,7 +428,7 @@ def _reference_outputs(project: Project, runner: Any) -> dict[str, tuple[dict, d
 
 def check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
     """Every output at every shape within atol + rtol * |torch|; one error listing every mismatch."""
-    from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
     atol, rtol = project.export.atol, project.export.rtol
     runner = OnnxRuntimeRunner(path)

@@ -113,7 +113,8 @@ def cache_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
         "validation": files_digest(validation),
         "task": digest(project.task.model_dump()),
         "settings": digest([project.quantize.model_dump(), project.accuracy.model_dump()]),
-        "tools": digest(tool_versions("onnxruntime", "onnx", "pycocotools")),
+        "tools": digest(tool_versions("onnxruntime", "onnx", "pycocotools",
+                                      *(["tensorrt"] if project.accuracy.backend == "tensorrt" else []))),
     }
 
 
@@ -136,8 +137,16 @@ def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30
 
 
 def run_gate(project: Project, export: ExportRecord, *, force: bool = False, progress: bool = True,
-             report: Report = lambda _: None) -> GateResult:
-    """Evaluate the candidates, select one, and keep their files in ``build/gate``."""
+             report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
+    """Evaluate the candidates, select one, and keep their files in ``build/gate``.
+
+    With ``accuracy.backend = "tensorrt"`` every candidate is built into a host-check engine with
+    this host's TensorRT (``trt``/``memory`` are injectable for tests) and measured with it.
+    """
+    if project.accuracy.backend == "tensorrt" and trt is None:
+        from edgebuild.runtime.backends.tensorrt import import_tensorrt
+
+        import_tensorrt()  # fail before anything is measured when TensorRT is missing
     if not force:
         result, why = find_reusable(project, export)
         if result is not None:
@@ -147,7 +156,7 @@ def run_gate(project: Project, export: ExportRecord, *, force: bool = False, pro
     started = time.perf_counter()
     parts = cache_key_parts(project, export)
     with atomic_output_dir(gate_dir(project)) as staging:
-        run = _GateRun(project, export, staging, progress, report)
+        run = _GateRun(project, export, staging, progress, report, trt=trt, memory=memory)
         result = run.execute()
         result = replace(result, folder=gate_dir(project), key_parts=parts,
                          seconds=round(time.perf_counter() - started, 3))
@@ -159,12 +168,13 @@ class _GateRun:
     """One evaluation of every candidate; holds what the steps share."""
 
     def __init__(self, project: Project, export: ExportRecord, folder: Path, progress: bool,
-                 report: Report) -> None:
+                 report: Report, *, trt: Any = None, memory: Any = None) -> None:
         from edgebuild.evaluate import ValidationSet
         from edgebuild.model import example_inputs
 
         self.project, self.export, self.folder = project, export, folder
         self.progress, self.report = progress, report
+        self.trt, self.memory = trt, memory
         self.data = ValidationSet(project)
         self.latency_inputs = example_inputs(project, "opt_shape")
         self.calibration_cache = folder / "calibration-cache.json"
@@ -172,11 +182,28 @@ class _GateRun:
         self.reference = 0.0
         self.sensitivity: list[dict[str, Any]] = []
 
+    def _runner(self, candidate: Any) -> Any:
+        """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
+        if self.project.accuracy.backend == "onnxruntime":
+            from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+            return OnnxRuntimeRunner(candidate.onnx_path)
+        from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
+
+        plan = candidate.onnx_path.with_suffix(".plan")
+        self.report(f"gate: building a host-check TensorRT engine for {candidate.precision}")
+        build_engine(BuildSettings(
+            onnx_path=candidate.onnx_path, plan_path=plan,
+            precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
+            profiles={s.name: (s.min_shape, s.opt_shape, s.max_shape) for s in self.project.model.inputs},
+            workspace_bytes=1 << 30, timing_cache_path=self.folder / "host-check-timing.cache",
+            report=self.report), trt=self.trt)
+        return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
+
     def _measure(self, candidate: Any) -> CandidateResult:
-        from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
         from edgebuild.evaluate import evaluate
 
-        runner = OnnxRuntimeRunner(candidate.onnx_path)
+        runner = self._runner(candidate)
         result = evaluate(self.project, runner, data=self.data, progress=self.progress,
                           desc=f"evaluate {candidate.precision}")
         if candidate.precision == "fp32":
@@ -229,9 +256,9 @@ class _GateRun:
         """Rank layers by what quantizing each alone costs; keep the worst in floating point."""
         from tqdm import tqdm
 
-        from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
         from edgebuild.evaluate import ValidationSet, evaluate
         from edgebuild.quantize import int8_candidate, quantizable_nodes
+        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
         settings = self.project.quantize
         subset = ValidationSet(self.project, limit=settings.sensitivity_images)

@@ -69,6 +69,7 @@ class CompileContext:
     plan: Plan
     progress: bool = True
     force: bool = False
+    build_on: str | None = None  # --build-on: an ssh:// build device for every selected group
     report: Callable[[str], None] = lambda _: None
     torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
     export: Any = None  # the ExportRecord, once the export stage ran
@@ -179,12 +180,20 @@ def _gate_stage(ctx: CompileContext) -> StageOutcome:
 def _engine_stage(ctx: CompileContext) -> StageOutcome:
     from edgebuild.engine import plan_engines
 
-    planned = plan_engines(ctx.plan.project, ctx.plan.units, ctx.gate, report=ctx.report)
-    parts = [f"{p['group']} {p['placement']}" for p in planned]
-    reasons = sorted({p["reason"] for p in planned})
+    planned = plan_engines(ctx.plan.project, ctx.plan.units, ctx.gate, build_on=ctx.build_on, report=ctx.report)
+    failed = [p for p in planned if "error" in p]
+    records = [{**{k: v for k, v in p.items() if k != "error"}, **({"error": str(p["error"])} if "error" in p else {})}
+               for p in planned]
+    parts = [f"{p['group']} {p['placement']}" + (" FAILED" if "error" in p else "") for p in planned]
+    reasons = sorted({p["reason"] for p in planned if "error" not in p})
+    if failed:
+        first = failed[0]["error"]
+        kinds = "; ".join(f"{p['group']}: {p['error'].kind}" for p in failed)
+        error = type(first)(f"engine for {failed[0]['group']}: {first.message}", hint=first.hint)
+        return StageOutcome("failed", f"{', '.join(parts)} ({kinds}; see engines below)", {"engines": records}, error)
     built = [p for p in planned if "engine_json" in p]
     status = "ran" if built else "deferred"
-    return StageOutcome(status, f"{', '.join(parts)}: {'; '.join(reasons)}", {"engines": planned})
+    return StageOutcome(status, f"{', '.join(parts)}: {'; '.join(reasons)}", {"engines": records})
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -201,8 +210,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", _preflight_stage),
     Stage("gate", "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, "
                   "INT8 fallback, selection", _gate_stage),
-    Stage("engine", "TensorRT engine per JetPack profile: built here (local, host-check) or deferred to the "
-                    "device with its recipe", _engine_stage),
+    Stage("engine", "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
+                    "over SSH, or deferred to the device with its recipe", _engine_stage),
     Stage("container", "runtime container and cgroup-limited run specs per target", None),
     Stage("package", "signed OTA artifacts per fleet group", None),
 )
@@ -237,11 +246,11 @@ class CompileReport:
         }
 
 
-def run_compile(plan: Plan, *, progress: bool = True, force: bool = False,
+def run_compile(plan: Plan, *, progress: bool = True, force: bool = False, build_on: str | None = None,
                 report: Callable[[str], None] = lambda _: None,
                 on_stage: Callable[[Stage, StageOutcome], None] | None = None) -> CompileReport:
     """Run every stage in order; stages after a failure do not run."""
-    ctx = CompileContext(plan, progress, force=force, report=report)
+    ctx = CompileContext(plan, progress, force=force, build_on=build_on, report=report)
     done: list[tuple[Stage, StageOutcome]] = []
     failed = False
     for stage in STAGES:

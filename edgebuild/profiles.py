@@ -185,11 +185,13 @@ class SelectedGroup:
     target: Target
     use_dla: bool
     in_fleet: bool = True
+    build_on: str | None = None  # the group's ssh:// build device, if it names one
 
 
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:
     """Resolve a --target selector against the project's fleet groups (in fleet order)."""
-    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla) for g in fleet]
+    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla, build_on=g.build_on)
+              for g in fleet]
     chosen: dict[str, SelectedGroup] = {}
     for part in [p.strip() for p in selector.split(",") if p.strip()] or ["all"]:
         matched = _match(part, groups, catalog)

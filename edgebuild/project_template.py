@@ -80,6 +80,7 @@ name = "dock"
 module = "agx-orin-64gb"
 jetpack = "5.1.2"
 # use_dla = true                # modules with DLA cores only
+# build_on = "ssh://nvidia@agx-orin-01"   # a Jetson of this profile that builds the engine
 
 [runtime]
 warmup_budget_s = 30            # warm-up before the server reports ready

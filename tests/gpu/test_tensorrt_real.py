@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
-from edgebuild.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
 from edgebuild.config import load_project
 from edgebuild.export import export_model
+from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
 from tests.conftest import write_tiny_project
 
 pytestmark = pytest.mark.gpu
@@ -82,3 +82,65 @@ def test_runner_refuses_engine_json_for_another_version(onnx_path: Path, tmp_pat
     with pytest.raises(TargetError, match="compute capability 1.0"):
         check_engine_compatible({"tensorrt_version": trt.__version__, "compute_capability": "1.0"},
                                 trt.__version__, "8.7")
+
+
+# -- the shapes example: FP32, FP16 and INT8 (Q/DQ) engines, and the gate measured on TensorRT ----------
+
+#: max |TensorRT - ONNX Runtime| as a fraction of the output's largest magnitude, per precision;
+#: INT8 is compared with ONNX Runtime running the same Q/DQ file
+RELATIVE_TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2, "int8": 6e-2}
+
+
+@pytest.fixture(scope="module")
+def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
+    """The shapes example's candidates, measured on ONNX Runtime (the CPU reference)."""
+    import shutil
+
+    from edgebuild.export import export_for_targets
+    from edgebuild.gate import run_gate
+    from edgebuild.pipeline import plan_compile
+    from tests.conftest import EXAMPLES
+
+    root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
+    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    project = load_project(root)
+    record = export_for_targets(project, plan_compile(project, "orin").releases)
+    return project, record, run_gate(project, record, progress=False)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_shapes_engines_match_onnxruntime_at_min_opt_max(shapes_gate, tmp_path: Path, precision: str) -> None:
+    project, _, gate = shapes_gate
+    candidate = next(c for c in gate.candidates if c.precision == precision)
+    onnx = gate.folder / candidate.onnx
+    spec = project.model.inputs[0]
+    shapes = {"min": spec.min_shape, "opt": spec.opt_shape, "max": spec.max_shape}
+    settings = BuildSettings(onnx_path=onnx, plan_path=tmp_path / f"shapes-{precision}.plan", precision=precision,
+                             profiles={spec.name: (spec.min_shape, spec.opt_shape, spec.max_shape)},
+                             workspace_bytes=1 << 30, timing_cache_path=tmp_path / "timing.cache")
+    meta = build_engine(settings)
+    if precision == "int8":  # Q/DQ honoured: the inspector shows INT8 layers
+        assert "Int8" in json.dumps(meta["layers"]) or "INT8" in json.dumps(meta["layers"])
+    runner, reference = TensorRTRunner(settings.plan_path), OnnxRuntimeRunner(onnx)
+    rng = np.random.default_rng(1)
+    for which, shape in shapes.items():
+        images = rng.uniform(-2, 2, size=shape).astype(np.float32)
+        got, want = runner.run({spec.name: images}), reference.run({spec.name: images})
+        for name in want:
+            assert got[name].shape == want[name].shape, (which, name)
+            scale = float(np.abs(want[name]).max()) or 1.0
+            error = float(np.abs(got[name].astype(np.float32) - want[name]).max()) / scale
+            assert error <= RELATIVE_TOLERANCE[precision], f"{precision} {name} at {which} {shape}: {error:.3g}"
+
+
+def test_the_gate_measures_retention_on_tensorrt(shapes_gate) -> None:
+    from edgebuild.gate import run_gate
+
+    project, record, on_cpu = shapes_gate
+    on_gpu = run_gate(project.with_accuracy_backend("tensorrt"), record, force=True, progress=False)
+    assert {c.backend.split()[0] for c in on_gpu.candidates} == {"tensorrt"}
+    cpu_fp32, gpu_fp32 = on_cpu.candidate("fp32"), on_gpu.candidate("fp32")
+    assert abs(cpu_fp32.value - gpu_fp32.value) < 0.01, (cpu_fp32.value, gpu_fp32.value)
+    assert on_gpu.candidate("fp16").retention >= 0.98
+    assert on_gpu.selected is not None and on_gpu.candidate(on_gpu.selected).passed
+    print({c.precision: (round(c.value, 4), round(c.retention, 3), c.backend) for c in on_gpu.candidates})

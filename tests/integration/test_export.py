@@ -11,13 +11,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from edgebuild.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.cli import main
 from edgebuild.config import load_project
 from edgebuild.errors import ExportError, ModelError
 from edgebuild.export import ParityError, choose_opset, export_dir, export_model, verify_onnx
 from edgebuild.model import load_model
 from edgebuild.profiles import load_catalog
+from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from tests.conftest import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')

@@ -121,3 +121,10 @@ def test_digits_candidates_reuse_and_report(example_copy) -> None:
     assert report["reused"] is True and report["selected"] == "int8"
     fp32 = next(c for c in report["candidates"] if c["precision"] == "fp32")
     assert fp32["value"] > 0.95 and fp32["retention"] == 1.0
+
+
+def test_tensorrt_backend_without_tensorrt_stops_before_measuring(tiny_project: Path) -> None:
+    result = CliRunner().invoke(main, ["validate", "-p", str(tiny_project), "--backend", "tensorrt"])
+    assert result.exit_code == 10, result.output
+    assert "TensorRT is not installed on this host" in result.output
+    assert not (tiny_project / "build" / "gate" / "gate.json").exists()

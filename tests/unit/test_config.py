@@ -60,6 +60,8 @@ BROKEN = [
      "accuracy.metric", "does not apply to detection"),
     ("input-size-outside-profile", lambda t: t.replace("input_size = [64, 64]", "input_size = [128, 128]"),
      "task.preprocess.input_size", "outside the shape range"),
+    ("build-on-not-ssh", lambda t: t.replace('jetpack = "6.2"', 'jetpack = "6.2"\nbuild_on = "nvidia@orin-01"'),
+     "fleet[0].build_on", "is not an ssh://[user@]host[:port] address"),
     ("dla-without-cores", lambda t: t.replace('jetpack = "6.2"', 'jetpack = "6.2"\nuse_dla = true'),
      "fleet[0].use_dla", "has no DLA cores"),
     ("mean-wrong-length", lambda t: t.replace('resize = "letterbox"', 'resize = "letterbox"\nmean = [0.5]'),

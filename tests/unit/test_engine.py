@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.config import load_project
-from edgebuild.engine import HostFacts, decide_placement, parse_nv_tegra_release, plan_engines, probe_host
+from edgebuild.engine import decide_placement, plan_engines
 from edgebuild.pipeline import plan_compile
 from edgebuild.profiles import load_catalog
+from edgebuild.remote import parse_ssh_url
+from edgebuild.runtime.device import DeviceFacts, parse_nv_tegra_release, probe
 from tests.fakes.tensorrt_double import make_tensorrt
 
 
@@ -22,21 +25,21 @@ def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_p
     (tmp_path / "proc" / "device-tree").mkdir(parents=True)
     (tmp_path / "proc" / "device-tree" / "compatible").write_bytes(
         b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0")
-    host = probe_host(tmp_path)
+    host = probe(tmp_path)
     assert host.l4t == "36.4.3" and "nvidia,p3767-0005" in host.compatible
     assert parse_nv_tegra_release("# R35 (release), REVISION: 4.1") == "35.4.1"
 
 
 def test_placement_local_host_check_and_deferred() -> None:
     target = load_catalog().parse_target("orin-nano-8gb@6.2")
-    jetson = HostFacts("10.3.0.30", "", "8.7", "36.4.3", ("nvidia,p3767-0005", "nvidia,tegra234"))
+    jetson = DeviceFacts("10.3.0.30", "", "8.7", "36.4.3", ("nvidia,p3767-0005", "nvidia,tegra234"))
     assert decide_placement(target, jetson)[0] == "local"
-    other_jetson = HostFacts("8.5.2.2", "", "8.7", "35.4.1", ("nvidia,p3701-0005", "nvidia,tegra234"))
+    other_jetson = DeviceFacts("8.5.2.2", "", "8.7", "35.4.1", ("nvidia,p3701-0005", "nvidia,tegra234"))
     placement, why = decide_placement(target, other_jetson)
     assert placement == "host-check" and "never packaged" in why
-    x86 = HostFacts("10.3.0", "", "8.9", None, ())
+    x86 = DeviceFacts("10.3.0", "", "8.9", None, ())
     assert decide_placement(target, x86)[0] == "host-check"
-    bare = HostFacts(None, "TensorRT is not installed on this host", None, None, ())
+    bare = DeviceFacts(None, "import tensorrt failed: No module named 'tensorrt'", None, None, ())
     placement, why = decide_placement(target, bare)
     assert placement == "deferred" and "TensorRT is not installed" in why
 
@@ -64,9 +67,24 @@ def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy)
 
     gate = GateResult.load(gate_dir(project))
     plan = plan_compile(project, "sorters")
-    host = HostFacts("10.3.0", "", "8.9", None, ())
+    host = DeviceFacts("10.3.0", "", "8.9", None, ())
     planned = plan_engines(project, plan.units, gate, host=host, trt=make_tensorrt("10.3.0"))
     assert planned[0]["placement"] == "host-check"
     engine = json.loads(Path(planned[0]["engine_json"]).read_text())
     assert engine["shippable"] is False and engine["compute_capability"] == "8.9"
     assert engine["target"] == "orin-nano-4gb@6.2" and engine["precision"] == "int8"
+
+
+@pytest.mark.parametrize("url, parsed", [
+    ("ssh://nvidia@orin-01", ("nvidia", "orin-01", None)),
+    ("ssh://orin-01.lan:2222", (None, "orin-01.lan", 2222)),
+    ("ssh://root@[::1]:22", ("root", "::1", 22)),
+])
+def test_ssh_urls(url: str, parsed: tuple) -> None:
+    assert parse_ssh_url(url) == parsed
+
+
+@pytest.mark.parametrize("url", ["nvidia@orin-01", "ssh://", "ssh://a b", "ssh://host:99999", "ssh://h; rm -rf /"])
+def test_bad_ssh_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="ssh://"):
+        parse_ssh_url(url)

@@ -1,4 +1,7 @@
-"""edgebuild/runtime/ runs on the device: Python 3.8, numpy only, nothing from the build side."""
+"""The device-side code (edgebuild/runtime/, errors.py) runs on Python 3.8 with numpy, nothing from the build side.
+
+The files checked are the ones that travel to a device in edgebuild-device.pyz (edgebuild.remote).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-RUNTIME = Path(__file__).resolve().parents[2] / "edgebuild" / "runtime"
-ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda"}
+from edgebuild.remote import device_tool_archive, device_tool_files
+
+DEVICE_FILES = device_tool_files()
+ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime"}  # imported inside functions
+SHARED_WITH_THE_BUILD_SIDE = {"edgebuild", "edgebuild.errors"}
 BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocotools"}
 
 
@@ -24,13 +30,14 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(RUNTIME.rglob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DEVICE_FILES, ids=lambda p: p.name)
 def test_runtime_imports_only_device_safe_modules(path: Path) -> None:
     for name in _imports(path):
         top = name.split(".")[0]
         assert top not in BUILD_SIDE_ONLY, f"{path.name} imports {name}"
         if top == "edgebuild":
-            assert name.startswith("edgebuild.runtime"), f"{path.name} imports build-side {name}"
+            assert name.startswith("edgebuild.runtime") or name in SHARED_WITH_THE_BUILD_SIDE, \
+                f"{path.name} imports build-side {name}"
         elif top not in sys.stdlib_module_names:
             assert top in ALLOWED_THIRD_PARTY, f"{path.name} imports {name}"
 
@@ -40,5 +47,15 @@ def test_runtime_syntax_is_python_3_8() -> None:
     if not vermin.exists():
         pytest.fail("vermin is not installed (it is in the dev extra); it checks the 3.8 target")
     out = subprocess.run([str(vermin), "--no-tips", "--violations", "--target=3.8-", "--eval-annotations",
-                          "--backport", "dataclasses", str(RUNTIME)], capture_output=True, text=True)
+                          "--backport", "dataclasses", *map(str, DEVICE_FILES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_device_tool_runs_from_its_archive_alone(tmp_path: Path) -> None:
+    """edgebuild-device.pyz holds all it needs: it runs with no edgebuild installed beside it."""
+    archive = tmp_path / "edgebuild-device.pyz"
+    archive.write_bytes(device_tool_archive())
+    out = subprocess.run([sys.executable, "-S", "-I", str(archive), "--root", str(tmp_path), "probe"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert '"ok": true' in out.stdout.splitlines()[-1] and '"l4t": null' in out.stdout

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
 from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
+from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
 from tests.fakes.tensorrt_double import PLAN, VERSIONS, ModelSpec, implemented_members, load_listing, make_tensorrt
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "tensorrt-api"

@@ -1,8 +1,7 @@
 """ONNX Runtime on the CPU: the reference backend that exists on every build host."""
 
-from __future__ import annotations
-
 from pathlib import Path
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -12,7 +11,7 @@ from edgebuild.errors import ExportError
 class OnnxRuntimeRunner:
     """Runs an ONNX file (inline or external-data layout) with ONNX Runtime's CPU provider."""
 
-    def __init__(self, onnx_path: Path, *, threads: int | None = None) -> None:
+    def __init__(self, onnx_path: Path, *, threads: Optional[int] = None) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -28,7 +27,7 @@ class OnnxRuntimeRunner:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise ExportError(f"{self.path}: inputs {missing} not given (model inputs: {self.input_names})")

@@ -4,9 +4,7 @@ A runner has ``backend`` (a name that every reported number carries) and
 ``run({input name: array}) -> {output name: array}``.
 """
 
-from __future__ import annotations
-
-from typing import Protocol
+from typing import Dict, Protocol
 
 import numpy as np
 
@@ -14,4 +12,4 @@ import numpy as np
 class Runner(Protocol):
     backend: str
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...

@@ -1,0 +1,5 @@
+import sys
+
+from edgebuild.runtime.cli import main
+
+sys.exit(main())

@@ -1,0 +1,90 @@
+"""The device-side command line: ``python3 -m edgebuild.runtime`` or ``python3 edgebuild-device.pyz``.
+
+What the build host runs on a device (over SSH, or inside a runtime container), and what a device
+runs for itself. Python 3.8 and the standard library (argparse, not click). Every command prints
+one JSON object on stdout as its last line, ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``,
+and exits with the same code as the build-side CLI; progress goes to stderr.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from edgebuild import __version__
+from edgebuild.errors import EdgebuildError
+from edgebuild.runtime import device
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _probe(args: argparse.Namespace) -> Dict[str, Any]:
+    return {"device": device.probe(args.root).as_dict()}
+
+
+def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
+    facts = device.probe(args.root)
+    engine_json = device.build_from_recipe(
+        Path(args.recipe), facts, timing_cache_dir=Path(args.timing_cache_dir) if args.timing_cache_dir else None,
+        verify_device=not args.no_verify_device, report=_progress)
+    metadata = json.loads(engine_json.read_text())
+    folder = engine_json.parent
+    files = {device.ENGINE_FILE: _sha256(folder / device.ENGINE_FILE), device.ENGINE_JSON: _sha256(engine_json)}
+    cache = metadata.get("timing_cache") or {}
+    return {"engine_json": str(engine_json), "files": files, "timing_cache": cache.get("path"),
+            "timing_cache_sha256": _sha256(Path(cache["path"])) if cache.get("path") else None}
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(str(path), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="edgebuild-device", description=__doc__.split("\n\n")[0])
+    top.add_argument("--version", action="version", version="edgebuild-device " + __version__)
+    top.add_argument("--root", type=Path, default=None,
+                     help="read /etc/nv_tegra_release and /proc/device-tree under this root "
+                          "(default: $" + device.ROOT_ENV + " or /)")
+    commands = top.add_subparsers(dest="command", required=True)
+    commands.add_parser("probe", help="print this device's L4T release, module, TensorRT and GPU")
+    build = commands.add_parser("build-engine", help="build the TensorRT engine of a recipe.json here")
+    build.add_argument("recipe", help="recipe.json written by `edgebuild compile` (model.onnx beside it)")
+    build.add_argument("--timing-cache-dir", default=None, help="where the per-(module, TensorRT) timing cache is")
+    build.add_argument("--no-verify-device", action="store_true",
+                       help="build even if this device is not the recipe's module and L4T (a host check)")
+    return top
+
+
+COMMANDS = {"probe": _probe, "build-engine": _build_engine}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        result = {"ok": True}  # type: Dict[str, Any]
+        result.update(COMMANDS[args.command](args))
+        code = 0
+    except EdgebuildError as exc:
+        result = {"ok": False, "error": type(exc).__name__, "kind": exc.kind, "message": exc.message,
+                  "hint": exc.hint, "exit_code": exc.exit_code}
+        print("{}: {}".format(exc.kind, exc), file=sys.stderr)
+        code = exc.exit_code
+    except Exception as exc:  # a bug: still answer in JSON so the host can show it
+        traceback.print_exc()
+        result = {"ok": False, "error": type(exc).__name__, "kind": "internal error", "message": str(exc),
+                  "hint": "this is a bug in edgebuild's device side; the traceback is above", "exit_code": 1}
+        code = 1
+    print(json.dumps(result, default=str))
+    return code
