@@ -430,3 +430,38 @@ def doctor(as_json: bool) -> None:
         click.echo(f"{mark} {c.name:<16} {c.found}")
         if not c.ok:
             click.echo(f"    {'':<16} missing: {c.enables}")
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--limits", "preset_name", required=True, metavar="PRESET",
+              help="A preset in cgroups/ (a module id such as orin-nano-8gb) or the path of a preset file.")
+@click.option("--memory", default=None, metavar="SIZE", help="Override the preset's memory limit (e.g. 256M).")
+@click.option("--cpus", type=float, default=None, help="Override the preset's CPU quota (cores).")
+@click.option("--cpuset", default=None, metavar="LIST", help="Override the cores it may run on (e.g. 0-1).")
+@click.option("--pids", type=int, default=None, help="Override the preset's task limit.")
+@click.option("--report", "report_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write what happened (limits read back, peak memory, OOM kill) as JSON here.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def run_command(preset_name: str, memory: str | None, cpus: float | None, cpuset: str | None, pids: int | None,
+                report_file: Path | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND on this host inside a real cgroup with a preset's limits.
+
+    \b
+    Tries a module's limits without a container engine, e.g.
+      edgebuild run --limits orin-nano-8gb -- python3 my_server.py
+    The cgroup (v2 where the host has it, else v1) is created for the run, the limits are read
+    back from its files and printed, and it is removed afterwards. A command killed by the
+    kernel's OOM killer exits with code 13; otherwise the command's own exit code is returned.
+    Cores and quotas the host does not have are fitted to it, with a warning. Needs root.
+    """
+    from edgebuild.limits import load_preset, run_limited
+
+    preset = load_preset(preset_name, Path.cwd()).with_overrides(memory=memory, cpus=cpus, cpuset=cpuset, pids=pids)
+    result = run_limited(preset, list(command), report=_report, report_file=report_file)
+    sys.exit(result.exit_code if result.exit_code is not None else 128 + _signal_number(result.signal))
+
+
+def _signal_number(name: str | None) -> int:
+    import signal
+
+    return int(signal.Signals[name]) if name else 0

@@ -188,6 +188,7 @@ class FleetGroup(_Section):
     jetpack: str
     use_dla: bool = False
     build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
+    cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
 
     @field_validator("build_on")
     @classmethod

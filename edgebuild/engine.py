@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.cache import atomic_output_dir, file_sha256
-from edgebuild.errors import EdgebuildError, RemoteError
+from edgebuild.errors import EdgebuildError, LimitError, RemoteError
+from edgebuild.limits import LimitPreset, check_against_module, human_size, preset_for_group
 from edgebuild.runtime.device import (
     ENGINE_FILE,
     ENGINE_JSON,
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
     from edgebuild.pipeline import BuildUnit
     from edgebuild.profiles import Target
 
-#: TensorRT's build workspace: an eighth of the module's memory, at most 1 GiB (shared CPU/GPU DRAM)
-MAX_WORKSPACE_BYTES = 1 << 30
 
 
 def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:
@@ -68,13 +67,10 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def workspace_bytes(target: Target) -> int:
-    return min(MAX_WORKSPACE_BYTES, target.module.memory_gb * (1 << 30) // 8)
-
-
 def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement: str, why: str) -> Path:
     """The engine recipe of one fleet group: the selected ONNX and the builder settings."""
     target = unit.group.target
+    limits = group_limits(project, unit)
     chosen = gate.candidate(gate.selected)
     precision = "int8" if chosen.precision.startswith("int8") else chosen.precision
     folder = project.build_dir / "engines" / unit.group.name
@@ -95,7 +91,8 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
             "retention": chosen.retention,
             "accuracy_backend": chosen.backend,
             "profiles": {s.name: [s.min_shape, s.opt_shape, s.max_shape] for s in project.model.inputs},
-            "workspace_bytes": workspace_bytes(target),
+            "workspace_bytes": limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
+            "limits": limits.as_dict(),
             "dla_core": 0 if unit.group.use_dla else None,
             "timing_cache": f"{target.module.id}-trt{target.release.tensorrt}.cache",
             "module": _module_facts(target),
@@ -106,6 +103,28 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
         }
         (staging / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))
     return folder / RECIPE_FILE
+
+
+def group_limits(project: Project, unit: BuildUnit) -> LimitPreset:
+    """The group's runtime limit preset, checked against its module."""
+    preset = preset_for_group(project, unit.group)
+    check_against_module(preset, unit.group.target.module)
+    return preset
+
+
+def check_engine_memory(engine_json: Path, limits: LimitPreset) -> None:
+    """Refuse an engine whose activations need more device memory than the group's preset allows.
+
+    CUDA memory on a Jetson is probably not charged to the container's cgroup, so this check, and
+    the memory-pool limit the engine was built with, are what bound it.
+    """
+    size = json.loads(engine_json.read_text()).get("device_memory_size")
+    if size is not None and int(size) > limits.engine_device_memory_max:
+        raise LimitError(
+            f"{engine_json.parent / ENGINE_FILE}: the engine needs {human_size(int(size))} of device memory, more "
+            f"than the {human_size(limits.engine_device_memory_max)} preset {limits.name} allows "
+            "(gpu.engine_device_memory_max)",
+            hint="lower the max shape of the optimization profile, or use a preset with a larger engine budget")
 
 
 def _module_facts(target: Target) -> dict[str, Any]:
@@ -189,6 +208,8 @@ def plan_engines(project: Project, units: tuple[BuildUnit, ...], gate: GateResul
                 report(f"engine: building {unit.target_id} ({placement})")
                 entry["engine_json"] = str(build_from_recipe(recipe, host, verify_device=placement == "local",
                                                              trt=trt, report=report))
+            if "engine_json" in entry:
+                check_engine_memory(Path(entry["engine_json"]), group_limits(project, unit))
         except EdgebuildError as exc:
             entry["error"] = exc
         planned.append(entry)

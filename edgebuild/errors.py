@@ -95,6 +95,13 @@ class RemoteError(EdgebuildError):
     kind = "remote device"
 
 
+class LimitError(EdgebuildError):
+    """A resource limit was refused by the host or broken by the workload (an OOM kill, an engine too large)."""
+
+    exit_code = 13
+    kind = "resource limit"
+
+
 #: exit codes documented in the README and `edgebuild --help`
 EXIT_CODES = {
     0: "success",
@@ -110,4 +117,5 @@ EXIT_CODES = {
     10: CapabilityMissing.__doc__ or "",
     11: AccuracyGateError.__doc__ or "",
     12: RemoteError.__doc__ or "",
+    13: LimitError.__doc__ or "",
 }

@@ -186,11 +186,13 @@ class SelectedGroup:
     use_dla: bool
     in_fleet: bool = True
     build_on: str | None = None  # the group's ssh:// build device, if it names one
+    cgroup_preset: str | None = None  # the group's own runtime limit preset, if it names one
 
 
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:
     """Resolve a --target selector against the project's fleet groups (in fleet order)."""
-    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla, build_on=g.build_on)
+    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla, build_on=g.build_on,
+                            cgroup_preset=g.cgroup_preset)
               for g in fleet]
     chosen: dict[str, SelectedGroup] = {}
     for part in [p.strip() for p in selector.split(",") if p.strip()] or ["all"]:

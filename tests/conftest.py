@@ -1,4 +1,4 @@
-"""Shared fixtures and the resource markers (gpu, jetson, container, ssh).
+"""Shared fixtures and the resource markers (gpu, jetson, container, ssh, cgroup).
 
 A marked test is skipped only when its resource is missing, and says why. Listing the
 resource in EDGEBUILD_REQUIRE (comma-separated, e.g. ``gpu,container``) turns that skip into
@@ -61,8 +61,21 @@ def _ssh() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _cgroup() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "creating cgroups needs root"
+    try:
+        from edgebuild.limits import host_cgroup
+
+        host_cgroup("probe")
+    except Exception as exc:  # CapabilityMissing, or no /proc/mounts
+        return False, str(exc)
+    return True, ""
+
+
 SSHD = "/usr/sbin/sshd"
-RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh}
+RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup}
 
 
 def required_resources() -> set[str]:

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from edgebuild.cli import main
 from edgebuild.config import load_project
 from edgebuild.engine import decide_placement, plan_engines
+from edgebuild.errors import LimitError
 from edgebuild.pipeline import plan_compile
 from edgebuild.profiles import load_catalog
 from edgebuild.remote import parse_ssh_url
@@ -55,7 +56,8 @@ def test_compile_on_a_cpu_host_defers_engines_with_recipes(example_copy) -> None
     recipe = json.loads(Path(engines[0]["recipe"]).read_text())
     assert recipe["precision"] == "int8" and recipe["shippable_engine"] is False
     assert recipe["profiles"]["images"] == [[1, 1, 8, 8], [8, 1, 16, 16], [32, 1, 32, 32]]
-    assert recipe["workspace_bytes"] == 512 * 1024 * 1024  # an eighth of the Orin Nano 4GB
+    assert recipe["workspace_bytes"] == 256 * 1024 * 1024  # cgroups/orin-nano-4gb.toml's TensorRT workspace
+    assert recipe["limits"]["name"] == "orin-nano-4gb" and recipe["limits"]["memory"] == 1 << 30
     assert recipe["tensorrt"] == "10.3.0.30" and recipe["timing_cache"] == "orin-nano-4gb-trt10.3.0.30.cache"
 
 
@@ -73,6 +75,26 @@ def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy)
     engine = json.loads(Path(planned[0]["engine_json"]).read_text())
     assert engine["shippable"] is False and engine["compute_capability"] == "8.9"
     assert engine["target"] == "orin-nano-4gb@6.2" and engine["precision"] == "int8"
+
+
+def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy) -> None:
+    root = example_copy("digits-classifier")
+    (root / "small.toml").write_text('module = "orin-nano-4gb"\n[limits]\nmemory = "512M"\ncpus = 2\n'
+                                     '[gpu]\ntensorrt_workspace = "1M"\nengine_device_memory_max = "8M"\n')
+    text = (root / "edgebuild.toml").read_text()
+    own_preset = 'name = "sorters"\ncgroup_preset = "small.toml"\n'
+    (root / "edgebuild.toml").write_text(text.replace('name = "sorters"\n', own_preset))
+    CliRunner().invoke(main, ["validate", "-p", str(root)])
+    project = load_project(root)
+    from edgebuild.gate import GateResult, gate_dir
+
+    gate = GateResult.load(gate_dir(project))
+    planned = plan_engines(project, plan_compile(project, "sorters").units, gate,
+                           host=DeviceFacts("10.3.0", "", "8.9", None, ()), trt=make_tensorrt("10.3.0"))
+    recipe = json.loads(Path(planned[0]["recipe"]).read_text())
+    assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
+    error = planned[0]["error"]  # the double's engine reports 12345678 bytes (11.8 MiB) of device memory
+    assert isinstance(error, LimitError) and "more than the 8.0 MiB preset small allows" in error.message
 
 
 @pytest.mark.parametrize("url, parsed", [
