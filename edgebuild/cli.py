@@ -465,3 +465,30 @@ def _signal_number(name: str | None) -> int:
     import signal
 
     return int(signal.Signals[name]) if name else 0
+
+
+@main.command("serve")
+@click.argument("artifact", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=None, help="Port (default: the project's [runtime] port, 8000).")
+@click.option("--backend", type=click.Choice(["auto", "tensorrt", "onnxruntime"]), default="auto", show_default=True,
+              help="auto: the TensorRT engine where it can run here, else ONNX Runtime on the CPU (said in the log).")
+@click.option("--warmup-budget-s", type=float, default=None,
+              help="Longest warm-up before ready (default: the project's [runtime] warmup_budget_s).")
+@click.option("--engine-cache", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where a deferred engine is built once and kept, per TensorRT version and compute capability.")
+def serve_command(artifact: Path, host: str, port: int | None, backend: str, warmup_budget_s: float | None,
+                  engine_cache: Path | None) -> None:
+    """Serve a compiled model folder (build/engines/<group>) over HTTP, after warm-up.
+
+    \b
+    KServe/Triton v2 protocol: /v2/health/live, /v2/health/ready (503 until warm-up is done),
+    /v2/models/NAME (backend, shapes, warm-up numbers), POST /v2/models/NAME/infer (JSON tensors),
+    and Prometheus /metrics. Warm-up runs the min, opt and max shapes until the opt shape's
+    latency settles or the budget ends. The same server runs on a device as
+    `python3 edgebuild-device.pyz serve ARTIFACT`; under limits: `edgebuild run --limits PRESET
+    -- edgebuild serve ARTIFACT`.
+    """
+    from edgebuild.runtime.server import serve
+
+    serve(artifact, host=host, port=port, backend=backend, warmup_budget_s=warmup_budget_s, engine_cache=engine_cache)

@@ -79,6 +79,9 @@ def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement:
         shutil.copyfile(source, staging / "model.onnx")
         recipe: dict[str, Any] = {
             "group": unit.group.name,
+            "model_name": project.project.name,
+            "model_version": project.ota.version,
+            "runtime": {"warmup_budget_s": project.runtime.warmup_budget_s, "port": project.runtime.port},
             "target": target.id,
             "placement": placement,
             "placement_reason": why,

@@ -41,6 +41,27 @@ def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
             "timing_cache_sha256": _sha256(Path(cache["path"])) if cache.get("path") else None}
 
 
+def _serve(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.server import serve
+
+    serve(Path(args.artifact), host=args.host, port=args.port, backend=args.backend,
+          warmup_budget_s=args.warmup_budget_s, engine_cache=Path(args.engine_cache) if args.engine_cache else None)
+    return {"stopped": True}
+
+
+def add_serve_arguments(serve: Any) -> None:
+    serve.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=None, help="port (default: [runtime] port of the project, 8000)")
+    serve.add_argument("--backend", choices=["auto", "tensorrt", "onnxruntime"], default="auto",
+                       help="auto: the TensorRT engine where it can run here, else ONNX Runtime (said in the log)")
+    serve.add_argument("--warmup-budget-s", type=float, default=None,
+                       help="longest warm-up before ready (default: [runtime] warmup_budget_s of the project)")
+    serve.add_argument("--engine-cache", default=None,
+                       help="where a deferred engine is built and kept (default $EDGEBUILD_ENGINE_CACHE or "
+                            "ARTIFACT/engine-cache), one folder per TensorRT version and compute capability")
+
+
 def _sha256(path: Path) -> str:
     import hashlib
 
@@ -64,10 +85,11 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--timing-cache-dir", default=None, help="where the per-(module, TensorRT) timing cache is")
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
+    add_serve_arguments(commands.add_parser("serve", help="serve a model folder over HTTP (KServe v2) after warm-up"))
     return top
 
 
-COMMANDS = {"probe": _probe, "build-engine": _build_engine}
+COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,233 @@
+"""The runtime server on loopback: health, readiness after warm-up, v2 inference, 400s, metrics, limits."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from edgebuild.runtime.server import Server
+
+SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
+
+
+def write_artifact(folder: Path) -> Path:
+    """A small dynamic-shape model (per-channel means and a scaled image) and its recipe, as compile writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 3])
+    scaled = helper.make_tensor_value_info("scaled", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])
+    graph = helper.make_graph([helper.make_node("ReduceMean", ["images", "axes"], ["scores"], keepdims=0),
+                               helper.make_node("Mul", ["images", "two"], ["scaled"])],
+                              "tiny", [images], [scores, scaled], [two, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, folder / "model.onnx")
+    (folder / "recipe.json").write_text(json.dumps({
+        "group": "yard", "model_name": "tiny", "model_version": "0.3.0", "target": "orin-nano-8gb@6.2",
+        "onnx": "model.onnx", "profiles": {"images": SHAPES}, "runtime": {"warmup_budget_s": 5, "port": 8000}}))
+    return folder
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request(method, path, body=body, headers=headers or {})
+        answer = conn.getresponse()
+        data = answer.read()
+        conn.close()
+        return answer.status, data
+
+    def json(self, method: str, path: str, payload=None):
+        status, data = self.request(method, path, json.dumps(payload).encode() if payload is not None else None)
+        return status, json.loads(data)
+
+    def wait_ready(self, timeout: float = 60) -> dict:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                status, body = self.json("GET", "/v2/health/ready")
+                if status == 200:
+                    return body
+            except (ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the server did not become ready")
+
+
+def infer_body(array: np.ndarray) -> dict:
+    return {"inputs": [{"name": "images", "shape": list(array.shape), "datatype": "FP32",
+                        "data": array.reshape(-1).tolist()}]}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = write_artifact(tmp_path_factory.mktemp("artifact") / "yard")
+    running = Server(folder, host="127.0.0.1", port=0, backend="auto", warmup_budget_s=3).start()
+    client = Client(running.port)
+    client.wait_ready()
+    yield running, client, folder
+    running.stop()
+
+
+def test_ready_after_warm_up_with_its_numbers(server) -> None:
+    running, client, _ = server
+    assert client.json("GET", "/v2/health/live") == (200, {"live": True})
+    status, ready = client.json("GET", "/v2/health/ready")
+    warmup = ready["warmup"]
+    assert status == 200 and warmup["runs"] >= 11 and warmup["warmup_s"] <= 3 + 1
+    assert warmup["cold_first_call_ms"] > 0 and warmup["warm_p50_ms"] > 0
+    status, meta = client.json("GET", "/v2/models/tiny")
+    assert status == 200 and meta["versions"] == ["0.3.0"]
+    assert meta["inputs"][0] == {"name": "images", "datatype": "FP32", "shape": [-1, 3, -1, -1],
+                                 "min_shape": SHAPES[0], "opt_shape": SHAPES[1], "max_shape": SHAPES[2]}
+    # no TensorRT here: the server says it is not using it, and why
+    assert meta["platform"].startswith("onnxruntime-cpu") and "NOT TensorRT" in meta["parameters"]["backend_reason"]
+
+
+def test_inference_matches_onnx_runtime_on_the_host(server) -> None:
+    _, client, folder = server
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    for shape in SHAPES:
+        array = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
+        status, answer = client.json("POST", "/v2/models/tiny/infer", infer_body(array))
+        assert status == 200, answer
+        expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
+        for out in answer["outputs"]:
+            got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+            np.testing.assert_allclose(got, expected[out["name"]], rtol=1e-6, atol=1e-6)
+            assert out["datatype"] == "FP32"
+        assert answer["parameters"]["inference_ms"] > 0
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda b: b["inputs"][0].update(name="pixels"), "unknown input 'pixels'"),
+    (lambda b: b["inputs"][0].update(datatype="INT64"), "the model takes FP32"),
+    (lambda b: b["inputs"][0].update(shape=[8, 3, 16, 16], data=[0.0] * 8 * 3 * 256), "outside the profile"),
+    (lambda b: b["inputs"][0].update(shape=[1, 3, 16]), "outside the profile"),
+    (lambda b: b["inputs"][0].update(data=[0.0, 1.0]), "data has 2 values"),
+    (lambda b: b["inputs"][0].update(data=["a"] * 768), "not FP32 numbers"),
+    (lambda b: b.update(inputs=[]), "inputs ['images'] are missing"),
+    (lambda b: b.pop("inputs"), 'an "inputs" list'),
+])
+def test_bad_requests_get_a_400_and_the_server_keeps_serving(server, mutate, message) -> None:
+    _, client, _ = server
+    body = infer_body(np.zeros(SHAPES[0], dtype=np.float32))
+    mutate(body)
+    status, answer = client.json("POST", "/v2/models/tiny/infer", body)
+    assert status == 400 and message in answer["error"]
+    good = client.json("POST", "/v2/models/tiny/infer", infer_body(np.zeros(SHAPES[0], dtype=np.float32)))
+    assert good[0] == 200
+
+
+def test_malformed_and_oversized_bodies(server) -> None:
+    running, client, _ = server
+    status, data = client.request("POST", "/v2/models/tiny/infer", b"{not json")
+    assert status == 400 and b"not valid JSON" in data
+    too_big = running.service.max_body + 1
+    status, data = client.request("POST", "/v2/models/tiny/infer", b" " * too_big)
+    assert status == 400 and b"at most" in data
+    assert client.request("POST", "/v2/models/other/infer", b"{}")[0] == 404
+    assert client.request("GET", "/v2/health/ready")[0] == 200
+
+
+def test_metrics_count_requests_and_expose_warm_up(server) -> None:
+    _, client, _ = server
+    client.json("POST", "/v2/models/tiny/infer", infer_body(np.zeros(SHAPES[0], dtype=np.float32)))
+    client.request("POST", "/v2/models/tiny/infer", b"[]")
+    status, text = client.request("GET", "/metrics")
+    lines = text.decode().splitlines()
+    assert status == 200
+    counted = {line.split('outcome="')[1].split('"')[0]: int(line.split()[-1])
+               for line in lines if line.startswith("edgebuild_requests_total{")}
+    assert counted["success"] >= 1 and counted["bad_request"] >= 1
+    assert any(line.startswith('edgebuild_inference_latency_ms_bucket{model="tiny",le="+Inf"}') for line in lines)
+    assert any(line.startswith("edgebuild_warmup_seconds") for line in lines)
+    assert any(line.startswith("edgebuild_cold_first_call_ms") for line in lines)
+    assert 'edgebuild_ready{model="tiny",backend="onnxruntime-cpu' in text.decode()
+
+
+def test_not_ready_until_warm_up_ends(tmp_path: Path) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    running = Server(folder, host="127.0.0.1", port=0, warmup_budget_s=2).start()
+    try:
+        client = Client(running.port)
+        early = client.request("GET", "/v2/health/ready")[0]
+        body = infer_body(np.zeros(SHAPES[0], dtype=np.float32))
+        early_infer = client.json("POST", "/v2/models/tiny/infer", body)[0]
+        client.wait_ready()
+        assert client.json("POST", "/v2/models/tiny/infer", body)[0] == 200
+    finally:
+        running.stop()
+    assert early in (200, 503) and early_infer in (200, 503)  # 503 whenever the request came before ready
+    assert early == 503 or running.service.warmup["warmup_s"] < 0.05
+
+
+def test_a_folder_without_a_recipe_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "edgebuild", "serve", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 3 and "no recipe.json here" in done.stderr
+
+
+@pytest.mark.cgroup
+@pytest.mark.slow
+def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> None:
+    """The server in a real cgroup with the Orin Nano 8GB preset: no failed request, memory within it."""
+    folder = write_artifact(tmp_path / "yard")
+    report = tmp_path / "run.json"
+    port = 18000 + os.getpid() % 1000
+    run = subprocess.Popen([sys.executable, "-m", "edgebuild", "run", "--limits", "orin-nano-8gb", "--report",
+                            str(report), "--", sys.executable, "-m", "edgebuild", "serve", str(folder), "--host",
+                            "127.0.0.1", "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    client = Client(port)
+    try:
+        client.wait_ready()
+        failures: list[str] = []
+        counts = [0] * 30
+        deadline = time.time() + 30
+
+        def hammer(index: int) -> None:
+            rng = np.random.default_rng(index)
+            while time.time() < deadline:
+                shape = SHAPES[int(rng.integers(0, 3))]
+                body = json.dumps(infer_body(rng.random(shape, dtype=np.float32))).encode()
+                try:
+                    status, _ = client.request("POST", "/v2/models/tiny/infer", body)
+                    if status != 200:
+                        failures.append(f"HTTP {status}")
+                except OSError as exc:
+                    failures.append(repr(exc))
+                counts[index] += 1
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=60)
+    assert not failures, failures[:5]
+    assert min(counts) > 0 and sum(counts) > 300, counts
+    result = json.loads(report.read_text())
+    print(f"{sum(counts)} requests from 30 clients in 30 s; cgroup peak memory {result['peak_memory']} bytes "
+          f"of {result['preset']['memory']}")
+    assert not result["oom_killed"], stderr
+    assert result["peak_memory"] <= result["preset"]["memory"]
+    assert "ready:" in stderr
