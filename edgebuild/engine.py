@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from edgebuild.profiles import Target
 
 
-
 def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:
     """(placement, why) for one target on this host; ``build_on`` is the group's ssh:// build device."""
     release, module = target.release, target.module
@@ -67,10 +66,10 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement: str, why: str) -> Path:
-    """The engine recipe of one fleet group: the selected ONNX and the builder settings."""
+def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement: str, why: str,
+                 limits: LimitPreset) -> Path:
+    """The engine recipe of one fleet group: the selected ONNX, the builder settings and its limits."""
     target = unit.group.target
-    limits = group_limits(project, unit)
     chosen = gate.candidate(gate.selected)
     precision = "int8" if chosen.precision.startswith("int8") else chosen.precision
     folder = project.build_dir / "engines" / unit.group.name
@@ -201,7 +200,8 @@ def plan_engines(project: Project, units: tuple[BuildUnit, ...], gate: GateResul
     planned = []
     for unit in units:
         placement, why = decide_placement(unit.group.target, host, build_on or unit.group.build_on)
-        recipe = write_recipe(project, unit, gate, placement, why)
+        limits = group_limits(project, unit)
+        recipe = write_recipe(project, unit, gate, placement, why, limits)
         entry: dict[str, Any] = {"group": unit.group.name, "target": unit.target_id, "placement": placement,
                                  "reason": why, "recipe": str(recipe), "host": host.as_dict()}
         try:
@@ -212,7 +212,7 @@ def plan_engines(project: Project, units: tuple[BuildUnit, ...], gate: GateResul
                 entry["engine_json"] = str(build_from_recipe(recipe, host, verify_device=placement == "local",
                                                              trt=trt, report=report))
             if "engine_json" in entry:
-                check_engine_memory(Path(entry["engine_json"]), group_limits(project, unit))
+                check_engine_memory(Path(entry["engine_json"]), limits)
         except EdgebuildError as exc:
             entry["error"] = exc
         planned.append(entry)

@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -47,13 +46,6 @@ def parse_size(value: str | int) -> int:
         raise ValueError(f"{value!r} is not a size; write it like 512M, 2G or 1.5G")
     number, unit = float(match.group(1)), match.group(2).lower()
     return int(number * (1 << (10 * " kmgt".index(unit or " "))))
-
-
-def format_size(n: int) -> str:
-    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
 
 
 def human_size(n: float) -> str:
@@ -518,7 +510,3 @@ def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Callable
                  "(batch size, threads)")
     return result
 
-
-def default_serve_command(artifact: Path, extra: Sequence[str] = ()) -> list[str]:
-    """The runtime server of an artifact folder, as ``edgebuild run`` starts it."""
-    return [sys.executable, "-m", "edgebuild.runtime", "serve", str(artifact), *extra]
