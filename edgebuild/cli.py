@@ -477,18 +477,25 @@ def _signal_number(name: str | None) -> int:
               help="Longest warm-up before ready (default: the project's [runtime] warmup_budget_s).")
 @click.option("--engine-cache", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where a deferred engine is built once and kept, per TensorRT version and compute capability.")
+@click.option("--max-batch-size", type=click.IntRange(min=1), default=None,
+              help="Dynamic batching: stack up to this many rows of waiting requests into one backend run "
+                   "(default: the project's [runtime] max_batch_size; 1 is off).")
+@click.option("--max-queue-delay-ms", type=click.FloatRange(min=0), default=None,
+              help="How long the first waiting request waits for others to join its batch (default: [runtime], 2).")
 def serve_command(artifact: Path, host: str, port: int | None, backend: str, warmup_budget_s: float | None,
-                  engine_cache: Path | None) -> None:
+                  engine_cache: Path | None, max_batch_size: int | None, max_queue_delay_ms: float | None) -> None:
     """Serve a compiled model folder (build/engines/<group>) over HTTP, after warm-up.
 
     \b
     KServe/Triton v2 protocol: /v2/health/live, /v2/health/ready (503 until warm-up is done),
     /v2/models/NAME (backend, shapes, warm-up numbers), POST /v2/models/NAME/infer (JSON tensors),
     and Prometheus /metrics. Warm-up runs the min, opt and max shapes until the opt shape's
-    latency settles or the budget ends. The same server runs on a device as
+    latency settles or the budget ends. With --max-batch-size N > 1, requests that arrive within
+    --max-queue-delay-ms and share their non-batch dimensions run as one batch. The same server runs on a device as
     `python3 edgebuild-device.pyz serve ARTIFACT`; under limits: `edgebuild run --limits PRESET
     -- edgebuild serve ARTIFACT`.
     """
     from edgebuild.runtime.server import serve
 
-    serve(artifact, host=host, port=port, backend=backend, warmup_budget_s=warmup_budget_s, engine_cache=engine_cache)
+    serve(artifact, host=host, port=port, backend=backend, warmup_budget_s=warmup_budget_s, engine_cache=engine_cache,
+          max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms)

@@ -242,6 +242,10 @@ class RuntimeSection(_Section):
     warmup_budget_s: float = Field(30.0, gt=0)
     cgroup_preset: str | None = None
     port: int = Field(8000, ge=1, le=65535)
+    # dynamic batching: requests that arrive within max_queue_delay_ms of each other and share their
+    # non-batch dimensions run as one batch of at most max_batch_size; 1 turns it off
+    max_batch_size: PositiveInt = 1
+    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
 
 
 class OtaSection(_Section):
@@ -409,7 +413,18 @@ def check_meaning(project: Project, catalog: Any) -> list[str]:
     problems: list[str] = []
     problems += _check_fleet(project, catalog)
     problems += _check_model_against_task(project)
+    problems += _check_batching(project)
     return problems
+
+
+def _check_batching(project: Project) -> list[str]:
+    """Dynamic batching stacks requests on axis 0, so that axis must be dynamic and reach the batch size."""
+    size = project.runtime.max_batch_size
+    if size == 1:
+        return []
+    return [f"runtime.max_batch_size: {size} needs input {spec.name!r} to take a batch of {size} on axis 0, "
+            f"but its max_shape is {spec.max_shape}; raise max_shape[0] or lower max_batch_size"
+            for spec in project.model.inputs if spec.max_shape[0] < size]
 
 
 def _check_fleet(project: Project, catalog: Any) -> list[str]:

@@ -45,7 +45,8 @@ def _serve(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.server import serve
 
     serve(Path(args.artifact), host=args.host, port=args.port, backend=args.backend,
-          warmup_budget_s=args.warmup_budget_s, engine_cache=Path(args.engine_cache) if args.engine_cache else None)
+          warmup_budget_s=args.warmup_budget_s, engine_cache=Path(args.engine_cache) if args.engine_cache else None,
+          max_batch_size=args.max_batch_size, max_queue_delay_ms=args.max_queue_delay_ms)
     return {"stopped": True}
 
 
@@ -60,6 +61,12 @@ def add_serve_arguments(serve: Any) -> None:
     serve.add_argument("--engine-cache", default=None,
                        help="where a deferred engine is built and kept (default $EDGEBUILD_ENGINE_CACHE or "
                             "ARTIFACT/engine-cache), one folder per TensorRT version and compute capability")
+    serve.add_argument("--max-batch-size", type=int, default=None,
+                       help="dynamic batching: stack up to this many rows of waiting requests into one run "
+                            "(default: [runtime] max_batch_size of the project; 1 is off)")
+    serve.add_argument("--max-queue-delay-ms", type=float, default=None,
+                       help="how long the first waiting request waits for others to join its batch "
+                            "(default: [runtime] max_queue_delay_ms, 2)")
 
 
 def _sha256(path: Path) -> str:

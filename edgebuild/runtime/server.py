@@ -13,6 +13,10 @@ KServe / Triton v2 HTTP protocol, after warming it up:
   warm-up budget runs out; the cold first call, the warm-up time and the warmed latency are kept;
 - one worker thread owns the backend (a CUDA context belongs to the thread that made it); HTTP
   handler threads hand it requests through a queue;
+- dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
+  up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
+  stacks them on axis 0 (at most ``max_batch_size`` rows, never past the profile's max), runs them
+  once and hands each request its own rows of the outputs;
 - a bad request gets a 400 with a message and the server keeps serving.
 
 Python 3.8, the standard library and numpy.
@@ -20,6 +24,7 @@ Python 3.8, the standard library and numpy.
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
+import collections
 import json
 import math
 import os
@@ -121,7 +126,8 @@ class ModelService:
     """The backend, its warm-up, the request queue of its worker thread, and the metrics."""
 
     def __init__(self, folder: Path, *, backend: str = "auto", warmup_budget_s: Optional[float] = None,
-                 engine_cache: Optional[Path] = None, warmup: bool = True) -> None:
+                 engine_cache: Optional[Path] = None, warmup: bool = True, max_batch_size: Optional[int] = None,
+                 max_queue_delay_ms: Optional[float] = None) -> None:
         self.folder = Path(folder)
         recipe_path = self.folder / device.RECIPE_FILE
         if not recipe_path.is_file():
@@ -134,6 +140,9 @@ class ModelService:
         runtime = self.recipe.get("runtime") or {}
         self.warmup_budget_s = float(warmup_budget_s if warmup_budget_s is not None
                                      else runtime.get("warmup_budget_s", 30.0))
+        self.max_batch_size, self.max_queue_delay_ms = self._batching(
+            int(max_batch_size if max_batch_size is not None else runtime.get("max_batch_size", 1)),
+            float(max_queue_delay_ms if max_queue_delay_ms is not None else runtime.get("max_queue_delay_ms", 2.0)))
         self.max_body = sum(64 + 24 * int(np.prod(s.max_shape)) for s in self.inputs.values()) + 65536
         self._backend_choice, self._engine_cache, self._do_warmup = backend, engine_cache, warmup
         self._jobs = queue.Queue()  # type: queue.Queue
@@ -147,7 +156,24 @@ class ModelService:
         self.requests = {"success": 0, "failure": 0, "bad_request": 0}
         self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
+        self.batches = {"runs": 0, "requests": 0, "rows": 0}
         self._worker = threading.Thread(target=self._work, name="edgebuild-backend", daemon=True)
+
+    def _batching(self, size: int, delay_ms: float) -> Tuple[int, float]:
+        """The batch size the profile allows: axis 0 of every input must be dynamic and reach it."""
+        if size < 1 or delay_ms < 0:
+            raise ConfigError("max_batch_size must be at least 1 and max_queue_delay_ms at least 0, "
+                              "not {} and {}".format(size, delay_ms))
+        if size == 1:
+            return 1, delay_ms
+        room = min(s.max_shape[0] for s in self.inputs.values())
+        if room < 2:
+            _log("WARNING: dynamic batching is off: the profile's max batch (axis 0 of max_shape) is {}".format(room))
+            return 1, delay_ms
+        if size > room:
+            _log("WARNING: max_batch_size {} is past the profile's max batch {}; batching up to {}".format(
+                size, room, room))
+        return min(size, room), delay_ms
 
     # -- the worker thread -------------------------------------------------------------------
 
@@ -168,14 +194,79 @@ class ModelService:
             self.failed = "{}: {}".format(type(exc).__name__, exc)
             _log("cannot serve: " + self.failed)
             return
+        waiting = collections.deque()  # type: collections.deque
         while True:
-            inputs, answer = self._jobs.get()
-            started = time.perf_counter()
+            first = waiting.popleft() if waiting else self._jobs.get()
+            batch = self._gather(first, waiting) if self.max_batch_size > 1 else [first]
+            self._run_batch(runner, batch)
+
+    def _gather(self, first: Tuple[Any, Any], waiting: "collections.deque") -> List[Tuple[Any, Any]]:
+        """``first`` and the requests that can share its batch: same non-batch dims, within the delay."""
+        key = _batch_key(first[0])
+        if key is None:
+            return [first]
+        batch, rows = [first], _rows(first[0])
+        skipped = collections.deque()  # type: collections.deque
+        while waiting and rows < self.max_batch_size:  # requests set aside by an earlier batch come first
+            job = waiting.popleft()
+            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
+                batch.append(job)
+                rows += _rows(job[0])
+            else:
+                skipped.append(job)
+        skipped.extend(waiting)
+        waiting.clear()
+        waiting.extend(skipped)
+        deadline = time.perf_counter() + self.max_queue_delay_ms / 1000.0
+        while rows < self.max_batch_size:
+            left = deadline - time.perf_counter()
             try:
-                outputs = runner.run(inputs)
-                answer.put((outputs, (time.perf_counter() - started) * 1000.0, None))
-            except Exception as exc:
-                answer.put((None, 0.0, exc))
+                job = self._jobs.get(timeout=left) if left > 0 else self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
+                batch.append(job)
+                rows += _rows(job[0])
+            else:
+                waiting.append(job)
+        return batch
+
+    def _run_batch(self, runner: Any, batch: List[Tuple[Any, Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            if len(batch) == 1:
+                results = [runner.run(batch[0][0])]
+            else:
+                results = self._run_stacked(runner, [inputs for inputs, _ in batch])
+        except Exception as exc:
+            for _, answer in batch:
+                answer.put((None, 0.0, 0, exc))
+            return
+        ms = (time.perf_counter() - started) * 1000.0
+        rows = sum(_rows(inputs) for inputs, _ in batch)
+        with self._lock:
+            self.batches["runs"] += 1
+            self.batches["requests"] += len(batch)
+            self.batches["rows"] += rows
+        for (_, answer), outputs in zip(batch, results):
+            answer.put((outputs, ms, rows, None))
+
+    def _run_stacked(self, runner: Any, requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        """One run over the requests stacked on axis 0, split back per request."""
+        stacked = {n: np.concatenate([r[n] for r in requests], axis=0) for n in requests[0]}
+        outputs = runner.run(stacked)
+        total = sum(_rows(r) for r in requests)
+        if any(a.ndim == 0 or a.shape[0] != total for a in outputs.values()):
+            _log("WARNING: dynamic batching is off: the outputs {} do not carry the batch on axis 0".format(
+                {n: list(a.shape) for n, a in outputs.items()}))
+            self.max_batch_size = 1
+            return [runner.run(r) for r in requests]
+        results, start = [], 0
+        for request in requests:
+            end = start + _rows(request)
+            results.append({n: a[start:end] for n, a in outputs.items()})
+            start = end
+        return results
 
     def _example(self, which: str) -> Dict[str, np.ndarray]:
         rng = np.random.default_rng(0)
@@ -255,13 +346,14 @@ class ModelService:
             raise BadRequest("inputs {} are missing".format(missing))
         return arrays
 
-    def infer(self, inputs: Dict[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], float]:
+    def infer(self, inputs: Dict[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, int]:
+        """(outputs, backend ms of the run that held this request, rows in that run)."""
         answer = queue.Queue(maxsize=1)  # type: queue.Queue
         self._jobs.put((inputs, answer))
-        outputs, ms, error = answer.get()
+        outputs, ms, rows, error = answer.get()
         if error is not None:
             raise error
-        return outputs, ms
+        return outputs, ms, rows
 
     def record(self, outcome: str, ms: float = 0.0) -> None:
         with self._lock:
@@ -276,7 +368,9 @@ class ModelService:
                 "inputs": [s.as_dict() for s in self.inputs.values()],
                 "outputs": [{"name": n} for n in self.output_names],
                 "parameters": {"backend": self.backend, "backend_reason": self.backend_reason,
-                               "target": self.recipe.get("target"), "warmup": self.warmup}}
+                               "target": self.recipe.get("target"), "warmup": self.warmup,
+                               "dynamic_batching": {"max_batch_size": self.max_batch_size,
+                                                    "max_queue_delay_ms": self.max_queue_delay_ms}}}
 
     def metrics_text(self) -> str:
         """Prometheus text exposition format."""
@@ -295,6 +389,15 @@ class ModelService:
             lines.append('edgebuild_inference_latency_ms_sum{{model="{}"}} {:.3f}'.format(self.name,
                                                                                         self.latency_sum_ms))
             lines.append('edgebuild_inference_latency_ms_count{{model="{}"}} {}'.format(self.name, total))
+            lines += ["# HELP edgebuild_backend_runs_total Backend runs (one per batch).",
+                      "# TYPE edgebuild_backend_runs_total counter",
+                      'edgebuild_backend_runs_total{{model="{}"}} {}'.format(self.name, self.batches["runs"]),
+                      "# HELP edgebuild_batched_requests_total Requests answered by those runs.",
+                      "# TYPE edgebuild_batched_requests_total counter",
+                      'edgebuild_batched_requests_total{{model="{}"}} {}'.format(self.name, self.batches["requests"]),
+                      "# HELP edgebuild_batch_rows_total Rows (axis 0) those runs took.",
+                      "# TYPE edgebuild_batch_rows_total counter",
+                      'edgebuild_batch_rows_total{{model="{}"}} {}'.format(self.name, self.batches["rows"])]
         gauges = (("warmup_seconds", "warmup_s", "Time from the first warm-up call to ready."),
                   ("cold_first_call_ms", "cold_first_call_ms", "The first inference after loading."),
                   ("warm_p50_ms", "warm_p50_ms", "Median latency at the opt shape when warm-up ended."))
@@ -307,6 +410,17 @@ class ModelService:
                   'edgebuild_ready{{model="{}",backend="{}"}} {}'.format(self.name, self.backend,
                                                                           int(self.ready.is_set()))]
         return "\n".join(lines) + "\n"
+
+
+def _rows(inputs: Dict[str, np.ndarray]) -> int:
+    return int(next(iter(inputs.values())).shape[0])
+
+
+def _batch_key(inputs: Dict[str, np.ndarray]) -> Optional[Tuple[Any, ...]]:
+    """What requests must share to be stacked: every input's non-batch dims (None: not batchable)."""
+    if len({a.shape[0] for a in inputs.values()}) != 1:
+        return None
+    return tuple(sorted((n, a.shape[1:]) for n, a in inputs.items()))
 
 
 def _datatype(array: np.ndarray) -> str:
@@ -378,7 +492,7 @@ def make_handler(service: ModelService) -> Any:
                 self._send(400, {"error": str(exc)})
                 return
             try:
-                outputs, ms = service.infer(inputs)
+                outputs, ms, rows = service.infer(inputs)
             except Exception as exc:
                 service.record("failure")
                 self._send(500, {"error": "inference failed: {}".format(exc)})
@@ -387,7 +501,8 @@ def make_handler(service: ModelService) -> Any:
             self._send(200, {"model_name": service.name, "model_version": service.version,
                              "outputs": [{"name": n, "shape": list(a.shape), "datatype": _datatype(a),
                                           "data": _flat(a)} for n, a in outputs.items()],
-                             "parameters": {"inference_ms": round(ms, 3), "backend": service.backend}})
+                             "parameters": {"inference_ms": round(ms, 3), "batch_rows": rows,
+                                            "backend": service.backend}})
 
         def _drain(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -432,13 +547,11 @@ class Server:
         self.httpd.server_close()
 
 
-def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, backend: str = "auto",
-          warmup_budget_s: Optional[float] = None, engine_cache: Optional[Path] = None) -> None:
+def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, **service_options: Any) -> None:
     """Serve until SIGTERM or Ctrl-C (the HTTP port answers ``live`` from the start, ``ready`` after warm-up)."""
     import signal
 
-    server = Server(folder, host=host, port=port, backend=backend, warmup_budget_s=warmup_budget_s,
-                    engine_cache=engine_cache)
+    server = Server(folder, host=host, port=port, **service_options)
     _log("model {} from {}, listening on http://{}:{} (ready after warm-up)".format(
         server.service.name, folder, host, server.port))
     server.service.start()

@@ -180,6 +180,94 @@ def test_not_ready_until_warm_up_ends(tmp_path: Path) -> None:
     assert early == 503 or running.service.warmup["warmup_s"] < 0.05
 
 
+def _concurrently(client: Client, arrays: list[np.ndarray]) -> list[dict]:
+    """POST every array at once (one thread each) and return the answers in order."""
+    answers: list[dict] = [{}] * len(arrays)
+    start = threading.Barrier(len(arrays))
+
+    def send(i: int) -> None:
+        start.wait()
+        status, answers[i] = client.json("POST", "/v2/models/tiny/infer", infer_body(arrays[i]))
+        assert status == 200, answers[i]
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(arrays))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def _outputs(answer: dict) -> dict[str, np.ndarray]:
+    return {o["name"]: np.asarray(o["data"], dtype=np.float32).reshape(o["shape"]) for o in answer["outputs"]}
+
+
+def test_dynamic_batching_stacks_waiting_requests_and_answers_each_its_own_rows(tmp_path: Path) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    running = Server(folder, host="127.0.0.1", port=0, warmup=False, max_batch_size=4,
+                     max_queue_delay_ms=200).start()
+    try:
+        client = Client(running.port)
+        client.wait_ready()
+        rng = np.random.default_rng(7)
+        # two sizes that cannot share a batch, and one request that brings two rows of its own
+        arrays = ([rng.random([1, 3, 8, 8], dtype=np.float32) for _ in range(5)]
+                  + [rng.random([1, 3, 16, 16], dtype=np.float32) for _ in range(3)]
+                  + [rng.random([2, 3, 8, 8], dtype=np.float32)])
+        answers = _concurrently(client, arrays)
+        for array, answer in zip(arrays, answers):
+            expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
+            got = _outputs(answer)
+            assert got["scores"].shape == (array.shape[0], 3)
+            for name in expected:
+                np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6)
+            assert 1 <= answer["parameters"]["batch_rows"] <= 4
+        batches = running.service.batches
+        assert batches["requests"] == len(arrays) and batches["rows"] == 10
+        assert batches["runs"] < len(arrays), batches  # some requests shared a run
+        assert any(a["parameters"]["batch_rows"] > 1 for a in answers)
+        _, meta = client.json("GET", "/v2/models/tiny")
+        assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200}
+        _, text = client.request("GET", "/metrics")
+        assert f'edgebuild_batch_rows_total{{model="tiny"}} {batches["rows"]}' in text.decode()
+    finally:
+        running.stop()
+
+
+def test_dynamic_batching_never_passes_the_profiles_max_batch(tmp_path: Path, capsys) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    running = Server(folder, host="127.0.0.1", port=0, warmup=False, max_batch_size=16)
+    assert running.service.max_batch_size == SHAPES[2][0]
+    assert "past the profile's max batch 4" in capsys.readouterr().err
+    running.httpd.server_close()
+
+
+def test_dynamic_batching_turns_itself_off_for_outputs_without_a_batch_axis(tmp_path: Path, capsys) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    means = helper.make_tensor_value_info("means", TensorProto.FLOAT, [3])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [3], [0, 2, 3])
+    graph = helper.make_graph([helper.make_node("ReduceMean", ["images", "axes"], ["means"], keepdims=0)],
+                              "pooled", [images], [means], [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, folder / "model.onnx")
+    running = Server(folder, host="127.0.0.1", port=0, warmup=False, max_batch_size=4,
+                     max_queue_delay_ms=200).start()
+    try:
+        client = Client(running.port)
+        client.wait_ready()
+        arrays = [np.full([1, 3, 8, 8], i, dtype=np.float32) for i in range(4)]
+        answers = _concurrently(client, arrays)
+    finally:
+        running.stop()
+    for i, answer in enumerate(answers):  # each still gets the answer to its own input
+        np.testing.assert_allclose(_outputs(answer)["means"], [i, i, i])
+    assert running.service.max_batch_size == 1
+    assert "do not carry the batch on axis 0" in capsys.readouterr().err
+
+
 def test_a_folder_without_a_recipe_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "edgebuild", "serve", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 3 and "no recipe.json here" in done.stderr
