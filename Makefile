@@ -20,7 +20,7 @@ demo: $(STAMP)  ## compile the bundled shapes example for every Orin group of it
 	$(BIN)/edgebuild compile --target $(TARGET) --project $(EXAMPLE)
 
 lint: $(STAMP)
-	$(BIN)/ruff check edgebuild tests examples
+	$(BIN)/ruff check edgebuild tests examples benchmarks
 	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime edgebuild/errors.py edgebuild/__init__.py
 
 test: lint  ## lint, then every test (marked tests skip only when their resource is missing)

@@ -432,6 +432,57 @@ def doctor(as_json: bool) -> None:
             click.echo(f"    {'':<16} missing: {c.enables}")
 
 
+@main.command("container")
+@project_option
+@target_option
+@click.option("--flavor", type=click.Choice(["jetson", "cpu"]), default="jetson", show_default=True,
+              help="jetson: FROM the JetPack profile's NVIDIA TensorRT image; cpu: a Debian Python image with "
+                   "ONNX Runtime, to try the runtime on a build host.")
+@click.option("--base-image", default=None, metavar="IMAGE",
+              help="Build FROM this image instead (jetson: an image of that JetPack with TensorRT's Python bindings).")
+@click.option("--build", "build_images", is_flag=True,
+              help="Also build each image with podman or docker (jetson images need an arm64 host or qemu binfmt).")
+@click.option("--engine", type=click.Choice(["podman", "docker"]), default=None,
+              help="Container engine for --build (default: podman, else docker).")
+@click.option("--no-pull", is_flag=True, help="With --build: use only local images (the base must be there).")
+@json_option
+def container_command(project_dir: Path, selector: str, flavor: str, base_image: str | None, build_images: bool,
+                      engine: str | None, no_pull: bool, as_json: bool) -> None:
+    """Write a runtime container build context and run specs per fleet group.
+
+    \b
+    From build/engines/<group> (written by `edgebuild compile`) into build/containers/<group>:
+      Dockerfile       FROM the profile's base image, non-root user, engine-cache volume,
+                       HEALTHCHECK on /v2/health/ready, entry point `edgebuild-device.pyz serve`
+      model/           recipe, ONNX, and the engine where it was built for the device
+      run.sh           docker run with --runtime nvidia and the preset's --memory, --memory-swap,
+                       --cpus, --cpuset-cpus, --pids-limit, --read-only
+      compose.yaml     the same as a compose service
+      edgebuild-<group>.service   systemd unit (MemoryMax, CPUQuota, AllowedCPUs, TasksMax) that
+                       runs the server without a container, on cgroup-v2 releases (JetPack 6+)
+      container.json   what was written, from what, with which limits
+    The limits come from the group's preset in cgroups/ (see `edgebuild run --limits`).
+    """
+    from edgebuild.container import build_image, write_project_containers
+
+    plan = _plan(project_dir, selector)
+    written = write_project_containers(plan.project, plan.units, flavor=flavor, base_image=base_image, report=_report)
+    records = [record for _, record in written]
+    if build_images:
+        for container, record in written:
+            record["built"] = build_image(Path(record["context"]), container, engine=engine, pull=not no_pull,
+                                          report=_report)
+    if as_json:
+        _emit_json({"containers": records})
+        return
+    rows = [[r["group"], r["target"], r["base_image"], r["limits"]["name"], "engine" if r["ships_engine"] else "recipe",
+             r["context"] + (f" -> {r['built']}" if r.get("built") else "")] for r in records]
+    click.echo(_table(rows, ["group", "target", "FROM", "limits", "ships", "context"]))
+    for r in records:
+        for note in r["notes"]:
+            click.echo(f"{r['group']}: {note}")
+
+
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--limits", "preset_name", required=True, metavar="PRESET",
               help="A preset in cgroups/ (a module id such as orin-nano-8gb) or the path of a preset file.")

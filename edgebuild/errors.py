@@ -102,6 +102,13 @@ class LimitError(EdgebuildError):
     kind = "resource limit"
 
 
+class ContainerError(EdgebuildError):
+    """A container image build or a container run failed."""
+
+    exit_code = 14
+    kind = "container"
+
+
 #: exit codes documented in the README and `edgebuild --help`
 EXIT_CODES = {
     0: "success",
@@ -118,4 +125,5 @@ EXIT_CODES = {
     11: AccuracyGateError.__doc__ or "",
     12: RemoteError.__doc__ or "",
     13: LimitError.__doc__ or "",
+    14: ContainerError.__doc__ or "",
 }

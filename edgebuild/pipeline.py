@@ -196,6 +196,18 @@ def _engine_stage(ctx: CompileContext) -> StageOutcome:
     return StageOutcome(status, f"{', '.join(parts)}: {'; '.join(reasons)}", {"engines": records})
 
 
+def _container_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.container import write_project_containers
+
+    project = ctx.plan.project
+    records = [record for _, record in write_project_containers(project, ctx.plan.units, report=ctx.report)]
+    parts = [f"{r['group']} FROM {r['base_image']} ({'engine' if r['ships_engine'] else 'recipe'}, "
+             f"limits {r['limits']['name']}{', systemd unit' if r['systemd_unit'] else ''})" for r in records]
+    return StageOutcome("ran", f"wrote {_relative(project.build_dir / 'containers', project.root)}/<group>: "
+                               f"{'; '.join(parts)}; images are arm64: build them on a device or an arm64 "
+                               "builder (`edgebuild container --build` there)", {"containers": records})
+
+
 def _relative(path: Path, root: Path) -> str:
     try:
         return str(path.relative_to(root))
@@ -212,7 +224,8 @@ STAGES: tuple[Stage, ...] = (
                   "INT8 fallback, selection", _gate_stage),
     Stage("engine", "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
                     "over SSH, or deferred to the device with its recipe", _engine_stage),
-    Stage("container", "runtime container and cgroup-limited run specs per target", None),
+    Stage("container", "runtime container build context and cgroup-limited run specs (docker run, compose, "
+                       "systemd) per target", _container_stage),
     Stage("package", "signed OTA artifacts per fleet group", None),
 )
 

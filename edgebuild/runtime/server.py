@@ -11,6 +11,7 @@ KServe / Triton v2 HTTP protocol, after warming it up:
 - warm-up before ready: inference at the min, opt and max shapes of the profile until the opt
   shape's latency settles (the median of the last 5 runs within 10% of the 5 before) or the
   warm-up budget runs out; the cold first call, the warm-up time and the warmed latency are kept;
+  under systemd (``Type=notify``) ``READY=1`` is sent then, so ``systemctl start`` waits for it;
 - one worker thread owns the backend (a CUDA context belongs to the thread that made it); HTTP
   handler threads hand it requests through a queue;
 - dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
@@ -29,6 +30,7 @@ import json
 import math
 import os
 import queue
+import socket
 import sys
 import threading
 import time
@@ -52,6 +54,22 @@ SETTLE_TOLERANCE = 0.10
 
 def _log(message: str) -> None:
     print("serve: " + message, file=sys.stderr, flush=True)
+
+
+def notify_systemd(message: str) -> bool:
+    """Tell systemd (``Type=notify`` units) how the service is doing; False where no one listens."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # an abstract socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(message.encode(), address)
+    except OSError as exc:
+        _log("cannot notify systemd at {}: {}".format(os.environ.get("NOTIFY_SOCKET"), exc))
+        return False
+    return True
 
 
 class InputSpec:
@@ -190,6 +208,7 @@ class ModelService:
                 self.warmup = self._warm_up(runner)
             self.ready.set()
             _log("ready: {}".format(json.dumps(self.warmup)))
+            notify_systemd("READY=1\nSTATUS=ready on {} after warm-up".format(self.backend))
         except Exception as exc:  # reported by /v2/health/ready and the log; the process stays up to say so
             self.failed = "{}: {}".format(type(exc).__name__, exc)
             _log("cannot serve: " + self.failed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -19,62 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.runtime.server import Server
-
-SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
-
-
-def write_artifact(folder: Path) -> Path:
-    """A small dynamic-shape model (per-channel means and a scaled image) and its recipe, as compile writes them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, "h", "w"])
-    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 3])
-    scaled = helper.make_tensor_value_info("scaled", TensorProto.FLOAT, ["n", 3, "h", "w"])
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
-    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])
-    graph = helper.make_graph([helper.make_node("ReduceMean", ["images", "axes"], ["scores"], keepdims=0),
-                               helper.make_node("Mul", ["images", "two"], ["scaled"])],
-                              "tiny", [images], [scores, scaled], [two, axes])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
-    onnx.save(model, folder / "model.onnx")
-    (folder / "recipe.json").write_text(json.dumps({
-        "group": "yard", "model_name": "tiny", "model_version": "0.3.0", "target": "orin-nano-8gb@6.2",
-        "onnx": "model.onnx", "profiles": {"images": SHAPES}, "runtime": {"warmup_budget_s": 5, "port": 8000}}))
-    return folder
-
-
-class Client:
-    def __init__(self, port: int) -> None:
-        self.port = port
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        conn.request(method, path, body=body, headers=headers or {})
-        answer = conn.getresponse()
-        data = answer.read()
-        conn.close()
-        return answer.status, data
-
-    def json(self, method: str, path: str, payload=None):
-        status, data = self.request(method, path, json.dumps(payload).encode() if payload is not None else None)
-        return status, json.loads(data)
-
-    def wait_ready(self, timeout: float = 60) -> dict:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                status, body = self.json("GET", "/v2/health/ready")
-                if status == 200:
-                    return body
-            except (ConnectionError, OSError):
-                pass
-            time.sleep(0.1)
-        raise AssertionError("the server did not become ready")
-
-
-def infer_body(array: np.ndarray) -> dict:
-    return {"inputs": [{"name": "images", "shape": list(array.shape), "datatype": "FP32",
-                        "data": array.reshape(-1).tolist()}]}
+from tests.runtime_artifacts import SHAPES, Client, infer_body, write_artifact
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +263,22 @@ def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> N
     assert not result["oom_killed"], stderr
     assert result["peak_memory"] <= result["preset"]["memory"]
     assert "ready:" in stderr
+
+
+def test_systemd_hears_ready_only_after_warm_up(tmp_path: Path, monkeypatch) -> None:
+    """Type=notify units: READY=1 arrives on $NOTIFY_SOCKET once the server is warm."""
+    import socket
+
+    address = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(address)
+    listener.settimeout(30)
+    monkeypatch.setenv("NOTIFY_SOCKET", address)
+    running = Server(write_artifact(tmp_path / "yard"), host="127.0.0.1", port=0, warmup_budget_s=1).start()
+    try:
+        message = listener.recv(4096).decode()
+        assert running.service.ready.is_set() and running.service.warmup["runs"] >= 1
+    finally:
+        running.stop()
+        listener.close()
+    assert message.startswith("READY=1\n") and "onnxruntime" in message

@@ -1,0 +1,72 @@
+"""A compiled model folder as `edgebuild compile` writes it, and an HTTP client for the runtime server.
+
+Shared by the server tests, the container tests and the benchmarks' checks: a tiny dynamic-shape
+ONNX model (per-channel means and a scaled image) with its recipe.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
+
+
+def write_artifact(folder: Path) -> Path:
+    """A small dynamic-shape model (per-channel means and a scaled image) and its recipe, as compile writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 3])
+    scaled = helper.make_tensor_value_info("scaled", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [2], [2, 3])
+    graph = helper.make_graph([helper.make_node("ReduceMean", ["images", "axes"], ["scores"], keepdims=0),
+                               helper.make_node("Mul", ["images", "two"], ["scaled"])],
+                              "tiny", [images], [scores, scaled], [two, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, folder / "model.onnx")
+    (folder / "recipe.json").write_text(json.dumps({
+        "group": "yard", "model_name": "tiny", "model_version": "0.3.0", "target": "orin-nano-8gb@6.2",
+        "onnx": "model.onnx", "profiles": {"images": SHAPES}, "runtime": {"warmup_budget_s": 5, "port": 8000}}))
+    return folder
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request(method, path, body=body, headers=headers or {})
+        answer = conn.getresponse()
+        data = answer.read()
+        conn.close()
+        return answer.status, data
+
+    def json(self, method: str, path: str, payload=None):
+        status, data = self.request(method, path, json.dumps(payload).encode() if payload is not None else None)
+        return status, json.loads(data)
+
+    def wait_ready(self, timeout: float = 60) -> dict:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                status, body = self.json("GET", "/v2/health/ready")
+                if status == 200:
+                    return body
+            except (ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the server did not become ready")
+
+
+def infer_body(array: np.ndarray) -> dict:
+    return {"inputs": [{"name": "images", "shape": list(array.shape), "datatype": "FP32",
+                        "data": array.reshape(-1).tolist()}]}
