@@ -483,6 +483,104 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
             click.echo(f"{r['group']}: {note}")
 
 
+@main.command("bench")
+@click.argument("artifact", required=False, type=click.Path(file_okay=False, path_type=Path))
+@project_option
+@target_option
+@click.option("--device", "device_url", default=None, metavar="ssh://USER@HOST[:PORT]",
+              help="Run on this device over SSH (the artifact is copied there); default: this host.")
+@click.option("--backend", type=click.Choice(["auto", "tensorrt", "onnxruntime"]), default="auto", show_default=True)
+@click.option("--batch", default=None, help="Batch sizes, comma-separated (default: 1 and the profile's opt batch).")
+@click.option("--concurrency", default="1", show_default=True, help="Concurrent callers, comma-separated.")
+@click.option("--shape", multiple=True, metavar="NAME:CxHxW",
+              help="An input's dims after the batch axis (default: its opt shape); repeat per input.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Fixed number of runs per configuration.")
+@click.option("--duration", type=click.FloatRange(min=0.1), default=None, help="Fixed seconds per configuration.")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Runs before each configuration is measured.")
+@click.option("--ci-pct", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Without --iterations/--duration: stop when the p50's 95% confidence interval is within this "
+                   "percentage of it ...")
+@click.option("--budget-s", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="... or when this many seconds per configuration have passed (the result says which).")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the versioned result (schema edgebuild.bench/1) here.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG: latency distribution per configuration, throughput against batch size.")
+@click.option("--compare", "baseline", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A previous --json result: show the change per figure.")
+@click.option("--force", is_flag=True,
+              help="With --compare: compare even runs of different artifacts, power modes or backends.")
+def bench_command(artifact: Path | None, project_dir: Path, selector: str, device_url: str | None, backend: str,
+                  batch: str | None, concurrency: str, shape: tuple[str, ...], iterations: int | None,
+                  duration: float | None, warmup: int, ci_pct: float, budget_s: float, json_file: Path | None,
+                  plot_file: Path | None, baseline: Path | None, force: bool) -> None:
+    """Measure a compiled model folder: cold start, latency percentiles, throughput, memory, power.
+
+    \b
+    ARTIFACT is a folder `edgebuild compile` wrote (build/engines/<group>); without it, the one
+    compiled group --target selects in the project. The runs happen on this host in a fresh
+    process, or with --device on a Jetson over SSH (edgebuild's device-side runner, Python 3.8).
+    Every result records the artifact's hashes, the backend and library versions, the power mode
+    and the shapes; on a Jetson also nvpmodel, jetson_clocks and tegrastats during the run (on
+    other machines these are reported as not available). --compare refuses runs of different
+    artifacts, power modes or backends unless --force.
+    """
+    from edgebuild.bench import (
+        bench_here,
+        bench_over_ssh,
+        check_remote_url,
+        compare,
+        comparison_table,
+        load_result,
+        parse_int_list,
+        plot,
+        table,
+    )
+
+    if iterations is not None and duration is not None:
+        raise click.UsageError("give --iterations or --duration, not both")
+    if artifact is None:
+        artifact = _compiled_artifact(project_dir, selector)
+    if not (artifact / "recipe.json").is_file():
+        from edgebuild.errors import ConfigError
+
+        raise ConfigError(f"{artifact}: no recipe.json; bench a folder `edgebuild compile` wrote "
+                          "(build/engines/<group>)")
+    options = {"backend": backend, "batch": parse_int_list(batch, "--batch"),
+               "concurrency": parse_int_list(concurrency, "--concurrency") or [1], "shape": list(shape),
+               "iterations": iterations, "duration": duration, "warmup": warmup, "ci_pct": ci_pct,
+               "budget_s": budget_s}
+    before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
+    if device_url:
+        result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=_report)
+    else:
+        result = bench_here(artifact, options)
+    click.echo(table(result))
+    if json_file:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(result, indent=2))
+        click.echo(f"result: {json_file}")
+    if plot_file:
+        click.echo(f"plot: {plot(result, plot_file)}")
+    if before is not None:
+        click.echo("")
+        click.echo(comparison_table(compare(result, before, force=force)))
+
+
+def _compiled_artifact(project_dir: Path, selector: str) -> Path:
+    from edgebuild.errors import ConfigError
+
+    plan = _plan(project_dir, selector)
+    found = [plan.project.build_dir / "engines" / u.group.name for u in plan.units]
+    compiled = [f for f in found if (f / "recipe.json").is_file()]
+    if len(compiled) != 1:
+        names = ", ".join(f.name for f in compiled) or "none"
+        raise ConfigError(f"--target {selector} selects {len(compiled)} compiled group(s) ({names}); bench needs one",
+                          hint="pass ARTIFACT (build/engines/<group>) or --target GROUP")
+    return compiled[0]
+
+
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--limits", "preset_name", required=True, metavar="PRESET",
               help="A preset in cgroups/ (a module id such as orin-nano-8gb) or the path of a preset file.")

@@ -28,6 +28,7 @@ import shlex
 import shutil
 import string
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,8 +353,10 @@ def build_image(context: Path, plan: ContainerPlan, *, engine: str | None = None
 # -- running an image on this host ----------------------------------------------------------
 
 def _engine_run(tool: str, args: list[str], timeout_s: float | None = None) -> subprocess.CompletedProcess:
+    # from an empty folder: podman's conmon can leave files (an "oom" marker) in its working directory
     try:
-        return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout_s)
+        with tempfile.TemporaryDirectory(prefix="edgebuild-engine-") as scratch:
+            return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout_s, cwd=scratch)
     except subprocess.TimeoutExpired:
         raise ContainerError(f"`{tool} {' '.join(args[:2])} ...` did not finish in {timeout_s:.0f} s") from None
 

@@ -50,6 +50,47 @@ def _serve(args: argparse.Namespace) -> Dict[str, Any]:
     return {"stopped": True}
 
 
+def _bench(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.bench import run_bench
+
+    shapes = {}  # type: Dict[str, List[int]]
+    for item in args.shape or []:
+        name, _, dims = item.partition(":")
+        try:
+            shapes[name] = [int(d) for d in dims.lower().split("x")]
+        except ValueError:
+            from edgebuild.errors import ConfigError
+
+            raise ConfigError("--shape {!r}: write NAME:CxHxW (the dims after the batch axis)".format(item)) from None
+    result = run_bench(Path(args.artifact), backend=args.backend, batches=_ints(args.batch),
+                       concurrency=_ints(args.concurrency) or [1], shapes=shapes or None, iterations=args.iterations,
+                       duration_s=args.duration, warmup=args.warmup, ci_pct=args.ci_pct, budget_s=args.budget_s,
+                       min_iterations=args.min_iterations,
+                       engine_cache=Path(args.engine_cache) if args.engine_cache else None, report=_progress)
+    return {"bench": result}
+
+
+def _ints(text: Optional[str]) -> List[int]:
+    return [int(x) for x in text.split(",") if x.strip()] if text else []
+
+
+def add_bench_arguments(bench: Any) -> None:
+    bench.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
+    bench.add_argument("--backend", choices=["auto", "tensorrt", "onnxruntime"], default="auto")
+    bench.add_argument("--batch", default=None, help="batch sizes, comma-separated (default: 1 and the opt batch)")
+    bench.add_argument("--concurrency", default="1", help="concurrent callers, comma-separated (default 1)")
+    bench.add_argument("--shape", action="append", help="NAME:CxHxW, an input's dims after the batch axis "
+                                                         "(default: its opt shape); repeat per input")
+    bench.add_argument("--iterations", type=int, default=None, help="runs per configuration (fixed count)")
+    bench.add_argument("--duration", type=float, default=None, help="seconds per configuration (fixed time)")
+    bench.add_argument("--warmup", type=int, default=20, help="runs before measuring each configuration")
+    bench.add_argument("--ci-pct", type=float, default=1.0,
+                       help="without --iterations/--duration: stop when the p50's 95%% CI is within this %% of it")
+    bench.add_argument("--budget-s", type=float, default=30.0, help="longest time per configuration (default 30)")
+    bench.add_argument("--min-iterations", type=int, default=50, help="runs per round of the CI rule (default 50)")
+    bench.add_argument("--engine-cache", default=None, help="where a deferred engine is built and kept")
+
+
 def add_serve_arguments(serve: Any) -> None:
     serve.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
@@ -93,10 +134,12 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
     add_serve_arguments(commands.add_parser("serve", help="serve a model folder over HTTP (KServe v2) after warm-up"))
+    add_bench_arguments(commands.add_parser("bench", help="measure a model folder here: cold start, latency, "
+                                                          "throughput, memory, power (JSON on stdout)"))
     return top
 
 
-COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve}
+COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -104,10 +104,11 @@ def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path
         reason = "--backend onnxruntime was asked for"
     try:
         from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+        runner = OnnxRuntimeRunner(onnx_path)  # imports onnxruntime itself
     except ImportError:
         raise CapabilityMissing("neither the TensorRT engine nor ONNX Runtime can be used: " + reason,
                                 hint="install JetPack's TensorRT, or `pip install onnxruntime`") from None
-    runner = OnnxRuntimeRunner(onnx_path)
     why = "ONNX Runtime on the CPU, NOT TensorRT: " + reason
     report("WARNING: serving with " + why)
     return runner, why

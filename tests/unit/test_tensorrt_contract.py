@@ -312,6 +312,17 @@ def test_runner_uses_the_tensor_api(tmp_path: Path, version: str, shape: tuple) 
     assert not trt.device.buffers  # everything freed
 
 
+def test_timed_run_synchronises_after_each_phase(tmp_path: Path) -> None:
+    """bench's breakdown: copy in, compute, copy out, each ended by a stream synchronise."""
+    trt = make_tensorrt("10.3.0")
+    runner = TensorRTRunner(_plan(tmp_path), trt=trt, memory=trt.memory())
+    timings = runner.run_timed({"images": np.zeros((1, 3, 32, 32), np.float32)})
+    assert set(timings) == {"h2d_ms", "compute_ms", "d2h_ms"} and all(v >= 0 for v in timings.values())
+    kinds = [entry[0] for entry in trt.device.log]
+    assert kinds == ["create_stream", "alloc", "alloc", "alloc", "htod", "synchronize", "synchronize", "dtoh", "dtoh",
+                     "synchronize", "synchronize", "free", "free", "free"]
+
+
 def test_runner_refuses_shapes_outside_the_engine_and_missing_inputs(tmp_path: Path) -> None:
     trt = make_tensorrt("10.3.0")
     runner = TensorRTRunner(_plan(tmp_path), trt=trt, memory=trt.memory())

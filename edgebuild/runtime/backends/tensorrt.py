@@ -465,7 +465,26 @@ class TensorRTRunner:
         self._dtypes = {n: _numpy_dtype(self._trt, self._engine.get_tensor_dtype(n)) for n in names}
 
     def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+        return self._execute(inputs, None)
+
+    def run_timed(self, inputs: Mapping[str, Any]) -> Dict[str, float]:
+        """One run with the stream synchronised after each phase: h2d_ms, compute_ms, d2h_ms."""
+        timings = {}  # type: Dict[str, float]
+        self._execute(inputs, timings)
+        return timings
+
+    def _execute(self, inputs: Mapping[str, Any], timings: Optional[Dict[str, float]]) -> Dict[str, Any]:
         import numpy as np
+
+        clock = time.perf_counter
+
+        def mark(phase: str, since: float) -> float:
+            if timings is None:
+                return since
+            self._memory.synchronize(self._stream)
+            now = clock()
+            timings[phase] = (now - since) * 1000.0
+            return now
 
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
@@ -487,14 +506,18 @@ class TensorRTRunner:
             for name in self.input_names + self.output_names:
                 pointers[name] = self._memory.alloc(host[name].nbytes)
                 self._context.set_tensor_address(name, pointers[name])
+            started = clock()
             for name in self.input_names:
                 self._memory.htod_async(pointers[name], host[name], self._stream)
+            started = mark("h2d_ms", started)
             if not self._context.execute_async_v3(self._memory.stream_handle(self._stream)):
                 shapes = {n: list(host[n].shape) for n in self.input_names}
                 raise ExportError(f"{self.path}: TensorRT execution failed at input shapes {shapes}")
+            started = mark("compute_ms", started)
             for name in self.output_names:
                 self._memory.dtoh_async(host[name], pointers[name], self._stream)
             self._memory.synchronize(self._stream)
+            mark("d2h_ms", started)
         finally:
             for pointer in pointers.values():
                 self._memory.free(pointer)

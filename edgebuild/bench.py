@@ -1,0 +1,258 @@
+"""``edgebuild bench``: run the device-side bench runner here or over SSH, then report and compare.
+
+The measuring happens in ``edgebuild/runtime/bench.py`` (Python 3.8, on the device); this module
+starts it (a fresh process here, so the cold start is real; or ``edgebuild-device.pyz bench`` on
+an SSH device after copying the artifact there), and turns its versioned JSON into a table, a PNG
+plot and a comparison against a baseline run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
+from edgebuild.runtime.bench import SCHEMA
+from edgebuild.runtime.device import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE
+
+#: figures --compare shows, with the direction that is better
+COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
+            ("throughput_ips", "higher"))
+
+
+def device_args(options: dict[str, Any]) -> list[str]:
+    """The bench options as ``edgebuild-device bench`` arguments."""
+    args: list[str] = []
+    for key, flag in (("backend", "--backend"), ("iterations", "--iterations"), ("duration", "--duration"),
+                      ("warmup", "--warmup"), ("ci_pct", "--ci-pct"), ("budget_s", "--budget-s"),
+                      ("min_iterations", "--min-iterations")):
+        if options.get(key) is not None:
+            args += [flag, str(options[key])]
+    for key, flag in (("batch", "--batch"), ("concurrency", "--concurrency")):
+        if options.get(key):
+            args += [flag, ",".join(str(v) for v in options[key])]
+    for shape in options.get("shape") or ():
+        args += ["--shape", shape]
+    return args
+
+
+def bench_here(artifact: Path, options: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Run the bench in a fresh Python process on this machine (progress passes through to stderr)."""
+    command = [sys.executable, "-m", "edgebuild.runtime", "bench", str(artifact), *device_args(options)]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout_s)
+    return _answer(done.stdout, done.returncode, "this host")
+
+
+def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report: Callable[[str], None] = print,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+    """Copy the artifact to the device (once per content) and run the device-side bench there."""
+    from edgebuild.remote import SshDevice
+
+    files = {name: artifact / name for name in (RECIPE_FILE, "model.onnx", ENGINE_FILE, ENGINE_JSON)
+             if (artifact / name).is_file()}
+    recipe = json.loads((artifact / RECIPE_FILE).read_text())
+    if recipe.get("onnx") and recipe["onnx"] != "model.onnx":
+        files[recipe["onnx"]] = artifact / recipe["onnx"]
+    digest = hashlib.sha256(b"".join(hashlib.sha256(p.read_bytes()).digest() for p in files.values())).hexdigest()
+    remote_dir = f"bench/{recipe.get('group', 'model')}-{digest[:12]}"
+    target = SshDevice(url)
+    report(f"copying {artifact} to {url}:{remote_dir} ({len(files)} files)")
+    target.put(files, remote_dir)
+    report(f"running the bench on {url} (progress comes back when it ends)")
+    answer = target.device_tool(["bench", remote_dir, *device_args(options)], timeout_s=timeout_s)
+    result = answer["bench"]
+    result["ran_on"] = url
+    for line in answer.get("log", "").splitlines():
+        report(f"  device: {line}")
+    return result
+
+
+def _answer(stdout: str, code: int, where: str) -> dict[str, Any]:
+    lines = stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise EdgebuildError(f"the bench runner on {where} gave no answer (exit {code})") from None
+    if not answer.get("ok"):
+        from edgebuild.remote import _error_class
+
+        cls = _error_class(answer.get("error", ""), int(answer.get("exit_code", 1)))
+        raise cls(answer.get("message", "bench failed"), hint=answer.get("hint"))
+    result = answer["bench"]
+    result["ran_on"] = where
+    return result
+
+
+# -- reading results ------------------------------------------------------------------------------
+
+def load_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a bench result ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path}: not a bench result of this edgebuild (schema {data.get('schema')!r}, "
+                          f"expected {SCHEMA!r})" if isinstance(data, dict) else f"{path}: not a bench result")
+    return data
+
+
+def power_mode(result: dict[str, Any]) -> str:
+    mode = (result.get("jetson") or {}).get("power_mode") or {}
+    if not mode.get("available"):
+        return "none (not a Jetson)"
+    return mode.get("name") or f"mode {mode.get('id')}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The run as text: where and what, cold start, one row per configuration, memory and power."""
+    from edgebuild.limits import human_size
+
+    art = result["artifact"]
+    cold = result["cold_start"]
+    lines = [f"bench of {art['model']} {art['version']} ({art['group']}, {art['target']}, {art['precision']}) on "
+             f"{result.get('ran_on', '?')} [{result['backend']}]",
+             f"  backend: {result['backend_reason']}",
+             f"  power mode: {power_mode(result)}",
+             f"  cold start: process start to first result {cold['process_to_first_result_s']} s (backend load "
+             f"{cold['backend_load_s']} s, first inference {cold['first_inference_ms']} ms)", ""]
+    headers = ["batch", "conc", "runs", "min", "mean", "p50", "p90", "p95", "p99", "max", "img/s", "p50 CI",
+               "stopped by"]
+    rows = []
+    for c in result["configs"]:
+        lat = c["latency"]
+        rows.append([str(c["batch"]), str(c["concurrency"]), str(c["iterations"])]
+                    + [f"{lat[k]:.3f}" for k in ("min_ms", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
+                                                  "max_ms")]
+                    + [f"{c['throughput_ips']:.1f}", f"±{c['p50_ci_width_pct'] / 2:.2f}%", c["stopped_by"]])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "   (latency in ms)")
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    stages = [c for c in result["configs"] if c.get("stages")]
+    for c in stages:
+        s = c["stages"]
+        lines.append(f"  batch {c['batch']}: host-to-device {s['h2d_ms']:.3f} ms, compute {s['compute_ms']:.3f} ms, "
+                     f"device-to-host {s['d2h_ms']:.3f} ms")
+    if not stages:
+        lines.append(f"  copy/compute split: not available on {result['backend']} (TensorRT only)")
+    memory = result["memory"]
+    cgroup = memory.get("cgroup") or {}
+    lines.append(f"  peak memory: RSS {human_size(memory['peak_rss_bytes'])}" + (
+        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
+        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup"))
+    tegra = result.get("tegrastats") or {}
+    if tegra.get("available"):
+        rail = tegra.get("input_rail")
+        power = tegra.get("rails_mw", {}).get(rail, {}) if rail else {}
+        lines.append(f"  tegrastats: {tegra['samples']} samples; GPU load mean "
+                     f"{tegra.get('gpu_load_pct', {}).get('mean', '?')}%, RAM max "
+                     f"{tegra.get('ram_used_mb', {}).get('max', '?')} MB"
+                     + (f", {rail} mean {power.get('mean')} mW (max {power.get('max')})" if power else ""))
+    else:
+        lines.append(f"  tegrastats: {tegra.get('reason', 'not sampled')}")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """A PNG: the latency distribution per configuration, and throughput against batch size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for c in result["configs"]:
+        hist = c["histogram_ms"]
+        centers = [(a + b) / 2 for a, b in zip(hist["edges"][:-1], hist["edges"][1:])]
+        left.step(centers, hist["counts"], where="mid", label=f"batch {c['batch']}, conc {c['concurrency']} "
+                                                             f"(p50 {c['latency']['p50_ms']:.2f} ms)")
+        left.axvline(c["latency"]["p50_ms"], linestyle=":", linewidth=0.8, color=left.lines[-1].get_color())
+    left.set(xlabel="latency (ms)", ylabel="runs", title="latency distribution (0.5th-99.5th percentile)")
+    left.legend(fontsize=8)
+    for threads in sorted({c["concurrency"] for c in result["configs"]}):
+        points = sorted((c["batch"], c["throughput_ips"]) for c in result["configs"] if c["concurrency"] == threads)
+        right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"concurrency {threads}")
+    right.set(xlabel="batch size", ylabel="images / s", title="throughput")
+    right.legend(fontsize=8)
+    art = result["artifact"]
+    figure.suptitle(f"{art['model']} {art['version']} {art['group']} [{result['backend']}] on "
+                    f"{result.get('ran_on', '?')}, power mode {power_mode(result)}", fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+def compare(current: dict[str, Any], baseline: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
+    """Per configuration both runs have, the change in each figure; refuses unlike runs unless forced."""
+    problems = []
+    if current["artifact"]["files"] != baseline["artifact"]["files"]:
+        changed = sorted(k for k in set(current["artifact"]["files"]) | set(baseline["artifact"]["files"])
+                         if current["artifact"]["files"].get(k) != baseline["artifact"]["files"].get(k))
+        problems.append(f"different artifacts ({', '.join(changed)} differ)")
+    if power_mode(current) != power_mode(baseline):
+        problems.append(f"different power modes ({power_mode(baseline)} then, {power_mode(current)} now)")
+    if current["backend"] != baseline["backend"]:
+        problems.append(f"different backends ({baseline['backend']} then, {current['backend']} now)")
+    if problems and not force:
+        raise ConfigError("will not compare runs taken with " + "; ".join(problems),
+                          hint="pass --force to compare them anyway")
+    rows = []
+    old = {(c["batch"], c["concurrency"]): c for c in baseline["configs"]}
+    for c in current["configs"]:
+        before = old.get((c["batch"], c["concurrency"]))
+        if before is None:
+            continue
+        for figure, better in COMPARED:
+            now = c["throughput_ips"] if figure == "throughput_ips" else c["latency"][figure]
+            then = before["throughput_ips"] if figure == "throughput_ips" else before["latency"][figure]
+            change = (now - then) / then * 100 if then else float("inf")
+            improved = change < 0 if better == "lower" else change > 0
+            rows.append({"batch": c["batch"], "concurrency": c["concurrency"], "figure": figure, "baseline": then,
+                         "current": now, "change_pct": round(change, 2), "better": improved if change else None})
+    if not rows:
+        raise ConfigError("the runs share no (batch, concurrency) configuration to compare",
+                          hint="rerun with the baseline's --batch and --concurrency")
+    return {"forced_over": problems, "rows": rows}
+
+
+def comparison_table(comparison: dict[str, Any]) -> str:
+    lines = []
+    if comparison["forced_over"]:
+        lines.append("compared with --force over: " + "; ".join(comparison["forced_over"]))
+    lines.append(f"{'batch':>5} {'conc':>4} {'figure':<15} {'baseline':>10} {'now':>10} {'change':>8}")
+    for r in comparison["rows"]:
+        mark = "" if r["better"] is None else (" better" if r["better"] else " worse")
+        lines.append(f"{r['batch']:>5} {r['concurrency']:>4} {r['figure']:<15} {r['baseline']:>10.3f} "
+                     f"{r['current']:>10.3f} {r['change_pct']:>+7.1f}%{mark}")
+    return "\n".join(lines)
+
+
+def parse_int_list(text: str | None, option: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: give whole numbers separated by commas, like 1,4,8") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(f"{option} {text!r}: every value must be at least 1")
+    return values
+
+
+def check_remote_url(url: str) -> str:
+    from edgebuild.remote import parse_ssh_url
+
+    try:
+        parse_ssh_url(url)
+    except ValueError as exc:
+        raise RemoteError(str(exc), hint="write --device ssh://user@host[:port]") from None
+    return url

@@ -1,0 +1,477 @@
+"""The device-side bench runner: ``edgebuild-device.pyz bench ARTIFACT_DIR`` (and ``edgebuild bench``).
+
+Measures one compiled model folder on the machine it runs on, with the backend the server would
+use (the TensorRT engine where it fits, else ONNX Runtime, said in the result):
+
+- cold start: process start to the first result, split into the backend's load (engine
+  deserialization or a deferred build, an ONNX Runtime session) and the first inference;
+- warm latency per (batch size, concurrency): min, mean, p50, p90, p95, p99, max, and throughput
+  in images per second; on TensorRT, host-to-device copy, compute and device-to-host separately
+  (a second, synchronised pass, so the main figures keep the pipelined path);
+- peak memory: the process's RSS, and the cgroup's peak where the run is limited;
+- on a Jetson: the power mode (``nvpmodel -q``), the clocks (``jetson_clocks --show``), and
+  tegrastats samples during the run (RAM, GPU load and frequency, power rails), parsed from
+  tegrastats' text in both the JetPack 5 and JetPack 6 formats.
+
+Stopping: a fixed ``iterations`` or ``duration_s`` per configuration, or else rounds until the 95%
+confidence interval of the p50 (distribution-free, from order statistics) is within ``ci_pct``
+percent of it, or the configuration's time budget ends; the result says which.
+
+Python 3.8, the standard library and numpy.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import json
+import math
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edgebuild import __version__
+from edgebuild.errors import ConfigError
+from edgebuild.runtime import device
+
+SCHEMA = "edgebuild.bench/1"
+Z_95 = 1.96
+
+
+def _log(message: str) -> None:
+    print("bench: " + message, file=sys.stderr, flush=True)
+
+
+# -- statistics ----------------------------------------------------------------------------
+
+def latency_stats(samples_ms: Sequence[float]) -> Dict[str, float]:
+    values = np.asarray(samples_ms, dtype=np.float64)
+    points = np.percentile(values, [50, 90, 95, 99])
+    return {"min_ms": round(float(values.min()), 4), "mean_ms": round(float(values.mean()), 4),
+            "p50_ms": round(float(points[0]), 4), "p90_ms": round(float(points[1]), 4),
+            "p95_ms": round(float(points[2]), 4), "p99_ms": round(float(points[3]), 4),
+            "max_ms": round(float(values.max()), 4)}
+
+
+def median_ci(samples: Sequence[float], z: float = Z_95) -> Tuple[float, float]:
+    """A distribution-free confidence interval of the median: order statistics n/2 -+ z*sqrt(n)/2."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    half = z * math.sqrt(n) / 2
+    low = max(0, int(math.floor(n / 2 - half)))
+    high = min(n - 1, int(math.ceil(n / 2 + half)))
+    return ordered[low], ordered[high]
+
+
+def ci_width_pct(samples: Sequence[float]) -> float:
+    low, high = median_ci(samples)
+    middle = float(np.median(samples))
+    return 100.0 * (high - low) / middle if middle > 0 else float("inf")
+
+
+# -- tegrastats, nvpmodel, jetson_clocks ---------------------------------------------------
+
+_STAMP = re.compile(r"^(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)\s+")
+_RAM = re.compile(r"\bRAM (\d+)/(\d+)MB")
+_SWAP = re.compile(r"\bSWAP (\d+)/(\d+)MB")
+_CPU = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?")
+_GPU = re.compile(r"\bGR3D_FREQ (\d+)%(?:@\[?([\d,]+)\]?)?")
+_EMC = re.compile(r"\bEMC_FREQ (\d+)%(?:@(\d+))?")
+_TEMP = re.compile(r"\b([A-Za-z][\w-]*)@(-?\d+(?:\.\d+)?)C\b")
+_RAIL = re.compile(r"\b([A-Z][A-Z0-9_]+) (\d+)mW/(\d+)mW")
+_RAIL_OLD = re.compile(r"\b((?:POM|VDD)_[A-Z0-9_]+) (\d+)/(\d+)\b")  # JetPack 4: "POM_5V_IN 2540/2540"
+#: the rail that measures the whole module's input, by the names tegrastats uses across modules
+INPUT_RAILS = ("VDD_IN", "VIN_SYS_5V0", "POM_5V_IN")
+
+
+def parse_tegrastats(line: str) -> Dict[str, Any]:
+    """One tegrastats line -> RAM/SWAP (MB), CPU loads and MHz, GPU load and MHz, temperatures, rails (mW).
+
+    JetPack 5 (R35): ``RAM 2885/30536MB (lfb ...) ... CPU [0%@729,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[0,0]
+    ... CPU@44.968C ... VDD_GPU_SOC 2789mW/2789mW ...``; JetPack 6 (R36) starts with a timestamp,
+    writes sensors in lower case (``cpu@48.5C``) and a single-GPC frequency (``GR3D_FREQ 0%@[624]``).
+    Sensors that read -256C (not fitted) are left out; cores that are ``off`` are None.
+    """
+    sample = {}  # type: Dict[str, Any]
+    stamp = _STAMP.match(line)
+    if stamp:
+        sample["time"] = stamp.group(1)
+    for key, pattern in (("ram", _RAM), ("swap", _SWAP)):
+        found = pattern.search(line)
+        if found:
+            sample[key + "_used_mb"], sample[key + "_total_mb"] = int(found.group(1)), int(found.group(2))
+    cpu = _CPU.search(line)
+    if cpu:
+        cores = []  # type: List[Optional[Dict[str, int]]]
+        for item in cpu.group(1).split(","):
+            item = item.strip()
+            load = re.match(r"(\d+)%(?:@(\d+))?$", item)
+            if load:
+                freq = load.group(2) or cpu.group(2)
+                cores.append({"load_pct": int(load.group(1)), "freq_mhz": int(freq) if freq else None})
+            else:
+                cores.append(None)  # "off"
+        sample["cpu"] = cores
+    gpu = _GPU.search(line)
+    if gpu:
+        sample["gpu_load_pct"] = int(gpu.group(1))
+        if gpu.group(2):
+            sample["gpu_freq_mhz"] = max(int(f) for f in gpu.group(2).split(",") if f)
+    emc = _EMC.search(line)
+    if emc:
+        sample["emc_load_pct"] = int(emc.group(1))
+        if emc.group(2):
+            sample["emc_freq_mhz"] = int(emc.group(2))
+    temps = {name.lower(): float(value) for name, value in _TEMP.findall(line) if float(value) > -256}
+    if temps:
+        sample["temp_c"] = temps
+    rails = {name: {"mw": int(now), "avg_mw": int(avg)} for name, now, avg in _RAIL.findall(line)}
+    if not rails:
+        rails = {name: {"mw": int(now), "avg_mw": int(avg)} for name, now, avg in _RAIL_OLD.findall(line)}
+    if rails:
+        sample["rails"] = rails
+    return sample
+
+
+def summarize_tegrastats(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Mean and max of the figures a bench reader compares: RAM, GPU load and clock, each rail."""
+    def series(key: str) -> List[float]:
+        return [s[key] for s in samples if s.get(key) is not None]
+
+    summary = {"samples": len(samples)}  # type: Dict[str, Any]
+    for key in ("ram_used_mb", "gpu_load_pct", "gpu_freq_mhz", "emc_freq_mhz"):
+        values = series(key)
+        if values:
+            summary[key] = {"mean": round(float(np.mean(values)), 1), "max": float(max(values))}
+    rails = sorted({name for s in samples for name in s.get("rails", {})})
+    if rails:
+        summary["rails_mw"] = {}
+        for name in rails:
+            values = [s["rails"][name]["mw"] for s in samples if name in s.get("rails", {})]
+            summary["rails_mw"][name] = {"mean": round(float(np.mean(values)), 1), "max": max(values)}
+        summary["input_rail"] = next((r for r in INPUT_RAILS if r in rails), None)
+    return summary
+
+
+class TegrastatsSampler:
+    """``tegrastats --interval MS`` in the background for the length of a run."""
+
+    def __init__(self, interval_ms: int = 250) -> None:
+        self.interval_ms = interval_ms
+        self.samples = []  # type: List[Dict[str, Any]]
+        self.tool = shutil.which("tegrastats")
+        self.unavailable = None if self.tool else "tegrastats not found: not a Jetson (or not on PATH)"
+        self._process = None  # type: Optional[subprocess.Popen]
+        self._reader = None  # type: Optional[threading.Thread]
+
+    def start(self) -> None:
+        if self.tool is None:
+            return
+        try:
+            self._process = subprocess.Popen([self.tool, "--interval", str(self.interval_ms)], stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, universal_newlines=True)
+        except OSError as exc:
+            self.unavailable = "tegrastats could not start: {}".format(exc)
+            return
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            parsed = parse_tegrastats(line)
+            if parsed:
+                self.samples.append(parsed)
+
+    def stop(self) -> Dict[str, Any]:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+            if self._reader is not None:
+                self._reader.join(timeout=5)
+        if self.unavailable:
+            return {"available": False, "reason": self.unavailable}
+        return dict(available=True, interval_ms=self.interval_ms, **summarize_tegrastats(self.samples))
+
+
+def parse_nvpmodel(text: str) -> Dict[str, Any]:
+    """``nvpmodel -q`` -> {"name": "MAXN", "id": 0} (``NV Power Mode: MAXN`` then the mode's number)."""
+    name = re.search(r"NV Power Mode:\s*(\S+)", text)
+    number = re.search(r"^\s*(\d+)\s*$", text, re.MULTILINE)
+    return {"name": name.group(1) if name else None, "id": int(number.group(1)) if number else None}
+
+
+def _tool_output(command: List[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(stdout, None), or (None, why it is not there)."""
+    path = shutil.which(command[0])
+    if path is None:
+        return None, "{} not found: not a Jetson (or not on PATH)".format(command[0])
+    try:
+        done = subprocess.run([path] + command[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, "{} failed: {}".format(command[0], exc)
+    if done.returncode != 0:
+        return None, "{} exited {}: {}".format(command[0], done.returncode, done.stderr.strip()[-300:])
+    return done.stdout, None
+
+
+def jetson_state() -> Dict[str, Any]:
+    """The power mode and clocks, or why they cannot be read (which is a fact, not an error)."""
+    state = {}  # type: Dict[str, Any]
+    text, why = _tool_output(["nvpmodel", "-q"])
+    state["power_mode"] = dict(available=True, **parse_nvpmodel(text)) if text is not None else {
+        "available": False, "reason": why}
+    text, why = _tool_output(["jetson_clocks", "--show"])
+    state["clocks"] = {"available": True, "lines": text.strip().splitlines()[:60]} if text is not None else {
+        "available": False, "reason": why}
+    return state
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+def peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def cgroup_memory(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> Dict[str, Any]:
+    """This process's cgroup memory limit and peak, where a limit is set (v2 or v1)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return {"limited": False}
+    for line in lines:
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and controllers == "":
+            folder = root / path.lstrip("/")
+            limit, peak = _read(folder / "memory.max"), _read(folder / "memory.peak")
+        elif "memory" in controllers.split(","):
+            folder = root / "memory" / path.lstrip("/")
+            limit, peak = _read(folder / "memory.limit_in_bytes"), _read(folder / "memory.max_usage_in_bytes")
+        else:
+            continue
+        if limit is None or limit == "max" or int(limit) >= 1 << 60:
+            continue
+        return {"limited": True, "limit_bytes": int(limit), "peak_bytes": int(peak) if peak else None,
+                "cgroup": str(folder)}
+    return {"limited": False}
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (from /proc: start time in clock ticks after boot)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - started, 0.0)
+
+
+# -- the runs -------------------------------------------------------------------------------
+
+def input_shapes(recipe: Dict[str, Any], batch: int, overrides: Optional[Dict[str, List[int]]] = None
+                 ) -> Dict[str, List[int]]:
+    """Each input's shape at this batch size: the opt shape, or an override of its non-batch dims."""
+    shapes = {}
+    for name, (low, opt, high) in recipe["profiles"].items():
+        rest = list((overrides or {}).get(name) or opt[1:])
+        shape = [batch] + rest
+        if len(shape) != len(low) or any(d < lo or d > hi for d, lo, hi in zip(shape, low, high)):
+            raise ConfigError("input {!r} at batch {} would be {}, outside the profile from {} to {}".format(
+                name, batch, shape, low, high), hint="choose --batch and --shape within min_shape..max_shape")
+        shapes[name] = shape
+    unknown = sorted(set(overrides or {}) - set(recipe["profiles"]))
+    if unknown:
+        raise ConfigError("--shape names inputs {} the model does not have (inputs: {})".format(
+            unknown, sorted(recipe["profiles"])))
+    return shapes
+
+
+def _measure(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
+             duration_s: Optional[float], ci_pct: float, budget_s: float, min_iterations: int,
+             report: Callable[[str], None]) -> Dict[str, Any]:
+    """Latency samples from len(runners) threads, each calling its runner in a loop."""
+    samples = []  # type: List[float]
+    lock = threading.Lock()
+    concurrency = len(runners)
+
+    def loop(runner: Any, count: Optional[int], until: float, out: List[float]) -> None:
+        done = 0
+        clock = time.perf_counter
+        while (count is not None and done < count) or (count is None and clock() < until):
+            started = clock()
+            runner.run(inputs)
+            out.append((clock() - started) * 1000.0)
+            done += 1
+
+    def round_of(count: Optional[int], seconds: Optional[float]) -> float:
+        outs = [[] for _ in runners]  # type: List[List[float]]
+        per_thread = None if count is None else max(1, int(math.ceil(count / concurrency)))
+        began = time.perf_counter()
+        until = began + (seconds or 0.0)
+        threads = [threading.Thread(target=loop, args=(r, per_thread, until, outs[i])) for i, r in enumerate(runners)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with lock:
+            for out in outs:
+                samples.extend(out)
+        return time.perf_counter() - began
+
+    if iterations is not None:
+        wall, stop = round_of(iterations, None), "iterations"
+    elif duration_s is not None:
+        wall, stop = round_of(None, duration_s), "duration"
+    else:
+        wall, stop = 0.0, "budget"
+        while wall < budget_s:
+            wall += round_of(min_iterations, None)
+            width = ci_width_pct(samples)
+            report("  {} runs, p50 {:.3f} ms, 95% CI width {:.2f}% (target {:g}%)".format(
+                len(samples), float(np.median(samples)), width, ci_pct))
+            if len(samples) >= min_iterations and width <= ci_pct:
+                stop = "ci"
+                break
+    low, high = median_ci(samples)
+    return {"samples": samples, "wall_s": wall, "stopped_by": stop, "p50_ci_ms": [round(low, 4), round(high, 4)],
+            "p50_ci_width_pct": round(ci_width_pct(samples), 3)}
+
+
+def _stage_breakdown(runner: Any, inputs: Dict[str, np.ndarray], runs: int) -> Optional[Dict[str, Any]]:
+    """Host-to-device, compute and device-to-host times where the backend can split them (TensorRT)."""
+    if not hasattr(runner, "run_timed"):
+        return None
+    stages = {"h2d_ms": [], "compute_ms": [], "d2h_ms": []}  # type: Dict[str, List[float]]
+    for _ in range(runs):
+        timings = runner.run_timed(inputs)
+        for key in stages:
+            stages[key].append(timings[key])
+    return {key: round(float(np.median(values)), 4) for key, values in stages.items()}
+
+
+def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (), concurrency: Sequence[int] = (1,),
+              shapes: Optional[Dict[str, List[int]]] = None, iterations: Optional[int] = None,
+              duration_s: Optional[float] = None, warmup: int = 20, ci_pct: float = 1.0, budget_s: float = 30.0,
+              min_iterations: int = 50, engine_cache: Optional[Path] = None,
+              report: Callable[[str], None] = _log) -> Dict[str, Any]:
+    """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``)."""
+    from edgebuild.runtime.server import load_backend
+
+    folder = Path(folder)
+    recipe_path = folder / device.RECIPE_FILE
+    if not recipe_path.is_file():
+        raise ConfigError("{}: no {} here; bench a folder `edgebuild compile` wrote (build/engines/<group>/)".format(
+            folder, device.RECIPE_FILE))
+    recipe = json.loads(recipe_path.read_text())
+    if iterations is not None and duration_s is not None:
+        raise ConfigError("give --iterations or --duration, not both")
+    if not batches:
+        opt_batch = next(iter(recipe["profiles"].values()))[1][0]
+        batches = sorted({1, int(opt_batch)})
+    plans = [(int(b), input_shapes(recipe, int(b), shapes)) for b in batches]  # refuse bad shapes before loading
+    age_at_start = process_age_s()
+    sampler = TegrastatsSampler()
+    state = jetson_state()
+    sampler.start()
+    load_started = time.perf_counter()
+    runner, why = load_backend(folder, backend, engine_cache, report=report)
+    load_s = time.perf_counter() - load_started
+    rng = np.random.default_rng(0)
+    first_inputs = {n: rng.random(s, dtype=np.float32) for n, s in plans[0][1].items()}
+    first_started = time.perf_counter()
+    runner.run(first_inputs)
+    first_ms = (time.perf_counter() - first_started) * 1000.0
+    age_at_first = process_age_s()
+    report("backend {} ({}); loaded in {:.3f} s, first result {:.2f} ms".format(runner.backend, why, load_s, first_ms))
+    per_thread_runner = runner.backend.startswith("tensorrt")  # an execution context serves one thread
+    configs = []
+    for batch, batch_shapes in plans:
+        inputs = {n: rng.random(s, dtype=np.float32) for n, s in batch_shapes.items()}
+        for threads in concurrency:
+            runners = [runner] + ([load_backend(folder, backend, engine_cache, report=lambda _: None)[0]
+                                   for _ in range(threads - 1)] if per_thread_runner else [runner] * (threads - 1))
+            report("batch {}, concurrency {}: {} warm-up runs".format(batch, threads, warmup))
+            for _ in range(warmup):
+                runner.run(inputs)
+            measured = _measure(runners, inputs, iterations=iterations, duration_s=duration_s, ci_pct=ci_pct,
+                                budget_s=budget_s, min_iterations=min_iterations, report=report)
+            samples = measured.pop("samples")
+            config = {"batch": batch, "concurrency": threads, "shapes": batch_shapes, "iterations": len(samples),
+                      "latency": latency_stats(samples),
+                      "throughput_ips": round(batch * len(samples) / measured["wall_s"], 2),
+                      "stages": _stage_breakdown(runner, inputs, min(50, max(5, len(samples) // 10)))}
+            config.update(measured)
+            config["wall_s"] = round(config["wall_s"], 3)
+            config["histogram_ms"] = _histogram(samples)
+            configs.append(config)
+            lat = config["latency"]
+            report("batch {}, concurrency {}: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s ({} runs, stopped by "
+                   "{})".format(batch, threads, lat["p50_ms"], lat["p99_ms"], config["throughput_ips"],
+                                len(samples), config["stopped_by"]))
+    tegrastats = sampler.stop()
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "edgebuild": __version__}
+    versions["backend"] = runner.backend
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "artifact": {"group": recipe.get("group"), "target": recipe.get("target"),
+                     "model": recipe.get("model_name"), "version": recipe.get("model_version"),
+                     "precision": recipe.get("precision"), "files": artifact_hashes(folder)},
+        "backend": runner.backend, "backend_reason": why, "versions": versions,
+        "device": dict(device.probe().as_dict(), hostname=platform.node()),
+        "jetson": state,
+        "settings": {"batches": [b for b, _ in plans], "concurrency": list(concurrency), "iterations": iterations,
+                     "duration_s": duration_s, "warmup": warmup, "ci_pct": ci_pct, "budget_s": budget_s,
+                     "min_iterations": min_iterations, "shapes": shapes},
+        "cold_start": {"process_to_first_result_s": round(age_at_first, 3) if age_at_first is not None else None,
+                       "process_age_at_bench_start_s": round(age_at_start, 3) if age_at_start is not None else None,
+                       "backend_load_s": round(load_s, 4), "first_inference_ms": round(first_ms, 3)},
+        "configs": configs,
+        "memory": {"peak_rss_bytes": peak_rss_bytes(), "cgroup": cgroup_memory()},
+        "tegrastats": tegrastats,
+    }
+
+
+def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float]]:
+    """Counts over evenly spaced bins from the 0.5th to the 99.5th percentile (what the plot draws)."""
+    low, high = np.percentile(samples, [0.5, 99.5])
+    if high <= low:
+        high = low + 1e-6
+    counts, edges = np.histogram(np.clip(samples, low, high), bins=bins, range=(low, high))
+    return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def artifact_hashes(folder: Path) -> Dict[str, str]:
+    """sha256 of the files that decide what runs: the recipe, the ONNX and the engine if there is one."""
+    import hashlib
+
+    found = {}
+    for name in (device.RECIPE_FILE, "model.onnx", device.ENGINE_FILE, device.ENGINE_JSON):
+        path = Path(folder) / name
+        if path.is_file():
+            digest = hashlib.sha256()
+            with open(str(path), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            found[name] = digest.hexdigest()
+    return found
