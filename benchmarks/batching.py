@@ -23,37 +23,13 @@ import http.client
 import json
 import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-
-CHILD = """
-import json, sys
-from pathlib import Path
-from edgebuild.runtime.server import Server
-server = Server(Path(sys.argv[1]), host="127.0.0.1", port=0, max_batch_size=int(sys.argv[2]),
-                max_queue_delay_ms=float(sys.argv[3]))
-server.start()
-print(json.dumps({"port": server.port}), flush=True)
-sys.stdin.read()
-"""
-
-
-def _wait_ready(port: int, child: subprocess.Popen) -> dict:
-    while True:
-        if child.poll() is not None:
-            sys.exit(f"the server exited: {child.stderr.read()[-2000:]}")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/v2/health/ready")
-        answer = conn.getresponse()
-        body = json.loads(answer.read())
-        if answer.status == 200:
-            return body
-        time.sleep(0.05)
+from _server import running_server
 
 
 def _counter(metrics: str, name: str) -> float:
@@ -79,13 +55,9 @@ def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, du
             inputs.append({"name": input_name, "shape": shape, "datatype": "FP32",
                            "data": rng.random(shape, dtype=np.float32).reshape(-1).tolist()})
         bodies.append(json.dumps({"inputs": inputs}).encode())
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), str(max_batch_size), str(delay_ms)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     latencies: list[list[float]] = [[] for _ in range(clients)]
     failures: list[str] = []
-    try:
-        port = json.loads(child.stdout.readline())["port"]
-        ready = _wait_ready(port, child)
+    with running_server(folder, max_batch_size=max_batch_size, max_queue_delay_ms=delay_ms) as (port, ready):
         before = _metrics(port)
         deadline = time.perf_counter() + duration
 
@@ -112,10 +84,6 @@ def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, du
             t.join()
         elapsed = time.perf_counter() - started
         after = _metrics(port)
-    finally:
-        child.stdin.close()
-        child.terminate()
-        child.wait()
     done = sorted(ms for per_client in latencies for ms in per_client)
     runs = _counter(after, "edgebuild_backend_runs_total") - _counter(before, "edgebuild_backend_runs_total")
     rows = _counter(after, "edgebuild_batch_rows_total") - _counter(before, "edgebuild_batch_rows_total")

@@ -20,22 +20,12 @@ import argparse
 import http.client
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-CHILD = """
-import json, sys, time
-from pathlib import Path
-from edgebuild.runtime.server import Server
-server = Server(Path(sys.argv[1]), host="127.0.0.1", port=0, warmup=sys.argv[2] == "1")
-server.start()
-print(json.dumps({"port": server.port}), flush=True)
-sys.stdin.read()
-"""
+from _server import running_server
 
 
 def _post(port: int, path: str, body: bytes) -> tuple[float, dict]:
@@ -51,23 +41,8 @@ def _post(port: int, path: str, body: bytes) -> tuple[float, dict]:
     return elapsed, json.loads(data)
 
 
-def _wait_ready(port: int) -> dict:
-    while True:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/v2/health/ready")
-        answer = conn.getresponse()
-        body = json.loads(answer.read())
-        if answer.status == 200:
-            return body
-        time.sleep(0.01)
-
-
 def measure(folder: Path, warm: bool, requests: int) -> dict:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), "1" if warm else "0"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        port = json.loads(child.stdout.readline())["port"]
-        ready = _wait_ready(port)
+    with running_server(folder, warmup=warm) as (port, ready):
         recipe = json.loads((folder / "recipe.json").read_text())
         name = recipe.get("model_name") or recipe["group"]
         body = json.dumps({"inputs": [
@@ -77,10 +52,6 @@ def measure(folder: Path, warm: bool, requests: int) -> dict:
         path = f"/v2/models/{name}/infer"
         first_client, first = _post(port, path, body)
         rest = [_post(port, path, body) for _ in range(requests)]
-    finally:
-        child.stdin.close()
-        child.terminate()
-        child.wait()
     backend_ms = [r[1]["parameters"]["inference_ms"] for r in rest]
     return {"warm_up": warm, "backend": first["parameters"]["backend"], "warmup": ready.get("warmup"),
             "first_request_ms": first["parameters"]["inference_ms"], "first_request_client_ms": round(first_client, 3),

@@ -70,3 +70,23 @@ class Client:
 def infer_body(array: np.ndarray) -> dict:
     return {"inputs": [{"name": "images", "shape": list(array.shape), "datatype": "FP32",
                         "data": array.reshape(-1).tolist()}]}
+
+
+def check_answers_match_the_host(client: Client, folder: Path) -> list[dict]:
+    """POST one request per profile shape; every output must equal ONNX Runtime on this host. Returns the answers."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    answers = []
+    for shape in SHAPES:
+        array = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
+        status, answer = client.json("POST", "/v2/models/tiny/infer", infer_body(array))
+        assert status == 200, answer
+        expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
+        for out in answer["outputs"]:
+            got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+            np.testing.assert_allclose(got, expected[out["name"]], rtol=1e-6, atol=1e-6)
+            assert out["datatype"] == "FP32"
+        answers.append(answer)
+    return answers
+

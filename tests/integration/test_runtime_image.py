@@ -36,7 +36,7 @@ from edgebuild.container import (
 from edgebuild.errors import LimitError
 from edgebuild.limits import fit_to_host, load_preset
 from edgebuild.profiles import load_catalog
-from tests.runtime_artifacts import SHAPES, Client, infer_body, write_artifact
+from tests.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -132,16 +132,7 @@ def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> Non
         client = Client(port)
         ready = client.wait_ready(timeout=120)
         assert ready["warmup"]["runs"] >= 1
-        # the answers match the host-side evaluation of the same model
-        session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
-        for shape in SHAPES:
-            array = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
-            status, answer = client.json("POST", "/v2/models/tiny/infer", infer_body(array))
-            assert status == 200, answer
-            expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
-            for out in answer["outputs"]:
-                got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
-                np.testing.assert_allclose(got, expected[out["name"]], rtol=1e-6, atol=1e-6)
+        check_answers_match_the_host(client, folder)  # the host-side evaluation of the same model
         # the limits as podman set them, and as the kernel has them inside the container
         info = inspect_container(name, engine="podman")
         host = info["HostConfig"]

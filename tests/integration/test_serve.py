@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.runtime.server import Server
-from tests.runtime_artifacts import SHAPES, Client, infer_body, write_artifact
+from tests.runtime_artifacts import SHAPES, Client, check_answers_match_the_host, infer_body, write_artifact
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +48,7 @@ def test_ready_after_warm_up_with_its_numbers(server) -> None:
 
 def test_inference_matches_onnx_runtime_on_the_host(server) -> None:
     _, client, folder = server
-    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
-    for shape in SHAPES:
-        array = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
-        status, answer = client.json("POST", "/v2/models/tiny/infer", infer_body(array))
-        assert status == 200, answer
-        expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
-        for out in answer["outputs"]:
-            got = np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
-            np.testing.assert_allclose(got, expected[out["name"]], rtol=1e-6, atol=1e-6)
-            assert out["datatype"] == "FP32"
+    for answer in check_answers_match_the_host(client, folder):
         assert answer["parameters"]["inference_ms"] > 0
 
 
