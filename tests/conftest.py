@@ -74,8 +74,16 @@ def _cgroup() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _mender() -> tuple[bool, str]:
+    if shutil.which("mender-artifact") is None:
+        return False, "mender-artifact not installed (apt-get install mender-artifact)"
+    return True, ""
+
+
 SSHD = "/usr/sbin/sshd"
-RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup}
+RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
+             "mender": _mender}
 
 
 def required_resources() -> set[str]:

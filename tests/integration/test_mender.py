@@ -1,0 +1,128 @@
+"""Mender artifacts written by edgebuild, checked by the real `mender-artifact` tool (``mender`` marker)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from edgebuild.errors import ConfigError
+from edgebuild.ota import load_signing_key, mender_artifact
+
+FILES = {"model.onnx": bytes(range(256)) * 400, "recipe.json": b'{"group": "yard-cams"}'}
+COMMON = dict(artifact_name="shapes-detector-1.0.0-yard-cams", device_types=["jetson-orin-nano-devkit"], files=FILES,
+              provides={"edgebuild.model.shapes-detector.version": "1.0.0"}, depends={"edgebuild.l4t": "36.4.3"},
+              meta_data={"group": "yard-cams"})
+
+
+def _keys(folder: Path, kind: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1()) if kind == "ecdsa" else rsa.generate_private_key(65537, 3072)
+    private, public = folder / f"{kind}.pem", folder / f"{kind}.pub"
+    # RSA in PKCS#1 ("traditional"): what the mender-artifact CLI itself signs with
+    form = serialization.PrivateFormat.TraditionalOpenSSL if kind == "rsa" else serialization.PrivateFormat.PKCS8
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def _tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mender-artifact", *args], capture_output=True, text=True, timeout=60)
+
+
+def _replace_member(artifact: bytes, name: str, change) -> bytes:
+    """The same outer tar with one member's bytes changed (what an attacker or a bad disk does)."""
+    source = tarfile.open(fileobj=io.BytesIO(artifact))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as target:
+        for member in source.getmembers():
+            data = source.extractfile(member).read()
+            if member.name == name:
+                data = change(data)
+                member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.mender
+def test_unsigned_artifact_is_accepted_and_reads_back(tmp_path: Path) -> None:
+    artifact = tmp_path / "unsigned.mender"
+    artifact.write_bytes(mender_artifact(**COMMON))
+    assert _tool("validate", str(artifact)).returncode == 0
+    read = _tool("read", str(artifact))
+    assert read.returncode == 0, read.stderr
+    for text in ("Name: shapes-detector-1.0.0-yard-cams", "Version: 3",
+                 "Compatible devices: '[jetson-orin-nano-devkit]'", "Type:   edgebuild-model",
+                 "edgebuild.model.shapes-detector.version: 1.0.0", "edgebuild.l4t: 36.4.3",
+                 "name:     model.onnx", "name:     recipe.json", '"group": "yard-cams"'):
+        assert text in read.stdout, text
+
+
+@pytest.mark.mender
+@pytest.mark.parametrize("kind", ["ecdsa", "rsa"])
+def test_signed_artifact_is_accepted_with_the_key_and_refused_with_another(tmp_path: Path, kind: str) -> None:
+    private, public = _keys(tmp_path, kind)
+    (tmp_path / "other").mkdir()
+    _, other = _keys(tmp_path / "other", kind)
+    artifact = tmp_path / f"{kind}.mender"
+    artifact.write_bytes(mender_artifact(**COMMON, signing_key=load_signing_key(private)))
+    done = _tool("validate", "-k", str(public), str(artifact))
+    assert done.returncode == 0 and "validated successfully" in done.stdout + done.stderr
+    assert _tool("validate", "-k", str(other), str(artifact)).returncode != 0
+    # a manifest changed after signing no longer matches its signature
+    forged = tmp_path / "forged.mender"
+    forged.write_bytes(_replace_member(artifact.read_bytes(), "manifest",
+                                       lambda m: m.replace(b"  version", b"  versiom")))
+    assert _tool("validate", "-k", str(public), str(forged)).returncode != 0
+
+
+@pytest.mark.mender
+def test_a_tampered_payload_is_refused(tmp_path: Path) -> None:
+    import gzip
+
+    artifact = mender_artifact(**COMMON)
+
+    def swap_payload(data: bytes) -> bytes:
+        inner = tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)))
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as target:
+            for member in inner.getmembers():
+                content = inner.extractfile(member).read()
+                if member.name == "model.onnx":
+                    content = content[:-1] + b"\x00"
+                target.addfile(member, io.BytesIO(content))
+        return gzip.compress(out.getvalue())
+
+    tampered = tmp_path / "tampered.mender"
+    tampered.write_bytes(_replace_member(artifact, "data/0000.tar.gz", swap_payload))
+    done = _tool("validate", str(tampered))
+    assert done.returncode != 0 and "checksum" in (done.stdout + done.stderr).lower()
+
+
+def test_the_same_inputs_give_the_same_bytes() -> None:
+    assert mender_artifact(**COMMON) == mender_artifact(**COMMON)
+
+
+def test_keys_and_payloads_mender_cannot_take_are_refused(tmp_path: Path) -> None:
+    edwards = tmp_path / "ed25519.pem"
+    edwards.write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    with pytest.raises(ConfigError, match="signed with ECDSA P-256 or RSA"):
+        load_signing_key(edwards)
+    p384 = tmp_path / "p384.pem"
+    p384.write_bytes(ec.generate_private_key(ec.SECP384R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    with pytest.raises(ConfigError, match="secp384r1"):
+        load_signing_key(p384)
+    (tmp_path / "junk.pem").write_text("not a key")
+    with pytest.raises(ConfigError, match="not a PEM private key"):
+        load_signing_key(tmp_path / "junk.pem")
+    with pytest.raises(ConfigError, match="payloads are flat"):
+        mender_artifact(**{**COMMON, "files": {"sub/model.onnx": b"x"}})
+    with pytest.raises(ConfigError, match="at least one device type"):
+        mender_artifact(**{**COMMON, "device_types": []})
