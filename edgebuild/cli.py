@@ -581,6 +581,98 @@ def _compiled_artifact(project_dir: Path, selector: str) -> Path:
     return compiled[0]
 
 
+@main.command("package")
+@project_option
+@target_option
+@click.option("--since", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A previous bundle (or a previous build/packages folder): write deltas that carry only the "
+                   "files whose hashes changed, installable only over that exact version.")
+@json_option
+def package_command(project_dir: Path, selector: str, since: Path | None, as_json: bool) -> None:
+    """Write the fleet's OTA artifacts: a signed bundle and a Mender artifact per group.
+
+    \b
+    Into build/packages/<group>/ from build/engines/<group> and build/containers/<group>:
+      <name>-<version>-<group>.edgebundle   native bundle: manifest.json (every file's path,
+          size, sha256; module and L4T compatibility; version) signed with [ota] signing_key
+          (Ed25519 or ECDSA P-256), the model folder, a health-check reference, the run specs
+      <name>-<version>-<group>.mender       Mender artifact (format 3, payload type
+          edgebuild-model) carrying that bundle; depends on the module's device type and L4T;
+          signed when the key is ECDSA P-256
+    and build/packages/fleet.json (which artifact each group gets) and edgebuild-model, the
+    Mender update module that hands the bundle to `edgebuild-device.pyz ota-install`.
+    """
+    from edgebuild.ota import package_project
+
+    plan = _plan(project_dir, selector)
+    fleet = package_project(plan.project, plan.units, since=since, report=_report)
+    if as_json:
+        _emit_json(fleet)
+        return
+    rows = [[g, d["target"], d["bundle"]["path"], str(d["bundle"]["size"]), "yes" if d["signed"] else "NO",
+             d["delta_over"] or "-"] for g, d in fleet["groups"].items()]
+    click.echo(_table(rows, ["group", "target", "bundle", "bytes", "signed", "delta over"]))
+    for note in fleet["notes"]:
+        click.echo(f"note: {note}")
+
+
+@main.group()
+def ota() -> None:
+    """Verify and install OTA bundles (what a device runs; the same code as edgebuild-device.pyz)."""
+
+
+def _public_key(path: Path | None) -> Any:
+    from edgebuild.runtime.ota import load_public_key
+
+    return load_public_key(path) if path else None
+
+
+_ota_key_option = click.option("--public-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                               default=None, help="PEM public key of the fleet's signing key.")
+_ota_unsigned_option = click.option("--allow-unsigned", is_flag=True,
+                                    help="Accept a bundle without a signature (development only).")
+_ota_root_option = click.option("--device-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+                                help="Read /etc/nv_tegra_release and /proc/device-tree under this folder.")
+
+
+@ota.command("verify")
+@click.argument("bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@_ota_key_option
+@_ota_unsigned_option
+@_ota_root_option
+@click.option("--any-device", is_flag=True, help="Skip the check that this device is the bundle's module and L4T.")
+def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bool, device_root: Path | None,
+                       any_device: bool) -> None:
+    """Check a bundle's signature, compatibility and every file, without installing (exit 15 if refused)."""
+    from edgebuild.runtime.ota import verify
+
+    manifest = verify(bundle, _public_key(public_key), require_signature=not allow_unsigned, root=device_root,
+                      check_device=not any_device)
+    signed = "signature" if manifest["_signed"] else "UNSIGNED (allowed by --allow-unsigned)"
+    click.echo(f"{bundle}: {manifest['model']} {manifest['version']} for {manifest.get('target')}: {signed}, "
+               f"{'device, ' if not any_device else ''}{len(manifest['files'])} file(s) verified")
+
+
+@ota.command("install")
+@click.argument("bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--install-root", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where the version slots (versions/<version>) and the `current` link live.")
+@_ota_key_option
+@_ota_unsigned_option
+@_ota_root_option
+@click.option("--keep", type=click.IntRange(min=0), default=2, show_default=True, help="Previous versions to keep.")
+def ota_install_command(bundle: Path, install_root: Path, public_key: Path | None, allow_unsigned: bool,
+                        device_root: Path | None, keep: int) -> None:
+    """Verify, install into a new slot, switch atomically, health-check, and roll back if it fails."""
+    from edgebuild.runtime.ota import install
+
+    done = install(bundle, install_root, _public_key(public_key), require_signature=not allow_unsigned,
+                   root=device_root, keep=keep)
+    click.echo(f"installed {done['installed']} (was {done['previous'] or 'none'}); health check on "
+               f"{done['health']['backend']}: sanity inference {done['health']['inference_ms']} ms, max |diff| "
+               f"{done['health']['max_abs_diff']}")
+
+
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--limits", "preset_name", required=True, metavar="PRESET",
               help="A preset in cgroups/ (a module id such as orin-nano-8gb) or the path of a preset file.")

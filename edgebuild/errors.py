@@ -109,6 +109,13 @@ class ContainerError(EdgebuildError):
     kind = "container"
 
 
+class BundleError(EdgebuildError):
+    """An OTA bundle that must not be installed: bad signature, tampered or unsafe content, wrong device."""
+
+    exit_code = 15
+    kind = "bundle rejected"
+
+
 #: exit codes documented in the README and `edgebuild --help`
 EXIT_CODES = {
     0: "success",
@@ -126,4 +133,5 @@ EXIT_CODES = {
     12: RemoteError.__doc__ or "",
     13: LimitError.__doc__ or "",
     14: ContainerError.__doc__ or "",
+    15: BundleError.__doc__ or "",
 }

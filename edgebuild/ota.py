@@ -13,7 +13,10 @@ A Mender artifact is an uncompressed tar whose members come in a fixed order (Me
 - ``data/0000.tar.gz``: the payload files.
 
 Archives are written deterministically (fixed mtime, owner and mode), so the same inputs give
-the same bytes. Not wired into ``compile`` yet: the ``package`` stage is still to come.
+the same bytes.
+
+Native bundles (for fleets without Mender) are described in ``edgebuild/runtime/ota.py``, which
+verifies and installs them on the device; this module writes them.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import ConfigError
+from edgebuild.profiles import data_dir
 
 FORMAT_VERSION = 3
 #: the payload type of our update module (the device's ``/usr/share/mender/modules/v3/edgebuild-model``)
@@ -121,3 +126,210 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
         members.append(("manifest.sig", sign_manifest(signing_key, manifest)))
     members += [("header.tar.gz", header), ("data/0000.tar.gz", data)]
     return _tar(members)
+
+
+# -- native bundles -------------------------------------------------------------------------------
+
+BUNDLE_SUFFIX = ".edgebundle"
+
+
+def load_bundle_key(path: Path) -> Any:
+    """A PEM private key for native bundles: Ed25519 or ECDSA P-256."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a PEM private key without a passphrase ({exc})") from None
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key
+    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
+        return key
+    raise ConfigError(f"{path}: native bundles are signed with Ed25519 or ECDSA P-256, not {type(key).__name__}"
+                      + (f" on {key.curve.name}" if isinstance(key, ec.EllipticCurvePrivateKey) else ""))
+
+
+def sign_bundle_manifest(key: Any, manifest: bytes) -> bytes:
+    """``manifest.sig`` of a native bundle: {"algorithm", "signature" (base64)} as JSON."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        record = {"algorithm": "ecdsa-p256-sha256", "signature": key.sign(manifest, ec.ECDSA(hashes.SHA256()))}
+    else:
+        record = {"algorithm": "ed25519", "signature": key.sign(manifest)}
+    record["signature"] = base64.b64encode(record["signature"]).decode()
+    return json.dumps(record).encode()
+
+
+def _file_entry(path: str, data: bytes) -> dict[str, Any]:
+    return {"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, bytes], signing_key: Any = None,
+                 base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write a native bundle; returns its manifest.
+
+    ``manifest`` holds model, version, group, target and compatibility; the file list is added
+    here. With ``base`` (the manifest of the exact version this one replaces) the bundle is a
+    delta: files whose hash is unchanged are listed ``from_base`` and not carried.
+    """
+    from edgebuild.runtime.ota import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, PAYLOAD, SIGNATURE
+
+    entries = [_file_entry(name, files[name]) for name in sorted(files)]
+    carried = [e["path"] for e in entries]
+    full = dict(manifest, format=BUNDLE_FORMAT, format_version=BUNDLE_VERSION, delta=None)
+    if base is not None:
+        old = {e["path"]: e["sha256"] for e in base["files"]}
+        for entry in entries:
+            if old.get(entry["path"]) == entry["sha256"]:
+                entry["from_base"] = True
+        carried = [e["path"] for e in entries if not e.get("from_base")]
+        full["delta"] = {"base_version": base["version"],
+                         "base_manifest_sha256": hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()}
+    full["files"] = entries
+    manifest_bytes = json.dumps(full, indent=2, sort_keys=True).encode()
+    members = [(MANIFEST, manifest_bytes)]
+    if signing_key is not None:
+        members.append((SIGNATURE, sign_bundle_manifest(signing_key, manifest_bytes)))
+    members += [(PAYLOAD + name, files[name]) for name in carried]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    staging.write_bytes(_gzip(_tar(members)))
+    os.replace(staging, out)
+    return full
+
+
+def read_bundle_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a bundle (its first member), for ``--since``; the signature is checked on install."""
+    from edgebuild.errors import BundleError
+    from edgebuild.runtime.ota import MANIFEST, parse_manifest
+
+    try:
+        with tarfile.open(path, mode="r|gz") as tar:
+            first = next(iter(tar), None)
+            if first is None or first.name != MANIFEST:
+                raise BundleError(f"{path}: not an edgebuild bundle (no {MANIFEST} first)")
+            return parse_manifest(tar.extractfile(first).read())
+    except (OSError, tarfile.TarError) as exc:
+        raise ConfigError(f"{path}: cannot read the bundle: {exc}") from None
+
+
+# -- per project: the package stage --------------------------------------------------------------
+
+#: output tolerance of the health check's sanity inference, by the precision the device runs
+REFERENCE_TOLERANCE = {"fp32": (1e-3, 1e-3), "fp16": (2e-2, 2e-2), "int8": (5e-2, 5e-2)}
+
+
+def reference_outputs(artifact: Path, recipe: dict[str, Any]) -> bytes:
+    """``reference.npz``: an input at the profile's min shape and the outputs ONNX Runtime gives for it."""
+    import numpy as np
+
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.random(low, dtype=np.float32) for name, (low, _, _) in recipe["profiles"].items()}
+    outputs = OnnxRuntimeRunner(artifact / recipe["onnx"]).run(inputs)
+    atol, rtol = REFERENCE_TOLERANCE.get(recipe.get("precision", "fp32"), REFERENCE_TOLERANCE["int8"])
+    buffer = io.BytesIO()
+    np.savez(buffer, atol=np.float64(atol), rtol=np.float64(rtol), **{f"input.{k}": v for k, v in inputs.items()},
+             **{f"output.{k}": v for k, v in outputs.items()})
+    return buffer.getvalue()
+
+
+def bundle_payload(artifact: Path, containers: Path | None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """(recipe, files) of one group: the servable model folder, the health reference and the run specs."""
+    from edgebuild.runtime.device import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE
+    from edgebuild.runtime.ota import REFERENCE
+
+    recipe = json.loads((artifact / RECIPE_FILE).read_text())
+    names = [RECIPE_FILE, recipe["onnx"]]
+    if recipe.get("shippable_engine") and (artifact / ENGINE_FILE).is_file():
+        names += [ENGINE_FILE, ENGINE_JSON]
+    files = {name: (artifact / name).read_bytes() for name in names}
+    files[REFERENCE] = reference_outputs(artifact, recipe)
+    if containers is not None and containers.is_dir():
+        for spec in sorted(containers.iterdir()):
+            if spec.is_file() and (spec.name in ("run.sh", "compose.yaml") or spec.suffix == ".service"):
+                files[f"run/{spec.name}"] = spec.read_bytes()
+    return recipe, files
+
+
+def _signing_keys(project: Any) -> tuple[Any, Any, list[str]]:
+    """(native bundle key, Mender key, notes) from ``[ota] signing_key``."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if not project.ota.signing_key:
+        return None, None, ["unsigned: set [ota] signing_key (an Ed25519 or ECDSA P-256 PEM) to sign"]
+    path = project.path(project.ota.signing_key)
+    key = load_bundle_key(path)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return key, key, []
+    return key, None, ["Mender artifacts unsigned: Mender takes ECDSA P-256 or RSA keys, the signing key is Ed25519"]
+
+
+def package_project(project: Any, units: list[Any], *, since: Path | None = None,
+                    report: Callable[[str], None] = print) -> dict[str, Any]:
+    """Per group a native bundle and a Mender artifact in build/packages/<group>/; the fleet manifest."""
+    from edgebuild.runtime.device import RECIPE_FILE
+
+    bundle_key, mender_key, notes = _signing_keys(project)
+    out_root = project.build_dir / "packages"
+    name = project.ota.artifact_name or project.project.name
+    version = project.ota.version
+    groups = {}
+    for unit in units:
+        group = unit.group.name
+        artifact = project.build_dir / "engines" / group
+        if not (artifact / RECIPE_FILE).is_file():
+            raise ConfigError(f"{artifact}: no {RECIPE_FILE} for group {group}",
+                              hint=f"run `edgebuild compile --target {group}` first")
+        recipe, files = bundle_payload(artifact, project.build_dir / "containers" / group)
+        base = None
+        if since is not None:
+            previous = Path(since)
+            if previous.is_dir():
+                previous = next(iter(sorted((previous / group).glob(f"*{BUNDLE_SUFFIX}"))), previous / group)
+            base = read_bundle_manifest(previous)
+            if base.get("group") != group:
+                raise ConfigError(f"{previous}: a bundle of group {base.get('group')}, not {group}")
+        manifest = {"model": name, "version": version, "group": group, "target": recipe["target"],
+                    "precision": recipe.get("precision"),
+                    "compatibility": {"module": {"id": recipe["module"]["id"], "name": recipe["module"]["name"],
+                                                 "compatible": recipe["module"]["compatible"]},
+                                      "l4t_accepted": recipe["l4t_accepted"], "jetpack": recipe["jetpack"]}}
+        folder = out_root / group
+        bundle_path = folder / f"{name}-{version}-{group}{BUNDLE_SUFFIX}"
+        written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
+        mender_path = folder / f"{name}-{version}-{group}.mender"
+        mender_path.write_bytes(mender_artifact(
+            artifact_name=f"{name}-{version}-{group}", device_types=[recipe["module"]["id"]],
+            files={bundle_path.name: bundle_path.read_bytes()},
+            provides={f"edgebuild.{name}.version": version, f"edgebuild.{name}.group": group},
+            depends={"edgebuild.l4t": recipe["l4t"]}, meta_data={"target": recipe["target"], "group": group},
+            signing_key=mender_key))
+        groups[group] = {"target": recipe["target"], "bundle": _described(bundle_path, project.root),
+                         "mender": _described(mender_path, project.root), "signed": bundle_key is not None,
+                         "delta_over": (written.get("delta") or {}).get("base_version"),
+                         "files": len(written["files"]),
+                         "carried": sum(1 for f in written["files"] if not f.get("from_base"))}
+        report(f"{group}: {bundle_path.name} ({groups[group]['bundle']['size']} bytes"
+               + (f", delta over {groups[group]['delta_over']}" if base else "") + f") and {mender_path.name}")
+    module_script = out_root / "edgebuild-model"
+    module_script.write_text((data_dir("docker") / "edgebuild-model.update-module").read_text())
+    module_script.chmod(0o755)
+    fleet = {"model": name, "version": version, "groups": groups, "update_module": "edgebuild-model",
+             "notes": notes}
+    (out_root / "fleet.json").write_text(json.dumps(fleet, indent=2))
+    return fleet
+
+
+def _described(path: Path, root: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    try:
+        shown = str(path.relative_to(root))
+    except ValueError:
+        shown = str(path)
+    return {"path": shown, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -208,6 +208,17 @@ def _container_stage(ctx: CompileContext) -> StageOutcome:
                                "builder (`edgebuild container --build` there)", {"containers": records})
 
 
+def _package_stage(ctx: CompileContext) -> StageOutcome:
+    from edgebuild.ota import package_project
+
+    project = ctx.plan.project
+    fleet = package_project(project, ctx.plan.units, report=ctx.report)
+    parts = [f"{g} {d['bundle']['size']} bytes{'' if d['signed'] else ' UNSIGNED'}" for g, d in fleet["groups"].items()]
+    notes = f"; {'; '.join(fleet['notes'])}" if fleet["notes"] else ""
+    return StageOutcome("ran", f"wrote {_relative(project.build_dir / 'packages', project.root)}: "
+                               f"{', '.join(parts)} (bundle + Mender artifact each){notes}", fleet)
+
+
 def _relative(path: Path, root: Path) -> str:
     try:
         return str(path.relative_to(root))
@@ -226,7 +237,7 @@ STAGES: tuple[Stage, ...] = (
                     "over SSH, or deferred to the device with its recipe", _engine_stage),
     Stage("container", "runtime container build context and cgroup-limited run specs (docker run, compose, "
                        "systemd) per target", _container_stage),
-    Stage("package", "signed OTA artifacts per fleet group", None),
+    Stage("package", "signed OTA bundle and Mender artifact per fleet group, fleet manifest", _package_stage),
 )
 
 

@@ -91,6 +91,53 @@ def add_bench_arguments(bench: Any) -> None:
     bench.add_argument("--engine-cache", default=None, help="where a deferred engine is built and kept")
 
 
+def _ota_key(args: argparse.Namespace) -> Any:
+    from edgebuild.runtime.ota import load_public_key
+
+    return load_public_key(Path(args.public_key)) if args.public_key else None
+
+
+def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.ota import verify
+
+    manifest = verify(Path(args.bundle), _ota_key(args), require_signature=not args.allow_unsigned, root=args.root,
+                      check_device=not args.any_device)
+    return {"verified": args.bundle, "model": manifest["model"], "version": manifest["version"],
+            "group": manifest.get("group"), "files": len(manifest["files"])}
+
+
+def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.ota import install
+
+    return install(Path(args.bundle), Path(args.install_root), _ota_key(args),
+                   require_signature=not args.allow_unsigned, root=args.root, keep=args.keep)
+
+
+def _ota_rollback(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.ota import rollback
+
+    return rollback(Path(args.install_root))
+
+
+def add_ota_arguments(commands: Any) -> None:
+    for name, text in (("ota-verify", "check a bundle's signature, device and every file without installing"),
+                       ("ota-install", "verify, install into a new version slot, switch, health-check, roll back "
+                                       "on failure")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("bundle", help="an .edgebundle written by `edgebuild package`")
+        command.add_argument("--public-key", default=None, help="PEM public key of the fleet's signing key")
+        command.add_argument("--allow-unsigned", action="store_true",
+                             help="accept a bundle without a signature (development only)")
+        if name == "ota-verify":
+            command.add_argument("--any-device", action="store_true",
+                                 help="skip the check that this device is the bundle's module and L4T")
+        else:
+            command.add_argument("--install-root", required=True, help="where version slots and `current` live")
+            command.add_argument("--keep", type=int, default=2, help="previous versions to keep (default 2)")
+    back = commands.add_parser("ota-rollback", help="switch back to the newest previous version")
+    back.add_argument("--install-root", required=True)
+
+
 def add_serve_arguments(serve: Any) -> None:
     serve.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
@@ -136,10 +183,12 @@ def parser() -> argparse.ArgumentParser:
     add_serve_arguments(commands.add_parser("serve", help="serve a model folder over HTTP (KServe v2) after warm-up"))
     add_bench_arguments(commands.add_parser("bench", help="measure a model folder here: cold start, latency, "
                                                           "throughput, memory, power (JSON on stdout)"))
+    add_ota_arguments(commands)
     return top
 
 
-COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench}
+COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench,
+            "ota-verify": _ota_verify, "ota-install": _ota_install, "ota-rollback": _ota_rollback}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -54,7 +54,7 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     assert {u["target"]: u["tensorrt"] for u in report["units"]}["agx-orin-64gb@5.1.2"].startswith("8.5")
     stages = {s["name"]: s for s in report["stages"]}
     assert [n for n, s in stages.items() if s["status"] == "ran"] == ["model", "reference", "export", "preflight",
-                                                                       "gate", "container"]
+                                                                       "gate", "container", "package"]
     containers = {c["group"]: c for c in stages["container"]["data"]["containers"]}
     assert {g: c["base_image"] for g, c in containers.items()} == {
         "yard-cams": "nvcr.io/nvidia/l4t-tensorrt:r10.3.0-runtime",
@@ -62,6 +62,9 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
         "gate": "nvcr.io/nvidia/l4t-tensorrt:r10.3.0-runtime"}
     assert (root / "build" / "containers" / "yard-cams" / "edgebuild-yard-cams.service").is_file()
     assert containers["dock"]["systemd_unit"] is None  # JetPack 5: cgroup v1
+    fleet = stages["package"]["data"]
+    assert sorted(fleet["groups"]) == ["dock", "gate", "yard-cams"] and fleet["notes"][0].startswith("unsigned")
+    assert (root / fleet["groups"]["dock"]["mender"]["path"]).is_file()
     assert stages["export"]["data"]["opset"] == 17  # JetPack 5.1.2's TensorRT 8.5 parser limits it
     gate = stages["gate"]["data"]
     values = {c["precision"]: (c["value"], c["retention"], c["passed"]) for c in gate["candidates"]}

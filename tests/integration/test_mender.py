@@ -6,6 +6,7 @@ import io
 import subprocess
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -126,3 +127,79 @@ def test_keys_and_payloads_mender_cannot_take_are_refused(tmp_path: Path) -> Non
         mender_artifact(**{**COMMON, "files": {"sub/model.onnx": b"x"}})
     with pytest.raises(ConfigError, match="at least one device type"):
         mender_artifact(**{**COMMON, "device_types": []})
+
+
+def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
+    """The tiny project with [ota] settings and a compiled folder for group dock; returns (project, public key)."""
+    import json
+
+    from edgebuild.config import load_project
+    from edgebuild.profiles import load_catalog
+    from tests.runtime_artifacts import write_artifact
+
+    key_pem, public = _keys(tiny_project, "ecdsa")
+    toml = tiny_project / "edgebuild.toml"
+    toml.write_text(toml.read_text() + f'\n[ota]\nversion = "{version}"\n'
+                    + (f'signing_key = "{key_pem.name}"\n' if signed else ""))
+    project = load_project(tiny_project)
+    target = load_catalog().parse_target("agx-orin-64gb@5.1.2")
+    folder = write_artifact(project.build_dir / "engines" / "dock")
+    recipe = json.loads((folder / "recipe.json").read_text())
+    recipe.update({"group": "dock", "target": target.id, "l4t": target.release.l4t, "jetpack": target.release.jetpack,
+                   "l4t_accepted": [target.release.l4t], "module": {"id": target.module.id, "name": target.module.name,
+                                                                     "compatible": target.module.compatible}})
+    (folder / "recipe.json").write_text(json.dumps(recipe))
+    return project, public
+
+
+DOCK = [SimpleNamespace(group=SimpleNamespace(name="dock"))]  # what package_project reads of a build unit
+
+
+@pytest.mark.mender
+@pytest.mark.parametrize("signed", [True, False])
+def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: bool) -> None:
+    """`edgebuild package` for a compiled group: its Mender artifact validates; its bundle is inside."""
+    import json
+
+    from edgebuild.ota import package_project
+    from edgebuild.runtime.ota import verify
+
+    project, public = _compiled_tiny(tiny_project, signed)
+    fleet = package_project(project, DOCK, report=lambda _: None)
+    entry = fleet["groups"]["dock"]
+    mender = tiny_project / entry["mender"]["path"]
+    args = ["validate", "-k", str(public), str(mender)] if signed else ["validate", str(mender)]
+    done = _tool(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    read = _tool("read", str(mender)).stdout
+    assert "Compatible devices: '[agx-orin-64gb]'" in read and "edgebuild.l4t: 35.4.1" in read
+    assert f"edgebuild.tiny.version: {project.ota.version}" in read
+    assert entry["signed"] is signed and (fleet["notes"] == [] if signed else "unsigned" in fleet["notes"][0])
+    bundle = tiny_project / entry["bundle"]["path"]
+    manifest = verify(bundle, _public(public) if signed else None, require_signature=signed, check_device=False)
+    assert {f["path"] for f in manifest["files"]} == {"recipe.json", "model.onnx", "reference.npz"}
+    assert json.loads((project.build_dir / "packages" / "fleet.json").read_text())["groups"]["dock"] == entry
+    assert (project.build_dir / "packages" / "edgebuild-model").stat().st_mode & 0o111
+
+
+def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from edgebuild.config import load_project
+    from edgebuild.ota import package_project
+
+    project, _ = _compiled_tiny(tiny_project, signed=True, version="1.0.0")
+    package_project(project, DOCK, report=lambda _: None)
+    shutil.copytree(project.build_dir / "packages", tmp_path / "release-1.0.0")
+    toml = tiny_project / "edgebuild.toml"
+    toml.write_text(toml.read_text().replace('version = "1.0.0"', 'version = "1.1.0"'))
+    engine_dir = project.build_dir / "engines" / "dock"
+    recipe = (engine_dir / "recipe.json").read_text()
+    (engine_dir / "recipe.json").write_text(recipe.replace('"port": 8000', '"port": 8001'))  # only the recipe changed
+    fleet = package_project(load_project(tiny_project), DOCK, since=tmp_path / "release-1.0.0", report=lambda _: None)
+    entry = fleet["groups"]["dock"]
+    assert entry["delta_over"] == "1.0.0" and entry["carried"] == 1 and entry["files"] == 3
+def _public(path: Path):
+    from edgebuild.runtime.ota import load_public_key
+
+    return load_public_key(path)

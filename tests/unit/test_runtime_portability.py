@@ -15,7 +15,8 @@ import pytest
 from edgebuild.remote import device_tool_archive, device_tool_files
 
 DEVICE_FILES = device_tool_files()
-ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime"}  # imported inside functions
+# imported inside functions; cryptography only by the OTA verifier (bundle signatures)
+ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime", "cryptography"}
 SHARED_WITH_THE_BUILD_SIDE = {"edgebuild", "edgebuild.errors"}
 BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocotools"}
 

@@ -1,0 +1,431 @@
+"""The device side of an OTA update: ``edgebuild-device.pyz ota-verify|ota-install BUNDLE``.
+
+A native bundle (written by ``edgebuild package``) is a gzip-compressed tar whose first members
+are ``manifest.json`` and, when signed, ``manifest.sig``; every other member is ``payload/<file>``.
+The manifest lists each payload file's path, size and sha256, the compatibility block (module
+device-tree strings, accepted L4T releases), the model version, and for a delta bundle the exact
+version it applies over.
+
+Verification reads the manifest and its signature before any payload byte, then streams the
+payload checking every entry: only regular files under ``payload/``, no absolute paths, no
+``..``, no links or device files, nothing larger than the manifest says or than the size limit,
+every hash right, nothing missing or extra. Installation extracts into a new versioned slot
+(``versions/<version>``), switches the ``current`` link atomically, runs the health check
+(the runtime's warm-up and a sanity inference compared with the reference stored in the bundle)
+and switches back if it fails; a process killed before the switch leaves ``current`` as it was.
+
+Python 3.8; ``cryptography`` for signatures; numpy for the health check.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, EdgebuildError
+from edgebuild.runtime import device
+
+BUNDLE_FORMAT = "edgebuild-bundle"
+BUNDLE_VERSION = 1
+MANIFEST, SIGNATURE = "manifest.json", "manifest.sig"
+PAYLOAD = "payload/"
+MAX_FILE_BYTES = 8 << 30  # no model file is this large; a bigger entry is an attack or a broken bundle
+MAX_MANIFEST_BYTES = 1 << 20
+REFERENCE = "reference.npz"
+
+
+def _log(message: str) -> None:
+    import sys
+
+    print("ota: " + message, file=sys.stderr, flush=True)
+
+
+# -- signatures -----------------------------------------------------------------------------
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:
+        raise CapabilityMissing("the Python package cryptography is not installed here; it checks bundle "
+                                "signatures", hint="pip3 install cryptography") from None
+    return serialization
+
+
+def load_public_key(path: Path) -> Any:
+    serialization = _crypto()
+    try:
+        return serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("{}: not a PEM public key ({})".format(path, exc)) from None
+
+
+def verify_signature(public_key: Any, manifest: bytes, signature_file: bytes) -> str:
+    """Check ``manifest.sig`` over the manifest bytes; returns the algorithm. Raises BundleError."""
+    _crypto()
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    try:
+        record = json.loads(signature_file)
+        algorithm, signature = record["algorithm"], base64.b64decode(record["signature"], validate=True)
+    except (ValueError, KeyError, TypeError):
+        raise BundleError("manifest.sig is not a signature record") from None
+    try:
+        if algorithm == "ed25519" and isinstance(public_key, ed25519.Ed25519PublicKey):
+            public_key.verify(signature, manifest)
+        elif algorithm == "ecdsa-p256-sha256" and isinstance(public_key, ec.EllipticCurvePublicKey):
+            public_key.verify(signature, manifest, ec.ECDSA(hashes.SHA256()))
+        else:
+            raise BundleError("the bundle is signed with {}, which the given key ({}) cannot check".format(
+                algorithm, type(public_key).__name__))
+    except InvalidSignature:
+        raise BundleError("the manifest's signature does not verify with the given key: the manifest was "
+                          "changed, or it was signed with another key") from None
+    return algorithm
+
+
+# -- reading a bundle -----------------------------------------------------------------------
+
+class _Reader:
+    """Streams a bundle: the manifest (and signature) first, then each payload file, checked."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self._tar = tarfile.open(str(self.path), mode="r|gz")
+        except (OSError, tarfile.TarError) as exc:
+            raise BundleError("{}: not a bundle (gzip tar): {}".format(self.path, exc)) from None
+        self._members = iter(self._tar)
+
+    def _next(self) -> Optional[tarfile.TarInfo]:
+        try:
+            return next(self._members)
+        except StopIteration:
+            return None
+        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+            raise BundleError("{}: truncated or corrupt archive: {}".format(self.path, exc)) from None
+
+    def _read(self, member: tarfile.TarInfo, limit: int) -> bytes:
+        if not member.isfile() or member.size > limit:
+            raise BundleError("{}: entry {!r} is not a regular file within {} bytes".format(
+                self.path, member.name, limit))
+        handle = self._tar.extractfile(member)
+        try:
+            data = handle.read() if handle else b""
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise BundleError("{}: entry {!r} is truncated: {}".format(self.path, member.name, exc)) from None
+        if len(data) != member.size:
+            raise BundleError("{}: entry {!r} is truncated".format(self.path, member.name))
+        return data
+
+    def head(self) -> "tuple":
+        first = self._next()
+        if first is None or first.name != MANIFEST:
+            raise BundleError("{}: the first entry must be {} (found {!r})".format(
+                self.path, MANIFEST, first.name if first else None))
+        manifest = self._read(first, MAX_MANIFEST_BYTES)
+        second = self._next()
+        signature = None
+        if second is not None and second.name == SIGNATURE:
+            signature = self._read(second, 64 << 10)
+            second = self._next()
+        self._pending = second
+        return manifest, signature
+
+    def payload(self) -> "Any":
+        """(relative path, member) for each payload entry, after checking the entry is safe."""
+        member = self._pending
+        while member is not None:
+            yield _safe_payload_name(self.path, member), member
+            member = self._next()
+
+    def check(self, member: tarfile.TarInfo, expected: Dict[str, Any], target: Optional[Path] = None) -> None:
+        """Stream one payload entry (to ``target`` if given), checking its size and sha256."""
+        if member.size != expected["size"]:
+            raise BundleError("{}: {} is {} bytes; the manifest says {}".format(
+                self.path, member.name, member.size, expected["size"]))
+        handle = self._tar.extractfile(member)
+        digest, written = hashlib.sha256(), 0
+        out = None
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            out = open(str(target), "wb")
+        try:
+            while True:
+                block = handle.read(1 << 20) if handle else b""
+                if not block:
+                    break
+                digest.update(block)
+                written += len(block)
+                if out is not None:
+                    out.write(block)
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise BundleError("{}: {} is truncated: {}".format(self.path, member.name, exc)) from None
+        finally:
+            if out is not None:
+                out.close()
+        if written != expected["size"] or digest.hexdigest() != expected["sha256"]:
+            raise BundleError("{}: {} does not match its sha256 in the manifest (tampered or damaged)".format(
+                self.path, member.name))
+
+    def close(self) -> None:
+        self._tar.close()
+
+
+def _safe_payload_name(bundle: Path, member: tarfile.TarInfo) -> str:
+    name = member.name
+    if not name.startswith(PAYLOAD) or name.startswith("/") or "\\" in name:
+        raise BundleError("{}: entry {!r} is outside payload/ (absolute or unexpected path)".format(bundle, name))
+    relative = name[len(PAYLOAD):]
+    parts = relative.split("/")
+    if not relative or any(p in ("", ".", "..") for p in parts):
+        raise BundleError("{}: entry {!r} has an empty, '.' or '..' path part".format(bundle, name))
+    if member.issym() or member.islnk():
+        raise BundleError("{}: entry {!r} is a link ({} -> {}); bundles carry regular files only".format(
+            bundle, name, name, member.linkname))
+    if not member.isfile():
+        raise BundleError("{}: entry {!r} is not a regular file (device, fifo or folder)".format(bundle, name))
+    if member.size > MAX_FILE_BYTES:
+        raise BundleError("{}: entry {!r} is {} bytes, past the limit of {}".format(
+            bundle, name, member.size, MAX_FILE_BYTES))
+    return relative
+
+
+def parse_manifest(data: bytes) -> Dict[str, Any]:
+    try:
+        manifest = json.loads(data)
+    except ValueError as exc:
+        raise BundleError("manifest.json is not JSON: {}".format(exc)) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError("manifest.json is not an edgebuild bundle manifest")
+    if manifest.get("format_version") != BUNDLE_VERSION:
+        raise BundleError("bundle format version {} is not {} (this edgebuild-device reads {})".format(
+            manifest.get("format_version"), BUNDLE_VERSION, BUNDLE_VERSION))
+    for key in ("model", "version", "compatibility", "files"):
+        if key not in manifest:
+            raise BundleError("manifest.json has no {!r}".format(key))
+    return manifest
+
+
+def check_compatible(manifest: Dict[str, Any], root: Optional[Path] = None) -> device.DeviceFacts:
+    """The device (L4T and module, read under ``root``) must be one the bundle is for."""
+    l4t, compatible = device.read_identity(root)
+    facts = device.DeviceFacts(tensorrt=None, tensorrt_problem="", compute_capability=None, l4t=l4t,
+                               compatible=compatible)
+    wanted = manifest["compatibility"]
+    module = wanted["module"]
+    if not device.module_matches(facts, module["compatible"]):
+        raise BundleError("this device ({}) is not a {}, which the bundle is for (device tree {})".format(
+            ", ".join(compatible) or "no /proc/device-tree/compatible", module["name"],
+            ", ".join(module["compatible"][:-1])))
+    accepted = wanted["l4t_accepted"]
+    if l4t not in accepted:
+        raise BundleError("this device runs L4T {}, the bundle is for L4T R{} (JetPack {})".format(
+            "R" + l4t if l4t else "unknown (no /etc/nv_tegra_release)", " or R".join(accepted),
+            wanted.get("jetpack")))
+    return facts
+
+
+def verify(bundle: Path, public_key: Any = None, *, require_signature: bool = True, root: Optional[Path] = None,
+           check_device: bool = True) -> Dict[str, Any]:
+    """Check signature, compatibility and every payload file without installing; returns the manifest."""
+    reader = _Reader(bundle)
+    try:
+        manifest = _verified_head(reader, public_key, require_signature)
+        if check_device:
+            check_compatible(manifest, root)
+        _walk_payload(reader, manifest, None)
+    finally:
+        reader.close()
+    return manifest
+
+
+def _verified_head(reader: _Reader, public_key: Any, require_signature: bool) -> Dict[str, Any]:
+    manifest_bytes, signature = reader.head()
+    if signature is None:
+        if require_signature:
+            raise BundleError("{}: the bundle is not signed, and a signature is required (pass the public key "
+                              "of the signing key; --allow-unsigned only for development)".format(reader.path))
+    elif public_key is not None:
+        verify_signature(public_key, manifest_bytes, signature)
+    elif require_signature:
+        raise BundleError("a public key is needed to check the bundle's signature")
+    manifest = parse_manifest(manifest_bytes)
+    manifest["_signed"] = signature is not None  # for the caller's report; not part of the signed bytes
+    return manifest
+
+
+def _walk_payload(reader: _Reader, manifest: Dict[str, Any], into: Optional[Path]) -> None:
+    files = {f["path"]: f for f in manifest["files"] if not f.get("from_base")}
+    seen = set()
+    for relative, member in reader.payload():
+        expected = files.get(relative)
+        if expected is None:
+            raise BundleError("{}: entry payload/{} is not in the manifest".format(reader.path, relative))
+        if relative in seen:
+            raise BundleError("{}: entry payload/{} appears twice".format(reader.path, relative))
+        seen.add(relative)
+        reader.check(member, expected, into / relative if into is not None else None)
+    missing = sorted(set(files) - seen)
+    if missing:
+        raise BundleError("{}: the bundle ends before {} (truncated)".format(reader.path, ", ".join(missing)))
+
+
+# -- installing ------------------------------------------------------------------------------
+
+def _switch(root: Path, version: Optional[str]) -> None:
+    """Point ``root/current`` at ``versions/<version>`` in one rename (or remove it for None)."""
+    link = root / "current"
+    if version is None:
+        if link.is_symlink():
+            link.unlink()
+        return
+    staging = root / ".current.tmp-{}".format(os.getpid())
+    if staging.is_symlink() or staging.exists():
+        staging.unlink()
+    os.symlink(os.path.join("versions", version), str(staging))
+    os.replace(str(staging), str(link))
+    directory = os.open(str(root), os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def active_version(root: Path) -> Optional[str]:
+    link = Path(root) / "current"
+    return os.path.basename(os.readlink(str(link))) if link.is_symlink() else None
+
+
+def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
+    """The runtime's warm-up, then the bundle's reference input must give its reference output."""
+    import numpy as np
+
+    from edgebuild.runtime.server import ModelService
+
+    reference_path = folder / REFERENCE
+    service = ModelService(folder, warmup_budget_s=warmup_budget_s)
+    service.start()
+    deadline = time.monotonic() + warmup_budget_s + 600
+    while not service.ready.is_set() and service.failed is None and time.monotonic() < deadline:
+        service.ready.wait(0.1)
+    if not service.ready.is_set():
+        raise BundleError("health check: the new version does not start: {}".format(service.failed or "timeout"))
+    if not reference_path.is_file():
+        raise BundleError("health check: the bundle has no {} to check the output against".format(REFERENCE))
+    with np.load(str(reference_path)) as stored:
+        inputs = {k[len("input."):]: stored[k] for k in stored.files if k.startswith("input.")}
+        expected = {k[len("output."):]: stored[k] for k in stored.files if k.startswith("output.")}
+        atol, rtol = float(stored["atol"]), float(stored["rtol"])
+    outputs, ms, _ = service.infer(inputs)
+    worst = {}
+    for name, value in expected.items():
+        got = outputs.get(name)
+        if got is None or got.shape != value.shape or not np.allclose(got, value, atol=atol, rtol=rtol):
+            diff = float(np.max(np.abs(got - value))) if got is not None and got.shape == value.shape else None
+            raise BundleError("health check: output {!r} differs from the bundle's reference (max |diff| {}, "
+                              "tolerance atol {} rtol {})".format(name, diff, atol, rtol))
+        worst[name] = float(np.max(np.abs(got - value))) if value.size else 0.0
+    return {"backend": service.backend, "warmup": service.warmup, "inference_ms": round(ms, 3), "max_abs_diff": worst}
+
+
+def install(bundle: Path, install_root: Path, public_key: Any = None, *, require_signature: bool = True,
+            root: Optional[Path] = None, keep: int = 2, health: Callable[[Path], Dict[str, Any]] = health_check,
+            before_switch: Optional[Callable[[Path], None]] = None) -> Dict[str, Any]:
+    """Verify, extract into a new slot, switch ``current`` atomically, health-check, roll back on failure."""
+    install_root = Path(install_root)
+    (install_root / "versions").mkdir(parents=True, exist_ok=True)
+    previous = active_version(install_root)
+    reader = _Reader(bundle)
+    try:
+        manifest = _verified_head(reader, public_key, require_signature)
+        check_compatible(manifest, root)
+        version = str(manifest["version"])
+        if "/" in version or version in ("", ".", ".."):
+            raise BundleError("version {!r} cannot name a folder".format(version))
+        if version == previous:
+            raise BundleError("version {} is already the active one".format(version))
+        delta = manifest.get("delta")
+        if delta and previous != delta["base_version"]:
+            raise BundleError("this delta bundle applies only over version {}; the active version is {}".format(
+                delta["base_version"], previous or "none"))
+        slot = install_root / "versions" / version
+        staging = install_root / "versions" / ".{}.tmp-{}".format(version, os.getpid())
+        shutil.rmtree(str(staging), ignore_errors=True)
+        staging.mkdir()
+        try:
+            _walk_payload(reader, manifest, staging)
+            if delta:
+                _copy_from_base(install_root / "versions" / previous, staging, manifest)
+            (staging / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != "_signed"},
+                                                       indent=2))
+            shutil.rmtree(str(slot), ignore_errors=True)
+            os.replace(str(staging), str(slot))
+        finally:
+            shutil.rmtree(str(staging), ignore_errors=True)
+    finally:
+        reader.close()
+    _log("version {} extracted into {}".format(version, slot))
+    if before_switch is not None:
+        before_switch(slot)
+    _switch(install_root, version)
+    _log("current -> {}; running the health check".format(version))
+    try:
+        checked = health(slot)
+    except Exception as exc:
+        _switch(install_root, previous)
+        shutil.rmtree(str(slot), ignore_errors=True)
+        reason = exc.message if isinstance(exc, EdgebuildError) else "{}: {}".format(type(exc).__name__, exc)
+        raise BundleError("version {} failed its health check and was rolled back to {}: {}".format(
+            version, previous or "no version", reason)) from None
+    removed = _prune(install_root, keep)
+    return {"installed": version, "previous": previous, "health": checked, "removed_versions": removed,
+            "slot": str(slot)}
+
+
+def _copy_from_base(base: Path, staging: Path, manifest: Dict[str, Any]) -> None:
+    for entry in manifest["files"]:
+        if not entry.get("from_base"):
+            continue
+        source = base / entry["path"]
+        digest = hashlib.sha256(source.read_bytes()).hexdigest() if source.is_file() else None
+        if digest != entry["sha256"]:
+            raise BundleError("delta: {} of the active version is missing or changed; install the full "
+                              "bundle".format(entry["path"]))
+        target = staging / entry["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(str(source), str(target))
+
+
+def _prune(install_root: Path, keep: int) -> List[str]:
+    """Keep the active version and the ``keep`` newest before it."""
+    active = active_version(install_root)
+    slots = sorted((p for p in (install_root / "versions").iterdir() if p.is_dir() and not p.name.startswith(".")),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    others = [p for p in slots if p.name != active]
+    removed = []
+    for old in others[keep:]:
+        shutil.rmtree(str(old), ignore_errors=True)
+        removed.append(old.name)
+    return removed
+
+
+def rollback(install_root: Path) -> Dict[str, Any]:
+    """Switch ``current`` back to the newest other version slot (Mender's ArtifactRollback)."""
+    install_root = Path(install_root)
+    active = active_version(install_root)
+    slots = sorted((p for p in (install_root / "versions").iterdir() if p.is_dir() and not p.name.startswith(".")
+                    and p.name != active), key=lambda p: p.stat().st_mtime, reverse=True) \
+        if (install_root / "versions").is_dir() else []
+    if not slots:
+        raise BundleError("nothing to roll back to in {} (active: {})".format(install_root, active or "none"))
+    _switch(install_root, slots[0].name)
+    return {"active": slots[0].name, "was": active}
