@@ -39,6 +39,7 @@ PAYLOAD = "payload/"
 MAX_FILE_BYTES = 8 << 30  # no model file is this large; a bigger entry is an attack or a broken bundle
 MAX_MANIFEST_BYTES = 1 << 20
 REFERENCE = "reference.npz"
+DEFERRED_BUILD_S = 1800  # the longest a health check waits for a deferred engine build
 
 
 def _log(message: str) -> None:
@@ -314,7 +315,7 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
     reference_path = folder / REFERENCE
     service = ModelService(folder, warmup_budget_s=warmup_budget_s)
     service.start()
-    deadline = time.monotonic() + warmup_budget_s + 600
+    deadline = time.monotonic() + warmup_budget_s + DEFERRED_BUILD_S  # a deferred engine is built first
     while not service.ready.is_set() and service.failed is None and time.monotonic() < deadline:
         service.ready.wait(0.1)
     if not service.ready.is_set():
