@@ -595,10 +595,10 @@ def package_command(project_dir: Path, selector: str, since: Path | None, as_jso
     Into build/packages/<group>/ from build/engines/<group> and build/containers/<group>:
       <name>-<version>-<group>.edgebundle   native bundle: manifest.json (every file's path,
           size, sha256; module and L4T compatibility; version) signed with [ota] signing_key
-          (Ed25519 or ECDSA P-256), the model folder, a health-check reference, the run specs
+          (Ed25519, ECDSA P-256 or RSA), the model folder, a health-check reference, the run specs
       <name>-<version>-<group>.mender       Mender artifact (format 3, payload type
           edgebuild-model) carrying that bundle; depends on the module's device type and L4T;
-          signed when the key is ECDSA P-256
+          signed when the key is ECDSA P-256 or RSA
     and build/packages/fleet.json (which artifact each group gets) and edgebuild-model, the
     Mender update module that hands the bundle to `edgebuild-device.pyz ota-install`.
     """

@@ -252,6 +252,9 @@ class OtaSection(_Section):
     artifact_name: str | None = None
     version: str = "0.1.0"
     signing_key: str | None = None
+    # Mender device types per module id (default: the module id), e.g. the Yocto MACHINE names
+    # {"agx-orin-64gb" = ["jetson-agx-orin-devkit"]}
+    device_types: dict[str, list[str]] = {}
 
 
 class Project(_Section):
@@ -457,6 +460,10 @@ def _check_fleet(project: Project, catalog: Any) -> list[str]:
             )
         if group.use_dla and module.dla_cores == 0:
             problems.append(f"{key}.use_dla: {module.name} has no DLA cores; set use_dla = false")
+    for module_id in project.ota.device_types:
+        if module_id not in catalog.modules:
+            problems.append(f"ota.device_types: {module_id!r} is not a module id "
+                            f"(allowed: {', '.join(sorted(catalog.modules))})")
     preset = project.runtime.cgroup_preset
     if preset is not None and not _NAME.match(preset):
         problems.append(f"runtime.cgroup_preset: not a preset name, found {preset!r}")

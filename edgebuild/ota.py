@@ -134,33 +134,34 @@ BUNDLE_SUFFIX = ".edgebundle"
 
 
 def load_bundle_key(path: Path) -> Any:
-    """A PEM private key for native bundles: Ed25519 or ECDSA P-256."""
+    """A PEM private key for native bundles: Ed25519, ECDSA P-256 or RSA."""
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
     try:
         key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: not a PEM private key without a passphrase ({exc})") from None
-    if isinstance(key, ed25519.Ed25519PrivateKey):
+    if isinstance(key, (ed25519.Ed25519PrivateKey, rsa.RSAPrivateKey)):
         return key
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
         return key
-    raise ConfigError(f"{path}: native bundles are signed with Ed25519 or ECDSA P-256, not {type(key).__name__}"
+    raise ConfigError(f"{path}: bundles are signed with Ed25519, ECDSA P-256 or RSA, not {type(key).__name__}"
                       + (f" on {key.curve.name}" if isinstance(key, ec.EllipticCurvePrivateKey) else ""))
 
 
 def sign_bundle_manifest(key: Any, manifest: bytes) -> bytes:
     """``manifest.sig`` of a native bundle: {"algorithm", "signature" (base64)} as JSON."""
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
     if isinstance(key, ec.EllipticCurvePrivateKey):
-        record = {"algorithm": "ecdsa-p256-sha256", "signature": key.sign(manifest, ec.ECDSA(hashes.SHA256()))}
+        algorithm, signature = "ecdsa-p256-sha256", key.sign(manifest, ec.ECDSA(hashes.SHA256()))
+    elif isinstance(key, rsa.RSAPrivateKey):
+        algorithm, signature = "rsa-pkcs1v15-sha256", key.sign(manifest, padding.PKCS1v15(), hashes.SHA256())
     else:
-        record = {"algorithm": "ed25519", "signature": key.sign(manifest)}
-    record["signature"] = base64.b64encode(record["signature"]).decode()
-    return json.dumps(record).encode()
+        algorithm, signature = "ed25519", key.sign(manifest)
+    return json.dumps({"algorithm": algorithm, "signature": base64.b64encode(signature).decode()}).encode()
 
 
 def _file_entry(path: str, data: bytes) -> dict[str, Any]:
@@ -259,15 +260,15 @@ def bundle_payload(artifact: Path, containers: Path | None) -> tuple[dict[str, A
 
 def _signing_keys(project: Any) -> tuple[Any, Any, list[str]]:
     """(native bundle key, Mender key, notes) from ``[ota] signing_key``."""
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
     if not project.ota.signing_key:
-        return None, None, ["unsigned: set [ota] signing_key (an Ed25519 or ECDSA P-256 PEM) to sign"]
-    path = project.path(project.ota.signing_key)
-    key = load_bundle_key(path)
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        return key, key, []
-    return key, None, ["Mender artifacts unsigned: Mender takes ECDSA P-256 or RSA keys, the signing key is Ed25519"]
+        return None, None, ["unsigned: set [ota] signing_key (an Ed25519, ECDSA P-256 or RSA PEM) to sign"]
+    key = load_bundle_key(project.path(project.ota.signing_key))
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key, None, ["Mender artifacts unsigned: Mender takes ECDSA P-256 or RSA keys, the signing key is "
+                           "Ed25519 (the bundle inside is signed)"]
+    return key, key, []
 
 
 def package_project(project: Any, units: list[Any], *, since: Path | None = None,
@@ -305,7 +306,8 @@ def package_project(project: Any, units: list[Any], *, since: Path | None = None
         written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
         mender_path = folder / f"{name}-{version}-{group}.mender"
         mender_path.write_bytes(mender_artifact(
-            artifact_name=f"{name}-{version}-{group}", device_types=[recipe["module"]["id"]],
+            artifact_name=f"{name}-{version}-{group}",
+            device_types=project.ota.device_types.get(recipe["module"]["id"], [recipe["module"]["id"]]),
             files={bundle_path.name: bundle_path.read_bytes()},
             provides={f"edgebuild.{name}.version": version, f"edgebuild.{name}.group": group},
             depends={"edgebuild.l4t": recipe["l4t"]}, meta_data={"target": recipe["target"], "group": group},

@@ -72,7 +72,7 @@ def verify_signature(public_key: Any, manifest: bytes, signature_file: bytes) ->
     _crypto()
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
     try:
         record = json.loads(signature_file)
@@ -84,6 +84,8 @@ def verify_signature(public_key: Any, manifest: bytes, signature_file: bytes) ->
             public_key.verify(signature, manifest)
         elif algorithm == "ecdsa-p256-sha256" and isinstance(public_key, ec.EllipticCurvePublicKey):
             public_key.verify(signature, manifest, ec.ECDSA(hashes.SHA256()))
+        elif algorithm == "rsa-pkcs1v15-sha256" and isinstance(public_key, rsa.RSAPublicKey):
+            public_key.verify(signature, manifest, padding.PKCS1v15(), hashes.SHA256())
         else:
             raise BundleError("the bundle is signed with {}, which the given key ({}) cannot check".format(
                 algorithm, type(public_key).__name__))

@@ -140,6 +140,7 @@ def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
     key_pem, public = _keys(tiny_project, "ecdsa")
     toml = tiny_project / "edgebuild.toml"
     toml.write_text(toml.read_text() + f'\n[ota]\nversion = "{version}"\n'
+                    + 'device_types = {"agx-orin-64gb" = ["jetson-agx-orin-devkit"]}\n'
                     + (f'signing_key = "{key_pem.name}"\n' if signed else ""))
     project = load_project(tiny_project)
     target = load_catalog().parse_target("agx-orin-64gb@5.1.2")
@@ -172,7 +173,7 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     done = _tool(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     read = _tool("read", str(mender)).stdout
-    assert "Compatible devices: '[agx-orin-64gb]'" in read and "edgebuild.l4t: 35.4.1" in read
+    assert "Compatible devices: '[jetson-agx-orin-devkit]'" in read and "edgebuild.l4t: 35.4.1" in read
     assert f"edgebuild.tiny.version: {project.ota.version}" in read
     assert entry["signed"] is signed and (fleet["notes"] == [] if signed else "unsigned" in fleet["notes"][0])
     bundle = tiny_project / entry["bundle"]["path"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import BundleError
 from edgebuild.ota import bundle_payload, write_bundle
@@ -29,7 +29,8 @@ TARGET = "agx-orin-64gb@5.1.2"
 
 
 def _keys(kind: str = "ed25519"):
-    key = ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(ec.SECP256R1())
+    key = {"ed25519": ed25519.Ed25519PrivateKey.generate, "ecdsa": lambda: ec.generate_private_key(ec.SECP256R1()),
+           "rsa": lambda: rsa.generate_private_key(65537, 2048)}[kind]()
     return key, key.public_key()
 
 
@@ -87,7 +88,7 @@ def installed(tmp_path: Path, artifact: Path, device: Path):
     return root, key, public
 
 
-@pytest.mark.parametrize("kind", ["ed25519", "ecdsa"])
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa", "rsa"])
 def test_a_signed_bundle_verifies(tmp_path: Path, artifact: Path, device: Path, kind: str) -> None:
     key, public = _keys(kind)
     manifest = verify(_bundle(artifact, tmp_path / "b.edgebundle", "1.0.0", key), public, root=device)

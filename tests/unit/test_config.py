@@ -71,6 +71,9 @@ BROKEN = [
     ("no-fleet", lambda t: t.split("[[fleet]]")[0], "fleet", "required key is missing"),
     ("unknown-dtype", lambda t: t.replace('dtype = "float32"', 'dtype = "float64"'),
      "model.inputs[0].dtype", "float64"),
+    ("mender-device-type-of-unknown-module",
+     lambda t: t + '\n[ota]\ndevice_types = {"orin-nano-9gb" = ["jetson-orin-nano-devkit"]}\n',
+     "ota.device_types", "'orin-nano-9gb' is not a module id"),
     ("batch-past-the-profile", lambda t: t + "\n[runtime]\nmax_batch_size = 8\n",
      "runtime.max_batch_size", "max_shape is [4, 3, 96, 96]"),
 ]
