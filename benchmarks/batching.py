@@ -8,7 +8,7 @@ and the mean rows per backend run (from the server's own counters in ``/metrics`
 effect of batching is the change against the ``max_batch_size 1`` line.
 
     python benchmarks/batching.py build/engines/<group> [--clients 16] [--duration 10]
-        [--settings 1:0,4:2,8:2,8:5] [--json out.json]
+        [--settings 1:0,4:2,8:2,8:5] [--binary] [--json out.json]
     python benchmarks/batching.py examples/shapes-detector/build/engines/yard-cams   # after `make demo`
 
 A setting is MAX_BATCH_SIZE:MAX_QUEUE_DELAY_MS. The backend is whatever the folder serves with
@@ -43,18 +43,33 @@ def _metrics(port: int) -> str:
     return conn.getresponse().read().decode()
 
 
-def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, duration: float) -> dict:
-    recipe = json.loads((folder / "recipe.json").read_text())
-    name = recipe.get("model_name") or recipe["group"]
+def _bodies(recipe: dict, binary: bool) -> list[tuple[bytes, dict]]:
+    """A few different one-row requests, encoded before the clock starts: JSON, or the binary extension."""
     rng = np.random.default_rng(0)
     bodies = []
-    for _ in range(8):  # a few different images, one row each, encoded before the clock starts
-        inputs = []
+    for _ in range(8):
+        inputs, tail = [], b""
         for input_name, shapes in recipe["profiles"].items():
             shape = [1, *shapes[1][1:]]
-            inputs.append({"name": input_name, "shape": shape, "datatype": "FP32",
-                           "data": rng.random(shape, dtype=np.float32).reshape(-1).tolist()})
-        bodies.append(json.dumps({"inputs": inputs}).encode())
+            array = rng.random(shape, dtype=np.float32)
+            if binary:
+                inputs.append({"name": input_name, "shape": shape, "datatype": "FP32",
+                               "parameters": {"binary_data_size": array.nbytes}})
+                tail += array.astype("<f4").tobytes()
+            else:
+                inputs.append({"name": input_name, "shape": shape, "datatype": "FP32",
+                               "data": array.reshape(-1).tolist()})
+        head = json.dumps({"inputs": inputs, **({"parameters": {"binary_data_output": True}} if binary else {})})
+        headers = {"Inference-Header-Content-Length": str(len(head))} if binary else {}
+        bodies.append((head.encode() + tail, headers))
+    return bodies
+
+
+def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, duration: float,
+            binary: bool = False) -> dict:
+    recipe = json.loads((folder / "recipe.json").read_text())
+    name = recipe.get("model_name") or recipe["group"]
+    bodies = _bodies(recipe, binary)
     latencies: list[list[float]] = [[] for _ in range(clients)]
     failures: list[str] = []
     with running_server(folder, max_batch_size=max_batch_size, max_queue_delay_ms=delay_ms) as (port, ready):
@@ -66,7 +81,8 @@ def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, du
             n = index
             while time.perf_counter() < deadline:
                 started = time.perf_counter()
-                conn.request("POST", f"/v2/models/{name}/infer", body=bodies[n % len(bodies)])
+                body, headers = bodies[n % len(bodies)]
+                conn.request("POST", f"/v2/models/{name}/infer", body=body, headers=headers)
                 answer = conn.getresponse()
                 answer.read()
                 if answer.status != 200:
@@ -103,17 +119,20 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per setting (default 10)")
     parser.add_argument("--settings", default="1:0,4:2,8:2,8:5",
                         help="MAX_BATCH_SIZE:MAX_QUEUE_DELAY_MS,... (default 1:0,4:2,8:2,8:5; 1 is no batching)")
+    parser.add_argument("--binary", action="store_true",
+                        help="send and receive tensors with the v2 binary tensor extension instead of JSON")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     settings = [(int(size), float(delay)) for size, delay in (item.split(":") for item in args.settings.split(","))]
     recipe = json.loads((args.artifact / "recipe.json").read_text())
     backend = "TensorRT engine" if (args.artifact / "engine.plan").is_file() else "ONNX Runtime on the CPU"
     print(f"{args.artifact}: {backend} here (the server's log says which it used), {args.clients} clients x "
-          f"{args.duration:.0f} s per setting, one-row requests at {next(iter(recipe['profiles'].values()))[1][1:]}")
+          f"{args.duration:.0f} s per setting, one-row requests at {next(iter(recipe['profiles'].values()))[1][1:]} "
+          f"as {'binary tensors' if args.binary else 'JSON'}")
     results = []
     print(f"{'batch':>5} {'delay ms':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rows/run':>8} {'failed':>6}")
     for size, delay in settings:
-        r = measure(args.artifact, size, delay, args.clients, args.duration)
+        r = measure(args.artifact, size, delay, args.clients, args.duration, binary=args.binary)
         results.append(r)
         print(f"{size:>5} {delay:>8g} {r['requests_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
               f"{r['rows_per_run']:>8} {r['failures']:>6}")
@@ -122,7 +141,7 @@ def main() -> None:
         print(f"max_batch_size {r['max_batch_size']}, delay {r['max_queue_delay_ms']:g} ms: "
               f"{r['requests_per_s'] / base:.2f}x the throughput of the first setting")
     if args.json:
-        args.json.write_text(json.dumps({"artifact": str(args.artifact), "backend_here": backend,
+        args.json.write_text(json.dumps({"artifact": str(args.artifact), "backend_here": backend, "binary": args.binary,
                                          "results": results}, indent=2))
     sys.exit(1 if any(r["failures"] for r in results) else 0)
 

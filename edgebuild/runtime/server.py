@@ -18,6 +18,9 @@ KServe / Triton v2 HTTP protocol, after warming it up:
   up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
   stacks them on axis 0 (at most ``max_batch_size`` rows, never past the profile's max), runs them
   once and hands each request its own rows of the outputs;
+- tensors as JSON, or raw in the body with the v2 binary tensor extension
+  (``Inference-Header-Content-Length``; ``binary_data_size`` per input, ``binary_data`` /
+  ``binary_data_output`` for outputs), which spares the JSON encoding of an image;
 - a bad request gets a 400 with a message and the server keeps serving.
 
 Python 3.8, the standard library and numpy.
@@ -323,7 +326,20 @@ class ModelService:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def parse_request(self, body: bytes) -> Dict[str, np.ndarray]:
+    def parse_request(self, body: bytes, header_length: Optional[int] = None
+                      ) -> Tuple[Dict[str, np.ndarray], List[str]]:
+        """(input arrays, names of the outputs to send as binary) of a v2 inference request.
+
+        With ``header_length`` (the ``Inference-Header-Content-Length`` header of the binary tensor
+        extension) the body is that many bytes of JSON followed by the raw tensors, in the order of
+        the inputs that give ``parameters.binary_data_size`` (little-endian, C order).
+        """
+        binary = b""
+        if header_length is not None:
+            if not 0 <= header_length <= len(body):
+                raise BadRequest("Inference-Header-Content-Length {} is outside the body of {} bytes".format(
+                    header_length, len(body)))
+            body, binary = body[:header_length], body[header_length:]
         try:
             request = json.loads(body)
         except ValueError as exc:
@@ -331,6 +347,7 @@ class ModelService:
         if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
             raise BadRequest('the body must be an object with an "inputs" list (KServe v2 inference request)')
         arrays = {}
+        offset = 0
         for item in request["inputs"]:
             if not isinstance(item, dict):
                 raise BadRequest("every entry of inputs must be an object with name, shape, datatype, data")
@@ -349,11 +366,26 @@ class ModelService:
                                                         zip(shape, spec.min_shape, spec.max_shape)):
                 raise BadRequest("input {!r} shape {} is outside the profile: from {} to {}".format(
                     name, shape, spec.min_shape, spec.max_shape))
+            dtype = np.dtype(DATATYPES[spec.datatype])
+            size = (item.get("parameters") or {}).get("binary_data_size")
+            if size is not None:
+                needed = int(np.prod(shape)) * dtype.itemsize
+                if header_length is None:
+                    raise BadRequest("input {!r} gives binary_data_size but the request has no "
+                                     "Inference-Header-Content-Length header".format(name))
+                if size != needed or offset + size > len(binary):
+                    raise BadRequest("input {!r}: binary_data_size {} with {} binary bytes left; shape {} of {} "
+                                     "needs {}".format(name, size, len(binary) - offset, shape, spec.datatype,
+                                                       needed))
+                arrays[name] = np.frombuffer(binary, dtype=dtype.newbyteorder("<"), count=int(np.prod(shape)),
+                                             offset=offset).reshape(shape)
+                offset += size
+                continue
             data = item.get("data")
             if not isinstance(data, list):
                 raise BadRequest("input {!r}: data must be a flat list of numbers".format(name))
             try:
-                array = np.asarray(data, dtype=DATATYPES[spec.datatype])
+                array = np.asarray(data, dtype=dtype)
             except (TypeError, ValueError):
                 raise BadRequest("input {!r}: data holds values that are not {} numbers".format(
                     name, spec.datatype)) from None
@@ -361,10 +393,21 @@ class ModelService:
                 raise BadRequest("input {!r}: data has {} values, shape {} needs {}".format(
                     name, array.size, shape, int(np.prod(shape))))
             arrays[name] = array.reshape(shape)
+        if offset != len(binary):
+            raise BadRequest("{} binary bytes after the inputs' binary_data_size; they must add up".format(
+                len(binary) - offset))
         missing = sorted(set(self.inputs) - set(arrays))
         if missing:
             raise BadRequest("inputs {} are missing".format(missing))
-        return arrays
+        return arrays, self._binary_outputs(request)
+
+    def _binary_outputs(self, request: Dict[str, Any]) -> List[str]:
+        everything = bool((request.get("parameters") or {}).get("binary_data_output"))
+        asked = request.get("outputs")
+        if not isinstance(asked, list):
+            return list(self.output_names) if everything else []
+        return [o.get("name") for o in asked if isinstance(o, dict)
+                and (o.get("parameters") or {}).get("binary_data", everything)]
 
     def infer(self, inputs: Dict[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, int]:
         """(outputs, backend ms of the run that held this request, rows in that run)."""
@@ -457,11 +500,17 @@ def make_handler(service: ModelService) -> Any:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
             pass  # one line per request would drown the device's journal; /metrics counts them
 
-        def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
-            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        def _send(self, code: int, body: Any, content_type: str = "application/json",
+                  headers: Optional[Dict[str, str]] = None) -> None:
+            if isinstance(body, bytes):
+                data = body
+            else:
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
 
@@ -481,7 +530,7 @@ def make_handler(service: ModelService) -> Any:
             elif path == "/metrics":
                 self._send(200, service.metrics_text(), "text/plain; version=0.0.4")
             elif path == "/v2":
-                self._send(200, {"name": "edgebuild", "extensions": []})
+                self._send(200, {"name": "edgebuild", "extensions": ["binary_tensor_data"]})
             else:
                 self._send(404, {"error": "no such endpoint: {}".format(path)})
 
@@ -506,7 +555,12 @@ def make_handler(service: ModelService) -> Any:
                 self._send(503, {"error": service.failed or "warming up; see /v2/health/ready"})
                 return
             try:
-                inputs = service.parse_request(body)
+                header = self.headers.get("Inference-Header-Content-Length")
+                try:
+                    header_length = int(header) if header is not None else None
+                except ValueError:
+                    raise BadRequest("Inference-Header-Content-Length {!r} is not a number".format(header)) from None
+                inputs, binary_outputs = service.parse_request(body, header_length)
             except BadRequest as exc:
                 service.record("bad_request")
                 self._send(400, {"error": str(exc)})
@@ -518,11 +572,24 @@ def make_handler(service: ModelService) -> Any:
                 self._send(500, {"error": "inference failed: {}".format(exc)})
                 return
             service.record("success", ms)
-            self._send(200, {"model_name": service.name, "model_version": service.version,
-                             "outputs": [{"name": n, "shape": list(a.shape), "datatype": _datatype(a),
-                                          "data": _flat(a)} for n, a in outputs.items()],
-                             "parameters": {"inference_ms": round(ms, 3), "batch_rows": rows,
-                                            "backend": service.backend}})
+            described, tail = [], []
+            for name, array in outputs.items():
+                entry = {"name": name, "shape": list(array.shape), "datatype": _datatype(array)}
+                if name in binary_outputs:
+                    raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+                    entry["parameters"] = {"binary_data_size": len(raw)}
+                    tail.append(raw)
+                else:
+                    entry["data"] = _flat(array)
+                described.append(entry)
+            answer = {"model_name": service.name, "model_version": service.version, "outputs": described,
+                      "parameters": {"inference_ms": round(ms, 3), "batch_rows": rows, "backend": service.backend}}
+            if not tail:
+                self._send(200, answer)
+                return
+            head = json.dumps(answer).encode()
+            self._send(200, head + b"".join(tail), "application/octet-stream",
+                       {"Inference-Header-Content-Length": str(len(head))})
 
         def _drain(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -70,6 +71,60 @@ def test_bad_requests_get_a_400_and_the_server_keeps_serving(server, mutate, mes
     assert status == 400 and message in answer["error"]
     good = client.json("POST", "/v2/models/tiny/infer", infer_body(np.zeros(SHAPES[0], dtype=np.float32)))
     assert good[0] == 200
+
+
+def _binary_request(array: np.ndarray, *, outputs: bool = True, size: int | None = None) -> tuple[bytes, dict]:
+    header = {"inputs": [{"name": "images", "shape": list(array.shape), "datatype": "FP32",
+                          "parameters": {"binary_data_size": array.nbytes if size is None else size}}]}
+    if outputs:
+        header["parameters"] = {"binary_data_output": True}
+    head = json.dumps(header).encode()
+    return head + array.astype("<f4").tobytes(), {"Inference-Header-Content-Length": str(len(head))}
+
+
+def test_binary_tensors_in_and_out(server) -> None:
+    """The v2 binary tensor extension: raw little-endian tensors after a JSON header, both ways."""
+    import onnxruntime as ort
+
+    _, client, folder = server
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    array = np.random.default_rng(5).random(SHAPES[1], dtype=np.float32)
+    expected = dict(zip(["scores", "scaled"], session.run(["scores", "scaled"], {"images": array})))
+    body, headers = _binary_request(array)
+    conn = http.client.HTTPConnection("127.0.0.1", client.port, timeout=30)
+    conn.request("POST", "/v2/models/tiny/infer", body=body, headers=headers)
+    answer = conn.getresponse()
+    data = answer.read()
+    conn.close()
+    assert answer.status == 200, data[:300]
+    length = int(answer.getheader("Inference-Header-Content-Length"))
+    head, tail = json.loads(data[:length]), data[length:]
+    offset = 0
+    for out in head["outputs"]:
+        size = out["parameters"]["binary_data_size"]
+        got = np.frombuffer(tail, dtype="<f4", count=size // 4, offset=offset).reshape(out["shape"])
+        np.testing.assert_allclose(got, expected[out["name"]], rtol=1e-6, atol=1e-6)
+        offset += size
+    assert offset == len(tail)
+    # binary in, JSON out (no binary_data_output asked)
+    body, headers = _binary_request(array, outputs=False)
+    status, data = client.request("POST", "/v2/models/tiny/infer", body, headers)
+    assert status == 200 and "data" in json.loads(data)["outputs"][0]
+    assert client.json("GET", "/v2")[1]["extensions"] == ["binary_tensor_data"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda body, h: (body, {**h, "Inference-Header-Content-Length": "99999999"}), "outside the body"),
+    (lambda body, h: (body, {**h, "Inference-Header-Content-Length": "ten"}), "is not a number"),
+    (lambda body, h: (body[:-4], h), "binary_data_size 768 with 764 binary bytes left"),
+    (lambda body, h: (body + b"\0" * 4, h), "4 binary bytes after the inputs"),
+    (lambda body, h: (body, {}), "the body is not valid JSON"),
+])
+def test_bad_binary_requests_get_a_400(server, change, message) -> None:
+    _, client, _ = server
+    body, headers = change(*_binary_request(np.zeros(SHAPES[0], dtype=np.float32)))
+    status, data = client.request("POST", "/v2/models/tiny/infer", body, headers)
+    assert status == 400 and message in json.loads(data)["error"], data
 
 
 def test_malformed_and_oversized_bodies(server) -> None:
