@@ -40,15 +40,21 @@ FORMAT_VERSION = 3
 PAYLOAD_TYPE = "edgebuild-model"
 
 
-def load_signing_key(path: Path) -> Any:
-    """A PEM private key (ECDSA P-256 or RSA) for signing Mender artifacts."""
+def _private_key(path: Path) -> Any:
+    """A PEM private key without a passphrase, or a ConfigError that names the file."""
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        return serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: not a PEM private key without a passphrase ({exc})") from None
+
+
+def load_signing_key(path: Path) -> Any:
+    """A PEM private key (ECDSA P-256 or RSA) for signing Mender artifacts."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    key = _private_key(path)
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name != "secp256r1":
         raise ConfigError(f"{path}: an ECDSA key on {key.curve.name}; Mender takes P-256 (secp256r1) or RSA")
     if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
@@ -135,13 +141,9 @@ BUNDLE_SUFFIX = ".edgebundle"
 
 def load_bundle_key(path: Path) -> Any:
     """A PEM private key for native bundles: Ed25519, ECDSA P-256 or RSA."""
-    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-    try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a PEM private key without a passphrase ({exc})") from None
+    key = _private_key(path)
     if isinstance(key, (ed25519.Ed25519PrivateKey, rsa.RSAPrivateKey)):
         return key
     if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
