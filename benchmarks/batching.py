@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 from _server import running_server
 
+from edgebuild.runtime.recipe import Recipe
+
 
 def _counter(metrics: str, name: str) -> float:
     found = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", metrics, re.MULTILINE)
@@ -43,13 +45,13 @@ def _metrics(port: int) -> str:
     return conn.getresponse().read().decode()
 
 
-def _bodies(recipe: dict, binary: bool) -> list[tuple[bytes, dict]]:
+def _bodies(recipe: Recipe, binary: bool) -> list[tuple[bytes, dict]]:
     """A few different one-row requests, encoded before the clock starts: JSON, or the binary extension."""
     rng = np.random.default_rng(0)
     bodies = []
     for _ in range(8):
         inputs, tail = [], b""
-        for input_name, shapes in recipe["profiles"].items():
+        for input_name, shapes in recipe.profiles.items():
             shape = [1, *shapes[1][1:]]
             array = rng.random(shape, dtype=np.float32)
             if binary:
@@ -67,8 +69,8 @@ def _bodies(recipe: dict, binary: bool) -> list[tuple[bytes, dict]]:
 
 def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, duration: float,
             binary: bool = False) -> dict:
-    recipe = json.loads((folder / "recipe.json").read_text())
-    name = recipe.get("model_name") or recipe["group"]
+    recipe = Recipe.load(folder)
+    name = recipe.model_name or recipe.group
     bodies = _bodies(recipe, binary)
     latencies: list[list[float]] = [[] for _ in range(clients)]
     failures: list[str] = []
@@ -124,10 +126,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     settings = [(int(size), float(delay)) for size, delay in (item.split(":") for item in args.settings.split(","))]
-    recipe = json.loads((args.artifact / "recipe.json").read_text())
-    backend = "TensorRT engine" if (args.artifact / "engine.plan").is_file() else "ONNX Runtime on the CPU"
+    recipe = Recipe.load(args.artifact)
+    backend = "TensorRT engine" if Recipe.has_engine(args.artifact) else "ONNX Runtime on the CPU"
     print(f"{args.artifact}: {backend} here (the server's log says which it used), {args.clients} clients x "
-          f"{args.duration:.0f} s per setting, one-row requests at {next(iter(recipe['profiles'].values()))[1][1:]} "
+          f"{args.duration:.0f} s per setting, one-row requests at {next(iter(recipe.profiles.values()))[1][1:]} "
           f"as {'binary tensors' if args.binary else 'JSON'}")
     results = []
     print(f"{'batch':>5} {'delay ms':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rows/run':>8} {'failed':>6}")

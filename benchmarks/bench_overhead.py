@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgebuild.runtime.bench import input_shapes, run_bench
+from edgebuild.runtime.recipe import Recipe
 
 
 def bare_loop(session: ort.InferenceSession, feed: dict, iterations: int) -> list[float]:
@@ -41,11 +42,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="blocks of each (default 5)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
-    recipe = json.loads((args.artifact / "recipe.json").read_text())
-    shapes = input_shapes(recipe, 1)
+    recipe = Recipe.load(args.artifact)
+    shapes = input_shapes(recipe.profiles, 1)
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(args.artifact / recipe["onnx"]), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(args.artifact / recipe.onnx), options, providers=["CPUExecutionProvider"])
     feed = {n: np.random.default_rng(0).random(s, dtype=np.float32) for n, s in shapes.items()}
     bare_loop(session, feed, 50)  # its warm-up, as bench does its own
     bare, bench = [], []

@@ -46,14 +46,13 @@ def main() -> None:
     parser.add_argument("artifact", type=Path, help="a folder written by `edgebuild compile` (build/engines/<group>)")
     args = parser.parse_args()
     recipe, files_a = bundle_payload(args.artifact, None)
-    changed = "engine.plan" if "engine.plan" in files_a else recipe["onnx"]
+    changed = "engine.plan" if "engine.plan" in files_a else recipe.onnx
     files_b = dict(files_a)
     if changed == "engine.plan":
         sys.exit("this folder has a built engine; rebuild it to get version B's engine, then compare (not scripted)")
     files_b[changed] = _shuffled_weights(files_a[changed])
-    manifest = {"model": recipe.get("model_name"), "group": recipe["group"], "target": recipe["target"],
-                "compatibility": {"module": recipe["module"], "l4t_accepted": recipe["l4t_accepted"],
-                                  "jetpack": recipe["jetpack"]}}
+    manifest = {"model": recipe.model_name, "group": recipe.group, "target": recipe.target,
+                "compatibility": recipe.compatibility()}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         write_bundle(folder / "a.edgebundle", manifest=dict(manifest, version="A"), files=files_a)

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 from _server import running_server
 
+from edgebuild.runtime.recipe import Recipe
+
 
 def _post(port: int, path: str, body: bytes) -> tuple[float, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -43,12 +45,12 @@ def _post(port: int, path: str, body: bytes) -> tuple[float, dict]:
 
 def measure(folder: Path, warm: bool, requests: int) -> dict:
     with running_server(folder, warmup=warm) as (port, ready):
-        recipe = json.loads((folder / "recipe.json").read_text())
-        name = recipe.get("model_name") or recipe["group"]
+        recipe = Recipe.load(folder)
+        name = recipe.model_name or recipe.group
         body = json.dumps({"inputs": [
             {"name": n, "shape": shapes[1], "datatype": "FP32",
              "data": np.random.default_rng(0).random(shapes[1], dtype=np.float32).reshape(-1).tolist()}
-            for n, shapes in recipe["profiles"].items()]}).encode()
+            for n, shapes in recipe.profiles.items()]}).encode()
         path = f"/v2/models/{name}/infer"
         first_client, first = _post(port, path, body)
         rest = [_post(port, path, body) for _ in range(requests)]

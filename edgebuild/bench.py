@@ -8,7 +8,6 @@ plot and a comparison against a baseline run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -17,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
-from edgebuild.runtime.bench import SCHEMA
-from edgebuild.runtime.device import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE
+from edgebuild.runtime import options as device_options
+from edgebuild.runtime.bench import SCHEMA, artifact_hashes
+from edgebuild.runtime.files import sha256_bytes
+from edgebuild.runtime.recipe import Recipe
 
 #: figures --compare shows, with the direction that is better
 COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
@@ -26,19 +27,8 @@ COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mea
 
 
 def device_args(options: dict[str, Any]) -> list[str]:
-    """The bench options as ``edgebuild-device bench`` arguments."""
-    args: list[str] = []
-    for key, flag in (("backend", "--backend"), ("iterations", "--iterations"), ("duration", "--duration"),
-                      ("warmup", "--warmup"), ("ci_pct", "--ci-pct"), ("budget_s", "--budget-s"),
-                      ("min_iterations", "--min-iterations")):
-        if options.get(key) is not None:
-            args += [flag, str(options[key])]
-    for key, flag in (("batch", "--batch"), ("concurrency", "--concurrency")):
-        if options.get(key):
-            args += [flag, ",".join(str(v) for v in options[key])]
-    for shape in options.get("shape") or ():
-        args += ["--shape", shape]
-    return args
+    """The bench options (by parameter name) as ``edgebuild-device bench`` arguments."""
+    return device_options.as_argv(device_options.BENCH, options)
 
 
 def bench_here(artifact: Path, options: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
@@ -53,13 +43,10 @@ def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report:
     """Copy the artifact to the device (once per content) and run the device-side bench there."""
     from edgebuild.remote import SshDevice
 
-    files = {name: artifact / name for name in (RECIPE_FILE, "model.onnx", ENGINE_FILE, ENGINE_JSON)
-             if (artifact / name).is_file()}
-    recipe = json.loads((artifact / RECIPE_FILE).read_text())
-    if recipe.get("onnx") and recipe["onnx"] != "model.onnx":
-        files[recipe["onnx"]] = artifact / recipe["onnx"]
-    digest = hashlib.sha256(b"".join(hashlib.sha256(p.read_bytes()).digest() for p in files.values())).hexdigest()
-    remote_dir = f"bench/{recipe.get('group', 'model')}-{digest[:12]}"
+    recipe = Recipe.load(artifact)
+    files = recipe.model_files(artifact)
+    digest = sha256_bytes(json.dumps(artifact_hashes(artifact, recipe), sort_keys=True).encode())
+    remote_dir = f"bench/{recipe.group}-{digest[:12]}"
     target = SshDevice(url)
     report(f"copying {artifact} to {url}:{remote_dir} ({len(files)} files)")
     target.put(files, remote_dir)

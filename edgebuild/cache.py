@@ -1,34 +1,37 @@
-"""Stage outputs: content hashes, cache keys and atomic writes.
+"""Stage outputs: content hashes, cache keys, stage records and atomic writes.
 
 A stage's cache key hashes what goes into it (its version, parameters, its inputs' content
 hashes, tool versions), never its outputs. A stage writes into a temporary folder next to its
 output folder and renames it into place when everything is written and checked, so an
 interrupted run never leaves an output that looks complete.
+
+Every stage run leaves a *stage record* (``build/.records/<stage>[/<group>].json``): its key
+parts, the files it vouches for (size, mtime, sha256) and its typed result. The record is
+written last, in one rename, and carries a checksum of its own body, so a record that was cut
+short, edited by hand, written by another edgebuild or for another project is never trusted.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_CHUNK = 1 << 20
+from edgebuild import __version__
+from edgebuild.runtime.files import atomic_write_text, sha256_file
 
+RECORD_FORMAT = "edgebuild.stage-record/1"
+RECORDS_DIR = ".records"
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+file_sha256 = sha256_file  # the one streaming sha256, shared with the device side
 
 
 def tree_sha256(root: Path, pattern: str = "*.py") -> str:
@@ -67,37 +70,114 @@ def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
-def verify_files(folder: Path, hashes: dict[str, str]) -> list[str]:
-    """Files listed with their sha256 that are missing or different; cheapest check first."""
-    bad = []
-    for name, expected in hashes.items():
-        path = folder / name
-        if not path.is_file() or file_sha256(path) != expected:
-            bad.append(name)
-    return bad
+# -- stage records -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a record remembers of an output file: cheap stat first, the hash when the stat moved."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp:
+        stat = path.stat()
+        return cls(file_sha256(path), stat.st_size, stat.st_mtime_ns)
+
+    def matches(self, path: Path) -> bool:
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        if stat.st_size != self.size:
+            return False
+        return stat.st_mtime_ns == self.mtime_ns or file_sha256(path) == self.sha256
 
 
-def find_reusable_record(folder: Path, record_file: str, load: Callable[[Path], Any],
-                         current_key_parts: Callable[[], dict[str, str]], what: str) -> tuple[Any, str]:
-    """A stage's stored record if its key parts are unchanged and its files intact.
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage run as stored: what went in (key parts), what came out (files, result)."""
 
-    The record needs ``key_parts``, ``files`` and ``reused`` fields. Returns (record, "up to
-    date") or (None, why not), cheapest check first.
+    stage: str  # "export", or "engine/<group>" for a per-group stage
+    project: str
+    key_parts: dict[str, str]
+    outputs: dict[str, FileStamp]  # path relative to the build folder -> stamp
+    result: dict[str, Any]  # the stage's typed record, as its to_dict() wrote it
+
+    def body(self) -> dict[str, Any]:
+        return {"stage": self.stage, "project": self.project, "edgebuild": __version__,
+                "key_parts": self.key_parts, "result": self.result,
+                "outputs": {k: vars(v) for k, v in sorted(self.outputs.items())}}
+
+
+def record_path(build_dir: Path, stage: str) -> Path:
+    return build_dir / RECORDS_DIR / f"{stage}.json"
+
+
+def stamp_outputs(build_dir: Path, paths: list[Path]) -> dict[str, FileStamp]:
+    """Stamps of every file in ``paths`` (folders are walked), keyed relative to the build folder."""
+    stamps = {}
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            stamps[str(file.relative_to(build_dir))] = FileStamp.of(file)
+    return stamps
+
+
+def write_stage_record(build_dir: Path, record: StageRecord) -> Path:
+    """Write a stage record in one rename; a run killed before this leaves the previous record."""
+    body = record.body()
+    path = record_path(build_dir, record.stage)
+    atomic_write_text(path, json.dumps({"format": RECORD_FORMAT, "sha256": digest(body), "body": body}, indent=1))
+    return path
+
+
+def read_stage_record(build_dir: Path, stage: str, project: str,
+                      key_parts: dict[str, str]) -> tuple[StageRecord | None, str]:
+    """The stored record of ``stage`` if it can be trusted and is up to date, else None and why not.
+
+    Cheapest check first: present, readable, ours (format, checksum, edgebuild version, project),
+    same key parts, output files intact.
     """
-    if not (folder / record_file).is_file():
-        return None, f"no earlier {what}"
-    try:
-        record = load(folder)
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        return None, f"earlier record unreadable ({exc})"
-    changed = changed_parts(record.key_parts, current_key_parts())
+    stored, why = load_stage_record(build_dir, stage, project)
+    if stored is None:
+        return None, why
+    changed = changed_parts(stored.key_parts, key_parts)
     if changed:
-        return None, f"changed since the last {what}: {', '.join(changed)}"
-    broken = verify_files(folder, record.files)
+        return None, f"changed since the last run: {', '.join(changed)}"
+    broken = [name for name, stamp in stored.outputs.items() if not stamp.matches(build_dir / name)]
     if broken:
-        return None, f"output files missing or modified: {', '.join(broken)}"
-    return dataclasses.replace(record, reused=True), "up to date"
+        shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
+        return None, f"output files missing or modified: {shown}"
+    return stored, "up to date"
 
+
+def load_stage_record(build_dir: Path, stage: str, project: str) -> tuple[StageRecord | None, str]:
+    """The stored record of ``stage`` whatever its key, if it is intact and ours; else None and why."""
+    path = record_path(build_dir, stage)
+    if not path.is_file():
+        return None, "no earlier run"
+    try:
+        stored = json.loads(path.read_text())
+        body = stored["body"]
+        if stored.get("format") != RECORD_FORMAT:
+            return None, f"record {path.name} has format {stored.get('format')!r}, not {RECORD_FORMAT}"
+        if stored.get("sha256") != digest(body):
+            return None, f"record {path} was modified outside edgebuild (checksum differs)"
+        if body["edgebuild"] != __version__:
+            return None, f"record written by edgebuild {body['edgebuild']}, this is {__version__}"
+        if body["project"] != project or body["stage"] != stage:
+            return None, f"record is for project {body['project']!r} stage {body['stage']!r}"
+        record = StageRecord(stage=body["stage"], project=body["project"], key_parts=dict(body["key_parts"]),
+                             outputs={k: FileStamp(**v) for k, v in body["outputs"].items()},
+                             result=dict(body["result"]))
+    except (ValueError, TypeError, KeyError, AttributeError, OSError) as exc:
+        return None, f"record {path.name} unreadable ({type(exc).__name__}: {exc})"
+    return record, "intact"
+
+
+# -- atomic outputs ---------------------------------------------------------------------------
 
 @contextmanager
 def atomic_output_dir(final: Path) -> Iterator[Path]:

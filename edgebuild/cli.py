@@ -15,7 +15,10 @@ from typing import Any
 import click
 
 from edgebuild import __version__
+from edgebuild.cli_options import click_options
 from edgebuild.errors import EXIT_CODES, EdgebuildError
+from edgebuild.report import table as _table
+from edgebuild.runtime import options as device_options
 
 _EXIT_CODE_HELP = "\b\nExit codes:\n" + "\n".join(
     f"  {code:>2}  {text.strip().rstrip('.')}" for code, text in EXIT_CODES.items()
@@ -39,11 +42,6 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
 
 
 project_option = click.option(
@@ -96,48 +94,103 @@ def init(directory: Path, force: bool) -> None:
 @project_option
 @json_option
 def check(project_dir: Path, as_json: bool) -> None:
-    """Validate the project file and its data paths, and list the fleet groups."""
+    """Validate the project file and its paths, and list the fleet groups. Runs no project code."""
     from edgebuild.config import load_project
+    from edgebuild.datasets import missing_data
     from edgebuild.pipeline import plan_compile
 
     project = load_project(project_dir)
     plan = plan_compile(project, "all")
-    units = [u.describe() for u in plan.units]
+    units = [g.describe() for g in plan.groups]
+    to_prepare = sorted(missing_data(project)) if project.data.prepare else []
     if as_json:
-        _emit_json({"project_file": str(project.source), "valid": True, "fleet": units})
+        _emit_json({"project_file": str(project.source), "valid": True, "fleet": units,
+                    "data_to_prepare": to_prepare})
         return
     click.echo(f"{project.source}: valid ({project.task.kind}, {len(project.task.classes)} classes, "
                f"metric {project.metric}, min retention {project.accuracy.min_retention})")
+    if to_prepare:
+        click.echo(f"data: {', '.join(to_prepare)} not there yet; data.prepare ({project.data.prepare}) makes it "
+                   "on the first compile or validate, or now with `edgebuild data prepare`")
     click.echo(_fleet_table(units))
 
 
 def _fleet_table(units: list[dict]) -> str:
     rows = [[u["group"] + ("" if u["in_fleet"] else " (not in fleet)"), u["target"], u["jetpack"],
              "R" + u["l4t"], u["tensorrt"], u["cuda"], f"sm {u['compute_capability']}",
-             str(u["max_onnx_opset"])] for u in units]
-    return _table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset"])
+             str(u["max_onnx_opset"]), u.get("limits", "-")] for u in units]
+    return _table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "limits"])
+
+
+@main.group("data")
+def data_group() -> None:
+    """The project's calibration and validation data."""
+
+
+@data_group.command("prepare")
+@project_option
+def data_prepare_command(project_dir: Path) -> None:
+    """Run the project's data.prepare when a data path is missing (compile and validate do this too)."""
+    from edgebuild.config import load_project
+    from edgebuild.datasets import prepare_data
+
+    project = load_project(project_dir)
+    ran = prepare_data(project, _report)
+    click.echo(f"data: {'prepared by ' + str(project.data.prepare) if ran else 'every data path is there'}")
+
+
+def _stage_list() -> str:
+    from edgebuild.stages import stage_names
+
+    return ", ".join(stage_names())
+
+
+def _parse_force(value: str | None) -> frozenset[str]:
+    from edgebuild.stages import stage_names
+
+    if value is None:
+        return frozenset()
+    names = frozenset(v.strip() for v in value.split(",") if v.strip()) or frozenset({"all"})
+    unknown = sorted(names - set(stage_names()) - {"all"})
+    if unknown:
+        raise click.BadParameter(f"unknown stage {', '.join(unknown)}; stages: {_stage_list()}",
+                                 param_hint="--force")
+    return names
+
+
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
 
 
 @main.command("compile")
 @project_option
 @target_option
-@click.option("--force", is_flag=True, help="Rebuild every stage even if its inputs did not change.")
+@click.option("--force", "force", is_flag=False, flag_value="all", default=None, metavar="[STAGE]",
+              help="Run STAGE (comma-separated for several) again even if its inputs did not change, and every "
+                   f"stage after it that reads it; bare --force: every stage. Stages: {_STAGE_NAMES_HELP}.")
 @click.option("--build-on", metavar="ssh://USER@HOST[:PORT]", default=None,
               help="Build every selected group's engine on this Jetson over SSH (overrides the groups' build_on). "
                    "It must be the group's module on its JetPack's L4T release.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def compile_command(project_dir: Path, selector: str, force: bool, build_on: str | None, no_progress: bool,
+def compile_command(project_dir: Path, selector: str, force: str | None, build_on: str | None, no_progress: bool,
                     as_json: bool) -> None:
     """Run the pipeline for every fleet group the target selects.
 
-    Plans one build unit per selected group and runs the stages in order. The summary
-    says which stages ran, where each engine is built (local, ssh://..., host-check or
-    deferred, and why), and which stages are not available in this version.
+    \b
+    Stages, in order (per group: preflight, engine, container, package):
+      model, reference, export, preflight, gate, engine, container, package
+    A stage whose inputs (file contents, the settings it reads, edgebuild's version) did not
+    change since its last run is reused, and the summary says so. The gate's measurements are
+    stored apart from its decision: changing only accuracy.min_retention, accuracy.select or
+    quantize.precisions re-decides without measuring again. An engine built on a device is
+    kept while its ONNX, builder settings, module, L4T and TensorRT are unchanged. One
+    compile per project at a time (the build folder is locked).
     """
     from edgebuild.config import load_project
-    from edgebuild.pipeline import plan_compile, run_compile
+    from edgebuild.pipeline import Options, plan_compile
+    from edgebuild.stages import compile_plan
 
+    forced = _parse_force(force)
     project = load_project(project_dir)
     plan = plan_compile(project, selector)
     if build_on:
@@ -149,41 +202,43 @@ def compile_command(project_dir: Path, selector: str, force: bool, build_on: str
             raise click.BadParameter(str(exc), param_hint="--build-on") from None
     if not as_json:
         click.echo(f"edgebuild compile: {project.project.name} ({project.source})")
-        click.echo(f"target {selector!r}: {len(plan.units)} of {len(project.fleet)} fleet group(s)\n")
-        click.echo(_fleet_table([u.describe() for u in plan.units]) + "\n")
+        click.echo(f"target {selector!r}: {len(plan.groups)} of {len(project.fleet)} fleet group(s)\n")
+        click.echo(_fleet_table([g.describe() for g in plan.groups]) + "\nstages:")
 
-    def show(stage: Any, outcome: Any) -> None:
+    def show(outcome: Any) -> None:
         if not as_json:
-            click.echo(f"  {stage.name:<10} {outcome.status:<14} {outcome.detail}")
+            click.echo(f"  {outcome.stage.name:<10} {outcome.status:<8} {outcome.detail}")
 
-    if not as_json:
-        click.echo("stages:")
-    report = run_compile(plan, progress=not no_progress and not as_json and sys.stderr.isatty(),
-                         force=force, build_on=build_on, report=_report if not as_json else (lambda _: None),
-                         on_stage=show)
+    options = Options(force=forced, build_on=build_on, progress=not no_progress and not as_json and sys.stderr.isatty())
+    report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None), on_stage=show)
     if as_json:
         _emit_json(report.as_dict())
     else:
-        engines = next((o.data.get("engines") for s, o in report.stages if s.name == "engine"), None)
-        if engines:
-            click.echo("\nengines:")
-            for entry in engines:
-                outcome = f"FAILED: {entry['error']}" if "error" in entry else (
-                    "built" if "engine_json" in entry else "deferred")
-                click.echo(f"  {entry['group']:<12} {entry['target']:<22} {entry['placement']:<12} {outcome}")
-                if "error" not in entry:
-                    click.echo(f"  {'':<12} {entry['reason']}")
-        click.echo()
-        for status, label in (("ran", "ran"), ("skipped", "up to date (reused)"), ("deferred", "deferred"),
-                              ("failed", "failed"), ("not run", "not run"), ("not available", "not available yet")):
-            names = [s.name for s, o in report.stages if o.status == status]
-            if names:
-                click.echo(f"{label}: {', '.join(names)}")
+        click.echo(_compile_summary(report))
     if not report.ok:
-        failed, outcome = next((s, o) for s, o in report.stages if o.status == "failed")
-        if failed.name == "preflight" and not as_json:
-            click.echo("\n" + _preflight_text(outcome.data["onnx"], outcome.data["targets"]))
         raise report.error
+
+
+def _compile_summary(report: Any) -> str:
+    lines = []
+    engine = report.outcome("engine")
+    if engine is not None:
+        lines.append("\nengines:")
+        for unit in engine.units:
+            record = unit.record
+            if record is None:
+                lines.append(f"  {unit.group:<12} {'FAILED' if unit.status == 'failed' else unit.status}: {unit.detail}")
+                continue
+            outcome = ("deferred" if not record.built else "kept" if record.kept else "built")
+            lines.append(f"  {record.group:<12} {record.target:<22} {record.placement:<12} {outcome}")
+            lines.append(f"  {'':<12} {record.reason}")
+    lines.append("")
+    for status, label in (("ran", "ran"), ("reused", "reused (up to date)"), ("failed", "failed"),
+                          ("not run", "not run")):
+        names = [o.stage.name for o in report.stages if o.status == status]
+        if names:
+            lines.append(f"{label}: {', '.join(names)}")
+    return "\n".join(lines)
 
 
 def _report(message: str) -> None:
@@ -195,6 +250,22 @@ def _plan(project_dir: Path, selector: str) -> Any:
     from edgebuild.pipeline import plan_compile
 
     return plan_compile(load_project(project_dir), selector)
+
+
+def _run_until(plan: Any, stage: str, *, force: bool = False, progress: bool = False, **options: Any) -> Any:
+    """Run ``stage`` and what it reads (reusing what is up to date); raises what failed before ``stage``.
+
+    The single-stage commands are this: the pipeline decides what is up to date, never the command.
+    """
+    from edgebuild.pipeline import Options
+    from edgebuild.stages import compile_plan
+
+    report = compile_plan(plan, until=stage, options=Options(force=frozenset({stage} if force else ()),
+                                                            progress=progress, **options), report=_report)
+    earlier = next((o.error for o in report.stages if o.stage.name != stage and o.error), None)
+    if earlier is not None:
+        raise earlier
+    return report
 
 
 @main.command("export")
@@ -212,14 +283,15 @@ def export_command(project_dir: Path, selector: str, force: bool, as_json: bool)
     shapes and compared with PyTorch; any mismatch is an error. Nothing changed since the
     last export: it is reused.
     """
-    from edgebuild.export import export_for_targets
-
-    plan = _plan(project_dir, selector)
-    record = export_for_targets(plan.project, plan.releases, force=force, report=_report)
+    report = _run_until(_plan(project_dir, selector), "export", force=force)
+    outcome = report.outcome("export")
+    if outcome.error:
+        raise outcome.error
+    record = outcome.record()
     if as_json:
-        _emit_json(record.as_dict())
+        _emit_json({**record.as_dict(), "reused": outcome.status == "reused"})
         return
-    click.echo(f"{record.onnx_path} ({'reused, nothing changed' if record.reused else 'exported'})")
+    click.echo(f"{record.onnx_path} ({'reused, nothing changed' if outcome.status == 'reused' else 'exported'})")
     click.echo(f"  opset {record.opset}: {record.opset_reason}")
     click.echo(f"  exporter: {record.exporter_note}")
     click.echo(f"  simplify: {record.simplify_note}")
@@ -246,18 +318,23 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
     cannot run. Exits with code 9 when any target has a blocking problem.
     """
     from edgebuild.errors import PreflightError
-    from edgebuild.export import export_for_targets
-    from edgebuild.preflight import preflight
+    from edgebuild.preflight import preflight, preflight_text
 
     plan = _plan(project_dir, selector)
     if onnx_path is None:
-        onnx_path = export_for_targets(plan.project, plan.releases, report=_report).onnx_path
-    results = preflight(onnx_path, [u.group for u in plan.units])
-    targets = [r.as_dict() for r in results]
-    if as_json:
-        _emit_json({"onnx": str(onnx_path), "targets": targets})
+        report = _run_until(plan, "preflight")
+        outcome = report.outcome("preflight")
+        onnx_path = report.record("export").onnx_path
+        results = [u.record for u in outcome.units if u.record is not None]
+        failed = next((u.error for u in outcome.units if u.record is None and u.error), None)
+        if failed is not None:
+            raise failed
     else:
-        click.echo(_preflight_text(onnx_path, targets))
+        results = preflight(onnx_path, list(plan.groups))
+    if as_json:
+        _emit_json({"onnx": str(onnx_path), "targets": [r.as_dict() for r in results]})
+    else:
+        click.echo(preflight_text(onnx_path, results))
     blocked = [r for r in results if r.blocking]
     if blocked:
         raise PreflightError(
@@ -266,24 +343,10 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
         )
 
 
-def _preflight_text(onnx_path: Path | str, targets: list[dict]) -> str:
-    """Per target: its findings as a table (targets as TargetPreflight.as_dict())."""
-    lines = [f"preflight of {onnx_path}"]
-    for t in targets:
-        head = f"\n{t['group']} = {t['target']} (TensorRT {t['tensorrt']}, {t['parser_table']}): "
-        if not t["findings"]:
-            lines.append(head + "clean")
-            continue
-        lines.append(head + f"{t['blocking']} blocking, {len(t['findings']) - t['blocking']} other")
-        rows = [[f["node"], f["op_type"], f["severity"], f["problem"], f["fix"]] for f in t["findings"]]
-        lines.append(_table(rows, ["node", "op", "severity", "problem", "suggested fix"]))
-    return "\n".join(lines)
-
-
 @main.command("validate")
 @project_option
 @target_option
-@click.option("--force", is_flag=True, help="Evaluate again even if nothing changed.")
+@click.option("--force", is_flag=True, help="Measure every candidate again even if nothing changed.")
 @click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), default=None,
               help="What measures the candidates (default: accuracy.backend, else onnxruntime). tensorrt builds a "
                    "host-check engine per candidate with this host's TensorRT and GPU.")
@@ -296,29 +359,34 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
     Each candidate's metric on the validation set is divided by the FP32 model's
     (retention); a candidate passes at retention >= accuracy.min_retention. When plain INT8
     fails, the most sensitive layers are kept in floating point until it passes or
-    quantize.max_kept_layers is reached. Exits with code 11 when nothing selectable passes.
+    quantize.max_kept_layers is reached. Measurements are stored apart from the decision, so
+    changing only the threshold, accuracy.select or quantize.precisions re-decides at once.
+    Exits with code 11 when nothing selectable passes.
     """
-    from edgebuild.export import export_for_targets
-    from edgebuild.gate import require_pass, run_gate
+    from dataclasses import replace
 
     plan = _plan(project_dir, selector)
-    project = plan.project
     if backend:
-        project = project.with_accuracy_backend(backend)
-    record = export_for_targets(project, plan.releases, report=_report)
-    result = run_gate(project, record, force=force, report=_report,
-                      progress=not no_progress and not as_json and sys.stderr.isatty())
+        plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
+    report = _run_until(plan, "gate", force=force, progress=not no_progress and not as_json and sys.stderr.isatty())
+    outcome = report.outcome("gate")
+    result = outcome.record()
+    if result is None:
+        raise outcome.error
     if as_json:
-        _emit_json({**result.as_dict(), "targets": [u.describe() for u in plan.units]})
+        _emit_json({**result.as_dict(), "reused": outcome.status == "reused",
+                    "targets": [g.describe() for g in plan.groups]})
     else:
-        click.echo(_gate_text(result, [u.group.name for u in plan.units]))
-    require_pass(project, result)
+        click.echo(_gate_text(result, [g.name for g in plan.groups], reused=outcome.units[0].status == "reused"))
+    if outcome.error:
+        raise outcome.error
 
 
-def _gate_text(result: Any, groups: list[str]) -> str:
+def _gate_text(result: Any, groups: list[str], reused: bool) -> str:
+    stored = f"; {result.measured} measurement(s) taken, {result.stored} stored"
     lines = [f"accuracy gate for {', '.join(groups)}: {result.metric}, min retention {result.threshold} "
              f"of FP32 {result.reference_value:.4f}, {result.images} validation images"
-             + (" (reused, nothing changed)" if result.reused else "")]
+             + (" (reused, nothing changed)" if reused else stored)]
     rows = [[c.precision, f"{c.value:.4f}", f"{c.retention:.3f}",
              ("pass" if c.passed else "FAIL") + ("" if c.selectable else " (not allowed)"),
              f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
@@ -461,24 +529,28 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
       edgebuild-<group>.service   systemd unit (MemoryMax, CPUQuota, AllowedCPUs, TasksMax) that
                        runs the server without a container, on cgroup-v2 releases (JetPack 6+)
       container.json   what was written, from what, with which limits
-    The limits come from the group's preset in cgroups/ (see `edgebuild run --limits`).
+    The limits come from the group's preset in cgroups/ (see `edgebuild run --limits`), as the
+    engine stage wrote it into the recipe. Earlier stages that are not up to date run first.
     """
-    from edgebuild.container import build_image, write_project_containers
+    from edgebuild.container import build_image, group_container_plan
 
     plan = _plan(project_dir, selector)
-    written = write_project_containers(plan.project, plan.units, flavor=flavor, base_image=base_image, report=_report)
-    records = [record for _, record in written]
+    outcome = _run_until(plan, "container", container_flavor=flavor, base_image=base_image).outcome("container")
+    if outcome.error:
+        raise outcome.error
+    records = {u.group: u.record.as_dict() for u in outcome.units}
     if build_images:
-        for container, record in written:
-            record["built"] = build_image(Path(record["context"]), container, engine=engine, pull=not no_pull,
-                                          report=_report)
+        for group in plan.groups:
+            container = group_container_plan(plan.project, group, flavor=flavor, base_image=base_image)
+            records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
+                                                       engine=engine, pull=not no_pull, report=_report)
     if as_json:
-        _emit_json({"containers": records})
+        _emit_json({"containers": list(records.values())})
         return
     rows = [[r["group"], r["target"], r["base_image"], r["limits"]["name"], "engine" if r["ships_engine"] else "recipe",
-             r["context"] + (f" -> {r['built']}" if r.get("built") else "")] for r in records]
+             r["context"] + (f" -> {r['built']}" if r.get("built") else "")] for r in records.values()]
     click.echo(_table(rows, ["group", "target", "FROM", "limits", "ships", "context"]))
-    for r in records:
+    for r in records.values():
         for note in r["notes"]:
             click.echo(f"{r['group']}: {note}")
 
@@ -489,20 +561,7 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
 @target_option
 @click.option("--device", "device_url", default=None, metavar="ssh://USER@HOST[:PORT]",
               help="Run on this device over SSH (the artifact is copied there); default: this host.")
-@click.option("--backend", type=click.Choice(["auto", "tensorrt", "onnxruntime"]), default="auto", show_default=True)
-@click.option("--batch", default=None, help="Batch sizes, comma-separated (default: 1 and the profile's opt batch).")
-@click.option("--concurrency", default="1", show_default=True, help="Concurrent callers, comma-separated.")
-@click.option("--shape", multiple=True, metavar="NAME:CxHxW",
-              help="An input's dims after the batch axis (default: its opt shape); repeat per input.")
-@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Fixed number of runs per configuration.")
-@click.option("--duration", type=click.FloatRange(min=0.1), default=None, help="Fixed seconds per configuration.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Runs before each configuration is measured.")
-@click.option("--ci-pct", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
-              help="Without --iterations/--duration: stop when the p50's 95% confidence interval is within this "
-                   "percentage of it ...")
-@click.option("--budget-s", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-              help="... or when this many seconds per configuration have passed (the result says which).")
+@click_options(device_options.BENCH, skip=("artifact",))
 @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the versioned result (schema edgebuild.bench/1) here.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -511,16 +570,16 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
               help="A previous --json result: show the change per figure.")
 @click.option("--force", is_flag=True,
               help="With --compare: compare even runs of different artifacts, power modes or backends.")
-def bench_command(artifact: Path | None, project_dir: Path, selector: str, device_url: str | None, backend: str,
-                  batch: str | None, concurrency: str, shape: tuple[str, ...], iterations: int | None,
-                  duration: float | None, warmup: int, ci_pct: float, budget_s: float, json_file: Path | None,
-                  plot_file: Path | None, baseline: Path | None, force: bool) -> None:
+def bench_command(artifact: Path | None, project_dir: Path, selector: str, device_url: str | None,
+                  json_file: Path | None, plot_file: Path | None, baseline: Path | None, force: bool,
+                  **options: Any) -> None:
     """Measure a compiled model folder: cold start, latency percentiles, throughput, memory, power.
 
     \b
     ARTIFACT is a folder `edgebuild compile` wrote (build/engines/<group>); without it, the one
     compiled group --target selects in the project. The runs happen on this host in a fresh
-    process, or with --device on a Jetson over SSH (edgebuild's device-side runner, Python 3.8).
+    process, or with --device on a Jetson over SSH (edgebuild's device-side runner, Python 3.8,
+    with the same options as `edgebuild-device.pyz bench`; --engine-cache is a path there).
     Every result records the artifact's hashes, the backend and library versions, the power mode
     and the shapes; on a Jetson also nvpmodel, jetson_clocks and tegrastats during the run (on
     other machines these are reported as not available). --compare refuses runs of different
@@ -537,20 +596,16 @@ def bench_command(artifact: Path | None, project_dir: Path, selector: str, devic
         plot,
         table,
     )
+    from edgebuild.runtime.recipe import Recipe
 
-    if iterations is not None and duration is not None:
+    if options["iterations"] is not None and options["duration"] is not None:
         raise click.UsageError("give --iterations or --duration, not both")
     if artifact is None:
         artifact = _compiled_artifact(project_dir, selector)
-    if not (artifact / "recipe.json").is_file():
-        from edgebuild.errors import ConfigError
-
-        raise ConfigError(f"{artifact}: no recipe.json; bench a folder `edgebuild compile` wrote "
-                          "(build/engines/<group>)")
-    options = {"backend": backend, "batch": parse_int_list(batch, "--batch"),
-               "concurrency": parse_int_list(concurrency, "--concurrency") or [1], "shape": list(shape),
-               "iterations": iterations, "duration": duration, "warmup": warmup, "ci_pct": ci_pct,
-               "budget_s": budget_s}
+    Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>)")
+    options.update(batch=parse_int_list(options["batch"], "--batch"),
+                   concurrency=parse_int_list(options["concurrency"], "--concurrency") or [1],
+                   shape=list(options["shape"]))
     before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
     if device_url:
         result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=_report)
@@ -570,10 +625,11 @@ def bench_command(artifact: Path | None, project_dir: Path, selector: str, devic
 
 def _compiled_artifact(project_dir: Path, selector: str) -> Path:
     from edgebuild.errors import ConfigError
+    from edgebuild.runtime.recipe import RECIPE_FILE
 
     plan = _plan(project_dir, selector)
-    found = [plan.project.build_dir / "engines" / u.group.name for u in plan.units]
-    compiled = [f for f in found if (f / "recipe.json").is_file()]
+    found = [plan.project.build_dir / "engines" / g.name for g in plan.groups]
+    compiled = [f for f in found if (f / RECIPE_FILE).is_file()]
     if len(compiled) != 1:
         names = ", ".join(f.name for f in compiled) or "none"
         raise ConfigError(f"--target {selector} selects {len(compiled)} compiled group(s) ({names}); bench needs one",
@@ -600,12 +656,16 @@ def package_command(project_dir: Path, selector: str, since: Path | None, as_jso
           edgebuild-model) carrying that bundle; depends on the module's device type and L4T;
           signed when the key is ECDSA P-256 or RSA
     and build/packages/fleet.json (which artifact each group gets) and edgebuild-model, the
-    Mender update module that hands the bundle to `edgebuild-device.pyz ota-install`.
+    Mender update module that hands the bundle to `edgebuild-device.pyz ota-install`. Earlier
+    stages that are not up to date run first.
     """
-    from edgebuild.ota import package_project
+    from edgebuild.ota import write_fleet_manifest
 
     plan = _plan(project_dir, selector)
-    fleet = package_project(plan.project, plan.units, since=since, report=_report)
+    outcome = _run_until(plan, "package", package_since=since).outcome("package")
+    if outcome.error:
+        raise outcome.error
+    fleet = write_fleet_manifest(plan.project, [u.record for u in outcome.units])
     if as_json:
         _emit_json(fleet)
         return
@@ -627,22 +687,16 @@ def _public_key(path: Path | None) -> Any:
     return load_public_key(path) if path else None
 
 
-_ota_key_option = click.option("--public-key", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                               default=None, help="PEM public key of the fleet's signing key.")
-_ota_unsigned_option = click.option("--allow-unsigned", is_flag=True,
-                                    help="Accept a bundle without a signature (development only).")
+# the device takes --root before the command instead (`edgebuild-device.pyz --root DIR ota-verify ...`)
 _ota_root_option = click.option("--device-root", type=click.Path(file_okay=False, path_type=Path), default=None,
                                 help="Read /etc/nv_tegra_release and /proc/device-tree under this folder.")
 
 
 @ota.command("verify")
-@click.argument("bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@_ota_key_option
-@_ota_unsigned_option
+@click_options(device_options.OTA_VERIFY)
 @_ota_root_option
-@click.option("--any-device", is_flag=True, help="Skip the check that this device is the bundle's module and L4T.")
-def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bool, device_root: Path | None,
-                       any_device: bool) -> None:
+def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bool, any_device: bool,
+                       device_root: Path | None) -> None:
     """Check a bundle's signature, compatibility and every file, without installing (exit 15 if refused)."""
     from edgebuild.runtime.ota import verify
 
@@ -654,15 +708,10 @@ def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bo
 
 
 @ota.command("install")
-@click.argument("bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@click.option("--install-root", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where the version slots (versions/<version>) and the `current` link live.")
-@_ota_key_option
-@_ota_unsigned_option
+@click_options(device_options.OTA_INSTALL)
 @_ota_root_option
-@click.option("--keep", type=click.IntRange(min=0), default=2, show_default=True, help="Previous versions to keep.")
-def ota_install_command(bundle: Path, install_root: Path, public_key: Path | None, allow_unsigned: bool,
-                        device_root: Path | None, keep: int) -> None:
+def ota_install_command(bundle: Path, install_root: Path, public_key: Path | None, allow_unsigned: bool, keep: int,
+                        device_root: Path | None) -> None:
     """Verify, install into a new slot, switch atomically, health-check, and roll back if it fails."""
     from edgebuild.runtime.ota import install
 
@@ -709,22 +758,8 @@ def _signal_number(name: str | None) -> int:
 
 
 @main.command("serve")
-@click.argument("artifact", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=None, help="Port (default: the project's [runtime] port, 8000).")
-@click.option("--backend", type=click.Choice(["auto", "tensorrt", "onnxruntime"]), default="auto", show_default=True,
-              help="auto: the TensorRT engine where it can run here, else ONNX Runtime on the CPU (said in the log).")
-@click.option("--warmup-budget-s", type=float, default=None,
-              help="Longest warm-up before ready (default: the project's [runtime] warmup_budget_s).")
-@click.option("--engine-cache", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where a deferred engine is built once and kept, per TensorRT version and compute capability.")
-@click.option("--max-batch-size", type=click.IntRange(min=1), default=None,
-              help="Dynamic batching: stack up to this many rows of waiting requests into one backend run "
-                   "(default: the project's [runtime] max_batch_size; 1 is off).")
-@click.option("--max-queue-delay-ms", type=click.FloatRange(min=0), default=None,
-              help="How long the first waiting request waits for others to join its batch (default: [runtime], 2).")
-def serve_command(artifact: Path, host: str, port: int | None, backend: str, warmup_budget_s: float | None,
-                  engine_cache: Path | None, max_batch_size: int | None, max_queue_delay_ms: float | None) -> None:
+@click_options(device_options.SERVE)
+def serve_command(artifact: Path, **options: Any) -> None:
     """Serve a compiled model folder (build/engines/<group>) over HTTP, after warm-up.
 
     \b
@@ -738,5 +773,4 @@ def serve_command(artifact: Path, host: str, port: int | None, backend: str, war
     """
     from edgebuild.runtime.server import serve
 
-    serve(artifact, host=host, port=port, backend=backend, warmup_budget_s=warmup_budget_s, engine_cache=engine_cache,
-          max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms)
+    serve(artifact, **options)  # host, port, backend, warm-up, engine cache, batching: device_options.SERVE

@@ -533,15 +533,9 @@ def data_paths(project: Project) -> dict[str, Path]:
 
 
 def check_paths_exist(project: Project) -> list[str]:
+    """Paths that do not exist. Data that ``data.prepare`` makes is not asked for here: loading a
+    project runs no user code (``edgebuild.datasets.prepare_data`` runs it, before a stage reads data)."""
     missing = {k: p for k, p in data_paths(project).items() if not p.exists()}
-    data_missing = [k for k in missing if k.startswith("data.")]
-    if data_missing and project.data.prepare:
-        from edgebuild.model import call_entry_point
-
-        call_entry_point(project, project.data.prepare, "data.prepare", str(project.root))
-        missing = {k: p for k, p in data_paths(project).items() if not p.exists()}
-    hint = " (data.prepare ran and did not create it)" if project.data.prepare else ""
-    return [
-        f"{key}: path does not exist: {path}{hint if key.startswith('data.') else ''}"
-        for key, path in missing.items()
-    ]
+    if project.data.prepare:
+        missing = {k: p for k, p in missing.items() if not k.startswith("data.")}
+    return [f"{key}: path does not exist: {path}" for key, path in missing.items()]

@@ -30,7 +30,7 @@ import string
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ from edgebuild import __version__
 from edgebuild.cache import atomic_output_dir
 from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
 from edgebuild.limits import LimitPreset, human_size
-from edgebuild.profiles import Target, data_dir
+from edgebuild.profiles import SelectedGroup, Target, data_dir
 from edgebuild.remote import device_tool_archive
-from edgebuild.runtime.device import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE
+from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
 FLAVORS = ("jetson", "cpu")
 #: the cpu flavor's default base: Debian bookworm's Python, where pip can add numpy and ONNX Runtime
@@ -119,30 +119,29 @@ def _image_tag(model_name: str, version: str, group: str, flavor: str) -> str:
     return f"edgebuild/{model_name}:{tag[:128]}"
 
 
-def plan_container(recipe: dict[str, Any], target: Target, preset: LimitPreset, *, flavor: str = "jetson",
+def plan_container(recipe: Recipe, target: Target, preset: LimitPreset, *, flavor: str = "jetson",
                    base_image: str | None = None, image: str | None = None) -> ContainerPlan:
     """The plan for one group from its recipe (``build/engines/<group>/recipe.json``)."""
     if flavor not in FLAVORS:
         raise ConfigError(f"container flavor {flavor!r} is not one of {', '.join(FLAVORS)}")
     if preset.module != target.module.id:
         raise ConfigError(f"limit preset {preset.name} is for {preset.module}, not {target.module.id} "
-                          f"({recipe['group']})")
-    deferred = recipe.get("placement") == "deferred" or not recipe.get("shippable_engine")
-    runtime = recipe.get("runtime") or {}
-    warmup = float(runtime.get("warmup_budget_s", 30))
+                          f"({recipe.group})")
+    deferred = recipe.placement == "deferred" or not recipe.shippable_engine
+    warmup = recipe.runtime.warmup_budget_s
     notes = []
     if flavor == "jetson" and deferred:
         notes.append("no engine built for the device yet: the container builds it from the recipe at first "
                      f"start into the {ENGINE_CACHE} volume (minutes, once per TensorRT version and GPU)")
     if flavor == "cpu":
         notes.append("cpu flavor: ONNX Runtime on the CPU, for trying the runtime on a build host; not for a Jetson")
-    model_name = recipe.get("model_name") or recipe["group"]
-    version = str(recipe.get("model_version") or "1")
+    model_name = recipe.model_name or recipe.group
+    version = recipe.model_version or "1"
     return ContainerPlan(
-        group=recipe["group"], target=target, flavor=flavor,
+        group=recipe.group, target=target, flavor=flavor,
         base_image=base_image or (tensorrt_base_image(target) if flavor == "jetson" else CPU_BASE_IMAGE),
-        image=image or _image_tag(model_name, version, recipe["group"], flavor), preset=preset,
-        model_name=model_name, model_version=version, port=int(runtime.get("port", 8000)),
+        image=image or _image_tag(model_name, version, recipe.group, flavor), preset=preset,
+        model_name=model_name, model_version=version, port=recipe.runtime.port,
         backend="tensorrt" if flavor == "jetson" else "onnxruntime",
         ships_engine=flavor == "jetson" and not deferred,
         start_period_s=int(warmup + (DEFERRED_BUILD_ALLOWANCE_S if flavor == "jetson" and deferred
@@ -264,14 +263,9 @@ def _run_script(plan: ContainerPlan) -> str:
 def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan) -> dict[str, Any]:
     """Write the build context and run specs of one group; returns what ``container.json`` holds."""
     artifact_dir = Path(artifact_dir)
-    recipe_path = artifact_dir / RECIPE_FILE
-    if not recipe_path.is_file():
-        raise ConfigError(f"{artifact_dir}: no {RECIPE_FILE}; run `edgebuild compile` first (the engine stage "
-                          "writes build/engines/<group>/)")
-    recipe = json.loads(recipe_path.read_text())
-    model_files = [RECIPE_FILE, recipe["onnx"]]
-    if plan.ships_engine:
-        model_files += [ENGINE_FILE, ENGINE_JSON]
+    recipe = Recipe.load(artifact_dir, hint="run `edgebuild compile` first (the engine stage writes "
+                                            "build/engines/<group>/)")
+    model_files = recipe.file_names(engine=plan.ships_engine)
     missing = [name for name in model_files if not (artifact_dir / name).is_file()]
     if missing:
         raise ConfigError(f"{artifact_dir}: {', '.join(missing)} missing; rerun `edgebuild compile --force`")
@@ -411,27 +405,53 @@ def context_dir(build_dir: Path, group: str, flavor: str) -> Path:
     return Path(build_dir) / "containers" / (group + ("-cpu" if flavor == "cpu" else ""))
 
 
-def write_project_containers(project: Any, units: list[Any], *, flavor: str = "jetson", base_image: str | None = None,
-                             report: Callable[[str], None] = print) -> list[tuple[ContainerPlan, dict[str, Any]]]:
-    """Contexts for the selected groups of a project, from the folders the engine stage wrote."""
-    from edgebuild.engine import group_limits
+@dataclass(frozen=True)
+class ContainerRecord:
+    """The container stage's result for one group (what ``container.json`` says, typed)."""
 
-    records = []
-    for unit in units:
-        artifact = project.build_dir / "engines" / unit.group.name
-        if not (artifact / RECIPE_FILE).is_file():
-            raise ConfigError(f"{artifact}: no {RECIPE_FILE} for group {unit.group.name}",
-                              hint=f"run `edgebuild compile --target {unit.group.name}` first (the engine stage "
-                                   "writes that folder), or select compiled groups with --target")
-        recipe = json.loads((artifact / RECIPE_FILE).read_text())
-        if recipe.get("target") != unit.group.target.id:
-            raise ConfigError(f"{artifact}: the recipe is for {recipe.get('target')}, but group {unit.group.name} "
-                              f"is now {unit.group.target.id}", hint="rerun `edgebuild compile` for it")
-        plan = plan_container(recipe, unit.group.target, group_limits(project, unit), flavor=flavor,
-                              base_image=base_image)
-        out = context_dir(project.build_dir, unit.group.name, flavor)
-        record = write_container(artifact, out, plan)
-        record["context"] = str(out)
-        records.append((plan, record))
-        report(f"{unit.group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
-    return records
+    group: str
+    target: str
+    flavor: str
+    image: str
+    base_image: str
+    ships_engine: bool
+    limits: dict[str, Any]
+    systemd_unit: str | None
+    context: str
+    notes: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContainerRecord:
+        return cls(**data)
+
+
+def group_container_plan(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+                         base_image: str | None = None) -> ContainerPlan:
+    """The container plan of one group, from the folder the engine stage wrote.
+
+    The limits are the ones in the recipe: the preset the engine stage checked against the
+    module and built the engine's memory pool with.
+    """
+    artifact = project.build_dir / "engines" / group.name
+    recipe = Recipe.load(artifact, hint=f"run `edgebuild compile --target {group.name}` first (the engine stage "
+                                        "writes that folder), or select compiled groups with --target")
+    if recipe.target != group.target.id:
+        raise ConfigError(f"{artifact}: the recipe is for {recipe.target}, but group {group.name} "
+                          f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
+    preset = LimitPreset.from_dict(recipe.limits, source=f"{artifact / RECIPE_FILE}: limits")
+    return plan_container(recipe, group.target, preset, flavor=flavor, base_image=base_image)
+
+
+def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+                          base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
+    """The container stage for one group: its build context and run specs in build/containers/<group>/."""
+    plan = group_container_plan(project, group, flavor=flavor, base_image=base_image)
+    out = context_dir(project.build_dir, group.name, flavor)
+    written = write_container(project.build_dir / "engines" / group.name, out, plan)
+    report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
+    return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
+                           base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
+                           systemd_unit=written["systemd_unit"], context=str(out), notes=written["notes"])

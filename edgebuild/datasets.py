@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,3 +131,53 @@ def load_class_folder_set(project: Project, limit: int | None = None) -> list[Sa
         ranked = sorted(ranked)[:cap]
     ranked.sort(key=lambda item: (item[1], item[0]))
     return [Sample(path, i, label) for i, (_, label, path) in enumerate(ranked)]
+
+
+# -- identity and preparation --------------------------------------------------------------------
+
+def calibration_digest(project: Project) -> str:
+    """Content hash of the calibration images (names and bytes)."""
+    from edgebuild.cache import files_digest
+
+    return files_digest(calibration_images(project))
+
+
+def validation_digest(project: Project) -> str:
+    """Content hash of the validation set: images and, for detection, the annotations file."""
+    from edgebuild.cache import files_digest
+
+    if project.task.kind == "detection":
+        coco = load_coco_set(project)
+        return files_digest([coco.annotations_path, *[s.path for s in coco.samples]])
+    return files_digest([s.path for s in load_class_folder_set(project)])
+
+
+def missing_data(project: Project) -> dict[str, Path]:
+    """The project's data paths (calibration, validation) that do not exist."""
+    from edgebuild.config import data_paths
+
+    return {k: p for k, p in data_paths(project).items() if k.startswith("data.") and not p.exists()}
+
+
+def prepare_data(project: Project, report: Callable[[str], None] = lambda _: None) -> bool:
+    """Run ``data.prepare`` when a data path is missing; True if it ran.
+
+    This is the only place edgebuild runs the project's data code: ``compile``, ``validate`` and
+    ``edgebuild data prepare`` call it before any stage reads the data; ``check`` never does.
+    """
+    missing = missing_data(project)
+    if not missing:
+        return False
+    if not project.data.prepare:
+        raise DataError("; ".join(f"{key}: path does not exist: {path}" for key, path in missing.items()),
+                        hint="add the data, or name a function that makes it with data.prepare")
+    from edgebuild.model import call_entry_point
+
+    report(f"data: {', '.join(missing)} missing; running data.prepare ({project.data.prepare})")
+    call_entry_point(project, project.data.prepare, "data.prepare", str(project.root))
+    still = missing_data(project)
+    if still:
+        raise DataError("; ".join(f"{key}: path does not exist: {path} (data.prepare ran and did not create it)"
+                                  for key, path in still.items()),
+                        hint=f"check what {project.data.prepare} writes")
+    return True

@@ -18,30 +18,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.cache import atomic_output_dir, file_sha256
-from edgebuild.errors import EdgebuildError, LimitError, RemoteError
-from edgebuild.limits import LimitPreset, check_against_module, human_size, preset_for_group
-from edgebuild.runtime.device import (
+from edgebuild.cache import digest, file_sha256
+from edgebuild.errors import LimitError, RemoteError
+from edgebuild.limits import LimitPreset, human_size
+from edgebuild.runtime.device import DeviceFacts, build_from_recipe, module_matches, require_match
+from edgebuild.runtime.files import atomic_write_bytes, atomic_writer
+from edgebuild.runtime.recipe import (
     ENGINE_FILE,
     ENGINE_JSON,
+    ONNX_FILE,
     RECIPE_FILE,
-    DeviceFacts,
-    build_from_recipe,
-    module_matches,
-    probe,
-    require_match,
+    Recipe,
+    RecipeModule,
+    RuntimeSettings,
 )
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
     from edgebuild.gate import GateResult
-    from edgebuild.pipeline import BuildUnit
-    from edgebuild.profiles import Target
+    from edgebuild.profiles import SelectedGroup, Target
 
 
 def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:
@@ -66,53 +66,51 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def write_recipe(project: Project, unit: BuildUnit, gate: GateResult, placement: str, why: str,
-                 limits: LimitPreset) -> Path:
-    """The engine recipe of one fleet group: the selected ONNX, the builder settings and its limits."""
-    target = unit.group.target
+def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str) -> Path:
+    """The engine recipe of one fleet group: the selected ONNX, the builder settings and its limits.
+
+    Written into ``build/engines/<group>/`` file by file (each atomically): an engine already in
+    the folder stays, and ``plan_engine`` decides whether it still fits.
+    """
+    target, limits = group.target, group.limits
     chosen = gate.candidate(gate.selected)
     precision = "int8" if chosen.precision.startswith("int8") else chosen.precision
-    folder = project.build_dir / "engines" / unit.group.name
-    with atomic_output_dir(folder) as staging:
-        source = gate.folder / chosen.onnx
-        shutil.copyfile(source, staging / "model.onnx")
-        recipe: dict[str, Any] = {
-            "group": unit.group.name,
-            "model_name": project.project.name,
-            "model_version": project.ota.version,
-            "runtime": project.runtime.model_dump(include={"warmup_budget_s", "port", "max_batch_size",
-                                                           "max_queue_delay_ms"}),
-            "target": target.id,
-            "placement": placement,
-            "placement_reason": why,
-            "shippable_engine": placement == "local" or placement.startswith("ssh://"),
-            "onnx": "model.onnx",
-            "onnx_sha256": file_sha256(staging / "model.onnx"),
-            "precision": precision,
-            "candidate": chosen.precision,
-            "kept_fp32": chosen.kept_fp32,
-            "retention": chosen.retention,
-            "accuracy_backend": chosen.backend,
-            "profiles": {s.name: [s.min_shape, s.opt_shape, s.max_shape] for s in project.model.inputs},
-            "workspace_bytes": limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
-            "limits": limits.as_dict(),
-            "dla_core": 0 if unit.group.use_dla else None,
-            "timing_cache": f"{target.module.id}-trt{target.release.tensorrt}.cache",
-            "module": _module_facts(target),
-            "jetpack": target.release.jetpack,
-            "l4t": target.release.l4t,
-            "l4t_accepted": [target.release.l4t, *target.release.l4t_aliases],
-            "tensorrt": target.release.tensorrt,
-        }
-        (staging / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))
+    folder = project.build_dir / "engines" / group.name
+    folder.mkdir(parents=True, exist_ok=True)
+    source, onnx_path = gate.folder / chosen.onnx, folder / ONNX_FILE
+    onnx_sha256 = file_sha256(source)
+    if not onnx_path.is_file() or file_sha256(onnx_path) != onnx_sha256:
+        with atomic_writer(onnx_path) as out, open(source, "rb") as data:
+            shutil.copyfileobj(data, out)
+    Recipe(
+        group=group.name,
+        model_name=project.project.name,
+        model_version=project.ota.version,
+        runtime=RuntimeSettings(**project.runtime.model_dump(include={"warmup_budget_s", "port", "max_batch_size",
+                                                                      "max_queue_delay_ms"})),
+        target=target.id,
+        placement=placement,
+        placement_reason=why,
+        shippable_engine=placement == "local" or placement.startswith("ssh://"),
+        onnx=ONNX_FILE,
+        onnx_sha256=onnx_sha256,
+        precision=precision,
+        candidate=chosen.precision,
+        kept_fp32=list(chosen.kept_fp32),
+        retention=chosen.retention,
+        accuracy_backend=chosen.backend,
+        profiles={s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)] for s in project.model.inputs},
+        workspace_bytes=limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
+        limits=limits.as_dict(),
+        dla_core=0 if group.use_dla else None,
+        timing_cache=f"{target.module.id}-trt{target.release.tensorrt}.cache",
+        module=RecipeModule(**_module_facts(target)),
+        jetpack=target.release.jetpack,
+        l4t=target.release.l4t,
+        l4t_accepted=[target.release.l4t, *target.release.l4t_aliases],
+        tensorrt=target.release.tensorrt,
+    ).save(folder)
     return folder / RECIPE_FILE
-
-
-def group_limits(project: Project, unit: BuildUnit) -> LimitPreset:
-    """The group's runtime limit preset, checked against its module."""
-    preset = preset_for_group(project, unit.group)
-    check_against_module(preset, unit.group.target.module)
-    return preset
 
 
 def check_engine_memory(engine_json: Path, limits: LimitPreset) -> None:
@@ -145,24 +143,23 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Any = lambda _: None,
     """
     from edgebuild.remote import SshDevice
 
-    recipe = json.loads(recipe_path.read_text())
+    recipe = Recipe.load(recipe_path)
     folder = recipe_path.parent
     device = SshDevice(url)
     facts = DeviceFacts.from_dict(device.device_tool(["probe"], timeout_s=120)["device"])
     require_match(facts, recipe, where=url)
     report(f"engine: {url} is {facts.describe()}")
-    remote = f"builds/{recipe['group']}-{recipe['onnx_sha256'][:12]}"
-    cache_name = f"timing-caches/{recipe['timing_cache']}"
+    remote = f"builds/{recipe.group}-{recipe.onnx_sha256[:12]}"
+    cache_name = f"timing-caches/{recipe.timing_cache}"
     local_cache = folder.parent / cache_name
-    files: dict[str, Path] = {f"{remote}/{RECIPE_FILE}": recipe_path,
-                              f"{remote}/{recipe['onnx']}": folder / recipe["onnx"]}
+    files: dict[str, Path] = {f"{remote}/{RECIPE_FILE}": recipe_path, f"{remote}/{recipe.onnx}": folder / recipe.onnx}
     if local_cache.is_file():
         files[cache_name] = local_cache
     device.put(files, ".")
-    report(f"engine: building {recipe['target']} on {url} (this can take minutes)")
+    report(f"engine: building {recipe.target} on {url} (this can take minutes)")
     answer = device.device_tool(["build-engine", f"{remote}/{RECIPE_FILE}", "--timing-cache-dir", "timing-caches"],
                                 timeout_s=timeout_s)
-    expected = {f"{remote}/{name}": digest for name, digest in answer["files"].items()}
+    expected = {f"{remote}/{name}": sha for name, sha in answer["files"].items()}
     if answer.get("timing_cache_sha256"):
         expected[cache_name] = answer["timing_cache_sha256"]
     fetched = device.fetch(expected)
@@ -174,47 +171,93 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Any = lambda _: None,
     plan = fetched[f"{remote}/{ENGINE_FILE}"]
     if hashlib.sha256(plan).hexdigest() != engine_json.get("plan_sha256"):
         raise RemoteError(f"{url}: the fetched engine.plan does not match the plan_sha256 of its engine.json")
-    _write_atomically(folder / ENGINE_FILE, plan)
-    _write_atomically(folder / ENGINE_JSON, fetched[f"{remote}/{ENGINE_JSON}"])
+    atomic_write_bytes(folder / ENGINE_FILE, plan)
+    atomic_write_bytes(folder / ENGINE_JSON, fetched[f"{remote}/{ENGINE_JSON}"])
     if cache_name in fetched:
-        _write_atomically(local_cache, fetched[cache_name])
+        atomic_write_bytes(local_cache, fetched[cache_name])
     report(f"engine: fetched {ENGINE_FILE} ({len(plan)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
     return folder / ENGINE_JSON
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    staging.write_bytes(data)
-    os.replace(staging, path)
+@dataclass(frozen=True)
+class EngineRecord:
+    """The engine stage's result for one fleet group."""
+
+    group: str
+    target: str
+    placement: str  # local, ssh://..., host-check or deferred
+    reason: str
+    folder: str  # the model folder, relative to the build folder
+    build_key: str  # what the engine depends on (engine_build_key)
+    built: bool  # engine.plan and engine.json are in the folder
+    kept: bool  # the engine of an earlier run was kept: nothing it depends on changed
+    host: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineRecord:
+        return cls(**data)
 
 
-def plan_engines(project: Project, units: tuple[BuildUnit, ...], gate: GateResult, *,
-                 host: DeviceFacts | None = None, build_on: str | None = None, trt: Any = None,
-                 report: Any = lambda _: None) -> list[dict[str, Any]]:
-    """Write a recipe per unit, decide where its engine is built, and build it unless deferred.
+def engine_build_key(recipe: Any, placement: str) -> str:
+    """What a built engine depends on: the ONNX, the builder settings, module, L4T and TensorRT.
 
-    ``build_on`` (from ``--build-on``) overrides the groups' own build devices. A failed build is
-    recorded in its entry (``error``) and the other units still build.
+    Not the model version, the runtime settings or the limits beyond the memory pool: changing
+    those rewrites the recipe and keeps the engine.
     """
-    host = host or probe()
-    planned = []
-    for unit in units:
-        placement, why = decide_placement(unit.group.target, host, build_on or unit.group.build_on)
-        limits = group_limits(project, unit)
-        recipe = write_recipe(project, unit, gate, placement, why, limits)
-        entry: dict[str, Any] = {"group": unit.group.name, "target": unit.target_id, "placement": placement,
-                                 "reason": why, "recipe": str(recipe), "host": host.as_dict()}
-        try:
-            if placement.startswith("ssh://"):
-                entry["engine_json"] = str(build_over_ssh(recipe, placement, report=report))
-            elif placement != "deferred":
-                report(f"engine: building {unit.target_id} ({placement})")
-                entry["engine_json"] = str(build_from_recipe(recipe, host, verify_device=placement == "local",
-                                                             trt=trt, report=report))
-            if "engine_json" in entry:
-                check_engine_memory(Path(entry["engine_json"]), limits)
-        except EdgebuildError as exc:
-            entry["error"] = exc
-        planned.append(entry)
-    return planned
+    shippable = placement == "local" or placement.startswith("ssh://")
+    return digest({"onnx": recipe.onnx_sha256, "precision": recipe.precision, "profiles": recipe.profiles,
+                   "workspace": recipe.workspace_bytes, "dla_core": recipe.dla_core, "module": recipe.module.id,
+                   "l4t": recipe.l4t, "tensorrt": recipe.tensorrt, "shippable": shippable})
+
+
+def _engine_intact(folder: Path) -> bool:
+    """engine.plan and engine.json present, and the plan is the one engine.json describes."""
+    plan, described = folder / ENGINE_FILE, folder / ENGINE_JSON
+    if not (plan.is_file() and described.is_file()):
+        return False
+    try:
+        return json.loads(described.read_text()).get("plan_sha256") == file_sha256(plan)
+    except ValueError:
+        return False
+
+
+def _drop_engine(folder: Path) -> None:
+    for name in (ENGINE_FILE, ENGINE_JSON):
+        (folder / name).unlink(missing_ok=True)
+
+
+def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
+                build_on: str | None = None, previous: EngineRecord | None = None, force: bool = False,
+                trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
+    """Write the group's recipe, decide where its engine is built, and build it unless deferred.
+
+    An engine an earlier run built (here or on a device) is kept while ``engine_build_key`` is
+    unchanged and its files are intact, unless ``force``. ``build_on`` (from ``--build-on``)
+    overrides the group's own build device.
+    """
+    placement, why = decide_placement(group.target, host, build_on or group.build_on)
+    recipe_path = write_recipe(project, group, gate, placement, why)
+    folder = recipe_path.parent
+    recipe = Recipe.load(folder)
+    key = engine_build_key(recipe, placement)
+    record = EngineRecord(group=group.name, target=group.target.id, placement=placement, reason=why,
+                          folder=str(folder.relative_to(project.build_dir)), build_key=key, built=False, kept=False,
+                          host=host.as_dict())
+    if placement == "deferred":
+        _drop_engine(folder)
+        return record
+    if not force and previous is not None and previous.built and previous.build_key == key and _engine_intact(folder):
+        report(f"engine: {group.name}: kept the engine built {previous.placement} (ONNX, builder settings, module, "
+               "L4T and TensorRT unchanged)")
+        return replace(record, built=True, kept=True)
+    _drop_engine(folder)
+    if placement.startswith("ssh://"):
+        engine_json = build_over_ssh(recipe_path, placement, report=report)
+    else:
+        report(f"engine: building {group.target.id} ({placement})")
+        engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=report)
+    check_engine_memory(Path(engine_json), group.limits)
+    return replace(record, built=True)

@@ -116,6 +116,13 @@ class BundleError(EdgebuildError):
     kind = "bundle rejected"
 
 
+class BuildLocked(EdgebuildError):
+    """Another edgebuild is building the same project (the build folder is locked)."""
+
+    exit_code = 16
+    kind = "build folder busy"
+
+
 #: exit codes documented in the README and `edgebuild --help`
 EXIT_CODES = {
     0: "success",
@@ -134,4 +141,5 @@ EXIT_CODES = {
     13: LimitError.__doc__ or "",
     14: ContainerError.__doc__ or "",
     15: BundleError.__doc__ or "",
+    16: BuildLocked.__doc__ or "",
 }

@@ -17,20 +17,13 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgebuild.cache import (
-    atomic_output_dir,
-    digest,
-    file_sha256,
-    find_reusable_record,
-    tool_versions,
-    tree_sha256,
-)
+from edgebuild.cache import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import ExportError
 
 if TYPE_CHECKING:
@@ -84,7 +77,6 @@ class ExportRecord:
     key_parts: dict[str, str]
     versions: dict[str, str]
     seconds: float
-    reused: bool = field(default=False, compare=False)
 
     @property
     def sha256(self) -> str:
@@ -101,12 +93,15 @@ class ExportRecord:
         return data
 
     @classmethod
-    def load(cls, folder: Path) -> ExportRecord:
-        data = json.loads((folder / RECORD_FILE).read_text())
-        data.pop("stage", None)
+    def from_dict(cls, data: dict[str, Any], folder: Path) -> ExportRecord:
+        data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["onnx_path"] = folder / MODEL_FILE  # the folder may have moved since
         data["parity"] = [OutputParity(**p) for p in data["parity"]]
         return cls(**data)
+
+    @classmethod
+    def load(cls, folder: Path) -> ExportRecord:
+        return cls.from_dict(json.loads((folder / RECORD_FILE).read_text()), folder)
 
 
 # -- opset ---------------------------------------------------------------------------------
@@ -128,37 +123,21 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
     return requested, "export.opset in the project file"
 
 
-def export_for_targets(project: Project, releases: list[JetPackRelease], *, force: bool = False,
-                       report: Report = lambda _: None, torch_runner: Any = None) -> ExportRecord:
-    """Export (or reuse) at the opset these targets' TensorRT parsers all take."""
+def export_for_targets(project: Project, releases: list[JetPackRelease], *, report: Report = lambda _: None,
+                       torch_runner: Any = None) -> ExportRecord:
+    """Export at the opset these targets' TensorRT parsers all take (the pipeline decides whether to)."""
     opset, reason = choose_opset(project, releases)
-    return export_model(project, opset, reason, force=force, report=report, torch_runner=torch_runner)
+    return export_model(project, opset, reason, report=report, torch_runner=torch_runner)
 
 
 # -- cache key -----------------------------------------------------------------------------
 
-def _model_code_digest(project: Project) -> str:
-    import importlib.util
-
-    from edgebuild.model import _project_on_path
-
-    top = project.model.entry_point.split(":")[0].split(".")[0]
-    with _project_on_path(project):
-        spec = importlib.util.find_spec(top)
-    if spec is None or spec.origin is None:
-        return "unknown"
-    origin = Path(spec.origin)
-    return tree_sha256(origin.parent if origin.name == "__init__.py" else origin)
-
-
 def cache_key_parts(project: Project, opset: int) -> dict[str, str]:
-    weights = project.path(project.model.weights) if project.model.weights else None
+    """What an export depends on: the model, the opset, the export settings and the tools."""
+    from edgebuild.model import model_key_parts
+
     return {
-        "stage": STAGE_VERSION,
-        "model_code": _model_code_digest(project),
-        "entry_point": project.model.entry_point,
-        "weights": file_sha256(weights) if weights and weights.is_file() else "none",
-        "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
+        **model_key_parts(project),
         "opset": str(opset),
         "settings": digest(project.export.model_dump()),
         "tools": digest(tool_versions("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")),
@@ -169,23 +148,14 @@ def export_dir(project: Project, opset: int) -> Path:
     return project.build_dir / "export" / f"opset{opset}"
 
 
-def find_reusable(project: Project, opset: int) -> tuple[ExportRecord | None, str]:
-    """The stored export if it is up to date and intact, else None and why it is not."""
-    return find_reusable_record(export_dir(project, opset), RECORD_FILE, ExportRecord.load,
-                                lambda: cache_key_parts(project, opset), "export")
-
-
 # -- export --------------------------------------------------------------------------------
 
-def export_model(project: Project, opset: int, opset_reason: str, *, force: bool = False,
-                 report: Report = lambda _: None, torch_runner: Any = None) -> ExportRecord:
-    """Export (or reuse) the project's model as ONNX at ``opset``; raises on any mismatch."""
-    if not force:
-        record, why = find_reusable(project, opset)
-        if record is not None:
-            report(f"export: didn't change, skipping (sha256 {record.sha256[:12]})")
-            return record
-        report(f"export: {why}")
+def export_model(project: Project, opset: int, opset_reason: str, *, report: Report = lambda _: None,
+                 torch_runner: Any = None) -> ExportRecord:
+    """Export the project's model as ONNX at ``opset``; raises on any mismatch.
+
+    Whether an earlier export can be reused is the pipeline's decision (``edgebuild.pipeline``).
+    """
     started = time.perf_counter()
     from edgebuild.model import TorchRunner
 

@@ -4,6 +4,12 @@ retention = candidate metric / FP32 metric, on the same backend and the same ima
 candidate passes at retention >= accuracy.min_retention. When plain INT8 fails, a sensitivity
 analysis ranks the layers by what quantizing each one alone costs, keeps the worst in floating
 point and re-evaluates, until the gate passes or quantize.max_kept_layers is reached.
+
+Measurements are kept apart from the decision. Each measurement (a candidate's metric and
+latency, the sensitivity ranking) is stored under ``build/gate/measured/`` by a key of what it
+depends on (model, data, calibration settings, the candidate itself, the backend, tools), never
+on ``min_retention``, ``select`` or ``precisions``. Changing only those re-decides from the
+stored measurements; a measurement the new decision needs and nobody took yet is taken then.
 """
 
 from __future__ import annotations
@@ -13,26 +19,21 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild.cache import (
-    atomic_output_dir,
-    digest,
-    file_sha256,
-    files_digest,
-    find_reusable_record,
-    tool_versions,
-)
+from edgebuild.cache import atomic_output_dir, digest, tool_versions
 from edgebuild.errors import AccuracyGateError
+from edgebuild.runtime.files import atomic_write_text
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
     from edgebuild.export import ExportRecord
 
-STAGE_VERSION = "gate/1"
+STAGE_VERSION = "gate/2"
 RECORD_FILE = "gate.json"
+MEASURED_DIR = "measured"
 #: lowest precision first: the order "lowest-precision" selection walks
 PRECISION_ORDER = ("int8", "int8-mixed", "fp16", "fp32")
 
@@ -40,9 +41,25 @@ Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """One candidate measured: what it scored and how fast it ran, with no verdict attached."""
+
+    precision: str
+    onnx: str  # path inside the gate folder
+    metric: str
+    value: float
+    images: int
+    backend: str
+    latency_ms: float
+    kept_fp32: list[str]
+    note: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class CandidateResult:
     precision: str
-    onnx: str  # file name inside the gate folder
+    onnx: str  # path inside the gate folder
     metric: str
     value: float
     retention: float
@@ -67,10 +84,9 @@ class GateResult:
     selection_rule: str
     sensitivity: list[dict[str, Any]]
     next_steps: list[str]
-    files: dict[str, str]
-    key_parts: dict[str, str]
+    measured: int  # measurements taken in this run (the rest were stored)
+    stored: int  # measurements reused from earlier runs
     seconds: float
-    reused: bool = field(default=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -79,6 +95,11 @@ class GateResult:
     def candidate(self, precision: str) -> CandidateResult:
         return next(c for c in self.candidates if c.precision == precision)
 
+    @property
+    def files(self) -> list[Path]:
+        """The decision and every candidate it names (what the gate stage's record vouches for)."""
+        return [self.folder / RECORD_FILE, *sorted({self.folder / c.onnx for c in self.candidates})]
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["folder"] = str(self.folder)
@@ -86,41 +107,44 @@ class GateResult:
         return data
 
     @classmethod
-    def load(cls, folder: Path) -> GateResult:
-        data = json.loads((folder / RECORD_FILE).read_text())
-        data.pop("stage", None)
-        data["folder"] = folder
+    def from_dict(cls, data: dict[str, Any], folder: Path) -> GateResult:
+        data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
+        data["folder"] = folder  # the project may have moved since
         data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
         return cls(**data)
+
+    @classmethod
+    def load(cls, folder: Path) -> GateResult:
+        return cls.from_dict(json.loads((folder / RECORD_FILE).read_text()), folder)
 
 
 def gate_dir(project: Project) -> Path:
     return project.build_dir / "gate"
 
 
-def cache_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
-    from edgebuild.datasets import calibration_images, load_class_folder_set, load_coco_set
+def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
+    """What every measurement depends on; the gate's thresholds and selection are not in it."""
+    from edgebuild.datasets import calibration_digest, validation_digest
 
-    if project.task.kind == "detection":
-        coco = load_coco_set(project)
-        validation = [coco.annotations_path, *[s.path for s in coco.samples]]
-    else:
-        validation = [s.path for s in load_class_folder_set(project)]
+    settings = project.quantize.model_dump(exclude={"precisions", "max_kept_layers"})
     return {
-        "stage": STAGE_VERSION,
+        "measurement": "gate-measurement/2",
         "model": export.sha256,
-        "calibration": files_digest(calibration_images(project)),
-        "validation": files_digest(validation),
+        "calibration": calibration_digest(project),
+        "validation": validation_digest(project),
         "task": digest(project.task.model_dump()),
-        "settings": digest([project.quantize.model_dump(), project.accuracy.model_dump()]),
+        "metric": project.metric,
+        "quantize": digest(settings),
+        "backend": project.accuracy.backend,
         "tools": digest(tool_versions("onnxruntime", "onnx", "pycocotools",
                                       *(["tensorrt"] if project.accuracy.backend == "tensorrt" else []))),
     }
 
 
-def find_reusable(project: Project, export: ExportRecord) -> tuple[GateResult | None, str]:
-    return find_reusable_record(gate_dir(project), RECORD_FILE, GateResult.load,
-                                lambda: cache_key_parts(project, export), "gate run")
+def decision_settings(project: Project) -> dict[str, Any]:
+    """The settings only the decision reads: changing them re-decides from stored measurements."""
+    return {"min_retention": project.accuracy.min_retention, "select": project.accuracy.select,
+            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
 
 
 def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30) -> float:
@@ -136,53 +160,124 @@ def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30
     return round(statistics.median(times), 3)
 
 
-def run_gate(project: Project, export: ExportRecord, *, force: bool = False, progress: bool = True,
-             report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
-    """Evaluate the candidates, select one, and keep their files in ``build/gate``.
+class _Measurements:
+    """The stored measurements of one exported model, taken on demand.
 
-    With ``accuracy.backend = "tensorrt"`` every candidate is built into a host-check engine with
-    this host's TensorRT (``trt``/``memory`` are injectable for tests) and measured with it.
+    Everything lives under ``build/gate/measured/<model sha256[:12]>/``: one folder per measured
+    candidate (its ONNX and ``measurement.json``), the sensitivity ranking, the calibration cache
+    and the pre-processed model they are made from. A folder is renamed into place only when its
+    measurement is complete, so an interrupted gate never leaves half a measurement.
     """
-    if project.accuracy.backend == "tensorrt" and trt is None:
-        from edgebuild.runtime.backends.tensorrt import import_tensorrt
 
-        import_tensorrt()  # fail before anything is measured when TensorRT is missing
-    if not force:
-        result, why = find_reusable(project, export)
-        if result is not None:
-            report(f"gate: didn't change, skipping ({result.selected or 'nothing'} selected)")
-            return result
-        report(f"gate: {why}")
-    started = time.perf_counter()
-    parts = cache_key_parts(project, export)
-    with atomic_output_dir(gate_dir(project)) as staging:
-        run = _GateRun(project, export, staging, progress, report, trt=trt, memory=memory)
-        result = run.execute()
-        result = replace(result, folder=gate_dir(project), key_parts=parts,
-                         seconds=round(time.perf_counter() - started, 3))
-        (staging / RECORD_FILE).write_text(json.dumps(result.as_dict(), indent=2))
-    return result
+    def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Report,
+                 trt: Any = None, memory: Any = None) -> None:
+        self.project, self.export, self.force = project, export, force
+        self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
+        self.parts = measurement_key_parts(project, export)
+        self.gate = gate_dir(project)
+        self.root = self.gate / MEASURED_DIR / export.sha256[:12]
+        self.calibration_cache = self.root / f"calibration-{digest(self.parts)[:12]}.json"
+        self.measured = 0
+        self.stored = 0
+        self._data: Any = None
+        self._latency_inputs: Any = None
 
+    def _key(self, spec: dict[str, Any]) -> str:
+        return digest({**self.parts, "spec": spec})[:16]
 
-class _GateRun:
-    """One evaluation of every candidate; holds what the steps share."""
+    def _stored(self, path: Path, what: str) -> Any:
+        """A stored measurement file's content, or None (and why, said once) when it must be taken."""
+        if self.force or not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError as exc:
+            self.report(f"gate: stored {what} unreadable ({exc}); measuring again")
+            return None
 
-    def __init__(self, project: Project, export: ExportRecord, folder: Path, progress: bool,
-                 report: Report, *, trt: Any = None, memory: Any = None) -> None:
-        from edgebuild.evaluate import ValidationSet
-        from edgebuild.model import example_inputs
+    @property
+    def data(self) -> Any:
+        if self._data is None:
+            from edgebuild.evaluate import ValidationSet
 
-        self.project, self.export, self.folder = project, export, folder
-        self.progress, self.report = progress, report
-        self.trt, self.memory = trt, memory
-        self.data = ValidationSet(project)
-        self.latency_inputs = example_inputs(project, "opt_shape")
-        self.calibration_cache = folder / "calibration-cache.json"
-        self.results: list[CandidateResult] = []
-        self.reference = 0.0
-        self.sensitivity: list[dict[str, Any]] = []
+            self._data = ValidationSet(self.project)
+        return self._data
 
-    def _runner(self, candidate: Any) -> Any:
+    def fp32_path(self) -> Path:
+        """The exported model (and its external data) under the measurement root."""
+        folder = self.root / "fp32-source"
+        if not (folder / self.export.onnx_path.name).is_file():
+            with atomic_output_dir(folder) as staging:
+                for name in self.export.files:
+                    shutil.copyfile(self.export.onnx_path.with_name(name), staging / name)
+        return folder / self.export.onnx_path.name
+
+    def prepared_path(self) -> Path:
+        from edgebuild.quantize import prepare_for_quantization
+
+        out = self.root / "fp32-prepared.onnx"
+        if not out.is_file():
+            staging = out.with_name(f".{out.name}.tmp")
+            prepared = prepare_for_quantization(self.fp32_path(), staging)
+            if prepared != staging.resolve():
+                return prepared  # pre-processing failed: quantize the plain model
+            staging.replace(out)
+        return out
+
+    def candidate(self, precision: str, kept: tuple[str, ...] = ()) -> Measurement:
+        """The measurement of one candidate, stored or taken now."""
+        name = f"int8-mixed-{len(kept)}" if kept else precision
+        folder = self.root / f"{name}-{self._key({'precision': precision, 'kept': sorted(kept)})}"
+        stored = self._stored(folder / "measurement.json", f"{name} measurement")
+        if stored is not None and (folder / "model.onnx").is_file():
+            measurement = Measurement(**stored)
+            self.stored += 1
+            self._say(measurement, "stored")
+            return measurement
+        started = time.perf_counter()
+        with atomic_output_dir(folder) as staging:
+            built = self._build(precision, kept, staging / "model.onnx")
+            runner = self._runner(built, staging)
+            from edgebuild.evaluate import evaluate
+
+            result = evaluate(self.project, runner, data=self.data, progress=self.progress,
+                              desc=f"evaluate {built.precision}")
+            measurement = Measurement(
+                precision=built.precision, onnx=str((folder / "model.onnx").relative_to(self.gate)),
+                metric=result.metric, value=round(result.value, 6), images=result.images, backend=runner.backend,
+                latency_ms=_latency_ms(runner, self._latency()), kept_fp32=list(built.kept_fp32),
+                note=built.note, seconds=round(time.perf_counter() - started, 3))
+            atomic_write_text(staging / "measurement.json", json.dumps(asdict(measurement), indent=2))
+        self.measured += 1
+        self._say(measurement, "measured")
+        return measurement
+
+    def _say(self, m: Measurement, how: str) -> None:
+        self.report(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}  [{m.backend}, {how}]")
+
+    def _latency(self) -> dict:
+        if self._latency_inputs is None:
+            from edgebuild.model import example_inputs
+
+            self._latency_inputs = example_inputs(self.project, "opt_shape")
+        return self._latency_inputs
+
+    def _build(self, precision: str, kept: tuple[str, ...], out: Path) -> Any:
+        from edgebuild.quantize import Candidate, fp16_candidate, int8_candidate
+
+        if precision == "fp32":
+            for name in self.export.files:  # external data travels with the model
+                target = out if name == self.export.onnx_path.name else out.with_name(name)
+                shutil.copyfile(self.export.onnx_path.with_name(name), target)
+            return Candidate("fp32", out, note="the exported model (reference)")
+        if precision == "fp16":
+            return fp16_candidate(self.fp32_path(), out)
+        if not self.calibration_cache.is_file():
+            self.report("gate: calibrating INT8")
+        return int8_candidate(self.project, self.prepared_path(), out, self.calibration_cache, exclude=kept,
+                              progress=self.progress)
+
+    def _runner(self, candidate: Any, folder: Path) -> Any:
         """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
         if self.project.accuracy.backend == "onnxruntime":
             from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
@@ -190,82 +285,37 @@ class _GateRun:
             return OnnxRuntimeRunner(candidate.onnx_path)
         from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
-        plan = candidate.onnx_path.with_suffix(".plan")
+        plan = folder / "model.plan"
         self.report(f"gate: building a host-check TensorRT engine for {candidate.precision}")
         build_engine(BuildSettings(
             onnx_path=candidate.onnx_path, plan_path=plan,
             precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
             profiles={s.name: (s.min_shape, s.opt_shape, s.max_shape) for s in self.project.model.inputs},
-            workspace_bytes=1 << 30, timing_cache_path=self.folder / "host-check-timing.cache",
+            workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
             report=self.report), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
-    def _measure(self, candidate: Any) -> CandidateResult:
-        from edgebuild.evaluate import evaluate
-
-        runner = self._runner(candidate)
-        result = evaluate(self.project, runner, data=self.data, progress=self.progress,
-                          desc=f"evaluate {candidate.precision}")
-        if candidate.precision == "fp32":
-            if result.value <= 0:
-                raise AccuracyGateError(
-                    f"{self.project.source}: the FP32 model scores {result.metric} {result.value:.4f} on the "
-                    f"validation set [{runner.backend}], so retention cannot be measured",
-                    hint="check the weights, task.preprocess, task.postprocess and that task.classes is in "
-                         "the model's output order",
-                )
-            self.reference = result.value
-        retention = result.value / self.reference if self.reference > 0 else 0.0
-        threshold = self.project.accuracy.min_retention
-        base = "int8" if candidate.precision == "int8-mixed" else candidate.precision
-        measured = CandidateResult(
-            precision=candidate.precision, onnx=candidate.onnx_path.name, metric=result.metric,
-            value=round(result.value, 6), retention=round(retention, 6), passed=retention >= threshold,
-            selectable=base in self.project.quantize.precisions, backend=runner.backend,
-            latency_ms=_latency_ms(runner, self.latency_inputs), kept_fp32=list(candidate.kept_fp32),
-            note=candidate.note)
-        self.report(f"gate: {measured.precision:<10} {result.metric} {measured.value:.4f}  "
-                    f"retention {measured.retention:.3f}  {'pass' if measured.passed else 'FAIL'}  "
-                    f"[{runner.backend}]")
-        self.results.append(measured)
-        return measured
-
-    def execute(self) -> GateResult:
-        from edgebuild.quantize import Candidate, fp16_candidate, int8_candidate, prepare_for_quantization
-
-        fp32_path = self.folder / "fp32.onnx"
-        shutil.copyfile(self.export.onnx_path, fp32_path)
-        for name in self.export.files:  # external data travels with the model
-            if name != self.export.onnx_path.name:
-                shutil.copyfile(self.export.onnx_path.with_name(name), self.folder / name)
-        self._measure(Candidate("fp32", fp32_path, note="the exported model (reference)"))
-        wanted = self.project.quantize.precisions
-        if "fp16" in wanted:
-            self._measure(fp16_candidate(fp32_path, self.folder / "fp16.onnx"))
-        if "int8" in wanted:
-            prepared = prepare_for_quantization(fp32_path, self.folder / "fp32-prepared.onnx")
-            self.report("gate: calibrating INT8")
-            int8 = self._measure(int8_candidate(self.project, prepared, self.folder / "int8.onnx",
-                                                self.calibration_cache, progress=self.progress))
-            if not int8.passed and self.project.quantize.max_kept_layers > 0:
-                self._fallback(prepared)
-            (self.folder / "fp32-prepared.onnx").unlink(missing_ok=True)
-        return self._decide()
-
-    def _fallback(self, prepared: Path) -> None:
-        """Rank layers by what quantizing each alone costs; keep the worst in floating point."""
+    def ranking(self) -> list[dict[str, Any]]:
+        """Layers by what quantizing each one alone costs on a subset, worst first (stored or taken now)."""
+        settings = self.project.quantize
+        path = self.root / f"sensitivity-{self._key({'sensitivity_images': settings.sensitivity_images})}.json"
+        stored = self._stored(path, "sensitivity ranking")
+        if stored is not None:
+            self.stored += 1
+            self.report(f"gate: sensitivity ranking of {len(stored)} layers (stored)")
+            return stored
         from tqdm import tqdm
 
         from edgebuild.evaluate import ValidationSet, evaluate
         from edgebuild.quantize import int8_candidate, quantizable_nodes
         from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
-        settings = self.project.quantize
+        prepared = self.prepared_path()
         subset = ValidationSet(self.project, limit=settings.sensitivity_images)
         reference = evaluate(self.project, OnnxRuntimeRunner(prepared), data=subset, progress=False).value
         nodes = quantizable_nodes(prepared)
         self.report(f"gate: INT8 fails; ranking {len(nodes)} layers by sensitivity on {len(subset)} images")
-        probe = self.folder / "probe.onnx"
+        probe = self.root / ".probe.onnx"
         costs = []
         for node in tqdm(nodes, desc="sensitivity", unit="layer", disable=not self.progress, leave=False):
             int8_candidate(self.project, prepared, probe, self.calibration_cache, only=(node,))
@@ -273,41 +323,93 @@ class _GateRun:
             costs.append({"layer": node, "cost": round(reference - value, 6)})
         probe.unlink(missing_ok=True)
         costs.sort(key=lambda c: -c["cost"])
-        self.sensitivity = costs
-        worst = [c["layer"] for c in costs if c["cost"] > 0][: settings.max_kept_layers]
-        for count in range(1, len(worst) + 1):
-            kept = tuple(worst[:count])
-            mixed = self._measure(int8_candidate(self.project, prepared, self.folder / f"int8-mixed-{count}.onnx",
-                                                 self.calibration_cache, exclude=kept))
-            if mixed.passed:
-                break
-        # keep only the last mixed candidate's file: the earlier ones are superseded
-        last = next((r for r in reversed(self.results) if r.precision == "int8-mixed"), None)
-        for path in self.folder.glob("int8-mixed-*.onnx"):
-            if last is None or path.name != last.onnx:
-                path.unlink()
-        self.results = [r for r in self.results if r.precision != "int8-mixed" or r is last]
+        atomic_write_text(path, json.dumps(costs, indent=1))
+        self.measured += 1
+        return costs
 
-    def _decide(self) -> GateResult:
-        passing = [r for r in self.results if r.passed and r.selectable]
-        rule = self.project.accuracy.select
-        backend = self.results[0].backend
-        on_tensorrt = backend.startswith("tensorrt")
-        if rule == "fastest" or (rule == "auto" and on_tensorrt):
-            chosen = min(passing, key=lambda r: r.latency_ms, default=None)
-            why = f"fastest passing candidate measured on {backend}"
-        else:
-            chosen = min(passing, key=lambda r: PRECISION_ORDER.index(r.precision), default=None)
-            why = ("lowest precision that passes: latency on this backend does not predict TensorRT on a "
-                   "Jetson, where INT8 and FP16 run on tensor cores" if rule == "auto" and not on_tensorrt
-                   else "lowest precision that passes (accuracy.select)")
-        files = {p.name: file_sha256(p) for p in sorted(self.folder.iterdir()) if p.is_file()}
-        return GateResult(
-            folder=self.folder, metric=self.project.metric, threshold=self.project.accuracy.min_retention,
-            reference_value=self.reference, backend=backend, images=len(self.data), candidates=self.results,
-            selected=chosen.precision if chosen else None, selection_rule=why, sensitivity=self.sensitivity,
-            next_steps=[] if chosen else _next_steps(self.project, self.results), files=files, key_parts={},
-            seconds=0.0)
+    def prune_other_models(self) -> None:
+        """Measurements of models that are no longer the export are never read again."""
+        for folder in (self.gate / MEASURED_DIR).iterdir():
+            if folder.is_dir() and folder != self.root:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_gate(project: Project, export: ExportRecord, *, force: bool = False, progress: bool = True,
+             report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
+    """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
+
+    ``force`` measures everything again. With ``accuracy.backend = "tensorrt"`` every candidate is
+    built into a host-check engine with this host's TensorRT (``trt``/``memory`` are injectable for
+    tests) and measured with it.
+    """
+    if project.accuracy.backend == "tensorrt" and trt is None:
+        from edgebuild.runtime.backends.tensorrt import import_tensorrt
+
+        import_tensorrt()  # fail before anything is measured when TensorRT is missing
+    started = time.perf_counter()
+    store = _Measurements(project, export, force=force, progress=progress, report=report, trt=trt, memory=memory)
+    fp32 = store.candidate("fp32")
+    if fp32.value <= 0:
+        raise AccuracyGateError(
+            f"{project.source}: the FP32 model scores {fp32.metric} {fp32.value:.4f} on the validation set "
+            f"[{fp32.backend}], so retention cannot be measured",
+            hint="check the weights, task.preprocess, task.postprocess and that task.classes is in the model's "
+                 "output order")
+    threshold = project.accuracy.min_retention
+    measured = [fp32]
+    wanted = project.quantize.precisions
+    if "fp16" in wanted:
+        measured.append(store.candidate("fp16"))
+    sensitivity: list[dict[str, Any]] = []
+    if "int8" in wanted:
+        int8 = store.candidate("int8")
+        measured.append(int8)
+        if int8.value / fp32.value < threshold and project.quantize.max_kept_layers > 0:
+            sensitivity = store.ranking()
+            worst = [c["layer"] for c in sensitivity if c["cost"] > 0][: project.quantize.max_kept_layers]
+            mixed = None
+            for count in range(1, len(worst) + 1):
+                mixed = store.candidate("int8", tuple(worst[:count]))
+                if mixed.value / fp32.value >= threshold:
+                    break
+            if mixed is not None:
+                measured.append(mixed)
+    result = _decide(project, measured, sensitivity, store=store, seconds=round(time.perf_counter() - started, 3))
+    atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
+    store.prune_other_models()
+    return result
+
+
+def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,
+            store: _Measurements, seconds: float) -> GateResult:
+    """The verdict per candidate and the selection, from measurements alone."""
+    threshold = project.accuracy.min_retention
+    reference = measured[0].value
+    results = []
+    for m in measured:
+        retention = m.value / reference
+        base = "int8" if m.precision == "int8-mixed" else m.precision
+        results.append(CandidateResult(
+            precision=m.precision, onnx=m.onnx, metric=m.metric, value=m.value, retention=round(retention, 6),
+            passed=retention >= threshold, selectable=base in project.quantize.precisions, backend=m.backend,
+            latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note))
+    passing = [r for r in results if r.passed and r.selectable]
+    rule = project.accuracy.select
+    backend = results[0].backend
+    on_tensorrt = backend.startswith("tensorrt")
+    if rule == "fastest" or (rule == "auto" and on_tensorrt):
+        chosen = min(passing, key=lambda r: r.latency_ms, default=None)
+        why = f"fastest passing candidate measured on {backend}"
+    else:
+        chosen = min(passing, key=lambda r: PRECISION_ORDER.index(r.precision), default=None)
+        why = ("lowest precision that passes: latency on this backend does not predict TensorRT on a "
+               "Jetson, where INT8 and FP16 run on tensor cores" if rule == "auto" and not on_tensorrt
+               else "lowest precision that passes (accuracy.select)")
+    return GateResult(
+        folder=gate_dir(project), metric=project.metric, threshold=threshold, reference_value=reference,
+        backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
+        selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
+        measured=store.measured, stored=store.stored, seconds=seconds)
 
 
 def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:

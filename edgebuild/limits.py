@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import CapabilityMissing, ConfigError, LimitError
@@ -111,6 +111,8 @@ class _PresetFile(BaseModel):
 class LimitPreset:
     """One preset, sizes in bytes. ``memory_swap`` is RAM plus swap, as docker's ``--memory-swap``."""
 
+    __pydantic_config__ = ConfigDict(extra="forbid")  # for from_dict: an unknown key is an error
+
     name: str
     module: str
     description: str
@@ -125,6 +127,15 @@ class LimitPreset:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "limit preset") -> LimitPreset:
+        """A preset from its ``as_dict()`` (the ``limits`` a recipe carries); ``source`` names where it came from."""
+        try:
+            return TypeAdapter(cls).validate_json(json.dumps(data), strict=True)  # JSON mode: from a dict, strictly
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: {_problems(exc)}",
+                              hint="rebuild it with this edgebuild: `edgebuild compile --force`") from None
 
     def describe(self) -> str:
         swap = "no swap" if self.memory_swap == self.memory else f"swap {human_size(self.memory_swap - self.memory)}"
@@ -159,6 +170,10 @@ def _parse_option(parse: Callable[[str], int], value: str, option: str) -> int:
         raise ConfigError(f"{option}: {exc}") from None
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(": ".join(filter(None, (".".join(str(p) for p in e["loc"]), e["msg"]))) for e in exc.errors())
+
+
 def preset_path(name: str, project_root: Path | None = None) -> Path:
     """A preset by name (a file in cgroups/) or by path (relative to the project)."""
     if name.endswith(".toml") or "/" in name:
@@ -184,8 +199,7 @@ def load_preset(name: str, project_root: Path | None = None) -> LimitPreset:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {_problems(exc)}") from None
     limits, gpu = parsed.limits, parsed.gpu
     memory = parse_size(limits.memory)
     swap = parse_size(limits.memory_swap) if limits.memory_swap else memory

@@ -9,6 +9,7 @@ import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,6 +158,57 @@ class TorchRunner:
                     f"{self.project.source}: model forward at {shapes} raised {type(exc).__name__}: {exc}"
                 ) from exc
         return outputs_by_name(result, self.output_names, str(self.project.source))
+
+
+def model_source_digest(project: Project) -> str:
+    """Hash of the entry point's package (or module) source, found without importing it."""
+    import importlib.util
+
+    from edgebuild.cache import tree_sha256
+
+    top = project.model.entry_point.split(":")[0].split(".")[0]
+    with _project_on_path(project):
+        spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return "unknown"
+    origin = Path(spec.origin)
+    return tree_sha256(origin.parent if origin.name == "__init__.py" else origin)
+
+
+def model_key_parts(project: Project) -> dict[str, str]:
+    """What the PyTorch model is: its code, entry point, weights and declared inputs/outputs."""
+    from edgebuild.cache import digest, file_sha256
+
+    weights = project.path(project.model.weights) if project.model.weights else None
+    return {
+        "model_code": model_source_digest(project),
+        "entry_point": project.model.entry_point,
+        "weights": file_sha256(weights) if weights and weights.is_file() else "none",
+        "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
+    }
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The model stage's result: it loads, and what its forward returns at the profile's shapes."""
+
+    entry_point: str
+    parameters: int
+    output_shapes: dict[str, dict[str, list[int]]]  # min_shape/opt_shape/max_shape -> output -> shape
+    seconds: float
+
+
+def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
+    """Run forward at the min, opt and max shapes; a forward that raises is a ModelError."""
+    import time
+
+    started = time.perf_counter()
+    shapes = {}
+    for which in ("min_shape", "opt_shape", "max_shape"):
+        outputs = runner.run(example_inputs(project, which))
+        shapes[which] = {name: list(array.shape) for name, array in outputs.items()}
+    return ModelRecord(project.model.entry_point, sum(p.numel() for p in runner.model.parameters()), shapes,
+                       round(time.perf_counter() - started, 3))
 
 
 def example_inputs(project: Project, which: str = "opt_shape", seed: int = 0) -> dict[str, np.ndarray]:

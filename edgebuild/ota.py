@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
 import io
 import json
-import os
 import tarfile
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ConfigError
 from edgebuild.profiles import data_dir
+from edgebuild.runtime.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from edgebuild.runtime.recipe import Recipe
+
+if TYPE_CHECKING:
+    from edgebuild.profiles import SelectedGroup
 
 FORMAT_VERSION = 3
 #: the payload type of our update module (the device's ``/usr/share/mender/modules/v3/edgebuild-model``)
@@ -125,7 +129,7 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
     data = _gzip(_tar([(name, payload[name]) for name in names]))
     checksums = {"version": version, "header.tar.gz": header}
     checksums.update({f"data/0000/{name}": payload[name] for name in names})
-    manifest = "".join(f"{hashlib.sha256(content).hexdigest()}  {name}\n"
+    manifest = "".join(f"{sha256_bytes(content)}  {name}\n"
                        for name, content in sorted(checksums.items())).encode()
     members = [("version", version), ("manifest", manifest)]
     if signing_key is not None:
@@ -167,7 +171,7 @@ def sign_bundle_manifest(key: Any, manifest: bytes) -> bytes:
 
 
 def _file_entry(path: str, data: bytes) -> dict[str, Any]:
-    return {"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return {"path": path, "size": len(data), "sha256": sha256_bytes(data)}
 
 
 def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, bytes], signing_key: Any = None,
@@ -190,18 +194,14 @@ def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, byt
                 entry["from_base"] = True
         carried = [e["path"] for e in entries if not e.get("from_base")]
         full["delta"] = {"base_version": base["version"],
-                         "base_manifest_sha256": hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()}
+                         "base_manifest_sha256": sha256_bytes(json.dumps(base, sort_keys=True).encode())}
     full["files"] = entries
     manifest_bytes = json.dumps(full, indent=2, sort_keys=True).encode()
     members = [(MANIFEST, manifest_bytes)]
     if signing_key is not None:
         members.append((SIGNATURE, sign_bundle_manifest(signing_key, manifest_bytes)))
     members += [(PAYLOAD + name, files[name]) for name in carried]
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    staging.write_bytes(_gzip(_tar(members)))
-    os.replace(staging, out)
+    atomic_write_bytes(out, _gzip(_tar(members)))
     return full
 
 
@@ -226,31 +226,29 @@ def read_bundle_manifest(path: Path) -> dict[str, Any]:
 REFERENCE_TOLERANCE = {"fp32": (1e-3, 1e-3), "fp16": (2e-2, 2e-2), "int8": (5e-2, 5e-2)}
 
 
-def reference_outputs(artifact: Path, recipe: dict[str, Any]) -> bytes:
+def reference_outputs(artifact: Path, recipe: Recipe) -> bytes:
     """``reference.npz``: an input at the profile's min shape and the outputs ONNX Runtime gives for it."""
     import numpy as np
 
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
     rng = np.random.default_rng(0)
-    inputs = {name: rng.random(low, dtype=np.float32) for name, (low, _, _) in recipe["profiles"].items()}
-    outputs = OnnxRuntimeRunner(artifact / recipe["onnx"]).run(inputs)
-    atol, rtol = REFERENCE_TOLERANCE.get(recipe.get("precision", "fp32"), REFERENCE_TOLERANCE["int8"])
+    inputs = {name: rng.random(low, dtype=np.float32) for name, (low, _, _) in recipe.profiles.items()}
+    outputs = OnnxRuntimeRunner(artifact / recipe.onnx).run(inputs)
+    atol, rtol = REFERENCE_TOLERANCE.get(recipe.precision, REFERENCE_TOLERANCE["int8"])
     buffer = io.BytesIO()
     np.savez(buffer, atol=np.float64(atol), rtol=np.float64(rtol), **{f"input.{k}": v for k, v in inputs.items()},
              **{f"output.{k}": v for k, v in outputs.items()})
     return buffer.getvalue()
 
 
-def bundle_payload(artifact: Path, containers: Path | None) -> tuple[dict[str, Any], dict[str, bytes]]:
+def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None = None
+                   ) -> tuple[Recipe, dict[str, bytes]]:
     """(recipe, files) of one group: the servable model folder, the health reference and the run specs."""
-    from edgebuild.runtime.device import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE
     from edgebuild.runtime.ota import REFERENCE
 
-    recipe = json.loads((artifact / RECIPE_FILE).read_text())
-    names = [RECIPE_FILE, recipe["onnx"]]
-    if recipe.get("shippable_engine") and (artifact / ENGINE_FILE).is_file():
-        names += [ENGINE_FILE, ENGINE_JSON]
+    recipe = Recipe.load(artifact, hint=hint)
+    names = recipe.file_names(engine=recipe.shippable_engine and Recipe.has_engine(artifact))
     files = {name: (artifact / name).read_bytes() for name in names}
     files[REFERENCE] = reference_outputs(artifact, recipe)
     if containers is not None and containers.is_dir():
@@ -273,67 +271,109 @@ def _signing_keys(project: Any) -> tuple[Any, Any, list[str]]:
     return key, key, []
 
 
-def package_project(project: Any, units: list[Any], *, since: Path | None = None,
-                    report: Callable[[str], None] = print) -> dict[str, Any]:
-    """Per group a native bundle and a Mender artifact in build/packages/<group>/; the fleet manifest."""
-    from edgebuild.runtime.device import RECIPE_FILE
+@dataclass(frozen=True)
+class PackageRecord:
+    """The package stage's result for one group: its bundle and Mender artifact (paths from the project)."""
 
+    group: str
+    target: str
+    bundle: dict[str, Any]  # path, size, sha256
+    mender: dict[str, Any]
+    signed: bool
+    delta_over: str | None
+    files: int
+    carried: int  # files in the bundle itself (a delta leaves the unchanged ones out)
+    notes: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PackageRecord:
+        return cls(**data)
+
+
+def _base_manifest(since: Path, group: str) -> dict[str, Any]:
+    previous = Path(since)
+    if previous.is_dir():
+        previous = next(iter(sorted((previous / group).glob(f"*{BUNDLE_SUFFIX}"))), previous / group)
+    base = read_bundle_manifest(previous)
+    if base.get("group") != group:
+        raise ConfigError(f"{previous}: a bundle of group {base.get('group')}, not {group}")
+    return base
+
+
+def package_group(project: Any, group: SelectedGroup, *, since: Path | None = None,
+                  report: Callable[[str], None] = print) -> PackageRecord:
+    """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json."""
     bundle_key, mender_key, notes = _signing_keys(project)
     out_root = project.build_dir / "packages"
-    name = project.ota.artifact_name or project.project.name
-    version = project.ota.version
-    groups = {}
-    for unit in units:
-        group = unit.group.name
-        artifact = project.build_dir / "engines" / group
-        if not (artifact / RECIPE_FILE).is_file():
-            raise ConfigError(f"{artifact}: no {RECIPE_FILE} for group {group}",
-                              hint=f"run `edgebuild compile --target {group}` first")
-        recipe, files = bundle_payload(artifact, project.build_dir / "containers" / group)
-        base = None
-        if since is not None:
-            previous = Path(since)
-            if previous.is_dir():
-                previous = next(iter(sorted((previous / group).glob(f"*{BUNDLE_SUFFIX}"))), previous / group)
-            base = read_bundle_manifest(previous)
-            if base.get("group") != group:
-                raise ConfigError(f"{previous}: a bundle of group {base.get('group')}, not {group}")
-        manifest = {"model": name, "version": version, "group": group, "target": recipe["target"],
-                    "precision": recipe.get("precision"),
-                    "compatibility": {"module": {"id": recipe["module"]["id"], "name": recipe["module"]["name"],
-                                                 "compatible": recipe["module"]["compatible"]},
-                                      "l4t_accepted": recipe["l4t_accepted"], "jetpack": recipe["jetpack"]}}
-        folder = out_root / group
-        bundle_path = folder / f"{name}-{version}-{group}{BUNDLE_SUFFIX}"
-        written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
-        mender_path = folder / f"{name}-{version}-{group}.mender"
-        mender_path.write_bytes(mender_artifact(
-            artifact_name=f"{name}-{version}-{group}",
-            device_types=project.ota.device_types.get(recipe["module"]["id"], [recipe["module"]["id"]]),
-            files={bundle_path.name: bundle_path.read_bytes()},
-            provides={f"edgebuild.{name}.version": version, f"edgebuild.{name}.group": group},
-            depends={"edgebuild.l4t": recipe["l4t"]}, meta_data={"target": recipe["target"], "group": group},
-            signing_key=mender_key))
-        groups[group] = {"target": recipe["target"], "bundle": _described(bundle_path, project.root),
-                         "mender": _described(mender_path, project.root), "signed": bundle_key is not None,
-                         "delta_over": (written.get("delta") or {}).get("base_version"),
-                         "files": len(written["files"]),
-                         "carried": sum(1 for f in written["files"] if not f.get("from_base"))}
-        report(f"{group}: {bundle_path.name} ({groups[group]['bundle']['size']} bytes"
-               + (f", delta over {groups[group]['delta_over']}" if base else "") + f") and {mender_path.name}")
+    name, version, group_name = project.ota.artifact_name or project.project.name, project.ota.version, group.name
+    recipe, files = bundle_payload(project.build_dir / "engines" / group_name,
+                                   project.build_dir / "containers" / group_name,
+                                   hint=f"run `edgebuild compile --target {group_name}` first")
+    base = _base_manifest(since, group_name) if since is not None else None
+    manifest = {"model": name, "version": version, "group": group_name, "target": recipe.target,
+                "precision": recipe.precision, "compatibility": recipe.compatibility()}
+    folder = out_root / group_name
+    bundle_path = folder / f"{name}-{version}-{group_name}{BUNDLE_SUFFIX}"
+    written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
+    mender_path = folder / f"{name}-{version}-{group_name}.mender"
+    atomic_write_bytes(mender_path, mender_artifact(
+        artifact_name=f"{name}-{version}-{group_name}",
+        device_types=project.ota.device_types.get(recipe.module.id, [recipe.module.id]),
+        files={bundle_path.name: bundle_path.read_bytes()},
+        provides={f"edgebuild.{name}.version": version, f"edgebuild.{name}.group": group_name},
+        depends={"edgebuild.l4t": recipe.l4t}, meta_data={"target": recipe.target, "group": group_name},
+        signing_key=mender_key))
+    record = PackageRecord(
+        group=group_name, target=recipe.target, bundle=_described(bundle_path, project.root),
+        mender=_described(mender_path, project.root), signed=bundle_key is not None,
+        delta_over=(written.get("delta") or {}).get("base_version"), files=len(written["files"]),
+        carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes)
+    report(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
+           + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
+    write_fleet_manifest(project, [record])
+    return record
+
+
+def write_fleet_manifest(project: Any, records: list[PackageRecord]) -> dict[str, Any]:
+    """``build/packages/fleet.json`` (which artifact each group gets) with these groups' lines updated,
+    and the Mender update module beside it. Groups packaged earlier and not named here keep their lines."""
+    out_root = project.build_dir / "packages"
+    path = out_root / "fleet.json"
+    name, version = project.ota.artifact_name or project.project.name, project.ota.version
+    groups: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            previous = json.loads(path.read_text())
+            if previous.get("model") == name:
+                groups = {g: entry for g, entry in previous.get("groups", {}).items()
+                          if (project.root / entry["bundle"]["path"]).is_file()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            groups = {}  # unreadable: rewritten from what is packaged now
+    for record in records:
+        groups[record.group] = {k: v for k, v in record.as_dict().items() if k not in ("group", "notes")}
+    notes = sorted({note for record in records for note in record.notes})
     module_script = out_root / "edgebuild-model"
-    module_script.write_text((data_dir("docker") / "edgebuild-model.update-module").read_text())
+    atomic_write_text(module_script, (data_dir("docker") / "edgebuild-model.update-module").read_text())
     module_script.chmod(0o755)
-    fleet = {"model": name, "version": version, "groups": groups, "update_module": "edgebuild-model",
-             "notes": notes}
-    (out_root / "fleet.json").write_text(json.dumps(fleet, indent=2))
+    fleet = {"model": name, "version": version, "groups": dict(sorted(groups.items())),
+             "update_module": "edgebuild-model", "notes": notes}
+    atomic_write_text(path, json.dumps(fleet, indent=2))
     return fleet
 
 
+def package_project(project: Any, groups: list[SelectedGroup], *, since: Path | None = None,
+                    report: Callable[[str], None] = print) -> dict[str, Any]:
+    """``edgebuild package``: every selected group's bundle and Mender artifact, and the fleet manifest."""
+    records = [package_group(project, group, since=since, report=report) for group in groups]
+    return write_fleet_manifest(project, records)
+
+
 def _described(path: Path, root: Path) -> dict[str, Any]:
-    data = path.read_bytes()
     try:
         shown = str(path.relative_to(root))
     except ValueError:
         shown = str(path)
-    return {"path": shown, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return {"path": shown, "size": path.stat().st_size, "sha256": sha256_file(path)}

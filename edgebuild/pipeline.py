@@ -1,250 +1,164 @@
-"""``edgebuild compile``: plan one build unit per selected fleet group and run the stages.
+"""The stage protocol: plan the compile, run the stages in order, skip what is up to date.
 
-A stage is a function ``(context) -> StageOutcome``. Stages that are not built yet are listed
-with ``run=None`` so the summary says plainly what did not happen.
+A :class:`Stage` declares its name and version, the stages whose records it reads, whether it
+runs once or once per fleet group, and two functions: ``key`` (the inputs it reads: content
+hashes of files, the settings it uses) and ``run`` (which returns the stage's typed record).
+The runner adds edgebuild's version and the stage's own to the key, and skips a stage whose
+stored record (``edgebuild.cache``) has the same key and intact outputs; the summary then says
+"reused". ``force`` names stages to run again: each forced stage and everything after it that
+reads it. Records are written atomically after the stage's outputs, so a compile killed at any
+point leaves every earlier record valid; and a lock on the build folder keeps two compiles of
+one project from interleaving.
+
+The stages themselves (what each one reads and does) are in ``edgebuild.stages``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edgebuild import __version__
+from edgebuild.cache import (
+    StageRecord,
+    load_stage_record,
+    read_stage_record,
+    stamp_outputs,
+    write_stage_record,
+)
 from edgebuild.config import Project
-from edgebuild.errors import EdgebuildError, PreflightError
+from edgebuild.errors import BuildLocked, EdgebuildError
 from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
-
-@dataclass(frozen=True)
-class BuildUnit:
-    """One fleet group built for its target."""
-
-    group: SelectedGroup
-
-    @property
-    def target_id(self) -> str:
-        return self.group.target.id
-
-    def describe(self) -> dict:
-        module, release = self.group.target.module, self.group.target.release
-        return {
-            "group": self.group.name,
-            "in_fleet": self.group.in_fleet,
-            "target": self.target_id,
-            "module": module.name,
-            "compute_capability": module.compute_capability,
-            "jetpack": release.jetpack,
-            "l4t": release.l4t,
-            "tensorrt": release.tensorrt,
-            "cuda": release.cuda,
-            "max_onnx_opset": release.max_onnx_opset,
-            "use_dla": self.group.use_dla,
-        }
+Report = Callable[[str], None]
+LOCK_FILE = ".lock"
 
 
 @dataclass(frozen=True)
 class Plan:
+    """What a compile works on: the project and the fleet groups the target selects."""
+
     project: Project
     selector: str
-    units: tuple[BuildUnit, ...]
+    groups: tuple[SelectedGroup, ...]
 
     @property
     def releases(self) -> list:
-        """The JetPack release of every unit (what the export's opset must fit)."""
-        return [u.group.target.release for u in self.units]
+        """The JetPack release of every group (what the export's opset must fit)."""
+        return [g.target.release for g in self.groups]
 
 
-@dataclass
-class StageOutcome:
-    status: str  # "ran", "skipped" (up to date), "deferred", "not available", "failed", "not run"
-    detail: str
-    data: dict = field(default_factory=dict)
-    error: EdgebuildError | None = None  # why a failed stage failed, raised by the CLI at the end
+def plan_compile(project: Project, selector: str, catalog: Catalog | None = None) -> Plan:
+    """Select the groups and resolve each one's limit preset once (checked against its module)."""
+    from edgebuild.limits import check_against_module, preset_for_group
+
+    catalog = catalog or load_catalog()
+    groups = []
+    for group in select_groups(selector, project.fleet, catalog):
+        preset = preset_for_group(project, group)
+        check_against_module(preset, group.target.module)
+        groups.append(replace(group, limits=preset))
+    return Plan(project, selector, tuple(groups))
 
 
-@dataclass
-class CompileContext:
-    plan: Plan
-    progress: bool = True
-    force: bool = False
+@dataclass(frozen=True)
+class Options:
+    """How a compile runs, beyond the project file."""
+
+    force: frozenset[str] = frozenset()  # stage names to run again (with what depends on them)
     build_on: str | None = None  # --build-on: an ssh:// build device for every selected group
-    report: Callable[[str], None] = lambda _: None
-    torch_runner: Any = None  # the loaded PyTorch model, shared by the stages that need it
-    export: Any = None  # the ExportRecord, once the export stage ran
-    gate: Any = None  # the GateResult
+    progress: bool = True
+    container_flavor: str = "jetson"
+    base_image: str | None = None
+    package_since: Path | None = None
+
+
+@dataclass
+class StageInputs:
+    """What one stage run sees: the plan, its group (per-group stages), the records it reads."""
+
+    plan: Plan
+    options: Options
+    report: Report
+    group: SelectedGroup | None
+    records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages)
+    previous: Any = None  # the stage's last record whatever its key (per-group stages: this group's)
+    forced: bool = False
+    shared: dict[str, Any] = field(default_factory=dict)  # memo for expensive objects (the torch model)
+
+    @property
+    def project(self) -> Project:
+        return self.plan.project
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
+    version: int
     summary: str
-    run: Callable[[CompileContext], StageOutcome] | None
+    after: tuple[str, ...]  # the stages whose records this one reads
+    per_group: bool
+    key: Callable[[StageInputs], dict[str, str]]
+    run: Callable[[StageInputs], Any]
+    outputs: Callable[[StageInputs, Any], list[Path]]  # the files its record vouches for
+    dump: Callable[[Any], dict[str, Any]]
+    load: Callable[[StageInputs, dict[str, Any]], Any]
+    describe: Callable[[Any], str]
+    #: a record can be valid and still stop what comes after (a gate nobody passes, a blocked target):
+    #: the record is stored, so the next run re-decides without measuring, and the error is raised
+    verdict: Callable[[StageInputs, Any], EdgebuildError | None] | None = None
+    needs_data: bool = False
 
 
-def plan_compile(project: Project, selector: str, catalog: Catalog | None = None) -> Plan:
-    catalog = catalog or load_catalog()
-    groups = select_groups(selector, project.fleet, catalog)
-    return Plan(project, selector, tuple(BuildUnit(g) for g in groups))
+@dataclass(frozen=True)
+class UnitOutcome:
+    """One run of a stage: for the project, or for one group."""
+
+    group: str | None
+    status: str  # "ran", "reused", "failed", "not run"
+    detail: str
+    why: str = ""  # why it ran (what changed) or was not run
+    record: Any = None
+    error: EdgebuildError | None = None
 
 
-# -- stages ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageOutcome:
+    stage: Stage
+    units: tuple[UnitOutcome, ...]
 
-def _model_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.model import TorchRunner, example_inputs
+    @property
+    def status(self) -> str:
+        statuses = {u.status for u in self.units}
+        for status in ("failed", "ran", "reused"):
+            if status in statuses:
+                return status
+        return "not run"
 
-    project = ctx.plan.project
-    started = time.perf_counter()
-    runner = TorchRunner(project)
-    shapes = {}
-    for which in ("min_shape", "opt_shape", "max_shape"):
-        outputs = runner.run(example_inputs(project, which))
-        shapes[which] = {name: list(array.shape) for name, array in outputs.items()}
-    params = sum(p.numel() for p in runner.model.parameters())
-    ctx.torch_runner = runner
-    return StageOutcome(
-        "ran",
-        f"{project.model.entry_point} ({params:,} parameters), forward at min/opt/max shapes "
-        f"in {time.perf_counter() - started:.1f} s",
-        {"parameters": params, "output_shapes": shapes},
-    )
+    @property
+    def detail(self) -> str:
+        if self.stage.per_group:
+            return "; ".join(f"{u.group}: {u.status} ({u.detail})" if u.status != "reused" else
+                             f"{u.group}: {u.detail}" for u in self.units)
+        return self.units[0].detail if self.units else ""
 
+    def record(self, group: str | None = None) -> Any:
+        return next((u.record for u in self.units if u.group == group), None)
 
-def _reference_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.evaluate import evaluate
-
-    result = evaluate(ctx.plan.project, ctx.torch_runner, progress=ctx.progress)
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
-    return StageOutcome(
-        "ran",
-        f"FP32 {metrics} on {result.images} validation images [backend {result.backend}]",
-        result.as_dict(),
-    )
-
-
-def _export_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.export import export_for_targets
-
-    project = ctx.plan.project
-    record = export_for_targets(project, ctx.plan.releases, force=ctx.force, report=ctx.report,
-                                torch_runner=ctx.torch_runner)
-    ctx.export = record
-    worst = max(record.parity, key=lambda p: p.max_abs)
-    verb = "reused (didn't change)" if record.reused else f"exported in {record.seconds:.1f} s"
-    return StageOutcome(
-        "skipped" if record.reused else "ran",
-        f"{verb}: opset {record.opset}, {record.exporter} exporter, parity ok at "
-        f"{len({p.shape for p in record.parity})} shapes (max abs error {worst.max_abs:.2g}) -> "
-        f"{_relative(record.onnx_path, project.root)}",
-        record.as_dict(),
-    )
-
-
-def _preflight_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.preflight import preflight
-
-    results = preflight(ctx.export.onnx_path, [u.group for u in ctx.plan.units])
-    blocked = [r for r in results if r.blocking]
-    warnings = sum(len(r.findings) - len(r.blocking) for r in results)
-    data = {"onnx": str(ctx.export.onnx_path), "targets": [r.as_dict() for r in results]}
-    if blocked:
-        names = ", ".join(f"{r.group} ({len(r.blocking)})" for r in blocked)
-        detail = f"blocking operator problems for {names}; see `edgebuild preflight`"
-        return StageOutcome("failed", detail, data, PreflightError(f"{ctx.export.onnx_path.name}: {detail}"))
-    return StageOutcome("ran", f"{len(results)} target(s) clean, {warnings} warning(s)", data)
-
-
-def _gate_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.gate import run_gate, verdict
-
-    result = run_gate(ctx.plan.project, ctx.export, force=ctx.force, progress=ctx.progress, report=ctx.report)
-    ctx.gate = result
-    summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
-    verb = "reused" if result.reused else "measured"
-    refusal = verdict(ctx.plan.project, result)
-    if refusal is not None:
-        return StageOutcome("failed", f"{verb}: no candidate passes retention >= {result.threshold} "
-                                      f"({summary}) [{result.backend}]; see `edgebuild validate`",
-                            result.as_dict(), refusal)
-    chosen = result.candidate(result.selected)
-    return StageOutcome(
-        "skipped" if result.reused else "ran",
-        f"{verb}: FP32 {result.metric} {result.reference_value:.4f}; retention {summary}; selected "
-        f"{chosen.precision} ({chosen.metric} {chosen.value:.4f}) for all {len(ctx.plan.units)} target(s) "
-        f"[{result.backend}]",
-        result.as_dict(),
-    )
-
-
-def _engine_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.engine import plan_engines
-
-    planned = plan_engines(ctx.plan.project, ctx.plan.units, ctx.gate, build_on=ctx.build_on, report=ctx.report)
-    failed = [p for p in planned if "error" in p]
-    records = [{**{k: v for k, v in p.items() if k != "error"}, **({"error": str(p["error"])} if "error" in p else {})}
-               for p in planned]
-    parts = [f"{p['group']} {p['placement']}" + (" FAILED" if "error" in p else "") for p in planned]
-    reasons = sorted({p["reason"] for p in planned if "error" not in p})
-    if failed:
-        first = failed[0]["error"]
-        kinds = "; ".join(f"{p['group']}: {p['error'].kind}" for p in failed)
-        error = type(first)(f"engine for {failed[0]['group']}: {first.message}", hint=first.hint)
-        return StageOutcome("failed", f"{', '.join(parts)} ({kinds}; see engines below)", {"engines": records}, error)
-    built = [p for p in planned if "engine_json" in p]
-    status = "ran" if built else "deferred"
-    return StageOutcome(status, f"{', '.join(parts)}: {'; '.join(reasons)}", {"engines": records})
-
-
-def _container_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.container import write_project_containers
-
-    project = ctx.plan.project
-    records = [record for _, record in write_project_containers(project, ctx.plan.units, report=ctx.report)]
-    parts = [f"{r['group']} FROM {r['base_image']} ({'engine' if r['ships_engine'] else 'recipe'}, "
-             f"limits {r['limits']['name']}{', systemd unit' if r['systemd_unit'] else ''})" for r in records]
-    return StageOutcome("ran", f"wrote {_relative(project.build_dir / 'containers', project.root)}/<group>: "
-                               f"{'; '.join(parts)}; images are arm64: build them on a device or an arm64 "
-                               "builder (`edgebuild container --build` there)", {"containers": records})
-
-
-def _package_stage(ctx: CompileContext) -> StageOutcome:
-    from edgebuild.ota import package_project
-
-    project = ctx.plan.project
-    fleet = package_project(project, ctx.plan.units, report=ctx.report)
-    parts = [f"{g} {d['bundle']['size']} bytes{'' if d['signed'] else ' UNSIGNED'}" for g, d in fleet["groups"].items()]
-    notes = f"; {'; '.join(fleet['notes'])}" if fleet["notes"] else ""
-    return StageOutcome("ran", f"wrote {_relative(project.build_dir / 'packages', project.root)}: "
-                               f"{', '.join(parts)} (bundle + Mender artifact each){notes}", fleet)
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
-STAGES: tuple[Stage, ...] = (
-    Stage("model", "load the entry point and weights, run forward at the min/opt/max shapes", _model_stage),
-    Stage("reference", "FP32 accuracy of the PyTorch model on the validation set", _reference_stage),
-    Stage("export", "ONNX export with dynamic axes and a parity check against PyTorch", _export_stage),
-    Stage("preflight", "every ONNX operator checked against each target's TensorRT parser", _preflight_stage),
-    Stage("gate", "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, "
-                  "INT8 fallback, selection", _gate_stage),
-    Stage("engine", "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
-                    "over SSH, or deferred to the device with its recipe", _engine_stage),
-    Stage("container", "runtime container build context and cgroup-limited run specs (docker run, compose, "
-                       "systemd) per target", _container_stage),
-    Stage("package", "signed OTA bundle and Mender artifact per fleet group, fleet manifest", _package_stage),
-)
+    @property
+    def error(self) -> EdgebuildError | None:
+        return next((u.error for u in self.units if u.error is not None), None)
 
 
 @dataclass(frozen=True)
 class CompileReport:
     plan: Plan
-    stages: tuple[tuple[Stage, StageOutcome], ...]
+    stages: tuple[StageOutcome, ...]
 
     @property
     def ok(self) -> bool:
@@ -252,8 +166,15 @@ class CompileReport:
 
     @property
     def error(self) -> EdgebuildError | None:
-        """The error of the stage that failed, if one did."""
-        return next((o.error for _, o in self.stages if o.status == "failed"), None)
+        """The error of the first stage that failed, if one did."""
+        return next((o.error for o in self.stages if o.error is not None), None)
+
+    def outcome(self, name: str) -> StageOutcome | None:
+        return next((o for o in self.stages if o.stage.name == name), None)
+
+    def record(self, stage: str, group: str | None = None) -> Any:
+        outcome = self.outcome(stage)
+        return outcome.record(group) if outcome else None
 
     def as_dict(self) -> dict:
         project = self.plan.project
@@ -261,34 +182,159 @@ class CompileReport:
             "project": project.project.name,
             "project_file": str(project.source),
             "selector": self.plan.selector,
-            "units": [u.describe() for u in self.plan.units],
+            "units": [g.describe() for g in self.plan.groups],
             "stages": [
-                {"name": s.name, "status": o.status, "detail": o.detail,
-                 **({"data": o.data} if o.data else {})}
-                for s, o in self.stages
+                {"name": o.stage.name, "status": o.status, "detail": o.detail,
+                 "runs": [{"group": u.group, "status": u.status, "detail": u.detail, "why": u.why,
+                           **({"record": o.stage.dump(u.record)} if u.record is not None else {}),
+                           **({"error": str(u.error)} if u.error else {})} for u in o.units]}
+                for o in self.stages
             ],
         }
 
 
-def run_compile(plan: Plan, *, progress: bool = True, force: bool = False, build_on: str | None = None,
-                report: Callable[[str], None] = lambda _: None,
-                on_stage: Callable[[Stage, StageOutcome], None] | None = None) -> CompileReport:
-    """Run every stage in order; stages after a failure do not run."""
-    ctx = CompileContext(plan, progress, force=force, build_on=build_on, report=report)
-    done: list[tuple[Stage, StageOutcome]] = []
-    failed = False
-    for stage in STAGES:
-        if stage.run is None:
-            outcome = StageOutcome("not available", "not implemented in this version of edgebuild")
-        elif failed:
-            outcome = StageOutcome("not run", "an earlier stage failed")
-        else:
+def dependents(names: set[str], stages: tuple[Stage, ...]) -> set[str]:
+    """``names`` and every stage that reads one of them, directly or not."""
+    closed = set(names)
+    for stage in stages:  # stages are in dependency order
+        if closed & set(stage.after):
+            closed.add(stage.name)
+    return closed
+
+
+def dependencies(name: str, stages: tuple[Stage, ...]) -> set[str]:
+    """``name`` and every stage it reads, directly or not."""
+    by_name = {s.name: s for s in stages}
+    wanted, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current not in wanted:
+            wanted.add(current)
+            todo.extend(by_name[current].after)
+    return wanted
+
+
+@contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold the build folder for this process; a second compile of the project is refused."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / LOCK_FILE
+    handle = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise BuildLocked(f"{build_dir}: another edgebuild ({holder}) is building this project now",
+                              hint="wait for it to finish; two builds of one project would overwrite each "
+                                   "other's outputs") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the lock
+
+
+def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = None, options: Options = Options(),
+               report: Report = lambda _: None,
+               on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
+    """Run ``stages`` (in dependency order; or ``until`` and what it reads), reusing what is up to date.
+
+    A failed stage stops what reads it: for a per-group stage only that group's later stages.
+    The compile's stages are ``edgebuild.stages.STAGES``.
+    """
+    from edgebuild.datasets import prepare_data
+
+    every = stages
+    unknown = set(options.force) - {s.name for s in every} - {"all"}
+    if unknown:
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(s.name for s in every)}")
+    wanted = dependencies(until, every) if until else {s.name for s in every}
+    stages = tuple(s for s in every if s.name in wanted)
+    forced = {s.name for s in every} if "all" in options.force else dependents(set(options.force), every)
+    project = plan.project
+    done: list[StageOutcome] = []
+    shared: dict[str, Any] = {}
+    with build_lock(project.build_dir):
+        if any(s.needs_data for s in stages):
             try:
-                outcome = stage.run(ctx)
+                prepare_data(project, report)
             except EdgebuildError as exc:
-                outcome = StageOutcome("failed", str(exc.message).splitlines()[0], error=exc)
-            failed = outcome.status == "failed"
-        done.append((stage, outcome))
-        if on_stage:
-            on_stage(stage, outcome)
+                outcome = StageOutcome(stages[0], (UnitOutcome(None, "failed", exc.message.splitlines()[0],
+                                                               error=exc),))
+                return CompileReport(plan, (outcome,))
+        for stage in stages:
+            scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
+            units = tuple(_run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced)
+                          for scope in scopes)
+            outcome = StageOutcome(stage, units)
+            done.append(outcome)
+            if on_stage:
+                on_stage(outcome)
     return CompileReport(plan, tuple(done))
+
+
+def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome]) -> tuple[dict[str, Any], str]:
+    """The records ``stage`` reads for ``group``, or why it cannot run."""
+    records = {}
+    for outcome in done:
+        if outcome.stage.name not in stage.after:
+            continue
+        unit = next((u for u in outcome.units if u.group == (group.name if outcome.stage.per_group and group
+                                                              else None)), None)
+        if unit is None or unit.status not in ("ran", "reused"):
+            return {}, f"{outcome.stage.name} did not succeed" + (f" for {group.name}" if group else "")
+        records[outcome.stage.name] = unit.record
+    return records, ""
+
+
+def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
+              done: list[StageOutcome], shared: dict[str, Any], forced: bool) -> UnitOutcome:
+    name = group.name if group else None
+    records, missing = _upstream(stage, group, done)
+    if missing:
+        return UnitOutcome(name, "not run", missing, why=missing)
+    project = plan.project
+    record_name = f"{stage.name}/{group.name}" if group else stage.name
+    inputs = StageInputs(plan, options, report, group, records, forced=forced, shared=shared)
+    try:
+        key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
+        previous, _ = load_stage_record(project.build_dir, record_name, project.project.name)
+        if previous is not None:
+            inputs.previous = _load(stage, inputs, previous)
+        if forced:
+            why = "forced (--force)"
+        else:
+            stored, why = read_stage_record(project.build_dir, record_name, project.project.name, key)
+            typed = _load(stage, inputs, stored) if stored is not None else None
+            if typed is not None:
+                report(f"{record_name}: didn't change, reusing")
+                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(typed),
+                                                          why="up to date", record=typed))
+        report(f"{record_name}: {why}")
+        typed = stage.run(inputs)
+        outputs = stamp_outputs(project.build_dir, stage.outputs(inputs, typed))
+        write_stage_record(project.build_dir, StageRecord(record_name, project.project.name, key, outputs,
+                                                          stage.dump(typed)))
+        return _judged(stage, inputs, UnitOutcome(name, "ran", stage.describe(typed), why=why, record=typed))
+    except EdgebuildError as exc:
+        return UnitOutcome(name, "failed", exc.message.splitlines()[0], error=exc)
+
+
+def _judged(stage: Stage, inputs: StageInputs, outcome: UnitOutcome) -> UnitOutcome:
+    error = stage.verdict(inputs, outcome.record) if stage.verdict else None
+    if error is None:
+        return outcome
+    return replace(outcome, status="failed", detail=f"{outcome.detail}; {error.message.splitlines()[0]}",
+                   error=error)
+
+
+def _load(stage: Stage, inputs: StageInputs, stored: StageRecord) -> Any:
+    """The typed record of a stored run, or None when it no longer reads as one (the stage re-runs)."""
+    try:
+        return stage.load(inputs, stored.result)
+    except (TypeError, KeyError, ValueError, OSError, EdgebuildError):
+        return None

@@ -55,6 +55,11 @@ class TargetPreflight:
         data["blocking"] = len(self.blocking)
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TargetPreflight:
+        return cls(data["group"], data["target"], data["tensorrt"], data["parser_table"],
+                   tuple(Finding(**f) for f in data["findings"]))
+
 
 # -- data files ----------------------------------------------------------------------------
 
@@ -284,3 +289,19 @@ def preflight(onnx_path: Path, groups: list[SelectedGroup]) -> list[TargetPrefli
     """Check the model against every selected group's target."""
     model = load_graph(onnx_path)
     return [check_target(model, group) for group in groups]
+
+
+def preflight_text(onnx_path: Path | str, results: list[TargetPreflight]) -> str:
+    """Per target: its findings as a table."""
+    from edgebuild.report import table
+
+    lines = [f"preflight of {onnx_path}"]
+    for t in results:
+        head = f"\n{t.group} = {t.target} (TensorRT {t.tensorrt}, {t.parser_table}): "
+        if not t.findings:
+            lines.append(head + "clean")
+            continue
+        lines.append(head + f"{len(t.blocking)} blocking, {len(t.findings) - len(t.blocking)} other")
+        rows = [[f.node, f.op_type, f.severity, f.problem, f.fix] for f in t.findings]
+        lines.append(table(rows, ["node", "op", "severity", "problem", "suggested fix"]))
+    return "\n".join(lines)

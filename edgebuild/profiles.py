@@ -11,11 +11,15 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import ProfileDataError, TargetError
+
+if TYPE_CHECKING:
+    from edgebuild.limits import LimitPreset
 
 FAMILIES = ("orin", "xavier", "nano", "thor")
 
@@ -179,7 +183,11 @@ def _check_consistency(root: Path, catalog: Catalog) -> None:
 
 @dataclass(frozen=True)
 class SelectedGroup:
-    """A fleet group (or an ad-hoc target not in the fleet: ``in_fleet`` False) and its target."""
+    """A fleet group (or an ad-hoc target not in the fleet: ``in_fleet`` False) and its target.
+
+    The one group type from selection to the last stage. ``limits`` is the group's runtime limit
+    preset, resolved once when the compile is planned (``edgebuild.pipeline.plan_compile``).
+    """
 
     name: str
     target: Target
@@ -187,6 +195,16 @@ class SelectedGroup:
     in_fleet: bool = True
     build_on: str | None = None  # the group's ssh:// build device, if it names one
     cgroup_preset: str | None = None  # the group's own runtime limit preset, if it names one
+    limits: LimitPreset | None = None
+
+    def describe(self) -> dict:
+        module, release = self.target.module, self.target.release
+        return {
+            "group": self.name, "in_fleet": self.in_fleet, "target": self.target.id, "module": module.name,
+            "compute_capability": module.compute_capability, "jetpack": release.jetpack, "l4t": release.l4t,
+            "tensorrt": release.tensorrt, "cuda": release.cuda, "max_onnx_opset": release.max_onnx_opset,
+            "use_dla": self.use_dla, **({"limits": self.limits.name} if self.limits else {}),
+        }
 
 
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:

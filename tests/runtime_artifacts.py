@@ -6,6 +6,7 @@ ONNX model (per-channel means and a scaled image) with its recipe.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -15,7 +16,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from edgebuild.limits import load_preset
+from edgebuild.profiles import load_catalog
+from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.recipe import Recipe, RecipeModule, RuntimeSettings
+
 SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
+TARGET = "orin-nano-8gb@6.2"
 
 
 def write_artifact(folder: Path) -> Path:
@@ -32,10 +39,28 @@ def write_artifact(folder: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.save(model, folder / "model.onnx")
-    (folder / "recipe.json").write_text(json.dumps({
-        "group": "yard", "model_name": "tiny", "model_version": "0.3.0", "target": "orin-nano-8gb@6.2",
-        "onnx": "model.onnx", "profiles": {"images": SHAPES}, "runtime": {"warmup_budget_s": 5, "port": 8000}}))
+    recipe_for(folder, TARGET).save(folder)
     return folder
+
+
+def recipe_for(folder: Path, target_id: str, **changes) -> Recipe:
+    """The recipe the engine stage writes for the folder's model.onnx in deferred placement for ``target_id``."""
+    target = load_catalog().parse_target(target_id)
+    module, release = target.module, target.release
+    preset = load_preset(module.id)
+    recipe = Recipe(
+        group="yard", model_name="tiny", model_version="0.3.0", target=target.id,
+        runtime=RuntimeSettings(warmup_budget_s=5.0, port=8000, max_batch_size=1, max_queue_delay_ms=2.0),
+        placement="deferred", placement_reason="no TensorRT on this test host", shippable_engine=False,
+        onnx="model.onnx", onnx_sha256=sha256_file(folder / "model.onnx"), precision="fp32", candidate="fp32",
+        kept_fp32=[], retention=1.0, accuracy_backend="onnxruntime-cpu", profiles={"images": SHAPES},
+        workspace_bytes=preset.tensorrt_workspace, limits=preset.as_dict(), dla_core=None,
+        timing_cache=f"{module.id}-trt{release.tensorrt}.cache",
+        module=RecipeModule(id=module.id, name=module.name, compute_capability=module.compute_capability,
+                            compatible=list(module.compatible)),
+        jetpack=release.jetpack, l4t=release.l4t, l4t_accepted=[release.l4t, *release.l4t_aliases],
+        tensorrt=release.tensorrt)
+    return dataclasses.replace(recipe, **changes)
 
 
 class Client:

@@ -22,7 +22,6 @@ Python 3.8, the standard library and numpy.
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
-import json
 import math
 import os
 import platform
@@ -41,6 +40,9 @@ import numpy as np
 from edgebuild import __version__
 from edgebuild.errors import ConfigError
 from edgebuild.runtime import device
+from edgebuild.runtime.backends.select import load_backend
+from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.recipe import Recipe
 
 SCHEMA = "edgebuild.bench/1"
 Z_95 = 1.96
@@ -288,21 +290,24 @@ def process_age_s() -> Optional[float]:
 
 # -- the runs -------------------------------------------------------------------------------
 
-def input_shapes(recipe: Dict[str, Any], batch: int, overrides: Optional[Dict[str, List[int]]] = None
+def input_shapes(profiles: Dict[str, List[List[int]]], batch: int, overrides: Optional[Dict[str, List[int]]] = None
                  ) -> Dict[str, List[int]]:
-    """Each input's shape at this batch size: the opt shape, or an override of its non-batch dims."""
+    """Each input's shape at this batch size: the opt shape, or an override of its non-batch dims.
+
+    ``profiles`` is the recipe's: input name -> [min_shape, opt_shape, max_shape].
+    """
     shapes = {}
-    for name, (low, opt, high) in recipe["profiles"].items():
+    for name, (low, opt, high) in profiles.items():
         rest = list((overrides or {}).get(name) or opt[1:])
         shape = [batch] + rest
         if len(shape) != len(low) or any(d < lo or d > hi for d, lo, hi in zip(shape, low, high)):
             raise ConfigError("input {!r} at batch {} would be {}, outside the profile from {} to {}".format(
                 name, batch, shape, low, high), hint="choose --batch and --shape within min_shape..max_shape")
         shapes[name] = shape
-    unknown = sorted(set(overrides or {}) - set(recipe["profiles"]))
+    unknown = sorted(set(overrides or {}) - set(profiles))
     if unknown:
         raise ConfigError("--shape names inputs {} the model does not have (inputs: {})".format(
-            unknown, sorted(recipe["profiles"])))
+            unknown, sorted(profiles)))
     return shapes
 
 
@@ -375,26 +380,21 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
               min_iterations: int = 50, engine_cache: Optional[Path] = None,
               report: Callable[[str], None] = _log) -> Dict[str, Any]:
     """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``)."""
-    from edgebuild.runtime.server import load_backend
-
     folder = Path(folder)
-    recipe_path = folder / device.RECIPE_FILE
-    if not recipe_path.is_file():
-        raise ConfigError("{}: no {} here; bench a folder `edgebuild compile` wrote (build/engines/<group>/)".format(
-            folder, device.RECIPE_FILE))
-    recipe = json.loads(recipe_path.read_text())
+    recipe = Recipe.load(folder, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>/)")
     if iterations is not None and duration_s is not None:
         raise ConfigError("give --iterations or --duration, not both")
     if not batches:
-        opt_batch = next(iter(recipe["profiles"].values()))[1][0]
+        opt_batch = next(iter(recipe.profiles.values()))[1][0]
         batches = sorted({1, int(opt_batch)})
-    plans = [(int(b), input_shapes(recipe, int(b), shapes)) for b in batches]  # refuse bad shapes before loading
+    # refuse bad shapes before loading
+    plans = [(int(b), input_shapes(recipe.profiles, int(b), shapes)) for b in batches]
     age_at_start = process_age_s()
     sampler = TegrastatsSampler()
     state = jetson_state()
     sampler.start()
     load_started = time.perf_counter()
-    runner, why = load_backend(folder, backend, engine_cache, report=report)
+    runner, why = load_backend(folder, backend, engine_cache, report=report, recipe=recipe)
     load_s = time.perf_counter() - load_started
     rng = np.random.default_rng(0)
     first_inputs = {n: rng.random(s, dtype=np.float32) for n, s in plans[0][1].items()}
@@ -408,7 +408,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     for batch, batch_shapes in plans:
         inputs = {n: rng.random(s, dtype=np.float32) for n, s in batch_shapes.items()}
         for threads in concurrency:
-            runners = [runner] + ([load_backend(folder, backend, engine_cache, report=lambda _: None)[0]
+            runners = [runner] + ([load_backend(folder, backend, engine_cache, report=lambda _: None, recipe=recipe)[0]
                                    for _ in range(threads - 1)] if per_thread_runner else [runner] * (threads - 1))
             report("batch {}, concurrency {}: {} warm-up runs".format(batch, threads, warmup))
             for _ in range(warmup):
@@ -434,9 +434,9 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "artifact": {"group": recipe.get("group"), "target": recipe.get("target"),
-                     "model": recipe.get("model_name"), "version": recipe.get("model_version"),
-                     "precision": recipe.get("precision"), "files": artifact_hashes(folder)},
+        "artifact": {"group": recipe.group, "target": recipe.target, "model": recipe.model_name,
+                     "version": recipe.model_version, "precision": recipe.precision,
+                     "files": artifact_hashes(folder, recipe)},
         "backend": runner.backend, "backend_reason": why, "versions": versions,
         "device": dict(device.probe().as_dict(), hostname=platform.node()),
         "jetson": state,
@@ -461,17 +461,6 @@ def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float
     return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts]}
 
 
-def artifact_hashes(folder: Path) -> Dict[str, str]:
+def artifact_hashes(folder: Path, recipe: Recipe) -> Dict[str, str]:
     """sha256 of the files that decide what runs: the recipe, the ONNX and the engine if there is one."""
-    import hashlib
-
-    found = {}
-    for name in (device.RECIPE_FILE, "model.onnx", device.ENGINE_FILE, device.ENGINE_JSON):
-        path = Path(folder) / name
-        if path.is_file():
-            digest = hashlib.sha256()
-            with open(str(path), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            found[name] = digest.hexdigest()
-    return found
+    return {name: sha256_file(path) for name, path in recipe.model_files(folder).items()}

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional
 
 from edgebuild import __version__
 from edgebuild.errors import EdgebuildError
-from edgebuild.runtime import device
+from edgebuild.runtime import device, options
+from edgebuild.runtime.files import sha256_file
 
 
 def _progress(message: str) -> None:
@@ -35,18 +36,18 @@ def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
         verify_device=not args.no_verify_device, report=_progress)
     metadata = json.loads(engine_json.read_text())
     folder = engine_json.parent
-    files = {device.ENGINE_FILE: _sha256(folder / device.ENGINE_FILE), device.ENGINE_JSON: _sha256(engine_json)}
+    files = {name: sha256_file(folder / name) for name in (device.ENGINE_FILE, device.ENGINE_JSON)}
     cache = metadata.get("timing_cache") or {}
     return {"engine_json": str(engine_json), "files": files, "timing_cache": cache.get("path"),
-            "timing_cache_sha256": _sha256(Path(cache["path"])) if cache.get("path") else None}
+            "timing_cache_sha256": sha256_file(cache["path"]) if cache.get("path") else None}
 
 
 def _serve(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.server import serve
 
-    serve(Path(args.artifact), host=args.host, port=args.port, backend=args.backend,
-          warmup_budget_s=args.warmup_budget_s, engine_cache=Path(args.engine_cache) if args.engine_cache else None,
-          max_batch_size=args.max_batch_size, max_queue_delay_ms=args.max_queue_delay_ms)
+    serve(args.artifact, host=args.host, port=args.port, backend=args.backend, warmup_budget_s=args.warmup_budget_s,
+          engine_cache=args.engine_cache, max_batch_size=args.max_batch_size,
+          max_queue_delay_ms=args.max_queue_delay_ms)
     return {"stopped": True}
 
 
@@ -62,11 +63,10 @@ def _bench(args: argparse.Namespace) -> Dict[str, Any]:
             from edgebuild.errors import ConfigError
 
             raise ConfigError("--shape {!r}: write NAME:CxHxW (the dims after the batch axis)".format(item)) from None
-    result = run_bench(Path(args.artifact), backend=args.backend, batches=_ints(args.batch),
+    result = run_bench(args.artifact, backend=args.backend, batches=_ints(args.batch),
                        concurrency=_ints(args.concurrency) or [1], shapes=shapes or None, iterations=args.iterations,
                        duration_s=args.duration, warmup=args.warmup, ci_pct=args.ci_pct, budget_s=args.budget_s,
-                       min_iterations=args.min_iterations,
-                       engine_cache=Path(args.engine_cache) if args.engine_cache else None, report=_progress)
+                       min_iterations=args.min_iterations, engine_cache=args.engine_cache, report=_progress)
     return {"bench": result}
 
 
@@ -74,33 +74,16 @@ def _ints(text: Optional[str]) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()] if text else []
 
 
-def add_bench_arguments(bench: Any) -> None:
-    bench.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
-    bench.add_argument("--backend", choices=["auto", "tensorrt", "onnxruntime"], default="auto")
-    bench.add_argument("--batch", default=None, help="batch sizes, comma-separated (default: 1 and the opt batch)")
-    bench.add_argument("--concurrency", default="1", help="concurrent callers, comma-separated (default 1)")
-    bench.add_argument("--shape", action="append", help="NAME:CxHxW, an input's dims after the batch axis "
-                                                         "(default: its opt shape); repeat per input")
-    bench.add_argument("--iterations", type=int, default=None, help="runs per configuration (fixed count)")
-    bench.add_argument("--duration", type=float, default=None, help="seconds per configuration (fixed time)")
-    bench.add_argument("--warmup", type=int, default=20, help="runs before measuring each configuration")
-    bench.add_argument("--ci-pct", type=float, default=1.0,
-                       help="without --iterations/--duration: stop when the p50's 95%% CI is within this %% of it")
-    bench.add_argument("--budget-s", type=float, default=30.0, help="longest time per configuration (default 30)")
-    bench.add_argument("--min-iterations", type=int, default=50, help="runs per round of the CI rule (default 50)")
-    bench.add_argument("--engine-cache", default=None, help="where a deferred engine is built and kept")
-
-
 def _ota_key(args: argparse.Namespace) -> Any:
     from edgebuild.runtime.ota import load_public_key
 
-    return load_public_key(Path(args.public_key)) if args.public_key else None
+    return load_public_key(args.public_key) if args.public_key else None
 
 
 def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import verify
 
-    manifest = verify(Path(args.bundle), _ota_key(args), require_signature=not args.allow_unsigned, root=args.root,
+    manifest = verify(args.bundle, _ota_key(args), require_signature=not args.allow_unsigned, root=args.root,
                       check_device=not args.any_device)
     return {"verified": args.bundle, "model": manifest["model"], "version": manifest["version"],
             "group": manifest.get("group"), "files": len(manifest["files"])}
@@ -109,62 +92,14 @@ def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
 def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import install
 
-    return install(Path(args.bundle), Path(args.install_root), _ota_key(args),
+    return install(args.bundle, args.install_root, _ota_key(args),
                    require_signature=not args.allow_unsigned, root=args.root, keep=args.keep)
 
 
 def _ota_rollback(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import rollback
 
-    return rollback(Path(args.install_root))
-
-
-def add_ota_arguments(commands: Any) -> None:
-    for name, text in (("ota-verify", "check a bundle's signature, device and every file without installing"),
-                       ("ota-install", "verify, install into a new version slot, switch, health-check, roll back "
-                                       "on failure")):
-        command = commands.add_parser(name, help=text)
-        command.add_argument("bundle", help="an .edgebundle written by `edgebuild package`")
-        command.add_argument("--public-key", default=None, help="PEM public key of the fleet's signing key")
-        command.add_argument("--allow-unsigned", action="store_true",
-                             help="accept a bundle without a signature (development only)")
-        if name == "ota-verify":
-            command.add_argument("--any-device", action="store_true",
-                                 help="skip the check that this device is the bundle's module and L4T")
-        else:
-            command.add_argument("--install-root", required=True, help="where version slots and `current` live")
-            command.add_argument("--keep", type=int, default=2, help="previous versions to keep (default 2)")
-    back = commands.add_parser("ota-rollback", help="switch back to the newest previous version")
-    back.add_argument("--install-root", required=True)
-
-
-def add_serve_arguments(serve: Any) -> None:
-    serve.add_argument("artifact", help="a folder `edgebuild compile` wrote for a fleet group (build/engines/<group>)")
-    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, default=None, help="port (default: [runtime] port of the project, 8000)")
-    serve.add_argument("--backend", choices=["auto", "tensorrt", "onnxruntime"], default="auto",
-                       help="auto: the TensorRT engine where it can run here, else ONNX Runtime (said in the log)")
-    serve.add_argument("--warmup-budget-s", type=float, default=None,
-                       help="longest warm-up before ready (default: [runtime] warmup_budget_s of the project)")
-    serve.add_argument("--engine-cache", default=None,
-                       help="where a deferred engine is built and kept (default $EDGEBUILD_ENGINE_CACHE or "
-                            "ARTIFACT/engine-cache), one folder per TensorRT version and compute capability")
-    serve.add_argument("--max-batch-size", type=int, default=None,
-                       help="dynamic batching: stack up to this many rows of waiting requests into one run "
-                            "(default: [runtime] max_batch_size of the project; 1 is off)")
-    serve.add_argument("--max-queue-delay-ms", type=float, default=None,
-                       help="how long the first waiting request waits for others to join its batch "
-                            "(default: [runtime] max_queue_delay_ms, 2)")
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(str(path), "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return rollback(args.install_root)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -180,10 +115,15 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--timing-cache-dir", default=None, help="where the per-(module, TensorRT) timing cache is")
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
-    add_serve_arguments(commands.add_parser("serve", help="serve a model folder over HTTP (KServe v2) after warm-up"))
-    add_bench_arguments(commands.add_parser("bench", help="measure a model folder here: cold start, latency, "
-                                                          "throughput, memory, power (JSON on stdout)"))
-    add_ota_arguments(commands)
+    for name, text, specs in (
+            ("serve", "serve a model folder over HTTP (KServe v2) after warm-up", options.SERVE),
+            ("bench", "measure a model folder here: cold start, latency, throughput, memory, power (JSON on stdout)",
+             options.BENCH),
+            ("ota-verify", "check a bundle's signature, device and every file without installing", options.OTA_VERIFY),
+            ("ota-install", "verify, install into a new version slot, switch, health-check, roll back on failure",
+             options.OTA_INSTALL),
+            ("ota-rollback", "switch back to the newest previous version", options.OTA_ROLLBACK)):
+        options.add_arguments(commands.add_parser(name, help=text, description=text), specs)
     return top
 
 

@@ -19,14 +19,19 @@ import platform
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, TargetError
+from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.recipe import (
+    ENGINE_FILE,
+    ENGINE_JSON,
+    RECIPE_FILE,  # noqa: F401 (engine.py still imports it from here)
+    Recipe,
+    recipe_of,
+)
 
 ROOT_ENV = "EDGEBUILD_DEVICE_ROOT"
-RECIPE_FILE = "recipe.json"
-ENGINE_FILE = "engine.plan"
-ENGINE_JSON = "engine.json"
 
 
 @dataclass(frozen=True)
@@ -112,31 +117,33 @@ def module_matches(facts: DeviceFacts, module_compatible: Sequence[str]) -> bool
     return any(c in facts.compatible for c in list(module_compatible)[:-1])
 
 
-def mismatches(facts: DeviceFacts, recipe: Mapping[str, Any]) -> List[str]:
+def mismatches(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]]) -> List[str]:
     """Why this device is not the recipe's target profile (empty when it is)."""
-    module = recipe["module"]
+    recipe = recipe_of(recipe)
+    module = recipe.module
     problems = []
-    if not module_matches(facts, module["compatible"]):
+    if not module_matches(facts, module.compatible):
         found = ", ".join(facts.compatible) or "no /proc/device-tree/compatible"
         problems.append("the module is not a {} (device tree: {}; expected one of {})".format(
-            module["name"], found, ", ".join(module["compatible"][:-1])))
-    accepted = recipe.get("l4t_accepted") or [recipe["l4t"]]
+            module.name, found, ", ".join(module.compatible[:-1])))
+    accepted = recipe.l4t_accepted or [recipe.l4t]
     if facts.l4t not in accepted:
         problems.append("L4T is {} but JetPack {} is L4T R{}".format(
-            "R" + facts.l4t if facts.l4t else "missing (no /etc/nv_tegra_release)", recipe["jetpack"],
+            "R" + facts.l4t if facts.l4t else "missing (no /etc/nv_tegra_release)", recipe.jetpack,
             " or R".join(accepted)))
-    if facts.tensorrt and facts.tensorrt.split(".")[:3] != str(recipe["tensorrt"]).split(".")[:3]:
+    if facts.tensorrt and facts.tensorrt.split(".")[:3] != recipe.tensorrt.split(".")[:3]:
         problems.append("TensorRT is {} but JetPack {} ships {}".format(
-            facts.tensorrt, recipe["jetpack"], recipe["tensorrt"]))
+            facts.tensorrt, recipe.jetpack, recipe.tensorrt))
     return problems
 
 
-def require_match(facts: DeviceFacts, recipe: Mapping[str, Any], where: str = "this device") -> None:
+def require_match(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]], where: str = "this device") -> None:
+    recipe = recipe_of(recipe)
     problems = mismatches(facts, recipe)
     if problems:
         raise TargetError(
             "{} ({}) does not match the recipe's target {}: {}".format(
-                where, facts.describe(), recipe["target"], "; ".join(problems)),
+                where, facts.describe(), recipe.target, "; ".join(problems)),
             hint="build on a device of that module and JetPack release, or use the 'deferred' placement",
         )
 
@@ -150,7 +157,7 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     on its L4T release, so no engine is ever built for a profile it will not run on.
     """
     recipe_path = Path(recipe_path)
-    recipe = json.loads(recipe_path.read_text())
+    recipe = Recipe.load(recipe_path)
     if verify_device:
         require_match(facts, recipe)
     if trt is None:
@@ -165,23 +172,21 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     cache_dir = Path(timing_cache_dir) if timing_cache_dir is not None else folder.parent / "timing-caches"
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = BuildSettings(
-        onnx_path=folder / recipe["onnx"], plan_path=folder / ENGINE_FILE, precision=recipe["precision"],
-        profiles={name: tuple(tuple(s) for s in shapes) for name, shapes in recipe["profiles"].items()},
-        workspace_bytes=recipe["workspace_bytes"], timing_cache_path=cache_dir / recipe["timing_cache"],
-        dla_core=recipe["dla_core"], report=report)
+        onnx_path=folder / recipe.onnx, plan_path=folder / ENGINE_FILE, precision=recipe.precision,
+        profiles={name: tuple(tuple(s) for s in shapes) for name, shapes in recipe.profiles.items()},
+        workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,
+        dla_core=recipe.dla_core, report=report)
     metadata = build_engine(settings, trt=trt)
     capability = facts.compute_capability
     if capability is None and verify_device:  # the SoC fixes the SM version; the device was verified above
-        capability = recipe["module"]["compute_capability"]
+        capability = recipe.module.compute_capability
     engine_json = dict(metadata)
     engine_json.update({
-        "target": recipe["target"], "module": recipe["module"], "jetpack": recipe["jetpack"],
-        "l4t": recipe["l4t"], "placement": recipe["placement"], "shippable": recipe["shippable_engine"],
-        "compute_capability": capability, "built_on": facts.as_dict(), "onnx_sha256": recipe["onnx_sha256"],
-        "plan": ENGINE_FILE, "onnx": recipe["onnx"],  # relative to engine.json, so the folder can move
+        "target": recipe.target, "module": asdict(recipe.module), "jetpack": recipe.jetpack,
+        "l4t": recipe.l4t, "placement": recipe.placement, "shippable": recipe.shippable_engine,
+        "compute_capability": capability, "built_on": facts.as_dict(), "onnx_sha256": recipe.onnx_sha256,
+        "plan": ENGINE_FILE, "onnx": recipe.onnx,  # relative to engine.json, so the folder can move
     })
     out = folder / ENGINE_JSON
-    tmp = out.with_name(".{}.tmp-{}".format(out.name, os.getpid()))
-    tmp.write_text(json.dumps(engine_json, indent=2, default=str))
-    os.replace(str(tmp), str(out))
+    atomic_write_text(out, json.dumps(engine_json, indent=2, default=str))
     return out

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, EdgebuildError
 from edgebuild.runtime import device
+from edgebuild.runtime.files import fsync_dir, sha256_file
 
 BUNDLE_FORMAT = "edgebuild-bundle"
 BUNDLE_VERSION = 1
@@ -296,11 +297,7 @@ def _switch(root: Path, version: Optional[str]) -> None:
         staging.unlink()
     os.symlink(os.path.join("versions", version), str(staging))
     os.replace(str(staging), str(link))
-    directory = os.open(str(root), os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_dir(root)
 
 
 def active_version(root: Path) -> Optional[str]:
@@ -312,7 +309,7 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
     """The runtime's warm-up, then the bundle's reference input must give its reference output."""
     import numpy as np
 
-    from edgebuild.runtime.server import ModelService
+    from edgebuild.runtime.service import ModelService
 
     reference_path = folder / REFERENCE
     service = ModelService(folder, warmup_budget_s=warmup_budget_s)
@@ -399,7 +396,7 @@ def _copy_from_base(base: Path, staging: Path, manifest: Dict[str, Any]) -> None
         if not entry.get("from_base"):
             continue
         source = base / entry["path"]
-        digest = hashlib.sha256(source.read_bytes()).hexdigest() if source.is_file() else None
+        digest = sha256_file(source) if source.is_file() else None
         if digest != entry["sha256"]:
             raise BundleError("delta: {} of the active version is missing or changed; install the full "
                               "bundle".format(entry["path"]))

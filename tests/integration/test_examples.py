@@ -11,12 +11,14 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.config import load_project
+from edgebuild.datasets import prepare_data
 from edgebuild.evaluate import evaluate
 from edgebuild.model import TorchRunner, resolve_entry_point
 
 
 def test_shapes_detector_fp32_map_is_at_least_half(example_copy) -> None:
-    project = load_project(example_copy("shapes-detector"))  # data.prepare generates the data
+    project = load_project(example_copy("shapes-detector"))
+    assert prepare_data(project)  # data.prepare generates the data
     result = evaluate(project, TorchRunner(project), progress=False)
     print(f"\nshapes-detector FP32 [{result.backend}]: mAP50-95 {result.metrics['mAP50-95']:.4f}, "
           f"mAP50 {result.metrics['mAP50']:.4f} on {result.images} images")
@@ -26,6 +28,7 @@ def test_shapes_detector_fp32_map_is_at_least_half(example_copy) -> None:
 
 def test_shapes_data_is_generated_deterministically(example_copy, tmp_path: Path) -> None:
     first = load_project(example_copy("shapes-detector"))
+    prepare_data(first)
     annotations = (first.root / "data/val/annotations.json").read_bytes()
     prepare = resolve_entry_point(first, first.data.prepare, "data.prepare")
     again = tmp_path / "again"
@@ -38,9 +41,14 @@ def test_shapes_data_is_generated_deterministically(example_copy, tmp_path: Path
 
 def test_digits_classifier_fp32_top1(example_copy) -> None:
     project = load_project(example_copy("digits-classifier"))
+    prepare_data(project)
     result = evaluate(project, TorchRunner(project), progress=False)
     print(f"\ndigits-classifier FP32 [{result.backend}]: top-1 {result.metrics['top-1']:.4f}")
     assert result.metrics["top-1"] >= 0.95
+
+
+def _runs(stage: dict) -> dict:
+    return {run["group"]: run["record"] for run in stage["runs"]}
 
 
 @pytest.mark.slow
@@ -49,24 +57,24 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     before = set(os.listdir("."))
     result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output[result.output.index("{"): result.output.rindex("}") + 1])
+    report = json.loads(result.stdout)
     assert [u["group"] for u in report["units"]] == ["yard-cams", "dock", "gate"]
     assert {u["target"]: u["tensorrt"] for u in report["units"]}["agx-orin-64gb@5.1.2"].startswith("8.5")
     stages = {s["name"]: s for s in report["stages"]}
-    assert [n for n, s in stages.items() if s["status"] == "ran"] == ["model", "reference", "export", "preflight",
-                                                                       "gate", "container", "package"]
-    containers = {c["group"]: c for c in stages["container"]["data"]["containers"]}
+    assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
+        ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
+    containers = _runs(stages["container"])
     assert {g: c["base_image"] for g, c in containers.items()} == {
         "yard-cams": "nvcr.io/nvidia/l4t-tensorrt:r10.3.0-runtime",
         "dock": "nvcr.io/nvidia/l4t-tensorrt:r8.5.2-runtime",
         "gate": "nvcr.io/nvidia/l4t-tensorrt:r10.3.0-runtime"}
     assert (root / "build" / "containers" / "yard-cams" / "edgebuild-yard-cams.service").is_file()
     assert containers["dock"]["systemd_unit"] is None  # JetPack 5: cgroup v1
-    fleet = stages["package"]["data"]
+    fleet = json.loads((root / "build" / "packages" / "fleet.json").read_text())
     assert sorted(fleet["groups"]) == ["dock", "gate", "yard-cams"] and fleet["notes"][0].startswith("unsigned")
     assert (root / fleet["groups"]["dock"]["mender"]["path"]).is_file()
-    assert stages["export"]["data"]["opset"] == 17  # JetPack 5.1.2's TensorRT 8.5 parser limits it
-    gate = stages["gate"]["data"]
+    assert _runs(stages["export"])[None]["opset"] == 17  # JetPack 5.1.2's TensorRT 8.5 parser limits it
+    gate = _runs(stages["gate"])[None]
     values = {c["precision"]: (c["value"], c["retention"], c["passed"]) for c in gate["candidates"]}
     print("\nshapes-detector gate [{}]: {}; selected {}".format(gate["backend"], values, gate["selected"]))
     assert values["fp32"][0] >= 0.5 and values["fp16"][1] >= 0.98
@@ -75,6 +83,7 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     assert set(os.listdir(".")) == before, "nothing may be written into the working directory"
 
     again = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--json"])
-    statuses = {s["name"]: s["status"] for s in json.loads(
-        again.output[again.output.index("{"): again.output.rindex("}") + 1])["stages"]}
-    assert statuses["export"] == "skipped" and statuses["gate"] == "skipped"
+    statuses = {s["name"]: s["status"] for s in json.loads(again.stdout)["stages"]}
+    assert set(statuses.values()) == {"reused"}, statuses
+    text = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin"]).output
+    assert "reused (up to date): model, reference, export, preflight, gate, engine, container, package" in text

@@ -16,8 +16,10 @@ from edgebuild.config import load_project
 from edgebuild.errors import ExportError, ModelError
 from edgebuild.export import ParityError, choose_opset, export_dir, export_model, verify_onnx
 from edgebuild.model import load_model
+from edgebuild.pipeline import Options, plan_compile
 from edgebuild.profiles import load_catalog
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.stages import compile_plan
 from tests.conftest import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
@@ -69,38 +71,44 @@ def test_opset_the_dynamo_exporter_cannot_reach_falls_back_to_torchscript(tiny_p
     assert onnx.load(str(record.onnx_path)).opset_import[0].version == 13
 
 
+def _export_stage(project_dir: Path) -> tuple[object, str, list[str]]:
+    """The export stage through the pipeline: (record, "ran" or "reused", what it said)."""
+    messages: list[str] = []
+    plan = plan_compile(load_project(project_dir), "orin")
+    outcome = compile_plan(plan, until="export", options=Options(progress=False),
+                           report=messages.append).outcome("export")
+    assert outcome.error is None, outcome.error
+    return outcome.record(), outcome.status, [m for m in messages if m.startswith("export: ")]
+
+
 def test_second_export_is_reused_and_changes_re_export(tmp_path: Path) -> None:
     write_tiny_project(tmp_path, TORCHSCRIPT)
-    first = _export(tmp_path)
-    assert not first.reused
-    assert _export(tmp_path).reused
+    assert _export_stage(tmp_path)[1] == "ran"
+    assert _export_stage(tmp_path)[1] == "reused"
 
-    messages: list[str] = []
     torch.save(load_model(load_project(tmp_path)).state_dict(), tmp_path / "weights.pt")
     with_weights = TORCHSCRIPT.replace('outputs = ["boxes"', 'weights = "weights.pt"\noutputs = ["boxes"')
     write_tiny_project(tmp_path, with_weights)
-    again = _export(tmp_path, report=messages.append)
-    assert not again.reused and "changed since the last export: weights" in messages[0]
+    _, status, messages = _export_stage(tmp_path)
+    assert status == "ran" and "export: changed since the last run: weights" in messages[0]
 
     write_tiny_project(tmp_path, TORCHSCRIPT.replace("max_shape = [4, 3, 96, 96]", "max_shape = [4, 3, 128, 128]"))
-    messages.clear()
-    assert not _export(tmp_path, report=messages.append).reused
-    assert "io" in messages[0]
+    _, status, messages = _export_stage(tmp_path)
+    assert status == "ran" and "io" in messages[0]
 
-    record = _export(tmp_path)
+    record, _, _ = _export_stage(tmp_path)
     record.onnx_path.write_bytes(record.onnx_path.read_bytes()[:100])  # corrupt the stored export
-    messages.clear()
-    assert not _export(tmp_path, report=messages.append).reused
-    assert "output files missing or modified: model.onnx" in messages[0]
+    _, status, messages = _export_stage(tmp_path)
+    assert status == "ran" and "output files missing or modified: export/opset17/model.onnx" in messages[0]
 
 
 def test_external_data_layout_round_trips(tmp_path: Path) -> None:
     write_tiny_project(tmp_path, TORCHSCRIPT.replace('exporter = "torchscript"',
                                                       'exporter = "torchscript"\nexternal_data = true'))
-    record = _export(tmp_path)
+    record, _, _ = _export_stage(tmp_path)
     assert record.external_data and set(record.files) == {"model.onnx", "model.onnx.data"}
     assert OnnxRuntimeRunner(record.onnx_path).run({"images": np.zeros((1, 3, 32, 32), np.float32)})
-    assert _export(tmp_path).reused
+    assert _export_stage(tmp_path)[1] == "reused"
 
 
 def test_truncated_onnx_is_a_clear_error(tmp_path: Path) -> None:

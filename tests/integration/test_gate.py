@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.config import load_project
+from edgebuild.datasets import prepare_data
 from edgebuild.errors import AccuracyGateError
 from edgebuild.export import choose_opset, export_model
 from edgebuild.gate import require_pass, run_gate
@@ -65,6 +66,7 @@ def _fragile_project(example_copy, settings: str) -> Path:
 
 def _gate(root: Path, **kwargs):
     project = load_project(root)
+    prepare_data(project)
     releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
     opset, why = choose_opset(project, releases)
     return project, run_gate(project, export_model(project, opset, why), progress=False, **kwargs)
@@ -128,3 +130,33 @@ def test_tensorrt_backend_without_tensorrt_stops_before_measuring(tiny_project: 
     assert result.exit_code == 10, result.output
     assert "TensorRT is not installed on this host" in result.output
     assert not (tiny_project / "build" / "gate" / "gate.json").exists()
+
+
+def _validate_json(root: Path) -> dict:
+    import json
+
+    result = CliRunner().invoke(main, ["validate", "-p", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_changing_only_the_decision_settings_measures_nothing_again(example_copy) -> None:
+    root = example_copy("digits-classifier")
+    first = _validate_json(root)
+    assert first["measured"] == 3 and first["selected"] == "int8"  # fp32, fp16, int8
+    toml = root / "edgebuild.toml"
+    text = toml.read_text()
+    assert "min_retention = 0.92" in text
+    for changed, selected in ((text.replace("min_retention = 0.92", "min_retention = 0.9"), "int8"),
+                              (text.replace("[accuracy]", '[accuracy]\nselect = "fastest"'), None),
+                              (text.replace("[fleet]", "[fleet]", 1).replace(
+                                  "[accuracy]", '[quantize]\nprecisions = ["fp16", "fp32"]\n\n[accuracy]'), "fp16")):
+        toml.write_text(changed)
+        report = _validate_json(root)
+        assert report["reused"] is False, "the decision settings are part of the gate's key"
+        assert report["measured"] == 0 and report["stored"] >= 2, report
+        if selected:
+            assert report["selected"] == selected
+    toml.write_text(text)
+    back = _validate_json(root)
+    assert back["reused"] is False and back["measured"] == 0 and back["selected"] == "int8"

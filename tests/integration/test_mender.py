@@ -131,11 +131,10 @@ def test_keys_and_payloads_mender_cannot_take_are_refused(tmp_path: Path) -> Non
 
 def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
     """The tiny project with [ota] settings and a compiled folder for group dock; returns (project, public key)."""
-    import json
 
     from edgebuild.config import load_project
     from edgebuild.profiles import load_catalog
-    from tests.runtime_artifacts import write_artifact
+    from tests.runtime_artifacts import recipe_for, write_artifact
 
     key_pem, public = _keys(tiny_project, "ecdsa")
     toml = tiny_project / "edgebuild.toml"
@@ -145,15 +144,11 @@ def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
     project = load_project(tiny_project)
     target = load_catalog().parse_target("agx-orin-64gb@5.1.2")
     folder = write_artifact(project.build_dir / "engines" / "dock")
-    recipe = json.loads((folder / "recipe.json").read_text())
-    recipe.update({"group": "dock", "target": target.id, "l4t": target.release.l4t, "jetpack": target.release.jetpack,
-                   "l4t_accepted": [target.release.l4t], "module": {"id": target.module.id, "name": target.module.name,
-                                                                     "compatible": target.module.compatible}})
-    (folder / "recipe.json").write_text(json.dumps(recipe))
+    recipe_for(folder, target.id, group="dock").save(folder)
     return project, public
 
 
-DOCK = [SimpleNamespace(group=SimpleNamespace(name="dock"))]  # what package_project reads of a build unit
+DOCK = [SimpleNamespace(name="dock")]  # what package_project reads of a selected group
 
 
 @pytest.mark.mender

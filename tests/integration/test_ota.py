@@ -20,10 +20,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import BundleError
 from edgebuild.ota import bundle_payload, write_bundle
-from edgebuild.profiles import load_catalog
 from edgebuild.runtime.ota import active_version, install, rollback, verify
 from tests.conftest import write_device_root
-from tests.runtime_artifacts import write_artifact
+from tests.runtime_artifacts import recipe_for, write_artifact
 
 TARGET = "agx-orin-64gb@5.1.2"
 
@@ -38,13 +37,7 @@ def _keys(kind: str = "ed25519"):
 def artifact(tmp_path: Path) -> Path:
     """A compiled model folder for TARGET, as the engine stage writes it."""
     folder = write_artifact(tmp_path / "engines" / "dock")
-    target = load_catalog().parse_target(TARGET)
-    recipe = json.loads((folder / "recipe.json").read_text())
-    recipe.update({"group": "dock", "target": TARGET, "precision": "fp32", "l4t": target.release.l4t,
-                   "l4t_accepted": [target.release.l4t], "jetpack": target.release.jetpack,
-                   "module": {"id": target.module.id, "name": target.module.name,
-                              "compatible": target.module.compatible}})
-    (folder / "recipe.json").write_text(json.dumps(recipe))
+    recipe_for(folder, TARGET, group="dock").save(folder)
     return folder
 
 
@@ -56,8 +49,7 @@ def device(tmp_path: Path) -> Path:
 def _bundle(artifact: Path, out: Path, version: str, key=None, *, files=None, base=None) -> Path:
     recipe, payload = bundle_payload(artifact, None)
     manifest = {"model": "tiny", "version": version, "group": "dock", "target": TARGET, "precision": "fp32",
-                "compatibility": {"module": recipe["module"], "l4t_accepted": recipe["l4t_accepted"],
-                                  "jetpack": recipe["jetpack"]}}
+                "compatibility": recipe.compatibility()}
     write_bundle(out, manifest=manifest, files=files or payload, signing_key=key, base=base)
     return out
 

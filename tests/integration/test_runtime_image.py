@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -36,6 +35,7 @@ from edgebuild.container import (
 from edgebuild.errors import LimitError
 from edgebuild.limits import fit_to_host, load_preset
 from edgebuild.profiles import load_catalog
+from edgebuild.runtime.recipe import Recipe
 from tests.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
@@ -122,8 +122,8 @@ def runtime_image(base_image, tmp_path_factory):
     """The generated CPU context of a compiled model folder, built with podman."""
     root = tmp_path_factory.mktemp("container")
     folder = write_artifact(root / "engines" / "yard")
-    recipe = json.loads((folder / "recipe.json").read_text())
-    target = load_catalog().parse_target(recipe["target"])
+    recipe = Recipe.load(folder)
+    target = load_catalog().parse_target(recipe.target)
     preset = fit_to_host(load_preset(target.module.id), print)  # this host has fewer cores than the module
     plan = plan_container(recipe, target, preset, flavor="cpu", base_image=base_image,
                           image=f"localhost/edgebuild-test-runtime:{os.getpid()}")

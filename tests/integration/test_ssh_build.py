@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.config import load_project
-from edgebuild.engine import build_over_ssh, plan_engines
+from edgebuild.engine import build_over_ssh, plan_engine
 from edgebuild.errors import RemoteError
 from edgebuild.gate import GateResult, gate_dir
 from edgebuild.pipeline import plan_compile
@@ -42,11 +42,15 @@ def validated_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _planned(root: Path, url: str, **kwargs) -> dict:
+def _planned(root: Path, url: str | None, **kwargs):
     project = load_project(root)
     gate = GateResult.load(gate_dir(project))
-    units = plan_compile(project, "sorters").units
-    return plan_engines(project, units, gate, host=NO_TENSORRT_HERE, build_on=url, **kwargs)[0]
+    group = plan_compile(project, "sorters").groups[0]
+    return plan_engine(project, group, gate, host=NO_TENSORRT_HERE, build_on=url, **kwargs)
+
+
+def _engine_json(root: Path, record) -> Path:
+    return root / "build" / record.folder / "engine.json"
 
 
 def _tensorrt_double_on_the_device(folder: Path) -> Path:
@@ -88,9 +92,9 @@ def test_a_device_of_another_profile_is_refused_before_anything_is_copied(valida
 def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
         validated_digits: Path, loopback_jetson, tmp_path: Path) -> None:
     jetson = loopback_jetson("orin-nano-4gb@6.2", _tensorrt_double_on_the_device(tmp_path / "device-python"))
-    entry = _planned(validated_digits, jetson.url)
-    assert "error" not in entry, entry.get("error")
-    engine_json = Path(entry["engine_json"])
+    record = _planned(validated_digits, jetson.url)
+    assert record.built and not record.kept
+    engine_json = _engine_json(validated_digits, record)
     engine = json.loads(engine_json.read_text())
     assert engine["placement"] == jetson.url and engine["shippable"] is True
     assert engine["compute_capability"] == "8.7"  # from the verified module: the double has no CUDA
@@ -99,15 +103,24 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
     cache = validated_digits / "build" / "engines" / "timing-caches" / "orin-nano-4gb-trt10.3.0.30.cache"
     assert cache.is_file() and engine["timing_cache"]["loaded"] is False
 
-    # the second build sends the host's timing cache to the device, which loads it
-    again = json.loads(Path(_planned(validated_digits, jetson.url)["engine_json"]).read_text())
-    assert again["timing_cache"]["loaded"] is True
+    # unchanged: the engine built on the device is kept, nothing goes over SSH
+    messages: list[str] = []
+    kept = _planned(validated_digits, jetson.url, previous=record, report=messages.append)
+    assert kept.kept and messages == [f"engine: sorters: kept the engine built {jetson.url} (ONNX, builder settings, "
+                                      "module, L4T and TensorRT unchanged)"]
+    assert (engine_json.parent / "engine.plan").read_bytes() == PLAN
+
+    # a forced build sends the host's timing cache to the device, which loads it
+    again = _planned(validated_digits, jetson.url, previous=kept, force=True)
+    assert not again.kept
+    assert json.loads(_engine_json(validated_digits, again).read_text())["timing_cache"]["loaded"] is True
 
 
 def test_a_corrupted_transfer_is_refused(validated_digits: Path, loopback_jetson, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     jetson = loopback_jetson("orin-nano-4gb@6.2", _tensorrt_double_on_the_device(tmp_path / "device-python"))
-    recipe = Path(_planned(validated_digits, None)["recipe"])  # a deferred recipe to build from
+    deferred = _planned(validated_digits, None)  # a deferred recipe to build from
+    recipe = validated_digits / "build" / deferred.folder / "recipe.json"
     real_fetch = SshDevice.fetch
 
     def flip_a_byte(self, names):

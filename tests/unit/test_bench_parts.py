@@ -149,13 +149,13 @@ def test_cgroup_memory_v1_and_v2(tmp_path: Path) -> None:
 
 
 def test_shapes_outside_the_profile_are_refused() -> None:
-    recipe = {"profiles": {"images": [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]}}
-    assert input_shapes(recipe, 3) == {"images": [3, 3, 16, 16]}
-    assert input_shapes(recipe, 1, {"images": [3, 32, 8]}) == {"images": [1, 3, 32, 8]}
+    profiles = {"images": [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]}
+    assert input_shapes(profiles, 3) == {"images": [3, 3, 16, 16]}
+    assert input_shapes(profiles, 1, {"images": [3, 32, 8]}) == {"images": [1, 3, 32, 8]}
     with pytest.raises(ConfigError, match=r"at batch 8 would be \[8, 3, 16, 16\], outside the profile"):
-        input_shapes(recipe, 8)
+        input_shapes(profiles, 8)
     with pytest.raises(ConfigError, match="names inputs \\['pixels'\\]"):
-        input_shapes(recipe, 1, {"pixels": [3, 8, 8]})
+        input_shapes(profiles, 1, {"pixels": [3, 8, 8]})
 
 
 def _result(p50: float, ips: float, mode: str | None = "MAXN", engine: str = "aa") -> dict:

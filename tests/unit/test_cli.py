@@ -81,8 +81,15 @@ def test_compile_plans_orin_groups_and_says_which_stages_ran(tiny_project: Path)
     status = {s["name"]: s["status"] for s in report["stages"]}
     assert [status[n] for n in ("model", "reference", "export", "preflight", "gate")] == ["ran"] * 4 + ["failed"]
     assert status["engine"] == "not run" and status["container"] == "not run"
-    reference = next(s for s in report["stages"] if s["name"] == "reference")
-    assert reference["data"]["backend"] == "torch-cpu" and reference["data"]["images"] == 4
+    reference = next(s for s in report["stages"] if s["name"] == "reference")["runs"][0]["record"]
+    assert reference["backend"] == "torch-cpu" and reference["images"] == 4
+
+
+def test_compile_force_takes_an_optional_stage_and_refuses_unknown_ones(tiny_project: Path) -> None:
+    result = CliRunner().invoke(main, ["compile", "-p", str(tiny_project), "--force", "exprot"])
+    assert result.exit_code == 2 and "unknown stage exprot; stages: model, reference, export" in result.output
+    help_text = CliRunner().invoke(main, ["compile", "--help"]).output
+    assert "--force [STAGE]" in help_text and "reused" in help_text
 
 
 def test_model_errors_are_clear(tiny_project: Path) -> None:

@@ -125,14 +125,38 @@ def test_missing_project_file(tmp_path: Path) -> None:
         load_project(tmp_path)
 
 
-def test_prepare_hook_creates_missing_data(tmp_path: Path) -> None:
+def _project_with_prepare(tmp_path: Path, body: str) -> Path:
     write_tiny_project(tmp_path, TINY_TOML.replace(
         'calibration_images = "data/calibration"',
         'calibration_images = "data/generated"\nprepare = "tinydet.prep:prepare"'))
-    (tmp_path / "tinydet" / "prep.py").write_text(
-        "import os\ndef prepare(root):\n    os.makedirs(os.path.join(root, 'data', 'generated'))\n")
-    project = load_project(tmp_path)
-    assert project.path(project.data.calibration_images).is_dir()
+    (tmp_path / "tinydet" / "prep.py").write_text("import os\ndef prepare(root):\n" + body)
+    return tmp_path
+
+
+def test_loading_and_checking_a_project_runs_no_user_code(tmp_path: Path) -> None:
+    root = _project_with_prepare(tmp_path, "    open(os.path.join(root, 'ran'), 'w').close()\n")
+    project = load_project(root)  # the missing data is prepare's to make, not an error here
+    result = CliRunner().invoke(main, ["check", "--project", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "data.calibration_images not there yet" in result.output and "edgebuild data prepare" in result.output
+    assert not (root / "ran").exists() and not project.path(project.data.calibration_images).exists()
+
+
+def test_data_prepare_creates_missing_data_once(tmp_path: Path) -> None:
+    root = _project_with_prepare(tmp_path, "    os.makedirs(os.path.join(root, 'data', 'generated'))\n"
+                                           "    open(os.path.join(root, 'data', 'generated', '0.png'), 'wb').close()\n")
+    first = CliRunner().invoke(main, ["data", "prepare", "--project", str(root)])
+    assert first.exit_code == 0 and "prepared by tinydet.prep:prepare" in first.output, first.output
+    assert (root / "data" / "generated").is_dir()
+    again = CliRunner().invoke(main, ["data", "prepare", "--project", str(root)])
+    assert again.exit_code == 0 and "every data path is there" in again.output
+
+
+def test_data_prepare_that_makes_nothing_is_a_data_error(tmp_path: Path) -> None:
+    root = _project_with_prepare(tmp_path, "    pass\n")
+    result = CliRunner().invoke(main, ["data", "prepare", "--project", str(root)])
+    assert result.exit_code == 5
+    assert "data.calibration_images: path does not exist" in result.output and "did not create it" in result.output
 
 
 def test_cli_error_is_one_line_without_traceback_and_verbose_shows_it(tmp_path: Path) -> None:

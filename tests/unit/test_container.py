@@ -21,9 +21,10 @@ from edgebuild.container import (
     write_container,
 )
 from edgebuild.errors import ConfigError, TargetError
-from edgebuild.limits import load_preset
+from edgebuild.limits import LimitPreset, load_preset
 from edgebuild.profiles import load_catalog
-from tests.runtime_artifacts import write_artifact
+from edgebuild.runtime.recipe import Recipe
+from tests.runtime_artifacts import recipe_for, write_artifact
 
 CATALOG = load_catalog()
 #: one target per JetPack family the issue names, with the image and CUDA major it must get
@@ -36,16 +37,14 @@ FAMILIES = {
 
 def _artifact(tmp_path: Path, target: str, **recipe_changes) -> Path:
     folder = write_artifact(tmp_path / "engines" / "yard")
-    recipe = json.loads((folder / "recipe.json").read_text())
-    recipe.update({"target": target, "placement": "deferred", "shippable_engine": False, **recipe_changes})
-    (folder / "recipe.json").write_text(json.dumps(recipe))
+    recipe_for(folder, target, **recipe_changes).save(folder)
     return folder
 
 
 def _plan(folder: Path, **options):
-    recipe = json.loads((folder / "recipe.json").read_text())
-    target = CATALOG.parse_target(recipe["target"])
-    return plan_container(recipe, target, load_preset(target.module.id), **options)
+    recipe = Recipe.load(folder)
+    target = CATALOG.parse_target(recipe.target)
+    return plan_container(recipe, target, LimitPreset.from_dict(recipe.limits), **options)
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:
@@ -187,7 +186,7 @@ def test_install_script_is_valid_sh() -> None:
 
 def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     folder = _artifact(tmp_path, "orin-nano-8gb@6.2")
-    recipe = json.loads((folder / "recipe.json").read_text())
+    recipe = Recipe.load(folder)
     target = CATALOG.parse_target("orin-nano-8gb@6.2")
     with pytest.raises(ConfigError, match="preset agx-orin-64gb is for agx-orin-64gb, not orin-nano-8gb"):
         plan_container(recipe, target, load_preset("agx-orin-64gb"))

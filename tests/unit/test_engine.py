@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.config import load_project
-from edgebuild.engine import decide_placement, plan_engines
+from edgebuild.engine import decide_placement, plan_engine
 from edgebuild.errors import LimitError
 from edgebuild.pipeline import plan_compile
 from edgebuild.profiles import load_catalog
@@ -50,10 +51,10 @@ def test_compile_on_a_cpu_host_defers_engines_with_recipes(example_copy) -> None
     result = CliRunner().invoke(main, ["compile", "-p", str(root), "--json"])
     assert result.exit_code == 0, result.output
     stages = {s["name"]: s for s in json.loads(result.stdout)["stages"]}
-    engines = stages["engine"]["data"]["engines"]
-    assert stages["engine"]["status"] == "deferred"
-    assert {e["group"]: e["placement"] for e in engines} == {"sorters": "deferred", "line-cams": "deferred"}
-    recipe = json.loads(Path(engines[0]["recipe"]).read_text())
+    engines = {run["group"]: run["record"] for run in stages["engine"]["runs"]}
+    assert {g: e["placement"] for g, e in engines.items()} == {"sorters": "deferred", "line-cams": "deferred"}
+    assert not any(e["built"] for e in engines.values())
+    recipe = json.loads((root / "build" / engines["sorters"]["folder"] / "recipe.json").read_text())
     assert recipe["precision"] == "int8" and recipe["shippable_engine"] is False
     assert recipe["profiles"]["images"] == [[1, 1, 8, 8], [8, 1, 16, 16], [32, 1, 32, 32]]
     assert recipe["workspace_bytes"] == 256 * 1024 * 1024  # cgroups/orin-nano-4gb.toml's TensorRT workspace
@@ -61,20 +62,58 @@ def test_compile_on_a_cpu_host_defers_engines_with_recipes(example_copy) -> None
     assert recipe["tensorrt"] == "10.3.0.30" and recipe["timing_cache"] == "orin-nano-4gb-trt10.3.0.30.cache"
 
 
-def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy) -> None:
-    root = example_copy("digits-classifier")
+HOST_CHECK = DeviceFacts("10.3.0", "", "8.9", None, ())
+
+
+def _gated(root: Path):
     CliRunner().invoke(main, ["validate", "-p", str(root)])
     project = load_project(root)
     from edgebuild.gate import GateResult, gate_dir
 
-    gate = GateResult.load(gate_dir(project))
-    plan = plan_compile(project, "sorters")
-    host = DeviceFacts("10.3.0", "", "8.9", None, ())
-    planned = plan_engines(project, plan.units, gate, host=host, trt=make_tensorrt("10.3.0"))
-    assert planned[0]["placement"] == "host-check"
-    engine = json.loads(Path(planned[0]["engine_json"]).read_text())
+    return project, GateResult.load(gate_dir(project))
+
+
+def _builds(trt) -> int:
+    return trt.call_names().count("Builder.build_serialized_network")
+
+
+def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy) -> None:
+    project, gate = _gated(example_copy("digits-classifier"))
+    group = plan_compile(project, "sorters").groups[0]
+    record = plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
+    assert record.placement == "host-check" and record.built and not record.kept
+    engine = json.loads((project.build_dir / record.folder / "engine.json").read_text())
     assert engine["shippable"] is False and engine["compute_capability"] == "8.9"
     assert engine["target"] == "orin-nano-4gb@6.2" and engine["precision"] == "int8"
+
+
+def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_copy) -> None:
+    project, gate = _gated(example_copy("digits-classifier"))
+    group = plan_compile(project, "sorters").groups[0]
+    trt = make_tensorrt("10.3.0")
+    first = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt)
+    plan_file = project.build_dir / first.folder / "engine.plan"
+    built = plan_file.stat().st_mtime_ns
+    messages: list[str] = []
+    again = plan_engine(project, group, gate, host=HOST_CHECK, previous=first, trt=trt, report=messages.append)
+    assert again.kept and _builds(trt) == 1 and plan_file.stat().st_mtime_ns == built
+    assert "kept the engine built host-check" in messages[0]
+
+    newer = project.model_copy(update={"ota": project.ota.model_copy(update={"version": "9.9.9"})})
+    kept = plan_engine(newer, group, gate, host=HOST_CHECK, previous=again, trt=trt)  # the recipe changes, not the build
+    assert kept.kept and _builds(trt) == 1
+    assert json.loads((project.build_dir / first.folder / "recipe.json").read_text())["model_version"] == "9.9.9"
+
+    forced = plan_engine(project, group, gate, host=HOST_CHECK, previous=kept, force=True, trt=trt)
+    assert not forced.kept and _builds(trt) == 2
+
+    bigger = replace(group, limits=replace(group.limits, tensorrt_workspace=group.limits.tensorrt_workspace * 2))
+    rebuilt = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=forced, trt=trt)
+    assert not rebuilt.kept and rebuilt.build_key != forced.build_key and _builds(trt) == 3
+
+    plan_file.write_bytes(b"damaged")
+    repaired = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=rebuilt, trt=trt)
+    assert not repaired.kept and _builds(trt) == 4  # the plan no longer matches engine.json's plan_sha256
 
 
 def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy) -> None:
@@ -84,17 +123,13 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
     text = (root / "edgebuild.toml").read_text()
     own_preset = 'name = "sorters"\ncgroup_preset = "small.toml"\n'
     (root / "edgebuild.toml").write_text(text.replace('name = "sorters"\n', own_preset))
-    CliRunner().invoke(main, ["validate", "-p", str(root)])
-    project = load_project(root)
-    from edgebuild.gate import GateResult, gate_dir
-
-    gate = GateResult.load(gate_dir(project))
-    planned = plan_engines(project, plan_compile(project, "sorters").units, gate,
-                           host=DeviceFacts("10.3.0", "", "8.9", None, ()), trt=make_tensorrt("10.3.0"))
-    recipe = json.loads(Path(planned[0]["recipe"]).read_text())
+    project, gate = _gated(root)
+    group = plan_compile(project, "sorters").groups[0]
+    # the double's engine reports 12345678 bytes (11.8 MiB) of device memory
+    with pytest.raises(LimitError, match="more than the 8.0 MiB preset small allows"):
+        plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
+    recipe = json.loads((project.build_dir / "engines" / "sorters" / "recipe.json").read_text())
     assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
-    error = planned[0]["error"]  # the double's engine reports 12345678 bytes (11.8 MiB) of device memory
-    assert isinstance(error, LimitError) and "more than the 8.0 MiB preset small allows" in error.message
 
 
 @pytest.mark.parametrize("url, parsed", [

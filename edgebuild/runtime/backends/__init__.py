@@ -1,15 +1,17 @@
 """Inference backends behind one interface, so evaluation, bench and the runtime can use any.
 
 A runner has ``backend`` (a name that every reported number carries) and
-``run({input name: array}) -> {output name: array}``.
+``run({input name: array}) -> {output name: array}``. Which runner serves a model folder on
+this machine is decided in ``select.py``.
 """
 
-from typing import Dict, Protocol
+from typing import TYPE_CHECKING, Dict, Protocol
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is not imported to pick a backend or to build a command line
+    import numpy as np
 
 
 class Runner(Protocol):
     backend: str
 
-    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
+    def run(self, inputs: "Dict[str, np.ndarray]") -> "Dict[str, np.ndarray]": ...

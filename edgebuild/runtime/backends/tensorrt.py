@@ -19,15 +19,14 @@ in reference/tensorrt-api/):
 # ruff: noqa: UP006, UP007, UP035, UP045
 # (typing.Dict/Optional/Tuple on purpose: this file must run on Python 3.8)
 
-import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
+from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
 
 PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -107,28 +106,6 @@ def network_flags(trt: Any) -> int:
     if _major(trt.__version__) >= 10:
         return 0
     return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(str(tmp), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(str(tmp), str(path))
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(str(path), "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _parser_errors(parser: Any) -> List[str]:
@@ -248,10 +225,10 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
             hint="the TensorRT log above says why; a larger workspace or another precision may help",
         )
     plan = bytes(serialized)
-    _atomic_write(settings.plan_path, plan)
+    atomic_write_bytes(settings.plan_path, plan)
     report(f"built in {seconds:.1f} s: {settings.plan_path} ({len(plan)} bytes)")
     if cache_path is not None:
-        _atomic_write(cache_path, bytes(config.get_timing_cache().serialize()))
+        atomic_write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
 
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     if engine is None:
@@ -262,9 +239,9 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
         "shapes": {name: {"min": list(s[0]), "opt": list(s[1]), "max": list(s[2])}
                    for name, s in settings.profiles.items()},
         "onnx": str(settings.onnx_path),
-        "onnx_sha256": _sha256(settings.onnx_path),
+        "onnx_sha256": sha256_file(settings.onnx_path),
         "plan": str(settings.plan_path),
-        "plan_sha256": hashlib.sha256(plan).hexdigest(),
+        "plan_sha256": sha256_bytes(plan),
         "plan_bytes": len(plan),
         "build_seconds": round(seconds, 3),
         "workspace_bytes": int(settings.workspace_bytes),

@@ -1,0 +1,190 @@
+"""The options of ``serve``, ``bench`` and the OTA commands, defined once for both command lines.
+
+The device's ``edgebuild-device.pyz`` (argparse, ``add_arguments`` here) and the build host's
+``edgebuild`` (click, ``edgebuild/cli_options.py``) build their commands from these tables, so a
+flag, its type, default, range and help text cannot drift apart between them. ``as_argv`` turns
+option values back into a device command line (what the host runs over SSH). Options only the
+host has (``--device``, ``--json``, ``--plot``, ``--project``, ...) stay in the host's CLI.
+
+Python 3.8, standard library only; no click here.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line parameter; no ``flags`` makes it a positional argument."""
+
+    name: str  # the parameter's name in the command function / argparse namespace
+    flags: Tuple[str, ...]
+    help: str
+    type: Optional[type] = None  # int, float or None (text); paths use ``path``
+    default: Any = None
+    choices: Optional[Tuple[str, ...]] = None
+    is_flag: bool = False
+    multiple: bool = False  # may be repeated; the values come as a list (argparse) or tuple (click)
+    required: bool = False
+    minimum: Optional[float] = None
+    path: Optional[str] = None  # "dir" or "file": the value is a pathlib.Path
+    exists: bool = False  # with ``path``: it must exist already
+    metavar: Optional[str] = None
+    show_default: bool = False
+
+    @property
+    def positional(self) -> bool:
+        return not self.flags
+
+
+ARTIFACT = Option("artifact", (), "A folder `edgebuild compile` wrote for a fleet group (build/engines/<group>).",
+                  path="dir", exists=True)
+BACKEND = Option("backend", ("--backend",), "auto: the TensorRT engine where it can run here, else ONNX Runtime on "
+                 "the CPU (and it says so).", choices=BACKENDS, default="auto", show_default=True)
+ENGINE_CACHE = Option("engine_cache", ("--engine-cache",), "Where a deferred engine is built once and kept, one "
+                      "folder per TensorRT version and compute capability (default: ${}, else "
+                      "ARTIFACT/engine-cache).".format(ENGINE_CACHE_ENV), path="dir")
+
+SERVE = (
+    ARTIFACT,
+    Option("host", ("--host",), "Address to listen on.", default="0.0.0.0", show_default=True),
+    Option("port", ("--port",), "Port (default: the project's [runtime] port, 8000).", type=int, minimum=0),
+    BACKEND,
+    Option("warmup_budget_s", ("--warmup-budget-s",), "Longest warm-up before ready (default: the project's "
+           "[runtime] warmup_budget_s).", type=float, minimum=0),
+    ENGINE_CACHE,
+    Option("max_batch_size", ("--max-batch-size",), "Dynamic batching: stack up to this many rows of waiting "
+           "requests into one backend run (default: the project's [runtime] max_batch_size; 1 is off).",
+           type=int, minimum=1),
+    Option("max_queue_delay_ms", ("--max-queue-delay-ms",), "How long the first waiting request waits for others "
+           "to join its batch (default: the project's [runtime] max_queue_delay_ms, 2).", type=float, minimum=0),
+)
+
+BENCH = (
+    ARTIFACT,
+    BACKEND,
+    Option("batch", ("--batch",), "Batch sizes, comma-separated (default: 1 and the profile's opt batch)."),
+    Option("concurrency", ("--concurrency",), "Concurrent callers, comma-separated.", default="1",
+           show_default=True),
+    Option("shape", ("--shape",), "An input's dims after the batch axis (default: its opt shape); repeat per input.",
+           multiple=True, metavar="NAME:CxHxW"),
+    Option("iterations", ("--iterations",), "Fixed number of runs per configuration.", type=int, minimum=1),
+    Option("duration", ("--duration",), "Fixed seconds per configuration.", type=float, minimum=0.1),
+    Option("warmup", ("--warmup",), "Runs before each configuration is measured.", type=int, minimum=0, default=20,
+           show_default=True),
+    Option("ci_pct", ("--ci-pct",), "Without --iterations/--duration: stop when the p50's 95% confidence interval "
+           "is within this percentage of it ...", type=float, minimum=0.01, default=1.0, show_default=True),
+    Option("budget_s", ("--budget-s",), "... or when this many seconds per configuration have passed (the result "
+           "says which).", type=float, minimum=0.1, default=30.0, show_default=True),
+    Option("min_iterations", ("--min-iterations",), "Runs per round of that confidence-interval rule.", type=int,
+           minimum=2, default=50, show_default=True),
+    ENGINE_CACHE,
+)
+
+BUNDLE = Option("bundle", (), "An .edgebundle written by `edgebuild package`.", path="file", exists=True)
+PUBLIC_KEY = Option("public_key", ("--public-key",), "PEM public key of the fleet's signing key.", path="file",
+                    exists=True)
+ALLOW_UNSIGNED = Option("allow_unsigned", ("--allow-unsigned",), "Accept a bundle without a signature "
+                        "(development only).", is_flag=True)
+INSTALL_ROOT = Option("install_root", ("--install-root",), "Where the version slots (versions/<version>) and the "
+                      "`current` link live.", path="dir", required=True)
+
+OTA_VERIFY = (
+    BUNDLE, PUBLIC_KEY, ALLOW_UNSIGNED,
+    Option("any_device", ("--any-device",), "Skip the check that this device is the bundle's module and L4T.",
+           is_flag=True),
+)
+OTA_INSTALL = (
+    BUNDLE, INSTALL_ROOT, PUBLIC_KEY, ALLOW_UNSIGNED,
+    Option("keep", ("--keep",), "Previous versions to keep.", type=int, minimum=0, default=2, show_default=True),
+)
+OTA_ROLLBACK = (INSTALL_ROOT,)
+
+
+# -- argparse ---------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser, specs: Sequence[Option]) -> None:
+    """Add ``specs`` to an argparse parser, with the same types, ranges and help as the click side."""
+    for spec in specs:
+        text = spec.help.replace("%", "%%")
+        if spec.show_default:
+            text += " (default: {})".format(spec.default)
+        if spec.minimum is not None:
+            text += " (at least {:g})".format(spec.minimum)
+        if spec.positional:
+            parser.add_argument(spec.name, type=_convert(spec), help=text)
+            continue
+        options = {"dest": spec.name, "help": text}  # type: dict
+        if spec.is_flag:
+            options["action"] = "store_true"
+        else:
+            options.update(type=_convert(spec), default=spec.default, required=spec.required)
+            if spec.choices:
+                options["choices"] = list(spec.choices)
+            if spec.multiple:
+                options["action"] = "append"
+            if spec.metavar:
+                options["metavar"] = spec.metavar
+        parser.add_argument(*spec.flags, **options)
+
+
+def _convert(spec: Option) -> Callable[[str], Any]:
+    """The argparse ``type=`` of a spec: parse, then check the range or the path."""
+    def convert(text: str) -> Any:
+        if spec.path:
+            return _checked_path(spec, Path(text))
+        base = spec.type or str
+        try:
+            value = base(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("{!r} is not a {}".format(
+                text, "whole number" if base is int else "number")) from None
+        if spec.minimum is not None and value < spec.minimum:
+            raise argparse.ArgumentTypeError("{} is less than the smallest allowed value, {:g}".format(
+                text, spec.minimum))
+        return value
+
+    convert.__name__ = (spec.type or str).__name__
+    return convert
+
+
+def _checked_path(spec: Option, path: Path) -> Path:
+    if spec.exists and not path.exists():
+        raise argparse.ArgumentTypeError("{} does not exist".format(path))
+    if path.exists() and spec.path == "dir" and not path.is_dir():
+        raise argparse.ArgumentTypeError("{} is not a folder".format(path))
+    if path.exists() and spec.path == "file" and path.is_dir():
+        raise argparse.ArgumentTypeError("{} is a folder, not a file".format(path))
+    return path
+
+
+# -- back to a command line -------------------------------------------------------------------
+
+def as_argv(specs: Sequence[Option], values: Mapping[str, Any]) -> List[str]:
+    """The options (not the positionals) that give a parser built from ``specs`` these values.
+
+    Values that are None, False or empty are left out; a list for an option that is not
+    ``multiple`` is written comma-separated (``--batch 1,4``).
+    """
+    argv = []  # type: List[str]
+    for spec in specs:
+        value = values.get(spec.name)
+        if spec.positional or value is None or value is False or value == [] or value == ():
+            continue
+        flag = spec.flags[0]
+        if spec.is_flag:
+            argv.append(flag)
+        elif spec.multiple:
+            for item in value:
+                argv += [flag, str(item)]
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, ",".join(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv

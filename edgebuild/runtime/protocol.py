@@ -1,0 +1,178 @@
+"""The KServe / Triton v2 inference protocol: requests in, responses and metadata out.
+
+No sockets here: the HTTP layer (``server.py``) hands this module a body and headers and sends
+what it returns; the model service (``service.py``) runs the arrays.
+
+- tensors as JSON (``data``: a flat list in C order), or raw in the body with the binary tensor
+  extension: the body is ``Inference-Header-Content-Length`` bytes of JSON followed by the
+  tensors of the inputs that give ``parameters.binary_data_size`` (little-endian, C order);
+  outputs go back raw when the request asks (``binary_data_output`` for all, ``binary_data``
+  per output), which spares the JSON encoding of an image;
+- a request that does not fit the model (unknown input, datatype, shape outside the profile,
+  sizes that do not add up) is a ``BadRequest`` with a message, which the server answers with 400.
+
+Python 3.8, the standard library and numpy.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import json
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+#: KServe v2 datatypes for the numpy types a vision model takes and returns
+DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
+             "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
+NUMPY_TO_DATATYPE = {np.dtype(v).name: k for k, v in DATATYPES.items()}
+HEADER_LENGTH = "Inference-Header-Content-Length"
+#: the answer to ``GET /v2``
+SERVER_METADATA = {"name": "edgebuild", "extensions": ["binary_tensor_data"]}
+
+
+class BadRequest(Exception):
+    """A request the server refuses with a 400."""
+
+
+class InputSpec:
+    """One model input: its v2 datatype and the profile's min, opt and max shapes."""
+
+    def __init__(self, name: str, min_shape: List[int], opt_shape: List[int], max_shape: List[int],
+                 datatype: str = "FP32") -> None:
+        self.name, self.datatype = name, datatype
+        self.min_shape, self.opt_shape, self.max_shape = list(min_shape), list(opt_shape), list(max_shape)
+
+    def as_dict(self) -> Dict[str, Any]:
+        shape = [-1 if lo != hi else lo for lo, hi in zip(self.min_shape, self.max_shape)]
+        return {"name": self.name, "datatype": self.datatype, "shape": shape, "min_shape": self.min_shape,
+                "opt_shape": self.opt_shape, "max_shape": self.max_shape}
+
+
+def header_length(value: Optional[str]) -> Optional[int]:
+    """The ``Inference-Header-Content-Length`` header as a number (None: no binary tensors)."""
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        raise BadRequest("{} {!r} is not a number".format(HEADER_LENGTH, value)) from None
+
+
+def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
+                  output_names: List[str]) -> Tuple[Dict[str, np.ndarray], List[str]]:
+    """(input arrays, names of the outputs to send as binary) of a v2 inference request."""
+    binary = b""
+    if header_length is not None:
+        if not 0 <= header_length <= len(body):
+            raise BadRequest("{} {} is outside the body of {} bytes".format(HEADER_LENGTH, header_length, len(body)))
+        body, binary = body[:header_length], body[header_length:]
+    try:
+        request = json.loads(body)
+    except ValueError as exc:
+        raise BadRequest("the body is not valid JSON: {}".format(exc)) from None
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise BadRequest('the body must be an object with an "inputs" list (KServe v2 inference request)')
+    arrays = {}
+    offset = 0
+    for item in request["inputs"]:
+        name, array, used = _input(item, inputs, binary, offset, header_length is not None)
+        arrays[name] = array
+        offset += used
+    if offset != len(binary):
+        raise BadRequest("{} binary bytes after the inputs' binary_data_size; they must add up".format(
+            len(binary) - offset))
+    missing = sorted(set(inputs) - set(arrays))
+    if missing:
+        raise BadRequest("inputs {} are missing".format(missing))
+    return arrays, _binary_outputs(request, output_names)
+
+
+def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
+           has_header: bool) -> Tuple[str, np.ndarray, int]:
+    """(name, array, binary bytes used) of one entry of ``inputs``."""
+    if not isinstance(item, dict):
+        raise BadRequest("every entry of inputs must be an object with name, shape, datatype, data")
+    name = item.get("name")
+    spec = inputs.get(name)
+    if spec is None:
+        raise BadRequest("unknown input {!r}; the model's inputs are {}".format(name, sorted(inputs)))
+    if item.get("datatype") != spec.datatype:
+        raise BadRequest("input {!r} has datatype {!r}; the model takes {}".format(
+            name, item.get("datatype"), spec.datatype))
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise BadRequest("input {!r}: shape must be a list of integers".format(name))
+    if len(shape) != len(spec.min_shape) or any(d < lo or d > hi for d, lo, hi in
+                                                zip(shape, spec.min_shape, spec.max_shape)):
+        raise BadRequest("input {!r} shape {} is outside the profile: from {} to {}".format(
+            name, shape, spec.min_shape, spec.max_shape))
+    dtype = np.dtype(DATATYPES[spec.datatype])
+    count = int(np.prod(shape))
+    size = (item.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        needed = count * dtype.itemsize
+        if not has_header:
+            raise BadRequest("input {!r} gives binary_data_size but the request has no {} header".format(
+                name, HEADER_LENGTH))
+        if size != needed or offset + size > len(binary):
+            raise BadRequest("input {!r}: binary_data_size {} with {} binary bytes left; shape {} of {} "
+                             "needs {}".format(name, size, len(binary) - offset, shape, spec.datatype, needed))
+        array = np.frombuffer(binary, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
+        return name, array, size
+    data = item.get("data")
+    if not isinstance(data, list):
+        raise BadRequest("input {!r}: data must be a flat list of numbers".format(name))
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError):
+        raise BadRequest("input {!r}: data holds values that are not {} numbers".format(name, spec.datatype)) from None
+    if array.ndim != 1 or array.size != count:
+        raise BadRequest("input {!r}: data has {} values, shape {} needs {}".format(name, array.size, shape, count))
+    return name, array.reshape(shape), 0
+
+
+def _binary_outputs(request: Dict[str, Any], output_names: List[str]) -> List[str]:
+    everything = bool((request.get("parameters") or {}).get("binary_data_output"))
+    asked = request.get("outputs")
+    if not isinstance(asked, list):
+        return list(output_names) if everything else []
+    return [o.get("name") for o in asked if isinstance(o, dict)
+            and (o.get("parameters") or {}).get("binary_data", everything)]
+
+
+def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
+                    parameters: Dict[str, Any]) -> Tuple[bytes, str, Dict[str, str]]:
+    """(body, content type, extra headers) of a v2 inference response."""
+    described, tail = [], []
+    for name, array in outputs.items():
+        entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: Dict[str, Any]
+        if name in binary_outputs:
+            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            tail.append(raw)
+        else:
+            entry["data"] = _flat(array)
+        described.append(entry)
+    head = json.dumps({"model_name": model_name, "model_version": model_version, "outputs": described,
+                       "parameters": parameters}).encode()
+    if not tail:
+        return head, "application/json", {}
+    return head + b"".join(tail), "application/octet-stream", {HEADER_LENGTH: str(len(head))}
+
+
+def model_metadata(name: str, version: str, platform: str, inputs: Dict[str, InputSpec], output_names: List[str],
+                   parameters: Dict[str, Any]) -> Dict[str, Any]:
+    """The answer to ``GET /v2/models/NAME``."""
+    return {"name": name, "versions": [version], "platform": platform,
+            "inputs": [s.as_dict() for s in inputs.values()], "outputs": [{"name": n} for n in output_names],
+            "parameters": parameters}
+
+
+def datatype(array: np.ndarray) -> str:
+    return NUMPY_TO_DATATYPE.get(array.dtype.name, "FP32")
+
+
+def _flat(array: np.ndarray) -> List[Any]:
+    values = array.reshape(-1).tolist()
+    if array.dtype.kind == "f":
+        return [v if math.isfinite(v) else None for v in values]
+    return values

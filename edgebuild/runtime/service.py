@@ -1,0 +1,298 @@
+"""The model service: one model folder's backend behind a worker thread, with warm-up and metrics.
+
+What ``edgebuild serve`` runs behind HTTP (``server.py``) and what the OTA health check runs alone:
+
+- backend: chosen by ``backends.select.load_backend`` (the TensorRT engine, a deferred build into
+  the engine cache, or ONNX Runtime on the CPU, with the reason);
+- warm-up before ready: inference at the min, opt and max shapes of the profile until the opt
+  shape's latency settles (the median of the last 5 runs within 10% of the 5 before) or the
+  warm-up budget runs out; the cold first call, the warm-up time and the warmed latency are kept;
+- one worker thread owns the backend (a CUDA context belongs to the thread that made it); callers
+  hand it requests through a queue (``infer``);
+- dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
+  up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
+  stacks them on axis 0 (at most ``max_batch_size`` rows, never past the profile's max), runs them
+  once and hands each request its own rows of the outputs;
+- counters of requests, latency and batches, as Prometheus text (``metrics_text``).
+
+Python 3.8, the standard library and numpy.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import collections
+import json
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from edgebuild.errors import ConfigError
+from edgebuild.runtime.backends.select import load_backend
+from edgebuild.runtime.protocol import DATATYPES, InputSpec, model_metadata
+from edgebuild.runtime.recipe import Recipe
+
+LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+SETTLE_WINDOW = 5
+SETTLE_TOLERANCE = 0.10
+
+
+def _log(message: str) -> None:
+    print("serve: " + message, file=sys.stderr, flush=True)
+
+
+class ModelService:
+    """The backend, its warm-up, the request queue of its worker thread, and the metrics."""
+
+    def __init__(self, folder: Path, *, backend: str = "auto", warmup_budget_s: Optional[float] = None,
+                 engine_cache: Optional[Path] = None, warmup: bool = True, max_batch_size: Optional[int] = None,
+                 max_queue_delay_ms: Optional[float] = None, on_ready: Callable[[str], None] = lambda _: None) -> None:
+        self.folder = Path(folder)
+        self.recipe = Recipe.load(self.folder, hint="serve the folder `edgebuild compile` wrote for a fleet group")
+        self.name = self.recipe.model_name or self.recipe.group
+        self.version = self.recipe.model_version or "1"
+        self.inputs = {n: InputSpec(n, *shapes) for n, shapes in self.recipe.profiles.items()}
+        runtime = self.recipe.runtime
+        self.warmup_budget_s = float(warmup_budget_s if warmup_budget_s is not None else runtime.warmup_budget_s)
+        self.max_batch_size, self.max_queue_delay_ms = self._batching(
+            int(max_batch_size if max_batch_size is not None else runtime.max_batch_size),
+            float(max_queue_delay_ms if max_queue_delay_ms is not None else runtime.max_queue_delay_ms))
+        self.max_body = sum(64 + 24 * int(np.prod(s.max_shape)) for s in self.inputs.values()) + 65536
+        self._backend_choice, self._engine_cache, self._do_warmup = backend, engine_cache, warmup
+        self._on_ready = on_ready
+        self._jobs = queue.Queue()  # type: queue.Queue
+        self._lock = threading.Lock()
+        self.ready = threading.Event()
+        self.failed = None  # type: Optional[str]
+        self.backend = "loading"
+        self.backend_reason = ""
+        self.output_names = []  # type: List[str]
+        self.warmup = {}  # type: Dict[str, Any]
+        self.requests = {"success": 0, "failure": 0, "bad_request": 0}
+        self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        self.latency_sum_ms = 0.0
+        self.batches = {"runs": 0, "requests": 0, "rows": 0}
+        self._worker = threading.Thread(target=self._work, name="edgebuild-backend", daemon=True)
+
+    def _batching(self, size: int, delay_ms: float) -> Tuple[int, float]:
+        """The batch size the profile allows: axis 0 of every input must be dynamic and reach it."""
+        if size < 1 or delay_ms < 0:
+            raise ConfigError("max_batch_size must be at least 1 and max_queue_delay_ms at least 0, "
+                              "not {} and {}".format(size, delay_ms))
+        if size == 1:
+            return 1, delay_ms
+        room = min(s.max_shape[0] for s in self.inputs.values())
+        if room < 2:
+            _log("WARNING: dynamic batching is off: the profile's max batch (axis 0 of max_shape) is {}".format(room))
+            return 1, delay_ms
+        if size > room:
+            _log("WARNING: max_batch_size {} is past the profile's max batch {}; batching up to {}".format(
+                size, room, room))
+        return min(size, room), delay_ms
+
+    # -- the worker thread -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def _work(self) -> None:
+        try:
+            runner, why = load_backend(self.folder, self._backend_choice, self._engine_cache, report=_log,
+                                       recipe=self.recipe)
+            self.backend, self.backend_reason = runner.backend, why
+            self.output_names = list(getattr(runner, "output_names", []))
+            _log("backend {} ({})".format(runner.backend, why))
+            if self._do_warmup:
+                self.warmup = self._warm_up(runner)
+            self.ready.set()
+            _log("ready: {}".format(json.dumps(self.warmup)))
+            self._on_ready(self.backend)
+        except Exception as exc:  # reported by /v2/health/ready and the log; the process stays up to say so
+            self.failed = "{}: {}".format(type(exc).__name__, exc)
+            _log("cannot serve: " + self.failed)
+            return
+        waiting = collections.deque()  # type: collections.deque
+        while True:
+            first = waiting.popleft() if waiting else self._jobs.get()
+            batch = self._gather(first, waiting) if self.max_batch_size > 1 else [first]
+            self._run_batch(runner, batch)
+
+    def _gather(self, first: Tuple[Any, Any], waiting: "collections.deque") -> List[Tuple[Any, Any]]:
+        """``first`` and the requests that can share its batch: same non-batch dims, within the delay."""
+        key = _batch_key(first[0])
+        if key is None:
+            return [first]
+        batch, rows = [first], _rows(first[0])
+        skipped = collections.deque()  # type: collections.deque
+        while waiting and rows < self.max_batch_size:  # requests set aside by an earlier batch come first
+            job = waiting.popleft()
+            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
+                batch.append(job)
+                rows += _rows(job[0])
+            else:
+                skipped.append(job)
+        skipped.extend(waiting)
+        waiting.clear()
+        waiting.extend(skipped)
+        deadline = time.perf_counter() + self.max_queue_delay_ms / 1000.0
+        while rows < self.max_batch_size:
+            left = deadline - time.perf_counter()
+            try:
+                job = self._jobs.get(timeout=left) if left > 0 else self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
+                batch.append(job)
+                rows += _rows(job[0])
+            else:
+                waiting.append(job)
+        return batch
+
+    def _run_batch(self, runner: Any, batch: List[Tuple[Any, Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            if len(batch) == 1:
+                results = [runner.run(batch[0][0])]
+            else:
+                results = self._run_stacked(runner, [inputs for inputs, _ in batch])
+        except Exception as exc:
+            for _, answer in batch:
+                answer.put((None, 0.0, 0, exc))
+            return
+        ms = (time.perf_counter() - started) * 1000.0
+        rows = sum(_rows(inputs) for inputs, _ in batch)
+        with self._lock:
+            self.batches["runs"] += 1
+            self.batches["requests"] += len(batch)
+            self.batches["rows"] += rows
+        for (_, answer), outputs in zip(batch, results):
+            answer.put((outputs, ms, rows, None))
+
+    def _run_stacked(self, runner: Any, requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        """One run over the requests stacked on axis 0, split back per request."""
+        stacked = {n: np.concatenate([r[n] for r in requests], axis=0) for n in requests[0]}
+        outputs = runner.run(stacked)
+        total = sum(_rows(r) for r in requests)
+        if any(a.ndim == 0 or a.shape[0] != total for a in outputs.values()):
+            _log("WARNING: dynamic batching is off: the outputs {} do not carry the batch on axis 0".format(
+                {n: list(a.shape) for n, a in outputs.items()}))
+            self.max_batch_size = 1
+            return [runner.run(r) for r in requests]
+        results, start = [], 0
+        for request in requests:
+            end = start + _rows(request)
+            results.append({n: a[start:end] for n, a in outputs.items()})
+            start = end
+        return results
+
+    def _example(self, which: str) -> Dict[str, np.ndarray]:
+        rng = np.random.default_rng(0)
+        return {n: rng.random(getattr(s, which), dtype=np.float32).astype(DATATYPES[s.datatype])
+                for n, s in self.inputs.items()}
+
+    def _warm_up(self, runner: Any) -> Dict[str, Any]:
+        """Run the profile's shapes until the opt shape's latency settles or the budget ends."""
+        examples = {w: self._example(w) for w in ("min_shape", "opt_shape", "max_shape")}
+        started = time.perf_counter()
+        runner.run(examples["opt_shape"])
+        cold_ms = (time.perf_counter() - started) * 1000.0
+        opt_ms = []  # type: List[float]
+        settled = False
+        deadline = started + self.warmup_budget_s
+        while time.perf_counter() < deadline:
+            for which in ("min_shape", "max_shape"):
+                runner.run(examples[which])
+            for _ in range(SETTLE_WINDOW):
+                t0 = time.perf_counter()
+                runner.run(examples["opt_shape"])
+                opt_ms.append((time.perf_counter() - t0) * 1000.0)
+            if len(opt_ms) >= 2 * SETTLE_WINDOW:
+                last = float(np.median(opt_ms[-SETTLE_WINDOW:]))
+                before = float(np.median(opt_ms[-2 * SETTLE_WINDOW:-SETTLE_WINDOW]))
+                if abs(last - before) <= SETTLE_TOLERANCE * before:
+                    settled = True
+                    break
+        return {"cold_first_call_ms": round(cold_ms, 3), "warmup_s": round(time.perf_counter() - started, 3),
+                "warm_p50_ms": round(float(np.median(opt_ms[-SETTLE_WINDOW:])), 3) if opt_ms else None,
+                "runs": len(opt_ms) + 1, "settled": settled, "budget_s": self.warmup_budget_s,
+                "shapes": {w: {n: s for n, s in ((n, getattr(i, w)) for n, i in self.inputs.items())}
+                           for w in ("min_shape", "opt_shape", "max_shape")}}
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def infer(self, inputs: Dict[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, int]:
+        """(outputs, backend ms of the run that held this request, rows in that run)."""
+        answer = queue.Queue(maxsize=1)  # type: queue.Queue
+        self._jobs.put((inputs, answer))
+        outputs, ms, rows, error = answer.get()
+        if error is not None:
+            raise error
+        return outputs, ms, rows
+
+    def record(self, outcome: str, ms: float = 0.0) -> None:
+        with self._lock:
+            self.requests[outcome] += 1
+            if outcome == "success":
+                self.latency_sum_ms += ms
+                index = next((i for i, b in enumerate(LATENCY_BUCKETS_MS) if ms <= b), len(LATENCY_BUCKETS_MS))
+                self.latency_counts[index] += 1
+
+    def metadata(self) -> Dict[str, Any]:
+        return model_metadata(self.name, self.version, self.backend, self.inputs, self.output_names, {
+            "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
+            "warmup": self.warmup, "dynamic_batching": {"max_batch_size": self.max_batch_size,
+                                                        "max_queue_delay_ms": self.max_queue_delay_ms}})
+
+    def metrics_text(self) -> str:
+        """Prometheus text exposition format."""
+        lines = ["# HELP edgebuild_requests_total Inference requests by outcome.",
+                 "# TYPE edgebuild_requests_total counter"]
+        with self._lock:
+            for outcome, count in self.requests.items():
+                lines.append('edgebuild_requests_total{{model="{}",outcome="{}"}} {}'.format(self.name, outcome, count))
+            lines += ["# HELP edgebuild_inference_latency_ms Backend time per successful request.",
+                      "# TYPE edgebuild_inference_latency_ms histogram"]
+            total = 0
+            for bucket, count in zip(list(LATENCY_BUCKETS_MS) + ["+Inf"], self.latency_counts):
+                total += count
+                lines.append('edgebuild_inference_latency_ms_bucket{{model="{}",le="{}"}} {}'.format(
+                    self.name, bucket, total))
+            lines.append('edgebuild_inference_latency_ms_sum{{model="{}"}} {:.3f}'.format(self.name,
+                                                                                        self.latency_sum_ms))
+            lines.append('edgebuild_inference_latency_ms_count{{model="{}"}} {}'.format(self.name, total))
+            lines += ["# HELP edgebuild_backend_runs_total Backend runs (one per batch).",
+                      "# TYPE edgebuild_backend_runs_total counter",
+                      'edgebuild_backend_runs_total{{model="{}"}} {}'.format(self.name, self.batches["runs"]),
+                      "# HELP edgebuild_batched_requests_total Requests answered by those runs.",
+                      "# TYPE edgebuild_batched_requests_total counter",
+                      'edgebuild_batched_requests_total{{model="{}"}} {}'.format(self.name, self.batches["requests"]),
+                      "# HELP edgebuild_batch_rows_total Rows (axis 0) those runs took.",
+                      "# TYPE edgebuild_batch_rows_total counter",
+                      'edgebuild_batch_rows_total{{model="{}"}} {}'.format(self.name, self.batches["rows"])]
+        gauges = (("warmup_seconds", "warmup_s", "Time from the first warm-up call to ready."),
+                  ("cold_first_call_ms", "cold_first_call_ms", "The first inference after loading."),
+                  ("warm_p50_ms", "warm_p50_ms", "Median latency at the opt shape when warm-up ended."))
+        for metric, key, text in gauges:
+            value = self.warmup.get(key)
+            if value is not None:
+                lines += ["# HELP edgebuild_{} {}".format(metric, text), "# TYPE edgebuild_{} gauge".format(metric),
+                          'edgebuild_{}{{model="{}"}} {}'.format(metric, self.name, value)]
+        lines += ["# HELP edgebuild_ready 1 once warm-up is done.", "# TYPE edgebuild_ready gauge",
+                  'edgebuild_ready{{model="{}",backend="{}"}} {}'.format(self.name, self.backend,
+                                                                          int(self.ready.is_set()))]
+        return "\n".join(lines) + "\n"
+
+
+def _rows(inputs: Dict[str, np.ndarray]) -> int:
+    return int(next(iter(inputs.values())).shape[0])
+
+
+def _batch_key(inputs: Dict[str, np.ndarray]) -> Optional[Tuple[Any, ...]]:
+    """What requests must share to be stacked: every input's non-batch dims (None: not batchable)."""
+    if len({a.shape[0] for a in inputs.values()}) != 1:
+        return None
+    return tuple(sorted((n, a.shape[1:]) for n, a in inputs.items()))

@@ -1,0 +1,369 @@
+"""The compile's stages: what each one reads (its key), what it does, what its record holds.
+
+Each stage calls one domain module's public entry point; the protocol that runs them, skips
+what is up to date and stores the records is ``edgebuild.pipeline``. Order matters: a stage
+comes after every stage it reads.
+
+    model ─► reference
+      └────► export ─► preflight (per group) ─┐
+                 └───► gate ──────────────────┴─► engine (per group) ─► container ─► package
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from edgebuild.cache import digest, file_sha256, tool_versions, tree_sha256
+from edgebuild.errors import AccuracyGateError, PreflightError
+from edgebuild.pipeline import CompileReport, Plan, Stage, StageInputs, run_stages
+
+
+def _torch_runner(inputs: StageInputs) -> Any:
+    """The project's PyTorch model, loaded once per compile and only by a stage that runs."""
+    if "torch_runner" not in inputs.shared:
+        from edgebuild.model import TorchRunner
+
+        inputs.shared["torch_runner"] = TorchRunner(inputs.project)
+    return inputs.shared["torch_runner"]
+
+
+# -- model -------------------------------------------------------------------------------------
+
+def _model_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.model import model_key_parts
+
+    return {**model_key_parts(inputs.project), "tools": digest(tool_versions("torch"))}
+
+
+def _model_run(inputs: StageInputs) -> Any:
+    from edgebuild.model import check_model
+
+    return check_model(inputs.project, _torch_runner(inputs))
+
+
+def _model_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.model import ModelRecord
+
+    return ModelRecord(**data)
+
+
+def _model_describe(record: Any) -> str:
+    return (f"{record.entry_point} ({record.parameters:,} parameters), forward at min/opt/max shapes "
+            f"in {record.seconds:.1f} s")
+
+
+# -- reference ---------------------------------------------------------------------------------
+
+def _reference_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.datasets import validation_digest
+    from edgebuild.model import model_key_parts
+
+    project = inputs.project
+    return {**model_key_parts(project), "validation": validation_digest(project),
+            "task": digest(project.task.model_dump()), "metric": project.metric,
+            "tools": digest(tool_versions("torch", "pycocotools"))}
+
+
+def _reference_run(inputs: StageInputs) -> Any:
+    from edgebuild.evaluate import evaluate
+
+    return evaluate(inputs.project, _torch_runner(inputs), progress=inputs.options.progress)
+
+
+def _reference_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.evaluate import Evaluation
+
+    return Evaluation(**data)
+
+
+def _reference_describe(record: Any) -> str:
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in record.metrics.items())
+    return f"FP32 {metrics} on {record.images} validation images [backend {record.backend}]"
+
+
+# -- export ------------------------------------------------------------------------------------
+
+def _opset(inputs: StageInputs) -> tuple[int, str]:
+    from edgebuild.export import choose_opset
+
+    return choose_opset(inputs.project, inputs.plan.releases)
+
+
+def _export_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.export import cache_key_parts
+
+    return cache_key_parts(inputs.project, _opset(inputs)[0])
+
+
+def _export_run(inputs: StageInputs) -> Any:
+    from edgebuild.export import export_model
+
+    opset, reason = _opset(inputs)
+    return export_model(inputs.project, opset, reason, report=inputs.report,
+                        torch_runner=inputs.shared.get("torch_runner"))
+
+
+def _export_outputs(inputs: StageInputs, record: Any) -> list[Path]:
+    return [record.onnx_path.parent]
+
+
+def _export_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.export import ExportRecord, export_dir
+
+    return ExportRecord.from_dict(data, export_dir(inputs.project, int(data["opset"])))
+
+
+def _export_describe(record: Any) -> str:
+    worst = max(record.parity, key=lambda p: p.max_abs)
+    return (f"opset {record.opset}, {record.exporter} exporter, parity ok at {len({p.shape for p in record.parity})} "
+            f"shapes (max abs error {worst.max_abs:.2g}) -> {record.onnx_path.parent.name}/{record.onnx_path.name}")
+
+
+# -- preflight (per group) ---------------------------------------------------------------------
+
+def _preflight_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.profiles import data_dir
+
+    group = inputs.group
+    return {"onnx": inputs.records["export"].sha256, "target": group.target.id, "use_dla": str(group.use_dla),
+            "parser_tables": tree_sha256(data_dir("profiles") / "tensorrt", "*.toml")}
+
+
+def _preflight_run(inputs: StageInputs) -> Any:
+    from edgebuild.preflight import check_target, load_graph
+
+    onnx_path = inputs.records["export"].onnx_path
+    graphs = inputs.shared.setdefault("onnx_graphs", {})
+    if onnx_path not in graphs:
+        graphs[onnx_path] = load_graph(onnx_path)
+    return check_target(graphs[onnx_path], inputs.group)
+
+
+def _preflight_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.preflight import TargetPreflight
+
+    return TargetPreflight.from_dict(data)
+
+
+def _preflight_describe(record: Any) -> str:
+    if record.blocking:
+        return f"{len(record.blocking)} blocking problem(s) (TensorRT {record.tensorrt})"
+    return f"clean for TensorRT {record.tensorrt}, {len(record.findings)} warning(s)"
+
+
+def _preflight_verdict(inputs: StageInputs, record: Any) -> PreflightError | None:
+    from edgebuild.preflight import preflight_text
+
+    if not record.blocking:
+        return None
+    return PreflightError(
+        f"{inputs.records['export'].onnx_path.name}: blocking problems for {record.group} = {record.target}\n"
+        + preflight_text(inputs.records["export"].onnx_path, [record]),
+        hint="each listed node needs the suggested fix, or drop that target")
+
+
+# -- gate --------------------------------------------------------------------------------------
+
+def _gate_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.gate import decision_settings, measurement_key_parts
+
+    return {**measurement_key_parts(inputs.project, inputs.records["export"]),
+            "decision": digest(decision_settings(inputs.project))}
+
+
+def _gate_run(inputs: StageInputs) -> Any:
+    from edgebuild.gate import run_gate
+
+    return run_gate(inputs.project, inputs.records["export"], force=inputs.forced, progress=inputs.options.progress,
+                    report=inputs.report)
+
+
+def _gate_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.gate import GateResult, gate_dir
+
+    return GateResult.from_dict(data, gate_dir(inputs.project))
+
+
+def _gate_describe(result: Any) -> str:
+    summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
+    chosen = f"selected {result.selected}" if result.selected else "nothing passes"
+    return (f"FP32 {result.metric} {result.reference_value:.4f}; retention {summary}; {chosen} "
+            f"[{result.backend}; {result.measured} measured, {result.stored} stored]")
+
+
+def _gate_verdict(inputs: StageInputs, result: Any) -> AccuracyGateError | None:
+    from edgebuild.gate import verdict
+
+    return verdict(inputs.project, result)
+
+
+# -- engine (per group) ------------------------------------------------------------------------
+
+def _host(inputs: StageInputs) -> Any:
+    if "host" not in inputs.shared:
+        from edgebuild.runtime.device import probe
+
+        inputs.shared["host"] = probe()
+    return inputs.shared["host"]
+
+
+def _engine_key(inputs: StageInputs) -> dict[str, str]:
+    project, group, gate = inputs.project, inputs.group, inputs.records["gate"]
+    chosen = gate.candidate(gate.selected)
+    return {
+        "candidate": digest([chosen.precision, chosen.kept_fp32, chosen.retention, chosen.backend]),
+        "onnx": file_sha256(gate.folder / chosen.onnx),
+        "model": digest([project.project.name, project.ota.version, project.runtime.model_dump(),
+                         [s.model_dump() for s in project.model.inputs]]),
+        "target": group.target.id,
+        "use_dla": str(group.use_dla),
+        "limits": digest(group.limits.as_dict()),
+        "build_on": inputs.options.build_on or group.build_on or "",
+        "host": digest(_host(inputs).as_dict()),
+    }
+
+
+def _engine_run(inputs: StageInputs) -> Any:
+    from edgebuild.engine import plan_engine
+
+    return plan_engine(inputs.project, inputs.group, inputs.records["gate"], host=_host(inputs),
+                       build_on=inputs.options.build_on, previous=inputs.previous, force=inputs.forced,
+                       report=inputs.report)
+
+
+def _engine_outputs(inputs: StageInputs, record: Any) -> list[Path]:
+    return [inputs.project.build_dir / record.folder]
+
+
+def _engine_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.engine import EngineRecord
+
+    return EngineRecord.from_dict(data)
+
+
+def _engine_describe(record: Any) -> str:
+    if not record.built:
+        return f"{record.placement}"
+    return f"{record.placement}, engine {'kept' if record.kept else 'built'}"
+
+
+# -- container (per group) ---------------------------------------------------------------------
+
+def _model_folder_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.runtime.recipe import Recipe
+
+    folder = inputs.project.build_dir / inputs.records["engine"].folder
+    recipe = Recipe.load(folder)
+    return {name: file_sha256(path) for name, path in sorted(recipe.model_files(folder).items())}
+
+
+def _container_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.profiles import data_dir
+
+    return {"model_folder": digest(_model_folder_key(inputs)), "templates": tree_sha256(data_dir("docker"), "*"),
+            "device_tool": tree_sha256(Path(__file__).parent / "runtime"),
+            "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or ""}
+
+
+def _container_run(inputs: StageInputs) -> Any:
+    from edgebuild.container import write_group_container
+
+    return write_group_container(inputs.project, inputs.group, flavor=inputs.options.container_flavor,
+                                 base_image=inputs.options.base_image, report=inputs.report)
+
+
+def _container_outputs(inputs: StageInputs, record: Any) -> list[Path]:
+    return [Path(record.context)]
+
+
+def _container_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.container import ContainerRecord
+
+    return ContainerRecord.from_dict(data)
+
+
+def _container_describe(record: Any) -> str:
+    return (f"FROM {record.base_image} ({'engine' if record.ships_engine else 'recipe'}, limits "
+            f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''})")
+
+
+# -- package (per group) -----------------------------------------------------------------------
+
+def _package_key(inputs: StageInputs) -> dict[str, str]:
+    project = inputs.project
+    ota = project.ota
+    key = project.path(ota.signing_key) if ota.signing_key else None
+    since = inputs.options.package_since
+    return {"model_folder": digest(_model_folder_key(inputs)),
+            "run_specs": digest(_model_folder_key_of(Path(inputs.records["container"].context))),
+            "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
+            "signing_key": file_sha256(key) if key and key.is_file() else "none",
+            "since": file_sha256(since) if since and since.is_file() else str(since or "")}
+
+
+def _model_folder_key_of(folder: Path) -> dict[str, str]:
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
+
+
+def _package_run(inputs: StageInputs) -> Any:
+    from edgebuild.ota import package_group
+
+    return package_group(inputs.project, inputs.group, since=inputs.options.package_since, report=inputs.report)
+
+
+def _package_outputs(inputs: StageInputs, record: Any) -> list[Path]:
+    root = inputs.project.root
+    return [root / record.bundle["path"], root / record.mender["path"]]
+
+
+def _package_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.ota import PackageRecord
+
+    return PackageRecord.from_dict(data)
+
+
+def _package_describe(record: Any) -> str:
+    return (f"{record.bundle['size']} bytes{'' if record.signed else ' UNSIGNED'}"
+            + (f", delta over {record.delta_over}" if record.delta_over else ""))
+
+
+def _dump(record: Any) -> dict[str, Any]:
+    return record.as_dict() if hasattr(record, "as_dict") else asdict(record)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("model", 1, "load the entry point and weights, run forward at the min/opt/max shapes", (), False,
+          _model_key, _model_run, lambda i, r: [], _dump, _model_load, _model_describe),
+    Stage("reference", 1, "FP32 accuracy of the PyTorch model on the validation set", ("model",), False,
+          _reference_key, _reference_run, lambda i, r: [], _dump, _reference_load, _reference_describe,
+          needs_data=True),
+    Stage("export", 1, "ONNX export with dynamic axes and a parity check against PyTorch", ("model",), False,
+          _export_key, _export_run, _export_outputs, _dump, _export_load, _export_describe),
+    Stage("preflight", 1, "every ONNX node checked against the group's TensorRT parser (types and attributes "
+                          "too)", ("export",), True,
+          _preflight_key, _preflight_run, lambda i, r: [], _dump, _preflight_load, _preflight_describe,
+          verdict=_preflight_verdict),
+    Stage("gate", 2, "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
+                     "selection (measurements stored apart from the decision)", ("export",), False,
+          _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
+          needs_data=True),
+    Stage("engine", 2, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
+                       "over SSH, or deferred to the device with its recipe", ("gate", "preflight"), True,
+          _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe),
+    Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
+                          "systemd)", ("engine",), True,
+          _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),
+    Stage("package", 2, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "container"), True,
+          _package_key, _package_run, _package_outputs, _dump, _package_load, _package_describe),
+)
+
+
+def stage_names() -> list[str]:
+    return [s.name for s in STAGES]
+
+
+def compile_plan(plan: Plan, **options: Any) -> CompileReport:
+    """Run the compile's stages for ``plan`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages)."""
+    return run_stages(plan, STAGES, **options)

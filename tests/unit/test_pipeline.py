@@ -1,0 +1,173 @@
+"""The stage protocol: reuse, --force propagation, untrusted records, interrupted runs, the lock.
+
+The runner is exercised with two small stages that write real files, so each behaviour is
+checked by what the stages actually did (how often they ran, what they wrote).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgebuild.cache import digest, file_sha256, record_path
+from edgebuild.config import load_project
+from edgebuild.errors import BuildLocked, ModelError
+from edgebuild.pipeline import Options, Stage, build_lock, plan_compile, run_stages
+
+
+class _Toy:
+    """A project stage "count" (writes a setting to a file) and a per-group stage "copy" after it."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.setting = "one"
+        self.fail_for: str | None = None
+        self.interrupt = False
+
+    def stages(self) -> tuple[Stage, ...]:
+        def count_run(inputs):
+            self.runs.append("count")
+            out = inputs.project.build_dir / "count.txt"
+            out.write_text(self.setting)
+            if self.interrupt:
+                raise KeyboardInterrupt  # killed after writing its output, before its record
+            return {"value": self.setting}
+
+        def copy_key(inputs):
+            return {"count": file_sha256(inputs.project.build_dir / "count.txt")}
+
+        def copy_run(inputs):
+            self.runs.append(f"copy/{inputs.group.name}")
+            if inputs.group.name == self.fail_for:
+                raise ModelError(f"{inputs.group.name} cannot be copied")
+            out = inputs.project.build_dir / f"copy-{inputs.group.name}.txt"
+            out.write_text(inputs.records["count"]["value"])
+            return {"file": out.name}
+
+        build = lambda i: i.project.build_dir  # noqa: E731
+        return (
+            Stage("count", 1, "", (), False, lambda i: {"setting": self.setting}, count_run,
+                  lambda i, r: [build(i) / "count.txt"], dict, lambda i, d: dict(d), lambda r: r["value"]),
+            Stage("copy", 1, "", ("count",), True, copy_key, copy_run,
+                  lambda i, r: [build(i) / r["file"]], dict, lambda i, d: dict(d), lambda r: r["file"]),
+        )
+
+
+@pytest.fixture
+def toy(tiny_project: Path):
+    stages = _Toy()
+    plan = plan_compile(load_project(tiny_project), "yard-cams,dock")
+
+    def run(**options):
+        messages: list[str] = []
+        stages.runs.clear()
+        report = run_stages(plan, stages.stages(), options=Options(**options), report=messages.append)
+        return report, messages
+
+    stages.run = run
+    stages.plan = plan
+    return stages
+
+
+def _statuses(report) -> dict[str, str]:
+    return {f"{o.stage.name}/{u.group}" if u.group else o.stage.name: u.status for o in report.stages for u in o.units}
+
+
+def test_a_second_run_reuses_every_stage_and_says_so(toy) -> None:
+    first, _ = toy.run()
+    assert toy.runs == ["count", "copy/yard-cams", "copy/dock"]
+    assert set(_statuses(first).values()) == {"ran"}
+    again, messages = toy.run()
+    assert toy.runs == []
+    assert set(_statuses(again).values()) == {"reused"}
+    assert "count: didn't change, reusing" in messages
+
+
+def test_a_changed_input_reruns_that_stage_and_what_reads_its_output(toy) -> None:
+    toy.run()
+    toy.setting = "two"
+    report, messages = toy.run()
+    assert toy.runs == ["count", "copy/yard-cams", "copy/dock"]
+    assert "count: changed since the last run: setting" in messages
+    assert "copy/dock: changed since the last run: count" in messages
+    assert (toy.plan.project.build_dir / "copy-dock.txt").read_text() == "two"
+
+
+def test_force_a_stage_reruns_it_and_its_dependents_only(toy) -> None:
+    toy.run()
+    toy.run(force=frozenset({"copy"}))
+    assert toy.runs == ["copy/yard-cams", "copy/dock"]
+    toy.run(force=frozenset({"count"}))
+    assert toy.runs == ["count", "copy/yard-cams", "copy/dock"]
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda p: p.write_text(p.read_text()[: len(p.read_text()) // 2]), "unreadable"),
+    (lambda p: p.write_text(p.read_text().replace('"value": "one"', '"value": "forged"')), "modified outside"),
+    (lambda p: _rewrite(p, edgebuild="0.0.1"), "written by edgebuild 0.0.1"),
+    (lambda p: _rewrite(p, project="another"), "for project 'another'"),
+    (lambda p: p.write_text(json.dumps({"format": "something/9", "body": {}, "sha256": ""})), "format"),
+])
+def test_an_untrusted_record_is_never_reused(toy, damage, why) -> None:
+    toy.run()
+    damage(record_path(toy.plan.project.build_dir, "count"))
+    report, messages = toy.run()
+    assert "count" in toy.runs
+    assert any(m.startswith("count: ") and why in m for m in messages), messages
+    assert (toy.plan.project.build_dir / "count.txt").read_text() == "one"
+
+
+def _rewrite(path: Path, **changes: str) -> None:
+    """A record edited consistently (checksum recomputed), as another edgebuild or project would write it."""
+    stored = json.loads(path.read_text())
+    stored["body"].update(changes)
+    stored["sha256"] = digest(stored["body"])
+    path.write_text(json.dumps(stored))
+
+
+def test_an_output_changed_after_the_run_is_rebuilt(toy) -> None:
+    toy.run()
+    (toy.plan.project.build_dir / "copy-dock.txt").write_text("edited")
+    report, messages = toy.run()
+    assert toy.runs == ["copy/dock"]
+    assert "copy/dock: output files missing or modified: copy-dock.txt" in messages
+
+
+def test_a_run_killed_mid_stage_leaves_the_previous_record_valid(toy) -> None:
+    toy.run()
+    record = record_path(toy.plan.project.build_dir, "count")
+    before = record.read_bytes()
+    toy.setting, toy.interrupt = "two", True
+    with pytest.raises(KeyboardInterrupt):
+        toy.run()
+    assert record.read_bytes() == before  # nothing half-written
+    toy.setting, toy.interrupt = "one", False  # the old record's key again, but its output was overwritten
+    report, messages = toy.run()
+    assert toy.runs[0] == "count" and "count: output files missing or modified: count.txt" in messages
+    assert (toy.plan.project.build_dir / "count.txt").read_text() == "one"
+
+
+def test_a_failed_group_stops_only_that_groups_later_stages(toy, monkeypatch) -> None:
+    toy.fail_for = "dock"
+    report, _ = toy.run()
+    statuses = _statuses(report)
+    assert statuses == {"count": "ran", "copy/yard-cams": "ran", "copy/dock": "failed"}
+    assert "dock cannot be copied" in str(report.error)
+    toy.fail_for = None
+    report, _ = toy.run()
+    assert toy.runs == ["copy/dock"]  # the failed run wrote no record; the good ones are reused
+
+
+def test_two_compiles_of_one_project_are_refused(toy) -> None:
+    with build_lock(toy.plan.project.build_dir):
+        with pytest.raises(BuildLocked, match="another edgebuild .*pid .* is building this project"):
+            toy.run()
+    toy.run()  # released
+    assert toy.runs
+
+
+def test_unknown_stage_in_force_is_refused(toy) -> None:
+    with pytest.raises(ValueError, match="unknown stage"):
+        toy.run(force=frozenset({"nope"}))
