@@ -227,7 +227,8 @@ def _compile_summary(report: Any) -> str:
         for unit in engine.units:
             record = unit.record
             if record is None:
-                lines.append(f"  {unit.group:<12} {'FAILED' if unit.status == 'failed' else unit.status}: {unit.detail}")
+                shown = "FAILED" if unit.status == "failed" else unit.status
+                lines.append(f"  {unit.group:<12} {shown}: {unit.detail}")
                 continue
             outcome = ("deferred" if not record.built else "kept" if record.kept else "built")
             lines.append(f"  {record.group:<12} {record.target:<22} {record.placement:<12} {outcome}")

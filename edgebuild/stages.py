@@ -252,11 +252,17 @@ def _engine_describe(record: Any) -> str:
 # -- container (per group) ---------------------------------------------------------------------
 
 def _model_folder_key(inputs: StageInputs) -> dict[str, str]:
+    """The sha256 of every file of the group's model folder (recipe, ONNX, engine where built)."""
     from edgebuild.runtime.recipe import Recipe
 
     folder = inputs.project.build_dir / inputs.records["engine"].folder
     recipe = Recipe.load(folder)
     return {name: file_sha256(path) for name, path in sorted(recipe.model_files(folder).items())}
+
+
+def _folder_key(folder: Path) -> dict[str, str]:
+    """The sha256 of every file directly in ``folder``."""
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
 
 
 def _container_key(inputs: StageInputs) -> dict[str, str]:
@@ -297,14 +303,10 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
     key = project.path(ota.signing_key) if ota.signing_key else None
     since = inputs.options.package_since
     return {"model_folder": digest(_model_folder_key(inputs)),
-            "run_specs": digest(_model_folder_key_of(Path(inputs.records["container"].context))),
+            "run_specs": digest(_folder_key(Path(inputs.records["container"].context))),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
             "since": file_sha256(since) if since and since.is_file() else str(since or "")}
-
-
-def _model_folder_key_of(folder: Path) -> dict[str, str]:
-    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
 
 
 def _package_run(inputs: StageInputs) -> Any:

@@ -18,7 +18,7 @@ from edgebuild.config import load_project
 from edgebuild.export import export_model
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
-from tests.conftest import write_tiny_project
+from tests.support.project import write_tiny_project
 
 pytestmark = pytest.mark.gpu
 
@@ -96,14 +96,16 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
     """The shapes example's candidates, measured on ONNX Runtime (the CPU reference)."""
     import shutil
 
+    from edgebuild.datasets import prepare_data
     from edgebuild.export import export_for_targets
     from edgebuild.gate import run_gate
     from edgebuild.pipeline import plan_compile
-    from tests.conftest import EXAMPLES
+    from tests.support.project import EXAMPLES
 
     root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
     shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
     project = load_project(root)
+    prepare_data(project)
     record = export_for_targets(project, plan_compile(project, "orin").releases)
     return project, record, run_gate(project, record, progress=False)
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.runtime.bench import SCHEMA, run_bench
-from tests.runtime_artifacts import write_artifact
+from tests.support.runtime_artifacts import write_artifact
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -20,7 +20,7 @@ from edgebuild.pipeline import Options, plan_compile
 from edgebuild.profiles import load_catalog
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.stages import compile_plan
-from tests.conftest import TINY_TOML, write_tiny_project
+from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
 

@@ -134,7 +134,7 @@ def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
 
     from edgebuild.config import load_project
     from edgebuild.profiles import load_catalog
-    from tests.runtime_artifacts import recipe_for, write_artifact
+    from tests.support.runtime_artifacts import recipe_for, write_artifact
 
     key_pem, public = _keys(tiny_project, "ecdsa")
     toml = tiny_project / "edgebuild.toml"

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from edgebuild.errors import BundleError
 from edgebuild.ota import bundle_payload, write_bundle
 from edgebuild.runtime.ota import active_version, install, rollback, verify
-from tests.conftest import write_device_root
-from tests.runtime_artifacts import recipe_for, write_artifact
+from tests.support.jetson import write_device_root
+from tests.support.runtime_artifacts import recipe_for, write_artifact
 
 TARGET = "agx-orin-64gb@5.1.2"
 

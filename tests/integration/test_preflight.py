@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgebuild.cli import main
 from edgebuild.preflight import BLOCKING, DLA_FALLBACK, WARNING, check_target, preflight, version_matches
 from edgebuild.profiles import SelectedGroup, load_catalog
-from tests.conftest import TINY_TOML, write_tiny_project
+from tests.support.project import TINY_TOML, write_tiny_project
 
 LAYERNORM_MODEL = '''
 import torch

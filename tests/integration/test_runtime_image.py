@@ -36,7 +36,7 @@ from edgebuild.errors import LimitError
 from edgebuild.limits import fit_to_host, load_preset
 from edgebuild.profiles import load_catalog
 from edgebuild.runtime.recipe import Recipe
-from tests.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
+from tests.support.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

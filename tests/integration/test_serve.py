@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.runtime.server import Server
-from tests.runtime_artifacts import SHAPES, Client, check_answers_match_the_host, infer_body, write_artifact
+from tests.support.runtime_artifacts import SHAPES, Client, check_answers_match_the_host, infer_body, write_artifact
 
 
 @pytest.fixture(scope="module")

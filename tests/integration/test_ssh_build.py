@@ -24,8 +24,8 @@ from edgebuild.gate import GateResult, gate_dir
 from edgebuild.pipeline import plan_compile
 from edgebuild.remote import SshDevice
 from edgebuild.runtime.device import DeviceFacts
-from tests.conftest import EXAMPLES, REPO
 from tests.fakes.tensorrt_double import PLAN
+from tests.support.project import EXAMPLES, REPO
 
 pytestmark = pytest.mark.ssh
 

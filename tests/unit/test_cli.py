@@ -90,6 +90,10 @@ def test_compile_force_takes_an_optional_stage_and_refuses_unknown_ones(tiny_pro
     assert result.exit_code == 2 and "unknown stage exprot; stages: model, reference, export" in result.output
     help_text = CliRunner().invoke(main, ["compile", "--help"]).output
     assert "--force [STAGE]" in help_text and "reused" in help_text
+    from edgebuild.cli import _STAGE_NAMES_HELP
+    from edgebuild.stages import stage_names
+
+    assert _STAGE_NAMES_HELP == ", ".join(stage_names())  # --help names the stages without importing them
 
 
 def test_model_errors_are_clear(tiny_project: Path) -> None:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from edgebuild.cli import main
 from edgebuild.config import load_project
 from edgebuild.errors import ConfigError
-from tests.conftest import TINY_TOML, write_tiny_project
+from tests.support.project import TINY_TOML, write_tiny_project
 
 
 def _without(text: str, start: str, end: str) -> str:

@@ -24,7 +24,7 @@ from edgebuild.errors import ConfigError, TargetError
 from edgebuild.limits import LimitPreset, load_preset
 from edgebuild.profiles import load_catalog
 from edgebuild.runtime.recipe import Recipe
-from tests.runtime_artifacts import recipe_for, write_artifact
+from tests.support.runtime_artifacts import recipe_for, write_artifact
 
 CATALOG = load_catalog()
 #: one target per JetPack family the issue names, with the image and CUDA major it must get

@@ -15,21 +15,8 @@ from edgebuild.engine import decide_placement, plan_engine
 from edgebuild.errors import LimitError
 from edgebuild.pipeline import plan_compile
 from edgebuild.profiles import load_catalog
-from edgebuild.remote import parse_ssh_url
-from edgebuild.runtime.device import DeviceFacts, parse_nv_tegra_release, probe
+from edgebuild.runtime.device import DeviceFacts
 from tests.fakes.tensorrt_double import make_tensorrt
-
-
-def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_path: Path) -> None:
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc" / "nv_tegra_release").write_text(
-        "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64\n")
-    (tmp_path / "proc" / "device-tree").mkdir(parents=True)
-    (tmp_path / "proc" / "device-tree" / "compatible").write_bytes(
-        b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0")
-    host = probe(tmp_path)
-    assert host.l4t == "36.4.3" and "nvidia,p3767-0005" in host.compatible
-    assert parse_nv_tegra_release("# R35 (release), REVISION: 4.1") == "35.4.1"
 
 
 def test_placement_local_host_check_and_deferred() -> None:
@@ -100,7 +87,8 @@ def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_co
     assert "kept the engine built host-check" in messages[0]
 
     newer = project.model_copy(update={"ota": project.ota.model_copy(update={"version": "9.9.9"})})
-    kept = plan_engine(newer, group, gate, host=HOST_CHECK, previous=again, trt=trt)  # the recipe changes, not the build
+    # the recipe changes, not the build
+    kept = plan_engine(newer, group, gate, host=HOST_CHECK, previous=again, trt=trt)
     assert kept.kept and _builds(trt) == 1
     assert json.loads((project.build_dir / first.folder / "recipe.json").read_text())["model_version"] == "9.9.9"
 
@@ -130,18 +118,3 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
         plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
     recipe = json.loads((project.build_dir / "engines" / "sorters" / "recipe.json").read_text())
     assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
-
-
-@pytest.mark.parametrize("url, parsed", [
-    ("ssh://nvidia@orin-01", ("nvidia", "orin-01", None)),
-    ("ssh://orin-01.lan:2222", (None, "orin-01.lan", 2222)),
-    ("ssh://root@[::1]:22", ("root", "::1", 22)),
-])
-def test_ssh_urls(url: str, parsed: tuple) -> None:
-    assert parse_ssh_url(url) == parsed
-
-
-@pytest.mark.parametrize("url", ["nvidia@orin-01", "ssh://", "ssh://a b", "ssh://host:99999", "ssh://h; rm -rf /"])
-def test_bad_ssh_urls_are_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="ssh://"):
-        parse_ssh_url(url)

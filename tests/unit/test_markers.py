@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import pytest
 
+from tests.support.project import REPO
+
 pytest_plugins = ["pytester"]
 
-CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+CONFTEST = REPO / "tests" / "conftest.py"  # registers tests.support.plugin, where the markers' logic is
 
 
 @pytest.fixture
-def marked_suite(pytester: pytest.Pytester) -> pytest.Pytester:
+def marked_suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A suite outside this repository that registers the plugin as tests/conftest.py does."""
     pytester.makeconftest(CONFTEST.read_text())
+    # the suite's subprocess imports tests.support.plugin from this checkout
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pytester.makeini("[pytest]\naddopts = --strict-markers -ra\nmarkers =\n    gpu: x\n    jetson: x\n"
                      "    container: x\n    slow: x\n")
     pytester.makepyfile(test_needs_gpu="""

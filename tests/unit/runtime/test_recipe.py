@@ -11,7 +11,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.limits import LimitPreset, load_preset
 from edgebuild.runtime.device import DeviceFacts, mismatches
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, RECIPE_SCHEMA, Recipe
-from tests.runtime_artifacts import TARGET, write_artifact
+from tests.support.runtime_artifacts import TARGET, write_artifact
 
 
 @pytest.fixture

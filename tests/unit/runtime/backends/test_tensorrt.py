@@ -16,8 +16,9 @@ import pytest
 from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
 from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
 from tests.fakes.tensorrt_double import PLAN, VERSIONS, ModelSpec, implemented_members, load_listing, make_tensorrt
+from tests.support.project import REPO
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "tensorrt-api"
+REFERENCE = REPO.parent / "shared" / "reference" / "tensorrt-api"
 SHAPES = {"images": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
 
 

@@ -1,0 +1,74 @@
+"""The suite's pytest plugin: resource markers and shared fixtures (registered by tests/conftest.py).
+
+A test marked gpu, jetson, container, ssh, cgroup or mender is skipped only when its resource is
+missing (tests/support/resources.py), and says why. Listing the resource in EDGEBUILD_REQUIRE
+(comma-separated, e.g. ``gpu,container``) turns that skip into a failure, so a CI machine that
+should have the resource cannot silently pass without it.
+
+Helpers that tests import live beside it: tests.support.project (a tiny project, REPO, EXAMPLES),
+tests.support.jetson (a loopback "Jetson" over SSH), tests.support.runtime_artifacts (a compiled
+model folder and an HTTP client for the server).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.jetson import LoopbackJetson
+from tests.support.project import EXAMPLES, write_tiny_project
+from tests.support.resources import RESOURCES, required_resources
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    required = required_resources()
+    for marker in item.iter_markers():
+        probe = RESOURCES.get(marker.name)
+        if probe is None:
+            continue
+        available, reason = probe()
+        if available:
+            continue
+        if marker.name in required:
+            pytest.fail(f"EDGEBUILD_REQUIRE includes {marker.name!r}, but {reason}", pytrace=False)
+        pytest.skip(f"{marker.name}: {reason}")
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    """A valid detection project with a tiny model and four images; returns its folder."""
+    write_tiny_project(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path):
+    """Copy a bundled example (without its build folder) into tmp_path and return the copy."""
+
+    def copy(name: str) -> Path:
+        source = EXAMPLES / name
+        if not (source / "edgebuild.toml").is_file():
+            pytest.fail(f"{source}/edgebuild.toml is missing")
+        target = tmp_path / name
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        return target
+
+    return copy
+
+
+@pytest.fixture
+def loopback_jetson(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Start a LoopbackJetson for a profile: ``loopback_jetson("orin-nano-4gb@6.2")``."""
+    started: list[LoopbackJetson] = []
+
+    def start(profile: str, extra_pythonpath: Path | None = None) -> LoopbackJetson:
+        jetson = LoopbackJetson(tmp_path / f"jetson-{len(started)}", profile, extra_pythonpath)
+        started.append(jetson)
+        monkeypatch.setenv("EDGEBUILD_SSH_CONFIG", str(jetson.client_config))
+        return jetson
+
+    yield start
+    for jetson in started:
+        jetson.stop()

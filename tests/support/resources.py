@@ -1,0 +1,83 @@
+"""The resources that the gpu, jetson, container, ssh, cgroup and mender markers stand for.
+
+Each probe says whether its resource is on this host and, when it is not, why; the plugin
+(tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from functools import cache
+from pathlib import Path
+
+from tests.support.jetson import SSHD
+
+
+@cache
+def _gpu() -> tuple[bool, str]:
+    if importlib.util.find_spec("tensorrt") is None:
+        return False, "TensorRT is not installed (it comes only from NVIDIA's package index)"
+    if not (Path("/dev/nvidia0").exists() or Path("/dev/nvhost-ctrl-gpu").exists()):
+        return False, "no NVIDIA GPU device on this host"
+    return True, ""
+
+
+@cache
+def _jetson() -> tuple[bool, str]:
+    if Path("/etc/nv_tegra_release").exists():
+        return True, ""
+    return False, "not a Jetson (/etc/nv_tegra_release is absent)"
+
+
+@cache
+def _container() -> tuple[bool, str]:
+    missing = [tool for tool in ("podman", "buildah") if shutil.which(tool) is None]
+    if missing:
+        return False, f"{' and '.join(missing)} not installed"
+    if os.geteuid() != 0:
+        return False, "container tests need root"
+    return True, ""
+
+
+@cache
+def _ssh() -> tuple[bool, str]:
+    missing = [tool for tool in ("ssh", "ssh-keygen") if shutil.which(tool) is None]
+    if not Path(SSHD).is_file():
+        missing.append(SSHD)
+    if missing:
+        return False, f"{', '.join(missing)} not installed (apt-get install openssh-server)"
+    if os.geteuid() != 0:
+        return False, "a loopback sshd that accepts the test's key needs root"
+    return True, ""
+
+
+@cache
+def _cgroup() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "creating cgroups needs root"
+    try:
+        from edgebuild.limits import host_cgroup
+
+        host_cgroup("probe")
+    except Exception as exc:  # CapabilityMissing, or no /proc/mounts
+        return False, str(exc)
+    return True, ""
+
+
+@cache
+def _mender() -> tuple[bool, str]:
+    if shutil.which("mender-artifact") is None:
+        return False, "mender-artifact not installed (apt-get install mender-artifact)"
+    return True, ""
+
+
+RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
+             "mender": _mender}
+
+
+def required_resources() -> set[str]:
+    return {r.strip() for r in os.environ.get("EDGEBUILD_REQUIRE", "").split(",") if r.strip()}
+
+

@@ -1,0 +1,19 @@
+"""What the device tool reads of the host: nv_tegra_release and the device tree, under an injectable root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgebuild.runtime.device import parse_nv_tegra_release, probe
+
+
+def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "nv_tegra_release").write_text(
+        "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64\n")
+    (tmp_path / "proc" / "device-tree").mkdir(parents=True)
+    (tmp_path / "proc" / "device-tree" / "compatible").write_bytes(
+        b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0")
+    host = probe(tmp_path)
+    assert host.l4t == "36.4.3" and "nvidia,p3767-0005" in host.compatible
+    assert parse_nv_tegra_release("# R35 (release), REVISION: 4.1") == "35.4.1"
