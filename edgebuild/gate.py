@@ -217,7 +217,7 @@ class _Measurements:
 
         out = self.root / "fp32-prepared.onnx"
         if not out.is_file():
-            staging = out.with_name(f".{out.name}.tmp")
+            staging = out.with_name(f".tmp-{out.name}")  # keeps the .onnx suffix the pre-processor wants
             prepared = prepare_for_quantization(self.fp32_path(), staging)
             if prepared != staging.resolve():
                 return prepared  # pre-processing failed: quantize the plain model
