@@ -389,13 +389,18 @@ def _gate_text(result: Any, groups: list[str], reused: bool) -> str:
              f"of FP32 {result.reference_value:.4f}, {result.images} validation images"
              + (" (reused, nothing changed)" if reused else stored)]
     rows = [[c.precision, f"{c.value:.4f}", f"{c.retention:.3f}",
-             ("pass" if c.passed else "FAIL") + ("" if c.selectable else " (not allowed)"),
+             ("pass" if c.passed else "FAIL") + ("" if c.selectable else " (rejected)" if c.rejected_by
+                                                  else " (not allowed)"),
              f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
     lines.append(_table(rows, ["precision", result.metric, "retention", "gate", "latency ms", "backend",
                                "notes"]))
+    for c in result.candidates:
+        for rejection in c.rejected_by:
+            lines.append(f"{c.precision}: TensorRT would reject it: {rejection}")
+    lines += result.notes
     if result.sensitivity:
-        worst = ", ".join(f"{s['layer']} ({s['cost']:+.3f})" for s in result.sensitivity[:5])
-        lines.append(f"most sensitive layers (metric lost when quantized alone): {worst}")
+        worst = ", ".join(f"{s['layer']} ({s['sqnr_db']:.1f} dB)" for s in result.sensitivity[:5])
+        lines.append(f"layers whose INT8 inputs lose most (per-channel SQNR, worst first): {worst}")
     if result.selected:
         lines.append(f"selected: {result.selected} ({result.selection_rule})")
     else:

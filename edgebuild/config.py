@@ -228,14 +228,35 @@ class ExportSection(_Section):
     external_data: bool = False
 
 
+WEIGHTED_OPS = ["Conv", "ConvTranspose", "Gemm", "MatMul"]  # what TensorRT runs in INT8 (edgebuild.quantize)
+
+
 class QuantizeSection(_Section):
     # candidates that may be selected; the FP32 model is always evaluated as the reference
     precisions: list[Literal["int8", "fp16", "fp32"]] = Field(["int8", "fp16", "fp32"], min_length=1)
     calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
     percentile: float = Field(99.999, gt=90, le=100)
     per_channel: bool = True
+    # ops whose inputs and weights get Q/DQ (TensorRT's INT8 layers); the rest stays in float
+    op_types: list[str] = Field(WEIGHTED_OPS, min_length=1)
+    # also quantize the Adds that join a weighted op's output with another activation (TensorRT fuses them)
+    residual_add: bool = True
     max_kept_layers: int = Field(8, ge=0)
-    sensitivity_images: PositiveInt = 64
+    # images the layer ranking of the INT8 fallback runs on (quantization error per layer)
+    sensitivity_images: PositiveInt = 16
+
+    @field_validator("op_types")
+    @classmethod
+    def _onnx_ops(cls, value: list[str]) -> list[str]:
+        if value == WEIGHTED_OPS:
+            return value  # the default: no need to load ONNX's operator schemas
+        from onnx import defs
+
+        unknown = [op for op in value if not defs.has(op)]
+        if unknown:
+            raise ValueError(f"{', '.join(repr(u) for u in unknown)} {'is' if len(unknown) == 1 else 'are'} not ONNX "
+                             f"operator(s) (e.g. {', '.join(WEIGHTED_OPS)}, Add, MaxPool, AveragePool, Concat)")
+        return value
 
 
 class RuntimeSection(_Section):

@@ -113,7 +113,7 @@ def run_checks() -> list[Check]:
         _python_package("onnx", ("onnx",), "ONNX export, checks and preflight"),
         _python_package("onnxruntime", ("onnxruntime", "onnxruntime-gpu"),
                         "the CPU reference backend: parity checks, calibration, accuracy gating"),
-        _python_package("pycocotools", ("pycocotools",), "COCO mAP for detection projects"),
+        _python_package("faster-coco-eval", ("faster_coco_eval",), "COCO mAP for detection projects"),
     ]
     trt_ok, trt_found = _importable("tensorrt") if _version("tensorrt") or _has_module("tensorrt") \
         else (False, "not installed")

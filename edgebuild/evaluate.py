@@ -80,6 +80,16 @@ class ValidationSet:
         channels, (height, width) = project.task.preprocess.channels, self._spec.input_size
         self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES
         self._cache: list[tuple[list[Sample], np.ndarray, list[ImageTransform]]] = []
+        self._ground_truth: Any = None
+
+    @property
+    def ground_truth(self) -> Any:
+        """The COCO index of the detection ground truth, built once per set (every candidate reuses it)."""
+        if self._ground_truth is None:
+            from edgebuild.metrics import coco_ground_truth
+
+            self._ground_truth = coco_ground_truth(self.coco.ground_truth)
+        return self._ground_truth
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -128,7 +138,7 @@ class _DetectionCollector:
         post = project.task.postprocess
         self.boxes_name, self.scores_name = post.boxes_output, post.scores_output
         self.params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
-        self.coco = data.coco
+        self.coco, self.data = data.coco, data
         self.results: list[dict[str, Any]] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
@@ -146,7 +156,7 @@ class _DetectionCollector:
                 })
 
     def metrics(self) -> dict[str, float]:
-        return coco_detection_metrics(self.coco.ground_truth, self.results)
+        return coco_detection_metrics(self.data.ground_truth, self.results)
 
 
 class _ClassificationCollector:

@@ -53,6 +53,7 @@ class Measurement:
     latency_ms: float
     kept_fp32: list[str]
     note: str
+    graph: str  # edgebuild.quantize.graph_digest of the candidate
     seconds: float
 
 
@@ -69,6 +70,7 @@ class CandidateResult:
     latency_ms: float
     kept_fp32: list[str]
     note: str
+    rejected_by: list[str]  # targets whose TensorRT parser would not take this graph (then not selectable)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class GateResult:
     selection_rule: str
     sensitivity: list[dict[str, Any]]
     next_steps: list[str]
+    notes: list[str]
     measured: int  # measurements taken in this run (the rest were stored)
     stored: int  # measurements reused from earlier runs
     seconds: float
@@ -136,7 +139,7 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
         "metric": project.metric,
         "quantize": digest(settings),
         "backend": project.accuracy.backend,
-        "tools": digest(tool_versions("onnxruntime", "onnx", "pycocotools",
+        "tools": digest(tool_versions("onnxruntime", "onnx", "faster-coco-eval",
                                       *(["tensorrt"] if project.accuracy.backend == "tensorrt" else []))),
     }
 
@@ -181,6 +184,8 @@ class _Measurements:
         self.stored = 0
         self._data: Any = None
         self._latency_inputs: Any = None
+        self._plan: Any = None
+        self.graphs: dict[str, Measurement] = {}  # graph digest -> its measurement, this run
 
     def _key(self, spec: dict[str, Any]) -> str:
         return digest({**self.parts, "spec": spec})[:16]
@@ -224,19 +229,30 @@ class _Measurements:
             staging.replace(out)
         return out
 
-    def candidate(self, precision: str, kept: tuple[str, ...] = ()) -> Measurement:
-        """The measurement of one candidate, stored or taken now."""
+    def candidate(self, precision: str, kept: tuple[str, ...] = ()) -> Measurement | None:
+        """The measurement of one candidate, stored or taken now; None when its graph is one
+        already measured (keeping those layers in float changed nothing)."""
         name = f"int8-mixed-{len(kept)}" if kept else precision
         folder = self.root / f"{name}-{self._key({'precision': precision, 'kept': sorted(kept)})}"
         stored = self._stored(folder / "measurement.json", f"{name} measurement")
         if stored is not None and (folder / "model.onnx").is_file():
             measurement = Measurement(**stored)
             self.stored += 1
+            if measurement.graph in self.graphs:
+                return None
+            self.graphs[measurement.graph] = measurement
             self._say(measurement, "stored")
             return measurement
         started = time.perf_counter()
         with atomic_output_dir(folder) as staging:
             built = self._build(precision, kept, staging / "model.onnx")
+            from edgebuild.quantize import graph_digest
+
+            graph = graph_digest(built.onnx_path)
+            if graph in self.graphs:
+                self.report(f"gate: keeping {', '.join(kept)} in float gives the graph of "
+                            f"{self.graphs[graph].precision} {self.graphs[graph].kept_fp32 or ''}: not measured again")
+                return None
             runner = self._runner(built, staging)
             from edgebuild.evaluate import evaluate
 
@@ -246,9 +262,10 @@ class _Measurements:
                 precision=built.precision, onnx=str((folder / "model.onnx").relative_to(self.gate)),
                 metric=result.metric, value=round(result.value, 6), images=result.images, backend=runner.backend,
                 latency_ms=_latency_ms(runner, self._latency()), kept_fp32=list(built.kept_fp32),
-                note=built.note, seconds=round(time.perf_counter() - started, 3))
+                note=built.note, graph=graph, seconds=round(time.perf_counter() - started, 3))
             atomic_write_text(staging / "measurement.json", json.dumps(asdict(measurement), indent=2))
         self.measured += 1
+        self.graphs[graph] = measurement
         self._say(measurement, "measured")
         return measurement
 
@@ -262,6 +279,15 @@ class _Measurements:
             self._latency_inputs = example_inputs(self.project, "opt_shape")
         return self._latency_inputs
 
+    @property
+    def plan(self) -> Any:
+        """Which nodes TensorRT would run in INT8 (``edgebuild.quantize.quantization_plan``)."""
+        if self._plan is None:
+            from edgebuild.quantize import quantization_plan
+
+            self._plan = quantization_plan(self.project, self.prepared_path())
+        return self._plan
+
     def _build(self, precision: str, kept: tuple[str, ...], out: Path) -> Any:
         from edgebuild.quantize import Candidate, fp16_candidate, int8_candidate
 
@@ -273,9 +299,9 @@ class _Measurements:
         if precision == "fp16":
             return fp16_candidate(self.fp32_path(), out)
         if not self.calibration_cache.is_file():
-            self.report("gate: calibrating INT8")
-        return int8_candidate(self.project, self.prepared_path(), out, self.calibration_cache, exclude=kept,
-                              progress=self.progress)
+            self.report(f"gate: calibrating INT8 ({self.project.quantize.calibration_method})")
+        return int8_candidate(self.project, self.prepared_path(), out, self.calibration_cache, self.plan,
+                              exclude=kept, progress=self.progress)
 
     def _runner(self, candidate: Any, folder: Path) -> Any:
         """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
@@ -295,37 +321,31 @@ class _Measurements:
             report=self.report), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
-    def ranking(self) -> list[dict[str, Any]]:
-        """Layers by what quantizing each one alone costs on a subset, worst first (stored or taken now)."""
+    def ranking(self, int8: Measurement) -> list[dict[str, Any]]:
+        """The INT8 candidate's layers by the quantization error of their inputs, worst first
+        (``edgebuild.quantize.layer_errors`` on ``quantize.sensitivity_images`` validation images)."""
         settings = self.project.quantize
         path = self.root / f"sensitivity-{self._key({'sensitivity_images': settings.sensitivity_images})}.json"
-        stored = self._stored(path, "sensitivity ranking")
+        stored = self._stored(path, "layer ranking")
         if stored is not None:
             self.stored += 1
-            self.report(f"gate: sensitivity ranking of {len(stored)} layers (stored)")
+            self.report(f"gate: layer ranking of {len(stored)} layers (stored)")
             return stored
-        from tqdm import tqdm
+        from edgebuild.quantize import layer_errors
 
-        from edgebuild.evaluate import ValidationSet, evaluate
-        from edgebuild.quantize import int8_candidate, quantizable_nodes
-        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-
-        prepared = self.prepared_path()
-        subset = ValidationSet(self.project, limit=settings.sensitivity_images)
-        reference = evaluate(self.project, OnnxRuntimeRunner(prepared), data=subset, progress=False).value
-        nodes = quantizable_nodes(prepared)
-        self.report(f"gate: INT8 fails; ranking {len(nodes)} layers by sensitivity on {len(subset)} images")
-        probe = self.root / ".probe.onnx"
-        costs = []
-        for node in tqdm(nodes, desc="sensitivity", unit="layer", disable=not self.progress, leave=False):
-            int8_candidate(self.project, prepared, probe, self.calibration_cache, only=(node,))
-            value = evaluate(self.project, OnnxRuntimeRunner(probe), data=subset, progress=False).value
-            costs.append({"layer": node, "cost": round(reference - value, 6)})
-        probe.unlink(missing_ok=True)
-        costs.sort(key=lambda c: -c["cost"])
-        atomic_write_text(path, json.dumps(costs, indent=1))
+        batches, seen = [], 0
+        for chunk, batch, _ in self.data.batches():
+            batches.append(batch)
+            seen += len(chunk)
+            if seen >= settings.sensitivity_images:
+                break
+        started = time.perf_counter()
+        ranking = layer_errors(self.gate / int8.onnx, batches, self.project.model.inputs[0].name)
+        self.report(f"gate: INT8 fails; ranked {len(ranking)} layers by the quantization error of their inputs on "
+                    f"{seen} images in {time.perf_counter() - started:.1f} s")
+        atomic_write_text(path, json.dumps(ranking, indent=1))
         self.measured += 1
-        return costs
+        return ranking
 
     def prune_other_models(self) -> None:
         """Measurements of models that are no longer the export are never read again."""
@@ -334,12 +354,14 @@ class _Measurements:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_gate(project: Project, export: ExportRecord, *, force: bool = False, progress: bool = True,
-             report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
+def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] = (), force: bool = False,
+             progress: bool = True, report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
     """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
 
-    ``force`` measures everything again. With ``accuracy.backend = "tensorrt"`` every candidate is
-    built into a host-check engine with this host's TensorRT (``trt``/``memory`` are injectable for
+    ``groups`` are the fleet groups the candidates are for: a candidate one of their TensorRT
+    parsers would reject (preflight's type and attribute rules) is never selected. ``force``
+    measures everything again. With ``accuracy.backend = "tensorrt"`` every candidate is built
+    into a host-check engine with this host's TensorRT (``trt``/``memory`` are injectable for
     tests) and measured with it.
     """
     if project.accuracy.backend == "tensorrt" and trt is None:
@@ -355,33 +377,71 @@ def run_gate(project: Project, export: ExportRecord, *, force: bool = False, pro
             f"[{fp32.backend}], so retention cannot be measured",
             hint="check the weights, task.preprocess, task.postprocess and that task.classes is in the model's "
                  "output order")
-    threshold = project.accuracy.min_retention
-    measured = [fp32]
+    measured, notes = [fp32], []
     wanted = project.quantize.precisions
     if "fp16" in wanted:
         measured.append(store.candidate("fp16"))
     sensitivity: list[dict[str, Any]] = []
-    if "int8" in wanted:
+    if "int8" in wanted and store.plan.empty:
+        notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
+                     "(quantize.op_types), so TensorRT would run nothing in INT8")
+        report(f"gate: {notes[-1]}")
+    elif "int8" in wanted:
+        from edgebuild.quantize import check_calibration
+
+        check_calibration(project, report)
         int8 = store.candidate("int8")
         measured.append(int8)
-        if int8.value / fp32.value < threshold and project.quantize.max_kept_layers > 0:
-            sensitivity = store.ranking()
-            worst = [c["layer"] for c in sensitivity if c["cost"] > 0][: project.quantize.max_kept_layers]
-            mixed = None
-            for count in range(1, len(worst) + 1):
-                mixed = store.candidate("int8", tuple(worst[:count]))
-                if mixed.value / fp32.value >= threshold:
-                    break
+        if int8.value / fp32.value < project.accuracy.min_retention and project.quantize.max_kept_layers > 0:
+            sensitivity = store.ranking(int8)
+            mixed = _search(project, store, fp32, [r["layer"] for r in sensitivity])
             if mixed is not None:
                 measured.append(mixed)
-    result = _decide(project, measured, sensitivity, store=store, seconds=round(time.perf_counter() - started, 3))
+    result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
+                     seconds=round(time.perf_counter() - started, 3))
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
     return result
 
 
+def _search(project: Project, store: _Measurements, fp32: Measurement, worst_first: list[str]) -> Measurement | None:
+    """Keep the worst-ranked layers in float, one more at a time, until the gate passes.
+
+    Only the candidates the ranking proposes are measured, each graph once; the search stops at
+    the first that keeps ``min_retention`` (or at ``quantize.max_kept_layers``) and returns the
+    last one measured.
+    """
+    last = None
+    limit = min(project.quantize.max_kept_layers, len(worst_first))
+    for count in range(1, limit + 1):
+        mixed = store.candidate("int8", tuple(worst_first[:count]))
+        if mixed is None:
+            continue
+        last = mixed
+        if mixed.value / fp32.value >= project.accuracy.min_retention:
+            break
+    return last
+
+
+def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
+    """Why the TensorRT parser of each group's JetPack would reject this candidate (empty: none would)."""
+    from edgebuild.preflight import check_target, load_graph
+
+    if not groups:
+        return []
+    model = load_graph(path)
+    problems = []
+    for group in groups:
+        blocking = check_target(model, group).blocking
+        if blocking:
+            first = blocking[0]
+            problems.append(f"{group.name} (TensorRT {group.target.release.tensorrt}): {len(blocking)} node(s), "
+                            f"e.g. {first.node}: {first.problem}")
+    return problems
+
+
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,
-            store: _Measurements, seconds: float) -> GateResult:
+            groups: tuple[Any, ...], notes: list[str], store: _Measurements, seconds: float) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     threshold = project.accuracy.min_retention
     reference = measured[0].value
@@ -389,10 +449,11 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
     for m in measured:
         retention = m.value / reference
         base = "int8" if m.precision == "int8-mixed" else m.precision
+        rejected = tensorrt_rejections(store.gate / m.onnx, groups)
         results.append(CandidateResult(
             precision=m.precision, onnx=m.onnx, metric=m.metric, value=m.value, retention=round(retention, 6),
-            passed=retention >= threshold, selectable=base in project.quantize.precisions, backend=m.backend,
-            latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note))
+            passed=retention >= threshold, selectable=base in project.quantize.precisions and not rejected,
+            backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected))
     passing = [r for r in results if r.passed and r.selectable]
     rule = project.accuracy.select
     backend = results[0].backend
@@ -409,7 +470,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
         folder=gate_dir(project), metric=project.metric, threshold=threshold, reference_value=reference,
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
         selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
-        measured=store.measured, stored=store.stored, seconds=seconds)
+        notes=notes, measured=store.measured, stored=store.stored, seconds=seconds)
 
 
 def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:
@@ -433,13 +494,21 @@ def verdict(project: Project, result: GateResult) -> AccuracyGateError | None:
     """The gate's refusal as an error when no selectable candidate passed, else None."""
     if result.passed:
         return None
-    lines = [f"  - {c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}"
-             + ("" if c.selectable else " (not in quantize.precisions)") for c in result.candidates]
+    lines = [f"  - {c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}" + _why_not(project, c)
+             for c in result.candidates]
+    lines += [f"  {note}" for note in result.notes]
     return AccuracyGateError(
         f"{project.source}: no candidate keeps {result.threshold:.0%} of the FP32 {result.metric} "
         f"({result.reference_value:.4f}) [{result.backend}]:\n" + "\n".join(lines),
         hint="; ".join(result.next_steps),
     )
+
+
+def _why_not(project: Project, candidate: CandidateResult) -> str:
+    if candidate.rejected_by:
+        return f" (TensorRT would reject it: {'; '.join(candidate.rejected_by)})"
+    base = "int8" if candidate.precision == "int8-mixed" else candidate.precision
+    return "" if base in project.quantize.precisions else " (not in quantize.precisions)"
 
 
 def require_pass(project: Project, result: GateResult) -> None:

@@ -1,4 +1,9 @@
-"""Accuracy metrics: COCO mAP through pycocotools, top-k accuracy for classification."""
+"""Accuracy metrics: COCO mAP, top-k accuracy for classification.
+
+mAP comes from faster-coco-eval, a C++ implementation of pycocotools' COCOeval with the same
+matching rules and the same 12 statistics (a test checks both agree on real detections); it is
+about ten times faster, which matters when the gate evaluates several candidates.
+"""
 
 from __future__ import annotations
 
@@ -12,26 +17,32 @@ import numpy as np
 from edgebuild.runtime.vision import top_k
 
 
-def coco_detection_metrics(ground_truth: dict[str, Any], detections: list[dict[str, Any]]) -> dict[str, float]:
-    """mAP50-95 and mAP50 (COCO's stats[0] and stats[1]) of ``detections`` against ``ground_truth``.
+def coco_ground_truth(ground_truth: dict[str, Any]) -> Any:
+    """The COCO index of a ground-truth dict, built once and reused for every candidate's detections."""
+    from faster_coco_eval import COCO
+
+    gt = copy.deepcopy(ground_truth)
+    gt.setdefault("info", {})
+    gt.setdefault("licenses", [])
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(gt)
+
+
+def coco_detection_metrics(ground_truth: Any, detections: list[dict[str, Any]]) -> dict[str, float]:
+    """mAP50-95 and mAP50 (COCO's stats[0] and stats[1]) of ``detections`` against ``ground_truth``
+    (a COCO dict, or its index from ``coco_ground_truth``).
 
     ``detections`` are COCO result dicts: image_id, category_id, bbox [x, y, w, h], score.
     An empty detection list scores 0 rather than raising, as pycocotools would.
     """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    from faster_coco_eval import COCOeval_faster
 
     if not detections:
         return {"mAP50-95": 0.0, "mAP50": 0.0}
-    gt = copy.deepcopy(ground_truth)
-    gt.setdefault("info", {})
-    gt.setdefault("licenses", [])
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress we do not want
-        coco_gt = COCO()
-        coco_gt.dataset = gt
-        coco_gt.createIndex()
+    coco_gt = coco_ground_truth(ground_truth) if isinstance(ground_truth, dict) else ground_truth
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints progress we do not want
         coco_dt = coco_gt.loadRes(detections)
-        evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
+        evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox", print_function=lambda *_: None)
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()

@@ -174,6 +174,14 @@ def _rule_hits(rule: dict[str, Any], node: onnx.NodeProto, model: onnx.ModelProt
         return any(len(set(t.replace("...", ""))) < len(t.replace("...", "")) for t in terms)
     if "opset_at_least" in rule:
         return default_opset(model) >= rule["opset_at_least"]
+    if rule.get("zero_point_nonzero"):
+        if len(node.input) < 3 or not node.input[2]:
+            return False
+        values = _constant_value(model, node.input[2])
+        return values is not None and any(v != 0 for v in values)
+    if rule.get("per_channel_on_activation"):
+        scale = _constant_value(model, node.input[1]) if len(node.input) > 1 else None
+        return scale is not None and len(scale) > 1 and not _is_weight(model, node.input[0])
     if "constant_input_above" in rule:
         cond = rule["constant_input_above"]
         if len(node.input) <= cond["index"]:
@@ -181,6 +189,56 @@ def _rule_hits(rule: dict[str, Any], node: onnx.NodeProto, model: onnx.ModelProt
         values = _constant_value(model, node.input[cond["index"]])
         return bool(values) and max(values) > cond["limit"]
     raise ProfileDataError(f"known-restrictions.toml: rule {rule.get('id')!r} has no condition edgebuild knows")
+
+
+def _is_weight(model: onnx.ModelProto, name: str) -> bool:
+    """A constant, or a constant through QuantizeLinear (Q -> DQ on a weight, which TensorRT folds)."""
+    if any(i.name == name for i in model.graph.initializer) or _constant_value(model, name) is not None:
+        return True
+    producer = next((n for n in model.graph.node if name in n.output), None)
+    return producer is not None and producer.op_type == "QuantizeLinear" and _is_weight(model, producer.input[0])
+
+
+#: ONNX element types by the names the parser tables use
+_TRT_TYPE_NAMES = {1: "FP32", 2: "UINT8", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 10: "FP16", 11: "FP64",
+                   16: "BF16", 17: "FP8", 18: "FP8", 19: "FP8", 20: "FP8", 22: "INT4", 23: "FP4"}
+_INDEX_TYPES = frozenset({"INT32", "INT64", "BOOL"})
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
+    """Every tensor's element type the graph declares or shape inference found, as the tables name it."""
+    types: dict[str, str] = {}
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if value.type.tensor_type.elem_type:
+            types[value.name] = _TRT_TYPE_NAMES.get(value.type.tensor_type.elem_type, "OTHER")
+    for init in model.graph.initializer:
+        types[init.name] = _TRT_TYPE_NAMES.get(init.data_type, "OTHER")
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = _attribute(node, "value")
+            if value is not None:
+                types[node.output[0]] = _TRT_TYPE_NAMES.get(value.data_type, "OTHER")
+    return types
+
+
+def _dtype_finding(name: str, node: onnx.NodeProto, entry: dict[str, Any], found: str | None, release: Any,
+                   settings: dict[str, Any]) -> Finding | None:
+    """The node's data input against the op's Supported Types column, or None when it fits (or is unknown)."""
+    listed = {t for t in entry.get("dtypes", []) if t.isupper() and " " not in t}
+    if not listed or found is None:
+        return None
+    if found == "INT64" and _version(release.tensorrt) < _version(settings.get("int64_as_int32_before", "0")):
+        found = "INT32"  # cast down by the 8.x parser (the [int64] warning says so)
+    if found in listed:
+        return None
+    strict = node.op_type in settings.get("strict", [])
+    severity = WARNING if not strict and found in _INDEX_TYPES else BLOCKING
+    return Finding(name, node.op_type, severity,
+                   f"{node.op_type} reads {found} ({node.input[0]}); TensorRT {release.tensorrt}'s parser takes "
+                   f"{', '.join(sorted(listed))} for it",
+                   "cast the input to a supported type in the model" if not strict else
+                   "quantize to signed INT8 with zero point 0 and keep biases in float "
+                   "(edgebuild's INT8 candidates do)", settings.get("source", ""))
 
 
 def _int64_tensors(model: onnx.ModelProto) -> list[str]:
@@ -204,6 +262,8 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
     parser_source = table.get("source", table["_path"])
     findings: list[Finding] = []
 
+    types = tensor_types(model)
+    dtype_settings = rules.get("dtypes", {})
     opset = default_opset(model)
     if not table["min_opset"] <= opset <= table["max_opset"]:
         findings.append(Finding(
@@ -230,6 +290,10 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
                 (f"TensorRT {later} supports it: target a JetPack with it, or " if later else "")
                 + "rewrite this part of the model with supported operators",
                 parser_source))
+        elif node.input:
+            typed = _dtype_finding(name, node, entry, types.get(node.input[0]), release, dtype_settings)
+            if typed is not None:
+                findings.append(typed)
         for rule in rules.get("rule", []):
             if rule["op"] == node.op_type and version_matches(release.tensorrt, rule["tensorrt"]) \
                     and _rule_hits(rule, node, model):

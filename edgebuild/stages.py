@@ -63,7 +63,7 @@ def _reference_key(inputs: StageInputs) -> dict[str, str]:
     project = inputs.project
     return {**model_key_parts(project), "validation": validation_digest(project),
             "task": digest(project.task.model_dump()), "metric": project.metric,
-            "tools": digest(tool_versions("torch", "pycocotools"))}
+            "tools": digest(tool_versions("torch", "faster-coco-eval"))}
 
 
 def _reference_run(inputs: StageInputs) -> Any:
@@ -168,16 +168,20 @@ def _preflight_verdict(inputs: StageInputs, record: Any) -> PreflightError | Non
 
 def _gate_key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.gate import decision_settings, measurement_key_parts
+    from edgebuild.profiles import data_dir
 
     return {**measurement_key_parts(inputs.project, inputs.records["export"]),
-            "decision": digest(decision_settings(inputs.project))}
+            "decision": digest(decision_settings(inputs.project)),
+            # every candidate is checked against the groups' TensorRT parsers before it may be selected
+            "targets": digest(sorted(g.target.id for g in inputs.plan.groups)),
+            "parser_tables": tree_sha256(data_dir("profiles") / "tensorrt", "*.toml")}
 
 
 def _gate_run(inputs: StageInputs) -> Any:
     from edgebuild.gate import run_gate
 
-    return run_gate(inputs.project, inputs.records["export"], force=inputs.forced, progress=inputs.options.progress,
-                    report=inputs.report)
+    return run_gate(inputs.project, inputs.records["export"], groups=inputs.plan.groups, force=inputs.forced,
+                    progress=inputs.options.progress, report=inputs.report)
 
 
 def _gate_load(inputs: StageInputs, data: dict[str, Any]) -> Any:

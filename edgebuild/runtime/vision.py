@@ -5,7 +5,7 @@ build host and inference on a Jetson, so an image is turned into a tensor in exa
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -103,13 +103,17 @@ def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, Ima
     return np.ascontiguousarray(tensor.transpose(2, 0, 1), dtype=np.float32), transform
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Greedy non-maximum suppression; returns indices of kept boxes, best score first."""
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, limit: Optional[int] = None) -> np.ndarray:
+    """Greedy non-maximum suppression; returns indices of kept boxes, best score first.
+
+    With ``limit`` it stops after that many: greedy NMS keeps boxes in score order, so the first
+    ``limit`` are the same as those of a full run cut to ``limit``.
+    """
     order = np.argsort(-scores, kind="stable")
     x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
     areas = (x2 - x1).clip(0) * (y2 - y1).clip(0)
     keep: List[int] = []
-    while order.size:
+    while order.size and (limit is None or len(keep) < limit):
         best = order[0]
         keep.append(int(best))
         rest = order[1:]
@@ -147,7 +151,7 @@ def decode_detections(
     # Offsetting each class into its own coordinate range makes one NMS call class-aware.
     span = float(cand_boxes.max(initial=0) - cand_boxes.min(initial=0)) + 1
     offset = class_idx[:, None].astype(np.float32) * span
-    keep = nms(cand_boxes + offset, cand_scores, params.nms_iou)[: params.max_detections]
+    keep = nms(cand_boxes + offset, cand_scores, params.nms_iou, limit=params.max_detections)
     return {
         "boxes": cand_boxes[keep],
         "scores": cand_scores[keep].astype(np.float32),

@@ -169,3 +169,82 @@ def _fleet(root: Path) -> list[dict]:
     import tomllib
 
     return tomllib.loads((root / "edgebuild.toml").read_text())["fleet"]
+
+
+def _qdq_model(*, data_type: int = TensorProto.INT8, zero_point: int = 0, scale: list[float] | None = None,
+               on_activation: bool = False) -> onnx.ModelProto:
+    """x + DequantizeLinear(w): the Q/DQ shapes TensorRT does or does not take, made by hand."""
+    np_type = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8, TensorProto.INT32: np.int32}[data_type]
+    scale = scale or [0.1]
+    inits = [numpy_helper.from_array(np.array(scale if len(scale) > 1 else scale[0], np.float32), "s"),
+             numpy_helper.from_array(np.array(zero_point if len(scale) == 1 else [zero_point] * len(scale),
+                                              np_type), "zp")]
+    nodes = []
+    if on_activation:  # per-tensor or per-channel Q/DQ of the input itself
+        nodes.append(helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q", axis=1))
+        nodes.append(helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["w"], name="dq", axis=1))
+    else:
+        inits.append(numpy_helper.from_array(np.ones((1, 3, 1, 1), np_type), "wq"))
+        nodes.append(helper.make_node("DequantizeLinear", ["wq", "s", "zp"], ["w"], name="dq"))
+    nodes.append(helper.make_node("Add", ["x", "w"], ["y"], name="add"))
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("target", ["agx-orin-64gb@5.1.2", "orin-nano-8gb@6.2"])
+def test_quantization_nodes_are_checked_for_types_and_attributes(target: str) -> None:
+    def blocking(model: onnx.ModelProto) -> list[str]:
+        return [f"{f.node}: {f.problem}" for f in check_target(onnx.shape_inference.infer_shapes(model),
+                                                               _group(target)).blocking]
+
+    assert blocking(_qdq_model()) == []  # INT8 weights, zero point 0: what TensorRT takes
+    int32 = blocking(_qdq_model(data_type=TensorProto.INT32))  # a quantized bias, quantize_static's default
+    assert len(int32) == 1 and "dq: DequantizeLinear reads INT32" in int32[0] and "INT8" in int32[0]
+    uint8 = blocking(_qdq_model(data_type=TensorProto.UINT8))
+    assert any("reads UINT8" in p for p in uint8)
+    assert any("non-zero zero point" in p for p in blocking(_qdq_model(zero_point=3)))
+    assert blocking(_qdq_model(scale=[0.1, 0.2, 0.3])) == []  # per-channel on weights: fine
+    per_channel = blocking(_qdq_model(scale=[0.1, 0.2, 0.3], on_activation=True))
+    assert any(p.startswith("q: per-channel QuantizeLinear on an activation") for p in per_channel)
+    assert any(p.startswith("dq: per-channel DequantizeLinear on an activation") for p in per_channel)
+    assert blocking(_qdq_model(on_activation=True)) == []  # per-tensor activations: fine
+
+
+def test_every_gate_candidate_of_both_examples_is_one_every_target_takes(example_copy) -> None:
+    from edgebuild.gate import GateResult
+
+    for name in ("digits-classifier", "shapes-detector"):
+        root = example_copy(name)
+        result = CliRunner().invoke(main, ["validate", "-p", str(root), "--no-progress"])
+        assert result.exit_code == 0, result.output
+        project_gate = GateResult.load(gate_dir_of(root))
+        groups = _fleet_groups(root)
+        assert project_gate.candidates and {c.precision for c in project_gate.candidates} >= {"fp32", "fp16", "int8"}
+        for candidate in project_gate.candidates:
+            assert candidate.rejected_by == [], (name, candidate.precision, candidate.rejected_by)
+            model = onnx.shape_inference.infer_shapes(onnx.load(str(project_gate.folder / candidate.onnx)))
+            for group in groups:
+                assert check_target(model, group).blocking == [], (name, candidate.precision, group.name)
+
+
+def gate_dir_of(root: Path) -> Path:
+    return root / "build" / "gate"
+
+
+def _fleet_groups(root: Path) -> list[SelectedGroup]:
+    from edgebuild.config import load_project
+    from edgebuild.pipeline import plan_compile
+
+    return list(plan_compile(load_project(root), "all").groups)
+
+
+def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path) -> None:
+    from edgebuild.gate import tensorrt_rejections
+
+    path = tmp_path / "int32-bias.onnx"
+    onnx.save(_qdq_model(data_type=TensorProto.INT32), str(path))
+    problems = tensorrt_rejections(path, (_group("agx-orin-64gb@5.1.2"), _group("orin-nano-8gb@6.2")))
+    assert len(problems) == 2 and problems[0].startswith("agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2): 1 node(s), e.g. dq:")
+    onnx.save(_qdq_model(), str(path))
+    assert tensorrt_rejections(path, (_group("agx-orin-64gb@5.1.2"),)) == []

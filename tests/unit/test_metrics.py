@@ -1,4 +1,4 @@
-"""The accuracy metrics: top-k accuracy, and COCO detection metrics built on pycocotools."""
+"""The accuracy metrics: top-k accuracy, and COCO detection metrics (faster-coco-eval, checked against pycocotools)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,50 @@ def test_coco_metrics_perfect_shifted_and_empty() -> None:
     assert shifted["mAP50"] == pytest.approx(1.0)
     assert shifted["mAP50-95"] == pytest.approx(0.4, abs=1e-6)
     assert coco_detection_metrics(_coco_gt(), []) == {"mAP50-95": 0.0, "mAP50": 0.0}
+
+
+def _pycocotools_stats(ground_truth: dict, detections: list[dict]) -> list[float]:
+    import contextlib
+    import copy
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    gt = copy.deepcopy(ground_truth)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = gt
+        coco.createIndex()
+        evaluator = COCOeval(coco, coco.loadRes(copy.deepcopy(detections)), iouType="bbox")
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    return [max(0.0, float(v)) for v in evaluator.stats[:2]]
+
+
+def test_coco_metrics_agree_with_pycocotools_on_many_noisy_detections() -> None:
+    from edgebuild.metrics import coco_ground_truth
+
+    rng = np.random.default_rng(3)
+    images, annotations, detections = [], [], []
+    for image in range(1, 41):
+        images.append({"id": image, "file_name": f"{image}.png", "width": 200, "height": 160})
+        for _ in range(rng.integers(1, 5)):
+            x, y, w, h = rng.uniform(0, 120), rng.uniform(0, 90), rng.uniform(8, 70), rng.uniform(8, 60)
+            category = int(rng.integers(1, 4))
+            annotations.append({"id": len(annotations) + 1, "image_id": image, "category_id": category,
+                                "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0})
+            for _ in range(3):  # near misses, wrong classes, duplicates
+                jitter = rng.normal(0, 6, 4)
+                detections.append({"image_id": image, "category_id": category if rng.random() < 0.8 else 1,
+                                   "bbox": [x + jitter[0], y + jitter[1], max(1.0, w + jitter[2]),
+                                            max(1.0, h + jitter[3])], "score": float(rng.random())})
+    gt = {"images": images, "annotations": annotations,
+          "categories": [{"id": i, "name": f"c{i}"} for i in (1, 2, 3)]}
+    ours = coco_detection_metrics(gt, detections)
+    want = _pycocotools_stats(gt, detections)
+    assert 0.1 < want[0] < 0.9, "a test set that is neither trivial nor hopeless"
+    assert [ours["mAP50-95"], ours["mAP50"]] == pytest.approx(want, abs=1e-9)
+    index = coco_ground_truth(gt)  # built once, reused for several candidates
+    assert coco_detection_metrics(index, detections) == ours == coco_detection_metrics(index, detections)

@@ -60,3 +60,16 @@ def test_nms_and_class_aware_decode() -> None:
 def test_top_k() -> None:
     logits = np.array([[0.1, 0.7, 0.2], [0.5, 0.1, 0.4]])
     assert top_k(logits, 2).tolist() == [[1, 2], [0, 2]]
+
+
+def test_nms_with_a_limit_keeps_the_same_first_boxes_as_a_full_run() -> None:
+    from edgebuild.runtime.vision import nms
+
+    rng = np.random.default_rng(5)
+    corners = rng.uniform(0, 100, (400, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(5, 30, (400, 2)).astype(np.float32)], axis=1)
+    scores = rng.random(400).astype(np.float32)
+    full = nms(boxes, scores, 0.5)
+    assert len(full) > 20
+    for limit in (1, 7, 20, len(full) + 5):
+        assert nms(boxes, scores, 0.5, limit=limit).tolist() == full[:limit].tolist()
