@@ -226,6 +226,12 @@ def test_every_gate_candidate_of_both_examples_is_one_every_target_takes(example
             model = onnx.shape_inference.infer_shapes(onnx.load(str(project_gate.folder / candidate.onnx)))
             for group in groups:
                 assert check_target(model, group).blocking == [], (name, candidate.precision, group.name)
+            if candidate.precision.startswith("int8"):  # Q/DQ only where TensorRT runs INT8
+                produced = {out: n.op_type for n in model.graph.node for out in n.output}
+                reading = {n.op_type for n in model.graph.node if any(produced.get(i) == "DequantizeLinear"
+                                                                     for i in n.input)}
+                # Shape reads only the dimensions of what it is given
+                assert reading <= {"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Shape"}, (name, reading)
 
 
 def gate_dir_of(root: Path) -> Path:
