@@ -351,10 +351,14 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
 @click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), default=None,
               help="What measures the candidates (default: accuracy.backend, else onnxruntime). tensorrt builds a "
                    "host-check engine per candidate with this host's TensorRT and GPU.")
+@click.option("--device", "device_url", metavar="ssh://USER@HOST[:PORT]", default=None,
+              help="Measure each selected group's compiled model folder (build/engines/<group>) on this device "
+                   "instead: its backend (TensorRT engine, else what serve would use) over the validation set, "
+                   "scored here with the gate's code, retention against the gate's FP32 reference.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def validate_command(project_dir: Path, selector: str, force: bool, backend: str | None, no_progress: bool,
-                     as_json: bool) -> None:
+def validate_command(project_dir: Path, selector: str, force: bool, backend: str | None, device_url: str | None,
+                     no_progress: bool, as_json: bool) -> None:
     """Measure FP32, FP16 and INT8 candidates against the accuracy gate.
 
     Each candidate's metric on the validation set is divided by the FP32 model's
@@ -367,6 +371,9 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
     from dataclasses import replace
 
     plan = _plan(project_dir, selector)
+    if device_url:
+        _validate_on_device(plan, device_url, as_json)
+        return
     if backend:
         plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
     report = _run_until(plan, "gate", force=force, progress=not no_progress and not as_json and sys.stderr.isatty())
@@ -381,6 +388,51 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
         click.echo(_gate_text(result, [g.name for g in plan.groups], reused=outcome.units[0].status == "reused"))
     if outcome.error:
         raise outcome.error
+
+
+def _validate_on_device(plan: Any, url: str, as_json: bool) -> None:
+    """``validate --device``: each group's model folder measured on the device, against the gate's FP32."""
+    from edgebuild.bench import check_remote_url
+    from edgebuild.errors import AccuracyGateError
+    from edgebuild.evaluate import ValidationSet, evaluate_on_device
+    from edgebuild.runtime.recipe import Recipe
+
+    url = check_remote_url(url)
+    report = _run_until(plan, "engine")
+    gate, project = report.record("gate"), plan.project
+    data = ValidationSet(project)
+    rows, records = [], []
+    for group in plan.groups:
+        engine = report.record("engine", group.name)
+        folder = project.build_dir / engine.folder
+        recipe = Recipe.load(folder)
+        evaluation, answer = evaluate_on_device(project, folder, url, data=data, report=_report)
+        retention = evaluation.value / gate.reference_value
+        passed = retention >= project.accuracy.min_retention
+        records.append({"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
+                        "value": evaluation.value, "retention": retention, "passed": passed,
+                        "backend": evaluation.backend, "backend_reason": answer["backend_reason"],
+                        "images": evaluation.images, "inference_s": answer["inference_s"],
+                        "device": answer["device"], "sent": answer["sent"]})
+        rows.append([group.name, recipe.candidate, f"{evaluation.value:.4f}", f"{retention:.3f}",
+                     "pass" if passed else "FAIL", evaluation.backend, f"{answer['inference_s']:.2f}"])
+    if as_json:
+        _emit_json({"device": url, "reference_value": gate.reference_value, "groups": records})
+    else:
+        facts = records[0]["device"] if records else {}
+        click.echo(f"on {url} ({facts.get('compatible', ['?'])[0] if facts.get('compatible') else 'no device tree'}, "
+                   f"L4T {facts.get('l4t') or '-'}, TensorRT {facts.get('tensorrt') or 'none'}): {gate.metric} of each "
+                   f"group's model folder, min retention {project.accuracy.min_retention} of FP32 "
+                   f"{gate.reference_value:.4f} [{gate.backend}], {data.__len__()} validation images")
+        click.echo(_table(rows, ["group", "candidate", gate.metric, "retention", "gate", "backend", "inference s"]))
+        for r in records:
+            if not r["backend"].startswith("tensorrt"):
+                click.echo(f"{r['group']}: {r['backend_reason']}")
+    failed = [r for r in records if not r["passed"]]
+    if failed:
+        raise AccuracyGateError("on " + url + ": " + "; ".join(
+            f"{r['group']} keeps {r['retention']:.3f} of the FP32 {r['metric']} [{r['backend']}]" for r in failed),
+            hint="the engine loses more on the device than the gate allowed: try fp16 for that group")
 
 
 def _gate_text(result: Any, groups: list[str], reused: bool) -> str:

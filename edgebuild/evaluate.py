@@ -8,8 +8,9 @@ the images once, so comparing several candidates does not redo that work.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from edgebuild.datasets import Sample, load_class_folder_set, load_coco_set, read_image
 from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.runtime.backends import Runner
+from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.vision import (
     DetectionParams,
     ImageTransform,
@@ -144,16 +146,19 @@ class _DetectionCollector:
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
         boxes, scores = outputs[self.boxes_name], outputs[self.scores_name]
         for i, (sample, transform) in enumerate(zip(chunk, transforms)):
-            found = decode_detections(boxes[i], scores[i], self.params)
-            xyxy = transform.boxes_to_original(found["boxes"])
-            for box, score, label in zip(xyxy, found["scores"], found["labels"]):
-                x1, y1, x2, y2 = (float(v) for v in box)
-                self.results.append({
-                    "image_id": sample.image_id,
-                    "category_id": self.coco.category_ids[int(label)],
-                    "bbox": [x1, y1, x2 - x1, y2 - y1],
-                    "score": float(score),
-                })
+            self.add_found(sample, transform, decode_detections(boxes[i], scores[i], self.params))
+
+    def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
+        """One image's decoded detections (boxes in network-input pixels), from here or from a device."""
+        xyxy = transform.boxes_to_original(found["boxes"])
+        for box, score, label in zip(xyxy, found["scores"], found["labels"]):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            self.results.append({
+                "image_id": sample.image_id,
+                "category_id": self.coco.category_ids[int(label)],
+                "bbox": [x1, y1, x2 - x1, y2 - y1],
+                "score": float(score),
+            })
 
     def metrics(self) -> dict[str, float]:
         return coco_detection_metrics(self.data.ground_truth, self.results)
@@ -170,3 +175,98 @@ class _ClassificationCollector:
 
     def metrics(self) -> dict[str, float]:
         return top_k_accuracy(np.concatenate(self.logits), self.labels)
+
+
+# -- on a device -----------------------------------------------------------------------------------
+
+def device_inputs(project: Project, data: ValidationSet) -> bytes:
+    """The preprocessed validation batches as ``inputs.npz`` for ``edgebuild-device.pyz evaluate``.
+
+    The exact float32 tensors the gate evaluated (not images plus a preprocessing spec: the device
+    has numpy but no image decoder, and the metric must come from the same inputs), compressed.
+    """
+    import io
+
+    arrays = {f"batch_{i:04d}": batch for i, (_, batch, _) in enumerate(data.batches())}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, input_name=np.asarray(project.model.inputs[0].name), **arrays)
+    return buffer.getvalue()
+
+
+def detection_settings(project: Project) -> dict[str, Any] | None:
+    """What the device needs to decode detections as the host does (None: not a detection task)."""
+    if project.task.kind != "detection":
+        return None
+    post = project.task.postprocess
+    return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
+            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections}
+
+
+def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,
+                         seconds: float) -> Evaluation:
+    """The project's metric from a device's ``results.npz``, with the gate's own collectors."""
+    import io
+
+    stored = np.load(io.BytesIO(results), allow_pickle=False)
+    batches = list(data.batches())
+    samples = [s for chunk, _, _ in batches for s in chunk]
+    transforms = [t for _, _, chunk in batches for t in chunk]
+    if project.task.kind == "detection":
+        collect = _DetectionCollector(project, data)
+        start = 0
+        for sample, transform, count in zip(samples, transforms, stored["counts"].tolist()):
+            found = {k: stored[k][start:start + count] for k in ("boxes", "scores", "labels")}
+            collect.add_found(sample, transform, found)
+            start += count
+    else:
+        collect = _ClassificationCollector(project, data)
+        collect.add(samples, transforms, {k: stored[k] for k in stored.files})
+    metrics = collect.metrics()
+    return Evaluation(project.metric, metrics[project.metric], metrics, backend, len(samples), seconds)
+
+
+def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
+                       backend: str = "auto", report: Callable[[str], None] = lambda _: None) -> tuple[Evaluation,
+                                                                                                     dict[str, Any]]:
+    """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
+
+    The model folder and the validation inputs are each copied once per content hash (a second
+    evaluation of the same folder and set sends nothing but the command). Returns the evaluation
+    and the device's answer (backend, why, inference seconds, device facts).
+    """
+    import hashlib
+    import json
+
+    from edgebuild.remote import WORKDIR, SshDevice
+    from edgebuild.runtime.recipe import Recipe
+
+    data = data or ValidationSet(project)
+    device = SshDevice(url)
+    recipe = Recipe.load(folder)
+    files = recipe.model_files(folder)
+    model_key = hashlib.sha256(json.dumps({n: sha256_file(p) for n, p in sorted(files.items())}).encode()).hexdigest()
+    model_dir = f"evaluations/models/{recipe.group}-{model_key[:12]}"
+    inputs = device_inputs(project, data)
+    inputs_name = f"evaluations/inputs/{hashlib.sha256(inputs).hexdigest()[:16]}.npz"
+    sent = []
+    if device.run(f"test -f {WORKDIR}/{model_dir}/recipe.json", what="looking for the model").returncode:
+        device.put(files, model_dir)
+        sent.append(f"{len(files)} model file(s)")
+    if device.run(f"test -f {WORKDIR}/{inputs_name}", what="looking for the inputs").returncode:
+        device.put({inputs_name.rsplit("/", 1)[1]: inputs}, inputs_name.rsplit("/", 1)[0])
+        sent.append(f"the validation inputs ({len(inputs)} bytes)")
+    report(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
+    out = f"evaluations/results-{model_key[:12]}.npz"
+    args = ["evaluate", model_dir, "--inputs", inputs_name, "--out", out, "--backend", backend]
+    settings = detection_settings(project)
+    if settings:
+        args += ["--detection", json.dumps(settings)]
+    answer = device.device_tool(args, timeout_s=3600)
+    result = answer["evaluate"]
+    fetched = device.fetch([out])[out]
+    if hashlib.sha256(fetched).hexdigest() != result["results_sha256"]:
+        from edgebuild.errors import RemoteError
+
+        raise RemoteError(f"{url}: the evaluation results arrived with another sha256 than the device computed")
+    evaluation = score_device_results(project, data, fetched, result["backend"], result["inference_s"])
+    return evaluation, {**result, "device": answer.get("device"), "sent": sent}

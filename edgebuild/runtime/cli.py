@@ -96,6 +96,15 @@ def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
                    require_signature=not args.allow_unsigned, root=args.root, keep=args.keep)
 
 
+def _evaluate(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.evaluate import evaluate_folder
+
+    detection = json.loads(args.detection) if args.detection else None
+    result = evaluate_folder(args.artifact, Path(args.inputs), Path(args.out), backend=args.backend,
+                             engine_cache=args.engine_cache, detection=detection, report=_progress)
+    return {"evaluate": result, "device": device.probe(args.root).as_dict()}
+
+
 def _ota_rollback(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import rollback
 
@@ -115,6 +124,16 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--timing-cache-dir", default=None, help="where the per-(module, TensorRT) timing cache is")
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
+    evaluate = commands.add_parser("evaluate", help="run a model folder's backend over validation batches the host "
+                                                     "sent; write decoded detections or outputs (.npz)")
+    evaluate.add_argument("artifact", type=Path, help="the model folder (recipe.json, model.onnx, engine)")
+    evaluate.add_argument("--inputs", required=True, help="the host's inputs.npz (batch_NNNN arrays, input_name)")
+    evaluate.add_argument("--out", required=True, help="where to write the results (.npz)")
+    evaluate.add_argument("--backend", choices=["auto", "tensorrt", "onnxruntime"], default="auto")
+    evaluate.add_argument("--engine-cache", type=Path, default=None, help="where a deferred engine is built")
+    evaluate.add_argument("--detection", default=None,
+                          help="JSON: boxes_output, scores_output, score_threshold, nms_iou, max_detections "
+                               "(decode on the device; without it the raw outputs come back)")
     for name, text, specs in (
             ("serve", "serve a model folder over HTTP (KServe v2) after warm-up", options.SERVE),
             ("bench", "measure a model folder here: cold start, latency, throughput, memory, power (JSON on stdout)",
@@ -127,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench,
+COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench, "evaluate": _evaluate,
             "ota-verify": _ota_verify, "ota-install": _ota_install, "ota-rollback": _ota_rollback}
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, TargetError
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.files import atomic_write_text, sha256_file
 from edgebuild.runtime.recipe import (
     ENGINE_FILE,
     ENGINE_JSON,
@@ -160,6 +160,12 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     recipe = Recipe.load(recipe_path)
     if verify_device:
         require_match(facts, recipe)
+    if not (recipe_path.parent / recipe.onnx).is_file() or \
+            sha256_file(recipe_path.parent / recipe.onnx) != recipe.onnx_sha256:
+        from edgebuild.errors import BundleError
+
+        raise BundleError("{}: {} is missing or does not match the recipe's onnx_sha256; no engine is built from "
+                          "it".format(recipe_path.parent, recipe.onnx), hint="copy the model folder again")
     if trt is None:
         if facts.tensorrt is None:
             raise CapabilityMissing(

@@ -110,6 +110,32 @@ class Recipe:
     def has_engine(folder: Union[str, Path]) -> bool:
         return (Path(folder) / ENGINE_FILE).is_file() and (Path(folder) / ENGINE_JSON).is_file()
 
+    def verify_files(self, folder: Union[str, Path]) -> None:
+        """Check the folder's model files against the hashes they were written with, before anything loads.
+
+        The ONNX must be the one the recipe names (``onnx_sha256``) and an engine plan the one its
+        ``engine.json`` describes (``plan_sha256``). Raises BundleError naming the file: a damaged or
+        swapped model is never served, benchmarked or built from.
+        """
+        from edgebuild.errors import BundleError
+        from edgebuild.runtime.files import sha256_file
+
+        folder = Path(folder)
+        onnx_path = folder / self.onnx
+        if not onnx_path.is_file():
+            raise BundleError("{}: {} is missing".format(folder, self.onnx), hint=_REBUILD)
+        if sha256_file(onnx_path) != self.onnx_sha256:
+            raise BundleError("{}: {} does not match the onnx_sha256 of {} (the file was changed or damaged "
+                              "after the recipe was written)".format(folder, self.onnx, RECIPE_FILE), hint=_REBUILD)
+        if Recipe.has_engine(folder):
+            try:
+                expected = json.loads((folder / ENGINE_JSON).read_text()).get("plan_sha256")
+            except ValueError as exc:
+                raise BundleError("{}: {} is not JSON ({})".format(folder, ENGINE_JSON, exc), hint=_REBUILD) from None
+            if expected and sha256_file(folder / ENGINE_FILE) != expected:
+                raise BundleError("{}: {} does not match the plan_sha256 of {}".format(folder, ENGINE_FILE,
+                                                                                      ENGINE_JSON), hint=_REBUILD)
+
     def compatibility(self) -> Dict[str, Any]:
         """What a device must be to run this folder (the OTA manifest's ``compatibility``)."""
         module = self.module

@@ -328,3 +328,38 @@ def test_systemd_hears_ready_only_after_warm_up(tmp_path: Path, monkeypatch) -> 
         running.stop()
         listener.close()
     assert message.startswith("READY=1\n") and "onnxruntime" in message
+
+
+def _perturb_weights(folder: Path) -> None:
+    """The model file changed after its recipe was written: the constant 2.0 becomes 2.5."""
+    model = onnx.load(str(folder / "model.onnx"))
+    two = next(t for t in model.graph.initializer if t.name == "two")
+    two.CopyFrom(helper.make_tensor("two", TensorProto.FLOAT, [], [2.5]))
+    onnx.save(model, str(folder / "model.onnx"))
+
+
+def test_a_model_file_that_does_not_match_its_recipe_is_never_served(tmp_path: Path) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    _perturb_weights(folder)
+    running = Server(folder, host="127.0.0.1", port=0, warmup_budget_s=1).start()
+    try:
+        client = Client(running.port)
+        deadline = time.time() + 30
+        while running.service.failed is None and time.time() < deadline:
+            time.sleep(0.05)
+        status, body = client.request("GET", "/v2/health/ready")
+        infer = client.json("POST", "/v2/models/tiny/infer", infer_body(np.zeros(SHAPES[0], np.float32)))[0]
+    finally:
+        running.stop()
+    assert status == 503 and infer == 503
+    assert "model.onnx does not match the onnx_sha256 of recipe.json" in body.decode()
+
+
+def test_bench_refuses_a_model_folder_whose_files_were_changed(tmp_path: Path) -> None:
+    folder = write_artifact(tmp_path / "yard")
+    _perturb_weights(folder)
+    done = subprocess.run([sys.executable, "-m", "edgebuild.runtime", "bench", str(folder), "--iterations", "3"],
+                          capture_output=True, text=True)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 15 and not answer["ok"]
+    assert "model.onnx does not match the onnx_sha256" in answer["message"]

@@ -38,6 +38,7 @@ def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path
     """(runner, why this backend) for a model folder; ``choice`` is one of ``BACKENDS``."""
     folder = Path(folder)
     recipe = recipe or Recipe.load(folder)
+    recipe.verify_files(folder)  # nothing loads from a folder whose files are not the ones recorded
     if choice in ("auto", "tensorrt"):
         try:
             return tensorrt_runner(folder, recipe, engine_cache, report)

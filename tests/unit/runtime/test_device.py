@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edgebuild.runtime.device import parse_nv_tegra_release, probe
 
 
@@ -17,3 +19,17 @@ def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_p
     host = probe(tmp_path)
     assert host.l4t == "36.4.3" and "nvidia,p3767-0005" in host.compatible
     assert parse_nv_tegra_release("# R35 (release), REVISION: 4.1") == "35.4.1"
+
+
+def test_no_engine_is_built_from_an_onnx_that_is_not_the_recipes(tmp_path: Path) -> None:
+    from edgebuild.errors import BundleError
+    from edgebuild.runtime.device import DeviceFacts, build_from_recipe
+    from tests.fakes.tensorrt_double import make_tensorrt
+    from tests.support.runtime_artifacts import write_artifact
+
+    folder = write_artifact(tmp_path / "yard")
+    (folder / "model.onnx").write_bytes((folder / "model.onnx").read_bytes() + b"\0")
+    host = DeviceFacts("10.3.0", "", "8.9", None, ())
+    with pytest.raises(BundleError, match="model.onnx is missing or does not match the recipe's onnx_sha256"):
+        build_from_recipe(folder / "recipe.json", host, verify_device=False, trt=make_tensorrt("10.3.0"))
+    assert not (folder / "engine.plan").exists()
