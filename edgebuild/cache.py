@@ -44,9 +44,10 @@ def tree_sha256(root: Path, pattern: str = "*.py") -> str:
     return digest.hexdigest()
 
 
-def files_digest(paths: list[Path]) -> str:
-    """Hash of a list of files by name and content (a data set's identity)."""
-    return digest([[p.name, file_sha256(p)] for p in paths])
+def files_digest(paths: list[Path], root: Path | None = None) -> str:
+    """Hash of a list of files by name (the path under ``root`` where given) and content: a data
+    set's identity, labels included where the folder is the label."""
+    return digest([[str(p.relative_to(root)) if root else p.name, file_sha256(p)] for p in paths])
 
 
 def digest(value: Any) -> str:

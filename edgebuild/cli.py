@@ -596,7 +596,8 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
     outcome = _run_until(plan, "container", container_flavor=flavor, base_image=base_image).outcome("container")
     if outcome.error:
         raise outcome.error
-    records = {u.group: u.record.as_dict() for u in outcome.units}
+    records = {u.group: {**u.record.as_dict(), "context": str(plan.project.build_dir / u.record.context)}
+               for u in outcome.units}
     if build_images:
         for group in plan.groups:
             container = group_container_plan(plan.project, group, flavor=flavor, base_image=base_image)

@@ -417,7 +417,7 @@ class ContainerRecord:
     ships_engine: bool
     limits: dict[str, Any]
     systemd_unit: str | None
-    context: str
+    context: str  # the build context, relative to the build folder
     notes: list[str]
 
     def as_dict(self) -> dict[str, Any]:
@@ -454,4 +454,5 @@ def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "
     report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
     return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
                            base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
-                           systemd_unit=written["systemd_unit"], context=str(out), notes=written["notes"])
+                           systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
+                           notes=written["notes"])

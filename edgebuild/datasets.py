@@ -149,7 +149,8 @@ def validation_digest(project: Project) -> str:
     if project.task.kind == "detection":
         coco = load_coco_set(project)
         return files_digest([coco.annotations_path, *[s.path for s in coco.samples]])
-    return files_digest([s.path for s in load_class_folder_set(project)])
+    return files_digest([s.path for s in load_class_folder_set(project)],
+                        root=project.path(project.data.validation.images))
 
 
 def missing_data(project: Project) -> dict[str, Path]:

@@ -201,16 +201,23 @@ class EngineRecord:
         return cls(**data)
 
 
-def engine_build_key(recipe: Any, placement: str) -> str:
+def engine_build_key(recipe: Any, placement: str, host: DeviceFacts | None = None) -> str:
     """What a built engine depends on: the ONNX, the builder settings, module, L4T and TensorRT.
 
     Not the model version, the runtime settings or the limits beyond the memory pool: changing
-    those rewrites the recipe and keeps the engine.
+    those rewrites the recipe and keeps the engine. A host-check engine also depends on the
+    host's own TensorRT and GPU, which built it.
     """
-    shippable = placement == "local" or placement.startswith("ssh://")
+    shippable = _shippable(placement)
     return digest({"onnx": recipe.onnx_sha256, "precision": recipe.precision, "profiles": recipe.profiles,
                    "workspace": recipe.workspace_bytes, "dla_core": recipe.dla_core, "module": recipe.module.id,
-                   "l4t": recipe.l4t, "tensorrt": recipe.tensorrt, "shippable": shippable})
+                   "l4t": recipe.l4t, "tensorrt": recipe.tensorrt, "shippable": shippable,
+                   **({} if shippable or host is None else {"host_tensorrt": host.tensorrt,
+                                                            "host_gpu": host.compute_capability})})
+
+
+def _shippable(placement: str) -> bool:
+    return placement == "local" or placement.startswith("ssh://")
 
 
 def _engine_intact(folder: Path) -> bool:
@@ -229,6 +236,20 @@ def _drop_engine(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
+def _keep(project: Project, group: SelectedGroup, gate: GateResult, previous: EngineRecord, host: DeviceFacts,
+          report: Any) -> EngineRecord | None:
+    """The previous run's engine, if its build key still holds and its files are intact (else None)."""
+    recipe_path = write_recipe(project, group, gate, previous.placement, previous.reason)
+    folder = recipe_path.parent
+    key = engine_build_key(Recipe.load(folder), previous.placement, host)
+    if key != previous.build_key or not _engine_intact(folder):
+        return None
+    report(f"engine: {group.name}: kept the engine built {previous.placement} (ONNX, builder settings, module, "
+           "L4T and TensorRT unchanged)")
+    check_engine_memory(folder / ENGINE_JSON, group.limits)  # the budget may have changed since
+    return replace(previous, target=group.target.id, kept=True, host=host.as_dict())
+
+
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
                 build_on: str | None = None, previous: EngineRecord | None = None, force: bool = False,
                 trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
@@ -239,20 +260,26 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
     overrides the group's own build device.
     """
     placement, why = decide_placement(group.target, host, build_on or group.build_on)
+    if not force and previous is not None and previous.built and _shippable(previous.placement) \
+            and not _shippable(placement):
+        # an engine a device built stays, even when this run names no build device (a later
+        # `package`, or a compile without --build-on), while nothing it depends on changed
+        kept = _keep(project, group, gate, previous, host, report)
+        if kept is not None:
+            return kept
     recipe_path = write_recipe(project, group, gate, placement, why)
     folder = recipe_path.parent
-    recipe = Recipe.load(folder)
-    key = engine_build_key(recipe, placement)
+    key = engine_build_key(Recipe.load(folder), placement, host)
     record = EngineRecord(group=group.name, target=group.target.id, placement=placement, reason=why,
                           folder=str(folder.relative_to(project.build_dir)), build_key=key, built=False, kept=False,
                           host=host.as_dict())
     if placement == "deferred":
         _drop_engine(folder)
         return record
-    if not force and previous is not None and previous.built and previous.build_key == key and _engine_intact(folder):
-        report(f"engine: {group.name}: kept the engine built {previous.placement} (ONNX, builder settings, module, "
-               "L4T and TensorRT unchanged)")
-        return replace(record, built=True, kept=True)
+    if not force and previous is not None and previous.built and previous.build_key == key:
+        kept = _keep(project, group, gate, previous, host, report)
+        if kept is not None:
+            return kept
     _drop_engine(folder)
     if placement.startswith("ssh://"):
         engine_json = build_over_ssh(recipe_path, placement, report=report)

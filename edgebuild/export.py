@@ -83,6 +83,11 @@ class ExportRecord:
         return self.files[self.onnx_path.name]
 
     @property
+    def content_sha256(self) -> str:
+        """Identity of the whole model: the ONNX and its external data (weights may live only there)."""
+        return digest(sorted(self.files.items())) if len(self.files) > 1 else self.sha256
+
+    @property
     def external_data(self) -> bool:
         return len(self.files) > 1
 

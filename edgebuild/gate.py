@@ -1,9 +1,10 @@
 """The accuracy gate: every precision candidate measured against the FP32 reference.
 
 retention = candidate metric / FP32 metric, on the same backend and the same images; a
-candidate passes at retention >= accuracy.min_retention. When plain INT8 fails, a sensitivity
-analysis ranks the layers by what quantizing each one alone costs, keeps the worst in floating
-point and re-evaluates, until the gate passes or quantize.max_kept_layers is reached.
+candidate passes at retention >= accuracy.min_retention. When plain INT8 fails, the layers are
+ranked by the quantization error of their activation inputs (per-channel SQNR in one run of the
+INT8 graph; weights are per-channel and not ranked), the worst are kept in floating point one
+more at a time and re-evaluated, until the gate passes or quantize.max_kept_layers is reached.
 
 Measurements are kept apart from the decision. Each measurement (a candidate's metric and
 latency, the sensitivity ranking) is stored under ``build/gate/measured/`` by a key of what it
@@ -132,11 +133,12 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
     settings = project.quantize.model_dump(exclude={"precisions", "max_kept_layers"})
     return {
         "measurement": "gate-measurement/2",
-        "model": export.sha256,
+        "model": export.content_sha256,
         "calibration": calibration_digest(project),
         "validation": validation_digest(project),
         "task": digest(project.task.model_dump()),
         "metric": project.metric,
+        "inputs": digest([s.model_dump() for s in project.model.inputs]),  # latency shape, host-check profiles
         "quantize": digest(settings),
         "backend": project.accuracy.backend,
         "tools": digest(tool_versions("onnxruntime", "onnx", "faster-coco-eval",
@@ -163,6 +165,14 @@ def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30
     return round(statistics.median(times), 3)
 
 
+class _SameGraph(Exception):
+    """A candidate whose graph is one already measured (raised inside its staging folder, so it is discarded)."""
+
+    def __init__(self, of: Measurement) -> None:
+        super().__init__(of.precision)
+        self.of = of
+
+
 class _Measurements:
     """The stored measurements of one exported model, taken on demand.
 
@@ -178,8 +188,10 @@ class _Measurements:
         self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
         self.parts = measurement_key_parts(project, export)
         self.gate = gate_dir(project)
-        self.root = self.gate / MEASURED_DIR / export.sha256[:12]
+        self.root = self.gate / MEASURED_DIR / export.content_sha256[:12]
         self.calibration_cache = self.root / f"calibration-{digest(self.parts)[:12]}.json"
+        if force:
+            self.calibration_cache.unlink(missing_ok=True)
         self.measured = 0
         self.stored = 0
         self._data: Any = None
@@ -237,22 +249,28 @@ class _Measurements:
         stored = self._stored(folder / "measurement.json", f"{name} measurement")
         if stored is not None and (folder / "model.onnx").is_file():
             measurement = Measurement(**stored)
-            self.stored += 1
             if measurement.graph in self.graphs:
                 return None
+            self.stored += 1
             self.graphs[measurement.graph] = measurement
             self._say(measurement, "stored")
             return measurement
         started = time.perf_counter()
-        with atomic_output_dir(folder) as staging:
-            built = self._build(precision, kept, staging / "model.onnx")
-            from edgebuild.quantize import graph_digest
+        try:
+            return self._take(precision, kept, folder, started)
+        except _SameGraph as same:
+            self.report(f"gate: keeping {', '.join(kept)} in float gives the graph of {same.of.precision} "
+                        f"{same.of.kept_fp32 or ''}: not measured again")
+            return None
 
+    def _take(self, precision: str, kept: tuple[str, ...], folder: Path, started: float) -> Measurement:
+        from edgebuild.quantize import graph_digest
+
+        with atomic_output_dir(folder) as staging:  # an exception leaves nothing behind
+            built = self._build(precision, kept, staging / "model.onnx")
             graph = graph_digest(built.onnx_path)
             if graph in self.graphs:
-                self.report(f"gate: keeping {', '.join(kept)} in float gives the graph of "
-                            f"{self.graphs[graph].precision} {self.graphs[graph].kept_fp32 or ''}: not measured again")
-                return None
+                raise _SameGraph(self.graphs[graph])
             runner = self._runner(built, staging)
             from edgebuild.evaluate import evaluate
 

@@ -161,18 +161,23 @@ class TorchRunner:
 
 
 def model_source_digest(project: Project) -> str:
-    """Hash of the entry point's package (or module) source, found without importing it."""
-    import importlib.util
+    """Hash of every Python file under ``model.python_path`` (names and contents), found without
+    importing anything: the entry point may import sibling modules, and a change in any of them
+    must re-export. The build folder, hidden folders and virtual environments are left out."""
+    from edgebuild.cache import file_sha256
 
-    from edgebuild.cache import tree_sha256
+    build = project.build_dir.resolve()
+    entries = []
+    for root in (project.path(p) for p in project.model.python_path):
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else []:
+            parts = path.relative_to(root).parts
+            if any(p.startswith(".") or p in ("__pycache__", "site-packages") for p in parts) \
+                    or path.resolve().is_relative_to(build):
+                continue
+            entries.append(f"{path.relative_to(root)}:{file_sha256(path)}")
+    from edgebuild.cache import digest
 
-    top = project.model.entry_point.split(":")[0].split(".")[0]
-    with _project_on_path(project):
-        spec = importlib.util.find_spec(top)
-    if spec is None or spec.origin is None:
-        return "unknown"
-    origin = Path(spec.origin)
-    return tree_sha256(origin.parent if origin.name == "__init__.py" else origin)
+    return digest(entries) if entries else "unknown"
 
 
 def model_key_parts(project: Project) -> dict[str, str]:

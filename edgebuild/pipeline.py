@@ -88,7 +88,7 @@ class StageInputs:
     group: SelectedGroup | None
     records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages)
     previous: Any = None  # the stage's last record whatever its key (per-group stages: this group's)
-    forced: bool = False
+    forced: bool = False  # named in --force: also ignore the stage's own stores (measurements, kept engines)
     shared: dict[str, Any] = field(default_factory=dict)  # memo for expensive objects (the torch model)
 
     @property
@@ -254,7 +254,10 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
         raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(s.name for s in every)}")
     wanted = dependencies(until, every) if until else {s.name for s in every}
     stages = tuple(s for s in every if s.name in wanted)
-    forced = {s.name for s in every} if "all" in options.force else dependents(set(options.force), every)
+    # a forced stage and what reads it run again; only the named ones also ignore their own stores
+    # (the gate's measurements, a kept engine): the others re-decide from content as usual
+    named = {s.name for s in every} if "all" in options.force else set(options.force)
+    forced = dependents(named, every)
     project = plan.project
     done: list[StageOutcome] = []
     shared: dict[str, Any] = {}
@@ -268,8 +271,8 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
                 return CompileReport(plan, (outcome,))
         for stage in stages:
             scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
-            units = tuple(_run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced)
-                          for scope in scopes)
+            units = tuple(_run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced,
+                                    stage.name in named) for scope in scopes)
             outcome = StageOutcome(stage, units)
             done.append(outcome)
             if on_stage:
@@ -292,21 +295,21 @@ def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome
 
 
 def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
-              done: list[StageOutcome], shared: dict[str, Any], forced: bool) -> UnitOutcome:
+              done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
     if missing:
         return UnitOutcome(name, "not run", missing, why=missing)
     project = plan.project
     record_name = f"{stage.name}/{group.name}" if group else stage.name
-    inputs = StageInputs(plan, options, report, group, records, forced=forced, shared=shared)
+    inputs = StageInputs(plan, options, report, group, records, forced=named, shared=shared)
     try:
         key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
         previous, _ = load_stage_record(project.build_dir, record_name, project.project.name)
         if previous is not None:
             inputs.previous = _load(stage, inputs, previous)
         if forced:
-            why = "forced (--force)"
+            why = "forced (--force)" if named else "forced: it reads a stage forced with --force"
         else:
             stored, why = read_stage_record(project.build_dir, record_name, project.project.name, key)
             typed = _load(stage, inputs, stored) if stored is not None else None

@@ -224,8 +224,9 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
 def _dtype_finding(name: str, node: onnx.NodeProto, entry: dict[str, Any], found: str | None, release: Any,
                    settings: dict[str, Any]) -> Finding | None:
     """The node's data input against the op's Supported Types column, or None when it fits (or is unknown)."""
-    listed = {t for t in entry.get("dtypes", []) if t.isupper() and " " not in t}
-    if not listed or found is None:
+    aliases = settings.get("aliases", {})
+    listed = {aliases.get(t, t) for t in entry.get("dtypes", []) if t.isupper() and " " not in t}
+    if not listed or found is None or node.op_type in settings.get("shape_input", []):
         return None
     if found == "INT64" and _version(release.tensorrt) < _version(settings.get("int64_as_int32_before", "0")):
         found = "INT32"  # cast down by the 8.x parser (the [int64] warning says so)

@@ -193,7 +193,11 @@ def int8_candidate(project: Project, source: Path, out: Path, calibration_cache:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     method, extra = _method(project)
-    reader = None if calibration_cache.is_file() else _reader_class()(project, progress)
+    calibrating = not calibration_cache.is_file()
+    reader = _reader_class()(project, progress) if calibrating else None
+    # the quantizer writes the cache as it calibrates: into a temporary name, renamed once complete
+    cache_path = calibration_cache.with_name(f".tmp-{os.getpid()}-{calibration_cache.name}") if calibrating \
+        else calibration_cache
     op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
     extra = {**extra, "ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
              "DedicatedQDQPair": True, "OpTypesToExcludeOutputQuantization": op_types}
@@ -204,10 +208,14 @@ def int8_candidate(project: Project, source: Path, out: Path, calibration_cache:
                 str(source), str(out), reader, quant_format=QuantFormat.QDQ,
                 per_channel=project.quantize.per_channel, activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8, calibrate_method=method, extra_options=extra,
-                op_types_to_quantize=op_types, nodes_to_quantize=nodes, calibration_cache_path=str(calibration_cache),
+                op_types_to_quantize=op_types, nodes_to_quantize=nodes, calibration_cache_path=str(cache_path),
             )
     except Exception as exc:  # the quantizer raises plain exceptions for graphs it cannot handle
+        if calibrating:
+            cache_path.unlink(missing_ok=True)
         raise ExportError(f"{source}: INT8 quantization failed: {type(exc).__name__}: {exc}") from exc
+    if calibrating and cache_path.is_file():
+        os.replace(cache_path, calibration_cache)
     leaks = float_leaks(out, exclude)
     if leaks:  # a bug of ours or the quantizer's: never measure a graph that is not what it says
         raise ExportError(f"{out}: layers meant to stay in float still read quantized tensors: {', '.join(leaks)}")

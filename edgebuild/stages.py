@@ -127,7 +127,7 @@ def _preflight_key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.profiles import data_dir
 
     group = inputs.group
-    return {"onnx": inputs.records["export"].sha256, "target": group.target.id, "use_dla": str(group.use_dla),
+    return {"onnx": inputs.records["export"].content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
             "parser_tables": tree_sha256(data_dir("profiles") / "tensorrt", "*.toml")}
 
 
@@ -285,7 +285,7 @@ def _container_run(inputs: StageInputs) -> Any:
 
 
 def _container_outputs(inputs: StageInputs, record: Any) -> list[Path]:
-    return [Path(record.context)]
+    return [inputs.project.build_dir / record.context]
 
 
 def _container_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
@@ -307,10 +307,10 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
     key = project.path(ota.signing_key) if ota.signing_key else None
     since = inputs.options.package_since
     return {"model_folder": digest(_model_folder_key(inputs)),
-            "run_specs": digest(_folder_key(Path(inputs.records["container"].context))),
+            "run_specs": digest(_folder_key(project.build_dir / inputs.records["container"].context)),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
-            "since": file_sha256(since) if since and since.is_file() else str(since or "")}
+            "since": (file_sha256(since) if since.is_file() else tree_sha256(since, "*")) if since else ""}
 
 
 def _package_run(inputs: StageInputs) -> Any:

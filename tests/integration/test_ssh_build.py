@@ -110,6 +110,10 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
                                       "module, L4T and TensorRT unchanged)"]
     assert (engine_json.parent / "engine.plan").read_bytes() == PLAN
 
+    # a run that names no build device (a later `package`) keeps it too, instead of deferring
+    later = _planned(validated_digits, None, previous=kept)
+    assert later.kept and later.placement == jetson.url and (engine_json.parent / "engine.plan").read_bytes() == PLAN
+
     # a forced build sends the host's timing cache to the device, which loads it
     again = _planned(validated_digits, jetson.url, previous=kept, force=True)
     assert not again.kept

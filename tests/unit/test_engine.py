@@ -99,6 +99,11 @@ def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_co
     rebuilt = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=forced, trt=trt)
     assert not rebuilt.kept and rebuilt.build_key != forced.build_key and _builds(trt) == 3
 
+    tight = replace(bigger, limits=replace(bigger.limits, engine_device_memory_max=1 << 20))
+    with pytest.raises(LimitError, match="more than the 1.0 MiB"):  # a kept engine meets the new budget too
+        plan_engine(project, tight, gate, host=HOST_CHECK, previous=rebuilt, trt=trt)
+    assert _builds(trt) == 3
+
     plan_file.write_bytes(b"damaged")
     repaired = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=rebuilt, trt=trt)
     assert not repaired.kept and _builds(trt) == 4  # the plan no longer matches engine.json's plan_sha256

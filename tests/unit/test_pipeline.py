@@ -171,3 +171,16 @@ def test_two_compiles_of_one_project_are_refused(toy) -> None:
 def test_unknown_stage_in_force_is_refused(toy) -> None:
     with pytest.raises(ValueError, match="unknown stage"):
         toy.run(force=frozenset({"nope"}))
+
+
+def test_moving_an_image_to_another_class_folder_changes_the_validation_identity(example_copy) -> None:
+    from edgebuild.datasets import prepare_data, validation_digest
+
+    project = load_project(example_copy("digits-classifier"))
+    prepare_data(project)
+    before = validation_digest(project)
+    images = project.path(project.data.validation.images)
+    first, second = sorted(p for p in images.iterdir() if p.is_dir())[:2]
+    moved = sorted(first.iterdir())[0]
+    moved.rename(second / moved.name)  # same names, same bytes, another label
+    assert validation_digest(project) != before
