@@ -6,6 +6,7 @@ Each refusal must leave the running version untouched; the device is a folder of
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
@@ -208,16 +209,20 @@ def test_a_delta_carries_only_changed_files_and_installs_only_over_its_base(
     import onnx
 
     model = onnx.load_from_string(files["model.onnx"])
-    model.doc_string = "retrained"  # one file changed; its outputs, and so the health reference, stay the same
+    model.doc_string = "retrained"  # the model changed; its outputs, and so the health reference, stay the same
     files["model.onnx"] = model.SerializeToString()
+    # and with it the recipe, which records the model's hash (the files the delta leaves out are unchanged)
+    recipe = json.loads(files["recipe.json"])
+    recipe["onnx_sha256"] = hashlib.sha256(files["model.onnx"]).hexdigest()
+    files["recipe.json"] = json.dumps(recipe, indent=2).encode()
     delta = _bundle(artifact, tmp_path / "delta.edgebundle", "2.0.0", key, files=files, base=base)
     names = [m.name for m, _ in _members(delta)]
-    assert names == ["manifest.json", "manifest.sig", "payload/model.onnx"]
+    assert sorted(names) == ["manifest.json", "manifest.sig", "payload/model.onnx", "payload/recipe.json"]
     done = install(delta, root, public, root=device)
     assert done["installed"] == "2.0.0"
     slot = root / "versions" / "2.0.0"
     assert (slot / "model.onnx").read_bytes() == files["model.onnx"]
-    assert (slot / "recipe.json").read_bytes() == (artifact / "recipe.json").read_bytes()  # taken from 1.0.0
+    assert (slot / "reference.npz").read_bytes() == (root / "versions" / "1.0.0" / "reference.npz").read_bytes()
     # over anything but 1.0.0 it is refused
     with pytest.raises(BundleError, match="applies only over version 1.0.0; the active version is 2.0.0"):
         install(_bundle(artifact, tmp_path / "delta3.edgebundle", "3.0.0", key, files=files, base=base), root,

@@ -19,7 +19,15 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.runtime.server import Server
-from tests.support.runtime_artifacts import SHAPES, Client, check_answers_match_the_host, infer_body, write_artifact
+from tests.support.runtime_artifacts import (
+    SHAPES,
+    TARGET,
+    Client,
+    check_answers_match_the_host,
+    infer_body,
+    recipe_for,
+    write_artifact,
+)
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +251,7 @@ def test_dynamic_batching_turns_itself_off_for_outputs_without_a_batch_axis(tmp_
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.save(model, folder / "model.onnx")
+    recipe_for(folder, TARGET).save(folder)  # as compile would: the recipe records the new model's hash
     running = Server(folder, host="127.0.0.1", port=0, warmup=False, max_batch_size=4,
                      max_queue_delay_ms=200).start()
     try:
