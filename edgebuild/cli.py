@@ -158,7 +158,7 @@ def _parse_force(value: str | None) -> frozenset[str]:
     return names
 
 
-_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, accept, container, package"
 
 
 @main.command("compile")
@@ -177,8 +177,10 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
     """Run the pipeline for every fleet group the target selects.
 
     \b
-    Stages, in order (per group: preflight, engine, container, package):
-      model, reference, export, preflight, gate, engine, container, package
+    Stages, in order (per group: preflight, engine, accept, container, package):
+      model, reference, export, preflight, gate, engine, accept, container, package
+    accept measures an engine built on a device (local, ssh://) on that device over the
+    validation set; one below accuracy.min_retention is not packaged (exit 11).
     A stage whose inputs (file contents, the settings it reads, edgebuild's version) did not
     change since its last run is reused, and the summary says so. The gate's measurements are
     stored apart from its decision: changing only accuracy.min_retention, accuracy.select or

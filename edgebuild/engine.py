@@ -288,3 +288,58 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
         engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=report)
     check_engine_memory(Path(engine_json), group.limits)
     return replace(record, built=True)
+
+
+@dataclass(frozen=True)
+class AcceptRecord:
+    """The accept stage's result: the shipping engine's metric, measured where it was built."""
+
+    group: str
+    applicable: bool
+    reason: str
+    where: str = ""
+    backend: str = ""
+    metric: str = ""
+    value: float = 0.0
+    retention: float = 0.0
+    passed: bool = True
+    images: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def accept_engine(project: Project, engine: EngineRecord, gate: GateResult, *, evaluate_remote: Any = None,
+                  evaluate_local: Any = None, report: Any = lambda _: None) -> AcceptRecord:
+    """Measure a device-built engine on its device over the validation set, against the gate's FP32.
+
+    Only engines that ship (``local``, ``ssh://``) are measured; a deferred group is not
+    applicable here (the device builds its engine at first boot). ``evaluate_remote`` /
+    ``evaluate_local`` are injectable for tests; by default the device evaluation over SSH
+    (``edgebuild.evaluate.evaluate_on_device``) and the folder's backend here.
+    """
+    if not engine.built or not _shippable(engine.placement):
+        why = ("deferred: the device builds the engine at first start (its acceptance there is not built yet)"
+               if not engine.built else f"{engine.placement}: a host-check engine is never packaged")
+        return AcceptRecord(engine.group, False, why)
+    folder = project.build_dir / engine.folder
+    if engine.placement.startswith("ssh://"):
+        from edgebuild.evaluate import evaluate_on_device
+
+        evaluation, _ = (evaluate_remote or evaluate_on_device)(project, folder, engine.placement, report=report)
+    else:
+        evaluation = (evaluate_local or _evaluate_here)(project, folder)
+    retention = evaluation.value / gate.reference_value
+    report(f"accept: {engine.group}: {evaluation.metric} {evaluation.value:.4f}, retention {retention:.3f} "
+           f"[{evaluation.backend} on {engine.placement}]")
+    return AcceptRecord(engine.group, True, "built on a device", where=engine.placement, backend=evaluation.backend,
+                        metric=evaluation.metric, value=round(evaluation.value, 6), retention=round(retention, 6),
+                        passed=retention >= project.accuracy.min_retention, images=evaluation.images)
+
+
+def _evaluate_here(project: Project, folder: Path) -> Any:
+    from edgebuild.evaluate import evaluate
+    from edgebuild.runtime.backends.select import load_backend
+
+    runner, _ = load_backend(folder, "tensorrt")
+    return evaluate(project, runner, progress=False)

@@ -253,6 +253,47 @@ def _engine_describe(record: Any) -> str:
     return f"{record.placement}, engine {'kept' if record.kept else 'built'}"
 
 
+# -- accept (per group) ------------------------------------------------------------------------
+
+def _accept_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.datasets import validation_digest
+
+    engine = inputs.records["engine"]
+    return {"model_folder": digest(_model_folder_key(inputs)), "placement": engine.placement,
+            "built": str(engine.built), "validation": validation_digest(inputs.project),
+            "reference": str(inputs.records["gate"].reference_value),
+            "min_retention": str(inputs.project.accuracy.min_retention)}
+
+
+def _accept_run(inputs: StageInputs) -> Any:
+    from edgebuild.engine import accept_engine
+
+    return accept_engine(inputs.project, inputs.records["engine"], inputs.records["gate"], report=inputs.report)
+
+
+def _accept_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
+    from edgebuild.engine import AcceptRecord
+
+    return AcceptRecord(**data)
+
+
+def _accept_describe(record: Any) -> str:
+    if not record.applicable:
+        return f"not applicable: {record.reason}"
+    return (f"{record.metric} {record.value:.4f} on {record.images} images, retention {record.retention:.3f} "
+            f"{'pass' if record.passed else 'FAIL'} [{record.backend} on {record.where}]")
+
+
+def _accept_verdict(inputs: StageInputs, record: Any) -> AccuracyGateError | None:
+    if not record.applicable or record.passed:
+        return None
+    return AccuracyGateError(
+        f"{record.group}: the engine built {record.where} keeps {record.retention:.3f} of the FP32 {record.metric} "
+        f"({record.value:.4f} against {inputs.records['gate'].reference_value:.4f}) [{record.backend}], below "
+        f"accuracy.min_retention {inputs.project.accuracy.min_retention}; it is not packaged",
+        hint="select a higher precision for this target (quantize.precisions) or keep more layers in float")
+
+
 # -- container (per group) ---------------------------------------------------------------------
 
 def _model_folder_key(inputs: StageInputs) -> dict[str, str]:
@@ -358,10 +399,15 @@ STAGES: tuple[Stage, ...] = (
     Stage("engine", 2, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
                        "over SSH, or deferred to the device with its recipe", ("gate", "preflight"), True,
           _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe),
+    Stage("accept", 1, "the metric of an engine built on a device, measured on that device, against the gate's "
+                       "threshold; a failing engine is not packaged", ("engine", "gate"), True,
+          _accept_key, _accept_run, lambda i, r: [], _dump, _accept_load, _accept_describe, verdict=_accept_verdict,
+          needs_data=True),
     Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
                           "systemd)", ("engine",), True,
           _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),
-    Stage("package", 2, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "container"), True,
+    Stage("package", 3, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "accept", "container"),
+          True,
           _package_key, _package_run, _package_outputs, _dump, _package_load, _package_describe),
 )
 

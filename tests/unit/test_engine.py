@@ -123,3 +123,39 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
         plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
     recipe = json.loads((project.build_dir / "engines" / "sorters" / "recipe.json").read_text())
     assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
+
+
+def _device_result(value: float):
+    from edgebuild.evaluate import Evaluation
+
+    return lambda project, folder, url, report=None: (
+        Evaluation("top-1", value, {"top-1": value}, "tensorrt 10.3.0 (recorded)", 359, 0.5), {})
+
+
+def test_accept_measures_only_shipping_engines_and_refuses_one_below_the_threshold(example_copy) -> None:
+    from edgebuild.engine import EngineRecord, accept_engine
+    from edgebuild.stages import _accept_verdict
+
+    project, gate = _gated(example_copy("digits-classifier"))
+    shipped = EngineRecord(group="sorters", target="orin-nano-4gb@6.2", placement="ssh://nvidia@orin-01",
+                           reason="built there", folder="engines/sorters", build_key="k", built=True, kept=False,
+                           host={})
+    good = accept_engine(project, shipped, gate, evaluate_remote=_device_result(gate.reference_value * 0.97))
+    assert good.applicable and good.passed and good.retention == pytest.approx(0.97)
+    bad = accept_engine(project, shipped, gate, evaluate_remote=_device_result(gate.reference_value * 0.80))
+    assert bad.applicable and not bad.passed
+
+    class Inputs:  # what the stage's verdict reads
+        records = {"gate": gate}
+
+    Inputs.project = project
+    error = _accept_verdict(Inputs, bad)
+    assert error is not None and error.exit_code == 11
+    assert "keeps 0.800 of the FP32 top-1" in error.message and "not packaged" in error.message
+    assert _accept_verdict(Inputs, good) is None
+
+    deferred = replace(shipped, placement="deferred", built=False)
+    skipped = accept_engine(project, deferred, gate, evaluate_remote=lambda *a, **k: pytest.fail("not measured"))
+    assert not skipped.applicable and "deferred" in skipped.reason and _accept_verdict(Inputs, skipped) is None
+    host_check = replace(shipped, placement="host-check")
+    assert not accept_engine(project, host_check, gate).applicable
