@@ -301,8 +301,7 @@ class AcceptRecord:
     backend: str = ""
     metric: str = ""
     value: float = 0.0
-    retention: float = 0.0
-    passed: bool = True
+    retention: float = 0.0  # against the gate's FP32 reference; the stage's verdict applies min_retention
     images: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -334,7 +333,7 @@ def accept_engine(project: Project, engine: EngineRecord, gate: GateResult, *, e
            f"[{evaluation.backend} on {engine.placement}]")
     return AcceptRecord(engine.group, True, "built on a device", where=engine.placement, backend=evaluation.backend,
                         metric=evaluation.metric, value=round(evaluation.value, 6), retention=round(retention, 6),
-                        passed=retention >= project.accuracy.min_retention, images=evaluation.images)
+                        images=evaluation.images)
 
 
 def _evaluate_here(project: Project, folder: Path) -> Any:

@@ -132,7 +132,7 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
 
     settings = project.quantize.model_dump(exclude={"precisions", "max_kept_layers"})
     return {
-        "measurement": "gate-measurement/2",
+        "measurement": "gate-measurement/3",
         "model": export.content_sha256,
         "calibration": calibration_digest(project),
         "validation": validation_digest(project),
@@ -236,8 +236,8 @@ class _Measurements:
         if not out.is_file():
             staging = out.with_name(f".tmp-{out.name}")  # keeps the .onnx suffix the pre-processor wants
             prepared = prepare_for_quantization(self.fp32_path(), staging)
-            if prepared != staging.resolve():
-                return prepared  # pre-processing failed: quantize the plain model
+            if prepared != staging.resolve():  # pre-processing failed: quantize the plain model, kept as such
+                shutil.copyfile(prepared, staging)
             staging.replace(out)
         return out
 
@@ -301,10 +301,33 @@ class _Measurements:
     def plan(self) -> Any:
         """Which nodes TensorRT would run in INT8 (``edgebuild.quantize.quantization_plan``)."""
         if self._plan is None:
-            from edgebuild.quantize import quantization_plan
+            from edgebuild.quantize import QuantizationPlan, quantization_plan
 
-            self._plan = quantization_plan(self.project, self.prepared_path())
+            path = self.root / f"plan-{self._key({'plan': 1})}.json"
+            stored = self._stored(path, "INT8 placement")
+            if stored is not None:
+                self._plan = QuantizationPlan(**{k: tuple(v) for k, v in stored.items()})
+            else:
+                self._plan = quantization_plan(self.project, self.prepared_path())
+                atomic_write_text(path, json.dumps(asdict(self._plan)))
         return self._plan
+
+    def rejections(self, measurement: Measurement, groups: tuple[Any, ...]) -> list[str]:
+        """``tensorrt_rejections`` of a measured candidate, kept beside it per set of targets and parser tables."""
+        if not groups:
+            return []
+        from edgebuild.cache import tree_sha256
+        from edgebuild.profiles import data_dir
+
+        targets = digest([sorted(g.target.id for g in groups), tree_sha256(data_dir("profiles") / "tensorrt", "*.toml"),
+                          measurement.graph])
+        path = (self.gate / measurement.onnx).parent / f"rejections-{targets[:16]}.json"
+        stored = self._stored(path, "TensorRT check")
+        if stored is not None:
+            return list(stored)
+        found = tensorrt_rejections(self.gate / measurement.onnx, groups)
+        atomic_write_text(path, json.dumps(found))
+        return found
 
     def _build(self, precision: str, kept: tuple[str, ...], out: Path) -> Any:
         from edgebuild.quantize import Candidate, fp16_candidate, int8_candidate
@@ -467,7 +490,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
     for m in measured:
         retention = m.value / reference
         base = "int8" if m.precision == "int8-mixed" else m.precision
-        rejected = tensorrt_rejections(store.gate / m.onnx, groups)
+        rejected = store.rejections(m, groups)
         results.append(CandidateResult(
             precision=m.precision, onnx=m.onnx, metric=m.metric, value=m.value, retention=round(retention, 6),
             passed=retention >= threshold, selectable=base in project.quantize.precisions and not rejected,

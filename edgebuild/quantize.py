@@ -113,22 +113,28 @@ def _method(project: Project) -> tuple[Any, dict[str, Any]]:
 
 
 def prepare_for_quantization(source: Path, out: Path) -> Path:
-    """ONNX Runtime's recommended pre-processing (shape inference, graph clean-up)."""
+    """ONNX Runtime's recommended pre-processing (shape inference, graph clean-up) into ``out``.
+
+    Symbolic shape inference first; where it cannot finish (it fails on some exported graphs)
+    ONNX's own shape inference; where both fail, ``source`` itself, returned as it is.
+    """
     from onnxruntime.quantization import quant_pre_process
 
     source, out = source.resolve(), out.resolve()
     previous = os.getcwd()
-    try:
-        # its symbolic shape inference drops temporary files into the working directory
-        with _quiet(), tempfile.TemporaryDirectory() as scratch:
-            os.chdir(scratch)
-            try:
-                quant_pre_process(str(source), str(out), skip_symbolic_shape=False)
-            finally:
-                os.chdir(previous)
-    except Exception:  # symbolic shape inference fails on some graphs; the plain model still quantizes
-        return source
-    return out
+    for symbolic in (True, False):
+        try:
+            # its symbolic shape inference drops temporary files into the working directory
+            with _quiet(), tempfile.TemporaryDirectory() as scratch:
+                os.chdir(scratch)
+                try:
+                    quant_pre_process(str(source), str(out), skip_symbolic_shape=not symbolic)
+                finally:
+                    os.chdir(previous)
+            return out
+        except Exception:  # the pre-processor raises plain exceptions for graphs it cannot infer
+            continue
+    return source
 
 
 #: what an activation passes through between a weighted op and a residual Add that TensorRT fuses

@@ -261,8 +261,7 @@ def _accept_key(inputs: StageInputs) -> dict[str, str]:
     engine = inputs.records["engine"]
     return {"model_folder": digest(_model_folder_key(inputs)), "placement": engine.placement,
             "built": str(engine.built), "validation": validation_digest(inputs.project),
-            "reference": str(inputs.records["gate"].reference_value),
-            "min_retention": str(inputs.project.accuracy.min_retention)}
+            "reference": str(inputs.records["gate"].reference_value)}  # the threshold is the verdict's
 
 
 def _accept_run(inputs: StageInputs) -> Any:
@@ -281,11 +280,11 @@ def _accept_describe(record: Any) -> str:
     if not record.applicable:
         return f"not applicable: {record.reason}"
     return (f"{record.metric} {record.value:.4f} on {record.images} images, retention {record.retention:.3f} "
-            f"{'pass' if record.passed else 'FAIL'} [{record.backend} on {record.where}]")
+            f"[{record.backend} on {record.where}]")
 
 
 def _accept_verdict(inputs: StageInputs, record: Any) -> AccuracyGateError | None:
-    if not record.applicable or record.passed:
+    if not record.applicable or record.retention >= inputs.project.accuracy.min_retention:
         return None
     return AccuracyGateError(
         f"{record.group}: the engine built {record.where} keeps {record.retention:.3f} of the FP32 {record.metric} "
