@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.cache import digest, file_sha256
 from edgebuild.errors import LimitError, RemoteError
 from edgebuild.limits import LimitPreset, human_size
+from edgebuild.runtime.acceptance import ACCEPTANCE_FILE
 from edgebuild.runtime.device import DeviceFacts, build_from_recipe, module_matches, require_match
 from edgebuild.runtime.files import atomic_write_bytes, atomic_writer
 from edgebuild.runtime.recipe import (
@@ -82,6 +83,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     if not onnx_path.is_file() or file_sha256(onnx_path) != onnx_sha256:
         with atomic_writer(onnx_path) as out, open(source, "rb") as data:
             shutil.copyfileobj(data, out)
+    acceptance = _write_acceptance(project, gate, source, folder)
     Recipe(
         group=group.name,
         model_name=project.project.name,
@@ -109,8 +111,22 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         l4t=target.release.l4t,
         l4t_accepted=[target.release.l4t, *target.release.l4t_aliases],
         tensorrt=target.release.tensorrt,
+        acceptance=ACCEPTANCE_FILE,
+        acceptance_sha256=acceptance,
     ).save(folder)
     return folder / RECIPE_FILE
+
+
+def _write_acceptance(project: Project, gate: GateResult, candidate: Path, folder: Path) -> str:
+    """The folder's acceptance set (``edgebuild.evaluate.acceptance_set``); returns its sha256."""
+    from edgebuild.evaluate import ACCEPTANCE_IMAGES, ValidationSet, acceptance_set
+
+    data = ValidationSet(project, limit=ACCEPTANCE_IMAGES)
+    payload, _ = acceptance_set(project, data, gate.folder / gate.candidate("fp32").onnx, candidate)
+    path = folder / ACCEPTANCE_FILE
+    if not path.is_file() or file_sha256(path) != hashlib.sha256(payload).hexdigest():
+        atomic_write_bytes(path, payload)
+    return hashlib.sha256(payload).hexdigest()
 
 
 def check_engine_memory(engine_json: Path, limits: LimitPreset) -> None:

@@ -270,3 +270,50 @@ def evaluate_on_device(project: Project, folder: Path, url: str, *, data: Valida
         raise RemoteError(f"{url}: the evaluation results arrived with another sha256 than the device computed")
     evaluation = score_device_results(project, data, fetched, result["backend"], result["inference_s"])
     return evaluation, {**result, "device": answer.get("device"), "sent": sent}
+
+
+# -- the acceptance set a model folder carries -------------------------------------------------------
+
+#: the acceptance statistic's settings, chosen by measurement (README, "Accuracy on the device")
+ACCEPTANCE_IMAGES = 32
+ACCEPTANCE_MIN_SCORE = 0.25
+ACCEPTANCE_IOU = 0.85
+ACCEPTANCE_MARGIN = 0.04
+
+
+def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candidate_onnx: Path) -> tuple[bytes, float]:
+    """``acceptance.npz`` for a model folder, and the agreement the candidate itself reaches on it here.
+
+    The first ``ACCEPTANCE_IMAGES`` validation inputs, FP32's results for them, and a threshold of
+    the candidate's own agreement with FP32 minus ``ACCEPTANCE_MARGIN``: an engine that computes
+    what the gate measured passes, one that loses the gate's margin does not.
+    """
+    import io
+
+    from edgebuild.runtime import acceptance
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    inputs = np.concatenate([batch for _, batch, _ in data.batches()])[:ACCEPTANCE_IMAGES]
+    name, batch = project.model.inputs[0].name, evaluation_batch_size(project)
+    fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
+    settings: dict[str, Any] = {"inputs": inputs.astype(np.float32), "threshold": np.float64(0.0)}
+    if project.task.kind == "detection":
+        post = project.task.postprocess
+        params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
+        found = [decode_detections(fp32[post.boxes_output][i], fp32[post.scores_output][i], params)
+                 for i in range(len(inputs))]
+        settings.update(kind=np.asarray("detection"), boxes_output=np.asarray(post.boxes_output),
+                        scores_output=np.asarray(post.scores_output), score_threshold=np.float64(post.score_threshold),
+                        nms_iou=np.float64(post.nms_iou), max_detections=np.int64(post.max_detections),
+                        min_score=np.float64(ACCEPTANCE_MIN_SCORE), iou=np.float64(ACCEPTANCE_IOU),
+                        **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
+    else:
+        logits = project.task.postprocess.logits_output
+        settings.update(kind=np.asarray("classification"), logits_output=np.asarray(logits),
+                        fp32_top1=np.argmax(fp32[logits], axis=-1).astype(np.int64))
+    own = acceptance.agreement_of(settings, acceptance.run_outputs(OnnxRuntimeRunner(candidate_onnx), inputs, name,
+                                                                   batch))
+    settings["threshold"] = np.float64(max(0.0, own - ACCEPTANCE_MARGIN))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **settings)
+    return buffer.getvalue(), own

@@ -90,13 +90,16 @@ class Recipe:
     l4t: str
     l4t_accepted: List[str]
     tensorrt: str
+    #: the acceptance set the server runs before it serves (``runtime/acceptance.py``), and its sha256
+    acceptance: Optional[str] = None
+    acceptance_sha256: Optional[str] = None
     schema: str = RECIPE_SCHEMA
 
     # -- the folder ------------------------------------------------------------------------------
 
     def file_names(self, engine: bool = True) -> List[str]:
         """The folder's files: the recipe and the ONNX, and with ``engine`` the plan and its metadata."""
-        names = [RECIPE_FILE, self.onnx]
+        names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
         if engine:
             names += [ENGINE_FILE, ENGINE_JSON]
         return names
@@ -127,6 +130,10 @@ class Recipe:
         if sha256_file(onnx_path) != self.onnx_sha256:
             raise BundleError("{}: {} does not match the onnx_sha256 of {} (the file was changed or damaged "
                               "after the recipe was written)".format(folder, self.onnx, RECIPE_FILE), hint=_REBUILD)
+        if self.acceptance and (not (folder / self.acceptance).is_file()
+                                or sha256_file(folder / self.acceptance) != self.acceptance_sha256):
+            raise BundleError("{}: {} is missing or does not match the acceptance_sha256 of {}".format(
+                folder, self.acceptance, RECIPE_FILE), hint=_REBUILD)
         if Recipe.has_engine(folder):
             try:
                 expected = json.loads((folder / ENGINE_JSON).read_text()).get("plan_sha256")

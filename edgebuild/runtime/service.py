@@ -72,6 +72,7 @@ class ModelService:
         self.backend_reason = ""
         self.output_names = []  # type: List[str]
         self.warmup = {}  # type: Dict[str, Any]
+        self.acceptance = {}  # type: Dict[str, Any]
         self.requests = {"success": 0, "failure": 0, "bad_request": 0}
         self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
@@ -96,6 +97,22 @@ class ModelService:
 
     # -- the worker thread -------------------------------------------------------------------
 
+    def _accept(self, runner: Any) -> None:
+        """The folder's acceptance set through this backend; one that disagrees with FP32 is not served."""
+        if not self.recipe.acceptance:
+            return
+        from edgebuild.errors import AccuracyGateError
+        from edgebuild.runtime import acceptance
+
+        name, shapes = next(iter(self.recipe.profiles.items()))
+        self.acceptance = acceptance.check(runner, self.folder, name, max(1, shapes[2][0]))
+        _log("acceptance: {statistic} {value} (threshold {threshold}) on {images} inputs".format(**self.acceptance))
+        if not self.acceptance["passed"]:
+            raise AccuracyGateError(
+                "acceptance failed on {}: {} {} is below {} on the {} inputs of {}; this backend is not "
+                "served".format(self.backend, self.acceptance["statistic"], self.acceptance["value"],
+                                self.acceptance["threshold"], self.acceptance["images"], acceptance.ACCEPTANCE_FILE))
+
     def start(self) -> None:
         self._worker.start()
 
@@ -106,6 +123,7 @@ class ModelService:
             self.backend, self.backend_reason = runner.backend, why
             self.output_names = list(getattr(runner, "output_names", []))
             _log("backend {} ({})".format(runner.backend, why))
+            self._accept(runner)
             if self._do_warmup:
                 self.warmup = self._warm_up(runner)
             self.ready.set()
@@ -244,6 +262,7 @@ class ModelService:
     def metadata(self) -> Dict[str, Any]:
         return model_metadata(self.name, self.version, self.backend, self.inputs, self.output_names, {
             "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
+            "acceptance": self.acceptance, "failed": self.failed,
             "warmup": self.warmup, "dynamic_batching": {"max_batch_size": self.max_batch_size,
                                                         "max_queue_delay_ms": self.max_queue_delay_ms}})
 
@@ -284,6 +303,14 @@ class ModelService:
         lines += ["# HELP edgebuild_ready 1 once warm-up is done.", "# TYPE edgebuild_ready gauge",
                   'edgebuild_ready{{model="{}",backend="{}"}} {}'.format(self.name, self.backend,
                                                                           int(self.ready.is_set()))]
+        if self.acceptance:
+            lines += ["# HELP edgebuild_acceptance_agreement Agreement with FP32 on the acceptance set "
+                      "(served only at or above the threshold).", "# TYPE edgebuild_acceptance_agreement gauge",
+                      'edgebuild_acceptance_agreement{{model="{}"}} {}'.format(self.name, self.acceptance["value"]),
+                      "# HELP edgebuild_acceptance_passed 1 when the backend passed its acceptance check.",
+                      "# TYPE edgebuild_acceptance_passed gauge",
+                      'edgebuild_acceptance_passed{{model="{}"}} {}'.format(self.name,
+                                                                           int(self.acceptance["passed"]))]
         return "\n".join(lines) + "\n"
 
 

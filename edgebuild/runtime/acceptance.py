@@ -1,0 +1,110 @@
+"""The acceptance check a model folder runs before it serves: does this backend agree with FP32?
+
+The host puts ``acceptance.npz`` in every model folder (``edgebuild compile``'s engine stage): a
+few dozen preprocessed validation inputs, what the FP32 model gives for them (decoded detections,
+or the top-1 class), and the agreement threshold derived from the gate. Before warm-up, the server
+runs its backend (the engine built at first boot, or whatever it serves) on those inputs and
+compares: a backend that agrees less than the threshold is not served; the server stays not
+ready with the numbers, and the OTA health check fails, so the update rolls back.
+
+Detection agreement: per image, the confident detections (score >= ``min_score``) of the backend
+are matched greedily, best score first, to the FP32 ones of the same class at IoU >= ``iou``;
+agreement = 2 x matches / (backend's + FP32's confident detections), over all images (an F1).
+Classification: the share of inputs whose top-1 class is FP32's.
+
+Python 3.8 and numpy.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from edgebuild.runtime.vision import DetectionParams, decode_detections
+
+ACCEPTANCE_FILE = "acceptance.npz"
+
+Found = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes [K, 4], scores [K], labels [K]
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    iw = (np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])).clip(0)
+    ih = (np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1])).clip(0)
+    inter = iw * ih
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, 1e-9)
+
+
+def detection_agreement(reference: List[Found], got: List[Found], min_score: float, iou: float) -> float:
+    matched, total = 0, 0
+    for (ref_boxes, ref_scores, ref_labels), (boxes, scores, labels) in zip(reference, got):
+        keep_ref, keep = ref_scores >= min_score, scores >= min_score
+        ref_boxes, ref_labels = ref_boxes[keep_ref], ref_labels[keep_ref]
+        boxes, labels, scores = boxes[keep], labels[keep], scores[keep]
+        total += len(ref_boxes) + len(boxes)
+        free = np.ones(len(ref_boxes), dtype=bool)
+        for i in np.argsort(-scores, kind="stable"):
+            candidates = free & (ref_labels == labels[i])
+            if not candidates.any():
+                continue
+            overlap = np.where(candidates, _iou(boxes[i], ref_boxes), -1.0)
+            best = int(np.argmax(overlap))
+            if overlap[best] >= iou:
+                free[best] = False
+                matched += 1
+    return 1.0 if total == 0 else 2.0 * matched / total
+
+
+def split_found(stored: Any, prefix: str) -> List[Found]:
+    counts = stored[prefix + "counts"].tolist()
+    out, start = [], 0
+    for count in counts:
+        end = start + count
+        out.append((stored[prefix + "boxes"][start:end], stored[prefix + "scores"][start:end],
+                    stored[prefix + "labels"][start:end]))
+        start = end
+    return out
+
+
+def pack_found(found: List[Found], prefix: str) -> Dict[str, np.ndarray]:
+    return {prefix + "boxes": np.concatenate([f[0] for f in found]).astype(np.float32) if found else np.zeros((0, 4)),
+            prefix + "scores": np.concatenate([f[1] for f in found]).astype(np.float32) if found else np.zeros(0),
+            prefix + "labels": np.concatenate([f[2] for f in found]).astype(np.int64) if found else np.zeros(0),
+            prefix + "counts": np.asarray([len(f[1]) for f in found], np.int64)}
+
+
+def run_outputs(runner: Any, inputs: np.ndarray, input_name: str, batch: int) -> Dict[str, np.ndarray]:
+    """The backend's outputs for ``inputs``, ``batch`` rows at a time, concatenated."""
+    parts = {}  # type: Dict[str, List[np.ndarray]]
+    for start in range(0, len(inputs), batch):
+        for key, value in runner.run({input_name: np.ascontiguousarray(inputs[start:start + batch])}).items():
+            parts.setdefault(key, []).append(np.asarray(value))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def agreement_of(stored: Any, outputs: Dict[str, np.ndarray]) -> float:
+    """This backend's agreement with the FP32 results stored in an acceptance file."""
+    if str(stored["kind"]) == "detection":
+        params = DetectionParams(float(stored["score_threshold"]), float(stored["nms_iou"]),
+                                 int(stored["max_detections"]))
+        boxes, scores = outputs[str(stored["boxes_output"])], outputs[str(stored["scores_output"])]
+        got = []
+        for i in range(boxes.shape[0]):
+            found = decode_detections(boxes[i], scores[i], params)
+            got.append((found["boxes"], found["scores"], found["labels"]))
+        return detection_agreement(split_found(stored, "fp32_"), got, float(stored["min_score"]), float(stored["iou"]))
+    logits = outputs[str(stored["logits_output"])]
+    return float(np.mean(np.argmax(logits, axis=-1) == stored["fp32_top1"]))
+
+
+def check(runner: Any, folder: Path, input_name: str, batch: int) -> Dict[str, Any]:
+    """Run the acceptance set of ``folder`` through ``runner``: the agreement, the threshold, and the verdict."""
+    with np.load(str(Path(folder) / ACCEPTANCE_FILE), allow_pickle=False) as stored:
+        value = agreement_of(stored, run_outputs(runner, stored["inputs"], input_name, batch))
+        threshold = float(stored["threshold"])
+        return {"statistic": "detection agreement with FP32 (F1)" if str(stored["kind"]) == "detection"
+                else "top-1 agreement with FP32", "value": round(value, 4), "threshold": round(threshold, 4),
+                "images": int(stored["inputs"].shape[0]), "passed": value >= threshold}

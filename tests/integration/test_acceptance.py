@@ -1,0 +1,99 @@
+"""The acceptance check a model folder runs before it serves (first boot, or any start).
+
+A correct model folder passes; one whose model computes something else (weights perturbed by
+10%, which costs the shapes detector about 10% of its mAP50-95, more than the gate's margin), with
+a recipe that matches it, so only acceptance can tell, is not served: not ready with the numbers,
+and the OTA health check fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from edgebuild.config import load_project
+from edgebuild.errors import BundleError
+from edgebuild.pipeline import Options, plan_compile
+from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.ota import health_check
+from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.server import Server
+from edgebuild.stages import compile_plan
+from tests.support.project import EXAMPLES
+from tests.support.runtime_artifacts import Client
+
+
+@pytest.fixture(scope="module")
+def shapes_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("acceptance") / "shapes-detector"
+    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    plan = plan_compile(load_project(root), "yard-cams")
+    report = compile_plan(plan, until="engine", options=Options(progress=False))
+    assert report.ok, report.error
+    return root / "build" / "engines" / "yard-cams"
+
+
+def _damaged_copy(folder: Path, target: Path, noise: float) -> Path:
+    shutil.copytree(folder, target)
+    model = onnx.load(str(target / "model.onnx"))
+    rng = np.random.default_rng(0)
+    for tensor in model.graph.initializer:
+        values = numpy_helper.to_array(tensor)
+        if values.dtype == np.float32 and values.size > 16:
+            noisy = values * (1 + noise * rng.standard_normal(values.shape))
+            tensor.CopyFrom(numpy_helper.from_array(noisy.astype(np.float32), tensor.name))
+    onnx.save(model, str(target / "model.onnx"))
+    recipe = Recipe.load(target)  # a consistent folder: the hashes match, only the computation is off
+    dataclasses.replace(recipe, onnx_sha256=sha256_file(target / "model.onnx")).save(target)
+    return target
+
+
+def _serve(folder: Path) -> tuple[int, dict, str]:
+    running = Server(folder, host="127.0.0.1", port=0, warmup_budget_s=1).start()
+    try:
+        client = Client(running.port)
+        deadline = time.time() + 60
+        while not running.service.ready.is_set() and running.service.failed is None and time.time() < deadline:
+            time.sleep(0.05)
+        status = client.request("GET", "/v2/health/ready")[0]
+        metadata = client.json("GET", "/v2/models/shapes-detector")[1]
+        metrics = client.request("GET", "/metrics")[1].decode()
+    finally:
+        running.stop()
+    return status, metadata, metrics
+
+
+def test_a_correct_model_folder_passes_its_acceptance_check(shapes_folder: Path) -> None:
+    status, metadata, metrics = _serve(shapes_folder)
+    accepted = metadata["parameters"]["acceptance"]
+    assert status == 200 and accepted["passed"] and accepted["images"] == 32
+    assert accepted["value"] >= accepted["threshold"] > 0.9
+    assert 'edgebuild_acceptance_passed{model="shapes-detector"} 1' in metrics
+
+
+def test_the_health_check_of_a_correct_folder_passes(shapes_folder: Path, tmp_path: Path) -> None:
+    from edgebuild.ota import reference_outputs
+    from edgebuild.runtime.ota import REFERENCE
+
+    folder = shutil.copytree(shapes_folder, tmp_path / "installed")  # as a bundle installs it: with its reference
+    (folder / REFERENCE).write_bytes(reference_outputs(folder, Recipe.load(folder)))
+    assert "max_abs_diff" in health_check(folder, warmup_budget_s=1)
+
+
+def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health_check(shapes_folder: Path,
+                                                                                       tmp_path: Path) -> None:
+    damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)
+    status, metadata, metrics = _serve(damaged)
+    assert status == 503
+    reason = metadata["parameters"]["failed"]
+    assert "acceptance failed" in reason and "detection agreement with FP32" in reason, reason
+    assert 'edgebuild_acceptance_passed{model="shapes-detector"} 0' in metrics
+    with pytest.raises(BundleError, match="acceptance failed"):
+        health_check(damaged, warmup_budget_s=1)
