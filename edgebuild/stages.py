@@ -395,7 +395,7 @@ STAGES: tuple[Stage, ...] = (
                      "selection (measurements stored apart from the decision)", ("export",), False,
           _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
           needs_data=True),
-    Stage("engine", 3, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
+    Stage("engine", 4, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
                        "over SSH, or deferred to the device with its recipe", ("gate", "preflight"), True,
           _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe),
     Stage("accept", 1, "the metric of an engine built on a device, measured on that device, against the gate's "

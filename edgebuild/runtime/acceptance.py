@@ -76,6 +76,17 @@ def pack_found(found: List[Found], prefix: str) -> Dict[str, np.ndarray]:
             prefix + "counts": np.asarray([len(f[1]) for f in found], np.int64)}
 
 
+def pack_inputs(inputs: np.ndarray) -> Tuple[np.ndarray, float, float]:
+    """Preprocessed inputs as 8-bit codes with one scale and offset (they came from 8-bit images)."""
+    low, high = float(inputs.min()), float(inputs.max())
+    scale = (high - low) / 255.0 or 1.0
+    return np.round((inputs - low) / scale).astype(np.uint8), scale, low
+
+
+def unpack_inputs(packed: np.ndarray, scale: float, offset: float) -> np.ndarray:
+    return (packed.astype(np.float32) * np.float32(scale) + np.float32(offset)).astype(np.float32)
+
+
 def run_outputs(runner: Any, inputs: np.ndarray, input_name: str, batch: int) -> Dict[str, np.ndarray]:
     """The backend's outputs for ``inputs``, ``batch`` rows at a time, concatenated."""
     parts = {}  # type: Dict[str, List[np.ndarray]]
@@ -103,8 +114,9 @@ def agreement_of(stored: Any, outputs: Dict[str, np.ndarray]) -> float:
 def check(runner: Any, folder: Path, input_name: str, batch: int) -> Dict[str, Any]:
     """Run the acceptance set of ``folder`` through ``runner``: the agreement, the threshold, and the verdict."""
     with np.load(str(Path(folder) / ACCEPTANCE_FILE), allow_pickle=False) as stored:
-        value = agreement_of(stored, run_outputs(runner, stored["inputs"], input_name, batch))
+        inputs = unpack_inputs(stored["inputs_u8"], float(stored["inputs_scale"]), float(stored["inputs_offset"]))
+        value = agreement_of(stored, run_outputs(runner, inputs, input_name, batch))
         threshold = float(stored["threshold"])
         return {"statistic": "detection agreement with FP32 (F1)" if str(stored["kind"]) == "detection"
                 else "top-1 agreement with FP32", "value": round(value, 4), "threshold": round(threshold, 4),
-                "images": int(stored["inputs"].shape[0]), "passed": value >= threshold}
+                "images": int(inputs.shape[0]), "passed": value >= threshold}
