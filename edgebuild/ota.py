@@ -284,6 +284,8 @@ class PackageRecord:
     files: int
     carried: int  # files in the bundle itself (a delta leaves the unchanged ones out)
     notes: list[str]
+    #: the accept stage's measurement of a device-built engine (where, backend, metric, retention), if any
+    accepted: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,7 +305,7 @@ def _base_manifest(since: Path, group: str) -> dict[str, Any]:
     return base
 
 
-def package_group(project: Any, group: SelectedGroup, *, since: Path | None = None,
+def package_group(project: Any, group: SelectedGroup, *, since: Path | None = None, accepted: dict | None = None,
                   report: Callable[[str], None] = print) -> PackageRecord:
     """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json."""
     bundle_key, mender_key, notes = _signing_keys(project)
@@ -330,7 +332,7 @@ def package_group(project: Any, group: SelectedGroup, *, since: Path | None = No
         group=group_name, target=recipe.target, bundle=_described(bundle_path, project.root),
         mender=_described(mender_path, project.root), signed=bundle_key is not None,
         delta_over=(written.get("delta") or {}).get("base_version"), files=len(written["files"]),
-        carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes)
+        carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes, accepted=accepted)
     report(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
            + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
     write_fleet_manifest(project, [record])

@@ -346,7 +346,7 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
     ota = project.ota
     key = project.path(ota.signing_key) if ota.signing_key else None
     since = inputs.options.package_since
-    return {"model_folder": digest(_model_folder_key(inputs)),
+    return {"model_folder": digest(_model_folder_key(inputs)), "accept": digest(inputs.records["accept"].as_dict()),
             "run_specs": digest(_folder_key(project.build_dir / inputs.records["container"].context)),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
@@ -356,7 +356,11 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
 def _package_run(inputs: StageInputs) -> Any:
     from edgebuild.ota import package_group
 
-    return package_group(inputs.project, inputs.group, since=inputs.options.package_since, report=inputs.report)
+    accept = inputs.records["accept"]
+    shown = ("where", "backend", "metric", "value", "retention", "images")
+    accepted = {k: v for k, v in accept.as_dict().items() if k in shown} if accept.applicable else None
+    return package_group(inputs.project, inputs.group, since=inputs.options.package_since, accepted=accepted,
+                         report=inputs.report)
 
 
 def _package_outputs(inputs: StageInputs, record: Any) -> list[Path]:
@@ -405,7 +409,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
                           "systemd)", ("engine",), True,
           _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),
-    Stage("package", 3, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "accept", "container"),
+    Stage("package", 4, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "accept", "container"),
           True,
           _package_key, _package_run, _package_outputs, _dump, _package_load, _package_describe),
 )

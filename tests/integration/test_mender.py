@@ -199,3 +199,21 @@ def _public(path: Path):
     from edgebuild.runtime.ota import load_public_key
 
     return load_public_key(path)
+
+
+def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(tiny_project: Path) -> None:
+    import json
+
+    from edgebuild.ota import package_group
+
+    project, _ = _compiled_tiny(tiny_project, False)
+    accepted = {"where": "ssh://nvidia@orin-01", "backend": "tensorrt 8.5.2.2", "metric": "mAP50-95",
+                "value": 0.77, "retention": 0.98, "images": 200}
+    record = package_group(project, DOCK[0], accepted=accepted, report=lambda _: None)
+    fleet = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
+    assert record.accepted == accepted and fleet["groups"]["dock"]["accepted"] == accepted
+    fleet["groups"]["yard-cams"] = {**fleet["groups"]["dock"], "target": "orin-nano-8gb@6.2"}  # packaged earlier
+    (tiny_project / "build" / "packages" / "fleet.json").write_text(json.dumps(fleet))
+    package_group(project, DOCK[0], report=lambda _: None)
+    again = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
+    assert sorted(again["groups"]) == ["dock", "yard-cams"] and again["groups"]["dock"]["accepted"] is None
