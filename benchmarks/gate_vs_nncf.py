@@ -31,14 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebuild.config import WEIGHTED_OPS
+
 ROOT = Path(__file__).resolve().parent.parent
-WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
 def weighted_layers(model) -> tuple[int, int]:
     """(weighted layers whose weight comes through DequantizeLinear, weighted layers in all)."""
     produced = {out: node.op_type for node in model.graph.node for out in node.output}
-    weighted = [n for n in model.graph.node if n.op_type in WEIGHTED]
+    weighted = [n for n in model.graph.node if n.op_type in WEIGHTED_OPS]
     quantized = [n for n in weighted if len(n.input) > 1 and produced.get(n.input[1]) == "DequantizeLinear"]
     return len(quantized), len(weighted)
 

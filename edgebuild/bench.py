@@ -17,9 +17,9 @@ from typing import Any
 
 from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
 from edgebuild.runtime import options as device_options
-from edgebuild.runtime.bench import SCHEMA, artifact_hashes
+from edgebuild.runtime.bench import SCHEMA
 from edgebuild.runtime.files import sha256_bytes
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
 #: figures --compare shows, with the direction that is better
 COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
@@ -45,11 +45,11 @@ def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report:
 
     recipe = Recipe.load(artifact)
     files = recipe.model_files(artifact)
-    digest = sha256_bytes(json.dumps(artifact_hashes(artifact, recipe), sort_keys=True).encode())
+    digest = sha256_bytes(json.dumps(recipe.file_hashes(artifact), sort_keys=True).encode())
     remote_dir = f"bench/{recipe.group}-{digest[:12]}"
     target = SshDevice(url)
-    report(f"copying {artifact} to {url}:{remote_dir} ({len(files)} files)")
-    target.put(files, remote_dir)
+    if target.put_once(files, remote_dir, RECIPE_FILE):
+        report(f"copied {artifact} to {url}:{remote_dir} ({len(files)} files)")
     report(f"running the bench on {url} (progress comes back when it ends)")
     answer = target.device_tool(["bench", remote_dir, *device_args(options)], timeout_s=timeout_s)
     result = answer["bench"]

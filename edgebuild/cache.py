@@ -134,24 +134,19 @@ def write_stage_record(build_dir: Path, record: StageRecord) -> Path:
     return path
 
 
-def read_stage_record(build_dir: Path, stage: str, project: str,
-                      key_parts: dict[str, str]) -> tuple[StageRecord | None, str]:
-    """The stored record of ``stage`` if it can be trusted and is up to date, else None and why not.
+def stale_because(build_dir: Path, stored: StageRecord, key_parts: dict[str, str]) -> str | None:
+    """Why a trusted stored record (``load_stage_record``) is not up to date, or None when it is.
 
-    Cheapest check first: present, readable, ours (format, checksum, edgebuild version, project),
-    same key parts, output files intact.
+    Cheapest check first: same key parts, then output files intact.
     """
-    stored, why = load_stage_record(build_dir, stage, project)
-    if stored is None:
-        return None, why
     changed = changed_parts(stored.key_parts, key_parts)
     if changed:
-        return None, f"changed since the last run: {', '.join(changed)}"
+        return f"changed since the last run: {', '.join(changed)}"
     broken = [name for name, stamp in stored.outputs.items() if not stamp.matches(build_dir / name)]
     if broken:
         shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if len(broken) > 3 else "")
-        return None, f"output files missing or modified: {shown}"
-    return stored, "up to date"
+        return f"output files missing or modified: {shown}"
+    return None
 
 
 def load_stage_record(build_dir: Path, stage: str, project: str) -> tuple[StageRecord | None, str]:

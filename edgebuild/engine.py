@@ -67,8 +67,10 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str) -> Path:
-    """The engine recipe of one fleet group: the selected ONNX, the builder settings and its limits.
+def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,
+                 acceptance: bytes) -> Path:
+    """The engine recipe of one fleet group: the selected ONNX, the builder settings, its limits and
+    its acceptance set (``acceptance_payload``).
 
     Written into ``build/engines/<group>/`` file by file (each atomically): an engine already in
     the folder stays, and ``plan_engine`` decides whether it still fits.
@@ -83,7 +85,9 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     if not onnx_path.is_file() or file_sha256(onnx_path) != onnx_sha256:
         with atomic_writer(onnx_path) as out, open(source, "rb") as data:
             shutil.copyfileobj(data, out)
-    acceptance = _write_acceptance(project, gate, source, folder)
+    acceptance_sha256 = hashlib.sha256(acceptance).hexdigest()
+    if not (folder / ACCEPTANCE_FILE).is_file() or file_sha256(folder / ACCEPTANCE_FILE) != acceptance_sha256:
+        atomic_write_bytes(folder / ACCEPTANCE_FILE, acceptance)
     Recipe(
         group=group.name,
         model_name=project.project.name,
@@ -112,21 +116,27 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         l4t_accepted=[target.release.l4t, *target.release.l4t_aliases],
         tensorrt=target.release.tensorrt,
         acceptance=ACCEPTANCE_FILE,
-        acceptance_sha256=acceptance,
+        acceptance_sha256=acceptance_sha256,
     ).save(folder)
     return folder / RECIPE_FILE
 
 
-def _write_acceptance(project: Project, gate: GateResult, candidate: Path, folder: Path) -> str:
-    """The folder's acceptance set (``edgebuild.evaluate.acceptance_set``); returns its sha256."""
-    from edgebuild.evaluate import ACCEPTANCE_IMAGES, ValidationSet, acceptance_set
+def acceptance_payload(project: Project, gate: GateResult) -> bytes:
+    """``acceptance.npz`` for the gate's selected candidate (``edgebuild.evaluate.acceptance_set``).
 
+    The same for every group; kept beside the candidate's measurement, whose folder is keyed by
+    the model, data and task it is made from, so it is made once per candidate, not per compile.
+    """
+    from edgebuild.evaluate import ACCEPTANCE_IMAGES, ACCEPTANCE_VERSION, ValidationSet, acceptance_set
+
+    candidate = gate.folder / gate.candidate(gate.selected).onnx
+    stored = candidate.parent / f"acceptance-{ACCEPTANCE_VERSION}.npz"
+    if stored.is_file():
+        return stored.read_bytes()
     data = ValidationSet(project, limit=ACCEPTANCE_IMAGES)
     payload, _ = acceptance_set(project, data, gate.folder / gate.candidate("fp32").onnx, candidate)
-    path = folder / ACCEPTANCE_FILE
-    if not path.is_file() or file_sha256(path) != hashlib.sha256(payload).hexdigest():
-        atomic_write_bytes(path, payload)
-    return hashlib.sha256(payload).hexdigest()
+    atomic_write_bytes(stored, payload)
+    return payload
 
 
 def check_engine_memory(engine_json: Path, limits: LimitPreset) -> None:
@@ -253,9 +263,9 @@ def _drop_engine(folder: Path) -> None:
 
 
 def _keep(project: Project, group: SelectedGroup, gate: GateResult, previous: EngineRecord, host: DeviceFacts,
-          report: Any) -> EngineRecord | None:
+          acceptance: bytes, report: Any) -> EngineRecord | None:
     """The previous run's engine, if its build key still holds and its files are intact (else None)."""
-    recipe_path = write_recipe(project, group, gate, previous.placement, previous.reason)
+    recipe_path = write_recipe(project, group, gate, previous.placement, previous.reason, acceptance)
     folder = recipe_path.parent
     key = engine_build_key(Recipe.load(folder), previous.placement, host)
     if key != previous.build_key or not _engine_intact(folder):
@@ -268,22 +278,24 @@ def _keep(project: Project, group: SelectedGroup, gate: GateResult, previous: En
 
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
                 build_on: str | None = None, previous: EngineRecord | None = None, force: bool = False,
-                trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
+                acceptance: bytes | None = None, trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
     """Write the group's recipe, decide where its engine is built, and build it unless deferred.
 
     An engine an earlier run built (here or on a device) is kept while ``engine_build_key`` is
     unchanged and its files are intact, unless ``force``. ``build_on`` (from ``--build-on``)
-    overrides the group's own build device.
+    overrides the group's own build device. ``acceptance`` is the ``acceptance_payload`` when the
+    caller made it already (one for every group of a compile).
     """
+    acceptance = acceptance if acceptance is not None else acceptance_payload(project, gate)
     placement, why = decide_placement(group.target, host, build_on or group.build_on)
     if not force and previous is not None and previous.built and _shippable(previous.placement) \
             and not _shippable(placement):
         # an engine a device built stays, even when this run names no build device (a later
         # `package`, or a compile without --build-on), while nothing it depends on changed
-        kept = _keep(project, group, gate, previous, host, report)
+        kept = _keep(project, group, gate, previous, host, acceptance, report)
         if kept is not None:
             return kept
-    recipe_path = write_recipe(project, group, gate, placement, why)
+    recipe_path = write_recipe(project, group, gate, placement, why, acceptance)
     folder = recipe_path.parent
     key = engine_build_key(Recipe.load(folder), placement, host)
     record = EngineRecord(group=group.name, target=group.target.id, placement=placement, reason=why,
@@ -293,7 +305,7 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
         _drop_engine(folder)
         return record
     if not force and previous is not None and previous.built and previous.build_key == key:
-        kept = _keep(project, group, gate, previous, host, report)
+        kept = _keep(project, group, gate, previous, host, acceptance, report)
         if kept is not None:
             return kept
     _drop_engine(folder)

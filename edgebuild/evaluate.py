@@ -18,15 +18,7 @@ import numpy as np
 from edgebuild.datasets import Sample, load_class_folder_set, load_coco_set, read_image
 from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.runtime.backends import Runner
-from edgebuild.runtime.files import sha256_file
-from edgebuild.runtime.vision import (
-    DetectionParams,
-    ImageTransform,
-    PreprocessSpec,
-    decode_detections,
-    preprocess,
-    stack_batch,
-)
+from edgebuild.runtime.vision import ImageTransform, PreprocessSpec, decode_outputs, preprocess, stack_batch
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
@@ -137,16 +129,13 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
 
 class _DetectionCollector:
     def __init__(self, project: Project, data: ValidationSet) -> None:
-        post = project.task.postprocess
-        self.boxes_name, self.scores_name = post.boxes_output, post.scores_output
-        self.params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
+        self.settings = detection_settings(project)
         self.coco, self.data = data.coco, data
         self.results: list[dict[str, Any]] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
-        boxes, scores = outputs[self.boxes_name], outputs[self.scores_name]
-        for i, (sample, transform) in enumerate(zip(chunk, transforms)):
-            self.add_found(sample, transform, decode_detections(boxes[i], scores[i], self.params))
+        for sample, transform, found in zip(chunk, transforms, decode_outputs(outputs, self.settings)):
+            self.add_found(sample, transform, found)
 
     def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
         """One image's decoded detections (boxes in network-input pixels), from here or from a device."""
@@ -237,23 +226,22 @@ def evaluate_on_device(project: Project, folder: Path, url: str, *, data: Valida
     import hashlib
     import json
 
-    from edgebuild.remote import WORKDIR, SshDevice
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.remote import SshDevice
+    from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
     data = data or ValidationSet(project)
     device = SshDevice(url)
     recipe = Recipe.load(folder)
     files = recipe.model_files(folder)
-    model_key = hashlib.sha256(json.dumps({n: sha256_file(p) for n, p in sorted(files.items())}).encode()).hexdigest()
+    model_key = hashlib.sha256(json.dumps(recipe.file_hashes(folder), sort_keys=True).encode()).hexdigest()
     model_dir = f"evaluations/models/{recipe.group}-{model_key[:12]}"
     inputs = device_inputs(project, data)
-    inputs_name = f"evaluations/inputs/{hashlib.sha256(inputs).hexdigest()[:16]}.npz"
+    inputs_file = f"{hashlib.sha256(inputs).hexdigest()[:16]}.npz"
+    inputs_name = f"evaluations/inputs/{inputs_file}"
     sent = []
-    if device.run(f"test -f {WORKDIR}/{model_dir}/recipe.json", what="looking for the model").returncode:
-        device.put(files, model_dir)
+    if device.put_once(files, model_dir, RECIPE_FILE):
         sent.append(f"{len(files)} model file(s)")
-    if device.run(f"test -f {WORKDIR}/{inputs_name}", what="looking for the inputs").returncode:
-        device.put({inputs_name.rsplit("/", 1)[1]: inputs}, inputs_name.rsplit("/", 1)[0])
+    if device.put_once({inputs_file: inputs}, "evaluations/inputs", inputs_file):
         sent.append(f"the validation inputs ({len(inputs)} bytes)")
     report(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
     out = f"evaluations/results-{model_key[:12]}.npz"
@@ -274,7 +262,9 @@ def evaluate_on_device(project: Project, folder: Path, url: str, *, data: Valida
 
 # -- the acceptance set a model folder carries -------------------------------------------------------
 
-#: the acceptance statistic's settings, chosen by measurement (README, "Accuracy on the device")
+#: the acceptance statistic's settings, chosen by measurement (README, "Accuracy on the device");
+#: change ACCEPTANCE_VERSION with them or with acceptance_set, so stored sets are made again
+ACCEPTANCE_VERSION = 1
 ACCEPTANCE_IMAGES = 32
 ACCEPTANCE_MIN_SCORE = 0.25
 ACCEPTANCE_IOU = 0.85
@@ -302,15 +292,11 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
     settings: dict[str, Any] = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
                                 "inputs_offset": np.float64(offset), "threshold": np.float64(0.0)}
-    if project.task.kind == "detection":
-        post = project.task.postprocess
-        params = DetectionParams(post.score_threshold, post.nms_iou, post.max_detections)
-        found = [decode_detections(fp32[post.boxes_output][i], fp32[post.scores_output][i], params)
-                 for i in range(len(inputs))]
-        settings.update(kind=np.asarray("detection"), boxes_output=np.asarray(post.boxes_output),
-                        scores_output=np.asarray(post.scores_output), score_threshold=np.float64(post.score_threshold),
-                        nms_iou=np.float64(post.nms_iou), max_detections=np.int64(post.max_detections),
-                        min_score=np.float64(ACCEPTANCE_MIN_SCORE), iou=np.float64(ACCEPTANCE_IOU),
+    decode = detection_settings(project)
+    if decode is not None:
+        found = decode_outputs(fp32, decode)
+        settings.update(kind=np.asarray("detection"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
+                        iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in decode.items()},
                         **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
     else:
         logits = project.task.postprocess.logits_output

@@ -316,11 +316,9 @@ class _Measurements:
         """``tensorrt_rejections`` of a measured candidate, kept beside it per set of targets and parser tables."""
         if not groups:
             return []
-        from edgebuild.cache import tree_sha256
-        from edgebuild.profiles import data_dir
+        from edgebuild.preflight import rules_digest
 
-        targets = digest([sorted(g.target.id for g in groups), tree_sha256(data_dir("profiles") / "tensorrt", "*.toml"),
-                          measurement.graph])
+        targets = digest([sorted(g.target.id for g in groups), rules_digest(), measurement.graph])
         path = (self.gate / measurement.onnx).parent / f"rejections-{targets[:16]}.json"
         stored = self._stored(path, "TensorRT check")
         if stored is not None:

@@ -24,13 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild import __version__
-from edgebuild.cache import (
-    StageRecord,
-    load_stage_record,
-    read_stage_record,
-    stamp_outputs,
-    write_stage_record,
-)
+from edgebuild.cache import StageRecord, load_stage_record, stale_because, stamp_outputs, write_stage_record
 from edgebuild.config import Project
 from edgebuild.errors import BuildLocked, EdgebuildError
 from edgebuild.profiles import Catalog, SelectedGroup, load_catalog, select_groups
@@ -305,18 +299,19 @@ def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Op
     inputs = StageInputs(plan, options, report, group, records, forced=named, shared=shared)
     try:
         key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
-        previous, _ = load_stage_record(project.build_dir, record_name, project.project.name)
-        if previous is not None:
-            inputs.previous = _load(stage, inputs, previous)
+        # the record is read once: as the previous run (a kept engine) and, unless forced, for reuse
+        stored, why = load_stage_record(project.build_dir, record_name, project.project.name)
+        inputs.previous = _load(stage, inputs, stored) if stored is not None else None
+        if stored is not None and inputs.previous is None:
+            why = f"record {record_name} no longer reads as a {stage.name} record"
         if forced:
             why = "forced (--force)" if named else "forced: it reads a stage forced with --force"
-        else:
-            stored, why = read_stage_record(project.build_dir, record_name, project.project.name, key)
-            typed = _load(stage, inputs, stored) if stored is not None else None
-            if typed is not None:
+        elif inputs.previous is not None:
+            why = stale_because(project.build_dir, stored, key) or ""
+            if not why:
                 report(f"{record_name}: didn't change, reusing")
-                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(typed),
-                                                          why="up to date", record=typed))
+                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(inputs.previous),
+                                                          why="up to date", record=inputs.previous))
         report(f"{record_name}: {why}")
         typed = stage.run(inputs)
         outputs = stamp_outputs(project.build_dir, stage.outputs(inputs, typed))

@@ -75,6 +75,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=16)
+def rules_digest() -> str:
+    """Content hash of every rule preflight applies (the parser tables and known restrictions)."""
+    from edgebuild.cache import tree_sha256
+
+    return tree_sha256(_tensorrt_dir(), "*.toml")
+
+
 def parser_table(tensorrt_version: str) -> dict[str, Any]:
     """The operator table of the TensorRT release ``major.minor`` of ``tensorrt_version``."""
     major_minor = ".".join(tensorrt_version.split(".")[:2])

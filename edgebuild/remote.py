@@ -134,6 +134,15 @@ class SshDevice:
         if done.returncode != 0:
             raise RemoteError(f"{self.url}: copying into {remote_dir} failed: {done.stderr.decode(errors='replace')}")
 
+    def put_once(self, files: Mapping[str, Path | bytes], remote_dir: str, marker: str) -> bool:
+        """``put`` unless ``remote_dir/marker`` is on the device already: for folders named by the
+        hash of their content, which a second copy would only repeat. True when it copied."""
+        if self.run(f"test -f {WORKDIR}/{shlex.quote(remote_dir)}/{shlex.quote(marker)}",
+                    what=f"looking for {remote_dir}/{marker}").returncode == 0:
+            return False
+        self.put(files, remote_dir)
+        return True
+
     def fetch(self, remote_paths: Iterable[str]) -> dict[str, bytes]:
         """Read regular files (paths relative to the work folder) from the device."""
         names = list(remote_paths)
@@ -162,9 +171,7 @@ class SshDevice:
         """
         archive = device_tool_archive()
         name = f"edgebuild-device-{hashlib.sha256(archive).hexdigest()[:12]}.pyz"
-        check = self.run(f"test -f {WORKDIR}/{name}", what="looking for the device tool")
-        if check.returncode != 0:
-            self.put({name: archive}, ".")
+        self.put_once({name: archive}, ".", name)
         command = f"cd {WORKDIR} && python3 {name} " + " ".join(shlex.quote(a) for a in args)
         done = self.run(command, timeout_s=timeout_s, what=f"edgebuild-device {args[0]}")
         lines = done.stdout.decode(errors="replace").strip().splitlines()

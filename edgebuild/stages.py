@@ -6,7 +6,8 @@ comes after every stage it reads.
 
     model ─► reference
       └────► export ─► preflight (per group) ─┐
-                 └───► gate ──────────────────┴─► engine (per group) ─► container ─► package
+                 └───► gate ──────────────────┴─► engine ─► accept ─► container ─► package
+                                                  (per group from preflight on)
 """
 
 from __future__ import annotations
@@ -124,11 +125,11 @@ def _export_describe(record: Any) -> str:
 # -- preflight (per group) ---------------------------------------------------------------------
 
 def _preflight_key(inputs: StageInputs) -> dict[str, str]:
-    from edgebuild.profiles import data_dir
+    from edgebuild.preflight import rules_digest
 
     group = inputs.group
     return {"onnx": inputs.records["export"].content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
-            "parser_tables": tree_sha256(data_dir("profiles") / "tensorrt", "*.toml")}
+            "parser_tables": rules_digest()}
 
 
 def _preflight_run(inputs: StageInputs) -> Any:
@@ -168,13 +169,13 @@ def _preflight_verdict(inputs: StageInputs, record: Any) -> PreflightError | Non
 
 def _gate_key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.gate import decision_settings, measurement_key_parts
-    from edgebuild.profiles import data_dir
+    from edgebuild.preflight import rules_digest
 
     return {**measurement_key_parts(inputs.project, inputs.records["export"]),
             "decision": digest(decision_settings(inputs.project)),
             # every candidate is checked against the groups' TensorRT parsers before it may be selected
             "targets": digest(sorted(g.target.id for g in inputs.plan.groups)),
-            "parser_tables": tree_sha256(data_dir("profiles") / "tensorrt", "*.toml")}
+            "parser_tables": rules_digest()}
 
 
 def _gate_run(inputs: StageInputs) -> Any:
@@ -230,10 +231,13 @@ def _engine_key(inputs: StageInputs) -> dict[str, str]:
 
 
 def _engine_run(inputs: StageInputs) -> Any:
-    from edgebuild.engine import plan_engine
+    from edgebuild.engine import acceptance_payload, plan_engine
 
-    return plan_engine(inputs.project, inputs.group, inputs.records["gate"], host=_host(inputs),
-                       build_on=inputs.options.build_on, previous=inputs.previous, force=inputs.forced,
+    gate = inputs.records["gate"]
+    if "acceptance" not in inputs.shared:  # the selected candidate's, the same for every group
+        inputs.shared["acceptance"] = acceptance_payload(inputs.project, gate)
+    return plan_engine(inputs.project, inputs.group, gate, host=_host(inputs), build_on=inputs.options.build_on,
+                       previous=inputs.previous, force=inputs.forced, acceptance=inputs.shared["acceptance"],
                        report=inputs.report)
 
 
@@ -296,12 +300,11 @@ def _accept_verdict(inputs: StageInputs, record: Any) -> AccuracyGateError | Non
 # -- container (per group) ---------------------------------------------------------------------
 
 def _model_folder_key(inputs: StageInputs) -> dict[str, str]:
-    """The sha256 of every file of the group's model folder (recipe, ONNX, engine where built)."""
+    """The sha256 of every file of the group's model folder (recipe, ONNX, acceptance set, engine where built)."""
     from edgebuild.runtime.recipe import Recipe
 
     folder = inputs.project.build_dir / inputs.records["engine"].folder
-    recipe = Recipe.load(folder)
-    return {name: file_sha256(path) for name, path in sorted(recipe.model_files(folder).items())}
+    return Recipe.load(folder).file_hashes(folder)
 
 
 def _folder_key(folder: Path) -> dict[str, str]:

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from edgebuild.runtime.vision import DetectionParams, decode_detections
+from edgebuild.runtime.vision import decode_outputs
 
 ACCEPTANCE_FILE = "acceptance.npz"
 
@@ -99,13 +99,7 @@ def run_outputs(runner: Any, inputs: np.ndarray, input_name: str, batch: int) ->
 def agreement_of(stored: Any, outputs: Dict[str, np.ndarray]) -> float:
     """This backend's agreement with the FP32 results stored in an acceptance file."""
     if str(stored["kind"]) == "detection":
-        params = DetectionParams(float(stored["score_threshold"]), float(stored["nms_iou"]),
-                                 int(stored["max_detections"]))
-        boxes, scores = outputs[str(stored["boxes_output"])], outputs[str(stored["scores_output"])]
-        got = []
-        for i in range(boxes.shape[0]):
-            found = decode_detections(boxes[i], scores[i], params)
-            got.append((found["boxes"], found["scores"], found["labels"]))
+        got = [(f["boxes"], f["scores"], f["labels"]) for f in decode_outputs(outputs, stored)]
         return detection_agreement(split_found(stored, "fp32_"), got, float(stored["min_score"]), float(stored["iou"]))
     logits = outputs[str(stored["logits_output"])]
     return float(np.mean(np.argmax(logits, axis=-1) == stored["fp32_top1"]))

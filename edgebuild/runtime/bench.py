@@ -41,7 +41,6 @@ from edgebuild import __version__
 from edgebuild.errors import ConfigError
 from edgebuild.runtime import device
 from edgebuild.runtime.backends.select import load_backend
-from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.recipe import Recipe
 
 SCHEMA = "edgebuild.bench/1"
@@ -436,7 +435,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "artifact": {"group": recipe.group, "target": recipe.target, "model": recipe.model_name,
                      "version": recipe.model_version, "precision": recipe.precision,
-                     "files": artifact_hashes(folder, recipe)},
+                     "files": recipe.file_hashes(folder)},
         "backend": runner.backend, "backend_reason": why, "versions": versions,
         "device": dict(device.probe().as_dict(), hostname=platform.node()),
         "jetson": state,
@@ -461,6 +460,3 @@ def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float
     return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts]}
 
 
-def artifact_hashes(folder: Path, recipe: Recipe) -> Dict[str, str]:
-    """sha256 of the files that decide what runs: the recipe, the ONNX and the engine if there is one."""
-    return {name: sha256_file(path) for name, path in recipe.model_files(folder).items()}

@@ -26,7 +26,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.files import atomic_write_bytes, sha256_file
 from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.vision import DetectionParams, decode_detections
+from edgebuild.runtime.vision import decode_outputs
 
 
 def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "auto",
@@ -91,11 +91,7 @@ def _inputs(path: Path) -> Any:
 
 def _collect_detections(collected: Dict[str, List[np.ndarray]], outputs: Dict[str, np.ndarray],
                         detection: Dict[str, Any]) -> None:
-    params = DetectionParams(float(detection["score_threshold"]), float(detection["nms_iou"]),
-                             int(detection["max_detections"]))
-    boxes, scores = outputs[detection["boxes_output"]], outputs[detection["scores_output"]]
-    for i in range(boxes.shape[0]):
-        found = decode_detections(boxes[i], scores[i], params)
+    for found in decode_outputs(outputs, detection):
         collected.setdefault("boxes", []).append(found["boxes"].astype(np.float32))
         collected.setdefault("scores", []).append(found["scores"].astype(np.float32))
         collected.setdefault("labels", []).append(found["labels"].astype(np.int64))

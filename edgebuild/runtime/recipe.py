@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union, get_args, get_orig
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.tensorrt import PRECISIONS
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.files import atomic_write_text, sha256_file
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -109,6 +109,10 @@ class Recipe:
         found = {name: Path(folder) / name for name in self.file_names(engine)}
         return {name: path for name, path in found.items() if path.is_file()}
 
+    def file_hashes(self, folder: Union[str, Path]) -> Dict[str, str]:
+        """sha256 of the folder's files that decide what runs (those of :meth:`model_files`), by name."""
+        return {name: sha256_file(path) for name, path in sorted(self.model_files(folder).items())}
+
     @staticmethod
     def has_engine(folder: Union[str, Path]) -> bool:
         return (Path(folder) / ENGINE_FILE).is_file() and (Path(folder) / ENGINE_JSON).is_file()
@@ -121,7 +125,6 @@ class Recipe:
         swapped model is never served, benchmarked or built from.
         """
         from edgebuild.errors import BundleError
-        from edgebuild.runtime.files import sha256_file
 
         folder = Path(folder)
         onnx_path = folder / self.onnx

@@ -5,7 +5,7 @@ build host and inference on a Jetson, so an image is turned into a tensor in exa
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -157,6 +157,19 @@ def decode_detections(
         "scores": cand_scores[keep].astype(np.float32),
         "labels": class_idx[keep].astype(np.int64),
     }
+
+
+def decode_outputs(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> List[Dict[str, np.ndarray]]:
+    """Every image's detections from one batch of dense outputs.
+
+    ``settings``: ``boxes_output``, ``scores_output``, ``score_threshold``, ``nms_iou``,
+    ``max_detections`` (what the host's ``edgebuild.evaluate.detection_settings`` gives, also when
+    it arrives on a device as JSON or inside an .npz).
+    """
+    params = DetectionParams(float(settings["score_threshold"]), float(settings["nms_iou"]),
+                             int(settings["max_detections"]))
+    boxes, scores = outputs[str(settings["boxes_output"])], outputs[str(settings["scores_output"])]
+    return [decode_detections(boxes[i], scores[i], params) for i in range(boxes.shape[0])]
 
 
 def top_k(logits: np.ndarray, k: int) -> np.ndarray:
