@@ -45,14 +45,16 @@ def tiny_project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def example_copy(tmp_path: Path):
-    """Copy a bundled example (without its build folder) into tmp_path and return the copy."""
+    """Copy a bundled example into tmp_path and return the copy: its sources, not what it generates
+    (the build folder, and the data ``data.prepare`` writes, which a `make demo` leaves in the
+    source tree), so a test sees the example as a fresh clone has it."""
 
     def copy(name: str) -> Path:
         source = EXAMPLES / name
         if not (source / "edgebuild.toml").is_file():
             pytest.fail(f"{source}/edgebuild.toml is missing")
         target = tmp_path / name
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
         return target
 
     return copy
