@@ -158,7 +158,7 @@ def _parse_force(value: str | None) -> frozenset[str]:
     return names
 
 
-_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, accept, container, package"
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
 
 
 @main.command("compile")
@@ -177,10 +177,14 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
     """Run the pipeline for every fleet group the target selects.
 
     \b
-    Stages, in order (per group: preflight, engine, accept, container, package):
-      model, reference, export, preflight, gate, engine, accept, container, package
-    accept measures an engine built on a device (local, ssh://) on that device over the
-    validation set; one below accuracy.min_retention is not packaged (exit 11).
+    Stages, in order (per group: preflight, engine, container, package):
+      model, reference, export, preflight, gate, engine, container, package
+    The engine stage measures an engine built on a device (local, ssh://) on that device
+    over the validation set (accept); one below accuracy.min_retention is not packaged:
+    the next passing candidate of the gate (INT8 with more layers in float, FP16, FP32) is
+    built and measured instead, and when none passes the group stops (exit 11). A deferred
+    INT8 recipe carries the FP16 candidate, which the device serves if its first-boot
+    engine fails the acceptance set (accuracy.first_boot_fallback).
     A stage whose inputs (file contents, the settings it reads, edgebuild's version) did not
     change since its last run is reused, and the summary says so. The gate's measurements are
     stored apart from its decision: changing only accuracy.min_retention, accuracy.select or
@@ -233,8 +237,19 @@ def _compile_summary(report: Any) -> str:
                 lines.append(f"  {unit.group:<12} {shown}: {unit.detail}")
                 continue
             outcome = ("deferred" if not record.built else "kept" if record.kept else "built")
-            lines.append(f"  {record.group:<12} {record.target:<22} {record.placement:<12} {outcome}")
+            lines.append(f"  {record.group:<12} {record.target:<22} {record.placement:<12} {outcome} "
+                         f"{record.candidate}" + (f" (first-boot fallback {record.fallback})" if record.fallback
+                                                  else ""))
             lines.append(f"  {'':<12} {record.reason}")
+            for tried in record.refused:
+                lines.append(f"  {'':<12} REFUSED {tried['candidate']} on {tried['where']}: {tried['metric']} "
+                             f"{tried['value']:.4f}, retention {tried['retention']:.3f} [{tried['backend']}]")
+            if record.accepted:
+                a = record.accepted
+                lines.append(f"  {'':<12} accepted {a['candidate']} on {a['where']}: {a['metric']} {a['value']:.4f} "
+                             f"on {a['images']} images, retention {a['retention']:.3f} [{a['backend']}]")
+            elif unit.status == "failed":
+                lines.append(f"  {'':<12} FAILED: {unit.detail}")
     lines.append("")
     for status, label in (("ran", "ran"), ("reused", "reused (up to date)"), ("failed", "failed"),
                           ("not run", "not run")):

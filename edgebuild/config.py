@@ -173,6 +173,11 @@ class AccuracySection(_Section):
     # what measures the candidates: ONNX Runtime on the CPU (every host), or this host's real
     # TensorRT (a host check of the real kernels' accuracy; needs TensorRT and an NVIDIA GPU)
     backend: Literal["onnxruntime", "tensorrt"] = "onnxruntime"
+    # validation images an engine built on a device (local, ssh://) is measured on there; all if unset
+    device_images: int | None = Field(default=None, ge=1)
+    # a deferred (first-boot) INT8 recipe also carries the FP16 candidate, which the device serves
+    # when its INT8 engine fails the acceptance set (else it stays not ready and the OTA rolls back)
+    first_boot_fallback: bool = True
 
     @field_validator("min_retention")
     @classmethod

@@ -271,7 +271,8 @@ def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan) -> d
         raise ConfigError(f"{artifact_dir}: {', '.join(missing)} missing; rerun `edgebuild compile --force`")
     with atomic_output_dir(Path(out_dir)) as staging:
         (staging / "model").mkdir()
-        for name in model_files:
+        for name in model_files:  # a fallback recipe sits in a subfolder
+            (staging / "model" / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(artifact_dir / name, staging / "model" / name)
         (staging / "edgebuild-device.pyz").write_bytes(device_tool_archive())
         shutil.copyfile(data_dir("docker") / "install-runtime-deps.sh", staging / "install-runtime-deps.sh")

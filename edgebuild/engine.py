@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from edgebuild.runtime.files import atomic_write_bytes, atomic_writer
 from edgebuild.runtime.recipe import (
     ENGINE_FILE,
     ENGINE_JSON,
+    FALLBACK_FOLDER,
     ONNX_FILE,
     RECIPE_FILE,
     Recipe,
@@ -67,18 +68,44 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,
-                 acceptance: bytes) -> Path:
-    """The engine recipe of one fleet group: the selected ONNX, the builder settings, its limits and
-    its acceptance set (``acceptance_payload``).
+def candidate_order(gate: GateResult) -> list[str]:
+    """The gate's candidates an engine may be built from, in the order they are tried for a target.
 
-    Written into ``build/engines/<group>/`` file by file (each atomically): an engine already in
-    the folder stays, and ``plan_engine`` decides whether it still fits.
+    The selected one first, then every other passing, selectable candidate that keeps more of the
+    model in float (``PRECISION_ORDER``: int8, int8-mixed, fp16, fp32): what the accept step falls
+    back to when an engine loses the gate's margin on its device.
+    """
+    from edgebuild.gate import PRECISION_ORDER
+
+    if gate.selected is None:
+        return []
+    after = PRECISION_ORDER.index(gate.selected)
+    rest = sorted((c for c in gate.candidates if c.passed and c.selectable and c.precision != gate.selected
+                   and PRECISION_ORDER.index(c.precision) > after), key=lambda c: PRECISION_ORDER.index(c.precision))
+    return [gate.selected, *(c.precision for c in rest)]
+
+
+def fallback_candidate(project: Project, gate: GateResult, candidate: str) -> str | None:
+    """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 engine fails acceptance.
+
+    Only for an INT8 candidate, and only with ``accuracy.first_boot_fallback``; None otherwise.
+    """
+    if not project.accuracy.first_boot_fallback or not candidate.startswith("int8"):
+        return None
+    return next((c for c in candidate_order(gate) if not c.startswith("int8")), None)
+
+
+def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,
+                 acceptance: bytes, candidate: str | None = None, folder: Path | None = None) -> Path:
+    """The engine recipe of one fleet group: the ``candidate``'s ONNX (default: the gate's
+    selection), the builder settings, its limits and its acceptance set (``acceptance_payload``).
+
+    Written into ``build/engines/<group>/`` (or ``folder``) file by file (each atomically): an
+    engine already in the folder stays, and ``plan_engine`` decides whether it still fits.
     """
     target, limits = group.target, group.limits
-    chosen = gate.candidate(gate.selected)
-    precision = "int8" if chosen.precision.startswith("int8") else chosen.precision
-    folder = project.build_dir / "engines" / group.name
+    chosen = gate.candidate(candidate or gate.selected)
+    folder = folder or project.build_dir / "engines" / group.name
     folder.mkdir(parents=True, exist_ok=True)
     source, onnx_path = gate.folder / chosen.onnx, folder / ONNX_FILE
     onnx_sha256 = file_sha256(source)
@@ -88,6 +115,15 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     acceptance_sha256 = hashlib.sha256(acceptance).hexdigest()
     if not (folder / ACCEPTANCE_FILE).is_file() or file_sha256(folder / ACCEPTANCE_FILE) != acceptance_sha256:
         atomic_write_bytes(folder / ACCEPTANCE_FILE, acceptance)
+    fallback = None if placement != "deferred" or folder.name == FALLBACK_FOLDER \
+        else fallback_candidate(project, gate, chosen.precision)
+    fallback_sha256 = None
+    if fallback is not None:
+        written = write_recipe(project, group, gate, placement, why, acceptance_payload(project, gate, fallback),
+                               fallback, folder / FALLBACK_FOLDER)
+        fallback_sha256 = file_sha256(written)
+    elif (folder / FALLBACK_FOLDER).is_dir():
+        shutil.rmtree(folder / FALLBACK_FOLDER)
     Recipe(
         group=group.name,
         model_name=project.project.name,
@@ -97,18 +133,15 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         target=target.id,
         placement=placement,
         placement_reason=why,
-        shippable_engine=placement == "local" or placement.startswith("ssh://"),
+        shippable_engine=_shippable(placement),
         onnx=ONNX_FILE,
         onnx_sha256=onnx_sha256,
-        precision=precision,
         candidate=chosen.precision,
         kept_fp32=list(chosen.kept_fp32),
         retention=chosen.retention,
         accuracy_backend=chosen.backend,
-        profiles={s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)] for s in project.model.inputs},
-        workspace_bytes=limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
         limits=limits.as_dict(),
-        dla_core=0 if group.use_dla else None,
+        **_builder_settings(project, group, chosen.precision),
         timing_cache=f"{target.module.id}-trt{target.release.tensorrt}.cache",
         module=RecipeModule(**_module_facts(target)),
         jetpack=target.release.jetpack,
@@ -117,19 +150,30 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         tensorrt=target.release.tensorrt,
         acceptance=ACCEPTANCE_FILE,
         acceptance_sha256=acceptance_sha256,
+        fallback=FALLBACK_FOLDER if fallback is not None else None,
+        fallback_sha256=fallback_sha256,
     ).save(folder)
     return folder / RECIPE_FILE
 
 
-def acceptance_payload(project: Project, gate: GateResult) -> bytes:
-    """``acceptance.npz`` for the gate's selected candidate (``edgebuild.evaluate.acceptance_set``).
+def _builder_settings(project: Project, group: SelectedGroup, candidate: str) -> dict[str, Any]:
+    """The recipe's TensorRT builder settings for a candidate (what ``engine_build_key`` reads besides the ONNX)."""
+    return {"precision": "int8" if candidate.startswith("int8") else candidate,
+            "profiles": {s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)]
+                         for s in project.model.inputs},
+            "workspace_bytes": group.limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
+            "dla_core": 0 if group.use_dla else None}
+
+
+def acceptance_payload(project: Project, gate: GateResult, candidate_name: str | None = None) -> bytes:
+    """``acceptance.npz`` for a candidate (default: the gate's selection; ``edgebuild.evaluate.acceptance_set``).
 
     The same for every group; kept beside the candidate's measurement, whose folder is keyed by
     the model, data and task it is made from, so it is made once per candidate, not per compile.
     """
     from edgebuild.evaluate import ACCEPTANCE_IMAGES, ACCEPTANCE_VERSION, ValidationSet, acceptance_set
 
-    candidate = gate.folder / gate.candidate(gate.selected).onnx
+    candidate = gate.folder / gate.candidate(candidate_name or gate.selected).onnx
     stored = candidate.parent / f"acceptance-{ACCEPTANCE_VERSION}.npz"
     if stored.is_file():
         return stored.read_bytes()
@@ -206,8 +250,28 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Any = lambda _: None,
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """One device-built engine measured on its device over the validation set (stored by build key)."""
+
+    candidate: str  # the gate candidate the engine was built from
+    build_key: str
+    plan_sha256: str
+    validation: str  # edgebuild.datasets.validation_digest of the set it was measured on
+    where: str
+    backend: str
+    metric: str
+    value: float
+    images: int
+    reference: float  # FP32's metric on the same images (the gate's, unless accuracy.device_images caps them)
+    retention: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class EngineRecord:
-    """The engine stage's result for one fleet group."""
+    """The engine stage's result for one fleet group: where its engine was built, and its acceptance."""
 
     group: str
     target: str
@@ -218,6 +282,17 @@ class EngineRecord:
     built: bool  # engine.plan and engine.json are in the folder
     kept: bool  # the engine of an earlier run was kept: nothing it depends on changed
     host: dict[str, Any]
+    candidate: str = ""  # the gate candidate in the folder
+    #: the shipping engine's metric measured on its device (local, ssh://) and found good enough
+    accepted: dict[str, Any] | None = None
+    #: engines measured on their device and refused (below accuracy.min_retention), in the order tried
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    fallback: str | None = None  # the candidate a first-boot device falls back to (deferred placement)
+
+    @property
+    def needs_acceptance(self) -> bool:
+        """An engine that ships: it is measured on its device before it is packaged."""
+        return self.built and _shippable(self.placement)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,6 +321,64 @@ def _shippable(placement: str) -> bool:
     return placement == "local" or placement.startswith("ssh://")
 
 
+# -- what the folder holds, kept beside it ------------------------------------------------------
+
+class EngineState:
+    """``build/engines/.state/<group>.json``: the engine in the group's folder and the acceptance measurements.
+
+    ``built`` says which build key the folder's engine was built from (written after the engine
+    lands, removed before it is dropped), so an engine is kept whatever run or stage built it.
+    ``measured`` holds every device measurement by build key: a decision (min_retention, the
+    fallback order) is re-made from them without measuring again, and an engine refused once is
+    not built again while its key holds.
+    """
+
+    def __init__(self, project: Project, group: str) -> None:
+        self.path = project.build_dir / "engines" / ".state" / f"{group}.json"
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        self.built: dict[str, Any] | None = data.get("built")
+        self.measured: dict[str, dict[str, Any]] = data.get("measured", {})
+
+    def _update(self, **sections: Any) -> None:
+        """Re-read the file, change ``sections``, write it back atomically (another holder may have written)."""
+        self._read()
+        for name, value in sections.items():
+            setattr(self, name, value)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.path, json.dumps({"built": self.built, "measured": self.measured},
+                                                 indent=2).encode())
+
+    def set_built(self, build_key: str | None, folder: Path | None = None, placement: str = "",
+                  reason: str = "") -> None:
+        self._update(built=None if build_key is None else {
+            "build_key": build_key, "plan_sha256": file_sha256(folder / ENGINE_FILE), "placement": placement,
+            "reason": reason})
+
+    def add_measurement(self, measured: Acceptance) -> None:
+        self._read()
+        self._update(measured={**self.measured, measured.build_key: measured.as_dict()})
+
+    def measurement(self, build_key: str, plan_sha256: str, validation: str) -> Acceptance | None:
+        stored = self.measured.get(build_key)
+        if stored and stored.get("plan_sha256") == plan_sha256 and stored.get("validation") == validation:
+            try:
+                return Acceptance(**stored)
+            except TypeError:
+                return None
+        return None
+
+    def refused(self, min_retention: float, validation: str) -> set[str]:
+        """Build keys whose engine was measured below ``min_retention`` on this validation set."""
+        return {key for key, m in self.measured.items()
+                if m.get("validation") == validation and float(m.get("retention", 0.0)) < min_retention}
+
+
 def _engine_intact(folder: Path) -> bool:
     """engine.plan and engine.json present, and the plan is the one engine.json describes."""
     plan, described = folder / ENGINE_FILE, folder / ENGINE_JSON
@@ -257,116 +390,189 @@ def _engine_intact(folder: Path) -> bool:
         return False
 
 
-def _drop_engine(folder: Path) -> None:
+def _drop_engine(folder: Path, state: EngineState) -> None:
+    if state.built is not None:
+        state.set_built(None)
     for name in (ENGINE_FILE, ENGINE_JSON):
         (folder / name).unlink(missing_ok=True)
 
 
-def _keep(project: Project, group: SelectedGroup, gate: GateResult, previous: EngineRecord, host: DeviceFacts,
-          acceptance: bytes, report: Any) -> EngineRecord | None:
-    """The previous run's engine, if its build key still holds and its files are intact (else None)."""
-    recipe_path = write_recipe(project, group, gate, previous.placement, previous.reason, acceptance)
-    folder = recipe_path.parent
-    key = engine_build_key(Recipe.load(folder), previous.placement, host)
-    if key != previous.build_key or not _engine_intact(folder):
-        return None
-    report(f"engine: {group.name}: kept the engine built {previous.placement} (ONNX, builder settings, module, "
-           "L4T and TensorRT unchanged)")
-    check_engine_memory(folder / ENGINE_JSON, group.limits)  # the budget may have changed since
-    return replace(previous, target=group.target.id, kept=True, host=host.as_dict())
+def _kept(state: EngineState, folder: Path, key: str) -> bool:
+    built = state.built
+    return (built is not None and built.get("build_key") == key and _engine_intact(folder)
+            and built.get("plan_sha256") == file_sha256(folder / ENGINE_FILE))
 
 
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
-                build_on: str | None = None, previous: EngineRecord | None = None, force: bool = False,
+                build_on: str | None = None, candidate: str | None = None, force: bool = False,
                 acceptance: bytes | None = None, trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
-    """Write the group's recipe, decide where its engine is built, and build it unless deferred.
+    """Write the group's recipe for ``candidate`` (default: the gate's selection), decide where its
+    engine is built, and build it unless deferred.
 
-    An engine an earlier run built (here or on a device) is kept while ``engine_build_key`` is
-    unchanged and its files are intact, unless ``force``. ``build_on`` (from ``--build-on``)
-    overrides the group's own build device. ``acceptance`` is the ``acceptance_payload`` when the
-    caller made it already (one for every group of a compile).
+    An engine already in the folder (built by any earlier run, here or on a device) is kept while
+    ``engine_build_key`` is unchanged and its files are intact, unless ``force``; one a device
+    built stays even when this run names no build device. ``build_on`` (from ``--build-on``)
+    overrides the group's own build device. ``acceptance`` is the candidate's ``acceptance_payload``
+    when the caller made it already.
     """
-    acceptance = acceptance if acceptance is not None else acceptance_payload(project, gate)
+    candidate = candidate or gate.selected
+    acceptance = acceptance if acceptance is not None else acceptance_payload(project, gate, candidate)
+    state = EngineState(project, group.name)
     placement, why = decide_placement(group.target, host, build_on or group.build_on)
-    if not force and previous is not None and previous.built and _shippable(previous.placement) \
-            and not _shippable(placement):
+    built = state.built or {}
+    if not force and _shippable(built.get("placement", "")) and not _shippable(placement):
         # an engine a device built stays, even when this run names no build device (a later
         # `package`, or a compile without --build-on), while nothing it depends on changed
-        kept = _keep(project, group, gate, previous, host, acceptance, report)
-        if kept is not None:
-            return kept
-    recipe_path = write_recipe(project, group, gate, placement, why, acceptance)
+        folder = write_recipe(project, group, gate, built["placement"], built["reason"], acceptance, candidate).parent
+        if _kept(state, folder, engine_build_key(Recipe.load(folder), built["placement"], host)):
+            placement, why = built["placement"], built["reason"]
+    recipe_path = write_recipe(project, group, gate, placement, why, acceptance, candidate)
     folder = recipe_path.parent
-    key = engine_build_key(Recipe.load(folder), placement, host)
+    recipe = Recipe.load(folder)
+    key = engine_build_key(recipe, placement, host)
     record = EngineRecord(group=group.name, target=group.target.id, placement=placement, reason=why,
                           folder=str(folder.relative_to(project.build_dir)), build_key=key, built=False, kept=False,
-                          host=host.as_dict())
+                          host=host.as_dict(), candidate=candidate,
+                          fallback=fallback_candidate(project, gate, candidate) if recipe.fallback else None)
     if placement == "deferred":
-        _drop_engine(folder)
+        _drop_engine(folder, state)
         return record
-    if not force and previous is not None and previous.built and previous.build_key == key:
-        kept = _keep(project, group, gate, previous, host, acceptance, report)
-        if kept is not None:
-            return kept
-    _drop_engine(folder)
+    if not force and _kept(state, folder, key):
+        report(f"engine: {group.name}: kept the {candidate} engine built {placement} (ONNX, builder settings, "
+               "module, L4T and TensorRT unchanged)")
+        check_engine_memory(folder / ENGINE_JSON, group.limits)  # the budget may have changed since
+        return replace(record, built=True, kept=True)
+    _drop_engine(folder, state)
     if placement.startswith("ssh://"):
         engine_json = build_over_ssh(recipe_path, placement, report=report)
     else:
-        report(f"engine: building {group.target.id} ({placement})")
+        report(f"engine: building {group.target.id} ({placement}, {candidate})")
         engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=report)
+    state.set_built(key, folder, placement, why)
     check_engine_memory(Path(engine_json), group.limits)
     return replace(record, built=True)
 
 
-@dataclass(frozen=True)
-class AcceptRecord:
-    """The accept stage's result: the shipping engine's metric, measured where it was built."""
+# -- accept: the shipping engine measured where it runs ------------------------------------------
 
-    group: str
-    applicable: bool
-    reason: str
-    where: str = ""
-    backend: str = ""
-    metric: str = ""
-    value: float = 0.0
-    retention: float = 0.0  # against the gate's FP32 reference; the stage's verdict applies min_retention
-    images: int = 0
+def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
+                     build_on: str | None = None, force: bool = False, acceptance: Any = None,
+                     evaluate_remote: Any = None, evaluate_local: Any = None, trt: Any = None,
+                     report: Any = lambda _: None) -> EngineRecord:
+    """The group's engine (``plan_engine``), measured on its device when it ships, with fallback.
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def accept_engine(project: Project, engine: EngineRecord, gate: GateResult, *, evaluate_remote: Any = None,
-                  evaluate_local: Any = None, report: Any = lambda _: None) -> AcceptRecord:
-    """Measure a device-built engine on its device over the validation set, against the gate's FP32.
-
-    Only engines that ship (``local``, ``ssh://``) are measured; a deferred group is not
-    applicable here (the device builds its engine at first boot). ``evaluate_remote`` /
-    ``evaluate_local`` are injectable for tests; by default the device evaluation over SSH
-    (``edgebuild.evaluate.evaluate_on_device``) and the folder's backend here.
+    An engine built on a device (``local``, ``ssh://``) is run over the validation set there
+    (``accuracy.device_images`` caps it) and compared with the gate's FP32 reference. One below
+    ``accuracy.min_retention`` is refused and the next candidate of ``candidate_order`` is built
+    and measured, until one passes; when none does the record has no ``accepted`` and the
+    stage's verdict stops the group (exit 11) with the numbers. Measurements are stored by build
+    key (``EngineState``): a second run measures nothing, and a refused engine is not rebuilt.
+    ``acceptance`` maps a candidate to its ``acceptance_payload`` (made once per compile);
+    ``evaluate_remote`` / ``evaluate_local`` are injectable for tests.
     """
-    if not engine.built or not _shippable(engine.placement):
-        why = ("deferred: the device builds the engine at first start (its acceptance there is not built yet)"
-               if not engine.built else f"{engine.placement}: a host-check engine is never packaged")
-        return AcceptRecord(engine.group, False, why)
-    folder = project.build_dir / engine.folder
-    if engine.placement.startswith("ssh://"):
+    from edgebuild.datasets import validation_digest
+
+    min_retention = project.accuracy.min_retention
+    state = EngineState(project, group.name)
+    validation = digest([validation_digest(project), project.accuracy.device_images])
+    refused_keys = set() if force else state.refused(min_retention, validation)
+    payload = acceptance or (lambda name: acceptance_payload(project, gate, name))
+    refused: list[dict[str, Any]] = []
+    record = None
+    for candidate in candidate_order(gate):
+        planned = _planned_key(project, group, gate, candidate, host, build_on, state)
+        if planned in refused_keys:  # refused by an earlier run: its measurement stands, nothing is built
+            refused.append(state.measured[planned])
+            report(f"accept: {group.name}: the {candidate} engine was refused before on its device "
+                   f"(retention {state.measured[planned]['retention']:.3f}); trying the next candidate")
+            continue
+        record = plan_engine(project, group, gate, host=host, build_on=build_on, candidate=candidate,
+                             force=force and not refused, acceptance=payload(candidate), trt=trt, report=report)
+        if not record.needs_acceptance:
+            return replace(record, refused=refused)
+        measured = _measure(project, record, gate, state, validation, remeasure=force,
+                            evaluate_remote=evaluate_remote, evaluate_local=evaluate_local, report=report)
+        if measured.retention >= min_retention:
+            _record_acceptance(project.build_dir / record.folder, measured)
+            return replace(record, accepted=measured.as_dict(), refused=refused)
+        refused.append(measured.as_dict())
+        report(f"accept: {group.name}: REFUSED the {candidate} engine: retention {measured.retention:.3f} < "
+               f"{min_retention} on {record.placement}; building the next candidate of the gate")
+    if record is None:
+        raise AssertionError("build_and_accept needs a gate that selected a candidate")
+    return replace(record, refused=refused)
+
+
+def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candidate: str, host: DeviceFacts,
+                 build_on: str | None, state: EngineState) -> str:
+    """The ``engine_build_key`` ``plan_engine`` would give ``candidate``, without writing or building anything."""
+    from types import SimpleNamespace
+
+    target, chosen = group.target, gate.candidate(candidate)
+    placement = decide_placement(target, host, build_on or group.build_on)[0]
+    if not _shippable(placement) and _shippable((state.built or {}).get("placement", "")):
+        placement = state.built["placement"]  # plan_engine keeps a device-built engine (its key says so)
+    recipe = SimpleNamespace(onnx_sha256=file_sha256(gate.folder / chosen.onnx), module=target.module,
+                             l4t=target.release.l4t, tensorrt=target.release.tensorrt,
+                             **_builder_settings(project, group, candidate))
+    return engine_build_key(recipe, placement, host)
+
+
+def _measure(project: Project, record: EngineRecord, gate: GateResult, state: EngineState, validation: str, *,
+             remeasure: bool, evaluate_remote: Any, evaluate_local: Any, report: Any) -> Acceptance:
+    """The engine's metric on its device: the stored measurement of this plan, else measured now."""
+    folder = project.build_dir / record.folder
+    plan_sha256 = file_sha256(folder / ENGINE_FILE)
+    stored = None if remeasure else state.measurement(record.build_key, plan_sha256, validation)
+    if stored is not None:
+        report(f"accept: {record.group}: the {record.candidate} engine was measured before on {stored.where}: "
+               f"{stored.metric} {stored.value:.4f}, retention {stored.retention:.3f} (stored)")
+        return stored
+    from edgebuild.evaluate import ValidationSet, evaluate
+
+    data = ValidationSet(project, limit=project.accuracy.device_images)
+    reference = gate.reference_value
+    if project.accuracy.device_images and len(data) < gate.images:  # FP32 on the same images, here
+        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+        fp32 = OnnxRuntimeRunner(gate.folder / gate.candidate("fp32").onnx)
+        reference = evaluate(project, fp32, data=data, progress=False).value
+        report(f"accept: FP32 {gate.metric} on the first {len(data)} validation images (accuracy.device_images): "
+               f"{reference:.4f} [{fp32.backend}]")
+    if record.placement.startswith("ssh://"):
         from edgebuild.evaluate import evaluate_on_device
 
-        evaluation, _ = (evaluate_remote or evaluate_on_device)(project, folder, engine.placement, report=report)
+        # the engine itself, on TensorRT: a number from another backend would not be the engine's
+        evaluation, _ = (evaluate_remote or evaluate_on_device)(project, folder, record.placement, data=data,
+                                                                backend="tensorrt", report=report)
     else:
-        evaluation = (evaluate_local or _evaluate_here)(project, folder)
-    retention = evaluation.value / gate.reference_value
-    report(f"accept: {engine.group}: {evaluation.metric} {evaluation.value:.4f}, retention {retention:.3f} "
-           f"[{evaluation.backend} on {engine.placement}]")
-    return AcceptRecord(engine.group, True, "built on a device", where=engine.placement, backend=evaluation.backend,
-                        metric=evaluation.metric, value=round(evaluation.value, 6), retention=round(retention, 6),
-                        images=evaluation.images)
+        evaluation = (evaluate_local or _evaluate_here)(project, folder, data)
+    measured = Acceptance(
+        candidate=record.candidate, build_key=record.build_key, plan_sha256=plan_sha256, validation=validation,
+        where=record.placement, backend=evaluation.backend, metric=evaluation.metric,
+        value=round(evaluation.value, 6), images=evaluation.images, reference=round(reference, 6),
+        retention=round(evaluation.value / reference, 6) if reference else 0.0)
+    state.add_measurement(measured)
+    report(f"accept: {record.group}: {measured.metric} {measured.value:.4f}, retention {measured.retention:.3f} "
+           f"[{measured.backend} on {measured.where}]")
+    return measured
 
 
-def _evaluate_here(project: Project, folder: Path) -> Any:
+def _record_acceptance(folder: Path, measured: Acceptance) -> None:
+    """The accepted measurement into the folder's ``engine.json`` and recipe (the plan is untouched)."""
+    shown = {k: v for k, v in measured.as_dict().items() if k not in ("build_key", "validation")}
+    described = json.loads((folder / ENGINE_JSON).read_text())
+    if described.get("accepted") != shown:
+        described["accepted"] = shown
+        atomic_write_bytes(folder / ENGINE_JSON, json.dumps(described, indent=2, default=str).encode())
+    recipe = Recipe.load(folder)
+    if recipe.accepted != shown:
+        replace(recipe, accepted=shown).save(folder)
+
+
+def _evaluate_here(project: Project, folder: Path, data: Any) -> Any:
     from edgebuild.evaluate import evaluate
     from edgebuild.runtime.backends.select import load_backend
 
     runner, _ = load_backend(folder, "tensorrt")
-    return evaluate(project, runner, progress=False)
+    return evaluate(project, runner, data=data, progress=False)

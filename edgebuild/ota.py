@@ -251,6 +251,9 @@ def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None 
     names = recipe.file_names(engine=recipe.shippable_engine and Recipe.has_engine(artifact))
     files = {name: (artifact / name).read_bytes() for name in names}
     files[REFERENCE] = reference_outputs(artifact, recipe)
+    if recipe.fallback:  # the fallback recipe's own health reference, for a device that serves it
+        fallback = artifact / recipe.fallback
+        files[f"{recipe.fallback}/{REFERENCE}"] = reference_outputs(fallback, Recipe.load(fallback))
     if containers is not None and containers.is_dir():
         for spec in sorted(containers.iterdir()):
             if spec.is_file() and (spec.name in ("run.sh", "compose.yaml") or spec.suffix == ".service"):

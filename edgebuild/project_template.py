@@ -67,6 +67,8 @@ images = "data/val/images"                 # classification: one sub-folder per 
 [accuracy]
 metric = "mAP50-95"             # detection: mAP50-95 | mAP50; classification: top-1 | top-5
 min_retention = 0.92            # a candidate passes if its metric >= 0.92 x the FP32 metric
+# device_images = 500             # cap on validation images an engine built on a device is measured on there
+# first_boot_fallback = true      # a first-boot INT8 recipe also carries FP16, served if INT8 fails acceptance
 
 # One table per device group: a module and its JetPack release.
 # `edgebuild profiles list` shows the modules and releases.

@@ -6,7 +6,7 @@ comes after every stage it reads.
 
     model ─► reference
       └────► export ─► preflight (per group) ─┐
-                 └───► gate ──────────────────┴─► engine ─► accept ─► container ─► package
+                 └───► gate ──────────────────┴─► engine (+ accept) ─► container ─► package
                                                   (per group from preflight on)
 """
 
@@ -215,30 +215,47 @@ def _host(inputs: StageInputs) -> Any:
 
 
 def _engine_key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.datasets import validation_digest
+    from edgebuild.engine import EngineState, candidate_order, decide_placement
+
     project, group, gate = inputs.project, inputs.group, inputs.records["gate"]
-    chosen = gate.candidate(gate.selected)
+    order = [gate.candidate(name) for name in candidate_order(gate)]
+    state = EngineState(project, group.name)
+    build_on = inputs.options.build_on or group.build_on
+    # what the accept step reads matters only where an engine is (or was) measured on a device
+    measured = bool(state.measured) or decide_placement(group.target, _host(inputs), build_on)[0] not in (
+        "deferred", "host-check")
     return {
-        "candidate": digest([chosen.precision, chosen.kept_fp32, chosen.retention, chosen.backend]),
-        "onnx": file_sha256(gate.folder / chosen.onnx),
+        # every candidate the accept step may fall back to, and the engines refused before
+        "candidates": digest([[c.precision, c.kept_fp32, c.retention, c.backend, file_sha256(gate.folder / c.onnx)]
+                              for c in order]),
+        "refused": digest(sorted(state.measured)),
         "model": digest([project.project.name, project.ota.version, project.runtime.model_dump(),
                          [s.model_dump() for s in project.model.inputs]]),
+        "first_boot_fallback": str(project.accuracy.first_boot_fallback),
+        "accept": digest([project.accuracy.min_retention, project.accuracy.device_images,
+                          validation_digest(project)] if measured else None),
         "target": group.target.id,
         "use_dla": str(group.use_dla),
         "limits": digest(group.limits.as_dict()),
-        "build_on": inputs.options.build_on or group.build_on or "",
+        "build_on": build_on or "",
         "host": digest(_host(inputs).as_dict()),
     }
 
 
 def _engine_run(inputs: StageInputs) -> Any:
-    from edgebuild.engine import acceptance_payload, plan_engine
+    from edgebuild.engine import acceptance_payload, build_and_accept
 
     gate = inputs.records["gate"]
-    if "acceptance" not in inputs.shared:  # the selected candidate's, the same for every group
-        inputs.shared["acceptance"] = acceptance_payload(inputs.project, gate)
-    return plan_engine(inputs.project, inputs.group, gate, host=_host(inputs), build_on=inputs.options.build_on,
-                       previous=inputs.previous, force=inputs.forced, acceptance=inputs.shared["acceptance"],
-                       report=inputs.report)
+    payloads = inputs.shared.setdefault("acceptance", {})  # one per candidate, the same for every group
+
+    def payload(candidate: str) -> bytes:
+        if candidate not in payloads:
+            payloads[candidate] = acceptance_payload(inputs.project, gate, candidate)
+        return payloads[candidate]
+
+    return build_and_accept(inputs.project, inputs.group, gate, host=_host(inputs), build_on=inputs.options.build_on,
+                            force=inputs.forced, acceptance=payload, report=inputs.report)
 
 
 def _engine_outputs(inputs: StageInputs, record: Any) -> list[Path]:
@@ -252,49 +269,32 @@ def _engine_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
 
 
 def _engine_describe(record: Any) -> str:
+    refused = "".join(f"; {r['candidate']} REFUSED on the device (retention {r['retention']:.3f})"
+                      for r in record.refused)
     if not record.built:
-        return f"{record.placement}"
-    return f"{record.placement}, engine {'kept' if record.kept else 'built'}"
+        fallback = f", first-boot fallback {record.fallback}" if record.fallback else ""
+        return f"{record.placement} ({record.candidate}{fallback}){refused}"
+    built = f"{record.placement}, {record.candidate} engine {'kept' if record.kept else 'built'}"
+    if record.accepted:
+        a = record.accepted
+        built += (f"; accepted: {a['metric']} {a['value']:.4f} on {a['images']} images, retention "
+                  f"{a['retention']:.3f} [{a['backend']}]")
+    return built + refused
 
 
-# -- accept (per group) ------------------------------------------------------------------------
-
-def _accept_key(inputs: StageInputs) -> dict[str, str]:
-    from edgebuild.datasets import validation_digest
-
-    engine = inputs.records["engine"]
-    return {"model_folder": digest(_model_folder_key(inputs)), "placement": engine.placement,
-            "built": str(engine.built), "validation": validation_digest(inputs.project),
-            "reference": str(inputs.records["gate"].reference_value)}  # the threshold is the verdict's
-
-
-def _accept_run(inputs: StageInputs) -> Any:
-    from edgebuild.engine import accept_engine
-
-    return accept_engine(inputs.project, inputs.records["engine"], inputs.records["gate"], report=inputs.report)
-
-
-def _accept_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
-    from edgebuild.engine import AcceptRecord
-
-    return AcceptRecord(**data)
-
-
-def _accept_describe(record: Any) -> str:
-    if not record.applicable:
-        return f"not applicable: {record.reason}"
-    return (f"{record.metric} {record.value:.4f} on {record.images} images, retention {record.retention:.3f} "
-            f"[{record.backend} on {record.where}]")
-
-
-def _accept_verdict(inputs: StageInputs, record: Any) -> AccuracyGateError | None:
-    if not record.applicable or record.retention >= inputs.project.accuracy.min_retention:
+def _engine_verdict(inputs: StageInputs, record: Any) -> AccuracyGateError | None:
+    if not record.needs_acceptance or record.accepted is not None:
         return None
+    project, gate = inputs.project, inputs.records["gate"]
+    tried = "; ".join(f"{r['candidate']}: {r['metric']} {r['value']:.4f}, retention {r['retention']:.3f} "
+                      f"[{r['backend']}]" for r in record.refused)
     return AccuracyGateError(
-        f"{record.group}: the engine built {record.where} keeps {record.retention:.3f} of the FP32 {record.metric} "
-        f"({record.value:.4f} against {inputs.records['gate'].reference_value:.4f}) [{record.backend}], below "
-        f"accuracy.min_retention {inputs.project.accuracy.min_retention}; it is not packaged",
-        hint="select a higher precision for this target (quantize.precisions) or keep more layers in float")
+        f"{record.group}: no engine built {record.placement} keeps accuracy.min_retention "
+        f"{project.accuracy.min_retention} of the FP32 {gate.metric} ({gate.reference_value:.4f}) on the device "
+        f"({tried}); nothing is packaged for this group",
+        hint="the device's TensorRT loses accuracy the host's measurement did not see: keep more layers in "
+             "float (quantize.max_kept_layers), add fp16/fp32 to quantize.precisions, or check the device's "
+             "JetPack")
 
 
 # -- container (per group) ---------------------------------------------------------------------
@@ -349,7 +349,7 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
     ota = project.ota
     key = project.path(ota.signing_key) if ota.signing_key else None
     since = inputs.options.package_since
-    return {"model_folder": digest(_model_folder_key(inputs)), "accept": digest(inputs.records["accept"].as_dict()),
+    return {"model_folder": digest(_model_folder_key(inputs)),
             "run_specs": digest(_folder_key(project.build_dir / inputs.records["container"].context)),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
@@ -359,9 +359,9 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
 def _package_run(inputs: StageInputs) -> Any:
     from edgebuild.ota import package_group
 
-    accept = inputs.records["accept"]
-    shown = ("where", "backend", "metric", "value", "retention", "images")
-    accepted = {k: v for k, v in accept.as_dict().items() if k in shown} if accept.applicable else None
+    accepted = inputs.records["engine"].accepted
+    shown = ("candidate", "where", "backend", "metric", "value", "retention", "images")
+    accepted = {k: v for k, v in accepted.items() if k in shown} if accepted else None
     return package_group(inputs.project, inputs.group, since=inputs.options.package_since, accepted=accepted,
                          report=inputs.report)
 
@@ -402,18 +402,16 @@ STAGES: tuple[Stage, ...] = (
                      "selection (measurements stored apart from the decision)", ("export",), False,
           _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
           needs_data=True),
-    Stage("engine", 4, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
-                       "over SSH, or deferred to the device with its recipe", ("gate", "preflight"), True,
-          _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe),
-    Stage("accept", 1, "the metric of an engine built on a device, measured on that device, against the gate's "
-                       "threshold; a failing engine is not packaged", ("engine", "gate"), True,
-          _accept_key, _accept_run, lambda i, r: [], _dump, _accept_load, _accept_describe, verdict=_accept_verdict,
-          needs_data=True),
+    Stage("engine", 5, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
+                       "over SSH, or deferred to the device with its recipe (and an FP16 fallback); an engine "
+                       "built on a device is measured there (accept) and, below the threshold, replaced by the "
+                       "next passing candidate", ("gate", "preflight"), True,
+          _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe,
+          verdict=_engine_verdict, needs_data=True),
     Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
                           "systemd)", ("engine",), True,
           _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),
-    Stage("package", 4, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "accept", "container"),
-          True,
+    Stage("package", 5, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "container"), True,
           _package_key, _package_run, _package_outputs, _dump, _package_load, _package_describe),
 )
 

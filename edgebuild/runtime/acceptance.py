@@ -22,9 +22,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from edgebuild.runtime.recipe import ACCEPTANCE_FILE
 from edgebuild.runtime.vision import decode_outputs
-
-ACCEPTANCE_FILE = "acceptance.npz"
 
 Found = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes [K, 4], scores [K], labels [K]
 

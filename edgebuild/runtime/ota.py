@@ -311,7 +311,6 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
 
     from edgebuild.runtime.service import ModelService
 
-    reference_path = folder / REFERENCE
     service = ModelService(folder, warmup_budget_s=warmup_budget_s)
     service.start()
     deadline = time.monotonic() + warmup_budget_s + DEFERRED_BUILD_S  # a deferred engine is built first
@@ -319,6 +318,7 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
         service.ready.wait(0.1)
     if not service.ready.is_set():
         raise BundleError("health check: the new version does not start: {}".format(service.failed or "timeout"))
+    reference_path = service.serving_folder / REFERENCE  # the fallback recipe has its own reference
     if not reference_path.is_file():
         raise BundleError("health check: the bundle has no {} to check the output against".format(REFERENCE))
     with np.load(str(reference_path)) as stored:
@@ -334,7 +334,8 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
             raise BundleError("health check: output {!r} differs from the bundle's reference (max |diff| {}, "
                               "tolerance atol {} rtol {})".format(name, diff, atol, rtol))
         worst[name] = float(np.max(np.abs(got - value))) if value.size else 0.0
-    return {"backend": service.backend, "warmup": service.warmup, "inference_ms": round(ms, 3), "max_abs_diff": worst}
+    return {"backend": service.backend, "warmup": service.warmup, "inference_ms": round(ms, 3), "max_abs_diff": worst,
+            "acceptance": service.acceptance, "fallback": service.fallback}
 
 
 def install(bundle: Path, install_root: Path, public_key: Any = None, *, require_signature: bool = True,

@@ -29,6 +29,10 @@ RECIPE_FILE = "recipe.json"
 ONNX_FILE = "model.onnx"
 ENGINE_FILE = "engine.plan"
 ENGINE_JSON = "engine.json"
+#: the acceptance set the server runs before it serves (runtime/acceptance.py)
+ACCEPTANCE_FILE = "acceptance.npz"
+#: the subfolder of a first-boot folder holding the recipe the device falls back to (FP16)
+FALLBACK_FOLDER = "fallback"
 
 _REBUILD = "rebuild the model folder with this edgebuild: `edgebuild compile --force --target GROUP`"
 
@@ -93,6 +97,12 @@ class Recipe:
     #: the acceptance set the server runs before it serves (``runtime/acceptance.py``), and its sha256
     acceptance: Optional[str] = None
     acceptance_sha256: Optional[str] = None
+    #: a first-boot folder's fallback (``FALLBACK_FOLDER``: a recipe of its own, FP16, with its
+    #: ONNX and acceptance set), served when this recipe's engine fails its acceptance set
+    fallback: Optional[str] = None
+    fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
+    #: an engine built on a device: its metric measured there by the compile (edgebuild.engine.Acceptance)
+    accepted: Optional[Dict[str, Any]] = None
     schema: str = RECIPE_SCHEMA
 
     # -- the folder ------------------------------------------------------------------------------
@@ -100,6 +110,8 @@ class Recipe:
     def file_names(self, engine: bool = True) -> List[str]:
         """The folder's files: the recipe and the ONNX, and with ``engine`` the plan and its metadata."""
         names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
+        if self.fallback:  # the fallback recipe is deferred: it never holds an engine
+            names += ["{}/{}".format(self.fallback, n) for n in (RECIPE_FILE, ONNX_FILE, ACCEPTANCE_FILE)]
         if engine:
             names += [ENGINE_FILE, ENGINE_JSON]
         return names
@@ -137,6 +149,10 @@ class Recipe:
                                 or sha256_file(folder / self.acceptance) != self.acceptance_sha256):
             raise BundleError("{}: {} is missing or does not match the acceptance_sha256 of {}".format(
                 folder, self.acceptance, RECIPE_FILE), hint=_REBUILD)
+        if self.fallback and (not (folder / self.fallback / RECIPE_FILE).is_file()
+                              or sha256_file(folder / self.fallback / RECIPE_FILE) != self.fallback_sha256):
+            raise BundleError("{}: {}/{} is missing or does not match the fallback_sha256 of {}".format(
+                folder, self.fallback, RECIPE_FILE, RECIPE_FILE), hint=_REBUILD)
         if Recipe.has_engine(folder):
             try:
                 expected = json.loads((folder / ENGINE_JSON).read_text()).get("plan_sha256")

@@ -73,6 +73,9 @@ class ModelService:
         self.output_names = []  # type: List[str]
         self.warmup = {}  # type: Dict[str, Any]
         self.acceptance = {}  # type: Dict[str, Any]
+        #: set when the folder's engine failed its acceptance set and its fallback recipe is served
+        self.fallback = {}  # type: Dict[str, Any]
+        self.serving_folder = self.folder  # the folder, or its fallback
         self.requests = {"success": 0, "failure": 0, "bad_request": 0}
         self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
@@ -97,33 +100,56 @@ class ModelService:
 
     # -- the worker thread -------------------------------------------------------------------
 
-    def _accept(self, runner: Any) -> None:
+    def _accept(self, runner: Any, folder: Path, recipe: Recipe) -> None:
         """The folder's acceptance set through this backend; one that disagrees with FP32 is not served."""
-        if not self.recipe.acceptance:
+        if not recipe.acceptance:
             return
         from edgebuild.errors import AccuracyGateError
         from edgebuild.runtime import acceptance
 
-        name, shapes = next(iter(self.recipe.profiles.items()))
-        self.acceptance = acceptance.check(runner, self.folder, name, max(1, shapes[2][0]))
+        name, shapes = next(iter(recipe.profiles.items()))
+        self.acceptance = acceptance.check(runner, folder, name, max(1, shapes[2][0]))
         _log("acceptance: {statistic} {value} (threshold {threshold}) on {images} inputs".format(**self.acceptance))
         if not self.acceptance["passed"]:
             raise AccuracyGateError(
-                "acceptance failed on {}: {} {} is below {} on the {} inputs of {}; this backend is not "
-                "served".format(self.backend, self.acceptance["statistic"], self.acceptance["value"],
-                                self.acceptance["threshold"], self.acceptance["images"], acceptance.ACCEPTANCE_FILE))
+                "acceptance failed on {} ({}): {} {} is below {} on the {} inputs of {}; this backend is not "
+                "served".format(self.backend, recipe.candidate, self.acceptance["statistic"],
+                                self.acceptance["value"], self.acceptance["threshold"], self.acceptance["images"],
+                                acceptance.ACCEPTANCE_FILE))
+
+    def _load(self, folder: Path, recipe: Recipe, engine_cache: Optional[Path]) -> Any:
+        """The backend of ``folder``, checked against its acceptance set."""
+        runner, why = load_backend(folder, self._backend_choice, engine_cache, report=_log, recipe=recipe)
+        self.backend, self.backend_reason = runner.backend, why
+        self.output_names = list(getattr(runner, "output_names", []))
+        _log("backend {} ({})".format(runner.backend, why))
+        self._accept(runner, folder, recipe)
+        return runner
+
+    def _load_with_fallback(self) -> Any:
+        """The folder's backend; when it fails its acceptance set, the folder's fallback recipe's (FP16)."""
+        from edgebuild.errors import AccuracyGateError
+
+        try:
+            return self._load(self.folder, self.recipe, self._engine_cache)
+        except AccuracyGateError as exc:
+            if not self.recipe.fallback:
+                raise
+            fallback = self.folder / self.recipe.fallback
+            recipe = Recipe.load(fallback)
+            self.fallback = {"active": True, "candidate": recipe.candidate, "reason": str(exc),
+                             "refused": dict(self.acceptance)}
+            _log("WARNING: {}; falling back to the {} recipe in {}".format(exc, recipe.candidate, fallback))
+            runner = self._load(fallback, recipe, self._engine_cache)
+            self.serving_folder = fallback
+            return runner
 
     def start(self) -> None:
         self._worker.start()
 
     def _work(self) -> None:
         try:
-            runner, why = load_backend(self.folder, self._backend_choice, self._engine_cache, report=_log,
-                                       recipe=self.recipe)
-            self.backend, self.backend_reason = runner.backend, why
-            self.output_names = list(getattr(runner, "output_names", []))
-            _log("backend {} ({})".format(runner.backend, why))
-            self._accept(runner)
+            runner = self._load_with_fallback()
             if self._do_warmup:
                 self.warmup = self._warm_up(runner)
             self.ready.set()
@@ -262,7 +288,8 @@ class ModelService:
     def metadata(self) -> Dict[str, Any]:
         return model_metadata(self.name, self.version, self.backend, self.inputs, self.output_names, {
             "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
-            "acceptance": self.acceptance, "failed": self.failed,
+            "candidate": self.fallback.get("candidate", self.recipe.candidate),
+            "acceptance": self.acceptance, "fallback": self.fallback, "failed": self.failed,
             "warmup": self.warmup, "dynamic_batching": {"max_batch_size": self.max_batch_size,
                                                         "max_queue_delay_ms": self.max_queue_delay_ms}})
 
@@ -311,6 +338,10 @@ class ModelService:
                       "# TYPE edgebuild_acceptance_passed gauge",
                       'edgebuild_acceptance_passed{{model="{}"}} {}'.format(self.name,
                                                                            int(self.acceptance["passed"]))]
+        if self.recipe.fallback:
+            lines += ["# HELP edgebuild_fallback_active 1 when the folder's engine failed its acceptance set and "
+                      "the fallback recipe is served.", "# TYPE edgebuild_fallback_active gauge",
+                      'edgebuild_fallback_active{{model="{}"}} {}'.format(self.name, int(bool(self.fallback)))]
         return "\n".join(lines) + "\n"
 
 

@@ -87,9 +87,23 @@ def test_the_health_check_of_a_correct_folder_passes(shapes_folder: Path, tmp_pa
     assert "max_abs_diff" in health_check(folder, warmup_budget_s=1)
 
 
+def _without_fallback(folder: Path) -> Path:
+    recipe = Recipe.load(folder)
+    dataclasses.replace(recipe, fallback=None, fallback_sha256=None).save(folder)
+    shutil.rmtree(folder / "fallback")
+    return folder
+
+
+def test_the_first_boot_recipe_of_an_int8_model_carries_its_fp16_fallback(shapes_folder: Path) -> None:
+    recipe = Recipe.load(shapes_folder)
+    assert recipe.placement == "deferred" and recipe.candidate.startswith("int8") and recipe.fallback == "fallback"
+    fallback = Recipe.load(shapes_folder / "fallback")
+    assert fallback.candidate == "fp16" and fallback.precision == "fp16" and fallback.fallback is None
+
+
 def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health_check(shapes_folder: Path,
                                                                                        tmp_path: Path) -> None:
-    damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)
+    damaged = _without_fallback(_damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10))
     status, metadata, metrics = _serve(damaged)
     assert status == 503
     reason = metadata["parameters"]["failed"]
@@ -97,3 +111,50 @@ def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health
     assert 'edgebuild_acceptance_passed{model="shapes-detector"} 0' in metrics
     with pytest.raises(BundleError, match="acceptance failed"):
         health_check(damaged, warmup_budget_s=1)
+
+
+def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: Path, tmp_path: Path) -> None:
+    from edgebuild.ota import reference_outputs
+    from edgebuild.runtime.ota import REFERENCE
+
+    damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)
+    status, metadata, metrics = _serve(damaged)
+    parameters = metadata["parameters"]
+    assert status == 200, parameters["failed"]
+    fallback = parameters["fallback"]
+    assert fallback["active"] and fallback["candidate"] == "fp16" and parameters["candidate"] == "fp16"
+    assert "acceptance failed" in fallback["reason"] and not fallback["refused"]["passed"]
+    assert parameters["acceptance"]["passed"]  # the fallback's own acceptance set
+    assert 'edgebuild_fallback_active{model="shapes-detector"} 1' in metrics
+
+    # as a bundle installs it, with each recipe's health reference: the check passes and says why
+    (damaged / REFERENCE).write_bytes(reference_outputs(damaged, Recipe.load(damaged)))
+    (damaged / "fallback" / REFERENCE).write_bytes(reference_outputs(damaged / "fallback",
+                                                                     Recipe.load(damaged / "fallback")))
+    checked = health_check(damaged, warmup_budget_s=1)
+    assert checked["fallback"]["candidate"] == "fp16"
+
+
+def test_an_update_whose_engine_fails_acceptance_is_rolled_back(shapes_folder: Path, tmp_path: Path) -> None:
+    from edgebuild.ota import bundle_payload, write_bundle
+    from edgebuild.runtime.ota import active_version, install
+    from tests.support.jetson import write_device_root
+
+    device = write_device_root(tmp_path / "device", "orin-nano-8gb@6.2")
+    recipe = Recipe.load(shapes_folder)
+    install_root = tmp_path / "opt"
+
+    def bundle(folder: Path, version: str) -> Path:
+        recipe, files = bundle_payload(folder, None)
+        manifest = {"model": recipe.model_name, "version": version, "group": recipe.group, "target": recipe.target,
+                    "precision": recipe.precision, "compatibility": recipe.compatibility()}
+        out = tmp_path / f"{version}.edgebundle"
+        write_bundle(out, manifest=manifest, files=files)
+        return out
+
+    good = bundle(shapes_folder, "1.0.0")
+    assert install(good, install_root, require_signature=False, root=device)["installed"] == "1.0.0"
+    damaged = _without_fallback(_damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10))
+    with pytest.raises(BundleError, match="failed its health check and was rolled back to 1.0.0.*acceptance failed"):
+        install(bundle(damaged, "2.0.0"), install_root, require_signature=False, root=device)
+    assert active_version(install_root) == "1.0.0" and recipe.target == "orin-nano-8gb@6.2"

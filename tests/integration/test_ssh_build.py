@@ -105,17 +105,17 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
 
     # unchanged: the engine built on the device is kept, nothing goes over SSH
     messages: list[str] = []
-    kept = _planned(validated_digits, jetson.url, previous=record, report=messages.append)
-    assert kept.kept and messages == [f"engine: sorters: kept the engine built {jetson.url} (ONNX, builder settings, "
-                                      "module, L4T and TensorRT unchanged)"]
+    kept = _planned(validated_digits, jetson.url, report=messages.append)
+    assert kept.kept and messages == [f"engine: sorters: kept the int8 engine built {jetson.url} (ONNX, builder "
+                                      "settings, module, L4T and TensorRT unchanged)"]
     assert (engine_json.parent / "engine.plan").read_bytes() == PLAN
 
     # a run that names no build device (a later `package`) keeps it too, instead of deferring
-    later = _planned(validated_digits, None, previous=kept)
+    later = _planned(validated_digits, None)
     assert later.kept and later.placement == jetson.url and (engine_json.parent / "engine.plan").read_bytes() == PLAN
 
     # a forced build sends the host's timing cache to the device, which loads it
-    again = _planned(validated_digits, jetson.url, previous=kept, force=True)
+    again = _planned(validated_digits, jetson.url, force=True)
     assert not again.kept
     assert json.loads(_engine_json(validated_digits, again).read_text())["timing_cache"]["loaded"] is True
 
@@ -123,7 +123,7 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
 def test_a_corrupted_transfer_is_refused(validated_digits: Path, loopback_jetson, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     jetson = loopback_jetson("orin-nano-4gb@6.2", _tensorrt_double_on_the_device(tmp_path / "device-python"))
-    deferred = _planned(validated_digits, None)  # a deferred recipe to build from
+    deferred = _planned(validated_digits, None, force=True)  # a deferred recipe to build from
     recipe = validated_digits / "build" / deferred.folder / "recipe.json"
     real_fetch = SshDevice.fetch
 

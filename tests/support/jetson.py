@@ -12,6 +12,9 @@ JETSON_FILES = {
     "orin-nano-4gb@6.2": ("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
                           "DATE: Wed Jan  8 01:49:37 UTC 2025\n",
                           b"nvidia,p3768-0000+p3767-0004\0nvidia,p3767-0004\0nvidia,tegra234\0"),
+    "orin-nano-8gb@6.2": ("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
+                          "DATE: Wed Jan  8 01:49:37 UTC 2025\n",
+                          b"nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0"),
     "agx-orin-64gb@5.1.2": ("# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64\n",
                             b"nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0"),
 }

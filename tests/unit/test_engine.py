@@ -82,30 +82,30 @@ def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_co
     plan_file = project.build_dir / first.folder / "engine.plan"
     built = plan_file.stat().st_mtime_ns
     messages: list[str] = []
-    again = plan_engine(project, group, gate, host=HOST_CHECK, previous=first, trt=trt, report=messages.append)
+    again = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt, report=messages.append)
     assert again.kept and _builds(trt) == 1 and plan_file.stat().st_mtime_ns == built
-    assert "kept the engine built host-check" in messages[0]
+    assert "kept the int8 engine built host-check" in messages[0]
 
     newer = project.model_copy(update={"ota": project.ota.model_copy(update={"version": "9.9.9"})})
     # the recipe changes, not the build
-    kept = plan_engine(newer, group, gate, host=HOST_CHECK, previous=again, trt=trt)
+    kept = plan_engine(newer, group, gate, host=HOST_CHECK, trt=trt)
     assert kept.kept and _builds(trt) == 1
     assert json.loads((project.build_dir / first.folder / "recipe.json").read_text())["model_version"] == "9.9.9"
 
-    forced = plan_engine(project, group, gate, host=HOST_CHECK, previous=kept, force=True, trt=trt)
+    forced = plan_engine(project, group, gate, host=HOST_CHECK, force=True, trt=trt)
     assert not forced.kept and _builds(trt) == 2
 
     bigger = replace(group, limits=replace(group.limits, tensorrt_workspace=group.limits.tensorrt_workspace * 2))
-    rebuilt = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=forced, trt=trt)
+    rebuilt = plan_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
     assert not rebuilt.kept and rebuilt.build_key != forced.build_key and _builds(trt) == 3
 
     tight = replace(bigger, limits=replace(bigger.limits, engine_device_memory_max=1 << 20))
     with pytest.raises(LimitError, match="more than the 1.0 MiB"):  # a kept engine meets the new budget too
-        plan_engine(project, tight, gate, host=HOST_CHECK, previous=rebuilt, trt=trt)
+        plan_engine(project, tight, gate, host=HOST_CHECK, trt=trt)
     assert _builds(trt) == 3
 
     plan_file.write_bytes(b"damaged")
-    repaired = plan_engine(project, bigger, gate, host=HOST_CHECK, previous=rebuilt, trt=trt)
+    repaired = plan_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
     assert not repaired.kept and _builds(trt) == 4  # the plan no longer matches engine.json's plan_sha256
 
 
@@ -125,37 +125,116 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
     assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
 
 
-def _device_result(value: float):
+def _recorded_device(reference: float, retention: dict[str, float], calls: list[str]):
+    """A device evaluation that gives each candidate a recorded retention (the plumbing test is test_ssh_build)."""
     from edgebuild.evaluate import Evaluation
+    from edgebuild.runtime.recipe import Recipe
 
-    return lambda project, folder, url, report=None: (
-        Evaluation("top-1", value, {"top-1": value}, "tensorrt 10.3.0 (recorded)", 359, 0.5), {})
+    def evaluate(project, folder, url, data=None, backend="auto", report=None):
+        assert backend == "tensorrt"
+        candidate = Recipe.load(folder).candidate
+        calls.append(candidate)
+        value = reference * retention[candidate]
+        return Evaluation("top-1", value, {"top-1": value}, "tensorrt 10.3.0 (recorded)", 359, 0.5), {}
+
+    return evaluate
 
 
-def test_accept_measures_only_shipping_engines_and_refuses_one_below_the_threshold(example_copy) -> None:
-    from edgebuild.engine import EngineRecord, accept_engine
-    from edgebuild.stages import _accept_verdict
+class _Inputs:  # what the engine stage's verdict reads
+    def __init__(self, project, gate) -> None:
+        self.project, self.records = project, {"gate": gate}
+
+
+def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
+    """Builds "on the device" go to the TensorRT double here (test_ssh_build runs the real SSH path)."""
+    import edgebuild.engine as engine
+    from edgebuild.runtime.device import build_from_recipe
+
+    monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, report=None: build_from_recipe(
+        recipe_path, HOST_CHECK, verify_device=False, trt=trt))
+
+
+def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candidate(
+        example_copy, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgebuild.engine import build_and_accept, candidate_order
+    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.stages import _engine_verdict
 
     project, gate = _gated(example_copy("digits-classifier"))
-    shipped = EngineRecord(group="sorters", target="orin-nano-4gb@6.2", placement="ssh://nvidia@orin-01",
-                           reason="built there", folder="engines/sorters", build_key="k", built=True, kept=False,
-                           host={})
-    good = accept_engine(project, shipped, gate, evaluate_remote=_device_result(gate.reference_value * 0.97))
-    assert good.applicable and good.retention == pytest.approx(0.97)
-    bad = accept_engine(project, shipped, gate, evaluate_remote=_device_result(gate.reference_value * 0.80))
-    assert bad.applicable and bad.retention == pytest.approx(0.80)
+    group = replace(plan_compile(project, "sorters").groups[0], build_on="ssh://nvidia@orin-01")
+    trt = make_tensorrt("10.3.0")
+    _built_there(monkeypatch, trt)
+    assert candidate_order(gate) == ["int8", "fp16", "fp32"]
+    calls: list[str] = []
+    device = _recorded_device(gate.reference_value, {"int8": 0.80, "fp16": 0.99, "fp32": 1.0}, calls)
+    messages: list[str] = []
+    record = build_and_accept(project, group, gate, host=HOST_CHECK, evaluate_remote=device, report=messages.append)
+    assert record.candidate == "fp16" and record.built and calls == ["int8", "fp16"] and _builds(trt) == 2
+    assert [r["candidate"] for r in record.refused] == ["int8"] and record.refused[0]["retention"] == pytest.approx(0.8)
+    assert record.accepted["candidate"] == "fp16" and record.accepted["retention"] == pytest.approx(0.99)
+    assert any("REFUSED the int8 engine: retention 0.800 < 0.92" in m for m in messages)
+    folder = project.build_dir / record.folder
+    recipe = Recipe.load(folder)
+    assert recipe.candidate == "fp16" and recipe.precision == "fp16" and recipe.accepted["retention"] == 0.99
+    assert json.loads((folder / "engine.json").read_text())["accepted"]["where"] == "ssh://nvidia@orin-01"
+    recipe.verify_files(folder)  # engine.json was rewritten, its plan was not
+    assert _engine_verdict(_Inputs(project, gate), record) is None
 
-    class Inputs:  # what the stage's verdict reads
-        records = {"gate": gate}
+    # a second run measures nothing and builds nothing: the refusal and the acceptance are stored
+    again = build_and_accept(project, group, gate, host=HOST_CHECK,
+                             evaluate_remote=lambda *a, **k: pytest.fail("measured again"))
+    assert again.kept and again.candidate == "fp16" and _builds(trt) == 2 and again.refused == record.refused
 
-    Inputs.project = project
-    error = _accept_verdict(Inputs, bad)
+    # a stricter threshold re-decides from the stored measurements, then measures fp32
+    strict = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"min_retention": 0.995})})
+    calls.clear()
+    stricter = build_and_accept(strict, group, gate, host=HOST_CHECK, evaluate_remote=device)
+    assert stricter.candidate == "fp32" and calls == ["fp32"] and stricter.accepted["retention"] == 1.0
+    assert [r["candidate"] for r in stricter.refused] == ["int8", "fp16"]
+
+    # nothing passes: the group stops with exit 11 and every number
+    impossible = _recorded_device(gate.reference_value, {"int8": 0.5, "fp16": 0.6, "fp32": 0.7}, [])
+    failed = build_and_accept(project, group, gate, host=HOST_CHECK, force=True, evaluate_remote=impossible)
+    assert failed.accepted is None and [r["candidate"] for r in failed.refused] == ["int8", "fp16", "fp32"]
+    error = _engine_verdict(_Inputs(project, gate), failed)
     assert error is not None and error.exit_code == 11
-    assert "keeps 0.800 of the FP32 top-1" in error.message and "not packaged" in error.message
-    assert _accept_verdict(Inputs, good) is None
+    assert "int8: top-1" in error.message and "retention 0.700" in error.message
+    assert "nothing is packaged" in error.message
 
-    deferred = replace(shipped, placement="deferred", built=False)
-    skipped = accept_engine(project, deferred, gate, evaluate_remote=lambda *a, **k: pytest.fail("not measured"))
-    assert not skipped.applicable and "deferred" in skipped.reason and _accept_verdict(Inputs, skipped) is None
-    host_check = replace(shipped, placement="host-check")
-    assert not accept_engine(project, host_check, gate).applicable
+
+def test_only_engines_that_ship_are_measured(example_copy) -> None:
+    from edgebuild.engine import build_and_accept
+    from edgebuild.stages import _engine_verdict
+
+    project, gate = _gated(example_copy("digits-classifier"))
+    group = plan_compile(project, "sorters").groups[0]
+    never = lambda *a, **k: pytest.fail("not measured")  # noqa: E731
+    deferred = build_and_accept(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()),
+                                evaluate_remote=never, evaluate_local=never)
+    assert not deferred.built and deferred.accepted is None and deferred.fallback == "fp16"
+    assert _engine_verdict(_Inputs(project, gate), deferred) is None
+    host_check = build_and_accept(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"),
+                                  evaluate_remote=never, evaluate_local=never)
+    assert host_check.built and not host_check.needs_acceptance and host_check.fallback is None
+    assert _engine_verdict(_Inputs(project, gate), host_check) is None
+
+
+def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> None:
+    from edgebuild.runtime.recipe import Recipe
+
+    project, gate = _gated(example_copy("digits-classifier"))
+    group = plan_compile(project, "sorters").groups[0]
+    plan_engine(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
+    folder = project.build_dir / "engines" / "sorters"
+    recipe = Recipe.load(folder)
+    assert recipe.candidate == "int8" and recipe.fallback == "fallback"
+    fallback = Recipe.load(folder / "fallback")
+    assert fallback.candidate == "fp16" and fallback.fallback is None and fallback.acceptance == "acceptance.npz"
+    assert "fallback/model.onnx" in recipe.file_hashes(folder)
+    (folder / "fallback" / "recipe.json").write_text((folder / "fallback" / "recipe.json").read_text() + " ")
+    with pytest.raises(Exception, match="fallback/recipe.json is missing or does not match"):
+        recipe.verify_files(folder)
+
+    off = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"first_boot_fallback": False})})
+    plan_engine(off, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
+    assert Recipe.load(folder).fallback is None and not (folder / "fallback").exists()

@@ -5,7 +5,7 @@ what the others would:
 
 - the folder's ``engine.plan`` where it exists (built for this device at compile time);
 - in ``deferred`` placement, the engine built once from the recipe into an engine cache keyed by
-  TensorRT version and compute capability (``--engine-cache``, ``$EDGEBUILD_ENGINE_CACHE``, or
+  TensorRT version, compute capability, precision and ONNX (``--engine-cache``, ``$EDGEBUILD_ENGINE_CACHE``, or
   ``<folder>/engine-cache``);
 - ONNX Runtime on the CPU where no engine can be used, with the reason, which every caller
   reports (the log, ``/v2/models/NAME``, the bench result).
@@ -73,7 +73,9 @@ def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
                 "TensorRT engine {} built for {}".format(folder / ENGINE_FILE, recipe.target))
     if facts.compute_capability is None:
         raise CapabilityMissing(facts.tensorrt_problem)
-    key = "trt{}-sm{}".format(facts.tensorrt, facts.compute_capability.replace(".", ""))
+    # the device's TensorRT and GPU, and the model: a cache shared by versions never serves another model
+    key = "trt{}-sm{}-{}-{}".format(facts.tensorrt, facts.compute_capability.replace(".", ""), recipe.precision,
+                                   recipe.onnx_sha256[:12])
     cache = Path(engine_cache or os.environ.get(ENGINE_CACHE_ENV) or folder / "engine-cache") / key
     if not (cache / ENGINE_JSON).is_file():
         report("no engine for {} yet: building it from the recipe into {} (this takes minutes, once)".format(
