@@ -26,6 +26,7 @@ import gzip
 import io
 import json
 import tarfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -318,8 +319,11 @@ def package_group(project: Any, group: SelectedGroup, *, since: Path | None = No
                                    project.build_dir / "containers" / group_name,
                                    hint=f"run `edgebuild compile --target {group_name}` first")
     base = _base_manifest(since, group_name) if since is not None else None
+    # sequence: when it was packaged (ms since the epoch), signed with the manifest; a device
+    # refuses a bundle that is not newer than what it installed, even under a reused version string
     manifest = {"model": name, "version": version, "group": group_name, "target": recipe.target,
-                "precision": recipe.precision, "compatibility": recipe.compatibility()}
+                "precision": recipe.precision, "compatibility": recipe.compatibility(),
+                "sequence": time.time_ns() // 1_000_000}
     folder = out_root / group_name
     bundle_path = folder / f"{name}-{version}-{group_name}{BUNDLE_SUFFIX}"
     written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
