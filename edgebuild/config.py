@@ -281,6 +281,18 @@ class OtaSection(_Section):
     # Mender device types per module id (default: the module id), e.g. the Yocto MACHINE names
     # {"agx-orin-64gb" = ["jetson-agx-orin-devkit"]}
     device_types: dict[str, list[str]] = {}
+    # the device provide that says its L4T release, set by the fleet's rootfs artifact (e.g.
+    # `mender-artifact write rootfs-image ... --provides edgebuild.l4t:36.4.3`); a model artifact
+    # depends on it being the target's release. "" depends on the device type alone.
+    l4t_provide: str = "edgebuild.l4t"
+
+    @field_validator("artifact_name", "l4t_provide")
+    @classmethod
+    def _mender_safe(cls, value: str | None) -> str | None:
+        # Mender's clears patterns treat * as a wildcard and a backslash as an escape: neither may be in a key
+        if value and (any(c in value for c in "*\\") or any(c.isspace() for c in value)):
+            raise ValueError(f"must not contain '*', '\\' or spaces (Mender provides patterns), found {value!r}")
+        return value
 
 
 class Project(_Section):

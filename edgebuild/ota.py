@@ -102,15 +102,22 @@ def _json(value: Any) -> bytes:
 
 def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mapping[str, bytes | Path],
                     payload_type: str = PAYLOAD_TYPE, provides: Mapping[str, str] | None = None,
-                    depends: Mapping[str, Any] | None = None, meta_data: Mapping[str, Any] | None = None,
-                    signing_key: Any = None) -> bytes:
+                    clears_provides: list[str] | None = None, depends: Mapping[str, Any] | None = None,
+                    meta_data: Mapping[str, Any] | None = None, signing_key: Any = None) -> bytes:
     """The bytes of a format-3 Mender artifact with one payload.
 
     ``provides``/``depends`` are the payload's own keys (``type-info``), e.g. the model version
     it provides and the L4T release it needs; ``device_types`` go to the artifact's depends.
+    ``clears_provides`` are the patterns (``*`` the only wildcard) of the device's provides this
+    artifact replaces. The Mender client drops every provide the device has when an artifact
+    names none, and an empty list means the same to it, so an artifact that provides anything
+    must name what it clears.
     """
     if not device_types:
         raise ConfigError("a Mender artifact needs at least one device type it depends on")
+    if provides and not clears_provides:
+        raise ConfigError("a Mender artifact that provides keys must say which provides it clears "
+                          "(clears_provides); without it the Mender client drops every provide of the device")
     names = sorted(files)
     for name in names:
         if "/" in name or name in ("", ".", ".."):
@@ -123,6 +130,8 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
     type_info: dict[str, Any] = {"type": payload_type}
     if provides:
         type_info["artifact_provides"] = dict(provides)
+    if clears_provides:
+        type_info["clears_artifact_provides"] = list(clears_provides)
     if depends:
         type_info["artifact_depends"] = dict(depends)
     header = _gzip(_tar([("header-info", _json(header_info)), ("headers/0000/type-info", _json(type_info)),
@@ -299,6 +308,21 @@ class PackageRecord:
         return cls(**data)
 
 
+def mender_keys(project: Any, name: str, version: str, group: str, l4t: str) -> dict[str, Any]:
+    """What a model artifact provides, clears and depends on in the device's Mender provides.
+
+    It provides ``edgebuild.model.<name>.version`` and ``.group`` and clears only
+    ``edgebuild.model.<name>.*``, so the rootfs's provides (``edgebuild.l4t``), other models'
+    and everything else survive every update. It depends on ``[ota] l4t_provide`` (default
+    ``edgebuild.l4t``) being the target's L4T release; ``l4t_provide = ""`` depends on the
+    device type alone.
+    """
+    prefix = f"edgebuild.model.{name}"
+    l4t_key = project.ota.l4t_provide
+    return {"provides": {f"{prefix}.version": version, f"{prefix}.group": group},
+            "clears_provides": [f"{prefix}.*"], "depends": {l4t_key: l4t} if l4t_key else None}
+
+
 def _base_manifest(since: Path, group: str) -> dict[str, Any]:
     previous = Path(since)
     if previous.is_dir():
@@ -332,8 +356,8 @@ def package_group(project: Any, group: SelectedGroup, *, since: Path | None = No
         artifact_name=f"{name}-{version}-{group_name}",
         device_types=project.ota.device_types.get(recipe.module.id, [recipe.module.id]),
         files={bundle_path.name: bundle_path.read_bytes()},
-        provides={f"edgebuild.{name}.version": version, f"edgebuild.{name}.group": group_name},
-        depends={"edgebuild.l4t": recipe.l4t}, meta_data={"target": recipe.target, "group": group_name},
+        **mender_keys(project, name, version, group_name, recipe.l4t),
+        meta_data={"target": recipe.target, "group": group_name},
         signing_key=mender_key))
     record = PackageRecord(
         group=group_name, target=recipe.target, bundle=_described(bundle_path, project.root),

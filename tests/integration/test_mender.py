@@ -17,7 +17,8 @@ from edgebuild.ota import load_signing_key, mender_artifact
 
 FILES = {"model.onnx": bytes(range(256)) * 400, "recipe.json": b'{"group": "yard-cams"}'}
 COMMON = dict(artifact_name="shapes-detector-1.0.0-yard-cams", device_types=["jetson-orin-nano-devkit"], files=FILES,
-              provides={"edgebuild.model.shapes-detector.version": "1.0.0"}, depends={"edgebuild.l4t": "36.4.3"},
+              provides={"edgebuild.model.shapes-detector.version": "1.0.0"},
+              clears_provides=["edgebuild.model.shapes-detector.*"], depends={"edgebuild.l4t": "36.4.3"},
               meta_data={"group": "yard-cams"})
 
 
@@ -169,7 +170,8 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     assert done.returncode == 0, done.stdout + done.stderr
     read = _tool("read", str(mender)).stdout
     assert "Compatible devices: '[jetson-agx-orin-devkit]'" in read and "edgebuild.l4t: 35.4.1" in read
-    assert f"edgebuild.tiny.version: {project.ota.version}" in read
+    assert f"edgebuild.model.tiny.version: {project.ota.version}" in read
+    assert 'Clears Provides: ["edgebuild.model.tiny.*"]' in read
     assert entry["signed"] is signed and (fleet["notes"] == [] if signed else "unsigned" in fleet["notes"][0])
     bundle = tiny_project / entry["bundle"]["path"]
     manifest = verify(bundle, _public(public) if signed else None, require_signature=signed, check_device=False)

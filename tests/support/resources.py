@@ -1,4 +1,4 @@
-"""The resources that the gpu, jetson, container, ssh, cgroup and mender markers stand for.
+"""The resources that the gpu, jetson, container, ssh, cgroup, mender and mender_client markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -73,8 +74,23 @@ def _mender() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _mender_client() -> tuple[bool, str]:
+    if shutil.which("mender") is None or shutil.which("mender-artifact") is None:
+        return False, "the Mender client is not installed (apt-get install mender-client mender-artifact)"
+    if os.geteuid() != 0:
+        return False, "the Mender client tests run it as root in a private mount namespace (unshare --mount)"
+    for path in ("/etc/mender", "/usr/share/mender/modules/v3"):
+        if not os.path.isdir(path):
+            return False, f"{path} is missing (the mender-client package makes it)"
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return False, f"unshare --mount fails here: {probe.stderr.strip()}"
+    return True, ""
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
-             "mender": _mender}
+             "mender": _mender, "mender_client": _mender_client}
 
 
 def required_resources() -> set[str]:
