@@ -11,7 +11,13 @@ cross-built for a Jetson on x86. So every target gets a placement:
 - ``host-check``: this host has TensorRT and a GPU but is not the target: the engine is built to
   catch parser and builder failures, and is never packaged for a Jetson;
 - ``deferred``: no suitable builder: the recipe (ONNX + build settings) goes to the device, which
-  builds the engine once at first start with the same builder.
+  builds the engine once at first start with the same builder; an INT8 recipe also carries the
+  FP16 candidate (``fallback/``), served when the INT8 engine fails its acceptance set there.
+
+An engine that ships (``local``, ``ssh://``) is accepted before it is packaged: measured where it
+was built over the validation set (``build_and_accept``); one that loses the gate's margin is
+replaced by the next passing candidate of the gate (``candidate_order``). What the folder holds
+and every measurement live beside it in ``EngineState``.
 """
 
 from __future__ import annotations

@@ -14,24 +14,37 @@ every hash right, nothing missing or extra. Installation extracts into a new ver
 (the runtime's warm-up and a sanity inference compared with the reference stored in the bundle)
 and switches back if it fails; a process killed before the switch leaves ``current`` as it was.
 
+Three more guards. Downgrades: the newest installed version (and the manifest's ``sequence``,
+the packaging time in ms, signed with it) is recorded in ``installed.json`` after a healthy
+install, and a bundle that is not newer (semantic version, then sequence) is refused unless
+``allow_downgrade``; a sequence at or below the recorded one is a replay even under a new
+version string. Power loss: every extracted file and folder is fsynced before ``current`` is
+switched and the install root after, so a link that names a version never points at files
+that a power cut can still empty. One installer: install and rollback hold an exclusive
+``flock`` on ``ota.lock`` in the install root; a second one exits at once and changes nothing.
+
 Python 3.8; ``cryptography`` for signatures; numpy for the health check.
 """
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import base64
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tarfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, EdgebuildError
-from edgebuild.runtime import device
-from edgebuild.runtime.files import fsync_dir, sha256_file
+from edgebuild.errors import BuildLocked, BundleError, CapabilityMissing, ConfigError, EdgebuildError
+from edgebuild.runtime import device, semver
+from edgebuild.runtime.files import atomic_write_text, fsync_dir, sha256_file
 
 BUNDLE_FORMAT = "edgebuild-bundle"
 BUNDLE_VERSION = 1
@@ -41,6 +54,16 @@ MAX_FILE_BYTES = 8 << 30  # no model file is this large; a bigger entry is an at
 MAX_MANIFEST_BYTES = 1 << 20
 REFERENCE = "reference.npz"
 DEFERRED_BUILD_S = 1800  # the longest a health check waits for a deferred engine build
+INSTALLED = "installed.json"  # the newest installed version, sequence and manifest sha256
+LOCK = "ota.lock"
+DOWNGRADE_HINT = ("pass --allow-downgrade to ota-install to install it anyway (in the Mender update module: "
+                  "EDGEBUILD_ALLOW_DOWNGRADE=1)")
+
+
+class InstallBusy(BuildLocked):
+    """Another ota-install or ota-rollback holds the install root's lock (exit code 16, as BuildLocked)."""
+
+    kind = "install root busy"
 
 
 def _log(message: str) -> None:
@@ -60,12 +83,65 @@ def _crypto() -> Any:
     return serialization
 
 
+@dataclass(frozen=True)
+class VerifyKey:
+    """The key bundles are checked with, and what the install output says about it."""
+
+    key: Any
+    file: str
+    type: str  # ed25519, ecdsa-p256 or rsa-<bits>
+    fingerprint: str  # sha256 of the DER SubjectPublicKeyInfo, first 16 hex digits
+    from_private_key: bool
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"file": self.file, "type": self.type, "fingerprint": self.fingerprint,
+                "from_private_key": self.from_private_key}
+
+
 def load_public_key(path: Path) -> Any:
+    return load_verify_key(path).key
+
+
+def load_verify_key(path: Path) -> VerifyKey:
+    """A PEM key file: SPKI "PUBLIC KEY" (Ed25519, ECDSA P-256, RSA) or PKCS#1 "RSA PUBLIC KEY".
+
+    A private key (PKCS#1, SEC1 or PKCS#8, unencrypted) is accepted too, as mender-artifact accepts
+    it, and its public half used, with a warning: a device should hold only the public key.
+    """
     serialization = _crypto()
     try:
-        return serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise ConfigError("{}: not a PEM public key ({})".format(path, exc)) from None
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError("{}: cannot read the public key: {}".format(path, exc)) from None
+    private = b"PRIVATE KEY-----" in data
+    try:
+        key = (serialization.load_pem_private_key(data, password=None).public_key() if private
+               else serialization.load_pem_public_key(data))
+    except Exception as exc:  # ValueError, TypeError (encrypted), UnsupportedAlgorithm
+        raise ConfigError("{}: not a PEM public key (BEGIN PUBLIC KEY or BEGIN RSA PUBLIC KEY) nor an unencrypted "
+                          "PEM private key ({})".format(path, exc)) from None
+    kind = _key_type(path, key)
+    if private:
+        _log("warning: {} is a PRIVATE key; using its public half. A device should hold only the public key "
+             "(openssl pkey -in {} -pubout -out public.pem)".format(path, path))
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return VerifyKey(key=key, file=str(path), type=kind, fingerprint=hashlib.sha256(der).hexdigest()[:16],
+                     from_private_key=private)
+
+
+def _key_type(path: Path, key: Any) -> str:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return "ed25519"
+    if isinstance(key, rsa.RSAPublicKey):
+        return "rsa-{}".format(key.key_size)
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if key.curve.name == "secp256r1":
+            return "ecdsa-p256"
+        raise ConfigError("{}: an ECDSA key on {}; bundles are signed with P-256 (secp256r1)".format(
+            path, key.curve.name))
+    raise ConfigError("{}: a {}; bundles are signed with Ed25519, ECDSA P-256 or RSA".format(path, type(key).__name__))
 
 
 def verify_signature(public_key: Any, manifest: bytes, signature_file: bytes) -> str:
@@ -171,6 +247,9 @@ class _Reader:
                 written += len(block)
                 if out is not None:
                     out.write(block)
+            if out is not None:  # on disk before `current` can name it (see install)
+                out.flush()
+                os.fsync(out.fileno())
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise BundleError("{}: {} is truncated: {}".format(self.path, member.name, exc)) from None
         finally:
@@ -263,7 +342,10 @@ def _verified_head(reader: _Reader, public_key: Any, require_signature: bool) ->
     elif require_signature:
         raise BundleError("a public key is needed to check the bundle's signature")
     manifest = parse_manifest(manifest_bytes)
-    manifest["_signed"] = signature is not None  # for the caller's report; not part of the signed bytes
+    # for the caller's report and the installed record; not part of the signed bytes
+    manifest["_signed"] = signature is not None
+    manifest["_sha256"] = hashlib.sha256(manifest_bytes).hexdigest()
+    manifest["_bytes"] = manifest_bytes
     return manifest
 
 
