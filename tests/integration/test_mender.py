@@ -219,3 +219,22 @@ def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(ti
     package_group(project, DOCK[0], report=lambda _: None)
     again = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
     assert sorted(again["groups"]) == ["dock", "yard-cams"] and again["groups"]["dock"]["accepted"] is None
+
+
+def test_model_artifacts_clear_only_their_own_provides_and_can_depend_on_the_device_type_alone(
+        tiny_project: Path) -> None:
+    from edgebuild.config import load_project
+    from edgebuild.ota import mender_keys
+
+    project = load_project(tiny_project)
+    keys = mender_keys(project, "tiny", "1.2.0", "dock", "36.4.3")
+    assert keys == {"provides": {"edgebuild.model.tiny.version": "1.2.0", "edgebuild.model.tiny.group": "dock"},
+                    "clears_provides": ["edgebuild.model.tiny.*"], "depends": {"edgebuild.l4t": "36.4.3"}}
+    toml = tiny_project / "edgebuild.toml"
+    toml.write_text(toml.read_text() + '\n[ota]\nl4t_provide = ""\n')
+    assert mender_keys(load_project(tiny_project), "tiny", "1.2.0", "dock", "36.4.3")["depends"] is None
+    with pytest.raises(ConfigError, match="must say which provides it clears"):
+        mender_artifact(**{**COMMON, "clears_provides": []})
+    toml.write_text(toml.read_text().replace('l4t_provide = ""', 'artifact_name = "tiny*"'))
+    with pytest.raises(ConfigError, match="must not contain"):
+        load_project(tiny_project)
