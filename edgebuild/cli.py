@@ -787,12 +787,17 @@ def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bo
 @click_options(device_options.OTA_INSTALL)
 @_ota_root_option
 def ota_install_command(bundle: Path, install_root: Path, public_key: Path | None, allow_unsigned: bool, keep: int,
-                        device_root: Path | None) -> None:
-    """Verify, install into a new slot, switch atomically, health-check, and roll back if it fails."""
+                        allow_downgrade: bool, device_root: Path | None) -> None:
+    """Verify, install into a new slot, switch atomically, health-check, and roll back if it fails.
+
+    A bundle that is not newer than the newest installed (semantic version, then the signed
+    manifest's sequence) is refused unless --allow-downgrade. One installer at a time per
+    install root.
+    """
     from edgebuild.runtime.ota import install
 
     done = install(bundle, install_root, _public_key(public_key), require_signature=not allow_unsigned,
-                   root=device_root, keep=keep)
+                   root=device_root, keep=keep, allow_downgrade=allow_downgrade)
     click.echo(f"installed {done['installed']} (was {done['previous'] or 'none'}); health check on "
                f"{done['health']['backend']}: sanity inference {done['health']['inference_ms']} ms, max |diff| "
                f"{done['health']['max_abs_diff']}")

@@ -286,6 +286,15 @@ class OtaSection(_Section):
     # depends on it being the target's release. "" depends on the device type alone.
     l4t_provide: str = "edgebuild.l4t"
 
+    @field_validator("version")
+    @classmethod
+    def _semantic(cls, value: str) -> str:
+        from edgebuild.runtime import semver
+
+        if semver.parse(value) is None:  # devices install only newer versions, compared as semver
+            raise ValueError(f"must be a semantic version MAJOR.MINOR.PATCH[-prerelease][+build], found {value!r}")
+        return value
+
     @field_validator("artifact_name", "l4t_provide")
     @classmethod
     def _mender_safe(cls, value: str | None) -> str | None:

@@ -75,25 +75,36 @@ def _ints(text: Optional[str]) -> List[int]:
 
 
 def _ota_key(args: argparse.Namespace) -> Any:
-    from edgebuild.runtime.ota import load_public_key
+    """The verifying key and what the output says about it (file, type, fingerprint), or (None, None)."""
+    from edgebuild.runtime.ota import load_verify_key
 
-    return load_public_key(args.public_key) if args.public_key else None
+    if not args.public_key:
+        return None, None
+    loaded = load_verify_key(args.public_key)
+    _progress("ota: checking signatures with {} ({}, fingerprint {}{})".format(
+        loaded.file, loaded.type, loaded.fingerprint, ", from a private key file" if loaded.from_private_key else ""))
+    return loaded.key, loaded.as_dict()
 
 
 def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import verify
 
-    manifest = verify(args.bundle, _ota_key(args), require_signature=not args.allow_unsigned, root=args.root,
+    key, described = _ota_key(args)
+    manifest = verify(args.bundle, key, require_signature=not args.allow_unsigned, root=args.root,
                       check_device=not args.any_device)
     return {"verified": args.bundle, "model": manifest["model"], "version": manifest["version"],
-            "group": manifest.get("group"), "files": len(manifest["files"])}
+            "sequence": manifest.get("sequence"), "group": manifest.get("group"), "files": len(manifest["files"]),
+            "key": described}
 
 
 def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.ota import install
 
-    return install(args.bundle, args.install_root, _ota_key(args),
-                   require_signature=not args.allow_unsigned, root=args.root, keep=args.keep)
+    key, described = _ota_key(args)
+    done = install(args.bundle, args.install_root, key, require_signature=not args.allow_unsigned, root=args.root,
+                   keep=args.keep, allow_downgrade=args.allow_downgrade, state_file=args.state_file)
+    done["key"] = described
+    return done
 
 
 def _evaluate(args: argparse.Namespace) -> Dict[str, Any]:
@@ -106,9 +117,14 @@ def _evaluate(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _ota_rollback(args: argparse.Namespace) -> Dict[str, Any]:
-    from edgebuild.runtime.ota import rollback
+    from edgebuild.errors import ConfigError
+    from edgebuild.runtime.ota import rollback, rollback_recorded
 
-    return rollback(args.install_root)
+    if args.state_file is not None and args.to is not None:
+        raise ConfigError("ota-rollback: give --to or --state-file, not both")
+    if args.state_file is not None:
+        return rollback_recorded(args.install_root, args.state_file)
+    return rollback(args.install_root, to=args.to)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,9 +155,10 @@ def parser() -> argparse.ArgumentParser:
             ("bench", "measure a model folder here: cold start, latency, throughput, memory, power (JSON on stdout)",
              options.BENCH),
             ("ota-verify", "check a bundle's signature, device and every file without installing", options.OTA_VERIFY),
-            ("ota-install", "verify, install into a new version slot, switch, health-check, roll back on failure",
-             options.OTA_INSTALL),
-            ("ota-rollback", "switch back to the newest previous version", options.OTA_ROLLBACK)):
+            ("ota-install", "verify, refuse a bundle not newer than the newest installed, install into a new "
+             "version slot, switch, health-check, roll back on failure", options.OTA_INSTALL_DEVICE),
+            ("ota-rollback", "switch back to a given or the newest previous version, or undo what one "
+             "ota-install --state-file did", options.OTA_ROLLBACK)):
         options.add_arguments(commands.add_parser(name, help=text, description=text), specs)
     return top
 

@@ -100,11 +100,26 @@ OTA_VERIFY = (
     Option("any_device", ("--any-device",), "Skip the check that this device is the bundle's module and L4T.",
            is_flag=True),
 )
+STATE_FILE_HELP = ("Mender's ArtifactInstall/ArtifactRollback hand-over: ota-install writes {\"previous\": "
+                   "VERSION|null, \"installed\": VERSION|null} here (installed: what `current` was switched to and "
+                   "not rolled back); ota-rollback --state-file undoes exactly that, and nothing if installed is null.")
 OTA_INSTALL = (
     BUNDLE, INSTALL_ROOT, PUBLIC_KEY, ALLOW_UNSIGNED,
     Option("keep", ("--keep",), "Previous versions to keep.", type=int, minimum=0, default=2, show_default=True),
+    Option("allow_downgrade", ("--allow-downgrade",), "Install even if the bundle is not newer than the newest "
+           "version installed here (semantic version, then the manifest's sequence), or replays an older "
+           "sequence. The installed version becomes the one later bundles must be newer than.", is_flag=True),
 )
-OTA_ROLLBACK = (INSTALL_ROOT,)
+# device only: the host's `edgebuild ota install` installs into a local folder and has no Mender hand-over
+OTA_INSTALL_DEVICE = OTA_INSTALL + (
+    Option("state_file", ("--state-file",), STATE_FILE_HELP, path="file", metavar="PATH"),
+)
+OTA_ROLLBACK = (
+    INSTALL_ROOT,
+    Option("to", ("--to",), "Switch exactly to this version's slot (nothing to do if it is already active); "
+           "without it, to the newest other slot.", metavar="VERSION"),
+    Option("state_file", ("--state-file",), STATE_FILE_HELP, path="file", metavar="PATH"),
+)
 
 
 # -- argparse ---------------------------------------------------------------------------------

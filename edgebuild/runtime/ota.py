@@ -328,6 +328,7 @@ def verify(bundle: Path, public_key: Any = None, *, require_signature: bool = Tr
         _walk_payload(reader, manifest, None)
     finally:
         reader.close()
+    manifest.pop("_bytes")
     return manifest
 
 
@@ -422,11 +423,33 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
 
 def install(bundle: Path, install_root: Path, public_key: Any = None, *, require_signature: bool = True,
             root: Optional[Path] = None, keep: int = 2, health: Callable[[Path], Dict[str, Any]] = health_check,
-            before_switch: Optional[Callable[[Path], None]] = None) -> Dict[str, Any]:
-    """Verify, extract into a new slot, switch ``current`` atomically, health-check, roll back on failure."""
+            before_switch: Optional[Callable[[Path], None]] = None, allow_downgrade: bool = False,
+            state_file: Optional[Path] = None) -> Dict[str, Any]:
+    """Verify, extract into a new slot, switch ``current`` atomically, health-check, roll back on failure.
+
+    Holds the install root's lock throughout. With ``state_file``, writes {"previous", "installed"}
+    there: the version active before, and the one ``current`` was switched to (null until the
+    switch, and again after rolling back itself), for Mender's ArtifactRollback (``rollback_recorded``).
+    """
     install_root = Path(install_root)
-    (install_root / "versions").mkdir(parents=True, exist_ok=True)
+    install_root.mkdir(parents=True, exist_ok=True)
+    with install_lock(install_root, "ota-install"):
+        return _install_locked(bundle, install_root, public_key, require_signature=require_signature, root=root,
+                               keep=keep, health=health, before_switch=before_switch,
+                               allow_downgrade=allow_downgrade, state_file=state_file)
+
+
+def _install_locked(bundle: Path, install_root: Path, public_key: Any, *, require_signature: bool,
+                    root: Optional[Path], keep: int, health: Callable[[Path], Dict[str, Any]],
+                    before_switch: Optional[Callable[[Path], None]], allow_downgrade: bool,
+                    state_file: Optional[Path]) -> Dict[str, Any]:
+    versions = install_root / "versions"
+    if not versions.is_dir():
+        versions.mkdir()
+        fsync_dir(install_root)
     previous = active_version(install_root)
+    if state_file is not None:
+        _write_state(state_file, previous, None)
     reader = _Reader(bundle)
     try:
         manifest = _verified_head(reader, public_key, require_signature)
@@ -436,29 +459,20 @@ def install(bundle: Path, install_root: Path, public_key: Any = None, *, require
             raise BundleError("version {!r} cannot name a folder".format(version))
         if version == previous:
             raise BundleError("version {} is already the active one".format(version))
+        check_newer(version, _sequence(manifest), read_installed(install_root), allow_downgrade)
         delta = manifest.get("delta")
         if delta and previous != delta["base_version"]:
             raise BundleError("this delta bundle applies only over version {}; the active version is {}".format(
                 delta["base_version"], previous or "none"))
-        slot = install_root / "versions" / version
-        staging = install_root / "versions" / ".{}.tmp-{}".format(version, os.getpid())
-        shutil.rmtree(str(staging), ignore_errors=True)
-        staging.mkdir()
-        try:
-            _walk_payload(reader, manifest, staging)
-            if delta:
-                _copy_from_base(install_root / "versions" / previous, staging, manifest)
-            (staging / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != "_signed"},
-                                                       indent=2))
-            shutil.rmtree(str(slot), ignore_errors=True)
-            os.replace(str(staging), str(slot))
-        finally:
-            shutil.rmtree(str(staging), ignore_errors=True)
+        slot = versions / version
+        _extract(reader, manifest, versions, slot, versions / previous if delta and previous else None)
     finally:
         reader.close()
-    _log("version {} extracted into {}".format(version, slot))
+    _log("version {} extracted into {} and synced to disk".format(version, slot))
     if before_switch is not None:
         before_switch(slot)
+    if state_file is not None:
+        _write_state(state_file, previous, version)  # before the switch: a kill after it still gets rolled back
     _switch(install_root, version)
     _log("current -> {}; running the health check".format(version))
     try:
@@ -466,12 +480,132 @@ def install(bundle: Path, install_root: Path, public_key: Any = None, *, require
     except Exception as exc:
         _switch(install_root, previous)
         shutil.rmtree(str(slot), ignore_errors=True)
+        if state_file is not None:
+            _write_state(state_file, previous, None)
         reason = exc.message if isinstance(exc, EdgebuildError) else "{}: {}".format(type(exc).__name__, exc)
         raise BundleError("version {} failed its health check and was rolled back to {}: {}".format(
             version, previous or "no version", reason)) from None
+    record = _record(manifest)
+    atomic_write_text(install_root / INSTALLED, json.dumps(record, indent=2) + "\n")
     removed = _prune(install_root, keep)
     return {"installed": version, "previous": previous, "health": checked, "removed_versions": removed,
-            "slot": str(slot)}
+            "slot": str(slot), "sequence": record["sequence"], "manifest_sha256": record["manifest_sha256"]}
+
+
+def _extract(reader: _Reader, manifest: Dict[str, Any], versions: Path, slot: Path, base: Optional[Path]) -> None:
+    """Payload (and a delta's unchanged files from ``base``) into ``slot``, every file and folder fsynced."""
+    staging = versions / ".{}.tmp-{}".format(slot.name, os.getpid())
+    shutil.rmtree(str(staging), ignore_errors=True)
+    staging.mkdir()
+    try:
+        _walk_payload(reader, manifest, staging)
+        if base is not None:
+            _copy_from_base(base, staging, manifest)
+        with open(str(staging / MANIFEST), "wb") as handle:  # the signed bytes, as the bundle had them
+            handle.write(manifest["_bytes"])
+            handle.flush()
+            os.fsync(handle.fileno())
+        for folder, _, _ in os.walk(str(staging), topdown=False):  # new entries in each folder, deepest first
+            fsync_dir(folder)
+        shutil.rmtree(str(slot), ignore_errors=True)  # an orphan of an install killed before its switch
+        os.replace(str(staging), str(slot))
+        fsync_dir(versions)
+    finally:
+        shutil.rmtree(str(staging), ignore_errors=True)
+
+
+def _sequence(manifest: Dict[str, Any]) -> Optional[int]:
+    sequence = manifest.get("sequence")
+    if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0):
+        raise BundleError("the manifest's sequence {!r} is not a whole number".format(sequence))
+    return sequence
+
+
+def _record(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    return {"model": manifest.get("model"), "version": str(manifest["version"]), "sequence": _sequence(manifest),
+            "manifest_sha256": manifest.get("_sha256")}
+
+
+def read_installed(install_root: Path) -> Optional[Dict[str, Any]]:
+    """The newest installed version's record (version, sequence, manifest_sha256), or None."""
+    path = Path(install_root) / INSTALLED
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise BundleError("{} is unreadable ({}); it records the newest installed version, which a bundle must "
+                          "be newer than".format(path, exc), hint=DOWNGRADE_HINT) from None
+    if not isinstance(record, dict) or not isinstance(record.get("version"), str):
+        raise BundleError("{} has no version record".format(path), hint=DOWNGRADE_HINT)
+    return record
+
+
+def check_newer(version: str, sequence: Optional[int], newest: Optional[Dict[str, Any]],
+                allow_downgrade: bool = False) -> None:
+    """Refuse a bundle that is not newer than ``newest`` (downgrade protection), unless allowed.
+
+    Newer means a higher semantic version, or the same one with a higher sequence; a sequence at
+    or below the recorded one is refused whatever the version says (a replayed bundle). A bundle
+    or record without a sequence is judged by its version alone.
+    """
+    if newest is None:
+        return
+    try:
+        _check_newer(version, sequence, newest)
+    except BundleError as exc:
+        if not allow_downgrade:
+            raise
+        _log("--allow-downgrade: installing although " + exc.message)
+
+
+def _check_newer(version: str, sequence: Optional[int], newest: Dict[str, Any]) -> None:
+    old_version, old_sequence = newest["version"], newest.get("sequence")
+    this = "version {}{}".format(version, " (sequence {})".format(sequence) if sequence is not None else "")
+    that = "version {}{}, the newest installed here".format(
+        old_version, " (sequence {})".format(old_sequence) if old_sequence is not None else "")
+    both = sequence is not None and isinstance(old_sequence, int)
+    if both and sequence <= old_sequence:
+        raise BundleError("{} is a replayed or older bundle: its sequence is not above {}".format(this, that),
+                          hint=DOWNGRADE_HINT)
+    if semver.parse(version) is None or semver.parse(old_version) is None:
+        raise BundleError("{} cannot be checked newer than {}: {!r} is not a semantic version "
+                          "(MAJOR.MINOR.PATCH[-prerelease][+build])".format(
+                              this, that, version if semver.parse(version) is None else old_version),
+                          hint=DOWNGRADE_HINT)
+    order = semver.compare(version, old_version)
+    if order > 0 or (order == 0 and both):  # same version, higher sequence: a rebuild of it
+        return
+    raise BundleError("{} is {} {}; a device installs only newer bundles".format(
+        this, "the same version as" if order == 0 else "older than", that), hint=DOWNGRADE_HINT)
+
+
+def _write_state(path: Path, previous: Optional[str], installed: Optional[str]) -> None:
+    atomic_write_text(path, json.dumps({"previous": previous, "installed": installed}) + "\n")
+
+
+@contextmanager
+def install_lock(install_root: Path, what: str) -> Iterator[None]:
+    """An exclusive, non-blocking flock on ``install_root/ota.lock``; InstallBusy names the holder."""
+    path = Path(install_root) / LOCK
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise InstallBusy("{} is busy: {} is installing or rolling back there; this {} changed nothing".format(
+                install_root, holder, what), hint="wait for it to finish, then try again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, "{} (pid {})\n".format(what, os.getpid()).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _copy_from_base(base: Path, staging: Path, manifest: Dict[str, Any]) -> None:
@@ -485,7 +619,10 @@ def _copy_from_base(base: Path, staging: Path, manifest: Dict[str, Any]) -> None
                               "bundle".format(entry["path"]))
         target = staging / entry["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(str(source), str(target))
+        with open(str(source), "rb") as reading, open(str(target), "wb") as writing:
+            shutil.copyfileobj(reading, writing, 1 << 20)
+            writing.flush()
+            os.fsync(writing.fileno())
 
 
 def _prune(install_root: Path, keep: int) -> List[str]:
@@ -501,14 +638,89 @@ def _prune(install_root: Path, keep: int) -> List[str]:
     return removed
 
 
-def rollback(install_root: Path) -> Dict[str, Any]:
-    """Switch ``current`` back to the newest other version slot (Mender's ArtifactRollback)."""
+def rollback(install_root: Path, to: Optional[str] = None) -> Dict[str, Any]:
+    """Switch ``current`` to version ``to``, or without it to the newest other version slot.
+
+    Holds the install root's lock. The newest-installed record becomes the version switched to, so
+    the update rolled back from can be installed again later, and anything older than the version
+    switched to stays refused.
+    """
     install_root = Path(install_root)
-    active = active_version(install_root)
-    slots = sorted((p for p in (install_root / "versions").iterdir() if p.is_dir() and not p.name.startswith(".")
-                    and p.name != active), key=lambda p: p.stat().st_mtime, reverse=True) \
-        if (install_root / "versions").is_dir() else []
-    if not slots:
-        raise BundleError("nothing to roll back to in {} (active: {})".format(install_root, active or "none"))
-    _switch(install_root, slots[0].name)
-    return {"active": slots[0].name, "was": active}
+    with install_lock(install_root, "ota-rollback") if install_root.is_dir() else _no_lock():
+        active = active_version(install_root)
+        if to is not None:
+            if to == active:
+                _log("version {} is already the active one; nothing to roll back".format(to))
+                return {"active": to, "was": active, "changed": False}
+            if "/" in to or to in ("", ".", "..") or not (install_root / "versions" / to).is_dir():
+                raise BundleError("no version {} in {} to roll back to (active: {})".format(
+                    to, install_root / "versions", active or "none"))
+            target = to
+        else:
+            slots = sorted((p for p in (install_root / "versions").iterdir() if p.is_dir()
+                            and not p.name.startswith(".") and p.name != active),
+                           key=lambda p: p.stat().st_mtime, reverse=True) \
+                if (install_root / "versions").is_dir() else []
+            if not slots:
+                raise BundleError("nothing to roll back to in {} (active: {})".format(install_root, active or "none"))
+            target = slots[0].name
+        _switch(install_root, target)
+        _record_slot(install_root, target)
+        _log("current -> {} (was {})".format(target, active or "none"))
+        result = {"active": target, "was": active}  # type: Dict[str, Any]
+        if to is not None:
+            result["changed"] = True
+        return result
+
+
+def rollback_recorded(install_root: Path, state_file: Path) -> Dict[str, Any]:
+    """Undo exactly what one ``install(..., state_file=...)`` did (Mender's ArtifactRollback).
+
+    Nothing recorded, or an install that never switched or already rolled itself back: nothing
+    to do. Otherwise back to the version that was active before it (none: ``current`` removed).
+    """
+    install_root, state_file = Path(install_root), Path(state_file)
+    try:
+        state = json.loads(state_file.read_text())
+    except FileNotFoundError:
+        state = {}
+    except (OSError, ValueError) as exc:
+        raise BundleError("{} is not an ota-install state file: {}".format(state_file, exc)) from None
+    active = active_version(install_root) if install_root.is_dir() else None
+    if not state.get("installed"):
+        why = "no install recorded in {}".format(state_file) if not state else \
+            "the install never switched, or already rolled itself back"
+        _log("{}: nothing to roll back; {} stays active".format(why, active or "no version"))
+        return {"active": active, "was": active, "changed": False, "reason": why}
+    previous = state.get("previous")
+    if previous is not None:
+        return rollback(install_root, to=previous)
+    with install_lock(install_root, "ota-rollback"):
+        _switch(install_root, None)  # there was no model before this install
+        _record_slot(install_root, None)
+        _log("current removed: no version was active before {}".format(state["installed"]))
+        return {"active": None, "was": active, "changed": active is not None}
+
+
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield
+
+
+def _record_slot(install_root: Path, version: Optional[str]) -> None:
+    """The newest-installed record after a rollback: what the slot switched to was installed from."""
+    path = install_root / INSTALLED
+    if version is None:
+        if path.exists():
+            path.unlink()
+            fsync_dir(install_root)
+        return
+    manifest_path = install_root / "versions" / version / MANIFEST
+    try:
+        data = manifest_path.read_bytes()
+        manifest = json.loads(data)
+        manifest["_sha256"] = hashlib.sha256(data).hexdigest()
+        record = _record(manifest)
+    except (OSError, ValueError, KeyError, BundleError):
+        record = {"model": None, "version": version, "sequence": None, "manifest_sha256": None}
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")

@@ -165,3 +165,19 @@ def test_an_artifact_for_another_device_or_with_another_signature_is_refused(fle
     refused = device.mender("install", str(forged))
     assert refused.returncode == 1 and "verification failed" in refused.stderr, refused.stderr
     assert device.active_model() is None and device.artifact() == f"l4t-{L4T}"
+
+
+def test_a_replayed_older_release_is_refused_unless_the_module_allows_downgrades(fleet) -> None:
+    root, device, _ = fleet
+    old = _release(root, "1.0.0")
+    kept = old.with_name("kept-1.0.0.mender")
+    old.rename(kept)
+    device.ok("install", str(_release(root, "2.0.0")))
+    device.ok("commit")
+    replay = device.mender("install", str(kept))  # validly signed, for this device: only older
+    assert replay.returncode == 1 and "replayed or older bundle" in replay.stderr, replay.stderr
+    assert device.active_model() == "2.0.0" and device.artifact() == "tiny-2.0.0-dock"
+    (device.folder / "module.conf").write_text("EDGEBUILD_ALLOW_DOWNGRADE=1\n")
+    device.ok("install", str(kept))
+    device.ok("commit")
+    assert device.active_model() == "1.0.0" and device.provides()["edgebuild.model.tiny.version"] == "1.0.0"

@@ -57,7 +57,7 @@ class MenderDevice:
                     # the module runs `python3`: this interpreter, which has numpy and ONNX Runtime
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                     "EDGEBUILD_DEVICE": str(tool), "EDGEBUILD_INSTALL_ROOT": str(self.install_root),
-                    "EDGEBUILD_PUBLIC_KEY": str(verify_key),
+                    "EDGEBUILD_PUBLIC_KEY": str(verify_key), "EDGEBUILD_MODULE_CONF": str(folder / "module.conf"),
                     "EDGEBUILD_DEVICE_ROOT": str(write_device_root(folder / "root", profile))}
 
     def mender(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

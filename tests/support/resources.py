@@ -1,4 +1,4 @@
-"""The resources that the gpu, jetson, container, ssh, cgroup, mender and mender_client markers stand for.
+"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client and strace markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -89,8 +89,15 @@ def _mender_client() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _strace() -> tuple[bool, str]:
+    if shutil.which("strace") is None:
+        return False, "strace not installed (apt-get install strace)"
+    return True, ""
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
-             "mender": _mender, "mender_client": _mender_client}
+             "mender": _mender, "mender_client": _mender_client, "strace": _strace}
 
 
 def required_resources() -> set[str]:
