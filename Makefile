@@ -11,7 +11,7 @@ TARGET ?= orin
 $(STAMP): pyproject.toml requirements-host.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-host.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -r requirements-host.txt -e '.[dev,farm]'
 	touch $@
 
 setup: $(STAMP)  ## create the venv and install edgebuild (CPU build host)

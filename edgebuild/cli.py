@@ -361,6 +361,19 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
         )
 
 
+def farm_options(command: Any) -> Any:
+    """--farm [ADDRESS], --jobs, --farm-timeout: run the device jobs on boards reserved from a labgrid farm."""
+    command = click.option("--farm-timeout", type=float, default=None, metavar="S",
+                           help="How long a job waits for a busy board (default [farm] timeout_s, 600).")(command)
+    command = click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                           help="At most N boards at once (default [farm] jobs, else every matching board).")(command)
+    return click.option(
+        "--farm", "farm_address", is_flag=False, flag_value="", default=None, metavar="[HOST:PORT]",
+        help="Run on boards of a labgrid farm: each group reserves a place tagged module=<module id> "
+             "jetpack=<release> (and power_mode= if the group names one), waits while they are busy, and always "
+             "releases it. Bare --farm: [farm] coordinator, else $LG_COORDINATOR.")(command)
+
+
 @main.command("validate")
 @project_option
 @target_option
@@ -372,10 +385,12 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
               help="Measure each selected group's compiled model folder (build/engines/<group>) on this device "
                    "instead: its backend (TensorRT engine, else what serve would use) over the validation set, "
                    "scored here with the gate's code, retention against the gate's FP32 reference.")
+@farm_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
 def validate_command(project_dir: Path, selector: str, force: bool, backend: str | None, device_url: str | None,
-                     no_progress: bool, as_json: bool) -> None:
+                     farm_address: str | None, jobs: int | None, farm_timeout: float | None, no_progress: bool,
+                     as_json: bool) -> None:
     """Measure FP32, FP16 and INT8 candidates against the accuracy gate.
 
     Each candidate's metric on the validation set is divided by the FP32 model's
@@ -388,8 +403,13 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
     from dataclasses import replace
 
     plan = _plan(project_dir, selector)
+    if device_url and farm_address is not None:
+        raise click.UsageError("give --device or --farm, not both")
     if device_url:
         _validate_on_device(plan, device_url, as_json)
+        return
+    if farm_address is not None:
+        _validate_on_farm(plan, farm_address, jobs, farm_timeout, as_json)
         return
     if backend:
         plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
@@ -407,32 +427,32 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
         raise outcome.error
 
 
+def _evaluate_group(project: Any, gate: Any, group: Any, engine: Any, url: str, data: Any) -> dict[str, Any]:
+    """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
+    from edgebuild.evaluate import evaluate_on_device
+    from edgebuild.runtime.recipe import Recipe
+
+    folder = project.build_dir / engine.folder
+    recipe = Recipe.load(folder)
+    evaluation, answer = evaluate_on_device(project, folder, url, data=data, report=_report)
+    retention = evaluation.value / gate.reference_value
+    return {"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
+            "value": evaluation.value, "retention": retention,
+            "passed": retention >= project.accuracy.min_retention, "backend": evaluation.backend,
+            "backend_reason": answer["backend_reason"], "images": evaluation.images,
+            "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
+
+
 def _validate_on_device(plan: Any, url: str, as_json: bool) -> None:
     """``validate --device``: each group's model folder measured on the device, against the gate's FP32."""
     from edgebuild.bench import check_remote_url
-    from edgebuild.errors import AccuracyGateError
-    from edgebuild.evaluate import ValidationSet, evaluate_on_device
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.evaluate import ValidationSet
 
     url = check_remote_url(url)
     report = _run_until(plan, "engine")
     gate, project = report.record("gate"), plan.project
     data = ValidationSet(project)
-    rows, records = [], []
-    for group in plan.groups:
-        engine = report.record("engine", group.name)
-        folder = project.build_dir / engine.folder
-        recipe = Recipe.load(folder)
-        evaluation, answer = evaluate_on_device(project, folder, url, data=data, report=_report)
-        retention = evaluation.value / gate.reference_value
-        passed = retention >= project.accuracy.min_retention
-        records.append({"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
-                        "value": evaluation.value, "retention": retention, "passed": passed,
-                        "backend": evaluation.backend, "backend_reason": answer["backend_reason"],
-                        "images": evaluation.images, "inference_s": answer["inference_s"],
-                        "device": answer["device"], "sent": answer["sent"]})
-        rows.append([group.name, recipe.candidate, f"{evaluation.value:.4f}", f"{retention:.3f}",
-                     "pass" if passed else "FAIL", evaluation.backend, f"{answer['inference_s']:.2f}"])
+    records = [_evaluate_group(project, gate, g, report.record("engine", g.name), url, data) for g in plan.groups]
     if as_json:
         _emit_json({"device": url, "reference_value": gate.reference_value, "groups": records})
     else:
@@ -440,16 +460,91 @@ def _validate_on_device(plan: Any, url: str, as_json: bool) -> None:
         click.echo(f"on {url} ({facts.get('compatible', ['?'])[0] if facts.get('compatible') else 'no device tree'}, "
                    f"L4T {facts.get('l4t') or '-'}, TensorRT {facts.get('tensorrt') or 'none'}): {gate.metric} of each "
                    f"group's model folder, min retention {project.accuracy.min_retention} of FP32 "
-                   f"{gate.reference_value:.4f} [{gate.backend}], {data.__len__()} validation images")
-        click.echo(_table(rows, ["group", "candidate", gate.metric, "retention", "gate", "backend", "inference s"]))
-        for r in records:
-            if not r["backend"].startswith("tensorrt"):
-                click.echo(f"{r['group']}: {r['backend_reason']}")
+                   f"{gate.reference_value:.4f} [{gate.backend}], {len(data)} validation images")
+        click.echo(_evaluation_table(records, gate))
+    _refuse_failed(records)
+
+
+def _evaluation_table(records: list[dict[str, Any]], gate: Any, boards: bool = False) -> str:
+    rows = [([r["group"]] + ([r.get("board", "")] if boards else []) +
+             [r["candidate"], f"{r['value']:.4f}", f"{r['retention']:.3f}", "pass" if r["passed"] else "FAIL",
+              r["backend"], f"{r['inference_s']:.2f}"]) for r in records]
+    lines = [_table(rows, ["group"] + (["board"] if boards else []) +
+                    ["candidate", gate.metric, "retention", "gate", "backend", "inference s"])]
+    lines += [f"{r['group']}: {r['backend_reason']}" for r in records if not r["backend"].startswith("tensorrt")]
+    return "\n".join(lines)
+
+
+def _refuse_failed(records: list[dict[str, Any]]) -> None:
+    from edgebuild.errors import AccuracyGateError
+
     failed = [r for r in records if not r["passed"]]
     if failed:
-        raise AccuracyGateError("on " + url + ": " + "; ".join(
-            f"{r['group']} keeps {r['retention']:.3f} of the FP32 {r['metric']} [{r['backend']}]" for r in failed),
+        raise AccuracyGateError("; ".join(
+            f"{r['group']} keeps {r['retention']:.3f} of the FP32 {r['metric']} on {r['url']} [{r['backend']}]"
+            for r in failed),
             hint="the engine loses more on the device than the gate allowed: try fp16 for that group")
+
+
+def _open_farm(project: Any, address: str | None, timeout_s: float | None) -> Any:
+    from edgebuild.farm import Farm, coordinator_address
+
+    found = coordinator_address(project, address or None)
+    if not found:
+        raise click.UsageError("--farm needs a labgrid coordinator: --farm HOST:PORT, [farm] coordinator in "
+                               "edgebuild.toml, or $LG_COORDINATOR")
+    return Farm(found, timeout_s=timeout_s or project.farm.timeout_s, report=_report)
+
+
+def _farm_jobs_file(project: Any, command: str, results: list[Any], extra: dict[str, Any]) -> Path:
+    """build/farm/<command>.json: every job's board, start and end, error, and the command's records."""
+    import json
+
+    from edgebuild.runtime.files import atomic_write_text
+
+    path = project.build_dir / "farm" / f"{command}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"jobs": [r.as_dict() for r in results], **extra}, indent=2, default=str))
+    return path
+
+
+def _validate_on_farm(plan: Any, address: str | None, jobs: int | None, timeout_s: float | None,
+                      as_json: bool) -> None:
+    """``validate --farm``: each group's model folder measured on a board of its profile, in parallel."""
+    from edgebuild.evaluate import ValidationSet
+    from edgebuild.farm import fan_out, target_tags
+
+    farm = _open_farm(plan.project, address, timeout_s)
+    report = _run_until(plan, "engine")
+    gate, project = report.record("gate"), plan.project
+    data = ValidationSet(project)
+    for _ in data.batches():  # preprocessed once, before the jobs share it
+        pass
+    work = [(g.name, target_tags(g), lambda board, g=g: _evaluate_group(project, gate, g, report.record(
+        "engine", g.name), board.url, data)) for g in plan.groups]
+    results = fan_out(farm, work, max_jobs=jobs or project.farm.jobs)
+    records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
+    path = _farm_jobs_file(project, "validate", results, {"reference_value": gate.reference_value,
+                                                          "groups": records})
+    if as_json:
+        _emit_json({"farm": farm.coordinator, "reference_value": gate.reference_value, "groups": records,
+                    "jobs": [r.as_dict() for r in results]})
+    else:
+        click.echo(f"on the farm at {farm.coordinator}: {gate.metric} of each group's model folder on a board of its "
+                   f"profile, min retention {project.accuracy.min_retention} of FP32 {gate.reference_value:.4f} "
+                   f"[{gate.backend}], {len(data)} validation images (jobs: {path})")
+        click.echo(_evaluation_table(records, gate, boards=True))
+        for r in results:
+            if r.retried_from:
+                click.echo(f"{r.group}: {r.retried_from} stopped answering; ran on {r.board or 'no board'}")
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        if len(errors) > 1:
+            for r in results:
+                if r.error is not None:
+                    click.echo(f"{r.group}: FAILED: {r.error}", err=True)
+        raise errors[0]
+    _refuse_failed(records)
 
 
 def _gate_text(result: Any, groups: list[str], reused: bool) -> str:

@@ -194,6 +194,7 @@ class FleetGroup(_Section):
     use_dla: bool = False
     build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
     cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
+    power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
 
     @field_validator("build_on")
     @classmethod
@@ -304,6 +305,13 @@ class OtaSection(_Section):
         return value
 
 
+class FarmSection(_Section):
+    # host:port of the labgrid coordinator (else --farm ADDRESS or $LG_COORDINATOR)
+    coordinator: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)  # how long a job waits for a busy board
+    jobs: int | None = Field(default=None, ge=1)  # at most this many boards at once (default: all that match)
+
+
 class Project(_Section):
     """A validated ``edgebuild.toml``. ``root`` is the folder that holds it."""
 
@@ -317,6 +325,7 @@ class Project(_Section):
     fleet: list[FleetGroup] = Field(min_length=1)
     runtime: RuntimeSection = RuntimeSection()
     ota: OtaSection = OtaSection()
+    farm: FarmSection = FarmSection()
 
     # set by load_project; not part of the file
     root: Path = Field(default=Path("."), exclude=True)

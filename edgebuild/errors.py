@@ -95,6 +95,10 @@ class RemoteError(EdgebuildError):
     kind = "remote device"
 
 
+class DeviceUnreachable(RemoteError):
+    """ssh could not reach the device, or lost it mid-command (ssh exit 255)."""
+
+
 class LimitError(EdgebuildError):
     """A resource limit was refused by the host or broken by the workload (an OOM kill, an engine too large)."""
 

@@ -196,6 +196,7 @@ class SelectedGroup:
     build_on: str | None = None  # the group's ssh:// build device, if it names one
     cgroup_preset: str | None = None  # the group's own runtime limit preset, if it names one
     limits: LimitPreset | None = None
+    power_mode: str | None = None  # the power_mode tag its farm boards must have, if the group names one
 
     def describe(self) -> dict:
         module, release = self.target.module, self.target.release
@@ -210,7 +211,7 @@ class SelectedGroup:
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:
     """Resolve a --target selector against the project's fleet groups (in fleet order)."""
     groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla, build_on=g.build_on,
-                            cgroup_preset=g.cgroup_preset)
+                            cgroup_preset=g.cgroup_preset, power_mode=getattr(g, "power_mode", None))
               for g in fleet]
     chosen: dict[str, SelectedGroup] = {}
     for part in [p.strip() for p in selector.split(",") if p.strip()] or ["all"]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild import errors
-from edgebuild.errors import CapabilityMissing, EdgebuildError, RemoteError
+from edgebuild.errors import CapabilityMissing, DeviceUnreachable, EdgebuildError, RemoteError
 
 SSH_CONFIG_ENV = "EDGEBUILD_SSH_CONFIG"
 WORKDIR = '"${EDGEBUILD_DEVICE_WORKDIR:-$HOME/.cache/edgebuild}"'
@@ -112,7 +112,7 @@ class SshDevice:
             raise RemoteError(f"{self.url}: {what} did not finish within {timeout_s:.0f} s") from None
         if done.returncode == 255:
             message = done.stderr.decode(errors="replace").strip().splitlines()
-            raise RemoteError(f"cannot reach {self.url} over SSH: {message[-1] if message else 'ssh exited 255'}",
+            raise DeviceUnreachable(f"cannot reach {self.url} over SSH: {message[-1] if message else 'ssh exited 255'}",
                               hint="check that `ssh " + " ".join(shlex.quote(a) for a in self.ssh_command("true")[1:])
                                    + "` works without a password prompt")
         return done

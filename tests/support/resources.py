@@ -96,8 +96,19 @@ def _strace() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _farm() -> tuple[bool, str]:
+    from edgebuild.farm import labgrid_tool
+
+    missing = [tool for tool in ("labgrid-client", "labgrid-coordinator", "labgrid-exporter")
+               if labgrid_tool(tool) is None]
+    if missing:
+        return False, f"{', '.join(missing)} not installed (pip install 'edgebuild[farm]')"
+    return _ssh()
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
-             "mender": _mender, "mender_client": _mender_client, "strace": _strace}
+             "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace}
 
 
 def required_resources() -> set[str]:

@@ -1,0 +1,158 @@
+"""The device farm against a real labgrid coordinator and exporter on loopback (``farm`` marker).
+
+Three stand-in Jetsons (loopback sshd, each with its own device root): two Orin Nano 8GB on
+JetPack 6.2, one AGX Orin 64GB on JetPack 5.1.2. They have no TensorRT, so the jobs are the
+device jobs that do run there: each group's model folder evaluated on ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from tests.support.farm import LabgridFarm
+from tests.support.project import EXAMPLES
+
+pytestmark = pytest.mark.farm
+
+NANO = {"module": "orin-nano-8gb", "jetpack": "6.2"}
+AGX = {"module": "agx-orin-64gb", "jetpack": "5.1.2"}
+FLEET = "".join(f'\n[[fleet]]\nname = "{name}"\nmodule = "{module}"\njetpack = "{jetpack}"\n'
+                for name, module, jetpack in (("yard-a", "orin-nano-8gb", "6.2"), ("yard-b", "orin-nano-8gb", "6.2"),
+                                              ("yard-c", "orin-nano-8gb", "6.2"), ("dock", "agx-orin-64gb", "5.1.2")))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shapes example with four groups on two profiles (48 validation images), compiled up to its engines."""
+    root = tmp_path_factory.mktemp("farm") / "shapes-detector"
+    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
+    toml = root / "edgebuild.toml"
+    text = toml.read_text().replace('images = "data/val/images"', 'images = "data/val/images"\nmax_images = 48')
+    head, rest = text.split("[[fleet]]", 1)
+    toml.write_text(head + FLEET.lstrip("\n") + "\n[runtime]" + rest.split("[runtime]", 1)[1])
+    done = CliRunner().invoke(main, ["compile", "-p", str(root), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    return root
+
+
+@pytest.fixture
+def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    running = LabgridFarm(tmp_path / "farm", {"orin-nano-1": ("orin-nano-8gb@6.2", NANO),
+                                              "orin-nano-2": ("orin-nano-8gb@6.2", NANO),
+                                              "agx-orin-1": ("agx-orin-64gb@5.1.2", AGX)},
+                          extra_pythonpath=Path(numpy.__file__).parent.parent)
+    monkeypatch.setenv("EDGEBUILD_SSH_CONFIG", str(running.ssh_config))
+    monkeypatch.setenv("LG_COORDINATOR", running.address)
+    yield running
+    running.stop()
+
+
+def _nothing_left(farm: LabgridFarm) -> None:
+    assert "edgebuild" not in farm.reservations(), farm.reservations()
+    assert farm.acquired() == [], farm.client("-v", "places").stdout
+
+
+def _validate(root: Path, *args: str):
+    return CliRunner().invoke(main, ["validate", "-p", str(root), "--farm", "--json", *args])
+
+
+def test_groups_fan_out_over_the_farm_one_job_per_board(project: Path, farm: LabgridFarm) -> None:
+    done = _validate(project)
+    assert done.exit_code == 0, done.output
+    answer = json.loads(done.stdout)
+    boards = {g["group"]: g["board"] for g in answer["groups"]}
+    assert set(boards) == {"yard-a", "yard-b", "yard-c", "dock"} and boards["dock"] == "agx-orin-1"
+    assert {boards[g] for g in ("yard-a", "yard-b", "yard-c")} <= {"orin-nano-1", "orin-nano-2"}
+    assert all(g["backend"].startswith("onnxruntime") for g in answer["groups"])
+    values = {g["value"] for g in answer["groups"]}
+    assert len(values) == 1  # the same model folder on the same backend: the same mAP on every board
+    jobs = json.loads((project / "build" / "farm" / "validate.json").read_text())["jobs"]
+    for board in {j["board"] for j in jobs}:
+        spans = sorted((j["started"], j["ended"]) for j in jobs if j["board"] == board)
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+    _nothing_left(farm)
+
+
+def test_a_board_held_by_someone_else_makes_the_group_wait(project: Path, farm: LabgridFarm) -> None:
+    token = farm.client("reserve", "--wait", "--shell", "module=agx-orin-64gb", check=True).stdout.split("=")[1].strip()
+    farm.client("-p", "+" + token, "acquire", check=True)
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(done=_validate(project, "--target", "dock")))
+    runner.start()
+    time.sleep(4)
+    assert runner.is_alive()  # waiting for the board
+    farm.client("cancel-reservation", token, check=True)
+    farm.client("-p", "agx-orin-1", "release", check=True)
+    runner.join(120)
+    assert result["done"].exit_code == 0, result["done"].output
+    assert json.loads(result["done"].stdout)["groups"][0]["board"] == "agx-orin-1"
+    _nothing_left(farm)
+
+
+def test_a_board_that_stops_answering_mid_job_is_released_and_the_job_runs_on_its_twin(
+        project: Path, farm: LabgridFarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgebuild.remote import SshDevice
+
+    real = SshDevice.device_tool
+    killed: list[str] = []
+
+    def lose_the_first_board(self, args, **kwargs):
+        if not killed:  # its sshd dies after the job reached it: the next call cannot connect
+            place = self.url.split("@")[1].split(":")[0]
+            farm.jetsons[place].process.kill()
+            killed.append(place)
+        return real(self, args, **kwargs)
+
+    monkeypatch.setattr(SshDevice, "device_tool", lose_the_first_board)
+    done = _validate(project, "--target", "yard-a")
+    assert done.exit_code == 0, done.output
+    group = json.loads(done.stdout)["groups"][0]
+    assert group["retried_from"] == killed[0] and group["board"] != killed[0]
+    _nothing_left(farm)
+
+
+def test_interrupting_a_farm_run_leaves_no_reservation(project: Path, farm: LabgridFarm, tmp_path: Path) -> None:
+    token = farm.client("reserve", "--wait", "--shell", "module=agx-orin-64gb", check=True).stdout.split("=")[1].strip()
+    farm.client("-p", "+" + token, "acquire", check=True)  # so the run waits
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        command = [str(Path(sys.executable).parent / "edgebuild"), "validate", "-p", str(project), "--farm",
+                   "--target", "dock"]
+        run = subprocess.Popen(command, env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "edgebuild" not in farm.reservations() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "edgebuild" in farm.reservations(), run.communicate(timeout=5)
+        run.send_signal(sig)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode != 0, err
+        assert "edgebuild" not in farm.reservations(), (sig, farm.reservations())
+    farm.client("cancel-reservation", token, check=True)
+    farm.client("-p", "agx-orin-1", "release", check=True)
+    _nothing_left(farm)
+
+
+def test_a_profile_the_farm_lacks_is_a_clear_error(project: Path, farm: LabgridFarm) -> None:
+    toml = project / "edgebuild.toml"
+    text = toml.read_text()
+    try:
+        toml.write_text(text + '\n[[fleet]]\nname = "legacy"\nmodule = "xavier-nx"\njetpack = "5.1.2"\n')
+        done = CliRunner().invoke(main, ["validate", "-p", str(project), "--farm", "--target", "legacy"])
+        assert done.exit_code == 3, done.output
+        assert "no board tagged module=xavier-nx jetpack=5.1.2" in done.output
+        assert "agx-orin-64gb@5.1.2, orin-nano-8gb@6.2" in done.output
+    finally:
+        toml.write_text(text)
+    _nothing_left(farm)
