@@ -176,6 +176,69 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
+# -- the fleet (bench --farm) ---------------------------------------------------------------------
+
+def fleet_summary(results: list[Any]) -> dict[str, Any]:
+    """One row per group from the farm's job results: board, backend, cold start, each configuration."""
+    groups = []
+    for r in results:
+        row: dict[str, Any] = {"group": r.group, "board": r.board, "url": r.url, "retried_from": r.retried_from,
+                               "error": str(r.error) if r.error else None}
+        if r.error is None:
+            result = r.result
+            row.update(target=result["artifact"]["target"], precision=result["artifact"]["precision"],
+                       backend=result["backend"], power_mode=power_mode(result),
+                       cold_start_s=result["cold_start"]["process_to_first_result_s"],
+                       configs=[{"batch": c["batch"], "concurrency": c["concurrency"],
+                                 "p50_ms": c["latency"]["p50_ms"], "p99_ms": c["latency"]["p99_ms"],
+                                 "throughput_ips": c["throughput_ips"]} for c in result["configs"]])
+        groups.append(row)
+    return {"schema": "edgebuild.bench-fleet/1", "groups": groups}
+
+
+def fleet_table(summary: dict[str, Any]) -> str:
+    headers = ["group", "board", "target", "precision", "backend", "power mode", "cold s", "batch", "conc",
+               "p50 ms", "p99 ms", "img/s"]
+    rows = []
+    for g in summary["groups"]:
+        if g["error"]:
+            rows.append([g["group"], g["board"] or "-", "FAILED", "", "", "", "", "", "", "", "", ""])
+            continue
+        for c in g["configs"]:
+            rows.append([g["group"], g["board"], g["target"], g["precision"], g["backend"], g["power_mode"],
+                         f"{g['cold_start_s']}", str(c["batch"]), str(c["concurrency"]), f"{c['p50_ms']:.3f}",
+                         f"{c['p99_ms']:.3f}", f"{c['throughput_ips']:.1f}"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
+    """A PNG: p50 and p99 latency per group (batch 1 where measured, else the first configuration)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [g for g in summary["groups"] if not g["error"]]
+    picked = [next((c for c in g["configs"] if c["batch"] == 1), g["configs"][0]) for g in measured]
+    labels = [f"{g['group']}\n{g['board']}\n{g['backend'].split()[0]}" for g in measured]
+    figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(measured)), 4.5))
+    positions = range(len(measured))
+    axis.bar([p - 0.2 for p in positions], [c["p50_ms"] for c in picked], width=0.4, label="p50")
+    axis.bar([p + 0.2 for p in positions], [c["p99_ms"] for c in picked], width=0.4, label="p99")
+    axis.set_xticks(list(positions), labels, fontsize=8)
+    axis.set(ylabel="latency (ms)", title="latency per fleet group on its own board")
+    axis.legend()
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 # -- comparing ------------------------------------------------------------------------------------
 
 def compare(current: dict[str, Any], baseline: dict[str, Any], *, force: bool = False) -> dict[str, Any]:

@@ -158,6 +158,19 @@ def _parse_force(value: str | None) -> frozenset[str]:
     return names
 
 
+def farm_options(command: Any) -> Any:
+    """--farm [ADDRESS], --jobs, --farm-timeout: run the device jobs on boards reserved from a labgrid farm."""
+    command = click.option("--farm-timeout", type=float, default=None, metavar="S",
+                           help="How long a job waits for a busy board (default [farm] timeout_s, 600).")(command)
+    command = click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                           help="At most N boards at once (default [farm] jobs, else every matching board).")(command)
+    return click.option(
+        "--farm", "farm_address", is_flag=False, flag_value="", default=None, metavar="[HOST:PORT]",
+        help="Run on boards of a labgrid farm: each group reserves a place tagged module=<module id> "
+             "jetpack=<release> (and power_mode= if the group names one), waits while they are busy, and always "
+             "releases it. Bare --farm: [farm] coordinator, else $LG_COORDINATOR.")(command)
+
+
 _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
 
 
@@ -170,9 +183,11 @@ _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, containe
 @click.option("--build-on", metavar="ssh://USER@HOST[:PORT]", default=None,
               help="Build every selected group's engine on this Jetson over SSH (overrides the groups' build_on). "
                    "It must be the group's module on its JetPack's L4T release.")
+@farm_options
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
-def compile_command(project_dir: Path, selector: str, force: str | None, build_on: str | None, no_progress: bool,
+def compile_command(project_dir: Path, selector: str, force: str | None, build_on: str | None,
+                    farm_address: str | None, jobs: int | None, farm_timeout: float | None, no_progress: bool,
                     as_json: bool) -> None:
     """Run the pipeline for every fleet group the target selects.
 
@@ -191,6 +206,9 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
     quantize.precisions re-decides without measuring again. An engine built on a device is
     kept while its ONNX, builder settings, module, L4T and TensorRT are unchanged. One
     compile per project at a time (the build folder is locked).
+    With --farm (or [farm] coordinator), every group without a build device builds and is
+    accepted on a board of its profile reserved from the labgrid farm, groups in parallel
+    (--jobs), each board released afterwards; a group whose engine is current reserves none.
     """
     from edgebuild.config import load_project
     from edgebuild.pipeline import Options, plan_compile
@@ -215,8 +233,25 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
         if not as_json:
             click.echo(f"  {outcome.stage.name:<10} {outcome.status:<8} {outcome.detail}")
 
-    options = Options(force=forced, build_on=build_on, progress=not no_progress and not as_json and sys.stderr.isatty())
-    report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None), on_stage=show)
+    farm = None
+    if farm_address is not None or (project.farm.coordinator and not build_on):
+        if build_on:
+            raise click.UsageError("give --build-on or --farm, not both")
+        farm = _open_farm(project, farm_address, farm_timeout)
+    options = Options(force=forced, build_on=build_on, progress=not no_progress and not as_json and sys.stderr.isatty(),
+                      farm=farm, jobs=(jobs or project.farm.jobs or len(plan.groups)) if farm else 1)
+    if farm is not None:
+        from edgebuild.farm import release_on_exit
+
+        try:
+            with release_on_exit(farm):
+                report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None),
+                                      on_stage=show)
+        finally:
+            farm.disconnect()
+    else:
+        report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None),
+                              on_stage=show)
     if as_json:
         _emit_json(report.as_dict())
     else:
@@ -241,6 +276,8 @@ def _compile_summary(report: Any) -> str:
                          f"{record.candidate}" + (f" (first-boot fallback {record.fallback})" if record.fallback
                                                   else ""))
             lines.append(f"  {'':<12} {record.reason}")
+            if record.board:
+                lines.append(f"  {'':<12} built and accepted on farm board {record.board} ({record.placement})")
             for tried in record.refused:
                 lines.append(f"  {'':<12} REFUSED {tried['candidate']} on {tried['where']}: {tried['metric']} "
                              f"{tried['value']:.4f}, retention {tried['retention']:.3f} [{tried['backend']}]")
@@ -359,19 +396,6 @@ def preflight_command(project_dir: Path, selector: str, onnx_path: Path | None, 
             f"{onnx_path.name}: blocking problems for " + ", ".join(f"{r.group} = {r.target}" for r in blocked),
             hint="each listed node needs the suggested fix, or drop that target",
         )
-
-
-def farm_options(command: Any) -> Any:
-    """--farm [ADDRESS], --jobs, --farm-timeout: run the device jobs on boards reserved from a labgrid farm."""
-    command = click.option("--farm-timeout", type=float, default=None, metavar="S",
-                           help="How long a job waits for a busy board (default [farm] timeout_s, 600).")(command)
-    command = click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-                           help="At most N boards at once (default [farm] jobs, else every matching board).")(command)
-    return click.option(
-        "--farm", "farm_address", is_flag=False, flag_value="", default=None, metavar="[HOST:PORT]",
-        help="Run on boards of a labgrid farm: each group reserves a place tagged module=<module id> "
-             "jetpack=<release> (and power_mode= if the group names one), waits while they are busy, and always "
-             "releases it. Bare --farm: [farm] coordinator, else $LG_COORDINATOR.")(command)
 
 
 @main.command("validate")
@@ -522,7 +546,10 @@ def _validate_on_farm(plan: Any, address: str | None, jobs: int | None, timeout_
         pass
     work = [(g.name, target_tags(g), lambda board, g=g: _evaluate_group(project, gate, g, report.record(
         "engine", g.name), board.url, data)) for g in plan.groups]
-    results = fan_out(farm, work, max_jobs=jobs or project.farm.jobs)
+    try:
+        results = fan_out(farm, work, max_jobs=jobs or project.farm.jobs)
+    finally:
+        farm.disconnect()
     records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
     path = _farm_jobs_file(project, "validate", results, {"reference_value": gate.reference_value,
                                                           "groups": records})
@@ -741,9 +768,10 @@ def container_command(project_dir: Path, selector: str, flavor: str, base_image:
               help="A previous --json result: show the change per figure.")
 @click.option("--force", is_flag=True,
               help="With --compare: compare even runs of different artifacts, power modes or backends.")
+@farm_options
 def bench_command(artifact: Path | None, project_dir: Path, selector: str, device_url: str | None,
                   json_file: Path | None, plot_file: Path | None, baseline: Path | None, force: bool,
-                  **options: Any) -> None:
+                  farm_address: str | None, jobs: int | None, farm_timeout: float | None, **options: Any) -> None:
     """Measure a compiled model folder: cold start, latency percentiles, throughput, memory, power.
 
     \b
@@ -755,6 +783,9 @@ def bench_command(artifact: Path | None, project_dir: Path, selector: str, devic
     and the shapes; on a Jetson also nvpmodel, jetson_clocks and tegrastats during the run (on
     other machines these are reported as not available). --compare refuses runs of different
     artifacts, power modes or backends unless --force.
+    With --farm, every group --target selects is benchmarked on a board of its own profile
+    reserved from the labgrid farm, in parallel across boards: build/bench/<group>.json per
+    group, and a fleet-wide table, build/bench/fleet.json (or --json) and a plot (--plot).
     """
     from edgebuild.bench import (
         bench_here,
@@ -771,12 +802,17 @@ def bench_command(artifact: Path | None, project_dir: Path, selector: str, devic
 
     if options["iterations"] is not None and options["duration"] is not None:
         raise click.UsageError("give --iterations or --duration, not both")
-    if artifact is None:
-        artifact = _compiled_artifact(project_dir, selector)
-    Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>)")
     options.update(batch=parse_int_list(options["batch"], "--batch"),
                    concurrency=parse_int_list(options["concurrency"], "--concurrency") or [1],
                    shape=list(options["shape"]))
+    if farm_address is not None:
+        if artifact is not None or device_url or baseline:
+            raise click.UsageError("--farm benchmarks the groups --target selects: no ARTIFACT, --device or --compare")
+        _bench_on_farm(project_dir, selector, farm_address, jobs, farm_timeout, options, json_file, plot_file)
+        return
+    if artifact is None:
+        artifact = _compiled_artifact(project_dir, selector)
+    Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>)")
     before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
     if device_url:
         result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=_report)
@@ -794,6 +830,50 @@ def bench_command(artifact: Path | None, project_dir: Path, selector: str, devic
         click.echo(comparison_table(compare(result, before, force=force)))
 
 
+def _bench_on_farm(project_dir: Path, selector: str, address: str | None, jobs: int | None,
+                   timeout_s: float | None, options: dict[str, Any], json_file: Path | None,
+                   plot_file: Path | None) -> None:
+    """``bench --farm``: each selected group's model folder benchmarked on a board of its profile."""
+    from edgebuild.bench import bench_over_ssh, fleet_plot, fleet_summary, fleet_table
+    from edgebuild.errors import ConfigError
+    from edgebuild.farm import fan_out, target_tags
+    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.recipe import RECIPE_FILE
+
+    plan = _plan(project_dir, selector)
+    project = plan.project
+    folders = {g.name: project.build_dir / "engines" / g.name for g in plan.groups}
+    missing = [name for name, folder in folders.items() if not (folder / RECIPE_FILE).is_file()]
+    if missing:
+        raise ConfigError(f"not compiled: {', '.join(missing)}", hint="run `edgebuild compile` for them first")
+    farm = _open_farm(project, address, timeout_s)
+    work = [(g.name, target_tags(g), lambda board, g=g: bench_over_ssh(board.url, folders[g.name], options,
+                                                                       report=_report)) for g in plan.groups]
+    try:
+        results = fan_out(farm, work, max_jobs=jobs or project.farm.jobs)
+    finally:
+        farm.disconnect()
+    out = project.build_dir / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if r.error is None:
+            atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
+    summary = fleet_summary(results)
+    summary_path = json_file or out / "fleet.json"
+    atomic_write_text(summary_path, json.dumps(summary, indent=2))
+    _farm_jobs_file(project, "bench", results, {})
+    click.echo(fleet_table(summary))
+    click.echo(f"results: {out}/<group>.json; fleet summary: {summary_path}")
+    if plot_file and summary["groups"]:
+        click.echo(f"plot: {fleet_plot(summary, plot_file)}")
+    errors = [r.error for r in results if r.error is not None]
+    for r in results:
+        if r.error is not None:
+            click.echo(f"{r.group}: FAILED on {r.board or 'no board'}: {r.error}", err=True)
+    if errors:
+        raise errors[0]
+
+
 def _compiled_artifact(project_dir: Path, selector: str) -> Path:
     from edgebuild.errors import ConfigError
     from edgebuild.runtime.recipe import RECIPE_FILE
@@ -806,6 +886,52 @@ def _compiled_artifact(project_dir: Path, selector: str) -> Path:
         raise ConfigError(f"--target {selector} selects {len(compiled)} compiled group(s) ({names}); bench needs one",
                           hint="pass ARTIFACT (build/engines/<group>) or --target GROUP")
     return compiled[0]
+
+
+@main.group("farm")
+def farm() -> None:
+    """The device farm: Jetsons reserved through a labgrid coordinator (pip edgebuild[farm])."""
+
+
+@farm.command("status")
+@project_option
+@click.option("--farm", "farm_address", default=None, metavar="HOST:PORT",
+              help="The labgrid coordinator (default [farm] coordinator, else $LG_COORDINATOR).")
+@json_option
+def farm_status_command(project_dir: Path, farm_address: str | None, as_json: bool) -> None:
+    """List the farm's places: their tags, the project's fleet groups each can serve, who holds it.
+
+    A group's board must be tagged module=<module id> jetpack=<release> (and power_mode=<mode>
+    when the group names one), e.g. `labgrid-client -p orin-1 set-tags module=orin-nano-8gb
+    jetpack=6.2`. Groups no place can serve are listed too.
+    """
+    from edgebuild.config import load_project
+    from edgebuild.farm import target_tags
+    from edgebuild.pipeline import plan_compile
+
+    project = load_project(project_dir)
+    farm = _open_farm(project, farm_address, None)
+    groups = plan_compile(project, "all").groups
+    try:
+        places = farm.places()
+    finally:
+        farm.disconnect()
+    rows, records = [], []
+    for place in places:
+        serves = [g.name for g in groups if all(place.tags.get(k) == v for k, v in target_tags(g).items())]
+        records.append({"place": place.name, "tags": place.tags, "serves": serves, "held_by": place.acquired,
+                        "reservation": place.reservation})
+        rows.append([place.name, " ".join(f"{k}={v}" for k, v in sorted(place.tags.items())) or "-",
+                     ", ".join(serves) or "-", place.acquired or "free"])
+    unserved = [g.name for g in groups if not any(g.name in r["serves"] for r in records)]
+    if as_json:
+        _emit_json({"coordinator": farm.coordinator, "places": records, "unserved_groups": unserved})
+        return
+    click.echo(f"farm at {farm.coordinator}: {len(places)} place(s)")
+    click.echo(_table(rows, ["place", "tags", "fleet groups", "held by"]))
+    for name in unserved:
+        group = next(g for g in groups if g.name == name)
+        click.echo(f"{name}: no place tagged {' '.join(f'{k}={v}' for k, v in target_tags(group).items())}")
 
 
 @main.command("package")

@@ -294,6 +294,7 @@ class EngineRecord:
     #: engines measured on their device and refused (below accuracy.min_retention), in the order tried
     refused: list[dict[str, Any]] = field(default_factory=list)
     fallback: str | None = None  # the candidate a first-boot device falls back to (deferred placement)
+    board: str | None = None  # the device farm's place that built and accepted it
 
     @property
     def needs_acceptance(self) -> bool:
@@ -507,6 +508,30 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
     if record is None:
         raise AssertionError("build_and_accept needs a gate that selected a candidate")
     return replace(record, refused=refused)
+
+
+def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host: DeviceFacts) -> bool:
+    """Whether ``build_and_accept`` on a build device would use the device: not when the folder holds
+    the engine of the first candidate not refused before, and its measurement is stored and passes
+    (a farm group then reserves no board)."""
+    from edgebuild.datasets import validation_digest
+
+    state = EngineState(project, group.name)
+    built = state.built or {}
+    if not _shippable(built.get("placement", "")):
+        return True
+    validation = digest([validation_digest(project), project.accuracy.device_images])
+    refused = state.refused(project.accuracy.min_retention, validation)
+    folder = project.build_dir / "engines" / group.name
+    for candidate in candidate_order(gate):
+        key = _planned_key(project, group, gate, candidate, host, built["placement"], state)
+        if key in refused:
+            continue
+        if not _kept(state, folder, key):
+            return True
+        stored = state.measurement(key, built["plan_sha256"], validation)
+        return stored is None or stored.retention < project.accuracy.min_retention
+    return True
 
 
 def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candidate: str, host: DeviceFacts,

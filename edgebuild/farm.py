@@ -85,31 +85,17 @@ def coordinator_address(project: Any = None, given: str | None = None) -> str | 
     return given or (farm.coordinator if farm else None) or os.environ.get(COORDINATOR_ENV) or None
 
 
-class Farm:
-    """The labgrid coordinator at ``coordinator``, as this process sees it."""
+class _LabgridCli:
+    """The coordinator through ``labgrid-client`` (one process per call, about 0.35 s each)."""
 
-    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, report: Report = lambda _: None,
-                 client: str | None = None) -> None:
-        self.coordinator = coordinator
-        self.timeout_s = timeout_s
-        self.report = report
-        self.client = client or labgrid_tool("labgrid-client")
-        if self.client is None:
-            raise CapabilityMissing("labgrid-client is not installed on this host (the device farm needs it)",
-                                    hint="pip install 'edgebuild[farm]' (labgrid 26)")
-        self.identity = f"edgebuild-{os.getpid()}"
-        self._held: dict[str, tuple[str | None, str]] = {}  # token -> (place, user)
+    def __init__(self, coordinator: str, client: str) -> None:
+        self.coordinator, self.client = coordinator, client
+        self.calls = 0
         self._processes: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
-        self._count = 0
-        self._closed = False
-        self.calls = 0  # coordinator round trips (labgrid-client calls), for the overhead benchmark
 
-    # -- labgrid-client ----------------------------------------------------------------------
-
-    def _run(self, *args: str, user: str | None = None, timeout_s: float = 60.0, check: bool = True
-             ) -> subprocess.CompletedProcess:
-        env = {**os.environ, COORDINATOR_ENV: self.coordinator, "LG_USERNAME": user or self.identity,
+    def run(self, *args: str, user: str, timeout_s: float = 60.0, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, COORDINATOR_ENV: self.coordinator, "LG_USERNAME": user,
                "LG_HOSTNAME": socket.gethostname()}
         env.pop("LG_PLACE", None)
         env.pop("LG_TOKEN", None)
@@ -122,30 +108,29 @@ class Farm:
             out, err = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
-            out, err = process.communicate()
-            raise RemoteError(f"labgrid-client {' '.join(args)} did not finish within {timeout_s:.0f} s "
+            process.communicate()
+            if args[0] == "wait":
+                raise TimeoutError(f"labgrid-client {' '.join(args)}") from None
+            raise RemoteError(f"labgrid-client {' '.join(args)} did not answer within {timeout_s:.0f} s "
                               f"(coordinator {self.coordinator})") from None
         finally:
             with self._lock:
                 self._processes.discard(process)
-        done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
-        if check and done.returncode != 0:
+        if check and process.returncode != 0:
             text = (err.strip() or out.strip()).splitlines()
-            raise RemoteError(f"labgrid-client {' '.join(args)}: {text[-1] if text else f'exit {done.returncode}'}",
+            raise RemoteError(f"labgrid-client {' '.join(args)}: {text[-1] if text else f'exit {process.returncode}'}",
                               hint=f"is the labgrid coordinator at {self.coordinator} running? "
                                    "(`labgrid-client places` with LG_COORDINATOR set)")
-        return done
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
-    def places(self) -> list[Place]:
-        """Every place of the farm with its tags and who holds it."""
-        found: list[Place] = []
-        current: dict[str, Any] | None = None
-        for line in self._run("-v", "places").stdout.splitlines():
+    def places(self, user: str) -> list[Place]:
+        found: list[dict[str, Any]] = []
+        for line in self.run("-v", "places", user=user).stdout.splitlines():
             start = re.match(r"^Place '(.+)':$", line)
             if start:
-                current = {"name": start[1], "tags": {}, "acquired": None, "reservation": None}
-                found.append(current)  # type: ignore[arg-type]
-            elif current is not None:
+                found.append({"name": start[1], "tags": {}, "acquired": None, "reservation": None})
+            elif found:
+                current = found[-1]
                 tags = re.match(r"^  tags: (.*)$", line)
                 if tags and tags[1].strip():
                     current["tags"] = dict(kv.split("=", 1) for kv in tags[1].split(", ") if "=" in kv)
@@ -155,7 +140,238 @@ class Farm:
                 reserved = re.match(r"^  reservation: (.*)$", line)
                 if reserved:
                     current["reservation"] = reserved[1].strip()
-        return [Place(**p) if isinstance(p, dict) else p for p in found]  # type: ignore[arg-type]
+        return [Place(**p) for p in found]
+
+    def reserve(self, tags: dict[str, str], user: str) -> str:
+        answer = self.run("reserve", "--shell", *[f"{k}={v}" for k, v in tags.items()], user=user).stdout
+        token = re.search(r"export LG_TOKEN=(\w+)", answer)
+        if token is None:
+            raise RemoteError(f"labgrid-client reserve: no token in its answer: {answer.strip()}")
+        return token[1]
+
+    def wait(self, token: str, timeout_s: float, user: str, closed: Callable[[], bool]) -> str:
+        self.run("wait", token, user=user, timeout_s=timeout_s)
+        self.run("-p", f"+{token}", "acquire", user=user)
+        shown = self.run("-p", f"+{token}", "show", user=user).stdout
+        name = re.search(r"^Place '(.+)':$", shown, re.M)
+        if name is None:
+            raise RemoteError(f"labgrid-client show of reservation {token}: no place in its answer")
+        return name[1]
+
+    def ssh_url(self, place: str, user: str) -> str:
+        return _ssh_url(place, self.run("-p", place, "show", user=user).stdout)
+
+    def cancel(self, token: str, user: str) -> None:
+        self.run("cancel-reservation", token, user=user, check=False)
+
+    def release(self, place: str, user: str) -> str | None:
+        done = self.run("-p", place, "release", user=user, check=False)
+        return None if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip())
+
+    def close(self) -> None:
+        with self._lock:
+            running = list(self._processes)
+        for process in running:  # a `wait` still polling keeps its reservation alive
+            process.kill()
+
+    def disconnect(self) -> None:
+        pass
+
+
+class _LabgridApi:
+    """The coordinator through labgrid's own gRPC client session, in a thread of its own (about 5 ms a call).
+
+    labgrid's client is asyncio; its session and event loop live in one thread and every call is
+    handed to it. Its Python API changed with labgrid 24 (gRPC), so it is used only for the
+    labgrid release we pin (26.x); otherwise edgebuild uses the CLI.
+    """
+
+    POLL_S = 0.25
+
+    def __init__(self, coordinator: str, identity: str) -> None:
+        import asyncio
+
+        from labgrid.remote.client import start_session  # noqa: F401 (fails early when labgrid is missing)
+
+        self.calls = 0
+        self._loop = asyncio.new_event_loop()
+        started: dict[str, Any] = {}
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            before = os.environ.get("LG_USERNAME")
+            try:
+                os.environ["LG_USERNAME"] = identity  # the session's name, HOST/USER, read once at its start
+                from labgrid.remote.client import start_session
+
+                started["session"] = start_session(coordinator, loop=self._loop)
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+                started["error"] = exc
+            finally:
+                if before is None:
+                    os.environ.pop("LG_USERNAME", None)
+                else:
+                    os.environ["LG_USERNAME"] = before
+            ready.set()
+            if "session" in started:
+                self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="edgebuild-labgrid", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if "session" not in started:
+            raise RemoteError(f"cannot reach the labgrid coordinator at {coordinator}: "
+                              f"{started.get('error', 'no answer within 30 s')}",
+                              hint="is labgrid-coordinator running there? (LG_COORDINATOR=host:port)")
+        self._session = started["session"]
+
+    def _call(self, coroutine: Any, timeout_s: float = 60.0) -> Any:
+        import asyncio
+
+        import grpc
+
+        self.calls += 1
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise RemoteError(f"labgrid coordinator: {exc.code().name}: {exc.details()}") from None
+
+    def _rpc(self, name: str, request: Any) -> Any:
+        async def call() -> Any:  # grpc.aio makes the call object in the loop's own thread
+            return await getattr(self._session.stub, name)(request)
+
+        return self._call(call())
+
+    def _synced(self) -> None:
+        async def sync() -> None:
+            await self._session.sync_with_coordinator()
+
+        self._call(sync())
+
+    def places(self, user: str) -> list[Place]:
+        async def read() -> list[Place]:
+            return [Place(name, dict(p.tags), p.acquired, p.reservation) for name, p in self._session.places.items()]
+
+        self._synced()
+        return self._call(read())
+
+    def reserve(self, tags: dict[str, str], user: str) -> str:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        answer = self._rpc("CreateReservation", pb2.CreateReservationRequest(
+            filters={"main": pb2.Reservation.Filter(filter=tags)}, prio=0.0))
+        return answer.reservation.token
+
+    def wait(self, token: str, timeout_s: float, user: str, closed: Callable[[], bool]) -> str:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        deadline = time.monotonic() + timeout_s
+        while True:  # each poll also keeps the reservation alive
+            found = self._rpc("PollReservation", pb2.PollReservationRequest(token=token)).reservation
+            place = found.allocations.get("main")
+            if place:
+                break
+            if closed():
+                raise RemoteError("the farm run was interrupted")
+            if time.monotonic() > deadline:
+                raise TimeoutError(token)
+            time.sleep(self.POLL_S)
+        self._rpc("AcquirePlace", pb2.AcquirePlaceRequest(placename=place))
+        self._synced()
+        return place
+
+    def ssh_url(self, place: str, user: str) -> str:
+        async def read() -> str:
+            session = self._session
+            wanted = session.places[place]
+            for exporter, groups in session.resources.items():
+                for group_name, group in groups.items():
+                    for name, resource in group.items():
+                        if resource.cls == "NetworkService" and wanted.hasmatch((exporter, group_name, resource.cls,
+                                                                                 name)):
+                            params = resource.params
+                            user_at = f"{params['username']}@" if params.get("username") else ""
+                            port = f":{params['port']}" if params.get("port") else ""
+                            return f"ssh://{user_at}{params['address']}{port}"
+            raise ConfigError(f"farm place {place} has no NetworkService resource (address, username, port)",
+                              hint="export the board's SSH service with a NetworkService entry and add-match it")
+
+        return self._call(read())
+
+    def cancel(self, token: str, user: str) -> None:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        try:
+            self._rpc("CancelReservation", pb2.CancelReservationRequest(token=token))
+        except RemoteError:
+            pass  # already gone
+
+    def release(self, place: str, user: str) -> str | None:
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb2
+
+        try:
+            self._rpc("ReleasePlace", pb2.ReleasePlaceRequest(placename=place))
+        except RemoteError as exc:
+            return exc.message
+        return None
+
+    def close(self) -> None:
+        pass  # the session stays for the releases that follow; disconnect() ends it
+
+    def disconnect(self) -> None:
+        async def stop() -> None:
+            await self._session.stop()
+            await self._session.close()
+
+        try:
+            self._call(stop(), timeout_s=10)
+        except Exception:  # noqa: BLE001 (the coordinator may be gone already)
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def _connect(coordinator: str, identity: str, client: str | None) -> Any:
+    """labgrid's gRPC client in this process where it is the release we pin, else ``labgrid-client``."""
+    try:
+        from importlib.metadata import version
+
+        if version("labgrid").split(".")[0] == "26" and not client:
+            return _LabgridApi(coordinator, identity)
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 (a labgrid we do not know: its CLI still works)
+        pass
+    found = client or labgrid_tool("labgrid-client")
+    if found is None:
+        raise CapabilityMissing("labgrid is not installed on this host (the device farm needs it)",
+                                hint="pip install 'edgebuild[farm]' (labgrid 26)")
+    return _LabgridCli(coordinator, found)
+
+
+class Farm:
+    """The labgrid coordinator at ``coordinator``, as this process sees it."""
+
+    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, report: Report = lambda _: None,
+                 client: str | None = None) -> None:
+        self.coordinator = coordinator
+        self.timeout_s = timeout_s
+        self.report = report
+        self.identity = f"edgebuild-{os.getpid()}"
+        self._coordinator = _connect(coordinator, self.identity, client)
+        self._held: dict[str, tuple[str | None, str]] = {}  # token -> (place, user)
+        self._lock = threading.Lock()
+        self._count = 0
+        self._closed = False
+
+    @property
+    def calls(self) -> int:
+        """Coordinator round trips so far (for the overhead benchmark)."""
+        return self._coordinator.calls
+
+    def places(self) -> list[Place]:
+        """Every place of the farm with its tags and who holds it."""
+        return self._coordinator.places(self.identity)
 
     def matching(self, tags: dict[str, str]) -> list[Place]:
         return [p for p in self.places() if all(p.tags.get(k) == v for k, v in tags.items())]
@@ -173,89 +389,83 @@ class Farm:
         allocates anyway is held while another is reserved, so the job lands elsewhere.
         """
         wanted = " ".join(f"{k}={v}" for k, v in tags.items())
-        matching = self.matching(tags)
+        places = self.places()
+        matching = [p for p in places if all(p.tags.get(k) == v for k, v in tags.items())]
         if not matching:
+            profiles = sorted({f"{p.tags.get('module', '?')}@{p.tags.get('jetpack', '?')}" for p in places})
             raise ConfigError(f"the farm at {self.coordinator} has no board tagged {wanted}"
-                              + (f" (its profiles: {', '.join(self.profiles())})" if self.places() else
-                                 " (it has no places)"),
+                              + (f" (its profiles: {', '.join(profiles)})" if places else " (it has no places)"),
                               hint="tag a place with labgrid-client -p PLACE set-tags " + wanted)
         if not {p.name for p in matching} - avoid:
             raise RemoteError(f"no other board tagged {wanted} to run {job or 'the job'} on: "
                               f"{', '.join(sorted(avoid))} stopped answering")
         skipped: list[Board] = []
+        board = None
         try:
             while True:
                 board = self._acquire(tags, wanted, job)
                 if board.place not in avoid:
                     break
                 skipped.append(board)  # keep it held: the next reservation gets another board
+                board = None
             for held in skipped:
-                self._give_back(held)
+                self._release(held.token)
             skipped = []
             yield board
         finally:
             for held in skipped:
-                self._give_back(held)
-            if "board" in locals():
-                self._give_back(board)
+                self._release(held.token)
+            if board is not None:
+                self._release(board.token)
 
     def _acquire(self, tags: dict[str, str], wanted: str, job: str) -> Board:
         with self._lock:
             if self._closed:
                 raise RemoteError("the farm run was interrupted; nothing more is reserved")
             self._count += 1
-            user = f"{self.identity}-{self._count}"  # one labgrid identity per lease
-        reserved = self._run("reserve", "--shell", *[f"{k}={v}" for k, v in tags.items()], user=user)
-        token = re.search(r"export LG_TOKEN=(\w+)", reserved.stdout)
-        if token is None:
-            raise RemoteError(f"labgrid-client reserve {wanted}: no token in its answer: {reserved.stdout.strip()}")
-        token_s = token[1]
+            user = f"{self.identity}-{self._count}"  # one labgrid identity per lease (CLI)
+        token = self._coordinator.reserve(tags, user)
         with self._lock:
-            self._held[token_s] = (None, user)
+            self._held[token] = (None, user)
         try:
             started = time.monotonic()
-            self.report(f"farm: {job}: waiting for a board tagged {wanted} (reservation {token_s})")
+            self.report(f"farm: {job}: waiting for a board tagged {wanted} (reservation {token})")
             try:
-                self._run("wait", token_s, user=user, timeout_s=self.timeout_s)
-            except RemoteError:
+                place = self._coordinator.wait(token, self.timeout_s, user, lambda: self._closed)
+            except TimeoutError:
                 holders = ", ".join(f"{p.name} held by {p.acquired}" for p in self.matching(tags) if p.acquired)
                 raise RemoteError(f"no board tagged {wanted} became free within {self.timeout_s:.0f} s"
                                   + (f" ({holders})" if holders else ""),
                                   hint="raise --farm-timeout, or free a board") from None
-            self._run("-p", f"+{token_s}", "acquire", user=user)
-            shown = self._run("-p", f"+{token_s}", "show", user=user).stdout
-            name = re.search(r"^Place '(.+)':$", shown, re.M)
-            if name is None:
-                raise RemoteError(f"labgrid-client show of reservation {token_s}: no place in its answer")
             with self._lock:
-                self._held[token_s] = (name[1], user)
-            url = _ssh_url(name[1], shown)
-            self.report(f"farm: {job}: {name[1]} ({url}) after {time.monotonic() - started:.1f} s")
-            return Board(name[1], url, token_s)
+                self._held[token] = (place, user)
+            url = self._coordinator.ssh_url(place, user)
+            self.report(f"farm: {job}: {place} ({url}) after {time.monotonic() - started:.1f} s")
+            return Board(place, url, token)
         except BaseException:
-            self._release(token_s)
+            self._release(token)
             raise
-
-    def _give_back(self, board: Board) -> None:
-        self._release(board.token)
 
     def _release(self, token: str) -> None:
         """Cancel the reservation first (the next waiter gets the place at once), then release the place."""
         with self._lock:
             place, user = self._held.pop(token, (None, self.identity))
-        self._run("cancel-reservation", token, user=user, check=False)
+        self._coordinator.cancel(token, user)
         if place is not None:
-            done = self._run("-p", place, "release", user=user, check=False)
-            if done.returncode != 0 and "not acquired" not in (done.stderr + done.stdout):
-                self.report(f"farm: WARNING: releasing {place} failed: {done.stderr.strip()}")
+            problem = self._coordinator.release(place, user)
+            if problem and "not acquired" not in problem:
+                self.report(f"farm: WARNING: releasing {place} failed: {problem}")
+
+    def disconnect(self) -> None:
+        """Release what is still held and end the session with the coordinator."""
+        self.close()
+        self._coordinator.disconnect()
 
     def close(self) -> None:
         """Release everything this process still holds (after Ctrl-C, SIGTERM or an error)."""
         with self._lock:
             self._closed = True
-            running = list(self._processes)
-        for process in running:  # a `wait` still polling keeps its reservation alive
-            process.kill()
+        self._coordinator.close()
         with self._lock:
             tokens = list(self._held)
         for token in tokens:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,8 @@ class Options:
     container_flavor: str = "jetson"
     base_image: str | None = None
     package_since: Path | None = None
+    farm: Any = None  # an edgebuild.farm.Farm: groups without a build device build on its boards
+    jobs: int = 1  # per-group stages marked concurrent run this many groups at once
 
 
 @dataclass
@@ -107,6 +110,8 @@ class Stage:
     #: the record is stored, so the next run re-decides without measuring, and the error is raised
     verdict: Callable[[StageInputs, Any], EdgebuildError | None] | None = None
     needs_data: bool = False
+    #: its groups may run at once (``Options.jobs``): each waits on a device, not on this host
+    concurrent: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,8 +270,15 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
                 return CompileReport(plan, (outcome,))
         for stage in stages:
             scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
-            units = tuple(_run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced,
-                                    stage.name in named) for scope in scopes)
+            def unit(scope: SelectedGroup | None, stage: Stage = stage) -> UnitOutcome:
+                return _run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced,
+                                 stage.name in named)
+
+            if stage.concurrent and options.jobs > 1 and len(scopes) > 1:
+                with ThreadPoolExecutor(max_workers=min(options.jobs, len(scopes))) as pool:
+                    units = tuple(pool.map(unit, scopes))
+            else:
+                units = tuple(unit(scope) for scope in scopes)
             outcome = StageOutcome(stage, units)
             done.append(outcome)
             if on_stage:

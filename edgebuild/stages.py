@@ -12,6 +12,7 @@ comes after every stage it reads.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,7 @@ def _engine_key(inputs: StageInputs) -> dict[str, str]:
     project, group, gate = inputs.project, inputs.group, inputs.records["gate"]
     order = [gate.candidate(name) for name in candidate_order(gate)]
     state = EngineState(project, group.name)
-    build_on = inputs.options.build_on or group.build_on
+    build_on = inputs.options.build_on or group.build_on or _farm_placement(inputs)
     # what the accept step reads matters only where an engine is (or was) measured on a device
     measured = bool(state.measured) or decide_placement(group.target, _host(inputs), build_on)[0] not in (
         "deferred", "host-check")
@@ -243,19 +244,47 @@ def _engine_key(inputs: StageInputs) -> dict[str, str]:
     }
 
 
-def _engine_run(inputs: StageInputs) -> Any:
-    from edgebuild.engine import acceptance_payload, build_and_accept
+def _farm_placement(inputs: StageInputs) -> str | None:
+    """``farm:module=...,jetpack=...`` for a group the device farm builds: the key names the
+    profile, not the board, which changes from run to run."""
+    if inputs.options.farm is None:
+        return None
+    from edgebuild.farm import target_tags
 
-    gate = inputs.records["gate"]
+    return "farm:" + ",".join(f"{k}={v}" for k, v in target_tags(inputs.group).items())
+
+
+def _engine_run(inputs: StageInputs) -> Any:
+    from dataclasses import replace
+
+    from edgebuild.engine import EngineState, acceptance_payload, build_and_accept, device_needed
+
+    project, group, gate = inputs.project, inputs.group, inputs.records["gate"]
     payloads = inputs.shared.setdefault("acceptance", {})  # one per candidate, the same for every group
+    lock = inputs.shared.setdefault("acceptance_lock", threading.Lock())  # groups may run at once
 
     def payload(candidate: str) -> bytes:
-        if candidate not in payloads:
-            payloads[candidate] = acceptance_payload(inputs.project, gate, candidate)
-        return payloads[candidate]
+        with lock:
+            if candidate not in payloads:
+                payloads[candidate] = acceptance_payload(project, gate, candidate)
+            return payloads[candidate]
 
-    return build_and_accept(inputs.project, inputs.group, gate, host=_host(inputs), build_on=inputs.options.build_on,
-                            force=inputs.forced, acceptance=payload, report=inputs.report)
+    def build(build_on: str | None) -> Any:
+        return build_and_accept(project, group, gate, host=_host(inputs), build_on=build_on, force=inputs.forced,
+                                acceptance=payload, report=inputs.report)
+
+    farm = inputs.options.farm
+    if farm is None or inputs.options.build_on or group.build_on:
+        return build(inputs.options.build_on)
+    if not inputs.forced and not device_needed(project, group, gate, _host(inputs)):
+        inputs.report(f"engine: {group.name}: the engine a farm board built is current and accepted; no board needed")
+        return build(EngineState(project, group.name).built["placement"])
+    from edgebuild.farm import run_on_board, target_tags
+
+    outcome = run_on_board(farm, group.name, target_tags(group), lambda board: build(board.url))
+    if outcome.error is not None:
+        raise outcome.error
+    return replace(outcome.result, board=outcome.board)
 
 
 def _engine_outputs(inputs: StageInputs, record: Any) -> list[Path]:
@@ -402,12 +431,12 @@ STAGES: tuple[Stage, ...] = (
                      "selection (measurements stored apart from the decision)", ("export",), False,
           _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
           needs_data=True),
-    Stage("engine", 5, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
+    Stage("engine", 6, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
                        "over SSH, or deferred to the device with its recipe (and an FP16 fallback); an engine "
                        "built on a device is measured there (accept) and, below the threshold, replaced by the "
                        "next passing candidate", ("gate", "preflight"), True,
           _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe,
-          verdict=_engine_verdict, needs_data=True),
+          verdict=_engine_verdict, needs_data=True, concurrent=True),
     Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
                           "systemd)", ("engine",), True,
           _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),

@@ -156,3 +156,62 @@ def test_a_profile_the_farm_lacks_is_a_clear_error(project: Path, farm: LabgridF
     finally:
         toml.write_text(text)
     _nothing_left(farm)
+
+
+def test_compile_builds_each_group_on_a_board_of_its_profile(project: Path, farm: LabgridFarm) -> None:
+    done = CliRunner().invoke(main, ["compile", "-p", str(project), "--farm", "--no-progress", "--target",
+                                     "yard-a,dock"])
+    # the stand-ins have no TensorRT: each group's build stops there, on its own board, as over plain SSH
+    assert done.exit_code == 10, done.output
+    assert "TensorRT is not installed on the device" in done.output
+    assert "ssh://root@agx-orin-1" in done.output and ("ssh://root@orin-nano-1" in done.output
+                                                       or "ssh://root@orin-nano-2" in done.output)
+    assert "yard-a: failed" in done.output and "dock: failed" in done.output
+    _nothing_left(farm)
+
+
+def test_bench_runs_each_group_on_its_own_profile_and_writes_one_fleet_table(
+        project: Path, farm: LabgridFarm, tmp_path: Path) -> None:
+    plot = tmp_path / "fleet.png"
+    done = CliRunner().invoke(main, ["bench", "-p", str(project), "--farm", "--target", "yard-a,dock",
+                                     "--iterations", "20", "--warmup", "2", "--plot", str(plot)])
+    assert done.exit_code == 0, done.output
+    summary = json.loads((project / "build" / "bench" / "fleet.json").read_text())
+    boards = {g["group"]: g["board"] for g in summary["groups"]}
+    assert boards["dock"] == "agx-orin-1" and boards["yard-a"].startswith("orin-nano-")
+    assert all(g["configs"] and g["backend"].startswith("onnxruntime") for g in summary["groups"])
+    for group in ("yard-a", "dock"):
+        assert json.loads((project / "build" / "bench" / f"{group}.json").read_text())["artifact"]["group"] == group
+    assert plot.stat().st_size > 10_000 and "agx-orin-1" in done.output
+    _nothing_left(farm)
+
+
+def test_farm_status_lists_places_what_they_serve_and_who_holds_them(project: Path, farm: LabgridFarm) -> None:
+    token = farm.client("reserve", "--wait", "--shell", "module=agx-orin-64gb", check=True).stdout.split("=")[1].strip()
+    farm.client("-p", "+" + token, "acquire", check=True)
+    done = CliRunner().invoke(main, ["farm", "status", "-p", str(project), "--json"])
+    assert done.exit_code == 0, done.output
+    places = {p["place"]: p for p in json.loads(done.stdout)["places"]}
+    assert places["agx-orin-1"]["serves"] == ["dock"] and places["agx-orin-1"]["held_by"] == "test/tester"
+    assert places["orin-nano-1"]["serves"] == ["yard-a", "yard-b", "yard-c"]
+    assert places["orin-nano-1"]["held_by"] is None
+    table = CliRunner().invoke(main, ["farm", "status", "-p", str(project)])
+    assert "module=orin-nano-8gb" in table.output and "test/tester" in table.output
+    farm.client("cancel-reservation", token, check=True)
+    farm.client("-p", "agx-orin-1", "release", check=True)
+
+
+@pytest.mark.parametrize("through", ["grpc", "labgrid-client"])
+def test_a_lease_through_either_client_reaches_the_board_and_is_released(farm: LabgridFarm, through: str) -> None:
+    from edgebuild.farm import Farm, labgrid_tool
+    from edgebuild.remote import SshDevice
+
+    client = Farm(farm.address, client=labgrid_tool("labgrid-client") if through == "labgrid-client" else None)
+    try:
+        with client.lease(AGX, job="probe") as board:
+            assert board.place == "agx-orin-1" and board.url == f"ssh://root@agx-orin-1:{farm.jetsons[board.place].port}"
+            assert SshDevice(board.url).device_tool(["probe"])["device"]["l4t"] == "35.4.1"
+            assert farm.acquired() == ["agx-orin-1"]
+    finally:
+        client.disconnect()
+    _nothing_left(farm)
