@@ -215,3 +215,16 @@ def test_a_lease_through_either_client_reaches_the_board_and_is_released(farm: L
     finally:
         client.disconnect()
     _nothing_left(farm)
+
+
+def test_a_board_held_past_the_farm_timeout_is_a_clear_error(project: Path, farm: LabgridFarm) -> None:
+    token = farm.client("reserve", "--wait", "--shell", "module=agx-orin-64gb", check=True).stdout.split("=")[1].strip()
+    farm.client("-p", "+" + token, "acquire", check=True)
+    done = CliRunner().invoke(main, ["validate", "-p", str(project), "--farm", "--target", "dock",
+                                     "--farm-timeout", "3"])
+    assert done.exit_code == 12, done.output
+    assert "no board tagged module=agx-orin-64gb jetpack=5.1.2 became free within 3 s" in done.output
+    assert "agx-orin-1 held by test/tester" in done.output
+    farm.client("cancel-reservation", token, check=True)
+    farm.client("-p", "agx-orin-1", "release", check=True)
+    _nothing_left(farm)
