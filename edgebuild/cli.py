@@ -252,6 +252,9 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
     else:
         report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None),
                               on_stage=show)
+    from edgebuild.pipeline import write_last_compile
+
+    write_last_compile(report)
     if as_json:
         _emit_json(report.as_dict())
     else:

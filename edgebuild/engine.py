@@ -44,6 +44,7 @@ from edgebuild.runtime.recipe import (
     Recipe,
     RecipeModule,
     RuntimeSettings,
+    TensorSpec,
 )
 
 if TYPE_CHECKING:
@@ -158,8 +159,27 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         acceptance_sha256=acceptance_sha256,
         fallback=FALLBACK_FOLDER if fallback is not None else None,
         fallback_sha256=fallback_sha256,
+        outputs=onnx_outputs(onnx_path),
     ).save(folder)
     return folder / RECIPE_FILE
+
+
+#: ONNX tensor element types as KServe v2 datatypes
+V2_DATATYPES = {1: "FP32", 10: "FP16", 11: "FP64", 7: "INT64", 6: "INT32", 3: "INT8", 2: "UINT8", 9: "BOOL"}
+
+
+def onnx_outputs(path: Path) -> dict[str, TensorSpec]:
+    """The graph outputs of an ONNX file: v2 datatype and shape (-1 for a symbolic or unknown axis)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = {}
+    for output in graph.output:
+        tensor = output.type.tensor_type
+        found[output.name] = TensorSpec(
+            datatype=V2_DATATYPES.get(tensor.elem_type, onnx.TensorProto.DataType.Name(tensor.elem_type)),
+            shape=[d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim])
+    return found
 
 
 def _builder_settings(project: Project, group: SelectedGroup, candidate: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -124,6 +125,7 @@ class UnitOutcome:
     why: str = ""  # why it ran (what changed) or was not run
     record: Any = None
     error: EdgebuildError | None = None
+    seconds: float = 0.0  # wall time of this run (key, reuse check, run, record)
 
 
 @dataclass(frozen=True)
@@ -185,11 +187,32 @@ class CompileReport:
             "stages": [
                 {"name": o.stage.name, "status": o.status, "detail": o.detail,
                  "runs": [{"group": u.group, "status": u.status, "detail": u.detail, "why": u.why,
+                          "seconds": round(u.seconds, 3),
                            **({"record": o.stage.dump(u.record)} if u.record is not None else {}),
                            **({"error": str(u.error)} if u.error else {})} for u in o.units]}
                 for o in self.stages
             ],
         }
+
+
+LAST_COMPILE = "last-compile.json"
+
+
+def write_last_compile(report: CompileReport) -> Path:
+    """``build/.records/last-compile.json``: the last compile's outcome per stage and group (status,
+    detail, seconds, error, record), what ``edgebuild report`` rebuilds the build report from."""
+    import json
+
+    from edgebuild.cache import RECORDS_DIR
+    from edgebuild.runtime.files import atomic_write_text
+
+    path = report.plan.project.build_dir / RECORDS_DIR / LAST_COMPILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**report.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "error": str(report.error) if report.error else None,
+            "exit_code": report.error.exit_code if report.error else 0}
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))
+    return path
 
 
 def dependents(names: set[str], stages: tuple[Stage, ...]) -> set[str]:
@@ -302,6 +325,13 @@ def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome
 
 def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
               done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
+    started = time.perf_counter()
+    outcome = _run_unit_timed(stage, group, plan, options, report, done, shared, forced, named)
+    return replace(outcome, seconds=time.perf_counter() - started)
+
+
+def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
+                    done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
     if missing:

@@ -59,6 +59,14 @@ class RecipeModule:
 
 
 @dataclass(frozen=True)
+class TensorSpec:
+    """A model output as the KServe v2 metadata gives it: datatype and shape (-1 for a dynamic axis)."""
+
+    datatype: str
+    shape: List[int]
+
+
+@dataclass(frozen=True)
 class Recipe:
     """What one fleet group's model folder holds and how its engine is built."""
 
@@ -103,6 +111,8 @@ class Recipe:
     fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
     #: an engine built on a device: its metric measured there by the compile (edgebuild.engine.Acceptance)
     accepted: Optional[Dict[str, Any]] = None
+    #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
+    outputs: Optional[Dict[str, TensorSpec]] = None
     schema: str = RECIPE_SCHEMA
 
     # -- the folder ------------------------------------------------------------------------------
