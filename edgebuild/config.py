@@ -273,6 +273,9 @@ class RuntimeSection(_Section):
     # non-batch dimensions run as one batch of at most max_batch_size; 1 turns it off
     max_batch_size: PositiveInt = 1
     max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
+    # which server the fleet runs: edgebuild's (always written: the OTA health check runs it), and
+    # with "triton" or "both" also a Triton model repository and container per group
+    server: Literal["edgebuild", "triton", "both"] = "edgebuild"
 
 
 class OtaSection(_Section):

@@ -420,6 +420,7 @@ class ContainerRecord:
     systemd_unit: str | None
     context: str  # the build context, relative to the build folder
     notes: list[str]
+    triton: dict[str, Any] | None = None  # the Triton model repository (edgebuild.triton.TritonRecord), if asked for
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -451,9 +452,25 @@ def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "
     """The container stage for one group: its build context and run specs in build/containers/<group>/."""
     plan = group_container_plan(project, group, flavor=flavor, base_image=base_image)
     out = context_dir(project.build_dir, group.name, flavor)
-    written = write_container(project.build_dir / "engines" / group.name, out, plan)
+    folder = project.build_dir / "engines" / group.name
+    written = write_container(folder, out, plan)
     report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
+    triton = None
+    if project.runtime.server in ("triton", "both"):
+        from edgebuild.triton import write_repository
+
+        record = write_repository(folder, triton_dir(project.build_dir, group.name), build_dir=project.build_dir)
+        triton = record.as_dict()
+        report(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
+               + (f", FROM {record.image}" if record.image else "") + ")")
+        for note in record.notes:
+            report(f"{group.name}: Triton: {note}")
     return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
                            base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
-                           notes=written["notes"])
+                           notes=written["notes"], triton=triton)
+
+
+def triton_dir(build_dir: Path, group: str) -> Path:
+    """``build/triton/<group>``: the group's Triton model repository, Dockerfile and run.sh."""
+    return build_dir / "triton" / group

@@ -346,7 +346,9 @@ def _container_key(inputs: StageInputs) -> dict[str, str]:
 
     return {"model_folder": digest(_model_folder_key(inputs)), "templates": tree_sha256(data_dir("docker"), "*"),
             "device_tool": tree_sha256(Path(__file__).parent / "runtime"),
-            "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or ""}
+            "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or "",
+            "server": inputs.project.runtime.server, "triton_releases": tree_sha256(data_dir("profiles") / "triton",
+                                                                                 "*.toml")}
 
 
 def _container_run(inputs: StageInputs) -> Any:
@@ -357,7 +359,8 @@ def _container_run(inputs: StageInputs) -> Any:
 
 
 def _container_outputs(inputs: StageInputs, record: Any) -> list[Path]:
-    return [inputs.project.build_dir / record.context]
+    build = inputs.project.build_dir
+    return [build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])
 
 
 def _container_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
@@ -368,7 +371,8 @@ def _container_load(inputs: StageInputs, data: dict[str, Any]) -> Any:
 
 def _container_describe(record: Any) -> str:
     return (f"FROM {record.base_image} ({'engine' if record.ships_engine else 'recipe'}, limits "
-            f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''})")
+            f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''}"
+            + (f"; Triton {record.triton['platform']} repository" if record.triton else "") + ")")
 
 
 # -- package (per group) -----------------------------------------------------------------------
@@ -437,7 +441,7 @@ STAGES: tuple[Stage, ...] = (
                        "next passing candidate", ("gate", "preflight"), True,
           _engine_key, _engine_run, _engine_outputs, _dump, _engine_load, _engine_describe,
           verdict=_engine_verdict, needs_data=True, concurrent=True),
-    Stage("container", 2, "runtime container build context and cgroup-limited run specs (docker run, compose, "
+    Stage("container", 3, "runtime container build context and cgroup-limited run specs (docker run, compose, "
                           "systemd)", ("engine",), True,
           _container_key, _container_run, _container_outputs, _dump, _container_load, _container_describe),
     Stage("package", 5, "signed OTA bundle and Mender artifact, fleet manifest", ("engine", "container"), True,

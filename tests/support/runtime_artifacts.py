@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from edgebuild.engine import onnx_outputs
 from edgebuild.limits import load_preset
 from edgebuild.profiles import load_catalog
 from edgebuild.runtime.files import sha256_file
@@ -59,7 +60,7 @@ def recipe_for(folder: Path, target_id: str, **changes) -> Recipe:
         module=RecipeModule(id=module.id, name=module.name, compute_capability=module.compute_capability,
                             compatible=list(module.compatible)),
         jetpack=release.jetpack, l4t=release.l4t, l4t_accepted=[release.l4t, *release.l4t_aliases],
-        tensorrt=release.tensorrt)
+        tensorrt=release.tensorrt, outputs=onnx_outputs(folder / "model.onnx"))
     return dataclasses.replace(recipe, **changes)
 
 
