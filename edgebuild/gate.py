@@ -274,6 +274,9 @@ class _Measurements:
             runner = self._runner(built, staging)
             from edgebuild.evaluate import evaluate
 
+            if not self.progress:  # no bar: one line when the long step starts
+                self.report(f"gate: measuring {built.precision} on {len(self.data)} validation images "
+                            f"[{runner.backend}]")
             result = evaluate(self.project, runner, data=self.data, progress=self.progress,
                               desc=f"evaluate {built.precision}")
             measurement = Measurement(

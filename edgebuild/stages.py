@@ -69,9 +69,12 @@ def _reference_key(inputs: StageInputs) -> dict[str, str]:
 
 
 def _reference_run(inputs: StageInputs) -> Any:
-    from edgebuild.evaluate import evaluate
+    from edgebuild.evaluate import ValidationSet, evaluate
 
-    return evaluate(inputs.project, _torch_runner(inputs), progress=inputs.options.progress)
+    data = ValidationSet(inputs.project)
+    if not inputs.options.progress:  # no bar: one line when the long step starts
+        inputs.report(f"reference: evaluating the PyTorch model on {len(data)} validation images [torch-cpu]")
+    return evaluate(inputs.project, _torch_runner(inputs), data=data, progress=inputs.options.progress)
 
 
 def _reference_load(inputs: StageInputs, data: dict[str, Any]) -> Any:

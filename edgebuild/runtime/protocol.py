@@ -22,13 +22,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from edgebuild import __version__
+
 #: KServe v2 datatypes for the numpy types a vision model takes and returns
 DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
              "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
 NUMPY_TO_DATATYPE = {np.dtype(v).name: k for k, v in DATATYPES.items()}
 HEADER_LENGTH = "Inference-Header-Content-Length"
-#: the answer to ``GET /v2``
-SERVER_METADATA = {"name": "edgebuild", "extensions": ["binary_tensor_data"]}
+#: the answer to ``GET /v2`` ($metadata_server_response)
+SERVER_METADATA = {"name": "edgebuild", "version": __version__, "extensions": ["binary_tensor_data"]}
+#: the v2 ``platform`` of a backend, by the start of its name (Triton's platform names)
+PLATFORMS = (("tensorrt", "tensorrt_plan"), ("onnxruntime", "onnxruntime_onnx"))
 
 
 class BadRequest(Exception):
@@ -44,9 +48,20 @@ class InputSpec:
         self.min_shape, self.opt_shape, self.max_shape = list(min_shape), list(opt_shape), list(max_shape)
 
     def as_dict(self) -> Dict[str, Any]:
+        """The v2 ``$metadata_tensor``: name, datatype, shape with -1 for a dynamic axis."""
         shape = [-1 if lo != hi else lo for lo, hi in zip(self.min_shape, self.max_shape)]
-        return {"name": self.name, "datatype": self.datatype, "shape": shape, "min_shape": self.min_shape,
-                "opt_shape": self.opt_shape, "max_shape": self.max_shape}
+        return {"name": self.name, "datatype": self.datatype, "shape": shape}
+
+    def profile(self) -> Dict[str, List[int]]:
+        return {"min_shape": self.min_shape, "opt_shape": self.opt_shape, "max_shape": self.max_shape}
+
+
+class Inference:
+    """A parsed v2 inference request: input arrays, the outputs asked for (None: all), which go back binary."""
+
+    def __init__(self, inputs: Dict[str, np.ndarray], outputs: Optional[List[str]], binary_outputs: List[str],
+                 request_id: Optional[str]) -> None:
+        self.inputs, self.outputs, self.binary_outputs, self.request_id = inputs, outputs, binary_outputs, request_id
 
 
 def header_length(value: Optional[str]) -> Optional[int]:
@@ -60,6 +75,13 @@ def header_length(value: Optional[str]) -> Optional[int]:
 def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
                   output_names: List[str]) -> Tuple[Dict[str, np.ndarray], List[str]]:
     """(input arrays, names of the outputs to send as binary) of a v2 inference request."""
+    parsed = parse_inference(body, header_length, inputs, output_names)
+    return parsed.inputs, parsed.binary_outputs
+
+
+def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
+                    output_names: List[str]) -> Inference:
+    """A v2 inference request ($inference_request), checked against the model's inputs and outputs."""
     binary = b""
     if header_length is not None:
         if not 0 <= header_length <= len(body):
@@ -83,7 +105,25 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
     missing = sorted(set(inputs) - set(arrays))
     if missing:
         raise BadRequest("inputs {} are missing".format(missing))
-    return arrays, _binary_outputs(request, output_names)
+    request_id = request.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadRequest('"id" must be a string')
+    return Inference(arrays, _asked_outputs(request, output_names), _binary_outputs(request, output_names),
+                     request_id)
+
+
+def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional[List[str]]:
+    """The outputs a request names (None: it names none, so all of them), each one the model has."""
+    asked = request.get("outputs")
+    if asked is None:
+        return None
+    if not isinstance(asked, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked):
+        raise BadRequest('"outputs" must be a list of objects with a "name"')
+    names = [o["name"] for o in asked]
+    unknown = [n for n in names if n not in output_names]
+    if unknown and output_names:
+        raise BadRequest("unknown outputs {}; the model's outputs are {}".format(unknown, output_names))
+    return names
 
 
 def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
@@ -140,8 +180,8 @@ def _binary_outputs(request: Dict[str, Any], output_names: List[str]) -> List[st
 
 
 def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
-                    parameters: Dict[str, Any]) -> Tuple[bytes, str, Dict[str, str]]:
-    """(body, content type, extra headers) of a v2 inference response."""
+                    parameters: Dict[str, Any], request_id: Optional[str] = None) -> Tuple[bytes, str, Dict[str, str]]:
+    """(body, content type, extra headers) of a v2 inference response (``request_id``: the request's ``id``)."""
     described, tail = [], []
     for name, array in outputs.items():
         entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: Dict[str, Any]
@@ -152,19 +192,31 @@ def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.n
         else:
             entry["data"] = _flat(array)
         described.append(entry)
-    head = json.dumps({"model_name": model_name, "model_version": model_version, "outputs": described,
-                       "parameters": parameters}).encode()
+    response = {"model_name": model_name, "model_version": model_version, "outputs": described,
+                "parameters": parameters}  # type: Dict[str, Any]
+    if request_id is not None:
+        response["id"] = request_id
+    head = json.dumps(response).encode()
     if not tail:
         return head, "application/json", {}
     return head + b"".join(tail), "application/octet-stream", {HEADER_LENGTH: str(len(head))}
 
 
-def model_metadata(name: str, version: str, platform: str, inputs: Dict[str, InputSpec], output_names: List[str],
-                   parameters: Dict[str, Any]) -> Dict[str, Any]:
-    """The answer to ``GET /v2/models/NAME``."""
-    return {"name": name, "versions": [version], "platform": platform,
-            "inputs": [s.as_dict() for s in inputs.values()], "outputs": [{"name": n} for n in output_names],
-            "parameters": parameters}
+def platform(backend: str) -> str:
+    """The v2 ``platform`` of a backend name (``tensorrt 10.3.0`` -> ``tensorrt_plan``); ONNX until one is loaded."""
+    return next((p for prefix, p in PLATFORMS if backend.startswith(prefix)), "onnxruntime_onnx")
+
+
+def model_metadata(name: str, version: str, backend: str, inputs: Dict[str, InputSpec],
+                   outputs: List[Dict[str, Any]], parameters: Dict[str, Any]) -> Dict[str, Any]:
+    """The answer to ``GET /v2/models/NAME`` ($metadata_model_response).
+
+    ``outputs`` are ``$metadata_tensor`` objects; the profile's min, opt and max shapes of each
+    input and the backend's details go under ``parameters``, outside the tensors clients parse.
+    """
+    return {"name": name, "versions": [version], "platform": platform(backend),
+            "inputs": [s.as_dict() for s in inputs.values()], "outputs": outputs,
+            "parameters": dict(parameters, profiles={n: s.profile() for n, s in inputs.items()})}
 
 
 def datatype(array: np.ndarray) -> str:

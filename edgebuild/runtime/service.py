@@ -71,12 +71,15 @@ class ModelService:
         self.backend = "loading"
         self.backend_reason = ""
         self.output_names = []  # type: List[str]
+        #: the outputs as v2 metadata tensors (name, datatype, shape): the recipe's, else the backend's
+        self.outputs = []  # type: List[Dict[str, Any]]
         self.warmup = {}  # type: Dict[str, Any]
         self.acceptance = {}  # type: Dict[str, Any]
         #: set when the folder's engine failed its acceptance set and its fallback recipe is served
         self.fallback = {}  # type: Dict[str, Any]
         self.serving_folder = self.folder  # the folder, or its fallback
-        self.requests = {"success": 0, "failure": 0, "bad_request": 0}
+        #: refused: connections the HTTP server turned away (its connection cap)
+        self.requests = {"success": 0, "failure": 0, "bad_request": 0, "refused": 0}
         self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
         self.batches = {"runs": 0, "requests": 0, "rows": 0}
@@ -122,6 +125,7 @@ class ModelService:
         runner, why = load_backend(folder, self._backend_choice, engine_cache, report=_log, recipe=recipe)
         self.backend, self.backend_reason = runner.backend, why
         self.output_names = list(getattr(runner, "output_names", []))
+        self.outputs = output_tensors(recipe, runner, self.output_names)
         _log("backend {} ({})".format(runner.backend, why))
         self._accept(runner, folder, recipe)
         return runner
@@ -286,7 +290,8 @@ class ModelService:
                 self.latency_counts[index] += 1
 
     def metadata(self) -> Dict[str, Any]:
-        return model_metadata(self.name, self.version, self.backend, self.inputs, self.output_names, {
+        outputs = self.outputs or [{"name": n} for n in self.output_names]
+        return model_metadata(self.name, self.version, self.backend, self.inputs, outputs, {
             "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
             "candidate": self.fallback.get("candidate", self.recipe.candidate),
             "acceptance": self.acceptance, "fallback": self.fallback, "failed": self.failed,
@@ -343,6 +348,40 @@ class ModelService:
                       "the fallback recipe is served.", "# TYPE edgebuild_fallback_active gauge",
                       'edgebuild_fallback_active{{model="{}"}} {}'.format(self.name, int(bool(self.fallback)))]
         return "\n".join(lines) + "\n"
+
+
+#: ONNX Runtime's element types (``NodeArg.type``) as v2 datatypes
+_ORT_DATATYPES = {"tensor(float)": "FP32", "tensor(float16)": "FP16", "tensor(double)": "FP64",
+                  "tensor(int64)": "INT64", "tensor(int32)": "INT32", "tensor(int8)": "INT8", "tensor(uint8)": "UINT8",
+                  "tensor(bool)": "BOOL"}
+
+
+def output_tensors(recipe: Recipe, runner: Any, names: List[str]) -> List[Dict[str, Any]]:
+    """The outputs as v2 ``$metadata_tensor`` objects, in the backend's order.
+
+    From the recipe (written from the ONNX by the host); a recipe from before it recorded outputs:
+    from what ONNX Runtime reports (an axis without a number is -1); else the name alone, with a warning.
+    """
+    recorded = recipe.outputs or {}
+    reported = {}  # type: Dict[str, Dict[str, Any]]
+    session = getattr(runner, "session", None)
+    if session is not None and hasattr(session, "get_outputs"):
+        for arg in session.get_outputs():
+            reported[arg.name] = {"datatype": _ORT_DATATYPES.get(arg.type, arg.type),
+                                  "shape": [d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape]}
+    tensors, unknown = [], []
+    for name in names:
+        if name in recorded:
+            tensors.append({"name": name, "datatype": recorded[name].datatype, "shape": list(recorded[name].shape)})
+        elif name in reported:
+            tensors.append(dict(reported[name], name=name))
+        else:
+            tensors.append({"name": name})
+            unknown.append(name)
+    if unknown:
+        _log("WARNING: the datatype and shape of outputs {} are unknown (the recipe predates recording them and "
+             "the backend does not say); /v2/models gives their names only; recompile to record them".format(unknown))
+    return tensors
 
 
 def _rows(inputs: Dict[str, np.ndarray]) -> int:

@@ -49,10 +49,12 @@ def test_ready_after_warm_up_with_its_numbers(server) -> None:
     assert warmup["cold_first_call_ms"] > 0 and warmup["warm_p50_ms"] > 0
     status, meta = client.json("GET", "/v2/models/tiny")
     assert status == 200 and meta["versions"] == ["0.3.0"]
-    assert meta["inputs"][0] == {"name": "images", "datatype": "FP32", "shape": [-1, 3, -1, -1],
-                                 "min_shape": SHAPES[0], "opt_shape": SHAPES[1], "max_shape": SHAPES[2]}
+    assert meta["inputs"] == [{"name": "images", "datatype": "FP32", "shape": [-1, 3, -1, -1]}]
+    assert meta["parameters"]["profiles"]["images"] == {"min_shape": SHAPES[0], "opt_shape": SHAPES[1],
+                                                        "max_shape": SHAPES[2]}
     # no TensorRT here: the server says it is not using it, and why
-    assert meta["platform"].startswith("onnxruntime-cpu") and "NOT TensorRT" in meta["parameters"]["backend_reason"]
+    assert meta["platform"] == "onnxruntime_onnx" and meta["parameters"]["backend"].startswith("onnxruntime-cpu")
+    assert "NOT TensorRT" in meta["parameters"]["backend_reason"]
 
 
 def test_inference_matches_onnx_runtime_on_the_host(server) -> None:
@@ -141,7 +143,7 @@ def test_malformed_and_oversized_bodies(server) -> None:
     assert status == 400 and b"not valid JSON" in data
     too_big = running.service.max_body + 1
     status, data = client.request("POST", "/v2/models/tiny/infer", b" " * too_big)
-    assert status == 400 and b"at most" in data
+    assert status == 413 and b"at most" in data
     assert client.request("POST", "/v2/models/other/infer", b"{}")[0] == 404
     assert client.request("GET", "/v2/health/ready")[0] == 200
 
