@@ -252,13 +252,16 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
     else:
         report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None),
                               on_stage=show)
+    from edgebuild.build_report import write_report
     from edgebuild.pipeline import write_last_compile
 
     write_last_compile(report)
+    written = write_report(project.build_dir)  # a failed compile gets its report too
     if as_json:
         _emit_json(report.as_dict())
     else:
         click.echo(_compile_summary(report))
+        click.echo(f"report: {written['html']} (and {written['markdown'].name}, {written['junit'].name})")
     if not report.ok:
         raise report.error
 
@@ -889,6 +892,28 @@ def _compiled_artifact(project_dir: Path, selector: str) -> Path:
         raise ConfigError(f"--target {selector} selects {len(compiled)} compiled group(s) ({names}); bench needs one",
                           hint="pass ARTIFACT (build/engines/<group>) or --target GROUP")
     return compiled[0]
+
+
+@main.command("report")
+@project_option
+def report_command(project_dir: Path) -> None:
+    """Rebuild build/report/ from the last compile's records.
+
+    \b
+    index.html   self-contained page (no network): the fleet, each stage's outcome and time,
+                 the gate's candidates with retention bars and the threshold, kept layers,
+                 preflight findings per target, placement and acceptance per group, bench results
+    summary.md   the same as Markdown, for a CI job summary or a merge request comment
+    junit.xml    a test case per target for preflight and the gate, and per stage run, failing
+                 where the compile failed, so CI shows pass/fail per target
+    `edgebuild compile` writes it after every run, failed ones included.
+    """
+    from edgebuild.build_report import write_report
+    from edgebuild.config import load_project
+
+    written = write_report(load_project(project_dir).build_dir)
+    for kind, path in written.items():
+        click.echo(f"{kind}: {path}")
 
 
 @main.group("farm")

@@ -1,4 +1,5 @@
-"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client and strace markers stand for.
+"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm and chromium
+markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -97,6 +98,13 @@ def _strace() -> tuple[bool, str]:
 
 
 @cache
+def _chromium() -> tuple[bool, str]:
+    if shutil.which("chromium") is None:
+        return False, "chromium not installed (apt-get install chromium): it renders the build report headless"
+    return True, ""
+
+
+@cache
 def _farm() -> tuple[bool, str]:
     from edgebuild.farm import labgrid_tool
 
@@ -108,7 +116,8 @@ def _farm() -> tuple[bool, str]:
 
 
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
-             "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace}
+             "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace,
+             "chromium": _chromium}
 
 
 def required_resources() -> set[str]:
