@@ -184,11 +184,15 @@ _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, containe
               help="Build every selected group's engine on this Jetson over SSH (overrides the groups' build_on). "
                    "It must be the group's module on its JetPack's L4T release.")
 @farm_options
+@click.option("--no-gate", is_flag=True,
+              help="Dry run of an untrained model: select a candidate without checking its accuracy (as "
+                   "accuracy.gate = false), said in the summary; package refuses it unless --ship-ungated.")
+@click.option("--ship-ungated", is_flag=True, help="Package even a candidate selected with the gate off.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 @json_option
 def compile_command(project_dir: Path, selector: str, force: str | None, build_on: str | None,
-                    farm_address: str | None, jobs: int | None, farm_timeout: float | None, no_progress: bool,
-                    as_json: bool) -> None:
+                    farm_address: str | None, jobs: int | None, farm_timeout: float | None, no_gate: bool,
+                    ship_ungated: bool, no_progress: bool, as_json: bool) -> None:
     """Run the pipeline for every fleet group the target selects.
 
     \b
@@ -216,6 +220,8 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
 
     forced = _parse_force(force)
     project = load_project(project_dir)
+    if no_gate:
+        project = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"gate": False})})
     plan = plan_compile(project, selector)
     if build_on:
         from edgebuild.remote import parse_ssh_url
@@ -239,7 +245,8 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
             raise click.UsageError("give --build-on or --farm, not both")
         farm = _open_farm(project, farm_address, farm_timeout)
     options = Options(force=forced, build_on=build_on, progress=not no_progress and not as_json and sys.stderr.isatty(),
-                      farm=farm, jobs=(jobs or project.farm.jobs or len(plan.groups)) if farm else 1)
+                      farm=farm, jobs=(jobs or project.farm.jobs or len(plan.groups)) if farm else 1,
+                      ship_ungated=ship_ungated)
     if farm is not None:
         from edgebuild.farm import release_on_exit
 
@@ -268,6 +275,9 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
 
 def _compile_summary(report: Any) -> str:
     lines = []
+    if not report.plan.project.accuracy.gate:
+        lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
+                     "checked, and package refuses it unless --ship-ungated ***")
     engine = report.outcome("engine")
     if engine is not None:
         lines.append("\nengines:")
@@ -968,8 +978,10 @@ def farm_status_command(project_dir: Path, farm_address: str | None, as_json: bo
 @click.option("--since", type=click.Path(exists=True, path_type=Path), default=None,
               help="A previous bundle (or a previous build/packages folder): write deltas that carry only the "
                    "files whose hashes changed, installable only over that exact version.")
+@click.option("--ship-ungated", is_flag=True,
+              help="Package even a candidate selected with the gate off (accuracy.gate = false).")
 @json_option
-def package_command(project_dir: Path, selector: str, since: Path | None, as_json: bool) -> None:
+def package_command(project_dir: Path, selector: str, since: Path | None, ship_ungated: bool, as_json: bool) -> None:
     """Write the fleet's OTA artifacts: a signed bundle and a Mender artifact per group.
 
     \b
@@ -987,7 +999,7 @@ def package_command(project_dir: Path, selector: str, since: Path | None, as_jso
     from edgebuild.ota import write_fleet_manifest
 
     plan = _plan(project_dir, selector)
-    outcome = _run_until(plan, "package", package_since=since).outcome("package")
+    outcome = _run_until(plan, "package", package_since=since, ship_ungated=ship_ungated).outcome("package")
     if outcome.error:
         raise outcome.error
     fleet = write_fleet_manifest(plan.project, [u.record for u in outcome.units])

@@ -178,6 +178,9 @@ class AccuracySection(_Section):
     # a deferred (first-boot) INT8 recipe also carries the FP16 candidate, which the device serves
     # when its INT8 engine fails the acceptance set (else it stays not ready and the OTA rolls back)
     first_boot_fallback: bool = True
+    # false: a dry run of an untrained model (`compile --no-gate`): a candidate is selected without
+    # checking its accuracy, and package refuses it unless --ship-ungated
+    gate: bool = True
 
     @field_validator("min_retention")
     @classmethod

@@ -149,7 +149,8 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
 def decision_settings(project: Project) -> dict[str, Any]:
     """The settings only the decision reads: changing them re-decides from stored measurements."""
     return {"min_retention": project.accuracy.min_retention, "select": project.accuracy.select,
-            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
+            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers,
+            "gate": project.accuracy.gate}
 
 
 def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30) -> float:
@@ -413,12 +414,12 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
     started = time.perf_counter()
     store = _Measurements(project, export, force=force, progress=progress, report=report, trt=trt, memory=memory)
     fp32 = store.candidate("fp32")
-    if fp32.value <= 0:
+    if fp32.value <= 0 and project.accuracy.gate:
         raise AccuracyGateError(
             f"{project.source}: the FP32 model scores {fp32.metric} {fp32.value:.4f} on the validation set "
             f"[{fp32.backend}], so retention cannot be measured",
             hint="check the weights, task.preprocess, task.postprocess and that task.classes is in the model's "
-                 "output order")
+                 "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
     measured, notes = [fp32], []
     wanted = project.quantize.precisions
     if "fp16" in wanted:
@@ -434,7 +435,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
         check_calibration(project, report)
         int8 = store.candidate("int8")
         measured.append(int8)
-        if int8.value / fp32.value < project.accuracy.min_retention and project.quantize.max_kept_layers > 0:
+        if project.accuracy.gate and int8.value / fp32.value < project.accuracy.min_retention \
+                and project.quantize.max_kept_layers > 0:
             sensitivity = store.ranking(int8)
             mixed = _search(project, store, fp32, [r["layer"] for r in sensitivity])
             if mixed is not None:
@@ -488,8 +490,12 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
     threshold = project.accuracy.min_retention
     reference = measured[0].value
     results = []
+    if reference <= 0:  # an untrained model, or data that does not match it: retention is undefined
+        notes = [*notes, f"the FP32 model scores {project.metric} {reference:.4f}: retention cannot be measured "
+                         "(an untrained model, or validation data that does not match it); "
+                         "`edgebuild compile --no-gate` dry-runs the later stages"]
     for m in measured:
-        retention = m.value / reference
+        retention = m.value / reference if reference > 0 else 0.0
         base = "int8" if m.precision == "int8-mixed" else m.precision
         rejected = store.rejections(m, groups)
         results.append(CandidateResult(
@@ -497,17 +503,26 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
             passed=retention >= threshold, selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected))
     passing = [r for r in results if r.passed and r.selectable]
+    ungated = not project.accuracy.gate
+    if ungated:  # a dry run: every selectable candidate may be selected, the summary says so
+        passing = [r for r in results if r.selectable]
+        notes = [*notes, "GATE OFF (--no-gate / accuracy.gate = false): the candidate is selected without "
+                         "checking its accuracy; package refuses it unless --ship-ungated"]
     rule = project.accuracy.select
     backend = results[0].backend
     on_tensorrt = backend.startswith("tensorrt")
     if rule == "fastest" or (rule == "auto" and on_tensorrt):
         chosen = min(passing, key=lambda r: r.latency_ms, default=None)
         why = f"fastest passing candidate measured on {backend}"
+        if ungated:
+            why = f"GATE OFF: fastest selectable candidate measured on {backend}"
     else:
         chosen = min(passing, key=lambda r: PRECISION_ORDER.index(r.precision), default=None)
         why = ("lowest precision that passes: latency on this backend does not predict TensorRT on a "
                "Jetson, where INT8 and FP16 run on tensor cores" if rule == "auto" and not on_tensorrt
                else "lowest precision that passes (accuracy.select)")
+        if ungated:
+            why = "GATE OFF: lowest selectable precision, accuracy not checked"
     return GateResult(
         folder=gate_dir(project), metric=project.metric, threshold=threshold, reference_value=reference,
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,

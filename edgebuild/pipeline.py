@@ -74,6 +74,7 @@ class Options:
     package_since: Path | None = None
     farm: Any = None  # an edgebuild.farm.Farm: groups without a build device build on its boards
     jobs: int = 1  # per-group stages marked concurrent run this many groups at once
+    ship_ungated: bool = False  # package a candidate selected with the gate off (accuracy.gate = false)
 
 
 @dataclass
@@ -314,6 +315,14 @@ def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome
     records = {}
     for outcome in done:
         if outcome.stage.name not in stage.after:
+            continue
+        if outcome.stage.per_group and not stage.per_group:
+            # a once-stage reading a per-group one sees the groups that succeeded; a failed group is
+            # reported by its own stage and skipped, the others go on
+            passed = {u.group: u.record for u in outcome.units if u.status in ("ran", "reused")}
+            if not passed:
+                return {}, f"{outcome.stage.name} succeeded for no group"
+            records[outcome.stage.name] = passed
             continue
         unit = next((u for u in outcome.units if u.group == (group.name if outcome.stage.per_group and group
                                                               else None)), None)

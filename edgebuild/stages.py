@@ -177,15 +177,21 @@ def _gate_key(inputs: StageInputs) -> dict[str, str]:
 
     return {**measurement_key_parts(inputs.project, inputs.records["export"]),
             "decision": digest(decision_settings(inputs.project)),
-            # every candidate is checked against the groups' TensorRT parsers before it may be selected
-            "targets": digest(sorted(g.target.id for g in inputs.plan.groups)),
+            # every candidate is checked against the TensorRT parsers of the groups preflight passed
+            "targets": digest(sorted(g.target.id for g in _cleared_groups(inputs))),
             "parser_tables": rules_digest()}
+
+
+def _cleared_groups(inputs: StageInputs) -> tuple[Any, ...]:
+    """The selected groups whose preflight passed (a blocked group is skipped, not the whole fleet)."""
+    cleared = inputs.records["preflight"]
+    return tuple(g for g in inputs.plan.groups if g.name in cleared)
 
 
 def _gate_run(inputs: StageInputs) -> Any:
     from edgebuild.gate import run_gate
 
-    return run_gate(inputs.project, inputs.records["export"], groups=inputs.plan.groups, force=inputs.forced,
+    return run_gate(inputs.project, inputs.records["export"], groups=_cleared_groups(inputs), force=inputs.forced,
                     progress=inputs.options.progress, report=inputs.report)
 
 
@@ -385,7 +391,8 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
     ota = project.ota
     key = project.path(ota.signing_key) if ota.signing_key else None
     since = inputs.options.package_since
-    return {"model_folder": digest(_model_folder_key(inputs)),
+    return {"model_folder": digest(_model_folder_key(inputs)), "gate": str(project.accuracy.gate),
+            "ship_ungated": str(inputs.options.ship_ungated),
             "run_specs": digest(_folder_key(project.build_dir / inputs.records["container"].context)),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
@@ -394,6 +401,12 @@ def _package_key(inputs: StageInputs) -> dict[str, str]:
 
 def _package_run(inputs: StageInputs) -> Any:
     from edgebuild.ota import package_group
+
+    if not inputs.project.accuracy.gate and not inputs.options.ship_ungated:
+        raise AccuracyGateError(
+            f"{inputs.group.name}: not packaged: the candidate was selected with the gate off (--no-gate, "
+            "accuracy.gate = false), so nothing says it keeps the model's accuracy",
+            hint="train the model and compile with the gate on, or pass --ship-ungated to package it anyway")
 
     accepted = inputs.records["engine"].accepted
     shown = ("candidate", "where", "backend", "metric", "value", "retention", "images")
@@ -434,8 +447,8 @@ STAGES: tuple[Stage, ...] = (
                           "too)", ("export",), True,
           _preflight_key, _preflight_run, lambda i, r: [], _dump, _preflight_load, _preflight_describe,
           verdict=_preflight_verdict),
-    Stage("gate", 2, "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
-                     "selection (measurements stored apart from the decision)", ("export",), False,
+    Stage("gate", 3, "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
+                     "selection (measurements stored apart from the decision)", ("export", "preflight"), False,
           _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
           needs_data=True),
     Stage("engine", 6, "TensorRT engine per JetPack profile: built here (local, host-check), on a build device "
