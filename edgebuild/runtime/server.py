@@ -271,13 +271,15 @@ class HTTPServer:
       either gets a 408 and the connection is closed (a connection that sent nothing is just closed);
     - ``keepalive_timeout_s``: how long a connection may sit idle between requests;
     - ``send_timeout_s``: how long a client may take to read an answer;
-    - ``max_body``: the largest body; past it, a 413 before the body is read.
+    - ``max_body``: the largest body; past it, a 413 before the body is read;
+    - ``inline(request)``: True for requests that never block (health, metadata, metrics): the
+      dispatcher answers them itself, so they answer while every worker waits on an inference.
     """
 
     def __init__(self, address: Tuple[str, int], handler: Any, *, max_body: int, workers: int = 8,
                  max_connections: int = 2048, header_timeout_s: float = 10.0, body_timeout_s: float = 30.0,
                  keepalive_timeout_s: float = 30.0, send_timeout_s: float = 30.0,
-                 on_refused: Any = None) -> None:
+                 on_refused: Any = None, inline: Any = None) -> None:
         if workers < 1 or max_connections < 1:
             raise ValueError("workers and max_connections must be at least 1")
         self.handler, self.max_body = handler, max_body
@@ -286,6 +288,8 @@ class HTTPServer:
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.keepalive_timeout_s, self.send_timeout_s = keepalive_timeout_s, send_timeout_s
         self._on_refused = on_refused or (lambda status: None)
+        #: requests the dispatcher answers itself, never waiting for a worker (they must not block)
+        self._inline = inline or (lambda request: False)
         self.socket = socket.create_server(address, backlog=1024, reuse_port=False)
         self.socket.setblocking(False)
         self.server_address = self.socket.getsockname()
@@ -468,7 +472,10 @@ class HTTPServer:
             del conn.inbox[:conn.length]
             conn.state = _BUSY
             self._watch(conn)
-            self._jobs.put((conn, request))
+            if self._inline(request):  # written by the loop's next _finish_answers: no recursion per pipelined request
+                self._done.append(self._answer(conn, request))
+            else:
+                self._jobs.put((conn, request))
 
     def _refuse(self, conn: _Connection, status: int, message: str) -> None:
         """Answer an error without a worker, then close (what is left of the request cannot be read)."""
@@ -558,18 +565,21 @@ class HTTPServer:
             job = self._jobs.get()
             if job is None:
                 return
-            conn, request = job
-            try:
-                answer = self.handler(request)
-            except Exception as exc:  # a bug in a handler answers 500; the server keeps serving
-                _log("ERROR: {} {}: {}: {}".format(request.method, request.path, type(exc).__name__, exc))
-                answer = error(500, "{}: {}".format(type(exc).__name__, exc))
-            keep = request.keep_alive and not answer.close and not self._stopping.is_set()
-            data = _encode(answer, keep)
-            if request.method == "HEAD":
-                data = data[:len(data) - len(answer.body)]
-            self._done.append((conn, data, not keep))
+            self._done.append(self._answer(*job))
             self._wake()
+
+    def _answer(self, conn: _Connection, request: Request) -> Tuple[_Connection, bytes, bool]:
+        """(connection, the answer's bytes, close after it) of one request."""
+        try:
+            answer = self.handler(request)
+        except Exception as exc:  # a bug in a handler answers 500; the server keeps serving
+            _log("ERROR: {} {}: {}: {}".format(request.method, request.path, type(exc).__name__, exc))
+            answer = error(500, "{}: {}".format(type(exc).__name__, exc))
+        keep = request.keep_alive and not answer.close and not self._stopping.is_set()
+        data = _encode(answer, keep)
+        if request.method == "HEAD":
+            data = data[:len(data) - len(answer.body)]
+        return conn, data, not keep
 
 
 def _send_once(sock: socket.socket, data: bytes) -> None:
@@ -608,6 +618,11 @@ HTTP_LIMITS = {"workers": 8, "max_connections": 2048, "header_timeout_s": 10.0, 
                "keepalive_timeout_s": 30.0, "send_timeout_s": 30.0}
 
 
+def _never_blocks(request: Request) -> bool:
+    """Every GET (health, readiness, metadata, metrics) reads state and never waits on the backend."""
+    return request.method in ("GET", "HEAD")
+
+
 class Server:
     """The HTTP server and its model service; ``port=0`` picks a free port, None the recipe's.
 
@@ -624,7 +639,7 @@ class Server:
         if port is None:
             port = self.service.recipe.runtime.port
         self.httpd = HTTPServer((host, port), make_handler(self.service), max_body=self.service.max_body,
-                                on_refused=self._refused, **limits)
+                                on_refused=self._refused, inline=_never_blocks, **limits)
         self.port = self.httpd.server_address[1]
 
     def _refused(self, status: int) -> None:
