@@ -94,21 +94,31 @@ def init(directory: Path, force: bool) -> None:
 @project_option
 @json_option
 def check(project_dir: Path, as_json: bool) -> None:
-    """Validate the project file and its paths, and list the fleet groups. Runs no project code."""
+    """Validate the project file, its code and data, and list the fleet groups.
+
+    The entry points are imported, not called (no model is built, data.prepare does not run),
+    class folders are checked against task.classes, and a few images of each data folder are
+    decoded.
+    """
     from edgebuild.config import load_project
     from edgebuild.datasets import missing_data
     from edgebuild.pipeline import plan_compile
+    from edgebuild.project_check import check_code_and_data, raise_for_problems
 
     project = load_project(project_dir)
     plan = plan_compile(project, "all")
+    findings = check_code_and_data(project)
+    raise_for_problems(project, findings)
     units = [g.describe() for g in plan.groups]
     to_prepare = sorted(missing_data(project)) if project.data.prepare else []
     if as_json:
         _emit_json({"project_file": str(project.source), "valid": True, "fleet": units,
-                    "data_to_prepare": to_prepare})
+                    "data_to_prepare": to_prepare, "checked": [str(f) for f in findings]})
         return
     click.echo(f"{project.source}: valid ({project.task.kind}, {len(project.task.classes)} classes, "
                f"metric {project.metric}, min retention {project.accuracy.min_retention})")
+    for finding in findings:
+        click.echo(f"  {finding}")
     if to_prepare:
         click.echo(f"data: {', '.join(to_prepare)} not there yet; data.prepare ({project.data.prepare}) makes it "
                    "on the first compile or validate, or now with `edgebuild data prepare`")

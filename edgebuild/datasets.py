@@ -38,6 +38,22 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
     return images[:limit] if limit else images
 
 
+def unreadable_images(paths: list[Path], gray: bool = False, sample: int = 4) -> tuple[int, list[str]]:
+    """Decode up to ``sample`` of ``paths``, spread over the list: (how many it tried, the problems)."""
+    if len(paths) <= sample:
+        tried = list(paths)
+    else:
+        tried = [paths[round(i * (len(paths) - 1) / (sample - 1))] for i in range(sample)] if sample > 1 \
+            else paths[:1]
+    problems = []
+    for path in tried:
+        try:
+            read_image(path, gray)
+        except DataError as exc:
+            problems.append(exc.message)
+    return len(tried), problems
+
+
 def calibration_images(project: Project) -> list[Path]:
     data = project.data
     return list_images(project.path(data.calibration_images), "data.calibration_images",

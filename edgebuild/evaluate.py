@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.datasets import Sample, load_class_folder_set, load_coco_set, read_image
+from edgebuild.errors import ModelError
 from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.runtime.backends import Runner
-from edgebuild.runtime.vision import ImageTransform, PreprocessSpec, decode_outputs, preprocess, stack_batch
+from edgebuild.runtime.vision import (
+    ImageTransform,
+    PreprocessSpec,
+    check_detection_outputs,
+    decode_outputs,
+    preprocess,
+    stack_batch,
+)
 
 if TYPE_CHECKING:
     from edgebuild.config import Project
@@ -134,6 +142,8 @@ class _DetectionCollector:
         self.results: list[dict[str, Any]] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        boxes, scores = self.settings["boxes_output"], self.settings["scores_output"]
+        check_detection_outputs(outputs[boxes], outputs[scores], boxes, scores, len(self.coco.category_ids))
         for sample, transform, found in zip(chunk, transforms, decode_outputs(outputs, self.settings)):
             self.add_found(sample, transform, found)
 
@@ -156,11 +166,18 @@ class _DetectionCollector:
 class _ClassificationCollector:
     def __init__(self, project: Project, data: ValidationSet) -> None:
         self.logits_name = project.task.postprocess.logits_output
+        self.classes = len(project.task.classes)
         self.labels = np.array([s.label for s in data.samples])
         self.logits: list[np.ndarray] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
-        self.logits.append(outputs[self.logits_name])
+        logits = outputs[self.logits_name]
+        if logits.ndim != 2 or logits.shape != (len(chunk), self.classes):
+            raise ModelError(f"cannot score classification: {self.logits_name} is {list(logits.shape)} for "
+                             f"{len(chunk)} images, not [N, {self.classes}] (N images, len(task.classes))",
+                             hint="`edgebuild compile` checks the outputs in its model stage and says what the "
+                                  "shapes look like")
+        self.logits.append(logits)
 
     def metrics(self) -> dict[str, float]:
         return top_k_accuracy(np.concatenate(self.logits), self.labels)

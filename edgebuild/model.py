@@ -66,7 +66,12 @@ def resolve_entry_point(project: Project, spec: str, key: str) -> Any:
             ) from exc
     function = getattr(module, attr, None)
     if not callable(function):
-        raise ModelError(f"{project.source}: {key}: module {module_name!r} has no function {attr!r}")
+        import difflib
+
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        close = difflib.get_close_matches(attr, names, n=1)
+        raise ModelError(f"{project.source}: {key}: module {module_name!r} has no function {attr!r}"
+                         + (f"; did you mean {close[0]!r}?" if close else ""))
     return function
 
 
@@ -131,7 +136,21 @@ def outputs_by_name(result: Any, names: list[str], source: str) -> dict[str, np.
             f"{source}: model.outputs: names {names} do not fit what forward returned "
             f"({type(result).__name__} with {count} value(s))"
         )
-    return {n: v.detach().cpu().numpy() for n, v in values.items()}
+    return {n: _as_array(v, n, source) for n, v in values.items()}
+
+
+def _as_array(value: Any, name: str, source: str) -> np.ndarray:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        # e.g. Ultralytics' Detect head returns (predictions, [feature maps]) in eval mode
+        raise ModelError(f"{source}: model.outputs: output {name!r} is a {type(value).__name__}, not a tensor",
+                         hint="return only tensors from forward, one per name in model.outputs")
+    try:
+        return value.detach().cpu().numpy()
+    except TypeError as exc:  # a dtype numpy lacks, e.g. bfloat16
+        raise ModelError(f"{source}: model.outputs: output {name!r} ({value.dtype}) cannot become an array: "
+                         f"{exc}", hint="return float32 (or float16) outputs") from exc
 
 
 class TorchRunner:
@@ -204,14 +223,23 @@ class ModelRecord:
 
 
 def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
-    """Run forward at the min, opt and max shapes; a forward that raises is a ModelError."""
+    """Run forward at the min, opt and max shapes and check the outputs against the task.
+
+    A forward that raises, or outputs the task cannot read (shape, class count, dtype, batch),
+    is a ModelError that lists every mismatch at once.
+    """
     import time
 
+    from edgebuild.task_outputs import raise_for_task_outputs
+
     started = time.perf_counter()
-    shapes = {}
+    runs = {}
     for which in ("min_shape", "opt_shape", "max_shape"):
-        outputs = runner.run(example_inputs(project, which))
-        shapes[which] = {name: list(array.shape) for name, array in outputs.items()}
+        inputs = example_inputs(project, which)
+        runs[which] = (inputs, runner.run(inputs))
+    raise_for_task_outputs(project, runs)
+    shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
+              for which, (_, outputs) in runs.items()}
     return ModelRecord(project.model.entry_point, sum(p.numel() for p in runner.model.parameters()), shapes,
                        round(time.perf_counter() - started, 3))
 

@@ -35,8 +35,10 @@ def _torch_runner(inputs: StageInputs) -> Any:
 
 def _model_key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.model import model_key_parts
+    from edgebuild.task_outputs import task_outputs_key
 
-    return {**model_key_parts(inputs.project), "tools": digest(tool_versions("torch"))}
+    return {**model_key_parts(inputs.project), "tools": digest(tool_versions("torch")),
+            "task_outputs": task_outputs_key(inputs.project)}
 
 
 def _model_run(inputs: StageInputs) -> Any:
@@ -436,7 +438,7 @@ def _dump(record: Any) -> dict[str, Any]:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("model", 1, "load the entry point and weights, run forward at the min/opt/max shapes", (), False,
+    Stage("model", 2, "load the entry point and weights, run forward at the min/opt/max shapes", (), False,
           _model_key, _model_run, lambda i, r: [], _dump, _model_load, _model_describe),
     Stage("reference", 1, "FP32 accuracy of the PyTorch model on the validation set", ("model",), False,
           _reference_key, _reference_run, lambda i, r: [], _dump, _reference_load, _reference_describe,

@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from edgebuild.errors import ModelError
+
 RESIZE_MODES = ("letterbox", "resize")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 
@@ -169,7 +171,25 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any
     params = DetectionParams(float(settings["score_threshold"]), float(settings["nms_iou"]),
                              int(settings["max_detections"]))
     boxes, scores = outputs[str(settings["boxes_output"])], outputs[str(settings["scores_output"])]
+    check_detection_outputs(boxes, scores, str(settings["boxes_output"]), str(settings["scores_output"]))
     return [decode_detections(boxes[i], scores[i], params) for i in range(boxes.shape[0])]
+
+
+def check_detection_outputs(boxes: np.ndarray, scores: np.ndarray, boxes_name: str = "boxes",
+                            scores_name: str = "scores", classes: Optional[int] = None) -> None:
+    """Raise ModelError unless boxes are [N, A, 4] and scores [N, A, C] (C = ``classes`` where given).
+
+    Decoding other shapes would index the wrong axes and fail far from the cause; the build host's
+    model stage explains the usual causes, this only stops a model folder that slipped past it.
+    """
+    fits = (boxes.ndim == 3 and boxes.shape[2] == 4 and scores.ndim == 3
+            and scores.shape[:2] == boxes.shape[:2] and (classes is None or scores.shape[2] == classes))
+    if not fits:
+        wanted = "C" if classes is None else str(classes)
+        raise ModelError("cannot decode detections: %s is %s and %s is %s, not [N, A, 4] and [N, A, %s]"
+                         % (boxes_name, list(boxes.shape), scores_name, list(scores.shape), wanted),
+                         hint="the model must return boxes [N, A, 4] and scores [N, A, C]; `edgebuild compile` "
+                              "checks this in its model stage and says what the shapes look like")
 
 
 def top_k(logits: np.ndarray, k: int) -> np.ndarray:

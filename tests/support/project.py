@@ -112,3 +112,124 @@ def write_tiny_project(root: Path, toml_text: str = TINY_TOML) -> Path:
     path = root / "edgebuild.toml"
     path.write_text(toml_text)
     return path
+
+
+# Wrappers with the output mistakes users make most, for the model stage's output check; each
+# `build_*` function fits TINY_TOML's entry point (the conv gives 4 + 2 channels: 2 classes).
+TINY_WRONG_MODELS = '''
+import torch
+
+
+class Head(torch.nn.Module):
+    def __init__(self, mode, channels=6):
+        super().__init__()
+        self.mode = mode
+        self.conv = torch.nn.Conv2d(3, channels, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2)  # [N, 4+C, A], as Ultralytics' Detect head returns it
+        if self.mode == "raw":
+            return {"boxes": y, "scores": torch.sigmoid(y[:, 4:])}
+        if self.mode == "untransposed":
+            return {"boxes": y[:, :4], "scores": torch.sigmoid(y[:, 4:])}
+        y = y.transpose(1, 2)
+        if self.mode == "int_scores":
+            return {"boxes": y[..., :4], "scores": (y[..., 4:] > 0).long()}
+        return {"boxes": y[..., :4], "scores": torch.sigmoid(y[..., 4:])}
+
+
+def build_raw_head():
+    return Head("raw")
+
+
+def build_untransposed():
+    return Head("untransposed")
+
+
+def build_too_many_classes():
+    return Head("split", channels=4 + 80)
+
+
+def build_int_scores():
+    return Head("int_scores")
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, classes, 3, padding=1)
+
+    def forward(self, images):
+        return self.conv(images).mean((2, 3))
+
+
+def build_classifier():
+    return Classifier(3)
+
+
+def build_imagenet_classifier():
+    return Classifier(1000)
+'''
+
+TINY_CLASSIFIER_TOML = """\
+[project]
+name = "tiny-classifier"
+
+[model]
+entry_point = "tinydet.wrong:build_classifier"
+outputs = ["logits"]
+
+[[model.inputs]]
+name = "images"
+dtype = "float32"
+min_shape = [1, 3, 32, 32]
+opt_shape = [2, 3, 32, 32]
+max_shape = [4, 3, 32, 32]
+
+[task]
+kind = "classification"
+classes = ["cat", "dog", "fox"]
+
+[task.preprocess]
+input_size = [32, 32]
+resize = "resize"
+
+[data]
+calibration_images = "data/calibration"
+
+[data.validation]
+images = "data/val"
+
+[accuracy]
+metric = "top-1"
+min_retention = 0.9
+
+[[fleet]]
+name = "yard-cams"
+module = "orin-nano-8gb"
+jetpack = "6.2"
+"""
+
+
+def write_tiny_wrong_models(root: Path) -> None:
+    """tinydet.wrong, next to the tiny project's model (call after write_tiny_project or
+    write_tiny_classifier_project)."""
+    (root / "tinydet" / "wrong.py").write_text(textwrap.dedent(TINY_WRONG_MODELS))
+
+
+def write_tiny_classifier_project(root: Path, toml_text: str = TINY_CLASSIFIER_TOML) -> Path:
+    """A three-class classification project (tinydet.wrong:build_classifier) with class folders."""
+    from PIL import Image
+
+    (root / "tinydet").mkdir(parents=True, exist_ok=True)
+    (root / "tinydet" / "__init__.py").write_text("")
+    write_tiny_wrong_models(root)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        for folder in ("data/calibration", *(f"data/val/{name}" for name in ("cat", "dog", "fox"))):
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / folder / f"{i}.png")
+    path = root / "edgebuild.toml"
+    path.write_text(toml_text)
+    return path
