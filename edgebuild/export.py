@@ -1,9 +1,12 @@
 """ONNX export with dynamic axes, trusted only after it is reloaded and matches PyTorch.
 
-The exported file is the input of every later stage. It is written into a temporary folder,
-checked with the full ONNX checker and strict shape inference, loaded with ONNX Runtime, run at
-the min, opt and max shapes, and compared output by output with PyTorch. Only then is it
-renamed into ``build/export/opset<N>/`` with its record, ``export.json``.
+The exported file is the input of every later stage. Each exporter's model (``auto``: dynamo,
+then TorchScript) is checked in turn: the opset it actually wrote, the full ONNX checker with
+strict shape inference, an ONNX Runtime session at the min, opt and max shapes, and parity with
+PyTorch output by output. The first that passes every check is renamed into
+``build/export/opset<N>/`` with its record, ``export.json``, which says why any earlier exporter
+was refused. When none passes, the error lists why each failed and, where a higher opset would
+work, which targets' TensorRT caps the opset.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     import torch
 
     from edgebuild.config import Project
-    from edgebuild.profiles import JetPackRelease
+    from edgebuild.profiles import JetPackRelease, SelectedGroup
 
 STAGE_VERSION = "export/1"
 MODEL_FILE = "model.onnx"
@@ -77,6 +80,7 @@ class ExportRecord:
     key_parts: dict[str, str]
     versions: dict[str, str]
     seconds: float
+    failed_attempts: list[str] = field(default_factory=list)  # "the dynamo exporter <why it was refused>"
 
     @property
     def sha256(self) -> str:
@@ -114,18 +118,33 @@ class ExportRecord:
 def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int, str]:
     """The highest opset every targeted TensorRT parser supports, or export.opset if not above it."""
     ceiling = min(r.max_onnx_opset for r in releases)
-    limiting = sorted({f"JetPack {r.jetpack} (TensorRT {r.tensorrt})" for r in releases
-                       if r.max_onnx_opset == ceiling})
+    limiting = _parsers(r for r in releases if r.max_onnx_opset == ceiling)
     requested = project.export.opset
     if requested is None:
-        return ceiling, f"highest opset every target's TensorRT parser takes; limited by {', '.join(limiting)}"
+        return ceiling, _ceiling_reason(releases, ceiling)
     if requested > ceiling:
         raise ExportError(
-            f"{project.source}: export.opset: {requested} is above what {', '.join(limiting)} can parse "
+            f"{project.source}: export.opset: {requested} is above what {limiting} can parse "
             f"(max opset {ceiling})",
             hint=f"set export.opset <= {ceiling}, or remove it to use {ceiling}",
         )
-    return requested, "export.opset in the project file"
+    return requested, f"export.opset in the project file (every target's TensorRT parser takes up to {ceiling})"
+
+
+def _parsers(releases: Any) -> str:
+    """'JetPack 5.1.2 (TensorRT 8.5.2.2), JetPack 6.2 (TensorRT 10.3.0.30)', each release once."""
+    return ", ".join(sorted({f"JetPack {r.jetpack} (TensorRT {r.tensorrt})" for r in releases}))
+
+
+def _ceiling_reason(releases: list[JetPackRelease], ceiling: int) -> str:
+    """Why this opset: the parsers that cap it and, where the fleet spans several, what the others take."""
+    reason = (f"highest opset every target's TensorRT parser takes; limited by "
+              f"{_parsers(r for r in releases if r.max_onnx_opset == ceiling)}")
+    above = sorted({r.max_onnx_opset for r in releases} - {ceiling})
+    if above:
+        reason += "; " + "; ".join(
+            f"{_parsers(r for r in releases if r.max_onnx_opset == top)} would take up to {top}" for top in above)
+    return reason
 
 
 def export_for_targets(project: Project, releases: list[JetPackRelease], *, report: Report = lambda _: None,
@@ -156,10 +175,12 @@ def export_dir(project: Project, opset: int) -> Path:
 # -- export --------------------------------------------------------------------------------
 
 def export_model(project: Project, opset: int, opset_reason: str, *, report: Report = lambda _: None,
-                 torch_runner: Any = None) -> ExportRecord:
+                 torch_runner: Any = None, groups: Sequence[SelectedGroup] | None = None) -> ExportRecord:
     """Export the project's model as ONNX at ``opset``; raises on any mismatch.
 
-    Whether an earlier export can be reused is the pipeline's decision (``edgebuild.pipeline``).
+    ``groups`` are the targets the opset was chosen for (default: the project's fleet): when no
+    exporter's model passes, the error names those whose TensorRT caps the opset. Whether an
+    earlier export can be reused is the pipeline's decision (``edgebuild.pipeline``).
     """
     started = time.perf_counter()
     from edgebuild.model import TorchRunner
@@ -169,11 +190,12 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: Rep
     parts = cache_key_parts(project, opset)
     with atomic_output_dir(export_dir(project, opset)) as staging:
         path = staging / MODEL_FILE
-        proto, exporter, note = _export_proto(project, torch_runner.model, opset, report)
-        _save(proto, path, project.export.external_data)
-        verify_onnx(path)
-        report(f"export: {exporter} exporter, opset {opset}; checking parity at {', '.join(SHAPES)}")
-        parity = check_parity(project, reference, path)
+        try:
+            exporter, note, refused, parity = _export_checked(project, torch_runner.model, reference, opset, path,
+                                                              report)
+        except _NoExporterPassed as failed:
+            raise _export_failure(project, torch_runner.model, reference, opset, failed.refused, groups,
+                                  report) from None
         simplified, simplify_note = False, "disabled (export.simplify = false)"
         if project.export.simplify:
             simplified, simplify_note, parity = _try_simplify(project, reference, path, parity, report)
@@ -197,6 +219,7 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: Rep
             key_parts=parts,
             versions=tool_versions("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript"),
             seconds=round(time.perf_counter() - started, 3),
+            failed_attempts=[r.summary for r in refused],
         )
         (staging / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
     return record
@@ -248,37 +271,183 @@ def _outputs_in_order(model: torch.nn.Module, names: list[str]) -> torch.nn.Modu
     return OutputsInOrder().eval()
 
 
-def _export_proto(project: Project, model: torch.nn.Module, opset: int,
-                  report: Report) -> tuple[onnx.ModelProto, str, str]:
+class _Refused(Exception):
+    """One exporter's model did not pass a check: which exporter, why (one line), and the details."""
+
+    def __init__(self, exporter: str, why: str, details: tuple[str, ...] = (), *, parity: bool = False) -> None:
+        super().__init__(why)
+        self.exporter, self.why, self.details, self.parity = exporter, why, details, parity
+
+    @property
+    def summary(self) -> str:
+        return f"the {self.exporter} exporter {self.why}"
+
+
+class _NoExporterPassed(Exception):
+    def __init__(self, refused: list[_Refused]) -> None:
+        super().__init__("; ".join(r.summary for r in refused))
+        self.refused = refused
+
+
+def _export_checked(project: Project, model: torch.nn.Module, reference: dict, opset: int, path: Path,
+                    report: Report) -> tuple[str, str, list[_Refused], list[OutputParity]]:
+    """Each exporter in turn until one's model passes every check; why each earlier one did not."""
     choice = project.export.exporter
     attempts = ("dynamo", "torchscript") if choice == "auto" else (choice,)
     wrapped = _outputs_in_order(model, list(project.model.outputs))
     args = _example_args(project)
-    failures: list[str] = []
+    refused: list[_Refused] = []
     for exporter in attempts:
-        report(f"export: trying the {exporter} exporter")
+        report(f"export: trying the {exporter} exporter at opset {opset}")
         try:
-            proto = _export_dynamo(project, wrapped, args, opset) if exporter == "dynamo" \
-                else _export_torchscript(project, wrapped, args, opset)
-            problem = _exported_problem(project, proto, opset)
-        except Exception as exc:  # exporters raise many types; each failure is reported below
-            problem = f"{type(exc).__name__}: {_first_line(exc)}"
-        if problem is None:
-            _rename_dynamic_dims(project, proto)
-            if exporter == "dynamo":
-                note = "dynamo exporter with dynamic_shapes"
-            elif failures:
-                note = "TorchScript exporter, because " + "; ".join(failures)
-            else:
-                note = "TorchScript exporter (export.exporter = \"torchscript\")"
-            return proto, exporter, note
-        failures.append(f"the {exporter} exporter {problem}" if problem.startswith("produced")
-                        else f"the {exporter} exporter failed: {problem}")
-    raise ExportError(
-        f"{project.source}: cannot export {project.model.entry_point} to ONNX opset {opset}:\n"
-        + "\n".join(f"  - {f}" for f in failures),
-        hint="set export.exporter to pick one exporter, or export.opset to another opset",
-    )
+            parity = _attempt(project, exporter, wrapped, args, reference, opset, path)
+        except _Refused as why:
+            refused.append(why)
+            report(f"export: {why.summary}" + ("; falling back" if exporter != attempts[-1] else ""))
+            continue
+        return exporter, _exporter_note(exporter, refused), refused, parity
+    raise _NoExporterPassed(refused)
+
+
+def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tuple, reference: dict, opset: int,
+             path: Path) -> list[OutputParity]:
+    """One exporter's model, written to ``path`` and checked, cheapest check first; raises _Refused.
+
+    The checks: the exporter's own result (opset actually written, inputs, outputs), the full ONNX
+    checker with strict shape inference, an ONNX Runtime session, and parity with PyTorch.
+    """
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    export = _export_dynamo if exporter == "dynamo" else _export_torchscript
+    try:
+        proto = export(project, module, args, opset)
+    except Exception as exc:  # exporters raise many types; each is reported as why this attempt failed
+        raise _Refused(exporter, f"failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    problem = _exported_problem(project, proto, opset)  # e.g. dynamo kept opset 18: refused before any write
+    if problem is None:
+        _rename_dynamic_dims(project, proto)
+        _remove_model(path)
+        _save(proto, path, project.export.external_data)
+        problem = _checker_problem(path)
+    if problem is not None:
+        raise _Refused(exporter, problem)
+    try:
+        with _native_output_dropped():  # ONNX Runtime logs its errors too; the message below has them
+            results = parity_results(project, reference, OnnxRuntimeRunner(path))
+    except ExportError as exc:  # cannot load, or fails to run at some shape
+        raise _Refused(exporter, f"wrote a model ONNX Runtime refuses ({_hide_path(exc.message, path)})") from None
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise _Refused(exporter, f"wrote a model whose outputs differ from PyTorch in {len(bad)} of {len(results)} "
+                                 f"checks (atol {project.export.atol}, rtol {project.export.rtol})",
+                       tuple(_mismatch_lines(bad)), parity=True)
+    return results
+
+
+def _exporter_note(exporter: str, refused: list[_Refused]) -> str:
+    if exporter == "dynamo":
+        return "dynamo exporter with dynamic_shapes"
+    if refused:
+        return "TorchScript exporter, because " + "; ".join(r.summary for r in refused)
+    return "TorchScript exporter (export.exporter = \"torchscript\")"
+
+
+def _remove_model(path: Path) -> None:
+    """Clear what an earlier attempt wrote (the model and its external data)."""
+    path.unlink(missing_ok=True)
+    path.with_name(f"{path.name}.data").unlink(missing_ok=True)
+
+
+def _hide_path(text: str, path: Path) -> str:
+    """A message without the temporary folder it was written in: that folder is gone when the user reads it."""
+    text = text.replace(f"{path}: ", "").replace(str(path), path.name).replace(str(path.parent), "<export>")
+    return _first_line(Exception(text))
+
+
+# -- when no exporter passes ---------------------------------------------------------------
+
+def _export_failure(project: Project, model: torch.nn.Module, reference: dict, opset: int,
+                    refused: list[_Refused], groups: Sequence[SelectedGroup] | None, report: Report) -> ExportError:
+    """One error listing why every attempt was refused, and what to try (another exporter, opset, fleet split)."""
+    lines = [f"{project.source}: cannot export {project.model.entry_point} to ONNX opset {opset}:"]
+    for r in refused:
+        lines.append(f"  - {r.summary}")
+        lines += [f"      {d}" for d in r.details]
+    advice, hint = _opset_advice(project, model, reference, opset, groups, report)
+    if advice:
+        lines.append(advice)
+    tried = {r.exporter for r in refused}
+    other = 'export.exporter = "torchscript"' if "torchscript" not in tried else \
+        'export.exporter = "dynamo"' if "dynamo" not in tried else ""
+    if hint is None:
+        hint = "try " + (f"{other}, or " if other else "") + "another export.opset"
+        if all(r.parity for r in refused):
+            hint = ("the model may use an operator the exporter translates inexactly; " + hint
+                    + "; loosen export.atol/export.rtol only if the difference is acceptable")
+    elif other:
+        hint += f"; or try {other}"
+    error = ParityError if all(r.parity for r in refused) else ExportError
+    return error("\n".join(lines), hint=hint)
+
+
+def _opset_advice(project: Project, model: torch.nn.Module, reference: dict, opset: int,
+                  groups: Sequence[SelectedGroup] | None, report: Report) -> tuple[str, str | None]:
+    """Would a higher opset work? Tries, lowest first, the highest opset of each target above ``opset``.
+
+    Returns a sentence for the error (which targets cap the opset, the highest each takes) and a
+    hint, or ("", None) when no target takes a higher opset.
+    """
+    groups = list(groups) if groups is not None else _fleet_groups(project)
+    takes = {g.name: g.target.release.max_onnx_opset for g in groups}
+    higher_opsets = sorted(o for o in set(takes.values()) if o > opset)
+    for higher in higher_opsets:
+        report(f"export: checking whether the model exports at opset {higher}")
+        exporter = _passes_at(project, model, reference, higher)
+        if exporter is None:
+            continue
+        capped = [g for g in groups if takes[g.name] < higher]
+        if not capped:  # every target takes it: export.opset was set below what the model needs
+            return (f"At opset {higher}, which every selected target takes, it exports ({exporter} exporter) and "
+                    "matches PyTorch."), f"set export.opset = {higher}, or remove export.opset"
+        rest = [g for g in groups if takes[g.name] >= higher]
+        names = ", ".join(g.name for g in capped)
+        return (f"It needs a higher opset than some targets take: at opset {higher} it exports ({exporter} "
+                f"exporter) and matches PyTorch, and {_describe(rest, takes)} can parse that, but "
+                f"{_describe(capped, takes)} cap the opset at {opset}."), (
+                f"give {names} their own project, or leave them out of this compile (--target "
+                f"{','.join(g.name for g in rest)}), so the rest exports at opset {higher}; for {names} the model "
+                f"must do without what the errors above name (rewrite that part with operators of opset {opset})")
+    if higher_opsets:
+        return f"It fails at opset {', '.join(map(str, higher_opsets))} too, so the opset is not what stops it.", None
+    return "", None
+
+
+def _describe(groups: list[SelectedGroup], takes: dict[str, int]) -> str:
+    return ", ".join(f"{g.name} = {g.target.id} (TensorRT {g.target.release.tensorrt}, up to opset {takes[g.name]})"
+                     for g in groups)
+
+
+def _passes_at(project: Project, model: torch.nn.Module, reference: dict, opset: int) -> str | None:
+    """The exporter whose model passes every check at ``opset``, or None; written to a scratch folder."""
+    import tempfile
+
+    scratch = export_dir(project, opset).parent
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".probe-opset{opset}-", dir=scratch) as tmp:
+        try:
+            return _export_checked(project, model, reference, opset, Path(tmp) / MODEL_FILE, lambda _: None)[0]
+        except _NoExporterPassed:
+            return None
+
+
+def _fleet_groups(project: Project) -> list[SelectedGroup]:
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.profiles import load_catalog, select_groups
+
+    try:
+        return select_groups("all", project.fleet, load_catalog())
+    except EdgebuildError:  # the opset advice is a courtesy; the export error is what matters
+        return []
 
 
 def _first_line(exc: BaseException) -> str:
@@ -293,13 +462,42 @@ def _first_line(exc: BaseException) -> str:
 @contextlib.contextmanager
 def _quiet() -> Any:
     """The exporters print progress and warnings; keep the user's terminal for ours."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()), _native_output_dropped():
         warnings.simplefilter("ignore")
         logging.disable(logging.WARNING)
         try:
             yield
         finally:
             logging.disable(logging.NOTSET)
+
+
+@contextlib.contextmanager
+def _native_output_dropped() -> Any:
+    """File descriptors 1 and 2 into a scratch file: the TorchScript exporter's C++ log writes there
+    directly (the whole Torch IR graph when an operator fails), past any Python redirect."""
+    import os
+    import sys
+    import tempfile
+
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:  # no such descriptors (embedded interpreters): nothing to hide
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def _export_dynamo(project: Project, module: torch.nn.Module, args: tuple, opset: int) -> onnx.ModelProto:
@@ -379,17 +577,33 @@ def _save(proto: onnx.ModelProto, path: Path, external_data: bool) -> None:
 
 def verify_onnx(path: Path) -> None:
     """Full ONNX checker (with strict shape inference) on a file, inline or external data."""
-    import onnx
-
     if not path.is_file():
         raise ExportError(f"{path}: ONNX file not found")
+    refused = _checker_refusal(path)
+    if refused is not None:
+        raise ExportError(
+            f"{path}: not a valid ONNX model ({refused[1]})",
+            hint="a truncated or corrupt file: delete it and export again (edgebuild export --force)",
+        )
+
+
+def _checker_problem(path: Path) -> str | None:
+    """Why the full ONNX checker or its strict shape inference refuses an exported model, or None."""
+    refused = _checker_refusal(path)
+    return None if refused is None else f"wrote a model {refused[0]} ({_hide_path(refused[1], path)})"
+
+
+def _checker_refusal(path: Path) -> tuple[str, str] | None:
+    """(which check, what it says) when the full checker refuses the file, or None."""
+    import onnx
+
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as exc:  # onnx raises ValidationError, InferenceError, DecodeError, ...
-        raise ExportError(
-            f"{path}: not a valid ONNX model ({type(exc).__name__}: {_first_line(exc)})",
-            hint="a truncated or corrupt file: delete it and export again (edgebuild export --force)",
-        ) from None
+        which = "strict shape inference fails on" if isinstance(exc, onnx.shape_inference.InferenceError) \
+            else "the ONNX checker refuses"
+        return which, f"{type(exc).__name__}: {_first_line(exc)}"
+    return None
 
 
 # -- parity --------------------------------------------------------------------------------
@@ -401,28 +615,37 @@ def _reference_outputs(project: Project, runner: Any) -> dict[str, tuple[dict, d
             for which in SHAPES for inputs in [example_inputs(project, which, seed=SHAPES.index(which))]}
 
 
-def check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
-    """Every output at every shape within atol + rtol * |torch|; one error listing every mismatch."""
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-
+def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Any) -> list[OutputParity]:
+    """Every output at every shape against atol + rtol * |torch|, run with an OnnxRuntimeRunner."""
     atol, rtol = project.export.atol, project.export.rtol
-    runner = OnnxRuntimeRunner(path)
     results = []
     for which, (inputs, expected) in reference.items():
         got = runner.run(inputs)
         shapes = {n: list(a.shape) for n, a in inputs.items()}
         for name, want in expected.items():
             results.append(_compare(which, shapes, name, want, got.get(name), atol, rtol))
+    return results
+
+
+def check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
+    """Every output at every shape within atol + rtol * |torch|; one error listing every mismatch."""
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    results = parity_results(project, reference, OnnxRuntimeRunner(path))
     bad = [r for r in results if not r.ok]
     if bad:
-        lines = [f"  - {r.output} at {r.shape} {r.input_shapes}: {r.problem}" for r in bad]
         raise ParityError(
             f"{project.source}: ONNX output differs from PyTorch in {len(bad)} of {len(results)} checks "
-            f"(atol {atol}, rtol {rtol}):\n" + "\n".join(lines),
+            f"(atol {project.export.atol}, rtol {project.export.rtol}):\n"
+            + "\n".join(f"  {line}" for line in _mismatch_lines(bad)),
             hint="the model may use an operator the exporter translates inexactly; loosen export.atol/"
                  "export.rtol only if the difference is acceptable",
         )
     return results
+
+
+def _mismatch_lines(bad: list[OutputParity]) -> list[str]:
+    return [f"- {r.output} at {r.shape} {r.input_shapes}: {r.problem}" for r in bad]
 
 
 def _compare(which: str, shapes: dict, name: str, want: np.ndarray, got: np.ndarray | None,

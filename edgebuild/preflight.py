@@ -242,7 +242,7 @@ def _dtype_finding(name: str, node: onnx.NodeProto, entry: dict[str, Any], found
     strict = node.op_type in settings.get("strict", [])
     severity = WARNING if not strict and found in _INDEX_TYPES else BLOCKING
     return Finding(name, node.op_type, severity,
-                   f"{node.op_type} reads {found} ({node.input[0]}); TensorRT {release.tensorrt}'s parser takes "
+                   f"{node.op_type} reads {found}; TensorRT {release.tensorrt}'s parser takes "
                    f"{', '.join(sorted(listed))} for it",
                    "cast the input to a supported type in the model" if not strict else
                    "quantize to signed INT8 with zero point 0 and keep biases in float "
@@ -290,14 +290,7 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
             continue
         entry = operators.get(node.op_type)
         if entry is None or not entry.get("supported", False):
-            later = _first_supporting_release(node.op_type)
-            findings.append(Finding(
-                name, node.op_type, BLOCKING,
-                f"{node.op_type} is {'not in' if entry is None else 'marked unsupported in'} the operator "
-                f"table of TensorRT {release.tensorrt}'s ONNX parser",
-                (f"TensorRT {later} supports it: target a JetPack with it, or " if later else "")
-                + "rewrite this part of the model with supported operators",
-                parser_source))
+            findings.append(_unsupported(name, node.op_type, entry is not None, release, opset, parser_source, rules))
         elif node.input:
             typed = _dtype_finding(name, node, entry, types.get(node.input[0]), release, dtype_settings)
             if typed is not None:
@@ -319,6 +312,25 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
     if group.use_dla and group.target.module.dla_cores > 0:
         findings += _dla_fallbacks(model)
     return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
+
+
+def _unsupported(name: str, op_type: str, listed: bool, release: Any, opset: int, parser_source: str,
+                 rules: dict[str, Any]) -> Finding:
+    """A node the parser has no importer for, with the fixes that exist: a lower opset, a later TensorRT."""
+    later = _first_supporting_release(op_type)
+    fixes = []
+    decomposed = rules.get("decomposed_below", {}).get(op_type)
+    if decomposed and opset >= decomposed["since_opset"]:
+        fixes.append(decomposed["fix"])
+        parser_source = f"{parser_source}; {decomposed['source']}"
+    if later:
+        fixes.append(f"TensorRT {later} supports it: target a JetPack with it")
+    fixes.append("rewrite this part of the model with supported operators")
+    return Finding(
+        name, op_type, BLOCKING,
+        f"{op_type} is {'marked unsupported in' if listed else 'not in'} the operator table of TensorRT "
+        f"{release.tensorrt}'s ONNX parser",
+        "; or ".join(fixes), parser_source)
 
 
 def _first_supporting_release(op_type: str) -> str | None:
@@ -363,8 +375,32 @@ def preflight(onnx_path: Path, groups: list[SelectedGroup]) -> list[TargetPrefli
     return [check_target(model, group) for group in groups]
 
 
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings that say the same about several nodes (same op, severity, problem and fix): one row."""
+
+    op_type: str
+    severity: str
+    problem: str
+    fix: str
+    source: str
+    nodes: tuple[str, ...]
+
+    def node_list(self, shown: int = 3) -> str:
+        more = len(self.nodes) - shown
+        return ", ".join(self.nodes[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def group_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[FindingGroup]:
+    """One group per (op, severity, problem, fix), in the order each first appears."""
+    groups: dict[tuple[str, str, str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.op_type, f.severity, f.problem, f.fix), []).append(f)
+    return [FindingGroup(*key, same[0].source, tuple(f.node for f in same)) for key, same in groups.items()]
+
+
 def preflight_text(onnx_path: Path | str, results: list[TargetPreflight]) -> str:
-    """Per target: its findings as a table."""
+    """Per target: its findings as a table, one row per kind of finding with a count and the first nodes."""
     from edgebuild.report import table
 
     lines = [f"preflight of {onnx_path}"]
@@ -374,6 +410,7 @@ def preflight_text(onnx_path: Path | str, results: list[TargetPreflight]) -> str
             lines.append(head + "clean")
             continue
         lines.append(head + f"{len(t.blocking)} blocking, {len(t.findings) - len(t.blocking)} other")
-        rows = [[f.node, f.op_type, f.severity, f.problem, f.fix] for f in t.findings]
+        rows = [[g.node_list(), g.op_type + (f" \u00d7{len(g.nodes)}" if len(g.nodes) > 1 else ""), g.severity,
+                 g.problem, g.fix] for g in group_findings(t.findings)]
         lines.append(table(rows, ["node", "op", "severity", "problem", "suggested fix"]))
     return "\n".join(lines)

@@ -109,7 +109,7 @@ def _export_run(inputs: StageInputs) -> Any:
 
     opset, reason = _opset(inputs)
     return export_model(inputs.project, opset, reason, report=inputs.report,
-                        torch_runner=inputs.shared.get("torch_runner"))
+                        torch_runner=inputs.shared.get("torch_runner"), groups=inputs.plan.groups)
 
 
 def _export_outputs(inputs: StageInputs, record: Any) -> list[Path]:

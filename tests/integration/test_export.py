@@ -194,3 +194,119 @@ def test_cli_export_prints_parity_table(tmp_path: Path) -> None:
     assert result.output.count(" ok") >= 6 and "parity vs PyTorch [onnxruntime-cpu]" in result.output
     again = CliRunner().invoke(main, ["export", "-p", str(tmp_path), "--target", "orin"])
     assert "reused, nothing changed" in again.output
+
+
+NEEDS_OPSET_18 = '''
+import torch
+
+class Chunked(torch.nn.Module):
+    """torch.chunk: the dynamo exporter writes an opset-18 Split (num_outputs) even at opset 17."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 12, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        a, b = self.conv(images).chunk(2, dim=1)
+        y = (a * torch.sigmoid(b)).flatten(2).transpose(1, 2)
+        return {"boxes": y[..., :4].abs() * 8.0, "scores": torch.sigmoid(y[..., 4:])}
+
+class Folded(torch.nn.Module):
+    """F.fold (Col2Im) exists only from opset 18: no exporter writes it at 17."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2).transpose(1, 2)
+        cols = images.mean(dim=(2, 3)).repeat(1, 4).unsqueeze(-1)  # [N, 12, 1]
+        folded = torch.nn.functional.fold(cols, output_size=(2, 2), kernel_size=2)  # [N, 3, 2, 2]
+        shift = folded.mean(dim=(1, 2, 3)).reshape(-1, 1, 1)
+        return {"boxes": y[..., :4].abs() * 8.0, "scores": torch.sigmoid(y[..., 4:] + shift)}
+
+def chunked():
+    return Chunked()
+
+def folded():
+    return Folded()
+'''
+
+
+def _with_model(root: Path, entry: str, toml: str = TINY_TOML) -> Path:
+    write_tiny_project(root, toml.replace("tinydet.model:build_model", f"tinydet.ops:{entry}"))
+    (root / "tinydet" / "ops.py").write_text(NEEDS_OPSET_18)
+    return root
+
+
+def test_auto_falls_back_to_torchscript_when_the_dynamo_model_fails_the_checker(tmp_path: Path) -> None:
+    """The fleet has JetPack 5.1.2 (opset 17): dynamo's Split keeps opset 18's num_outputs attribute."""
+    record, status, messages = _export_stage(_with_model(tmp_path, "chunked"))
+    assert status == "ran" and record.opset == 17 and record.exporter == "torchscript"
+    assert "limited by JetPack 5.1.2 (TensorRT 8.5.2.2)" in record.opset_reason
+    assert "JetPack 6.2 (TensorRT 10.3.0.30) would take up to 20" in record.opset_reason
+    assert record.exporter_note.startswith("TorchScript exporter, because the dynamo exporter wrote a model "
+                                           "the ONNX checker refuses (ValidationError: ")
+    assert "num_outputs for operator Split" in record.exporter_note
+    assert len(record.failed_attempts) == 1 and record.failed_attempts[0].startswith("the dynamo exporter wrote")
+    assert ".tmp-" not in record.exporter_note and str(tmp_path) not in record.exporter_note
+    assert any(m.startswith("export: the dynamo exporter wrote") and m.endswith("; falling back") for m in messages)
+    stored = json.loads((record.onnx_path.parent / "export.json").read_text())
+    assert stored["failed_attempts"] == record.failed_attempts
+    model = onnx.load(str(record.onnx_path))
+    assert [o.version for o in model.opset_import if o.domain == ""] == [17]
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_dynamo_writing_opset_18_for_opset_17_is_refused_without_a_second_export(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """One attempt per exporter: the opset the file imports is read before anything else is done."""
+    import edgebuild.export as export
+
+    calls: list[str] = []
+    for name in ("_export_dynamo", "_export_torchscript"):
+        original = getattr(export, name)
+        monkeypatch.setattr(export, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    record = _export(tiny_project_at(tmp_path), opset=13)  # dynamo builds at 18 and cannot convert to 13
+    assert calls == ["_export_dynamo", "_export_torchscript"]
+    assert record.exporter == "torchscript"
+    assert record.failed_attempts == ["the dynamo exporter produced opset 18, not the requested 13 "
+                                      "(its version conversion failed)"]
+
+
+def tiny_project_at(root: Path) -> Path:
+    write_tiny_project(root)
+    return root
+
+
+def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_path: Path) -> None:
+    project = load_project(_with_model(tmp_path, "folded"))
+    groups = plan_compile(project, "all").groups
+    opset, reason = choose_opset(project, [g.target.release for g in groups])
+    assert opset == 17
+    with pytest.raises(ExportError) as caught:
+        export_model(project, opset, reason, groups=groups)
+    message, hint = caught.value.message, caught.value.hint
+    assert "cannot export tinydet.ops:folded to ONNX opset 17:" in message
+    assert "  - the dynamo exporter produced opset 18, not the requested 17" in message
+    assert "  - the torchscript exporter failed: UnsupportedOperatorError: " in message and "col2im" in message
+    assert "at opset 20 it exports (dynamo exporter) and matches PyTorch" in message
+    assert "yard-cams = orin-nano-8gb@6.2 (TensorRT 10.3.0.30, up to opset 20)" in message
+    assert ("dock = agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2, up to opset 17), "
+            "legacy = xavier-nx@5.1.2 (TensorRT 8.5.2.2, up to opset 17) cap the opset at 17") in message
+    assert "give dock, legacy their own project" in hint and "(--target yard-cams)" in hint
+    assert ".tmp-" not in str(caught.value) and ".probe-" not in str(caught.value)
+    assert _leftovers(tmp_path) == []
+
+    # the advice works: the JetPack 6.2 group alone exports at 20
+    alone = plan_compile(project, "yard-cams")
+    record = export_model(project, *choose_opset(project, alone.releases), groups=alone.groups)
+    assert record.opset == 20 and record.failed_attempts == []
+
+
+def test_the_cli_error_for_a_model_no_exporter_takes_says_what_to_try(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["export", "-p", str(_with_model(tmp_path, "folded")), "--target", "dock"])
+    assert result.exit_code == 8 and "Traceback" not in result.output
+    assert "cannot export tinydet.ops:folded to ONNX opset 17" in result.output
+    assert "the torchscript exporter failed" in result.output and "hint:" in result.output
+    assert ".tmp-" not in result.output

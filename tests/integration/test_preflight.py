@@ -254,3 +254,50 @@ def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path
     assert len(problems) == 2 and problems[0].startswith("agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2): 1 node(s), e.g. dq:")
     onnx.save(_qdq_model(), str(path))
     assert tensorrt_rejections(path, (_group("agx-orin-64gb@5.1.2"),)) == []
+
+
+MANY_LAYERNORMS = '''
+import torch
+
+class Blocks(torch.nn.Module):
+    """Five LayerNorms, as in a (very small) transformer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(6) for _ in range(5))
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2).transpose(1, 2)
+        for norm in self.norms:
+            y = y + norm(y)
+        return {"boxes": y[..., :4].abs() * 8.0, "scores": torch.sigmoid(y[..., 4:])}
+
+def build():
+    return Blocks()
+'''
+
+
+def test_identical_findings_are_one_row_with_a_count_and_the_opset_16_hint(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace("tinydet.model:build_model", "tinydet.blocks:build"))
+    (tmp_path / "tinydet" / "blocks.py").write_text(MANY_LAYERNORMS)
+    result = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--target", "dock"])
+    assert result.exit_code == 9, result.output
+    rows = [line for line in result.output.splitlines() if "LayerNormalization" in line]
+    assert len(rows) == 1, result.output
+    assert "LayerNormalization \u00d75" in rows[0] and " and 2 more" in rows[0]
+    assert "export with export.opset = 16" in rows[0] and "TensorRT 8.6 supports it" in rows[0]
+    assert "dock = agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2, onnx-parser-8.5.toml): 5 blocking" in result.output
+
+    as_json = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--target", "dock", "--json"])
+    report = json.loads(as_json.output[as_json.output.index("{"): as_json.output.rindex("}") + 1])
+    assert len([f for f in report["targets"][0]["findings"] if f["op_type"] == "LayerNormalization"]) == 5
+
+    # the hint works: at opset 16 the exporter writes LayerNormalization out of basic operators
+    toml = TINY_TOML.replace("tinydet.model:build_model", "tinydet.blocks:build")
+    write_tiny_project(tmp_path, toml.replace("[accuracy]", "[export]\nopset = 16\n\n[accuracy]"))
+    fixed = CliRunner().invoke(main, ["preflight", "-p", str(tmp_path), "--target", "dock"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "LayerNormalization" not in fixed.output
+    record = json.loads((tmp_path / "build" / "export" / "opset16" / "export.json").read_text())
+    assert record["exporter"] == "torchscript" and "dynamo exporter produced opset 18" in record["exporter_note"]
