@@ -358,11 +358,13 @@ def export_command(project_dir: Path, selector: str, force: bool, as_json: bool)
     """Export the model to ONNX and check it against PyTorch.
 
     The opset is the highest that every selected target's TensorRT parser takes (or
-    export.opset if it is not above that). The dynamo exporter is tried first, the
-    TorchScript exporter is the fallback; the record says which was used and why. The ONNX
-    is checked (onnx.checker, shape inference), run with ONNX Runtime at the min, opt and max
-    shapes and compared with PyTorch; any mismatch is an error. Nothing changed since the
-    last export: it is reused.
+    export.opset if it is not above that; the summary says which target limits it). The
+    dynamo exporter is tried first, the TorchScript exporter is the fallback: each result is
+    checked (the opset it wrote, onnx.checker, shape inference, ONNX Runtime at the min, opt
+    and max shapes, parity with PyTorch) and any failure falls back to the next, the record
+    saying why each attempt failed. When the model needs an opset above what some targets
+    take, the error names them and what to do. Nothing changed since the last export: it is
+    reused.
     """
     report = _run_until(_plan(project_dir, selector), "export", force=force)
     outcome = report.outcome("export")
