@@ -129,7 +129,7 @@ def test_a_thousand_idle_and_slow_connections_leave_health_and_inference_answeri
     kinds: dict[str, list[socket.socket]] = {}
     try:
         Client(running.port).wait_ready()
-        threads_before = threading.active_count()
+        threads_before, os_before = threading.active_count(), _os_threads()
         opened = time.time()
         kinds = _open_slow_and_idle(running.port)
         assert time.time() - opened < 4, "opening the connections took past the header timeout"
@@ -140,9 +140,10 @@ def test_a_thousand_idle_and_slow_connections_leave_health_and_inference_answeri
               f"{slowest * 1000:.1f} ms; {python_threads} Python threads ({threads_before} before), "
               f"{os_threads} OS threads in this process")
         assert slowest < 1.0
-        # the dispatcher, the 8 workers, the backend's thread and pytest's: not one per connection
-        assert python_threads <= threads_before + 2 and python_threads < 32
-        assert os_threads < 128  # ONNX Runtime's pool included; the preset allows 256
+        # the dispatcher, the 8 workers and the backend's thread were there before: not one per connection
+        # (compared with before, not absolute: earlier tests of the session may leave idle threads)
+        assert python_threads <= threads_before + 2
+        assert os_threads <= os_before + 8
 
         deadline = time.time() + 5 + 3  # the longest timeout (body), the sweep and some slack
         seen = {kind: [_closed_by_the_server(s, deadline) for s in socks] for kind, socks in kinds.items()}
