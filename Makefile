@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.edgebuild-installed
 EXAMPLE ?= examples/shapes-detector
 TARGET ?= orin
 
-.PHONY: setup demo test lint clean
+.PHONY: setup setup-zoo demo test lint clean
 
 $(STAMP): pyproject.toml requirements-host.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml requirements-host.txt
 	touch $@
 
 setup: $(STAMP)  ## create the venv and install edgebuild (CPU build host)
+
+ZOO_STAMP := $(VENV)/.edgebuild-zoo-installed
+$(ZOO_STAMP): $(STAMP) requirements-zoo.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements-zoo.txt
+	touch $@
+
+setup-zoo: $(ZOO_STAMP)  ## the zoo tests' torchvision, timm and ultralytics (without their dependencies)
 
 demo: $(STAMP)  ## compile the bundled shapes example for every Orin group of its fleet
 	$(BIN)/edgebuild compile --target $(TARGET) --project $(EXAMPLE)

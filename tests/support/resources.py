@@ -1,5 +1,5 @@
-"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm and chromium
-markers stand for.
+"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm, chromium
+and zoo markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -115,9 +115,16 @@ def _farm() -> tuple[bool, str]:
     return _ssh()
 
 
+@cache
+def _zoo() -> tuple[bool, str]:
+    from tests.support.zoo import zoo_available
+
+    return zoo_available()  # torchvision (through the shim), timm and ultralytics import
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
              "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace,
-             "chromium": _chromium}
+             "chromium": _chromium, "zoo": _zoo}
 
 
 def required_resources() -> set[str]:
