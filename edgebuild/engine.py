@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -372,24 +373,24 @@ class EngineState:
         self.built: dict[str, Any] | None = data.get("built")
         self.measured: dict[str, dict[str, Any]] = data.get("measured", {})
 
-    def _update(self, **sections: Any) -> None:
-        """Re-read the file, change ``sections``, write it back atomically (another holder may have written)."""
+    def _update(self, change: Callable[[EngineState], None]) -> None:
+        """Re-read the file, apply ``change`` to this state, write it back atomically (another holder
+        may have written since it was read)."""
         self._read()
-        for name, value in sections.items():
-            setattr(self, name, value)
+        change(self)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.path, json.dumps({"built": self.built, "measured": self.measured},
                                                  indent=2).encode())
 
     def set_built(self, build_key: str | None, folder: Path | None = None, placement: str = "",
                   reason: str = "") -> None:
-        self._update(built=None if build_key is None else {
+        built = None if build_key is None else {
             "build_key": build_key, "plan_sha256": file_sha256(folder / ENGINE_FILE), "placement": placement,
-            "reason": reason})
+            "reason": reason}
+        self._update(lambda state: setattr(state, "built", built))
 
     def add_measurement(self, measured: Acceptance) -> None:
-        self._read()
-        self._update(measured={**self.measured, measured.build_key: measured.as_dict()})
+        self._update(lambda state: state.measured.__setitem__(measured.build_key, measured.as_dict()))
 
     def measurement(self, build_key: str, plan_sha256: str, validation: str) -> Acceptance | None:
         stored = self.measured.get(build_key)
@@ -406,15 +407,18 @@ class EngineState:
                 if m.get("validation") == validation and float(m.get("retention", 0.0)) < min_retention}
 
 
-def _engine_intact(folder: Path) -> bool:
-    """engine.plan and engine.json present, and the plan is the one engine.json describes."""
+def _intact_plan_sha256(folder: Path) -> str | None:
+    """The plan's sha256 when engine.plan and engine.json are present and the plan is the one
+    engine.json describes, else None (the plan is read once: it can be hundreds of MB)."""
     plan, described = folder / ENGINE_FILE, folder / ENGINE_JSON
     if not (plan.is_file() and described.is_file()):
-        return False
+        return None
     try:
-        return json.loads(described.read_text()).get("plan_sha256") == file_sha256(plan)
+        expected = json.loads(described.read_text()).get("plan_sha256")
     except ValueError:
-        return False
+        return None
+    found = file_sha256(plan)
+    return found if found == expected else None
 
 
 def _drop_engine(folder: Path, state: EngineState) -> None:
@@ -426,8 +430,10 @@ def _drop_engine(folder: Path, state: EngineState) -> None:
 
 def _kept(state: EngineState, folder: Path, key: str) -> bool:
     built = state.built
-    return (built is not None and built.get("build_key") == key and _engine_intact(folder)
-            and built.get("plan_sha256") == file_sha256(folder / ENGINE_FILE))
+    if built is None or built.get("build_key") != key:
+        return False
+    plan_sha256 = _intact_plan_sha256(folder)
+    return plan_sha256 is not None and plan_sha256 == built.get("plan_sha256")
 
 
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
@@ -497,11 +503,10 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
     ``acceptance`` maps a candidate to its ``acceptance_payload`` (made once per compile);
     ``evaluate_remote`` / ``evaluate_local`` are injectable for tests.
     """
-    from edgebuild.datasets import validation_digest
 
     min_retention = project.accuracy.min_retention
     state = EngineState(project, group.name)
-    validation = digest([validation_digest(project), project.accuracy.device_images])
+    validation = _validation_key(project)
     refused_keys = set() if force else state.refused(min_retention, validation)
     payload = acceptance or (lambda name: acceptance_payload(project, gate, name))
     refused: list[dict[str, Any]] = []
@@ -530,17 +535,23 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
     return replace(record, refused=refused)
 
 
+def _validation_key(project: Project) -> str:
+    """What a stored device measurement was taken on: the validation set and ``accuracy.device_images``."""
+    from edgebuild.datasets import validation_digest
+
+    return digest([validation_digest(project), project.accuracy.device_images])
+
+
 def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host: DeviceFacts) -> bool:
     """Whether ``build_and_accept`` on a build device would use the device: not when the folder holds
     the engine of the first candidate not refused before, and its measurement is stored and passes
     (a farm group then reserves no board)."""
-    from edgebuild.datasets import validation_digest
 
     state = EngineState(project, group.name)
     built = state.built or {}
     if not _shippable(built.get("placement", "")):
         return True
-    validation = digest([validation_digest(project), project.accuracy.device_images])
+    validation = _validation_key(project)
     refused = state.refused(project.accuracy.min_retention, validation)
     folder = project.build_dir / "engines" / group.name
     for candidate in candidate_order(gate):
@@ -573,7 +584,8 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, state: En
              remeasure: bool, evaluate_remote: Any, evaluate_local: Any, report: Any) -> Acceptance:
     """The engine's metric on its device: the stored measurement of this plan, else measured now."""
     folder = project.build_dir / record.folder
-    plan_sha256 = file_sha256(folder / ENGINE_FILE)
+    # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again
+    plan_sha256 = EngineState(project, record.group).built["plan_sha256"]
     stored = None if remeasure else state.measurement(record.build_key, plan_sha256, validation)
     if stored is not None:
         report(f"accept: {record.group}: the {record.candidate} engine was measured before on {stored.where}: "
