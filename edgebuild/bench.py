@@ -144,13 +144,28 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict[str, Any], path: Path) -> Path:
-    """A PNG: the latency distribution per configuration, and throughput against batch size."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (no display on a build host or in CI)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    _pyplot().close(figure)
+    return path
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """A PNG: the latency distribution per configuration, and throughput against batch size."""
+    plt = _pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for c in result["configs"]:
         hist = c["histogram_ms"]
@@ -168,12 +183,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     art = result["artifact"]
     figure.suptitle(f"{art['model']} {art['version']} {art['group']} [{result['backend']}] on "
                     f"{result.get('ran_on', '?')}, power mode {power_mode(result)}", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 # -- the fleet (bench --farm) ---------------------------------------------------------------------
@@ -216,11 +226,7 @@ def fleet_table(summary: dict[str, Any]) -> str:
 
 def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
     """A PNG: p50 and p99 latency per group (batch 1 where measured, else the first configuration)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     measured = [g for g in summary["groups"] if not g["error"]]
     picked = [next((c for c in g["configs"] if c["batch"] == 1), g["configs"][0]) for g in measured]
     labels = [f"{g['group']}\n{g['board']}\n{g['backend'].split()[0]}" for g in measured]
@@ -231,12 +237,7 @@ def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
     axis.set_xticks(list(positions), labels, fontsize=8)
     axis.set(ylabel="latency (ms)", title="latency per fleet group on its own board")
     axis.legend()
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 # -- comparing ------------------------------------------------------------------------------------

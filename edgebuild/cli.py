@@ -968,7 +968,7 @@ def farm_status_command(project_dir: Path, farm_address: str | None, as_json: bo
         farm.disconnect()
     rows, records = [], []
     for place in places:
-        serves = [g.name for g in groups if all(place.tags.get(k) == v for k, v in target_tags(g).items())]
+        serves = [g.name for g in groups if place.has_tags(target_tags(g))]
         records.append({"place": place.name, "tags": place.tags, "serves": serves, "held_by": place.acquired,
                         "reservation": place.reservation})
         rows.append([place.name, " ".join(f"{k}={v}" for k, v in sorted(place.tags.items())) or "-",

@@ -55,6 +55,14 @@ class Place:
     acquired: str | None  # HOST/USER holding it
     reservation: str | None
 
+    def has_tags(self, tags: dict[str, str]) -> bool:
+        return all(self.tags.get(k) == v for k, v in tags.items())
+
+
+def profiles_of(places: list[Place]) -> list[str]:
+    """The module@jetpack profiles a farm's places are tagged with."""
+    return sorted({f"{p.tags.get('module', '?')}@{p.tags.get('jetpack', '?')}" for p in places})
+
 
 @dataclass(frozen=True)
 class Board:
@@ -285,17 +293,10 @@ class _LabgridApi:
         async def read() -> str:
             session = self._session
             wanted = session.places[place]
-            for exporter, groups in session.resources.items():
-                for group_name, group in groups.items():
-                    for name, resource in group.items():
-                        if resource.cls == "NetworkService" and wanted.hasmatch((exporter, group_name, resource.cls,
-                                                                                 name)):
-                            params = resource.params
-                            user_at = f"{params['username']}@" if params.get("username") else ""
-                            port = f":{params['port']}" if params.get("port") else ""
-                            return f"ssh://{user_at}{params['address']}{port}"
-            raise ConfigError(f"farm place {place} has no NetworkService resource (address, username, port)",
-                              hint="export the board's SSH service with a NetworkService entry and add-match it")
+            return _service_url(place, [
+                resource.params for exporter, groups in session.resources.items()
+                for group_name, group in groups.items() for name, resource in group.items()
+                if resource.cls == "NetworkService" and wanted.hasmatch((exporter, group_name, resource.cls, name))])
 
         return self._call(read())
 
@@ -374,10 +375,7 @@ class Farm:
         return self._coordinator.places(self.identity)
 
     def matching(self, tags: dict[str, str]) -> list[Place]:
-        return [p for p in self.places() if all(p.tags.get(k) == v for k, v in tags.items())]
-
-    def profiles(self) -> list[str]:
-        return sorted({f"{p.tags.get('module', '?')}@{p.tags.get('jetpack', '?')}" for p in self.places()})
+        return [p for p in self.places() if p.has_tags(tags)]
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -390,11 +388,11 @@ class Farm:
         """
         wanted = " ".join(f"{k}={v}" for k, v in tags.items())
         places = self.places()
-        matching = [p for p in places if all(p.tags.get(k) == v for k, v in tags.items())]
+        matching = [p for p in places if p.has_tags(tags)]
         if not matching:
-            profiles = sorted({f"{p.tags.get('module', '?')}@{p.tags.get('jetpack', '?')}" for p in places})
             raise ConfigError(f"the farm at {self.coordinator} has no board tagged {wanted}"
-                              + (f" (its profiles: {', '.join(profiles)})" if places else " (it has no places)"),
+                              + (f" (its profiles: {', '.join(profiles_of(places))})" if places
+                                 else " (it has no places)"),
                               hint="tag a place with labgrid-client -p PLACE set-tags " + wanted)
         if not {p.name for p in matching} - avoid:
             raise RemoteError(f"no other board tagged {wanted} to run {job or 'the job'} on: "
@@ -474,16 +472,23 @@ class Farm:
 
 def _ssh_url(place: str, shown: str) -> str:
     """ssh://user@address:port of the place's NetworkService, from `labgrid-client show`."""
+    services = []
     for match in re.finditer(r"^(?:Acquired|Matching) resource '[^']*' \(([^)]*)\):\n((?:  .*\n?)+)", shown, re.M):
         try:
             resource = ast.literal_eval(match[2].strip())
         except (ValueError, SyntaxError):
             continue
         if isinstance(resource, dict) and resource.get("cls") == "NetworkService":
-            params = resource.get("params", {})
-            user, address, port = params.get("username"), params.get("address"), params.get("port")
-            if address:
-                return f"ssh://{user + '@' if user else ''}{address}{':' + str(port) if port else ''}"
+            services.append(resource.get("params", {}))
+    return _service_url(place, services)
+
+
+def _service_url(place: str, services: list[dict[str, Any]]) -> str:
+    """ssh://user@address:port of the first of a place's NetworkService params that has an address."""
+    for params in services:
+        user, address, port = params.get("username"), params.get("address"), params.get("port")
+        if address:
+            return f"ssh://{user + '@' if user else ''}{address}{':' + str(port) if port else ''}"
     raise ConfigError(f"farm place {place} has no NetworkService resource (address, username, port)",
                       hint="export the board's SSH service with a NetworkService entry and add-match it")
 
