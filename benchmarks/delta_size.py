@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from edgebuild.ota import bundle_payload, read_bundle_manifest, write_bundle
+from edgebuild.shipping.ota import bundle_payload, read_bundle_manifest, write_bundle
 
 
 def _shuffled_weights(onnx_bytes: bytes) -> bytes:

@@ -34,9 +34,9 @@ def main() -> None:
     parser.add_argument("--target", default="yard-cams")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from edgebuild.config import load_project
-    from edgebuild.evaluate import ValidationSet, detection_settings, device_inputs
-    from edgebuild.pipeline import Options, plan_compile
+    from edgebuild.accuracy.evaluate import ValidationSet, detection_settings, device_inputs
+    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.project.config import load_project
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.stages import compile_plan
 

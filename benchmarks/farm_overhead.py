@@ -34,10 +34,10 @@ def main() -> None:
     args = parser.parse_args()
     import numpy
 
-    from edgebuild.config import load_project
-    from edgebuild.evaluate import ValidationSet, evaluate_on_device
-    from edgebuild.farm import Farm, run_on_board
-    from edgebuild.pipeline import Options, plan_compile
+    from edgebuild.accuracy.evaluate import ValidationSet, evaluate_on_device
+    from edgebuild.devices.farm import Farm, run_on_board
+    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.project.config import load_project
     from edgebuild.stages import compile_plan
     from tests.support.farm import LabgridFarm
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.config import WEIGHTED_OPS
+from edgebuild.project.config import WEIGHTED_OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ class Scorer:
     """The project's metric on any subset of the validation set, with edgebuild's evaluation code."""
 
     def __init__(self, project) -> None:
-        from edgebuild.evaluate import ValidationSet
+        from edgebuild.accuracy.evaluate import ValidationSet
 
         self.project = project
         self.data = ValidationSet(project, batch_size=1)
@@ -68,7 +68,7 @@ class Scorer:
     def __call__(self, onnx_model, items) -> float:
         import onnxruntime as ort
 
-        from edgebuild.evaluate import _ClassificationCollector, _DetectionCollector
+        from edgebuild.accuracy.evaluate import _ClassificationCollector, _DetectionCollector
 
         session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
@@ -79,7 +79,7 @@ class Scorer:
         for samples, batch, transforms in items:
             collect.add(samples, transforms, dict(zip(outputs, session.run(outputs, {name: batch}))))
         if detection:  # mAP over just these images
-            from edgebuild.metrics import coco_detection_metrics
+            from edgebuild.accuracy.metrics import coco_detection_metrics
 
             ids = {s.image_id for samples, _, _ in items for s in samples}
             gt = copy.deepcopy(self.data.coco.ground_truth)
@@ -93,7 +93,7 @@ def run_nncf(project, onnx_path: Path) -> tuple[float, object, float]:
     import nncf
     import onnx
 
-    from edgebuild.quantize import _CalibrationImages
+    from edgebuild.accuracy.quantize import _CalibrationImages
 
     model = onnx.load(str(onnx_path))
     scorer = Scorer(project)
@@ -118,7 +118,7 @@ def main() -> None:
         sys.exit("NNCF is not installed: pip install 'nncf>=2.14' (benchmark only)")
     import onnx
 
-    from edgebuild.config import load_project
+    from edgebuild.project.config import load_project
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"

@@ -1,3 +1,3 @@
-from edgebuild.cli import main
+from edgebuild.cli.commands import main
 
 main()

@@ -1,7 +1,7 @@
 """The options of ``serve``, ``bench`` and the OTA commands, defined once for both command lines.
 
 The device's ``edgebuild-device.pyz`` (argparse, ``add_arguments`` here) and the build host's
-``edgebuild`` (click, ``edgebuild/cli_options.py``) build their commands from these tables, so a
+``edgebuild`` (click, ``edgebuild/cli/options.py``) build their commands from these tables, so a
 flag, its type, default, range and help text cannot drift apart between them. ``as_argv`` turns
 option values back into a device command line (what the host runs over SSH). Options only the
 host has (``--device``, ``--json``, ``--plot``, ``--project``, ...) stay in the host's CLI.

@@ -75,7 +75,7 @@ class Recipe:
     model_version: str
     runtime: RuntimeSettings
     target: str
-    #: ``local``, ``ssh://user@host``, ``host-check`` or ``deferred`` (see edgebuild/engine.py)
+    #: ``local``, ``ssh://user@host``, ``host-check`` or ``deferred`` (see edgebuild/devices/engine.py)
     placement: str
     placement_reason: str
     shippable_engine: bool
@@ -93,7 +93,7 @@ class Recipe:
     profiles: Dict[str, List[List[int]]]
     #: the preset's TensorRT memory-pool limit
     workspace_bytes: int
-    #: the group's cgroup limit preset (``edgebuild.limits.LimitPreset.as_dict()``)
+    #: the group's cgroup limit preset (``edgebuild.targets.limits.LimitPreset.as_dict()``)
     limits: Dict[str, Any]
     dla_core: Optional[int]
     timing_cache: str
@@ -109,7 +109,7 @@ class Recipe:
     #: ONNX and acceptance set), served when this recipe's engine fails its acceptance set
     fallback: Optional[str] = None
     fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
-    #: an engine built on a device: its metric measured there by the compile (edgebuild.engine.Acceptance)
+    #: an engine built on a device: its metric measured there by the compile (edgebuild.devices.engine.Acceptance)
     accepted: Optional[Dict[str, Any]] = None
     #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
     outputs: Optional[Dict[str, TensorSpec]] = None

@@ -165,7 +165,7 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any
     """Every image's detections from one batch of dense outputs.
 
     ``settings``: ``boxes_output``, ``scores_output``, ``score_threshold``, ``nms_iou``,
-    ``max_detections`` (what the host's ``edgebuild.evaluate.detection_settings`` gives, also when
+    ``max_detections`` (what the host's ``edgebuild.accuracy.evaluate.detection_settings`` gives, also when
     it arrives on a device as JSON or inside an .npz).
     """
     params = DetectionParams(float(settings["score_threshold"]), float(settings["nms_iou"]),

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.config import load_project
-from edgebuild.export import export_model
+from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
+from edgebuild.sources.export import export_model
 from tests.support.project import write_tiny_project
 
 pytestmark = pytest.mark.gpu
@@ -96,10 +96,10 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
     """The shapes example's candidates, measured on ONNX Runtime (the CPU reference)."""
     import shutil
 
-    from edgebuild.datasets import prepare_data
-    from edgebuild.export import export_for_targets
-    from edgebuild.gate import run_gate
-    from edgebuild.pipeline import plan_compile
+    from edgebuild.accuracy.gate import run_gate
+    from edgebuild.datasets.project_data import prepare_data
+    from edgebuild.pipeline.runner import plan_compile
+    from edgebuild.sources.export import export_for_targets
     from tests.support.project import EXAMPLES
 
     root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
@@ -136,7 +136,7 @@ def test_shapes_engines_match_onnxruntime_at_min_opt_max(shapes_gate, tmp_path: 
 
 
 def test_the_gate_measures_retention_on_tensorrt(shapes_gate) -> None:
-    from edgebuild.gate import run_gate
+    from edgebuild.accuracy.gate import run_gate
 
     project, record, on_cpu = shapes_gate
     on_gpu = run_gate(project.with_accuracy_backend("tensorrt"), record, force=True, progress=False)

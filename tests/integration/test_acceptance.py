@@ -18,9 +18,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from edgebuild.config import load_project
 from edgebuild.errors import BundleError
-from edgebuild.pipeline import Options, plan_compile
+from edgebuild.pipeline.runner import Options, plan_compile
+from edgebuild.project.config import load_project
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.ota import health_check
 from edgebuild.runtime.recipe import Recipe
@@ -79,8 +79,8 @@ def test_a_correct_model_folder_passes_its_acceptance_check(shapes_folder: Path)
 
 
 def test_the_health_check_of_a_correct_folder_passes(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.ota import reference_outputs
     from edgebuild.runtime.ota import REFERENCE
+    from edgebuild.shipping.ota import reference_outputs
 
     folder = shutil.copytree(shapes_folder, tmp_path / "installed")  # as a bundle installs it: with its reference
     (folder / REFERENCE).write_bytes(reference_outputs(folder, Recipe.load(folder)))
@@ -114,8 +114,8 @@ def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health
 
 
 def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.ota import reference_outputs
     from edgebuild.runtime.ota import REFERENCE
+    from edgebuild.shipping.ota import reference_outputs
 
     damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)
     status, metadata, metrics = _serve(damaged)
@@ -136,8 +136,8 @@ def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: P
 
 
 def test_an_update_whose_engine_fails_acceptance_is_rolled_back(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.ota import bundle_payload, write_bundle
     from edgebuild.runtime.ota import active_version, install
+    from edgebuild.shipping.ota import bundle_payload, write_bundle
     from tests.support.jetson import write_device_root
 
     device = write_device_root(tmp_path / "device", "orin-nano-8gb@6.2")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
-from edgebuild.evaluate import ValidationSet, evaluate
+from edgebuild.accuracy.evaluate import ValidationSet, evaluate
+from edgebuild.cli.commands import main
+from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
 pytestmark = pytest.mark.ssh
@@ -60,9 +60,9 @@ def test_the_device_measures_what_the_host_measures_and_inputs_travel_once(examp
 def test_a_model_folder_changed_after_compile_is_refused_on_the_device(example_copy, loopback_jetson) -> None:
     import numpy
 
+    from edgebuild.accuracy.evaluate import evaluate_on_device
     from edgebuild.errors import BundleError
-    from edgebuild.evaluate import evaluate_on_device
-    from edgebuild.pipeline import Options, plan_compile
+    from edgebuild.pipeline.runner import Options, plan_compile
     from edgebuild.stages import compile_plan
 
     jetson = loopback_jetson("orin-nano-4gb@6.2", extra_pythonpath=Path(numpy.__file__).parent.parent)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
-from edgebuild.datasets import prepare_data
-from edgebuild.evaluate import evaluate
-from edgebuild.model import TorchRunner, resolve_entry_point
+from edgebuild.accuracy.evaluate import evaluate
+from edgebuild.cli.commands import main
+from edgebuild.datasets.project_data import prepare_data
+from edgebuild.project.config import load_project
+from edgebuild.sources.model import TorchRunner, resolve_entry_point
 
 
 def test_shapes_detector_fp32_map_is_at_least_half(example_copy) -> None:

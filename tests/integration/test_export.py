@@ -11,15 +11,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
+from edgebuild.cli.commands import main
 from edgebuild.errors import ExportError, ModelError
-from edgebuild.export import ParityError, choose_opset, export_dir, export_model, verify_onnx
-from edgebuild.model import load_model
-from edgebuild.pipeline import Options, plan_compile
-from edgebuild.profiles import load_catalog
+from edgebuild.pipeline.runner import Options, plan_compile
+from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.sources.export import ParityError, choose_opset, export_dir, export_model, verify_onnx
+from edgebuild.sources.model import load_model
 from edgebuild.stages import compile_plan
+from edgebuild.targets.profiles import load_catalog
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
@@ -261,7 +261,7 @@ def test_auto_falls_back_to_torchscript_when_the_dynamo_model_fails_the_checker(
 def test_dynamo_writing_opset_18_for_opset_17_is_refused_without_a_second_export(tmp_path: Path,
                                                                                   monkeypatch) -> None:
     """One attempt per exporter: the opset the file imports is read before anything else is done."""
-    import edgebuild.export as export
+    import edgebuild.sources.export as export
 
     calls: list[str] = []
     for name in ("_export_dynamo", "_export_torchscript"):

@@ -21,7 +21,7 @@ import numpy
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
+from edgebuild.cli.commands import main
 from tests.support.farm import LabgridFarm
 from tests.support.project import EXAMPLES
 
@@ -104,7 +104,7 @@ def test_a_board_held_by_someone_else_makes_the_group_wait(project: Path, farm: 
 
 def test_a_board_that_stops_answering_mid_job_is_released_and_the_job_runs_on_its_twin(
         project: Path, farm: LabgridFarm, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebuild.remote import SshDevice
+    from edgebuild.devices.ssh import SshDevice
 
     real = SshDevice.device_tool
     killed: list[str] = []
@@ -203,8 +203,8 @@ def test_farm_status_lists_places_what_they_serve_and_who_holds_them(project: Pa
 
 @pytest.mark.parametrize("through", ["grpc", "labgrid-client"])
 def test_a_lease_through_either_client_reaches_the_board_and_is_released(farm: LabgridFarm, through: str) -> None:
-    from edgebuild.farm import Farm, labgrid_tool
-    from edgebuild.remote import SshDevice
+    from edgebuild.devices.farm import Farm, labgrid_tool
+    from edgebuild.devices.ssh import SshDevice
 
     client = Farm(farm.address, client=labgrid_tool("labgrid-client") if through == "labgrid-client" else None)
     try:

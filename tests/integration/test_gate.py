@@ -8,13 +8,13 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
-from edgebuild.datasets import prepare_data
+from edgebuild.accuracy.gate import require_pass, run_gate
+from edgebuild.cli.commands import main
+from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import AccuracyGateError
-from edgebuild.export import choose_opset, export_model
-from edgebuild.gate import require_pass, run_gate
-from edgebuild.profiles import load_catalog
+from edgebuild.project.config import load_project
+from edgebuild.sources.export import choose_opset, export_model
+from edgebuild.targets.profiles import load_catalog
 
 FRAGILE = '''
 """The trained digits network made fragile on purpose: one activation channel of the first
@@ -214,7 +214,7 @@ def test_calibration_images_that_are_all_the_same_are_refused_and_one_image_is_w
 
 
 def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) -> None:
-    from edgebuild.gate import _Measurements
+    from edgebuild.accuracy.gate import _Measurements
 
     root = example_copy("digits-classifier")
     messages: list[str] = []

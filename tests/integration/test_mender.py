@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import ConfigError
-from edgebuild.ota import load_signing_key, mender_artifact
+from edgebuild.shipping.ota import load_signing_key, mender_artifact
 
 FILES = {"model.onnx": bytes(range(256)) * 400, "recipe.json": b'{"group": "yard-cams"}'}
 COMMON = dict(artifact_name="shapes-detector-1.0.0-yard-cams", device_types=["jetson-orin-nano-devkit"], files=FILES,
@@ -133,8 +133,8 @@ def test_keys_and_payloads_mender_cannot_take_are_refused(tmp_path: Path) -> Non
 def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
     """The tiny project with [ota] settings and a compiled folder for group dock; returns (project, public key)."""
 
-    from edgebuild.config import load_project
-    from edgebuild.profiles import load_catalog
+    from edgebuild.project.config import load_project
+    from edgebuild.targets.profiles import load_catalog
     from tests.support.runtime_artifacts import recipe_for, write_artifact
 
     key_pem, public = _keys(tiny_project, "ecdsa")
@@ -158,8 +158,8 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     """`edgebuild package` for a compiled group: its Mender artifact validates; its bundle is inside."""
     import json
 
-    from edgebuild.ota import package_project
     from edgebuild.runtime.ota import verify
+    from edgebuild.shipping.ota import package_project
 
     project, public = _compiled_tiny(tiny_project, signed)
     fleet = package_project(project, DOCK, report=lambda _: None)
@@ -183,8 +183,8 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
 def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_path: Path) -> None:
     import shutil
 
-    from edgebuild.config import load_project
-    from edgebuild.ota import package_project
+    from edgebuild.project.config import load_project
+    from edgebuild.shipping.ota import package_project
 
     project, _ = _compiled_tiny(tiny_project, signed=True, version="1.0.0")
     package_project(project, DOCK, report=lambda _: None)
@@ -206,7 +206,7 @@ def _public(path: Path):
 def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(tiny_project: Path) -> None:
     import json
 
-    from edgebuild.ota import package_group
+    from edgebuild.shipping.ota import package_group
 
     project, _ = _compiled_tiny(tiny_project, False)
     accepted = {"where": "ssh://nvidia@orin-01", "backend": "tensorrt 8.5.2.2", "metric": "mAP50-95",
@@ -223,8 +223,8 @@ def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(ti
 
 def test_model_artifacts_clear_only_their_own_provides_and_can_depend_on_the_device_type_alone(
         tiny_project: Path) -> None:
-    from edgebuild.config import load_project
-    from edgebuild.ota import mender_keys
+    from edgebuild.project.config import load_project
+    from edgebuild.shipping.ota import mender_keys
 
     project = load_project(tiny_project)
     keys = mender_keys(project, "tiny", "1.2.0", "dock", "36.4.3")

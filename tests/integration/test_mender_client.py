@@ -30,8 +30,8 @@ L4T = "35.4.1"
 @pytest.fixture
 def fleet(tiny_project: Path, tmp_path: Path):
     """The tiny project signed with an ECDSA P-256 key (SEC1, what mender-artifact signs with), and a device."""
-    from edgebuild.config import load_project
-    from edgebuild.profiles import load_catalog
+    from edgebuild.project.config import load_project
+    from edgebuild.targets.profiles import load_catalog
     from tests.support.runtime_artifacts import recipe_for, write_artifact
 
     key = ec.generate_private_key(ec.SECP256R1())
@@ -59,8 +59,8 @@ def fleet(tiny_project: Path, tmp_path: Path):
 
 def _release(root: Path, version: str) -> Path:
     """`edgebuild package` of the tiny project at ``version``; returns its Mender artifact."""
-    from edgebuild.config import load_project
-    from edgebuild.ota import package_group
+    from edgebuild.project.config import load_project
+    from edgebuild.shipping.ota import package_group
 
     toml = root / "edgebuild.toml"
     text = toml.read_text()
@@ -102,9 +102,9 @@ def _broken_release(root: Path, version: str, private: Path) -> Path:
     import json
     import tarfile
 
-    from edgebuild.config import load_project
-    from edgebuild.ota import load_bundle_key, mender_artifact, mender_keys, write_bundle
+    from edgebuild.project.config import load_project
     from edgebuild.runtime.ota import MANIFEST, PAYLOAD, REFERENCE
+    from edgebuild.shipping.ota import load_bundle_key, mender_artifact, mender_keys, write_bundle
 
     good = _release(root, version)
     bundle = next(good.parent.glob(f"*-{version}-dock.edgebundle"))
@@ -147,7 +147,7 @@ def test_an_update_whose_health_check_fails_is_reported_failed_and_the_previous_
 
 
 def test_an_artifact_for_another_device_or_with_another_signature_is_refused(fleet, tmp_path: Path) -> None:
-    from edgebuild.ota import load_bundle_key, mender_artifact
+    from edgebuild.shipping.ota import load_bundle_key, mender_artifact
 
     root, device, _ = fleet
     good = _release(root, "1.0.0")

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import BundleError
-from edgebuild.ota import bundle_payload, write_bundle
 from edgebuild.runtime.ota import active_version, install, rollback, verify
+from edgebuild.shipping.ota import bundle_payload, write_bundle
 from tests.support.jetson import write_device_root
 from tests.support.runtime_artifacts import recipe_for, write_artifact
 
@@ -238,8 +238,8 @@ def test_the_mender_update_module_installs_and_rolls_back_through_the_device_too
     """The script Mender runs (update module protocol v3), driving the real edgebuild-device.pyz."""
     import os
 
-    from edgebuild.profiles import data_dir
-    from edgebuild.remote import device_tool_archive
+    from edgebuild.datafiles import data_dir
+    from edgebuild.devices.ssh import device_tool_archive
 
     root, key, public = installed
     tool = tmp_path / "edgebuild-device.pyz"
@@ -482,8 +482,8 @@ def _openssl(*args: str) -> None:
 @pytest.mark.parametrize("form", list(OPENSSL_KEYS))
 def test_bundles_signed_with_openssl_rsa_and_ec_keys_verify(tmp_path: Path, artifact: Path, device: Path,
                                                             form: str) -> None:
-    from edgebuild.ota import load_bundle_key
     from edgebuild.runtime.ota import load_verify_key
+    from edgebuild.shipping.ota import load_bundle_key
 
     private = tmp_path / f"{form}.pem"
     _openssl(*[a.replace("{out}", str(private)) for a in OPENSSL_KEYS[form]])
@@ -519,8 +519,8 @@ def _module(tmp_path: Path, root: Path, public, device: Path):
     """A Mender-like driver of the update module: ``state(name, tree)`` with a fresh tree per artifact."""
     import os
 
-    from edgebuild.profiles import data_dir
-    from edgebuild.remote import device_tool_archive
+    from edgebuild.datafiles import data_dir
+    from edgebuild.devices.ssh import device_tool_archive
 
     tool = tmp_path / "edgebuild-device.pyz"
     tool.write_bytes(device_tool_archive())

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.cli import main
-from edgebuild.preflight import BLOCKING, DLA_FALLBACK, WARNING, check_target, preflight, version_matches
-from edgebuild.profiles import SelectedGroup, load_catalog
+from edgebuild.cli.commands import main
+from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, WARNING, check_target, preflight, version_matches
+from edgebuild.targets.profiles import SelectedGroup, load_catalog
 from tests.support.project import TINY_TOML, write_tiny_project
 
 LAYERNORM_MODEL = '''
@@ -212,7 +212,7 @@ def test_quantization_nodes_are_checked_for_types_and_attributes(target: str) ->
 
 
 def test_every_gate_candidate_of_both_examples_is_one_every_target_takes(example_copy) -> None:
-    from edgebuild.gate import GateResult
+    from edgebuild.accuracy.gate import GateResult
 
     for name in ("digits-classifier", "shapes-detector"):
         root = example_copy(name)
@@ -239,14 +239,14 @@ def gate_dir_of(root: Path) -> Path:
 
 
 def _fleet_groups(root: Path) -> list[SelectedGroup]:
-    from edgebuild.config import load_project
-    from edgebuild.pipeline import plan_compile
+    from edgebuild.pipeline.runner import plan_compile
+    from edgebuild.project.config import load_project
 
     return list(plan_compile(load_project(root), "all").groups)
 
 
 def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path) -> None:
-    from edgebuild.gate import tensorrt_rejections
+    from edgebuild.accuracy.gate import tensorrt_rejections
 
     path = tmp_path / "int32-bias.onnx"
     onnx.save(_qdq_model(data_type=TensorProto.INT32), str(path))

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 from junitparser import JUnitXml
 
-from edgebuild.build_report import write_report
-from edgebuild.cli import main
+from edgebuild.cli.commands import main
+from edgebuild.report.build_report import write_report
 
 pytestmark = pytest.mark.slow  # each compiles the example (about 10 s)
 

@@ -23,7 +23,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edgebuild.container import (
+from edgebuild.errors import LimitError
+from edgebuild.runtime.recipe import Recipe
+from edgebuild.shipping.container import (
     build_image,
     inspect_container,
     plan_container,
@@ -32,10 +34,8 @@ from edgebuild.container import (
     start_container,
     write_container,
 )
-from edgebuild.errors import LimitError
-from edgebuild.limits import fit_to_host, load_preset
-from edgebuild.profiles import load_catalog
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.targets.limits import fit_to_host, load_preset
+from edgebuild.targets.profiles import load_catalog
 from tests.support.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]

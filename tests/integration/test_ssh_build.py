@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
-from edgebuild.engine import build_over_ssh, plan_engine
+from edgebuild.accuracy.gate import GateResult, gate_dir
+from edgebuild.cli.commands import main
+from edgebuild.devices.engine import build_over_ssh, plan_engine
+from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
-from edgebuild.gate import GateResult, gate_dir
-from edgebuild.pipeline import plan_compile
-from edgebuild.remote import SshDevice
+from edgebuild.pipeline.runner import plan_compile
+from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
 from tests.fakes.tensorrt_double import PLAN
 from tests.support.project import EXAMPLES, REPO

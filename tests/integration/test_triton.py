@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from edgebuild.cli import main
+from edgebuild.cli.commands import main
 from edgebuild.runtime.recipe import Recipe
 
 
@@ -68,7 +68,7 @@ def test_every_group_gets_a_model_repository_triton_can_read(example_copy, examp
 
 
 def test_a_shippable_engine_is_served_as_a_tensorrt_plan_for_the_modules_compute_capability(tmp_path: Path) -> None:
-    from edgebuild.triton import config_pbtxt, write_repository
+    from edgebuild.shipping.triton import config_pbtxt, write_repository
     from tests.support.runtime_artifacts import write_artifact
 
     folder = write_artifact(tmp_path / "folder")
@@ -90,7 +90,7 @@ def _parsed_text(text: str) -> model_config_pb2.ModelConfig:
 
 
 def test_the_triton_release_table_covers_every_orin_jetpack_and_marks_what_is_unconfirmed() -> None:
-    from edgebuild.triton import triton_release
+    from edgebuild.shipping.triton import triton_release
 
     for jetpack in ("6.2", "6.2.1", "6.1", "6.0", "5.1.2", "5.1.5"):
         release = triton_release(jetpack)

@@ -34,7 +34,7 @@ class MenderDevice:
     """One device: its Mender client state, its installed update modules and its edgebuild install root."""
 
     def __init__(self, folder: Path, profile: str, device_type: str, verify_key: Path) -> None:
-        from edgebuild.remote import device_tool_archive
+        from edgebuild.devices.ssh import device_tool_archive
 
         self.folder = folder
         self.etc, self.modules, self.data = folder / "etc-mender", folder / "modules", folder / "data"

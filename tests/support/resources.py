@@ -60,7 +60,7 @@ def _cgroup() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "creating cgroups needs root"
     try:
-        from edgebuild.limits import host_cgroup
+        from edgebuild.targets.limits import host_cgroup
 
         host_cgroup("probe")
     except Exception as exc:  # CapabilityMissing, or no /proc/mounts
@@ -106,7 +106,7 @@ def _chromium() -> tuple[bool, str]:
 
 @cache
 def _farm() -> tuple[bool, str]:
-    from edgebuild.farm import labgrid_tool
+    from edgebuild.devices.farm import labgrid_tool
 
     missing = [tool for tool in ("labgrid-client", "labgrid-coordinator", "labgrid-exporter")
                if labgrid_tool(tool) is None]

@@ -16,11 +16,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgebuild.engine import onnx_outputs
-from edgebuild.limits import load_preset
-from edgebuild.profiles import load_catalog
+from edgebuild.devices.engine import onnx_outputs
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.recipe import Recipe, RecipeModule, RuntimeSettings
+from edgebuild.targets.limits import load_preset
+from edgebuild.targets.profiles import load_catalog
 
 SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
 TARGET = "orin-nano-8gb@6.2"

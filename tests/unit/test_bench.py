@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from edgebuild.bench import compare
+from edgebuild.devices.bench import compare
 from edgebuild.errors import ConfigError
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
+from edgebuild.cli.commands import main
 from edgebuild.errors import DataError, ModelError
-from edgebuild.project_check import check_code_and_data, raise_for_problems
+from edgebuild.project.config import load_project
+from edgebuild.workflows.check import check_code_and_data, raise_for_problems
 from tests.support.project import TINY_TOML, write_tiny_classifier_project, write_tiny_project
 
 

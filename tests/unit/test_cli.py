@@ -11,14 +11,14 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from edgebuild import __version__
-from edgebuild.cli import main
+from edgebuild.cli.commands import main
 
 HEAVY = ("torch", "onnx", "onnxruntime", "pydantic", "PIL", "pycocotools")
 
 
 def test_help_imports_nothing_heavy_and_is_fast() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); from edgebuild.cli import main\n"
+        "import sys, time; t = time.perf_counter(); from edgebuild.cli.commands import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], time.perf_counter() - t)"
     )
@@ -90,7 +90,7 @@ def test_compile_force_takes_an_optional_stage_and_refuses_unknown_ones(tiny_pro
     assert result.exit_code == 2 and "unknown stage exprot; stages: model, reference, export" in result.output
     help_text = CliRunner().invoke(main, ["compile", "--help"]).output
     assert "--force [STAGE]" in help_text and "reused" in help_text
-    from edgebuild.cli import _STAGE_NAMES_HELP
+    from edgebuild.cli.commands import _STAGE_NAMES_HELP
     from edgebuild.stages import stage_names
 
     assert _STAGE_NAMES_HELP == ", ".join(stage_names())  # --help names the stages without importing them

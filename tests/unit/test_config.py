@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
+from edgebuild.cli.commands import main
 from edgebuild.errors import ConfigError
+from edgebuild.project.config import load_project
 from tests.support.project import TINY_TOML, write_tiny_project
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgebuild.container import (
+from edgebuild.errors import ConfigError, TargetError
+from edgebuild.runtime.recipe import Recipe
+from edgebuild.shipping.container import (
     ENGINE_CACHE,
     RUNTIME_UID,
     docker_size,
@@ -20,10 +22,8 @@ from edgebuild.container import (
     tensorrt_base_image,
     write_container,
 )
-from edgebuild.errors import ConfigError, TargetError
-from edgebuild.limits import LimitPreset, load_preset
-from edgebuild.profiles import load_catalog
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.targets.limits import LimitPreset, load_preset
+from edgebuild.targets.profiles import load_catalog
 from tests.support.runtime_artifacts import recipe_for, write_artifact
 
 CATALOG = load_catalog()
@@ -179,7 +179,7 @@ def test_cpu_flavor_uses_onnx_runtime_and_no_nvidia_runtime(tmp_path: Path) -> N
 
 
 def test_install_script_is_valid_sh() -> None:
-    from edgebuild.profiles import data_dir
+    from edgebuild.datafiles import data_dir
 
     assert subprocess.run(["sh", "-n", str(data_dir("docker") / "install-runtime-deps.sh")]).returncode == 0
 

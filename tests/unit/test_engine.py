@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
-from edgebuild.engine import decide_placement, plan_engine
+from edgebuild.cli.commands import main
+from edgebuild.devices.engine import decide_placement, plan_engine
 from edgebuild.errors import LimitError
-from edgebuild.pipeline import plan_compile
-from edgebuild.profiles import load_catalog
+from edgebuild.pipeline.runner import plan_compile
+from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
+from edgebuild.targets.profiles import load_catalog
 from tests.fakes.tensorrt_double import make_tensorrt
 
 
@@ -55,7 +55,7 @@ HOST_CHECK = DeviceFacts("10.3.0", "", "8.9", None, ())
 def _gated(root: Path):
     CliRunner().invoke(main, ["validate", "-p", str(root)])
     project = load_project(root)
-    from edgebuild.gate import GateResult, gate_dir
+    from edgebuild.accuracy.gate import GateResult, gate_dir
 
     return project, GateResult.load(gate_dir(project))
 
@@ -127,7 +127,7 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
 
 def _recorded_device(reference: float, retention: dict[str, float], calls: list[str]):
     """A device evaluation that gives each candidate a recorded retention (the plumbing test is test_ssh_build)."""
-    from edgebuild.evaluate import Evaluation
+    from edgebuild.accuracy.evaluate import Evaluation
     from edgebuild.runtime.recipe import Recipe
 
     def evaluate(project, folder, url, data=None, backend="auto", report=None):
@@ -147,7 +147,7 @@ class _Inputs:  # what the engine stage's verdict reads
 
 def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
     """Builds "on the device" go to the TensorRT double here (test_ssh_build runs the real SSH path)."""
-    import edgebuild.engine as engine
+    import edgebuild.devices.engine as engine
     from edgebuild.runtime.device import build_from_recipe
 
     monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, report=None: build_from_recipe(
@@ -156,7 +156,7 @@ def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
 
 def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candidate(
         example_copy, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebuild.engine import build_and_accept, candidate_order
+    from edgebuild.devices.engine import build_and_accept, candidate_order
     from edgebuild.runtime.recipe import Recipe
     from edgebuild.stages import _engine_verdict
 
@@ -203,7 +203,7 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
 
 
 def test_only_engines_that_ship_are_measured(example_copy) -> None:
-    from edgebuild.engine import build_and_accept
+    from edgebuild.devices.engine import build_and_accept
     from edgebuild.stages import _engine_verdict
 
     project, gate = _gated(example_copy("digits-classifier"))

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from edgebuild.errors import ExportError
-from edgebuild.export import choose_opset
-from edgebuild.profiles import load_catalog
+from edgebuild.sources.export import choose_opset
+from edgebuild.targets.profiles import load_catalog
 
 
 def _project(opset: int | None = None) -> SimpleNamespace:

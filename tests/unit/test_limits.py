@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ConfigError
-from edgebuild.limits import (
+from edgebuild.targets.limits import (
     CgroupV2,
     available_presets,
     check_against_module,
@@ -16,7 +16,7 @@ from edgebuild.limits import (
     parse_size,
     preset_path,
 )
-from edgebuild.profiles import load_catalog
+from edgebuild.targets.profiles import load_catalog
 
 
 def test_sizes_are_binary_like_dockers() -> None:

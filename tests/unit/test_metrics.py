@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgebuild.metrics import coco_detection_metrics, top_k_accuracy
+from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 
 
 def test_top_k_accuracy() -> None:
@@ -55,7 +55,7 @@ def _pycocotools_stats(ground_truth: dict, detections: list[dict]) -> list[float
 
 
 def test_coco_metrics_agree_with_pycocotools_on_many_noisy_detections() -> None:
-    from edgebuild.metrics import coco_ground_truth
+    from edgebuild.accuracy.metrics import coco_ground_truth
 
     rng = np.random.default_rng(3)
     images, annotations, detections = [], [], []

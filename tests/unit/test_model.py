@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import ClassificationTask, Project, load_project
+from edgebuild.cli.commands import main
 from edgebuild.errors import ModelError
-from edgebuild.model import TorchRunner, check_model, model_key_parts, model_source_digest, outputs_by_name
+from edgebuild.project.config import ClassificationTask, Project, load_project
 from edgebuild.runtime.vision import decode_outputs
-from edgebuild.task_outputs import task_output_mismatches
+from edgebuild.sources.model import TorchRunner, check_model, model_key_parts, model_source_digest, outputs_by_name
+from edgebuild.sources.task_outputs import task_output_mismatches
 from tests.support.project import (
     TINY_CLASSIFIER_TOML,
     TINY_TOML,
@@ -146,7 +146,7 @@ def test_validate_stops_at_the_model_stage_without_a_traceback(tmp_path: Path) -
 
 def test_the_decoders_refuse_outputs_the_task_cannot_read(tmp_path: Path) -> None:
     """A runner that skipped the model stage (or a model folder built before it) meets a clear error."""
-    from edgebuild.evaluate import evaluate
+    from edgebuild.accuracy.evaluate import evaluate
 
     for builder, words in (("build_untransposed", "boxes is [4, 4, 64] and scores is [4, 2, 64], not [N, A, 4] "
                                                   "and [N, A, 2]"),

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.cache import digest, file_sha256, record_path
-from edgebuild.config import load_project
+from edgebuild.content import digest, file_sha256
 from edgebuild.errors import BuildLocked, ModelError
-from edgebuild.pipeline import Options, Stage, build_lock, plan_compile, run_stages
+from edgebuild.pipeline.records import record_path
+from edgebuild.pipeline.runner import Options, Stage, build_lock, plan_compile, run_stages
+from edgebuild.project.config import load_project
 
 
 class _Toy:
@@ -174,7 +175,7 @@ def test_unknown_stage_in_force_is_refused(toy) -> None:
 
 
 def test_moving_an_image_to_another_class_folder_changes_the_validation_identity(example_copy) -> None:
-    from edgebuild.datasets import prepare_data, validation_digest
+    from edgebuild.datasets.project_data import prepare_data, validation_digest
 
     project = load_project(example_copy("digits-classifier"))
     prepare_data(project)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgebuild.preflight import BLOCKING, WARNING, Finding, TargetPreflight, group_findings, preflight_text
+from edgebuild.targets.preflight import BLOCKING, WARNING, Finding, TargetPreflight, group_findings, preflight_text
 
 
 def _ln(node: str) -> Finding:

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli import main
-from edgebuild.config import load_project
+from edgebuild.cli.commands import main
+from edgebuild.datafiles import data_dir
 from edgebuild.errors import TargetError
-from edgebuild.profiles import data_dir, load_catalog, select_groups
+from edgebuild.project.config import load_project
+from edgebuild.targets.profiles import load_catalog, select_groups
 
 REFERENCE = data_dir("profiles") / "reference" / "jetpack_matrix.json"
 
@@ -140,7 +141,7 @@ def test_profiles_show_prints_sources_and_unconfirmed_marks() -> None:
 
 
 def test_release_opset_never_exceeds_its_parser_table() -> None:
-    from edgebuild.preflight import parser_table
+    from edgebuild.targets.preflight import parser_table
 
     for release in load_catalog().releases.values():
         table = parser_table(release.tensorrt)

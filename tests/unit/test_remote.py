@@ -1,10 +1,10 @@
-"""ssh:// device URLs (edgebuild.remote): the forms accepted, and those refused."""
+"""ssh:// device URLs (edgebuild.devices.ssh): the forms accepted, and those refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from edgebuild.remote import parse_ssh_url
+from edgebuild.project.addresses import parse_ssh_url
 
 
 @pytest.mark.parametrize("url, parsed", [

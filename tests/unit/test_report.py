@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from edgebuild.build_report import from_compile, to_html, to_junit, to_markdown, write_report
 from edgebuild.errors import ConfigError
+from edgebuild.report.build_report import from_compile, to_html, to_junit, to_markdown, write_report
 
 FINDING = {"node": "/head/NonMaxSuppression", "op_type": "NonMaxSuppression", "severity": "blocking",
            "problem": "not in TensorRT 8.5's ONNX parser <& \x1b[31m>", "fix": "move NMS out of the graph",

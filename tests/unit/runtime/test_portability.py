@@ -1,6 +1,6 @@
 """The device-side code (edgebuild/runtime/, errors.py) runs on Python 3.8 with numpy, nothing from the build side.
 
-The files checked are the ones that travel to a device in edgebuild-device.pyz (edgebuild.remote).
+The files checked are the ones that travel to a device in edgebuild-device.pyz (edgebuild.devices.ssh).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.remote import device_tool_archive, device_tool_files
+from edgebuild.devices.ssh import device_tool_archive, device_tool_files
 
 DEVICE_FILES = device_tool_files()
 # imported inside functions; cryptography only by the OTA verifier (bundle signatures)

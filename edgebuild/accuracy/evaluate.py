@@ -1,0 +1,327 @@
+"""Task evaluation: run a backend over the validation set and compute the project's metric.
+
+Works with any runner of ``edgebuild.runtime.backends`` (``backend`` name, ``run(inputs) -> outputs``);
+every result records which backend produced it. A ``ValidationSet`` decodes and preprocesses
+the images once, so comparing several candidates does not redo that work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
+from edgebuild.datasets.project_data import Sample, load_class_folder_set, load_coco_set, read_image
+from edgebuild.errors import ModelError
+from edgebuild.runtime.backends import Runner
+from edgebuild.runtime.vision import (
+    ImageTransform,
+    PreprocessSpec,
+    check_detection_outputs,
+    decode_outputs,
+    preprocess,
+    stack_batch,
+)
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+
+#: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
+CACHE_BUDGET_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    metric: str
+    value: float
+    metrics: dict[str, float]
+    backend: str
+    images: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {"metric": self.metric, "value": self.value, "metrics": self.metrics,
+                "backend": self.backend, "images": self.images, "seconds": round(self.seconds, 3)}
+
+
+def preprocess_spec(project: Project) -> PreprocessSpec:
+    pre = project.task.preprocess
+    return PreprocessSpec(
+        input_size=(pre.input_size[0], pre.input_size[1]),
+        resize=pre.resize,
+        pad_value=pre.pad_value,
+        channel_order=pre.channel_order,
+        mean=tuple(pre.mean),
+        std=tuple(pre.std),
+    )
+
+
+def evaluation_batch_size(project: Project, requested: int = 8) -> int:
+    spec = project.model.inputs[0]
+    return max(spec.min_shape[0], min(requested, spec.max_shape[0]))
+
+
+class ValidationSet:
+    """The project's validation images, preprocessed, in batches, with their ground truth."""
+
+    def __init__(self, project: Project, *, limit: int | None = None, batch_size: int = 8) -> None:
+        self.project = project
+        self.batch_size = evaluation_batch_size(project, batch_size)
+        if project.task.kind == "detection":
+            self.coco = load_coco_set(project, limit)
+            self.samples: list[Sample] = self.coco.samples
+        else:
+            self.coco = None
+            self.samples = load_class_folder_set(project, limit)
+        self._spec = preprocess_spec(project)
+        channels, (height, width) = project.task.preprocess.channels, self._spec.input_size
+        self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES
+        self._cache: list[tuple[list[Sample], np.ndarray, list[ImageTransform]]] = []
+        self._ground_truth: Any = None
+
+    @property
+    def ground_truth(self) -> Any:
+        """The COCO index of the detection ground truth, built once per set (every candidate reuses it)."""
+        if self._ground_truth is None:
+            from edgebuild.accuracy.metrics import coco_ground_truth
+
+            self._ground_truth = coco_ground_truth(self.coco.ground_truth)
+        return self._ground_truth
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def batches(self) -> Iterator[tuple[list[Sample], np.ndarray, list[ImageTransform]]]:
+        if self._cache:
+            yield from self._cache
+            return
+        gray = self._spec.channel_order == "GRAY"
+        filled = []
+        for start in range(0, len(self.samples), self.batch_size):
+            chunk = self.samples[start : start + self.batch_size]
+            tensors, transforms = zip(*(preprocess(read_image(s.path, gray), self._spec) for s in chunk))
+            batch = (chunk, stack_batch(tensors), list(transforms))
+            if self._cacheable:
+                filled.append(batch)
+            yield batch
+        self._cache = filled
+
+
+def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
+             progress: bool = True, desc: str | None = None) -> Evaluation:
+    """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it)."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    data = data or ValidationSet(project)
+    input_name = project.model.inputs[0].name
+    bar = tqdm(total=len(data), desc=desc or f"evaluate [{runner.backend}]", unit="img",
+               disable=not progress, leave=False)
+    collect = _DetectionCollector(project, data) if project.task.kind == "detection" \
+        else _ClassificationCollector(project, data)
+    try:
+        for chunk, batch, transforms in data.batches():
+            collect.add(chunk, transforms, runner.run({input_name: batch}))
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    metrics = collect.metrics()
+    return Evaluation(project.metric, metrics[project.metric], metrics, runner.backend, len(data),
+                      time.perf_counter() - started)
+
+
+class _DetectionCollector:
+    def __init__(self, project: Project, data: ValidationSet) -> None:
+        self.settings = detection_settings(project)
+        self.coco, self.data = data.coco, data
+        self.results: list[dict[str, Any]] = []
+
+    def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        boxes, scores = self.settings["boxes_output"], self.settings["scores_output"]
+        check_detection_outputs(outputs[boxes], outputs[scores], boxes, scores, len(self.coco.category_ids))
+        for sample, transform, found in zip(chunk, transforms, decode_outputs(outputs, self.settings)):
+            self.add_found(sample, transform, found)
+
+    def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
+        """One image's decoded detections (boxes in network-input pixels), from here or from a device."""
+        xyxy = transform.boxes_to_original(found["boxes"])
+        for box, score, label in zip(xyxy, found["scores"], found["labels"]):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            self.results.append({
+                "image_id": sample.image_id,
+                "category_id": self.coco.category_ids[int(label)],
+                "bbox": [x1, y1, x2 - x1, y2 - y1],
+                "score": float(score),
+            })
+
+    def metrics(self) -> dict[str, float]:
+        return coco_detection_metrics(self.data.ground_truth, self.results)
+
+
+class _ClassificationCollector:
+    def __init__(self, project: Project, data: ValidationSet) -> None:
+        self.logits_name = project.task.postprocess.logits_output
+        self.classes = len(project.task.classes)
+        self.labels = np.array([s.label for s in data.samples])
+        self.logits: list[np.ndarray] = []
+
+    def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        logits = outputs[self.logits_name]
+        if logits.ndim != 2 or logits.shape != (len(chunk), self.classes):
+            raise ModelError(f"cannot score classification: {self.logits_name} is {list(logits.shape)} for "
+                             f"{len(chunk)} images, not [N, {self.classes}] (N images, len(task.classes))",
+                             hint="`edgebuild compile` checks the outputs in its model stage and says what the "
+                                  "shapes look like")
+        self.logits.append(logits)
+
+    def metrics(self) -> dict[str, float]:
+        return top_k_accuracy(np.concatenate(self.logits), self.labels)
+
+
+# -- on a device -----------------------------------------------------------------------------------
+
+def device_inputs(project: Project, data: ValidationSet) -> bytes:
+    """The preprocessed validation batches as ``inputs.npz`` for ``edgebuild-device.pyz evaluate``.
+
+    The exact float32 tensors the gate evaluated (not images plus a preprocessing spec: the device
+    has numpy but no image decoder, and the metric must come from the same inputs), compressed.
+    """
+    import io
+
+    arrays = {f"batch_{i:04d}": batch for i, (_, batch, _) in enumerate(data.batches())}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, input_name=np.asarray(project.model.inputs[0].name), **arrays)
+    return buffer.getvalue()
+
+
+def detection_settings(project: Project) -> dict[str, Any] | None:
+    """What the device needs to decode detections as the host does (None: not a detection task)."""
+    if project.task.kind != "detection":
+        return None
+    post = project.task.postprocess
+    return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
+            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections}
+
+
+def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,
+                         seconds: float) -> Evaluation:
+    """The project's metric from a device's ``results.npz``, with the gate's own collectors."""
+    import io
+
+    stored = np.load(io.BytesIO(results), allow_pickle=False)
+    batches = list(data.batches())
+    samples = [s for chunk, _, _ in batches for s in chunk]
+    transforms = [t for _, _, chunk in batches for t in chunk]
+    if project.task.kind == "detection":
+        collect = _DetectionCollector(project, data)
+        start = 0
+        for sample, transform, count in zip(samples, transforms, stored["counts"].tolist()):
+            found = {k: stored[k][start:start + count] for k in ("boxes", "scores", "labels")}
+            collect.add_found(sample, transform, found)
+            start += count
+    else:
+        collect = _ClassificationCollector(project, data)
+        collect.add(samples, transforms, {k: stored[k] for k in stored.files})
+    metrics = collect.metrics()
+    return Evaluation(project.metric, metrics[project.metric], metrics, backend, len(samples), seconds)
+
+
+def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
+                       backend: str = "auto", report: Callable[[str], None] = lambda _: None) -> tuple[Evaluation,
+                                                                                                     dict[str, Any]]:
+    """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
+
+    The model folder and the validation inputs are each copied once per content hash (a second
+    evaluation of the same folder and set sends nothing but the command). Returns the evaluation
+    and the device's answer (backend, why, inference seconds, device facts).
+    """
+    import hashlib
+    import json
+
+    from edgebuild.devices.ssh import SshDevice
+    from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+
+    data = data or ValidationSet(project)
+    device = SshDevice(url)
+    recipe = Recipe.load(folder)
+    files = recipe.model_files(folder)
+    model_key = hashlib.sha256(json.dumps(recipe.file_hashes(folder), sort_keys=True).encode()).hexdigest()
+    model_dir = f"evaluations/models/{recipe.group}-{model_key[:12]}"
+    inputs = device_inputs(project, data)
+    inputs_file = f"{hashlib.sha256(inputs).hexdigest()[:16]}.npz"
+    inputs_name = f"evaluations/inputs/{inputs_file}"
+    sent = []
+    if device.put_once(files, model_dir, RECIPE_FILE):
+        sent.append(f"{len(files)} model file(s)")
+    if device.put_once({inputs_file: inputs}, "evaluations/inputs", inputs_file):
+        sent.append(f"the validation inputs ({len(inputs)} bytes)")
+    report(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
+    out = f"evaluations/results-{model_key[:12]}.npz"
+    args = ["evaluate", model_dir, "--inputs", inputs_name, "--out", out, "--backend", backend]
+    settings = detection_settings(project)
+    if settings:
+        args += ["--detection", json.dumps(settings)]
+    answer = device.device_tool(args, timeout_s=3600)
+    result = answer["evaluate"]
+    fetched = device.fetch([out])[out]
+    if hashlib.sha256(fetched).hexdigest() != result["results_sha256"]:
+        from edgebuild.errors import RemoteError
+
+        raise RemoteError(f"{url}: the evaluation results arrived with another sha256 than the device computed")
+    evaluation = score_device_results(project, data, fetched, result["backend"], result["inference_s"])
+    return evaluation, {**result, "device": answer.get("device"), "sent": sent}
+
+
+# -- the acceptance set a model folder carries -------------------------------------------------------
+
+#: the acceptance statistic's settings, chosen by measurement (README, "Accuracy on the device");
+#: change ACCEPTANCE_VERSION with them or with acceptance_set, so stored sets are made again
+ACCEPTANCE_VERSION = 1
+ACCEPTANCE_IMAGES = 32
+ACCEPTANCE_MIN_SCORE = 0.25
+ACCEPTANCE_IOU = 0.85
+ACCEPTANCE_MARGIN = 0.04
+
+
+def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candidate_onnx: Path) -> tuple[bytes, float]:
+    """``acceptance.npz`` for a model folder, and the agreement the candidate itself reaches on it here.
+
+    The first ``ACCEPTANCE_IMAGES`` validation inputs, FP32's results for them, and a threshold of
+    the candidate's own agreement with FP32 minus ``ACCEPTANCE_MARGIN``: an engine that computes
+    what the gate measured passes, one that loses the gate's margin does not.
+    """
+    import io
+
+    from edgebuild.runtime import acceptance
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    inputs = np.concatenate([batch for _, batch, _ in data.batches()])[:ACCEPTANCE_IMAGES]
+    # 8 bits a value, as the camera gave them (the bundle grows by about 1 MB, not 10): FP32's
+    # results and the threshold are computed from exactly what the device will run
+    packed, scale, offset = acceptance.pack_inputs(inputs)
+    inputs = acceptance.unpack_inputs(packed, scale, offset)
+    name, batch = project.model.inputs[0].name, evaluation_batch_size(project)
+    fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
+    settings: dict[str, Any] = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
+                                "inputs_offset": np.float64(offset), "threshold": np.float64(0.0)}
+    decode = detection_settings(project)
+    if decode is not None:
+        found = decode_outputs(fp32, decode)
+        settings.update(kind=np.asarray("detection"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
+                        iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in decode.items()},
+                        **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
+    else:
+        logits = project.task.postprocess.logits_output
+        settings.update(kind=np.asarray("classification"), logits_output=np.asarray(logits),
+                        fp32_top1=np.argmax(fp32[logits], axis=-1).astype(np.int64))
+    own = acceptance.agreement_of(settings, acceptance.run_outputs(OnnxRuntimeRunner(candidate_onnx), inputs, name,
+                                                                   batch))
+    settings["threshold"] = np.float64(max(0.0, own - ACCEPTANCE_MARGIN))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **settings)
+    return buffer.getvalue(), own

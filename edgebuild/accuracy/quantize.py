@@ -1,0 +1,329 @@
+"""Precision candidates made from the verified FP32 ONNX: FP16, and INT8 as explicit Q/DQ.
+
+INT8 uses ONNX Runtime's post-training static quantizer (``onnxruntime.quantization``) in QDQ
+format with per-channel weights: a maintained quantizer that writes standard
+QuantizeLinear/DequantizeLinear pairs, which TensorRT 8.5+ builds as explicit INT8 (TensorRT 10
+deprecates implicit calibrators in favour of Q/DQ), and which ONNX Runtime on the CPU runs, so
+the same file is measured here and built there. Calibration runs once per model and is kept
+as ONNX Runtime's calibration cache, so the sensitivity analysis can quantize many variants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgebuild.errors import ExportError
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    precision: str  # fp32 | fp16 | int8 | int8-mixed
+    onnx_path: Path
+    kept_fp32: tuple[str, ...] = ()  # INT8 fallback: nodes left in floating point
+    note: str = ""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def fp16_candidate(source: Path, out: Path) -> Candidate:
+    """FP16 weights and activations, FP32 inputs and outputs (as TensorRT's FP16 mode keeps I/O)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    with _quiet():
+        model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
+    onnx.save_model(model, str(out))
+    return Candidate("fp16", out, note="onnxruntime.transformers.float16, FP32 I/O")
+
+
+class _CalibrationImages:
+    """Feeds preprocessed calibration images, one per step, to ONNX Runtime's calibrator."""
+
+    def __init__(self, project: Project, progress: bool) -> None:
+        from tqdm import tqdm
+
+        from edgebuild.accuracy.evaluate import preprocess_spec
+        from edgebuild.datasets.project_data import calibration_images, read_image
+        from edgebuild.runtime.vision import preprocess
+
+        self._paths = calibration_images(project)
+        self._spec = preprocess_spec(project)
+        self._read, self._preprocess = read_image, preprocess
+        self._name = project.model.inputs[0].name
+        self._index = 0
+        self._bar = tqdm(total=len(self._paths), desc="calibrate", unit="img", disable=not progress, leave=False)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._index >= len(self._paths):
+            self._bar.close()
+            return None
+        path = self._paths[self._index]
+        self._index += 1
+        self._bar.update(1)
+        tensor, _ = self._preprocess(self._read(path, self._spec.channel_order == "GRAY"), self._spec)
+        return {self._name: tensor[None]}
+
+    def rewind(self) -> None:
+        self._index = 0
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def _reader_class() -> type:
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(_CalibrationImages, CalibrationDataReader):
+        pass
+
+    return Reader
+
+
+def _method(project: Project) -> tuple[Any, dict[str, Any]]:
+    from onnxruntime.quantization import CalibrationMethod
+
+    settings = project.quantize
+    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+              "percentile": CalibrationMethod.Percentile}[settings.calibration_method]
+    options = {"CalibPercentile": settings.percentile} if settings.calibration_method == "percentile" else {}
+    return method, options
+
+
+def prepare_for_quantization(source: Path, out: Path) -> Path:
+    """ONNX Runtime's recommended pre-processing (shape inference, graph clean-up) into ``out``.
+
+    Symbolic shape inference first; where it cannot finish (it fails on some exported graphs)
+    ONNX's own shape inference; where both fail, ``source`` itself, returned as it is.
+    """
+    from onnxruntime.quantization import quant_pre_process
+
+    source, out = source.resolve(), out.resolve()
+    previous = os.getcwd()
+    for symbolic in (True, False):
+        try:
+            # its symbolic shape inference drops temporary files into the working directory
+            with _quiet(), tempfile.TemporaryDirectory() as scratch:
+                os.chdir(scratch)
+                try:
+                    quant_pre_process(str(source), str(out), skip_symbolic_shape=not symbolic)
+                finally:
+                    os.chdir(previous)
+            return out
+        except Exception:  # the pre-processor raises plain exceptions for graphs it cannot infer
+            continue
+    return source
+
+
+#: what an activation passes through between a weighted op and a residual Add that TensorRT fuses
+_FUSED_ACTIVATIONS = frozenset({"Relu", "BatchNormalization", "LeakyRelu", "Clip"})
+
+
+@dataclass(frozen=True)
+class QuantizationPlan:
+    """Which nodes of a model get Q/DQ on their inputs (and weights): TensorRT's placement."""
+
+    nodes: tuple[str, ...]  # graph order
+    op_types: tuple[str, ...]
+    residual_adds: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.nodes
+
+
+def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
+    """The nodes TensorRT would run in INT8: ``quantize.op_types`` (inputs and weights), plus the
+    Adds that join a weighted op's output with another activation (skip connections, which
+    TensorRT fuses into the convolution when the residual input is quantized). Everything else,
+    the detection head's decode math (Add/Mul with constants, Exp, Sigmoid, Concat, Resize), stays
+    in float: TensorRT would not run it in INT8, and Q/DQ there only costs accuracy."""
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    op_types = tuple(project.quantize.op_types)
+    produced = {out: node for node in model.graph.node for out in node.output}
+    constants = {i.name for i in model.graph.initializer}
+
+    def from_weighted(tensor: str, hops: int = 0) -> bool:
+        node = produced.get(tensor)
+        if node is None:
+            return False
+        if node.op_type in op_types:
+            return True
+        return node.op_type in _FUSED_ACTIVATIONS and hops < 2 and from_weighted(node.input[0], hops + 1)
+
+    def activation(tensor: str) -> bool:
+        node = produced.get(tensor)
+        return tensor not in constants and node is not None and node.op_type != "Constant"
+
+    residual = tuple(n.name for n in model.graph.node
+                     if project.quantize.residual_add and n.op_type == "Add" and len(n.input) == 2
+                     and all(activation(i) for i in n.input) and any(from_weighted(i) for i in n.input))
+    nodes = tuple(n.name for n in model.graph.node if n.name and (n.op_type in op_types or n.name in residual))
+    return QuantizationPlan(nodes, op_types, residual)
+
+
+def int8_candidate(project: Project, source: Path, out: Path, calibration_cache: Path, plan: QuantizationPlan, *,
+                   exclude: tuple[str, ...] = (), progress: bool = False) -> Candidate:
+    """Static INT8 Q/DQ on the plan's nodes but ``exclude``. The first call calibrates and writes
+    ``calibration_cache``; later calls reuse it.
+
+    Signed symmetric INT8 (zero point 0) for weights (per channel) and activations (per tensor),
+    Q/DQ on inputs only (never on a weighted op's output), biases left in float (TensorRT takes
+    DequantizeLinear on INT8 only), one Q/DQ pair per consumer so a node kept in float reads the
+    float tensor even where a neighbour reads the same tensor quantized.
+    """
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    method, extra = _method(project)
+    calibrating = not calibration_cache.is_file()
+    reader = _reader_class()(project, progress) if calibrating else None
+    # the quantizer writes the cache as it calibrates: into a temporary name, renamed once complete
+    cache_path = calibration_cache.with_name(f".tmp-{os.getpid()}-{calibration_cache.name}") if calibrating \
+        else calibration_cache
+    op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
+    extra = {**extra, "ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+             "DedicatedQDQPair": True, "OpTypesToExcludeOutputQuantization": op_types}
+    nodes = [n for n in plan.nodes if n not in set(exclude)]
+    try:
+        with _quiet():
+            quantize_static(
+                str(source), str(out), reader, quant_format=QuantFormat.QDQ,
+                per_channel=project.quantize.per_channel, activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8, calibrate_method=method, extra_options=extra,
+                op_types_to_quantize=op_types, nodes_to_quantize=nodes, calibration_cache_path=str(cache_path),
+            )
+    except Exception as exc:  # the quantizer raises plain exceptions for graphs it cannot handle
+        if calibrating:
+            cache_path.unlink(missing_ok=True)
+        raise ExportError(f"{source}: INT8 quantization failed: {type(exc).__name__}: {exc}") from exc
+    if calibrating and cache_path.is_file():
+        os.replace(cache_path, calibration_cache)
+    leaks = float_leaks(out, exclude)
+    if leaks:  # a bug of ours or the quantizer's: never measure a graph that is not what it says
+        raise ExportError(f"{out}: layers meant to stay in float still read quantized tensors: {', '.join(leaks)}")
+    settings = project.quantize
+    how = (f"{settings.calibration_method} calibration, {'per-channel' if settings.per_channel else 'per-tensor'} "
+           f"weights, Q/DQ on {len(nodes)} node(s) ({', '.join(plan.op_types)}"
+           + (f", {len(plan.residual_adds)} residual Add" if plan.residual_adds else "") + ")")
+    if exclude:
+        return Candidate("int8-mixed", out, tuple(exclude), f"Q/DQ INT8, {len(exclude)} layer(s) kept in float; {how}")
+    return Candidate("int8", out, note=f"Q/DQ INT8, {how}")
+
+
+def float_leaks(path: Path, kept: tuple[str, ...]) -> list[str]:
+    """Nodes of ``kept`` that read a DequantizeLinear output: not really in float."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    produced = {out: node.op_type for node in model.graph.node for out in node.output}
+    wanted = set(kept)
+    return [n.name for n in model.graph.node
+            if n.name in wanted and any(produced.get(i) == "DequantizeLinear" for i in n.input)]
+
+
+def graph_digest(path: Path) -> str:
+    """Identity of a candidate's graph: two candidates with the same digest measure the same thing."""
+    import hashlib
+
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.ClearField("doc_string")
+    return hashlib.sha256(model.graph.SerializeToString()).hexdigest()
+
+
+def check_calibration(project: Project, report: Report) -> None:
+    """Refuse calibration data that cannot give INT8 ranges; warn about data too small to trust."""
+    from edgebuild.content import file_sha256
+    from edgebuild.datasets.project_data import calibration_images
+    from edgebuild.errors import DataError
+
+    images = calibration_images(project)
+    if len(images) > 1 and len({file_sha256(p) for p in images}) == 1:
+        raise DataError(f"data.calibration_images: all {len(images)} images in "
+                        f"{project.path(project.data.calibration_images)} are identical: INT8 ranges from one "
+                        "picture repeated would clip what real inputs show",
+                        hint="calibrate on a few dozen representative images of the application")
+    if len(images) < 8:
+        report(f"gate: WARNING: only {len(images)} calibration image(s); INT8 ranges from so few rarely hold "
+               "on real inputs (use 32 or more)")
+
+
+def layer_errors(int8_path: Path, batches: list[np.ndarray], input_name: str) -> list[dict[str, Any]]:
+    """How much quantizing each layer's inputs loses, worst first, in one pass over ``batches``.
+
+    For every activation Q/DQ pair of the INT8 graph the tensor before quantization is compared
+    with what DequantizeLinear gives back, in the same run: the error that this one quantization
+    adds, not what accumulated upstream. The signal-to-noise ratio is taken per channel and
+    averaged in dB, so a tensor whose small channels are crushed by one large one (per-tensor
+    scales) scores low even though its energy is dominated by the channel that survives. A layer
+    scores its worst input.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(int8_path))
+    produced = {out: node for node in model.graph.node for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    pairs = []  # (float tensor, dequantized tensor, layer reading it)
+    for node in model.graph.node:
+        quantize = produced.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if quantize is not None and quantize.op_type == "QuantizeLinear":
+            pairs += [(quantize.input[0], node.output[0], c.name) for c in consumers.get(node.output[0], [])]
+    if not pairs:
+        return []
+    graph_inputs = {i.name for i in model.graph.input}
+    wanted = sorted({t for pair in pairs for t in pair[:2] if t not in graph_inputs})
+    present = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
+                              for t in wanted if t not in present)
+    with _quiet():
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    signal: dict[tuple[str, str], np.ndarray] = {}
+    noise: dict[tuple[str, str], np.ndarray] = {}
+    for batch in batches:
+        values = dict(zip(wanted, session.run(wanted, {input_name: batch})))
+        values[input_name] = batch
+        for before, after, _ in pairs:
+            x, y = values[before].astype(np.float64), values[after].astype(np.float64)
+            axes = tuple(i for i in range(x.ndim) if i != (1 if x.ndim == 4 else x.ndim - 1))
+            key = (before, after)
+            signal[key] = signal.get(key, 0) + np.sum(x * x, axis=axes)
+            noise[key] = noise.get(key, 0) + np.sum((x - y) ** 2, axis=axes)
+    scores: dict[str, float] = {}
+    for before, after, layer in pairs:
+        s, n = signal[(before, after)], noise[(before, after)]
+        live = s > 0
+        if not live.any():
+            continue
+        per_channel = 10 * np.log10(s[live] / np.maximum(n[live], s[live] * 1e-12))
+        score = float(np.mean(np.minimum(per_channel, 120.0)))
+        scores[layer] = min(score, scores.get(layer, score))
+    return [{"layer": layer, "sqnr_db": round(score, 2)} for layer, score in sorted(scores.items(), key=lambda i: i[1])]

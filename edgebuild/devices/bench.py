@@ -1,0 +1,309 @@
+"""``edgebuild bench``: run the device-side bench runner here or over SSH, then report and compare.
+
+The measuring happens in ``edgebuild/runtime/bench.py`` (Python 3.8, on the device); this module
+starts it (a fresh process here, so the cold start is real; or ``edgebuild-device.pyz bench`` on
+an SSH device after copying the artifact there), and turns its versioned JSON into a table, a PNG
+plot and a comparison against a baseline run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
+from edgebuild.runtime import options as device_options
+from edgebuild.runtime.bench import SCHEMA
+from edgebuild.runtime.files import sha256_bytes
+from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+
+#: figures --compare shows, with the direction that is better
+COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
+            ("throughput_ips", "higher"))
+
+
+def device_args(options: dict[str, Any]) -> list[str]:
+    """The bench options (by parameter name) as ``edgebuild-device bench`` arguments."""
+    return device_options.as_argv(device_options.BENCH, options)
+
+
+def bench_here(artifact: Path, options: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Run the bench in a fresh Python process on this machine (progress passes through to stderr)."""
+    command = [sys.executable, "-m", "edgebuild.runtime", "bench", str(artifact), *device_args(options)]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout_s)
+    return _answer(done.stdout, done.returncode, "this host")
+
+
+def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report: Callable[[str], None] = print,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+    """Copy the artifact to the device (once per content) and run the device-side bench there."""
+    from edgebuild.devices.ssh import SshDevice
+
+    recipe = Recipe.load(artifact)
+    files = recipe.model_files(artifact)
+    digest = sha256_bytes(json.dumps(recipe.file_hashes(artifact), sort_keys=True).encode())
+    remote_dir = f"bench/{recipe.group}-{digest[:12]}"
+    target = SshDevice(url)
+    if target.put_once(files, remote_dir, RECIPE_FILE):
+        report(f"copied {artifact} to {url}:{remote_dir} ({len(files)} files)")
+    report(f"running the bench on {url} (progress comes back when it ends)")
+    answer = target.device_tool(["bench", remote_dir, *device_args(options)], timeout_s=timeout_s)
+    result = answer["bench"]
+    result["ran_on"] = url
+    for line in answer.get("log", "").splitlines():
+        report(f"  device: {line}")
+    return result
+
+
+def _answer(stdout: str, code: int, where: str) -> dict[str, Any]:
+    lines = stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise EdgebuildError(f"the bench runner on {where} gave no answer (exit {code})") from None
+    if not answer.get("ok"):
+        from edgebuild.devices.ssh import _error_class
+
+        cls = _error_class(answer.get("error", ""), int(answer.get("exit_code", 1)))
+        raise cls(answer.get("message", "bench failed"), hint=answer.get("hint"))
+    result = answer["bench"]
+    result["ran_on"] = where
+    return result
+
+
+# -- reading results ------------------------------------------------------------------------------
+
+def load_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a bench result ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ConfigError(f"{path}: not a bench result of this edgebuild (schema {data.get('schema')!r}, "
+                          f"expected {SCHEMA!r})" if isinstance(data, dict) else f"{path}: not a bench result")
+    return data
+
+
+def power_mode(result: dict[str, Any]) -> str:
+    mode = (result.get("jetson") or {}).get("power_mode") or {}
+    if not mode.get("available"):
+        return "none (not a Jetson)"
+    return mode.get("name") or f"mode {mode.get('id')}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The run as text: where and what, cold start, one row per configuration, memory and power."""
+    from edgebuild.targets.limits import human_size
+
+    art = result["artifact"]
+    cold = result["cold_start"]
+    lines = [f"bench of {art['model']} {art['version']} ({art['group']}, {art['target']}, {art['precision']}) on "
+             f"{result.get('ran_on', '?')} [{result['backend']}]",
+             f"  backend: {result['backend_reason']}",
+             f"  power mode: {power_mode(result)}",
+             f"  cold start: process start to first result {cold['process_to_first_result_s']} s (backend load "
+             f"{cold['backend_load_s']} s, first inference {cold['first_inference_ms']} ms)", ""]
+    headers = ["batch", "conc", "runs", "min", "mean", "p50", "p90", "p95", "p99", "max", "img/s", "p50 CI",
+               "stopped by"]
+    rows = []
+    for c in result["configs"]:
+        lat = c["latency"]
+        rows.append([str(c["batch"]), str(c["concurrency"]), str(c["iterations"])]
+                    + [f"{lat[k]:.3f}" for k in ("min_ms", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms",
+                                                  "max_ms")]
+                    + [f"{c['throughput_ips']:.1f}", f"±{c['p50_ci_width_pct'] / 2:.2f}%", c["stopped_by"]])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "   (latency in ms)")
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    stages = [c for c in result["configs"] if c.get("stages")]
+    for c in stages:
+        s = c["stages"]
+        lines.append(f"  batch {c['batch']}: host-to-device {s['h2d_ms']:.3f} ms, compute {s['compute_ms']:.3f} ms, "
+                     f"device-to-host {s['d2h_ms']:.3f} ms")
+    if not stages:
+        lines.append(f"  copy/compute split: not available on {result['backend']} (TensorRT only)")
+    memory = result["memory"]
+    cgroup = memory.get("cgroup") or {}
+    lines.append(f"  peak memory: RSS {human_size(memory['peak_rss_bytes'])}" + (
+        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
+        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup"))
+    tegra = result.get("tegrastats") or {}
+    if tegra.get("available"):
+        rail = tegra.get("input_rail")
+        power = tegra.get("rails_mw", {}).get(rail, {}) if rail else {}
+        lines.append(f"  tegrastats: {tegra['samples']} samples; GPU load mean "
+                     f"{tegra.get('gpu_load_pct', {}).get('mean', '?')}%, RAM max "
+                     f"{tegra.get('ram_used_mb', {}).get('max', '?')} MB"
+                     + (f", {rail} mean {power.get('mean')} mW (max {power.get('max')})" if power else ""))
+    else:
+        lines.append(f"  tegrastats: {tegra.get('reason', 'not sampled')}")
+    return "\n".join(lines)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (no display on a build host or in CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    _pyplot().close(figure)
+    return path
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """A PNG: the latency distribution per configuration, and throughput against batch size."""
+    plt = _pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for c in result["configs"]:
+        hist = c["histogram_ms"]
+        centers = [(a + b) / 2 for a, b in zip(hist["edges"][:-1], hist["edges"][1:])]
+        left.step(centers, hist["counts"], where="mid", label=f"batch {c['batch']}, conc {c['concurrency']} "
+                                                             f"(p50 {c['latency']['p50_ms']:.2f} ms)")
+        left.axvline(c["latency"]["p50_ms"], linestyle=":", linewidth=0.8, color=left.lines[-1].get_color())
+    left.set(xlabel="latency (ms)", ylabel="runs", title="latency distribution (0.5th-99.5th percentile)")
+    left.legend(fontsize=8)
+    for threads in sorted({c["concurrency"] for c in result["configs"]}):
+        points = sorted((c["batch"], c["throughput_ips"]) for c in result["configs"] if c["concurrency"] == threads)
+        right.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"concurrency {threads}")
+    right.set(xlabel="batch size", ylabel="images / s", title="throughput")
+    right.legend(fontsize=8)
+    art = result["artifact"]
+    figure.suptitle(f"{art['model']} {art['version']} {art['group']} [{result['backend']}] on "
+                    f"{result.get('ran_on', '?')}, power mode {power_mode(result)}", fontsize=10)
+    return _save(figure, path)
+
+
+# -- the fleet (bench --farm) ---------------------------------------------------------------------
+
+def fleet_summary(results: list[Any]) -> dict[str, Any]:
+    """One row per group from the farm's job results: board, backend, cold start, each configuration."""
+    groups = []
+    for r in results:
+        row: dict[str, Any] = {"group": r.group, "board": r.board, "url": r.url, "retried_from": r.retried_from,
+                               "error": str(r.error) if r.error else None}
+        if r.error is None:
+            result = r.result
+            row.update(target=result["artifact"]["target"], precision=result["artifact"]["precision"],
+                       backend=result["backend"], power_mode=power_mode(result),
+                       cold_start_s=result["cold_start"]["process_to_first_result_s"],
+                       configs=[{"batch": c["batch"], "concurrency": c["concurrency"],
+                                 "p50_ms": c["latency"]["p50_ms"], "p99_ms": c["latency"]["p99_ms"],
+                                 "throughput_ips": c["throughput_ips"]} for c in result["configs"]])
+        groups.append(row)
+    return {"schema": "edgebuild.bench-fleet/1", "groups": groups}
+
+
+def fleet_table(summary: dict[str, Any]) -> str:
+    headers = ["group", "board", "target", "precision", "backend", "power mode", "cold s", "batch", "conc",
+               "p50 ms", "p99 ms", "img/s"]
+    rows = []
+    for g in summary["groups"]:
+        if g["error"]:
+            rows.append([g["group"], g["board"] or "-", "FAILED", "", "", "", "", "", "", "", "", ""])
+            continue
+        for c in g["configs"]:
+            rows.append([g["group"], g["board"], g["target"], g["precision"], g["backend"], g["power_mode"],
+                         f"{g['cold_start_s']}", str(c["batch"]), str(c["concurrency"]), f"{c['p50_ms']:.3f}",
+                         f"{c['p99_ms']:.3f}", f"{c['throughput_ips']:.1f}"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
+    """A PNG: p50 and p99 latency per group (batch 1 where measured, else the first configuration)."""
+    plt = _pyplot()
+    measured = [g for g in summary["groups"] if not g["error"]]
+    picked = [next((c for c in g["configs"] if c["batch"] == 1), g["configs"][0]) for g in measured]
+    labels = [f"{g['group']}\n{g['board']}\n{g['backend'].split()[0]}" for g in measured]
+    figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(measured)), 4.5))
+    positions = range(len(measured))
+    axis.bar([p - 0.2 for p in positions], [c["p50_ms"] for c in picked], width=0.4, label="p50")
+    axis.bar([p + 0.2 for p in positions], [c["p99_ms"] for c in picked], width=0.4, label="p99")
+    axis.set_xticks(list(positions), labels, fontsize=8)
+    axis.set(ylabel="latency (ms)", title="latency per fleet group on its own board")
+    axis.legend()
+    return _save(figure, path)
+
+
+# -- comparing ------------------------------------------------------------------------------------
+
+def compare(current: dict[str, Any], baseline: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
+    """Per configuration both runs have, the change in each figure; refuses unlike runs unless forced."""
+    problems = []
+    if current["artifact"]["files"] != baseline["artifact"]["files"]:
+        changed = sorted(k for k in set(current["artifact"]["files"]) | set(baseline["artifact"]["files"])
+                         if current["artifact"]["files"].get(k) != baseline["artifact"]["files"].get(k))
+        problems.append(f"different artifacts ({', '.join(changed)} differ)")
+    if power_mode(current) != power_mode(baseline):
+        problems.append(f"different power modes ({power_mode(baseline)} then, {power_mode(current)} now)")
+    if current["backend"] != baseline["backend"]:
+        problems.append(f"different backends ({baseline['backend']} then, {current['backend']} now)")
+    if problems and not force:
+        raise ConfigError("will not compare runs taken with " + "; ".join(problems),
+                          hint="pass --force to compare them anyway")
+    rows = []
+    old = {(c["batch"], c["concurrency"]): c for c in baseline["configs"]}
+    for c in current["configs"]:
+        before = old.get((c["batch"], c["concurrency"]))
+        if before is None:
+            continue
+        for figure, better in COMPARED:
+            now = c["throughput_ips"] if figure == "throughput_ips" else c["latency"][figure]
+            then = before["throughput_ips"] if figure == "throughput_ips" else before["latency"][figure]
+            change = (now - then) / then * 100 if then else float("inf")
+            improved = change < 0 if better == "lower" else change > 0
+            rows.append({"batch": c["batch"], "concurrency": c["concurrency"], "figure": figure, "baseline": then,
+                         "current": now, "change_pct": round(change, 2), "better": improved if change else None})
+    if not rows:
+        raise ConfigError("the runs share no (batch, concurrency) configuration to compare",
+                          hint="rerun with the baseline's --batch and --concurrency")
+    return {"forced_over": problems, "rows": rows}
+
+
+def comparison_table(comparison: dict[str, Any]) -> str:
+    lines = []
+    if comparison["forced_over"]:
+        lines.append("compared with --force over: " + "; ".join(comparison["forced_over"]))
+    lines.append(f"{'batch':>5} {'conc':>4} {'figure':<15} {'baseline':>10} {'now':>10} {'change':>8}")
+    for r in comparison["rows"]:
+        mark = "" if r["better"] is None else (" better" if r["better"] else " worse")
+        lines.append(f"{r['batch']:>5} {r['concurrency']:>4} {r['figure']:<15} {r['baseline']:>10.3f} "
+                     f"{r['current']:>10.3f} {r['change_pct']:>+7.1f}%{mark}")
+    return "\n".join(lines)
+
+
+def parse_int_list(text: str | None, option: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: give whole numbers separated by commas, like 1,4,8") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(f"{option} {text!r}: every value must be at least 1")
+    return values
+
+
+def check_remote_url(url: str) -> str:
+    from edgebuild.project.addresses import parse_ssh_url
+
+    try:
+        parse_ssh_url(url)
+    except ValueError as exc:
+        raise RemoteError(str(exc), hint="write --device ssh://user@host[:port]") from None
+    return url

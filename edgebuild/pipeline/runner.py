@@ -1,0 +1,395 @@
+"""The stage protocol: plan the compile, run the stages in order, skip what is up to date.
+
+A :class:`Stage` declares its name and version, the stages whose records it reads, whether it
+runs once or once per fleet group, and two functions: ``key`` (the inputs it reads: content
+hashes of files, the settings it uses) and ``run`` (which returns the stage's typed record).
+The runner adds edgebuild's version and the stage's own to the key, and skips a stage whose
+stored record (``edgebuild.pipeline.records``) has the same key and intact outputs; the summary then says
+"reused". ``force`` names stages to run again: each forced stage and everything after it that
+reads it. Records are written atomically after the stage's outputs, so a compile killed at any
+point leaves every earlier record valid; and a lock on the build folder keeps two compiles of
+one project from interleaving.
+
+The stages themselves (what each one reads and does) are in ``edgebuild.stages``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edgebuild import __version__
+from edgebuild.errors import BuildLocked, EdgebuildError
+from edgebuild.pipeline.records import (
+    StageRecord,
+    load_stage_record,
+    stale_because,
+    stamp_outputs,
+    write_stage_record,
+)
+from edgebuild.project.config import Project
+from edgebuild.targets.profiles import Catalog, SelectedGroup, load_catalog, select_groups
+
+Report = Callable[[str], None]
+LOCK_FILE = ".lock"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a compile works on: the project and the fleet groups the target selects."""
+
+    project: Project
+    selector: str
+    groups: tuple[SelectedGroup, ...]
+
+    @property
+    def releases(self) -> list:
+        """The JetPack release of every group (what the export's opset must fit)."""
+        return [g.target.release for g in self.groups]
+
+
+def plan_compile(project: Project, selector: str, catalog: Catalog | None = None) -> Plan:
+    """Select the groups and resolve each one's limit preset once (checked against its module)."""
+    from edgebuild.targets.limits import check_against_module, preset_for_group
+
+    catalog = catalog or load_catalog()
+    groups = []
+    for group in select_groups(selector, project.fleet, catalog):
+        preset = preset_for_group(project, group)
+        check_against_module(preset, group.target.module)
+        groups.append(replace(group, limits=preset))
+    return Plan(project, selector, tuple(groups))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a compile runs, beyond the project file."""
+
+    force: frozenset[str] = frozenset()  # stage names to run again (with what depends on them)
+    build_on: str | None = None  # --build-on: an ssh:// build device for every selected group
+    progress: bool = True
+    container_flavor: str = "jetson"
+    base_image: str | None = None
+    package_since: Path | None = None
+    farm: Any = None  # an edgebuild.devices.farm.Farm: groups without a build device build on its boards
+    jobs: int = 1  # per-group stages marked concurrent run this many groups at once
+    ship_ungated: bool = False  # package a candidate selected with the gate off (accuracy.gate = false)
+
+
+@dataclass
+class StageInputs:
+    """What one stage run sees: the plan, its group (per-group stages), the records it reads."""
+
+    plan: Plan
+    options: Options
+    report: Report
+    group: SelectedGroup | None
+    records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages)
+    previous: Any = None  # the stage's last record whatever its key (per-group stages: this group's)
+    forced: bool = False  # named in --force: also ignore the stage's own stores (measurements, kept engines)
+    shared: dict[str, Any] = field(default_factory=dict)  # memo for expensive objects (the torch model)
+
+    @property
+    def project(self) -> Project:
+        return self.plan.project
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    version: int
+    summary: str
+    after: tuple[str, ...]  # the stages whose records this one reads
+    per_group: bool
+    key: Callable[[StageInputs], dict[str, str]]
+    run: Callable[[StageInputs], Any]
+    outputs: Callable[[StageInputs, Any], list[Path]]  # the files its record vouches for
+    dump: Callable[[Any], dict[str, Any]]
+    load: Callable[[StageInputs, dict[str, Any]], Any]
+    describe: Callable[[Any], str]
+    #: a record can be valid and still stop what comes after (a gate nobody passes, a blocked target):
+    #: the record is stored, so the next run re-decides without measuring, and the error is raised
+    verdict: Callable[[StageInputs, Any], EdgebuildError | None] | None = None
+    needs_data: bool = False
+    #: its groups may run at once (``Options.jobs``): each waits on a device, not on this host
+    concurrent: bool = False
+
+
+@dataclass(frozen=True)
+class UnitOutcome:
+    """One run of a stage: for the project, or for one group."""
+
+    group: str | None
+    status: str  # "ran", "reused", "failed", "not run"
+    detail: str
+    why: str = ""  # why it ran (what changed) or was not run
+    record: Any = None
+    error: EdgebuildError | None = None
+    seconds: float = 0.0  # wall time of this run (key, reuse check, run, record)
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    stage: Stage
+    units: tuple[UnitOutcome, ...]
+
+    @property
+    def status(self) -> str:
+        statuses = {u.status for u in self.units}
+        for status in ("failed", "ran", "reused"):
+            if status in statuses:
+                return status
+        return "not run"
+
+    @property
+    def detail(self) -> str:
+        if self.stage.per_group:
+            return "; ".join(f"{u.group}: {u.status} ({u.detail})" if u.status != "reused" else
+                             f"{u.group}: {u.detail}" for u in self.units)
+        return self.units[0].detail if self.units else ""
+
+    def record(self, group: str | None = None) -> Any:
+        return next((u.record for u in self.units if u.group == group), None)
+
+    @property
+    def error(self) -> EdgebuildError | None:
+        return next((u.error for u in self.units if u.error is not None), None)
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    plan: Plan
+    stages: tuple[StageOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def error(self) -> EdgebuildError | None:
+        """The error of the first stage that failed, if one did."""
+        return next((o.error for o in self.stages if o.error is not None), None)
+
+    def outcome(self, name: str) -> StageOutcome | None:
+        return next((o for o in self.stages if o.stage.name == name), None)
+
+    def record(self, stage: str, group: str | None = None) -> Any:
+        outcome = self.outcome(stage)
+        return outcome.record(group) if outcome else None
+
+    def as_dict(self) -> dict:
+        project = self.plan.project
+        return {
+            "project": project.project.name,
+            "project_file": str(project.source),
+            "selector": self.plan.selector,
+            "units": [g.describe() for g in self.plan.groups],
+            "stages": [
+                {"name": o.stage.name, "status": o.status, "detail": o.detail,
+                 "runs": [{"group": u.group, "status": u.status, "detail": u.detail, "why": u.why,
+                          "seconds": round(u.seconds, 3),
+                           **({"record": o.stage.dump(u.record)} if u.record is not None else {}),
+                           **({"error": str(u.error)} if u.error else {})} for u in o.units]}
+                for o in self.stages
+            ],
+        }
+
+
+LAST_COMPILE = "last-compile.json"
+
+
+def write_last_compile(report: CompileReport) -> Path:
+    """``build/.records/last-compile.json``: the last compile's outcome per stage and group (status,
+    detail, seconds, error, record), what ``edgebuild report`` rebuilds the build report from."""
+    import json
+
+    from edgebuild.pipeline.records import RECORDS_DIR
+    from edgebuild.runtime.files import atomic_write_text
+
+    path = report.plan.project.build_dir / RECORDS_DIR / LAST_COMPILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**report.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "error": str(report.error) if report.error else None,
+            "exit_code": report.error.exit_code if report.error else 0}
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))
+    return path
+
+
+def dependents(names: set[str], stages: tuple[Stage, ...]) -> set[str]:
+    """``names`` and every stage that reads one of them, directly or not."""
+    closed = set(names)
+    for stage in stages:  # stages are in dependency order
+        if closed & set(stage.after):
+            closed.add(stage.name)
+    return closed
+
+
+def dependencies(name: str, stages: tuple[Stage, ...]) -> set[str]:
+    """``name`` and every stage it reads, directly or not."""
+    by_name = {s.name: s for s in stages}
+    wanted, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current not in wanted:
+            wanted.add(current)
+            todo.extend(by_name[current].after)
+    return wanted
+
+
+@contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold the build folder for this process; a second compile of the project is refused."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    path = build_dir / LOCK_FILE
+    handle = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise BuildLocked(f"{build_dir}: another edgebuild ({holder}) is building this project now",
+                              hint="wait for it to finish; two builds of one project would overwrite each "
+                                   "other's outputs") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the lock
+
+
+def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = None, options: Options = Options(),
+               report: Report = lambda _: None,
+               on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
+    """Run ``stages`` (in dependency order; or ``until`` and what it reads), reusing what is up to date.
+
+    A failed stage stops what reads it: for a per-group stage only that group's later stages.
+    The compile's stages are ``edgebuild.stages.STAGES``.
+    """
+    from edgebuild.datasets.project_data import prepare_data
+
+    every = stages
+    unknown = set(options.force) - {s.name for s in every} - {"all"}
+    if unknown:
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(s.name for s in every)}")
+    wanted = dependencies(until, every) if until else {s.name for s in every}
+    stages = tuple(s for s in every if s.name in wanted)
+    # a forced stage and what reads it run again; only the named ones also ignore their own stores
+    # (the gate's measurements, a kept engine): the others re-decide from content as usual
+    named = {s.name for s in every} if "all" in options.force else set(options.force)
+    forced = dependents(named, every)
+    project = plan.project
+    done: list[StageOutcome] = []
+    shared: dict[str, Any] = {}
+    with build_lock(project.build_dir):
+        if any(s.needs_data for s in stages):
+            try:
+                prepare_data(project, report)
+            except EdgebuildError as exc:
+                outcome = StageOutcome(stages[0], (UnitOutcome(None, "failed", exc.message.splitlines()[0],
+                                                               error=exc),))
+                return CompileReport(plan, (outcome,))
+        for stage in stages:
+            scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
+            def unit(scope: SelectedGroup | None, stage: Stage = stage) -> UnitOutcome:
+                return _run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced,
+                                 stage.name in named)
+
+            if stage.concurrent and options.jobs > 1 and len(scopes) > 1:
+                with ThreadPoolExecutor(max_workers=min(options.jobs, len(scopes))) as pool:
+                    units = tuple(pool.map(unit, scopes))
+            else:
+                units = tuple(unit(scope) for scope in scopes)
+            outcome = StageOutcome(stage, units)
+            done.append(outcome)
+            if on_stage:
+                on_stage(outcome)
+    return CompileReport(plan, tuple(done))
+
+
+def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome]) -> tuple[dict[str, Any], str]:
+    """The records ``stage`` reads for ``group``, or why it cannot run."""
+    records = {}
+    for outcome in done:
+        if outcome.stage.name not in stage.after:
+            continue
+        if outcome.stage.per_group and not stage.per_group:
+            # a once-stage reading a per-group one sees the groups that succeeded; a failed group is
+            # reported by its own stage and skipped, the others go on
+            passed = {u.group: u.record for u in outcome.units if u.status in ("ran", "reused")}
+            if not passed:
+                return {}, f"{outcome.stage.name} succeeded for no group"
+            records[outcome.stage.name] = passed
+            continue
+        unit = next((u for u in outcome.units if u.group == (group.name if outcome.stage.per_group and group
+                                                              else None)), None)
+        if unit is None or unit.status not in ("ran", "reused"):
+            return {}, f"{outcome.stage.name} did not succeed" + (f" for {group.name}" if group else "")
+        records[outcome.stage.name] = unit.record
+    return records, ""
+
+
+def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
+              done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
+    started = time.perf_counter()
+    outcome = _run_unit_timed(stage, group, plan, options, report, done, shared, forced, named)
+    return replace(outcome, seconds=time.perf_counter() - started)
+
+
+def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
+                    done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
+    name = group.name if group else None
+    records, missing = _upstream(stage, group, done)
+    if missing:
+        return UnitOutcome(name, "not run", missing, why=missing)
+    project = plan.project
+    record_name = f"{stage.name}/{group.name}" if group else stage.name
+    inputs = StageInputs(plan, options, report, group, records, forced=named, shared=shared)
+    try:
+        key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
+        # the record is read once: as the previous run (a kept engine) and, unless forced, for reuse
+        stored, why = load_stage_record(project.build_dir, record_name, project.project.name)
+        inputs.previous = _load(stage, inputs, stored) if stored is not None else None
+        if stored is not None and inputs.previous is None:
+            why = f"record {record_name} no longer reads as a {stage.name} record"
+        if forced:
+            why = "forced (--force)" if named else "forced: it reads a stage forced with --force"
+        elif inputs.previous is not None:
+            why = stale_because(project.build_dir, stored, key) or ""
+            if not why:
+                report(f"{record_name}: didn't change, reusing")
+                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(inputs.previous),
+                                                          why="up to date", record=inputs.previous))
+        report(f"{record_name}: {why}")
+        typed = stage.run(inputs)
+        outputs = stamp_outputs(project.build_dir, stage.outputs(inputs, typed))
+        write_stage_record(project.build_dir, StageRecord(record_name, project.project.name, key, outputs,
+                                                          stage.dump(typed)))
+        return _judged(stage, inputs, UnitOutcome(name, "ran", stage.describe(typed), why=why, record=typed))
+    except EdgebuildError as exc:
+        return UnitOutcome(name, "failed", exc.message.splitlines()[0], error=exc)
+
+
+def _judged(stage: Stage, inputs: StageInputs, outcome: UnitOutcome) -> UnitOutcome:
+    error = stage.verdict(inputs, outcome.record) if stage.verdict else None
+    if error is None:
+        return outcome
+    return replace(outcome, status="failed", detail=f"{outcome.detail}; {error.message.splitlines()[0]}",
+                   error=error)
+
+
+def _load(stage: Stage, inputs: StageInputs, stored: StageRecord) -> Any:
+    """The typed record of a stored run, or None when it no longer reads as one (the stage re-runs)."""
+    try:
+        return stage.load(inputs, stored.result)
+    except (TypeError, KeyError, ValueError, OSError, EdgebuildError):
+        return None

@@ -1,0 +1,477 @@
+"""Runtime containers and run specs per fleet group: the ``container`` stage and ``edgebuild container``.
+
+From a compiled model folder (``build/engines/<group>/``) and the group's limit preset, writes a
+build context to ``build/containers/<group>/``:
+
+- ``Dockerfile`` from ``docker/Dockerfile.in``: FROM the JetPack profile's NVIDIA TensorRT image
+  (flavor ``jetson``) or a Debian Python image (flavor ``cpu``, ONNX Runtime, for trying the
+  runtime on a build host), a non-root user, the engine cache as the only writable volume, a
+  HEALTHCHECK on readiness, ``edgebuild-device.pyz serve`` as the entry point;
+- ``model/`` (the recipe, the ONNX, and the engine where it was built for the device) and
+  ``edgebuild-device.pyz``;
+- the run specs, each carrying the preset's limits: ``run.sh`` (``docker run``), ``compose.yaml``,
+  and on cgroup-v2 JetPack releases a systemd unit running the server without a container;
+- ``container.json``: what was written, from what, with which limits.
+
+CUDA memory on a Jetson is probably not charged to the container's cgroup, so the preset's
+``[gpu]`` budget is enforced at build time (TensorRT's memory-pool limit, and the engine stage's
+device-memory check), not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import string
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from edgebuild import __version__
+from edgebuild.content import atomic_output_dir
+from edgebuild.datafiles import data_dir
+from edgebuild.devices.ssh import device_tool_archive
+from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
+from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.targets.profiles import SelectedGroup, Target
+
+FLAVORS = ("jetson", "cpu")
+#: the cpu flavor's default base: Debian bookworm's Python, where pip can add numpy and ONNX Runtime
+CPU_BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
+IMAGE_ROOT = "/opt/edgebuild"
+MODEL_DIR = f"{IMAGE_ROOT}/model"
+ENGINE_CACHE = "/var/cache/edgebuild"
+RUNTIME_UID = 10001
+#: where the systemd unit expects the model folder and the device tool on a device
+UNIT_INSTALL_ROOT = "/opt/edgebuild"
+#: how long a deferred engine build may take on first start before the health check counts failures
+DEFERRED_BUILD_ALLOWANCE_S = 1200
+START_ALLOWANCE_S = 60
+
+
+class _AtTemplate(string.Template):
+    """``@name`` placeholders: Dockerfiles and shell already use ``$``."""
+
+    delimiter = "@"
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """What one group's image and run specs are made of."""
+
+    group: str
+    target: Target
+    flavor: str
+    base_image: str
+    image: str
+    preset: LimitPreset
+    model_name: str
+    model_version: str
+    port: int
+    backend: str
+    ships_engine: bool
+    start_period_s: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def container_name(self) -> str:
+        return f"edgebuild-{self.group}" + ("-cpu" if self.flavor == "cpu" else "")
+
+    @property
+    def volume(self) -> str:
+        return f"{self.container_name}-engines"
+
+    @property
+    def unit_name(self) -> str:
+        return f"edgebuild-{self.group}.service"
+
+    @property
+    def writes_unit(self) -> bool:
+        """systemd units for cgroup-v2 JetPack releases (AllowedCPUs and MemorySwapMax need v2)."""
+        return self.flavor == "jetson" and self.target.release.cgroup.startswith("v2")
+
+
+def tensorrt_base_image(target: Target) -> str:
+    """The first NVIDIA image of the JetPack profile that carries TensorRT."""
+    for image in target.release.base_images:
+        if "/l4t-tensorrt:" in image and image.endswith("-runtime"):
+            return image
+    for image in target.release.base_images:
+        if "/l4t-tensorrt:" in image or "/l4t-jetpack:" in image:
+            return image
+    listed = ", ".join(target.release.base_images) or "none"
+    raise TargetError(f"JetPack {target.release.jetpack} lists no NVIDIA image with TensorRT in its profile "
+                      f"(base_images: {listed})",
+                      hint="pass --base-image IMAGE (an image of that JetPack with TensorRT's Python bindings)")
+
+
+def _image_tag(model_name: str, version: str, group: str, flavor: str) -> str:
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{version}-{group}" + ("-cpu" if flavor == "cpu" else ""))
+    return f"edgebuild/{model_name}:{tag[:128]}"
+
+
+def plan_container(recipe: Recipe, target: Target, preset: LimitPreset, *, flavor: str = "jetson",
+                   base_image: str | None = None, image: str | None = None) -> ContainerPlan:
+    """The plan for one group from its recipe (``build/engines/<group>/recipe.json``)."""
+    if flavor not in FLAVORS:
+        raise ConfigError(f"container flavor {flavor!r} is not one of {', '.join(FLAVORS)}")
+    if preset.module != target.module.id:
+        raise ConfigError(f"limit preset {preset.name} is for {preset.module}, not {target.module.id} "
+                          f"({recipe.group})")
+    deferred = recipe.placement == "deferred" or not recipe.shippable_engine
+    warmup = recipe.runtime.warmup_budget_s
+    notes = []
+    if flavor == "jetson" and deferred:
+        notes.append("no engine built for the device yet: the container builds it from the recipe at first "
+                     f"start into the {ENGINE_CACHE} volume (minutes, once per TensorRT version and GPU)")
+    if flavor == "cpu":
+        notes.append("cpu flavor: ONNX Runtime on the CPU, for trying the runtime on a build host; not for a Jetson")
+    model_name = recipe.model_name or recipe.group
+    version = recipe.model_version or "1"
+    return ContainerPlan(
+        group=recipe.group, target=target, flavor=flavor,
+        base_image=base_image or (tensorrt_base_image(target) if flavor == "jetson" else CPU_BASE_IMAGE),
+        image=image or _image_tag(model_name, version, recipe.group, flavor), preset=preset,
+        model_name=model_name, model_version=version, port=recipe.runtime.port,
+        backend="tensorrt" if flavor == "jetson" else "onnxruntime",
+        ships_engine=flavor == "jetson" and not deferred,
+        start_period_s=int(warmup + (DEFERRED_BUILD_ALLOWANCE_S if flavor == "jetson" and deferred
+                                     else START_ALLOWANCE_S)),
+        notes=tuple(notes))
+
+
+# -- run specs ------------------------------------------------------------------------------
+
+def docker_size(n: int) -> str:
+    """Bytes in docker's units (``2g``, ``512m``), exact."""
+    for unit, shift in (("g", 30), ("m", 20), ("k", 10)):
+        if n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}b"
+
+
+def _cores(cpus: float) -> str:
+    return f"{cpus:g}"
+
+
+def limit_args(preset: LimitPreset) -> list[str]:
+    """The preset as ``docker run`` / ``podman run`` options."""
+    args = ["--memory", docker_size(preset.memory), "--memory-swap", docker_size(preset.memory_swap),
+            "--cpus", _cores(preset.cpus), "--pids-limit", str(preset.pids)]
+    if preset.cpuset:
+        args += ["--cpuset-cpus", preset.cpuset]
+    return args
+
+
+def run_args(plan: ContainerPlan, *, detach: bool = True, publish: str | None = None, restart: bool = True,
+             name: str | None = None) -> list[str]:
+    """``docker run ...`` for the plan, limits included (``podman run`` takes the same options)."""
+    args = ["run"] + (["--detach"] if detach else []) + ["--name", name or plan.container_name]
+    if restart:
+        args += ["--restart", "unless-stopped"]
+    if plan.flavor == "jetson":
+        # the NVIDIA container runtime mounts the GPU; its device nodes belong to group video
+        args += ["--runtime", "nvidia", "--group-add", "video"]
+    args += limit_args(plan.preset)
+    args += ["--read-only", "--tmpfs", "/tmp:rw,size=64m", "--security-opt", "no-new-privileges",
+             "--cap-drop", "ALL", "--volume", f"{plan.volume}:{ENGINE_CACHE}",
+             "--publish", publish or f"{plan.port}:{plan.port}", plan.image]
+    return args
+
+
+def compose_spec(plan: ContainerPlan) -> dict[str, Any]:
+    service: dict[str, Any] = {"image": plan.image, "build": {"context": ".", "dockerfile": "Dockerfile"}}
+    if plan.flavor == "jetson":
+        service["runtime"] = "nvidia"
+        service["group_add"] = ["video"]
+    service.update({
+        "restart": "unless-stopped",
+        "mem_limit": docker_size(plan.preset.memory),
+        "memswap_limit": docker_size(plan.preset.memory_swap),
+        "cpus": plan.preset.cpus,
+        **({"cpuset": plan.preset.cpuset} if plan.preset.cpuset else {}),
+        "pids_limit": plan.preset.pids,
+        "read_only": True,
+        "tmpfs": ["/tmp:rw,size=64m"],
+        "security_opt": ["no-new-privileges:true"],
+        "cap_drop": ["ALL"],
+        "volumes": [f"engine-cache:{ENGINE_CACHE}"],
+        "ports": [f"{plan.port}:{plan.port}"],
+    })
+    return {"name": plan.container_name, "services": {plan.group: service}, "volumes": {"engine-cache": {}}}
+
+
+def _fill(template: str, plan: ContainerPlan, **extra: Any) -> str:
+    target = plan.target
+    values = {
+        "group": plan.group, "model_name": plan.model_name, "model_version": plan.model_version,
+        "target": target.id, "flavor": plan.flavor, "backend": plan.backend, "preset": plan.preset.name,
+        "target_line": (f"{target.module.name} with JetPack {target.release.jetpack} (L4T R{target.release.l4t}, "
+                        f"TensorRT {target.release.tensorrt})" if plan.flavor == "jetson"
+                        else f"a CPU host (ONNX Runtime), for {target.id}"),
+        "edgebuild_version": __version__, "base_image": plan.base_image, "uid": RUNTIME_UID,
+        "image_root": IMAGE_ROOT, "model_dir": MODEL_DIR, "engine_cache": ENGINE_CACHE, "port": plan.port,
+        "start_period_s": plan.start_period_s, "cuda_major": target.release.cuda.split(".")[0],
+        "build_command": f"docker build -t {plan.image} ." + (" (on an arm64 host: the device or an arm64 builder)"
+                                                              if plan.flavor == "jetson" else ""),
+        **extra,
+    }
+    try:
+        return _AtTemplate(template).substitute(values)
+    except (KeyError, ValueError) as exc:
+        raise EdgebuildError(f"template placeholder {exc} has no value (an installation problem in docker/)") from None
+
+
+def dockerfile(plan: ContainerPlan) -> str:
+    return _fill((data_dir("docker") / "Dockerfile.in").read_text(), plan)
+
+
+def systemd_unit(plan: ContainerPlan) -> str:
+    preset = plan.preset
+    install_dir = f"{UNIT_INSTALL_ROOT}/{plan.group}"
+    return _fill((data_dir("docker") / "edgebuild.service.in").read_text(), plan,
+                 install_dir=install_dir, unit_name=plan.unit_name, memory=preset.memory,
+                 swap=max(preset.memory_swap - preset.memory, 0), cpu_quota=round(preset.cpus * 100),
+                 allowed_cpus=f"AllowedCPUs={preset.cpuset}" if preset.cpuset else "# AllowedCPUs: any",
+                 pids=preset.pids)
+
+
+def _run_script(plan: ContainerPlan) -> str:
+    args = run_args(plan)
+    parts, i = [f"docker {args[0]}"], 1
+    while i < len(args):  # one option per line, with its value
+        pair = i + 1 < len(args) - 1 and args[i].startswith("--") and not args[i + 1].startswith("--")
+        parts.append(" ".join(shlex.quote(a) for a in args[i:i + 2 if pair else i + 1]))
+        i += 2 if pair else 1
+    line = " \\\n  ".join(parts)
+    return (f"#!/bin/sh\n# Start the model server of {plan.group} ({plan.target.id}) with the limits of preset "
+            f"{plan.preset.name}:\n# {plan.preset.describe()}\n# Written by edgebuild {__version__}; build the image "
+            f"first: docker build -t {plan.image} .\nset -e\n{line}\n")
+
+
+# -- writing a context -----------------------------------------------------------------------
+
+def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan) -> dict[str, Any]:
+    """Write the build context and run specs of one group; returns what ``container.json`` holds."""
+    artifact_dir = Path(artifact_dir)
+    recipe = Recipe.load(artifact_dir, hint="run `edgebuild compile` first (the engine stage writes "
+                                            "build/engines/<group>/)")
+    model_files = recipe.file_names(engine=plan.ships_engine)
+    missing = [name for name in model_files if not (artifact_dir / name).is_file()]
+    if missing:
+        raise ConfigError(f"{artifact_dir}: {', '.join(missing)} missing; rerun `edgebuild compile --force`")
+    with atomic_output_dir(Path(out_dir)) as staging:
+        (staging / "model").mkdir()
+        for name in model_files:  # a fallback recipe sits in a subfolder
+            (staging / "model" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(artifact_dir / name, staging / "model" / name)
+        (staging / "edgebuild-device.pyz").write_bytes(device_tool_archive())
+        shutil.copyfile(data_dir("docker") / "install-runtime-deps.sh", staging / "install-runtime-deps.sh")
+        (staging / "Dockerfile").write_text(dockerfile(plan))
+        run_sh = staging / "run.sh"
+        run_sh.write_text(_run_script(plan))
+        run_sh.chmod(0o755)
+        header = (f"# Compose file of {plan.group} ({plan.target.id}), limits of preset {plan.preset.name}; "
+                  f"written by edgebuild {__version__}.\n")
+        (staging / "compose.yaml").write_text(header + yaml.safe_dump(compose_spec(plan), sort_keys=False))
+        files = ["Dockerfile", "install-runtime-deps.sh", "edgebuild-device.pyz", "run.sh", "compose.yaml"]
+        if plan.writes_unit:
+            (staging / plan.unit_name).write_text(systemd_unit(plan))
+            files.append(plan.unit_name)
+        record = {
+            "group": plan.group, "target": plan.target.id, "flavor": plan.flavor, "image": plan.image,
+            "base_image": plan.base_image, "backend": plan.backend, "ships_engine": plan.ships_engine,
+            "model": {"name": plan.model_name, "version": plan.model_version,
+                      "files": sorted(f"model/{n}" for n in model_files)},
+            "limits": plan.preset.as_dict(), "port": plan.port, "start_period_s": plan.start_period_s,
+            "run": ["docker", *run_args(plan)], "files": files,
+            "systemd_unit": plan.unit_name if plan.writes_unit else None,
+            "notes": list(plan.notes) + ([] if plan.writes_unit or plan.flavor == "cpu" else [
+                f"no systemd unit: JetPack {plan.target.release.jetpack} hosts use cgroup "
+                f"{plan.target.release.cgroup.split(';')[0]}, where AllowedCPUs and MemorySwapMax do nothing; "
+                "use run.sh or compose.yaml"]),
+        }
+        (staging / "container.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+# -- building an image -----------------------------------------------------------------------
+
+def container_engine(preferred: str | None = None) -> str:
+    """``podman`` or ``docker``, whichever this host has (``preferred`` first)."""
+    for name in ([preferred] if preferred else ["podman", "docker"]):
+        if shutil.which(name):
+            return name
+    raise CapabilityMissing(f"no container engine here ({preferred or 'podman or docker'} not found)",
+                            hint="install podman (apt-get install podman buildah) or docker, or copy the "
+                                 "build context to a host that has one")
+
+
+def _can_build_arm64() -> bool:
+    return platform.machine() in ("aarch64", "arm64") or Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
+
+
+def build_image(context: Path, plan: ContainerPlan, *, engine: str | None = None,
+                pull: bool = True, report: Callable[[str], None] = print) -> str:
+    """Build the image of a written context with podman or docker; returns the image tag."""
+    if plan.flavor == "jetson" and not _can_build_arm64():
+        raise CapabilityMissing(
+            f"the {plan.group} image is arm64 ({plan.base_image}) and this host is {platform.machine()} without "
+            "qemu-user-static binfmt",
+            hint=f"build it on the device or an arm64 builder: copy {context} there and run "
+                 f"`docker build -t {plan.image} .`")
+    tool = container_engine(engine)
+    command = [tool, "build", "--tag", plan.image, "--file", str(context / "Dockerfile")]
+    if tool == "podman":
+        command += ["--format", "docker"]  # OCI images drop HEALTHCHECK
+        command += ["--pull=missing" if pull else "--pull=never"]
+    command.append(str(context))
+    report(f"building {plan.image} with {tool} from {context}")
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BUILDAH_LAYERS": "true"})
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        hint = ("the base image is not on this host; pull it, or build without --no-pull"
+                if "image not known" in tail or "manifest unknown" in tail else None)
+        raise ContainerError(f"{tool} build of {plan.image} failed (exit {done.returncode}):\n{tail}", hint=hint)
+    return plan.image
+
+
+# -- running an image on this host ----------------------------------------------------------
+
+def _engine_run(tool: str, args: list[str], timeout_s: float | None = None) -> subprocess.CompletedProcess:
+    # from an empty folder: podman's conmon can leave files (an "oom" marker) in its working directory
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgebuild-engine-") as scratch:
+            return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout_s, cwd=scratch)
+    except subprocess.TimeoutExpired:
+        raise ContainerError(f"`{tool} {' '.join(args[:2])} ...` did not finish in {timeout_s:.0f} s") from None
+
+
+def start_container(plan: ContainerPlan, *, engine: str | None = None, publish: str | None = None,
+                    name: str | None = None) -> str:
+    """Start the plan's image detached with its limits (an old container of that name is replaced)."""
+    tool = container_engine(engine)
+    name = name or plan.container_name
+    _engine_run(tool, ["rm", "--force", name])
+    done = _engine_run(tool, run_args(plan, publish=publish, name=name), timeout_s=300)
+    if done.returncode != 0:
+        raise ContainerError(f"{tool} run of {plan.image} failed (exit {done.returncode}): {done.stderr.strip()}")
+    return name
+
+
+def inspect_container(name: str, *, engine: str | None = None) -> dict[str, Any]:
+    tool = container_engine(engine)
+    done = _engine_run(tool, ["inspect", "--type", "container", name])
+    if done.returncode != 0:
+        raise ContainerError(f"no container {name}: {done.stderr.strip()}")
+    return json.loads(done.stdout)[0]
+
+
+def remove_container(name: str, *, engine: str | None = None) -> None:
+    tool = container_engine(engine)
+    _engine_run(tool, ["rm", "--force", "--time", "10", name], timeout_s=120)
+
+
+def run_once(plan: ContainerPlan, command: list[str], *, engine: str | None = None,
+             timeout_s: float = 600) -> int:
+    """Run ``command`` in the plan's image under its limits, to completion; an OOM kill is a LimitError."""
+    tool = container_engine(engine)
+    name = f"{plan.container_name}-once-{os.getpid()}"
+    args = run_args(plan, detach=False, restart=False, name=name)
+    args[-1:] = ["--entrypoint", command[0], plan.image, *command[1:]]
+    try:
+        done = _engine_run(tool, args, timeout_s=timeout_s)
+        state = inspect_container(name, engine=tool).get("State", {})
+    finally:
+        remove_container(name, engine=tool)
+    if state.get("OOMKilled") or done.returncode == 137:
+        raise LimitError(f"{' '.join(command)} in {plan.image} was killed by the OOM killer at the memory limit "
+                         f"{human_size(plan.preset.memory)} of preset {plan.preset.name} (exit {done.returncode})",
+                         hint="raise [limits] memory in the preset, or make the work smaller")
+    return done.returncode
+
+
+# -- per project ----------------------------------------------------------------------------
+
+def context_dir(build_dir: Path, group: str, flavor: str) -> Path:
+    return Path(build_dir) / "containers" / (group + ("-cpu" if flavor == "cpu" else ""))
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    """The container stage's result for one group (what ``container.json`` says, typed)."""
+
+    group: str
+    target: str
+    flavor: str
+    image: str
+    base_image: str
+    ships_engine: bool
+    limits: dict[str, Any]
+    systemd_unit: str | None
+    context: str  # the build context, relative to the build folder
+    notes: list[str]
+    triton: dict[str, Any] | None = None  # the Triton model repository (shipping.triton.TritonRecord), if asked for
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContainerRecord:
+        return cls(**data)
+
+
+def group_container_plan(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+                         base_image: str | None = None) -> ContainerPlan:
+    """The container plan of one group, from the folder the engine stage wrote.
+
+    The limits are the ones in the recipe: the preset the engine stage checked against the
+    module and built the engine's memory pool with.
+    """
+    artifact = project.build_dir / "engines" / group.name
+    recipe = Recipe.load(artifact, hint=f"run `edgebuild compile --target {group.name}` first (the engine stage "
+                                        "writes that folder), or select compiled groups with --target")
+    if recipe.target != group.target.id:
+        raise ConfigError(f"{artifact}: the recipe is for {recipe.target}, but group {group.name} "
+                          f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
+    preset = LimitPreset.from_dict(recipe.limits, source=f"{artifact / RECIPE_FILE}: limits")
+    return plan_container(recipe, group.target, preset, flavor=flavor, base_image=base_image)
+
+
+def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+                          base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
+    """The container stage for one group: its build context and run specs in build/containers/<group>/."""
+    plan = group_container_plan(project, group, flavor=flavor, base_image=base_image)
+    out = context_dir(project.build_dir, group.name, flavor)
+    folder = project.build_dir / "engines" / group.name
+    written = write_container(folder, out, plan)
+    report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
+    triton = None
+    if project.runtime.server in ("triton", "both"):
+        from edgebuild.shipping.triton import write_repository
+
+        record = write_repository(folder, triton_dir(project.build_dir, group.name), build_dir=project.build_dir)
+        triton = record.as_dict()
+        report(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
+               + (f", FROM {record.image}" if record.image else "") + ")")
+        for note in record.notes:
+            report(f"{group.name}: Triton: {note}")
+    return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
+                           base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
+                           systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
+                           notes=written["notes"], triton=triton)
+
+
+def triton_dir(build_dir: Path, group: str) -> Path:
+    """``build/triton/<group>``: the group's Triton model repository, Dockerfile and run.sh."""
+    return build_dir / "triton" / group

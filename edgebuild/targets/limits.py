@@ -1,0 +1,526 @@
+"""Runtime limit presets (``cgroups/*.toml``) and running a command inside a real cgroup.
+
+A preset says what one model server may use on a module: RAM, swap, CPU quota, the cores it may
+run on and the number of tasks, which the container's cgroup enforces; and the TensorRT
+memory-pool limit and the largest engine device memory, because CUDA allocations on a Jetson
+(nvmap) come from the same DRAM but are probably not charged to the cgroup.
+
+``run_limited`` is ``edgebuild run --limits``: it puts a command (by default the runtime server)
+into a fresh cgroup on this host, v1 or v2, whichever the host mounts, reads the limits back
+from the cgroup files, and reports the peak memory and any OOM kill when the command ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from edgebuild._compat import tomllib
+from edgebuild.datafiles import data_dir
+from edgebuild.errors import CapabilityMissing, ConfigError, LimitError
+
+#: the share of a module's DRAM that one server's RAM plus its engine may take together
+MAX_SHARE_OF_MODULE = 0.75
+CPU_PERIOD_US = 100_000
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_CPUSET = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def parse_size(value: str | int) -> int:
+    """``"512M"`` -> bytes; binary units like docker's ``--memory`` (``k``, ``m``, ``g``, ``t``)."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size; write it like 512M, 2G or 1.5G")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * (1 << (10 * " kmgt".index(unit or " "))))
+
+
+def human_size(n: float) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def cpuset_cpus(text: str) -> list[int]:
+    """``"0-2,4"`` -> ``[0, 1, 2, 4]``."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+class _PresetFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    class Limits(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        memory: str
+        memory_swap: str | None = None
+        cpus: float = Field(gt=0)
+        cpuset: str | None = None
+        pids: int = Field(256, ge=16)
+
+        @field_validator("memory", "memory_swap")
+        @classmethod
+        def _size(cls, value: str | None) -> str | None:
+            if value is not None:
+                parse_size(value)
+            return value
+
+        @field_validator("cpuset")
+        @classmethod
+        def _cpuset(cls, value: str | None) -> str | None:
+            if value is not None and not _CPUSET.match(value):
+                raise ValueError(f"{value!r} is not a cpuset; write it like 2-5 or 0,2-3")
+            return value
+
+    class Gpu(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        tensorrt_workspace: str
+        engine_device_memory_max: str
+
+        @field_validator("tensorrt_workspace", "engine_device_memory_max")
+        @classmethod
+        def _size(cls, value: str) -> str:
+            parse_size(value)
+            return value
+
+    module: str
+    description: str = ""
+    limits: Limits
+    gpu: Gpu
+
+
+@dataclass(frozen=True)
+class LimitPreset:
+    """One preset, sizes in bytes. ``memory_swap`` is RAM plus swap, as docker's ``--memory-swap``."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # for from_dict: an unknown key is an error
+
+    name: str
+    module: str
+    description: str
+    source: str
+    memory: int
+    memory_swap: int
+    cpus: float
+    cpuset: str | None
+    pids: int
+    tensorrt_workspace: int
+    engine_device_memory_max: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "limit preset") -> LimitPreset:
+        """A preset from its ``as_dict()`` (the ``limits`` a recipe carries); ``source`` names where it came from."""
+        try:
+            return TypeAdapter(cls).validate_json(json.dumps(data), strict=True)  # JSON mode: from a dict, strictly
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: {_problems(exc)}",
+                              hint="rebuild it with this edgebuild: `edgebuild compile --force`") from None
+
+    def describe(self) -> str:
+        swap = "no swap" if self.memory_swap == self.memory else f"swap {human_size(self.memory_swap - self.memory)}"
+        cores = f" on cores {self.cpuset}" if self.cpuset else ""
+        return (f"memory {human_size(self.memory)} ({swap}), {self.cpus:g} CPUs{cores}, {self.pids} tasks; "
+                f"TensorRT workspace {human_size(self.tensorrt_workspace)}, engine device memory at most "
+                f"{human_size(self.engine_device_memory_max)}")
+
+    def with_overrides(self, *, memory: str | None = None, cpus: float | None = None, cpuset: str | None = None,
+                       pids: int | None = None) -> LimitPreset:
+        """The preset with command-line overrides (``edgebuild run --memory 256M``)."""
+        changes: dict[str, Any] = {}
+        if memory is not None:
+            size = _parse_option(parse_size, memory, "--memory")
+            # a RAM override keeps the preset's swap allowance (none, for every preset we ship)
+            changes.update(memory=size, memory_swap=size + (self.memory_swap - self.memory))
+        if cpus is not None:
+            changes["cpus"] = cpus
+        if cpuset is not None:
+            if not _CPUSET.match(cpuset):
+                raise ConfigError(f"--cpuset {cpuset!r} is not a cpuset; write it like 2-5 or 0,2-3")
+            changes["cpuset"] = cpuset
+        if pids is not None:
+            changes["pids"] = pids
+        return replace(self, **changes) if changes else self
+
+
+def _parse_option(parse: Callable[[str], int], value: str, option: str) -> int:
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(": ".join(filter(None, (".".join(str(p) for p in e["loc"]), e["msg"]))) for e in exc.errors())
+
+
+def preset_path(name: str, project_root: Path | None = None) -> Path:
+    """A preset by name (a file in cgroups/) or by path (relative to the project)."""
+    if name.endswith(".toml") or "/" in name:
+        path = Path(name)
+        if not path.is_absolute() and project_root is not None:
+            path = project_root / path
+        return path
+    return data_dir("cgroups") / f"{name}.toml"
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in data_dir("cgroups").glob("*.toml"))
+
+
+def load_preset(name: str, project_root: Path | None = None) -> LimitPreset:
+    path = preset_path(name, project_root)
+    if not path.is_file():
+        raise ConfigError(f"limit preset {name!r} not found ({path})",
+                          hint=f"presets shipped with edgebuild: {', '.join(available_presets())}; "
+                               "or give the path of a preset file")
+    try:
+        parsed = _PresetFile.model_validate(tomllib.loads(path.read_text()))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_problems(exc)}") from None
+    limits, gpu = parsed.limits, parsed.gpu
+    memory = parse_size(limits.memory)
+    swap = parse_size(limits.memory_swap) if limits.memory_swap else memory
+    if swap < memory:
+        raise ConfigError(f"{path}: limits.memory_swap ({limits.memory_swap}) is RAM plus swap and cannot be "
+                          f"less than limits.memory ({limits.memory})")
+    preset = LimitPreset(
+        name=path.stem, module=parsed.module, description=parsed.description, source=str(path), memory=memory,
+        memory_swap=swap, cpus=limits.cpus, cpuset=limits.cpuset, pids=limits.pids,
+        tensorrt_workspace=parse_size(gpu.tensorrt_workspace),
+        engine_device_memory_max=parse_size(gpu.engine_device_memory_max))
+    if preset.tensorrt_workspace > preset.engine_device_memory_max:
+        raise ConfigError(f"{path}: gpu.tensorrt_workspace ({gpu.tensorrt_workspace}) is larger than "
+                          f"gpu.engine_device_memory_max ({gpu.engine_device_memory_max})")
+    return preset
+
+
+def check_against_module(preset: LimitPreset, module: Any) -> None:
+    """A preset must be for the group's module and leave the rest of the DRAM to the system."""
+    if preset.module != module.id:
+        raise ConfigError(f"limit preset {preset.name!r} is for {preset.module}, not {module.id}",
+                          hint=f"use the preset {module.id!r} or one written for that module")
+    dram = module.memory_gb * (1 << 30)
+    wanted = preset.memory + preset.engine_device_memory_max
+    if wanted > MAX_SHARE_OF_MODULE * dram:
+        raise ConfigError(
+            f"limit preset {preset.name!r}: memory {human_size(preset.memory)} plus engine device memory "
+            f"{human_size(preset.engine_device_memory_max)} is more than {MAX_SHARE_OF_MODULE:.0%} of the "
+            f"{module.name}'s {module.memory_gb} GB shared CPU/GPU DRAM",
+            hint="the system, the camera stack and other services need the rest; lower one of them")
+
+
+def preset_for_group(project: Any, group: Any) -> LimitPreset:
+    """The group's preset: its own ``cgroup_preset``, else ``[runtime] cgroup_preset``, else its module's."""
+    name = group.cgroup_preset or project.runtime.cgroup_preset or group.target.module.id
+    return load_preset(name, project.root)
+
+
+# -- cgroups on this host ---------------------------------------------------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
+
+
+@dataclass
+class CgroupUsage:
+    peak_memory: int | None
+    oom_kills: int
+    limits: dict[str, str]
+
+
+class CgroupV1:
+    """One cgroup per controller, nested under this process's own cgroup of each controller."""
+
+    version = "v1"
+
+    def __init__(self, name: str, mounts: dict[str, Path], own: dict[str, str]) -> None:
+        self.paths = {c: mounts[c] / own.get(c, "/").lstrip("/") / name for c in V1_CONTROLLERS}
+
+    @property
+    def path(self) -> Path:
+        return self.paths["memory"]
+
+    def create(self, preset: LimitPreset) -> None:
+        for path in self.paths.values():
+            path.mkdir()
+        memory = self.paths["memory"]
+        _write(memory / "memory.limit_in_bytes", preset.memory)
+        if (memory / "memory.memsw.limit_in_bytes").exists():  # absent when the kernel has no swap accounting
+            _write(memory / "memory.memsw.limit_in_bytes", preset.memory_swap)
+        elif preset.memory_swap == preset.memory:
+            _write(memory / "memory.swappiness", 0)
+        cpu = self.paths["cpu"]
+        _write(cpu / "cpu.cfs_period_us", CPU_PERIOD_US)
+        _write(cpu / "cpu.cfs_quota_us", int(preset.cpus * CPU_PERIOD_US))
+        cpuset = self.paths["cpuset"]
+        _write(cpuset / "cpuset.cpus", preset.cpuset or (cpuset.parent / "cpuset.cpus").read_text().strip())
+        _write(cpuset / "cpuset.mems", (cpuset.parent / "cpuset.mems").read_text().strip())
+        _write(self.paths["pids"] / "pids.max", preset.pids)
+
+    def procs_files(self) -> list[Path]:
+        return [p / "cgroup.procs" for p in self.paths.values()]
+
+    def read_back(self) -> dict[str, str]:
+        files = {"memory": ("memory", "memory.limit_in_bytes"),
+                 "memory_swap": ("memory", "memory.memsw.limit_in_bytes"),
+                 "cpu_quota_us": ("cpu", "cpu.cfs_quota_us"), "cpu_period_us": ("cpu", "cpu.cfs_period_us"),
+                 "cpuset": ("cpuset", "cpuset.cpus"), "pids": ("pids", "pids.max")}
+        return {key: _read(self.paths[c] / f) for key, (c, f) in files.items() if (self.paths[c] / f).exists()}
+
+    def usage(self) -> CgroupUsage:
+        memory = self.paths["memory"]
+        control = _read(memory / "memory.oom_control")
+        kills = re.search(r"oom_kill (\d+)", control)
+        return CgroupUsage(int(_read(memory / "memory.max_usage_in_bytes")), int(kills.group(1)) if kills else 0,
+                           self.read_back())
+
+    def remove(self) -> None:
+        for path in self.paths.values():
+            _rmdir(path)
+
+
+class CgroupV2:
+    """One cgroup in the unified hierarchy, under ``edgebuild/`` at its root.
+
+    v2 forbids processes in a cgroup whose controllers are delegated to children, so the
+    cgroup is not nested under this process's own (which holds processes) but under a
+    process-free ``edgebuild/`` parent, like a systemd slice.
+    """
+
+    version = "v2"
+    CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
+
+    def __init__(self, name: str, root: Path = CGROUP_ROOT) -> None:
+        self.root = root
+        self.parent = root / "edgebuild"
+        self.path = self.parent / name
+
+    def create(self, preset: LimitPreset) -> None:
+        available = _read(self.root / "cgroup.controllers").split()
+        missing = [c for c in self.CONTROLLERS if c not in available]
+        if missing:
+            raise CapabilityMissing(f"the cgroup v2 hierarchy at {self.root} lacks the {', '.join(missing)} "
+                                    "controller(s)", hint="boot with them enabled (they are on every JetPack 6 image)")
+        self.parent.mkdir(exist_ok=True)
+        enable = " ".join(f"+{c}" for c in self.CONTROLLERS)
+        _write(self.root / "cgroup.subtree_control", enable)
+        _write(self.parent / "cgroup.subtree_control", enable)
+        self.path.mkdir()
+        _write(self.path / "memory.max", preset.memory)
+        _write(self.path / "memory.swap.max", preset.memory_swap - preset.memory)
+        _write(self.path / "cpu.max", f"{int(preset.cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+        if preset.cpuset:
+            _write(self.path / "cpuset.cpus", preset.cpuset)
+        _write(self.path / "pids.max", preset.pids)
+
+    def procs_files(self) -> list[Path]:
+        return [self.path / "cgroup.procs"]
+
+    def read_back(self) -> dict[str, str]:
+        names = {"memory": "memory.max", "memory_swap_extra": "memory.swap.max", "cpu_max": "cpu.max",
+                 "cpuset": "cpuset.cpus", "pids": "pids.max"}
+        return {key: _read(self.path / f) for key, f in names.items() if (self.path / f).exists()}
+
+    def usage(self) -> CgroupUsage:
+        events = _read(self.path / "memory.events")
+        kills = re.search(r"oom_kill (\d+)", events)
+        peak_file = self.path / "memory.peak"  # kernel 5.19 and later
+        peak = int(_read(peak_file)) if peak_file.exists() else None
+        return CgroupUsage(peak, int(kills.group(1)) if kills else 0, self.read_back())
+
+    def remove(self) -> None:
+        _rmdir(self.path)
+
+
+def _write(path: Path, value: object) -> None:
+    try:
+        path.write_text(f"{value}\n")
+    except OSError as exc:
+        raise LimitError(f"cannot set {path.name} to {value} in {path.parent}: {exc.strerror}",
+                         hint="the host refused the limit; check the value against this host") from None
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _rmdir(path: Path) -> None:
+    for _ in range(50):  # the kernel releases a cgroup a moment after its last task exits
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def _mounts() -> tuple[dict[str, Path], Path | None]:
+    """(v1 controller -> mount point, the v2 mount with controllers or None)."""
+    v1: dict[str, Path] = {}
+    v2 = None
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        where, kind, options = Path(parts[1]), parts[2], parts[3].split(",")
+        if kind == "cgroup":
+            for controller in V1_CONTROLLERS:
+                if controller in options:
+                    v1[controller] = where
+        elif kind == "cgroup2" and (where / "cgroup.controllers").exists() and \
+                "memory" in _read(where / "cgroup.controllers").split():
+            v2 = where
+    return v1, v2
+
+
+def _own_v1_paths() -> dict[str, str]:
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(","):
+            own[controller] = path
+    return own
+
+
+def host_cgroup(name: str) -> CgroupV1 | CgroupV2:
+    """A (not yet created) cgroup on this host: v2 where its controllers are mounted, else v1."""
+    v1, v2 = _mounts()
+    if v2 is not None:
+        return CgroupV2(name, v2)
+    if all(c in v1 for c in V1_CONTROLLERS):
+        return CgroupV1(name, v1, _own_v1_paths())
+    missing = [c for c in V1_CONTROLLERS if c not in v1]
+    raise CapabilityMissing(f"this host mounts no cgroup v2 hierarchy with controllers and no cgroup v1 "
+                            f"{', '.join(missing)} controller(s)", hint="run on a Linux host with cgroups mounted")
+
+
+def fit_to_host(preset: LimitPreset, warn: Callable[[str], None]) -> LimitPreset:
+    """Keep the preset's cores and quota possible on this host, saying what changed."""
+    online = sorted(os.sched_getaffinity(0))
+    fitted = preset
+    if preset.cpuset:
+        wanted = cpuset_cpus(preset.cpuset)
+        usable = [c for c in wanted if c in online]
+        if len(usable) < len(wanted):
+            chosen = usable or online
+            text = ",".join(str(c) for c in chosen)
+            warn(f"cpuset {preset.cpuset} of preset {preset.name} is not all on this host (CPUs "
+                 f"{','.join(str(c) for c in online)}); using {text}")
+            fitted = replace(fitted, cpuset=text)
+    cores = len(cpuset_cpus(fitted.cpuset)) if fitted.cpuset else len(online)
+    if fitted.cpus > cores:
+        warn(f"the CPU quota of {fitted.cpus:g} cores is more than the {cores} core(s) the process may run on "
+             "here, so it does not bind on this host")
+    return fitted
+
+
+@dataclass
+class LimitedRun:
+    """What ``edgebuild run --limits`` reports when the command ends."""
+
+    preset: dict[str, Any]
+    cgroup: str
+    cgroup_version: str
+    limits_read_back: dict[str, str]
+    command: list[str]
+    exit_code: int | None
+    signal: str | None
+    oom_killed: bool
+    peak_memory: int | None
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Callable[[str], None] = print,
+                report_file: Path | None = None, env: dict[str, str] | None = None) -> LimitedRun:
+    """Run ``command`` inside a new cgroup with the preset's limits; the cgroup is removed afterwards.
+
+    The child joins the cgroup before it execs, so every thread and process it starts is limited.
+    SIGINT and SIGTERM are passed on to it. A kill by the kernel's OOM killer is raised as a
+    ``LimitError`` after the report is written.
+    """
+    if os.geteuid() != 0 and not os.access(CGROUP_ROOT, os.W_OK):
+        raise CapabilityMissing("creating a cgroup needs root on this host (or a delegated cgroup v2 subtree)",
+                                hint="run `sudo edgebuild run --limits ...`, or try the limits in a container")
+    preset = fit_to_host(preset, lambda m: report(f"run: warning: {m}"))
+    cgroup = host_cgroup(f"edgebuild-run-{os.getpid()}-{int(time.time() * 1000) % 100000}")
+    try:
+        cgroup.create(preset)
+    except BaseException:
+        cgroup.remove()
+        raise
+    procs = [str(p) for p in cgroup.procs_files()]
+
+    def join_cgroup() -> None:  # runs in the child between fork and exec
+        pid = str(os.getpid())
+        for path in procs:
+            with open(path, "w") as f:
+                f.write(pid)
+
+    child_env = dict(os.environ if env is None else env)
+    child_env["EDGEBUILD_CGROUP"] = str(cgroup.path)
+    child_env["EDGEBUILD_LIMIT_PRESET"] = preset.name
+    started = time.perf_counter()
+    try:
+        limits = cgroup.read_back()
+        report(f"run: cgroup {cgroup.version} {cgroup.path}: {preset.describe()}")
+        report("run: read back " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        try:
+            child = subprocess.Popen(list(command), preexec_fn=join_cgroup, env=child_env)  # noqa: PLW1509
+        except OSError as exc:
+            raise ConfigError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+        previous = {s: signal.signal(s, lambda num, _frame: child.send_signal(num))
+                    for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            code = child.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        usage = cgroup.usage()
+    finally:
+        cgroup.remove()
+    killed_by = signal.Signals(-code).name if code < 0 else None
+    result = LimitedRun(preset.as_dict(), str(cgroup.path), cgroup.version, usage.limits, list(command),
+                        code if code >= 0 else None, killed_by, usage.oom_kills > 0, usage.peak_memory,
+                        round(time.perf_counter() - started, 3))
+    peak = human_size(usage.peak_memory) if usage.peak_memory is not None else "not reported by this kernel"
+    report(f"run: ended after {result.seconds:.1f} s, "
+           + (f"killed by {killed_by}" if killed_by else f"exit code {code}")
+           + f"; peak memory {peak} of {human_size(preset.memory)}")
+    if report_file is not None:
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(json.dumps(result.as_dict(), indent=2))
+    if result.oom_killed:
+        raise LimitError(
+            f"{command[0]} exceeded the memory limit of preset {preset.name} ({human_size(preset.memory)}) and "
+            f"the kernel's OOM killer stopped it ({usage.oom_kills} kill(s) in its cgroup)",
+            hint="raise the preset's memory (or try one with `--memory`), or lower the server's load "
+                 "(batch size, threads)")
+    return result
+

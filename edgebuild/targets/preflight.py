@@ -1,0 +1,416 @@
+"""Preflight: every ONNX node checked against each target's TensorRT ONNX parser.
+
+What a target's TensorRT can parse lives in data files under ``profiles/tensorrt/``:
+``onnx-parser-<major.minor>.toml`` (onnx-tensorrt's operators.md of that release),
+``known-restrictions.toml`` (attribute-, equation- and constant-level limits) and ``dla.toml``
+(what the DLA can run). This module only reads them: no operator table lives in code.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild._compat import tomllib
+from edgebuild.datafiles import data_dir
+from edgebuild.errors import ExportError, ProfileDataError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgebuild.targets.profiles import SelectedGroup
+
+STANDARD_DOMAINS = ("", "ai.onnx")
+BLOCKING, WARNING, DLA_FALLBACK = "blocking", "warning", "dla-fallback"
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    op_type: str
+    severity: str  # blocking | warning | dla-fallback
+    problem: str
+    fix: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TargetPreflight:
+    group: str
+    target: str
+    tensorrt: str
+    parser_table: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def blocking(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == BLOCKING]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["blocking"] = len(self.blocking)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TargetPreflight:
+        return cls(data["group"], data["target"], data["tensorrt"], data["parser_table"],
+                   tuple(Finding(**f) for f in data["findings"]))
+
+
+# -- data files ----------------------------------------------------------------------------
+
+def _tensorrt_dir() -> Path:
+    return data_dir("profiles") / "tensorrt"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProfileDataError(f"{path}: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def rules_digest() -> str:
+    """Content hash of every rule preflight applies (the parser tables and known restrictions)."""
+    from edgebuild.content import tree_sha256
+
+    return tree_sha256(_tensorrt_dir(), "*.toml")
+
+
+def parser_table(tensorrt_version: str) -> dict[str, Any]:
+    """The operator table of the TensorRT release ``major.minor`` of ``tensorrt_version``."""
+    major_minor = ".".join(tensorrt_version.split(".")[:2])
+    path = _tensorrt_dir() / f"onnx-parser-{major_minor}.toml"
+    if not path.is_file():
+        known = sorted(p.stem.removeprefix("onnx-parser-") for p in _tensorrt_dir().glob("onnx-parser-*.toml"))
+        raise ProfileDataError(
+            f"{path}: no ONNX parser table for TensorRT {major_minor} (tables: {', '.join(known)})"
+        )
+    table = _read_toml(path)
+    table["_path"] = path.name
+    return table
+
+
+@lru_cache(maxsize=1)
+def restrictions() -> dict[str, Any]:
+    return _read_toml(_tensorrt_dir() / "known-restrictions.toml")
+
+
+@lru_cache(maxsize=1)
+def dla_table() -> dict[str, Any]:
+    return _read_toml(_tensorrt_dir() / "dla.toml")
+
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """``"10.3.0.30"`` against ``">=10.0,<10.9"``; an empty spec matches every version."""
+    have = _version(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        match = re.fullmatch(r"(<=|>=|==|<|>)\s*([\d.]+)", clause)
+        if not match:
+            raise ProfileDataError(f"known-restrictions.toml: bad version specifier {clause!r}")
+        want = _version(match.group(2))
+        if not _OPS[match.group(1)](have[: len(want)], want):
+            return False
+    return True
+
+
+# -- the ONNX side -------------------------------------------------------------------------
+
+def load_graph(path: Path) -> onnx.ModelProto:
+    """The model's structure (external weights are not loaded), with inferred value types."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # DecodeError and friends: a truncated or foreign file
+        raise ExportError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception:  # preflight still works on the un-inferred graph; INT64 checks see less
+        return model
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS), 0)
+
+
+def _attribute(node: onnx.NodeProto, name: str) -> Any:
+    import onnx
+
+    for attr in node.attribute:
+        if attr.name == name:
+            value = onnx.helper.get_attribute_value(attr)
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _constant_value(model: onnx.ModelProto, name: str) -> list[float] | None:
+    import onnx.numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
+            return onnx.numpy_helper.to_array(init).ravel().tolist()
+    for node in model.graph.node:
+        if node.op_type == "Constant" and name in node.output:
+            value = _attribute(node, "value")
+            return onnx.numpy_helper.to_array(value).ravel().tolist() if value is not None else None
+    return None
+
+
+def _rule_hits(rule: dict[str, Any], node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+    if "attribute_not_in" in rule:
+        cond = rule["attribute_not_in"]
+        value = _attribute(node, cond["name"])
+        return value is not None and value not in cond["values"]
+    if "equation_matches" in rule:
+        return re.search(rule["equation_matches"], _attribute(node, "equation") or "") is not None
+    if rule.get("einsum_repeated_index"):
+        terms = (_attribute(node, "equation") or "").replace(" ", "").split("->")[0].split(",")
+        return any(len(set(t.replace("...", ""))) < len(t.replace("...", "")) for t in terms)
+    if "opset_at_least" in rule:
+        return default_opset(model) >= rule["opset_at_least"]
+    if rule.get("zero_point_nonzero"):
+        if len(node.input) < 3 or not node.input[2]:
+            return False
+        values = _constant_value(model, node.input[2])
+        return values is not None and any(v != 0 for v in values)
+    if rule.get("per_channel_on_activation"):
+        scale = _constant_value(model, node.input[1]) if len(node.input) > 1 else None
+        return scale is not None and len(scale) > 1 and not _is_weight(model, node.input[0])
+    if "constant_input_above" in rule:
+        cond = rule["constant_input_above"]
+        if len(node.input) <= cond["index"]:
+            return False
+        values = _constant_value(model, node.input[cond["index"]])
+        return bool(values) and max(values) > cond["limit"]
+    raise ProfileDataError(f"known-restrictions.toml: rule {rule.get('id')!r} has no condition edgebuild knows")
+
+
+def _is_weight(model: onnx.ModelProto, name: str) -> bool:
+    """A constant, or a constant through QuantizeLinear (Q -> DQ on a weight, which TensorRT folds)."""
+    if any(i.name == name for i in model.graph.initializer) or _constant_value(model, name) is not None:
+        return True
+    producer = next((n for n in model.graph.node if name in n.output), None)
+    return producer is not None and producer.op_type == "QuantizeLinear" and _is_weight(model, producer.input[0])
+
+
+#: ONNX element types by the names the parser tables use
+_TRT_TYPE_NAMES = {1: "FP32", 2: "UINT8", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 10: "FP16", 11: "FP64",
+                   16: "BF16", 17: "FP8", 18: "FP8", 19: "FP8", 20: "FP8", 22: "INT4", 23: "FP4"}
+_INDEX_TYPES = frozenset({"INT32", "INT64", "BOOL"})
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
+    """Every tensor's element type the graph declares or shape inference found, as the tables name it."""
+    types: dict[str, str] = {}
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if value.type.tensor_type.elem_type:
+            types[value.name] = _TRT_TYPE_NAMES.get(value.type.tensor_type.elem_type, "OTHER")
+    for init in model.graph.initializer:
+        types[init.name] = _TRT_TYPE_NAMES.get(init.data_type, "OTHER")
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = _attribute(node, "value")
+            if value is not None:
+                types[node.output[0]] = _TRT_TYPE_NAMES.get(value.data_type, "OTHER")
+    return types
+
+
+def _dtype_finding(name: str, node: onnx.NodeProto, entry: dict[str, Any], found: str | None, release: Any,
+                   settings: dict[str, Any]) -> Finding | None:
+    """The node's data input against the op's Supported Types column, or None when it fits (or is unknown)."""
+    aliases = settings.get("aliases", {})
+    listed = {aliases.get(t, t) for t in entry.get("dtypes", []) if t.isupper() and " " not in t}
+    if not listed or found is None or node.op_type in settings.get("shape_input", []):
+        return None
+    if found == "INT64" and _version(release.tensorrt) < _version(settings.get("int64_as_int32_before", "0")):
+        found = "INT32"  # cast down by the 8.x parser (the [int64] warning says so)
+    if found in listed:
+        return None
+    strict = node.op_type in settings.get("strict", [])
+    severity = WARNING if not strict and found in _INDEX_TYPES else BLOCKING
+    return Finding(name, node.op_type, severity,
+                   f"{node.op_type} reads {found}; TensorRT {release.tensorrt}'s parser takes "
+                   f"{', '.join(sorted(listed))} for it",
+                   "cast the input to a supported type in the model" if not strict else
+                   "quantize to signed INT8 with zero point 0 and keep biases in float "
+                   "(edgebuild's INT8 candidates do)", settings.get("source", ""))
+
+
+def _int64_tensors(model: onnx.ModelProto) -> list[str]:
+    import onnx
+
+    int64 = onnx.TensorProto.INT64
+    names = [i.name for i in model.graph.initializer if i.data_type == int64]
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if value.type.tensor_type.elem_type == int64:
+            names.append(value.name)
+    return names
+
+
+# -- checking ------------------------------------------------------------------------------
+
+def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPreflight:
+    release = group.target.release
+    table = parser_table(release.tensorrt)
+    operators = table.get("operators", {})
+    rules = restrictions()
+    parser_source = table.get("source", table["_path"])
+    findings: list[Finding] = []
+
+    types = tensor_types(model)
+    dtype_settings = rules.get("dtypes", {})
+    opset = default_opset(model)
+    if not table["min_opset"] <= opset <= table["max_opset"]:
+        findings.append(Finding(
+            "(model)", "opset", BLOCKING,
+            f"the model imports ONNX opset {opset}; TensorRT {release.tensorrt}'s parser takes opsets "
+            f"{table['min_opset']}..{table['max_opset']}",
+            f"export at opset {min(table['max_opset'], max(opset, table['min_opset']))} (export.opset)",
+            parser_source))
+
+    for index, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        if node.domain not in STANDARD_DOMAINS:
+            custom = rules["custom_domain"]
+            findings.append(Finding(name, node.op_type, custom["severity"],
+                                    custom["problem"].format(domain=node.domain), custom["fix"], custom["source"]))
+            continue
+        entry = operators.get(node.op_type)
+        if entry is None or not entry.get("supported", False):
+            findings.append(_unsupported(name, node.op_type, entry is not None, release, opset, parser_source, rules))
+        elif node.input:
+            typed = _dtype_finding(name, node, entry, types.get(node.input[0]), release, dtype_settings)
+            if typed is not None:
+                findings.append(typed)
+        for rule in rules.get("rule", []):
+            if rule["op"] == node.op_type and version_matches(release.tensorrt, rule["tensorrt"]) \
+                    and _rule_hits(rule, node, model):
+                findings.append(Finding(name, node.op_type, rule["severity"], rule["problem"], rule["fix"],
+                                        rule["source"]))
+
+    int64_rule = rules.get("int64")
+    if int64_rule and version_matches(release.tensorrt, int64_rule["tensorrt"]):
+        tensors = _int64_tensors(model)
+        if tensors:
+            shown = ", ".join(tensors[:5]) + (f" and {len(tensors) - 5} more" if len(tensors) > 5 else "")
+            findings.append(Finding(f"({len(tensors)} tensors: {shown})", "INT64", int64_rule["severity"],
+                                    int64_rule["problem"], int64_rule["fix"], int64_rule["source"]))
+
+    if group.use_dla and group.target.module.dla_cores > 0:
+        findings += _dla_fallbacks(model)
+    return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
+
+
+def _unsupported(name: str, op_type: str, listed: bool, release: Any, opset: int, parser_source: str,
+                 rules: dict[str, Any]) -> Finding:
+    """A node the parser has no importer for, with the fixes that exist: a lower opset, a later TensorRT."""
+    later = _first_supporting_release(op_type)
+    fixes = []
+    decomposed = rules.get("decomposed_below", {}).get(op_type)
+    if decomposed and opset >= decomposed["since_opset"]:
+        fixes.append(decomposed["fix"])
+        parser_source = f"{parser_source}; {decomposed['source']}"
+    if later:
+        fixes.append(f"TensorRT {later} supports it: target a JetPack with it")
+    fixes.append("rewrite this part of the model with supported operators")
+    return Finding(
+        name, op_type, BLOCKING,
+        f"{op_type} is {'marked unsupported in' if listed else 'not in'} the operator table of TensorRT "
+        f"{release.tensorrt}'s ONNX parser",
+        "; or ".join(fixes), parser_source)
+
+
+def _first_supporting_release(op_type: str) -> str | None:
+    for path in sorted(_tensorrt_dir().glob("onnx-parser-*.toml"),
+                       key=lambda p: _version(p.stem.removeprefix("onnx-parser-"))):
+        entry = parser_table(path.stem.removeprefix("onnx-parser-")).get("operators", {}).get(op_type)
+        if entry and entry.get("supported"):
+            return path.stem.removeprefix("onnx-parser-")
+    return None
+
+
+def _dla_fallbacks(model: onnx.ModelProto) -> list[Finding]:
+    table = dla_table()
+    ops = table.get("onnx_ops", {})
+    source = table.get("source", "dla.toml")
+    findings = []
+    dynamic = [i.name for i in model.graph.input
+               if any(d.dim_param or not d.dim_value for d in i.type.tensor_type.shape.dim)]
+    if dynamic:
+        findings.append(Finding(
+            "(model)", "dynamic shapes", DLA_FALLBACK,
+            f"inputs {dynamic} have dynamic axes; the DLA runs only static shapes, so DLA engines are built "
+            "with min = opt = max",
+            "give the DLA groups a fixed input shape (min_shape = opt_shape = max_shape)", source))
+    for index, node in enumerate(model.graph.node):
+        entry = ops.get(node.op_type)
+        if node.op_type in ("Constant", "Identity"):
+            continue
+        if entry is None or not entry.get("dla", False):
+            why = "; ".join(entry.get("restrictions", [])) if entry else "not in the DLA supported-layer list"
+            findings.append(Finding(
+                node.name or f"{node.op_type}_{index}", node.op_type, DLA_FALLBACK,
+                f"the DLA cannot run {node.op_type} ({why}); it falls back to the GPU",
+                "fine with GPU fallback; to keep the layer on the DLA use a DLA-supported operator",
+                entry.get("source", source) if entry else source))
+    return findings
+
+
+def preflight(onnx_path: Path, groups: list[SelectedGroup]) -> list[TargetPreflight]:
+    """Check the model against every selected group's target."""
+    model = load_graph(onnx_path)
+    return [check_target(model, group) for group in groups]
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings that say the same about several nodes (same op, severity, problem and fix): one row."""
+
+    op_type: str
+    severity: str
+    problem: str
+    fix: str
+    source: str
+    nodes: tuple[str, ...]
+
+    def node_list(self, shown: int = 3) -> str:
+        more = len(self.nodes) - shown
+        return ", ".join(self.nodes[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def group_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[FindingGroup]:
+    """One group per (op, severity, problem, fix), in the order each first appears."""
+    groups: dict[tuple[str, str, str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.op_type, f.severity, f.problem, f.fix), []).append(f)
+    return [FindingGroup(*key, same[0].source, tuple(f.node for f in same)) for key, same in groups.items()]
+
+
+def preflight_text(onnx_path: Path | str, results: list[TargetPreflight]) -> str:
+    """Per target: its findings as a table, one row per kind of finding with a count and the first nodes."""
+    from edgebuild.text import table
+
+    lines = [f"preflight of {onnx_path}"]
+    for t in results:
+        head = f"\n{t.group} = {t.target} (TensorRT {t.tensorrt}, {t.parser_table}): "
+        if not t.findings:
+            lines.append(head + "clean")
+            continue
+        lines.append(head + f"{len(t.blocking)} blocking, {len(t.findings) - len(t.blocking)} other")
+        rows = [[g.node_list(), g.op_type + (f" \u00d7{len(g.nodes)}" if len(g.nodes) > 1 else ""), g.severity,
+                 g.problem, g.fix] for g in group_findings(t.findings)]
+        lines.append(table(rows, ["node", "op", "severity", "problem", "suggested fix"]))
+    return "\n".join(lines)
