@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union, get_args, get_origin, get_type_hints
 
 from edgebuild.errors import ConfigError
-from edgebuild.runtime.backends.tensorrt import PRECISIONS
 from edgebuild.runtime.files import atomic_write_text, sha256_file
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
@@ -33,6 +32,8 @@ ENGINE_JSON = "engine.json"
 ACCEPTANCE_FILE = "acceptance.npz"
 #: the subfolder of a first-boot folder holding the recipe the device falls back to (FP16)
 FALLBACK_FOLDER = "fallback"
+#: the precisions an engine is built at (the device contract owns them; the TensorRT backend reads them)
+PRECISIONS = ("fp32", "fp16", "int8")
 
 _REBUILD = "rebuild the model folder with this edgebuild: `edgebuild compile --force --target GROUP`"
 

@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
 from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
+from edgebuild.runtime.recipe import PRECISIONS
 
-PRECISIONS = ("fp32", "fp16", "int8")
 
 Shape = Tuple[int, ...]
 ShapeRange = Tuple[Shape, Shape, Shape]
