@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.errors import AccuracyGateError
 from edgebuild.runtime.files import atomic_write_text
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.sources.export import ExportRecord
 
-STAGE_VERSION = "gate/2"
+STAGE_VERSION = "gate/3"
 RECORD_FILE = "gate.json"
 MEASURED_DIR = "measured"
 #: lowest precision first: the order "lowest-precision" selection walks
@@ -77,8 +78,7 @@ class CandidateResult:
 @dataclass(frozen=True)
 class GateResult:
     folder: Path
-    metric: str
-    threshold: float
+    policy: AccuracyPolicy  # the pass rule every later judgement (device acceptance, reports) reads
     reference_value: float
     backend: str
     images: int
@@ -91,6 +91,14 @@ class GateResult:
     measured: int  # measurements taken in this run (the rest were stored)
     stored: int  # measurements reused from earlier runs
     seconds: float
+
+    @property
+    def metric(self) -> str:
+        return self.policy.metric
+
+    @property
+    def threshold(self) -> float:
+        return self.policy.min_retention
 
     @property
     def passed(self) -> bool:
@@ -107,6 +115,7 @@ class GateResult:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["folder"] = str(self.folder)
+        data["policy"] = self.policy.as_dict()
         data["stage"] = STAGE_VERSION
         return data
 
@@ -115,6 +124,7 @@ class GateResult:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["folder"] = folder  # the project may have moved since
         data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
+        data["policy"] = AccuracyPolicy.from_dict(data["policy"])
         return cls(**data)
 
     @classmethod
@@ -413,8 +423,9 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
         import_tensorrt()  # fail before anything is measured when TensorRT is missing
     started = time.perf_counter()
     store = _Measurements(project, export, force=force, progress=progress, report=report, trt=trt, memory=memory)
+    policy = AccuracyPolicy.of(project)
     fp32 = store.candidate("fp32")
-    if fp32.value <= 0 and project.accuracy.gate:
+    if fp32.value <= 0 and policy.gated:
         raise AccuracyGateError(
             f"{project.source}: the FP32 model scores {fp32.metric} {fp32.value:.4f} on the validation set "
             f"[{fp32.backend}], so retention cannot be measured",
@@ -435,10 +446,9 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
         check_calibration(project, report)
         int8 = store.candidate("int8")
         measured.append(int8)
-        if project.accuracy.gate and int8.value / fp32.value < project.accuracy.min_retention \
-                and project.quantize.max_kept_layers > 0:
+        if policy.refuses(policy.retention(int8.value, fp32.value)) and project.quantize.max_kept_layers > 0:
             sensitivity = store.ranking(int8)
-            mixed = _search(project, store, fp32, [r["layer"] for r in sensitivity])
+            mixed = _search(project, policy, store, fp32, [r["layer"] for r in sensitivity])
             if mixed is not None:
                 measured.append(mixed)
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
@@ -448,7 +458,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
     return result
 
 
-def _search(project: Project, store: _Measurements, fp32: Measurement, worst_first: list[str]) -> Measurement | None:
+def _search(project: Project, policy: AccuracyPolicy, store: _Measurements, fp32: Measurement,
+            worst_first: list[str]) -> Measurement | None:
     """Keep the worst-ranked layers in float, one more at a time, until the gate passes.
 
     Only the candidates the ranking proposes are measured, each graph once; the search stops at
@@ -462,7 +473,7 @@ def _search(project: Project, store: _Measurements, fp32: Measurement, worst_fir
         if mixed is None:
             continue
         last = mixed
-        if mixed.value / fp32.value >= project.accuracy.min_retention:
+        if policy.keeps(mixed.value, fp32.value):
             break
     return last
 
@@ -487,7 +498,7 @@ def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,
             groups: tuple[Any, ...], notes: list[str], store: _Measurements, seconds: float) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
-    threshold = project.accuracy.min_retention
+    policy = AccuracyPolicy.of(project)
     reference = measured[0].value
     results = []
     if reference <= 0:  # an untrained model, or data that does not match it: retention is undefined
@@ -495,15 +506,15 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
                          "(an untrained model, or validation data that does not match it); "
                          "`edgebuild compile --no-gate` dry-runs the later stages"]
     for m in measured:
-        retention = m.value / reference if reference > 0 else 0.0
+        retention = policy.retention(m.value, reference)
         base = "int8" if m.precision == "int8-mixed" else m.precision
         rejected = store.rejections(m, groups)
         results.append(CandidateResult(
             precision=m.precision, onnx=m.onnx, metric=m.metric, value=m.value, retention=round(retention, 6),
-            passed=retention >= threshold, selectable=base in project.quantize.precisions and not rejected,
+            passed=policy.passes(retention), selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected))
     passing = [r for r in results if r.passed and r.selectable]
-    ungated = not project.accuracy.gate
+    ungated = not policy.gated
     if ungated:  # a dry run: every selectable candidate may be selected, the summary says so
         passing = [r for r in results if r.selectable]
         notes = [*notes, "GATE OFF (--no-gate / accuracy.gate = false): the candidate is selected without "
@@ -524,7 +535,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
         if ungated:
             why = "GATE OFF: lowest selectable precision, accuracy not checked"
     return GateResult(
-        folder=gate_dir(project), metric=project.metric, threshold=threshold, reference_value=reference,
+        folder=gate_dir(project), policy=policy, reference_value=reference,
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
         selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
         notes=notes, measured=store.measured, stored=store.stored, seconds=seconds)

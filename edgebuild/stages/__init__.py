@@ -449,7 +449,7 @@ STAGES: tuple[Stage, ...] = (
                           "too)", ("export",), True,
           _preflight_key, _preflight_run, lambda i, r: [], _dump, _preflight_load, _preflight_describe,
           verdict=_preflight_verdict),
-    Stage("gate", 3, "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
+    Stage("gate", 4, "FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
                      "selection (measurements stored apart from the decision)", ("export", "preflight"), False,
           _gate_key, _gate_run, lambda i, r: r.files, _dump, _gate_load, _gate_describe, verdict=_gate_verdict,
           needs_data=True),

@@ -29,7 +29,6 @@ from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, Target
 from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
 from edgebuild.runtime.recipe import PRECISIONS
 
-
 Shape = Tuple[int, ...]
 ShapeRange = Tuple[Shape, Shape, Shape]
 
