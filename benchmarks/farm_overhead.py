@@ -34,7 +34,8 @@ def main() -> None:
     args = parser.parse_args()
     import numpy
 
-    from edgebuild.accuracy.evaluate import ValidationSet, evaluate_on_device
+    from edgebuild.accuracy.evaluate import ValidationSet
+    from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.devices.farm import Farm, run_on_board
     from edgebuild.pipeline.runner import Options, plan_compile
     from edgebuild.project.config import load_project

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.project.config import WEIGHTED_OPS
+from edgebuild.project.schema import WEIGHTED_OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ the images once, so comparing several candidates does not redo that work.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,52 +229,6 @@ def score_device_results(project: Project, data: ValidationSet, results: bytes, 
         collect.add(samples, transforms, {k: stored[k] for k in stored.files})
     metrics = collect.metrics()
     return Evaluation(project.metric, metrics[project.metric], metrics, backend, len(samples), seconds)
-
-
-def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
-                       backend: str = "auto", report: Callable[[str], None] = lambda _: None) -> tuple[Evaluation,
-                                                                                                     dict[str, Any]]:
-    """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
-
-    The model folder and the validation inputs are each copied once per content hash (a second
-    evaluation of the same folder and set sends nothing but the command). Returns the evaluation
-    and the device's answer (backend, why, inference seconds, device facts).
-    """
-    import hashlib
-    import json
-
-    from edgebuild.devices.ssh import SshDevice
-    from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
-
-    data = data or ValidationSet(project)
-    device = SshDevice(url)
-    recipe = Recipe.load(folder)
-    files = recipe.model_files(folder)
-    model_key = hashlib.sha256(json.dumps(recipe.file_hashes(folder), sort_keys=True).encode()).hexdigest()
-    model_dir = f"evaluations/models/{recipe.group}-{model_key[:12]}"
-    inputs = device_inputs(project, data)
-    inputs_file = f"{hashlib.sha256(inputs).hexdigest()[:16]}.npz"
-    inputs_name = f"evaluations/inputs/{inputs_file}"
-    sent = []
-    if device.put_once(files, model_dir, RECIPE_FILE):
-        sent.append(f"{len(files)} model file(s)")
-    if device.put_once({inputs_file: inputs}, "evaluations/inputs", inputs_file):
-        sent.append(f"the validation inputs ({len(inputs)} bytes)")
-    report(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
-    out = f"evaluations/results-{model_key[:12]}.npz"
-    args = ["evaluate", model_dir, "--inputs", inputs_name, "--out", out, "--backend", backend]
-    settings = detection_settings(project)
-    if settings:
-        args += ["--detection", json.dumps(settings)]
-    answer = device.device_tool(args, timeout_s=3600)
-    result = answer["evaluate"]
-    fetched = device.fetch([out])[out]
-    if hashlib.sha256(fetched).hexdigest() != result["results_sha256"]:
-        from edgebuild.errors import RemoteError
-
-        raise RemoteError(f"{url}: the evaluation results arrived with another sha256 than the device computed")
-    evaluation = score_device_results(project, data, fetched, result["backend"], result["inference_s"])
-    return evaluation, {**result, "device": answer.get("device"), "sent": sent}
 
 
 # -- the acceptance set a model folder carries -------------------------------------------------------

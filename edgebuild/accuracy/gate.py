@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.errors import AccuracyGateError
+from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class GateResult:
 
 
 def gate_dir(project: Project) -> Path:
-    return project.build_dir / "gate"
+    return BuildLayout.of(project).gate
 
 
 def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:

@@ -15,10 +15,10 @@ from typing import Any
 
 from edgebuild import __version__
 from edgebuild.content import changed_parts, digest, file_sha256
+from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
 RECORD_FORMAT = "edgebuild.stage-record/1"
-RECORDS_DIR = ".records"
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class StageRecord:
 
 
 def record_path(build_dir: Path, stage: str) -> Path:
-    return build_dir / RECORDS_DIR / f"{stage}.json"
+    return BuildLayout(build_dir).record(stage)
 
 
 def stamp_outputs(build_dir: Path, paths: list[Path]) -> dict[str, FileStamp]:

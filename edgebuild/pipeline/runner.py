@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from edgebuild import __version__
 from edgebuild.errors import BuildLocked, EdgebuildError
@@ -35,10 +35,11 @@ from edgebuild.pipeline.records import (
     write_stage_record,
 )
 from edgebuild.project.config import Project
+from edgebuild.project.layout import BuildLayout
 from edgebuild.targets.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
 Report = Callable[[str], None]
-LOCK_FILE = ".lock"
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -91,35 +92,63 @@ class StageInputs:
     options: Options
     report: Report
     group: SelectedGroup | None
-    records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages)
+    records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages): read with record()
     previous: Any = None  # the stage's last record whatever its key (per-group stages: this group's)
     forced: bool = False  # named in --force: also ignore the stage's own stores (measurements, kept engines)
-    shared: dict[str, Any] = field(default_factory=dict)  # memo for expensive objects (the torch model)
+    #: what the compile's stages share (expensive objects made once: the PyTorch model, the host's facts);
+    #: given to run_stages by the caller, which knows its type (edgebuild.stages.session.CompileSession)
+    session: Any = None
 
     @property
     def project(self) -> Project:
         return self.plan.project
 
+    def record(self, stage: Stage[R]) -> R:
+        """The record of ``stage`` (this group's, where both are per group)."""
+        return self.records[stage.name]
 
-@dataclass(frozen=True)
-class Stage:
+    def group_records(self, stage: Stage[R]) -> dict[str, R]:
+        """A once-per-project stage reading a per-group one: the record of every group it succeeded for."""
+        return self.records[stage.name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage(Generic[R]):
+    """One step of the compile: what it reads (``key``), what it does (``run``), what it hands on (``record``).
+
+    ``record`` is the stage's record type: what ``run`` returns, what the stages after it read
+    (``StageInputs.record``) and what the build report shows. It is stored with ``as_dict()`` and
+    read back with ``from_dict(data)``; ``relocate`` re-roots the paths of a stored record where
+    the project may have moved since.
+    """
+
     name: str
     version: int
     summary: str
-    after: tuple[str, ...]  # the stages whose records this one reads
-    per_group: bool
+    record: type[R]
+    after: tuple[str, ...] = ()  # the stages whose records this one reads
+    per_group: bool = False
     key: Callable[[StageInputs], dict[str, str]]
-    run: Callable[[StageInputs], Any]
-    outputs: Callable[[StageInputs, Any], list[Path]]  # the files its record vouches for
-    dump: Callable[[Any], dict[str, Any]]
-    load: Callable[[StageInputs, dict[str, Any]], Any]
-    describe: Callable[[Any], str]
+    run: Callable[[StageInputs], R]
+    outputs: Callable[[StageInputs, R], list[Path]] = lambda inputs, record: []  # the files its record vouches for
+    describe: Callable[[R], str]
+    #: reads a stored dict where ``record.from_dict`` needs more than the dict
+    from_dict: Callable[[dict[str, Any]], R] | None = None
+    relocate: Callable[[StageInputs, R], R] | None = None
     #: a record can be valid and still stop what comes after (a gate nobody passes, a blocked target):
     #: the record is stored, so the next run re-decides without measuring, and the error is raised
-    verdict: Callable[[StageInputs, Any], EdgebuildError | None] | None = None
+    verdict: Callable[[StageInputs, R], EdgebuildError | None] | None = None
     needs_data: bool = False
     #: its groups may run at once (``Options.jobs``): each waits on a device, not on this host
     concurrent: bool = False
+
+    def dump(self, record: R) -> dict[str, Any]:
+        return record.as_dict() if hasattr(record, "as_dict") else asdict(record)
+
+    def load(self, data: dict[str, Any]) -> R:
+        """The typed record of a stored dict; raises (TypeError, KeyError, ValueError) when it is not one."""
+        loader = self.from_dict or getattr(self.record, "from_dict", None)
+        return loader(data) if loader is not None else self.record(**data)
 
 
 @dataclass(frozen=True)
@@ -202,18 +231,14 @@ class CompileReport:
         }
 
 
-LAST_COMPILE = "last-compile.json"
-
-
 def write_last_compile(report: CompileReport) -> Path:
     """``build/.records/last-compile.json``: the last compile's outcome per stage and group (status,
     detail, seconds, error, record), what ``edgebuild report`` rebuilds the build report from."""
     import json
 
-    from edgebuild.pipeline.records import RECORDS_DIR
     from edgebuild.runtime.files import atomic_write_text
 
-    path = report.plan.project.build_dir / RECORDS_DIR / LAST_COMPILE
+    path = BuildLayout.of(report.plan.project).last_compile
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {**report.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "error": str(report.error) if report.error else None,
@@ -247,7 +272,7 @@ def dependencies(name: str, stages: tuple[Stage, ...]) -> set[str]:
 def build_lock(build_dir: Path) -> Iterator[None]:
     """Hold the build folder for this process; a second compile of the project is refused."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    path = build_dir / LOCK_FILE
+    path = BuildLayout(build_dir).lock
     handle = open(path, "a+")
     try:
         try:
@@ -268,8 +293,8 @@ def build_lock(build_dir: Path) -> Iterator[None]:
 
 
 def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = None, options: Options = Options(),
-               report: Report = lambda _: None,
-               on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
+               report: Report = lambda _: None, on_stage: Callable[[StageOutcome], None] | None = None,
+               session: Any = None) -> CompileReport:
     """Run ``stages`` (in dependency order; or ``until`` and what it reads), reusing what is up to date.
 
     A failed stage stops what reads it: for a per-group stage only that group's later stages.
@@ -289,7 +314,6 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
     forced = dependents(named, every)
     project = plan.project
     done: list[StageOutcome] = []
-    shared: dict[str, Any] = {}
     with build_lock(project.build_dir):
         if any(s.needs_data for s in stages):
             try:
@@ -301,7 +325,7 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
         for stage in stages:
             scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
             def unit(scope: SelectedGroup | None, stage: Stage = stage) -> UnitOutcome:
-                return _run_unit(stage, scope, plan, options, report, done, shared, stage.name in forced,
+                return _run_unit(stage, scope, plan, options, report, done, session, stage.name in forced,
                                  stage.name in named)
 
             if stage.concurrent and options.jobs > 1 and len(scopes) > 1:
@@ -339,21 +363,21 @@ def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome
 
 
 def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
-              done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
+              done: list[StageOutcome], session: Any, forced: bool, named: bool) -> UnitOutcome:
     started = time.perf_counter()
-    outcome = _run_unit_timed(stage, group, plan, options, report, done, shared, forced, named)
+    outcome = _run_unit_timed(stage, group, plan, options, report, done, session, forced, named)
     return replace(outcome, seconds=time.perf_counter() - started)
 
 
 def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
-                    done: list[StageOutcome], shared: dict[str, Any], forced: bool, named: bool) -> UnitOutcome:
+                    done: list[StageOutcome], session: Any, forced: bool, named: bool) -> UnitOutcome:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
     if missing:
         return UnitOutcome(name, "not run", missing, why=missing)
     project = plan.project
     record_name = f"{stage.name}/{group.name}" if group else stage.name
-    inputs = StageInputs(plan, options, report, group, records, forced=named, shared=shared)
+    inputs = StageInputs(plan, options, report, group, records, forced=named, session=session)
     try:
         key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
         # the record is read once: as the previous run (a kept engine) and, unless forced, for reuse
@@ -390,6 +414,7 @@ def _judged(stage: Stage, inputs: StageInputs, outcome: UnitOutcome) -> UnitOutc
 def _load(stage: Stage, inputs: StageInputs, stored: StageRecord) -> Any:
     """The typed record of a stored run, or None when it no longer reads as one (the stage re-runs)."""
     try:
-        return stage.load(inputs, stored.result)
+        record = stage.load(stored.result)
+        return stage.relocate(inputs, record) if stage.relocate else record
     except (TypeError, KeyError, ValueError, OSError, EdgebuildError):
         return None

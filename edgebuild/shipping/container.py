@@ -41,7 +41,8 @@ from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.devices.ssh import device_tool_archive
 from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
-from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.project.layout import BuildLayout
+from edgebuild.runtime.recipe import Recipe
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 
@@ -403,10 +404,6 @@ def run_once(plan: ContainerPlan, command: list[str], *, engine: str | None = No
 
 # -- per project ----------------------------------------------------------------------------
 
-def context_dir(build_dir: Path, group: str, flavor: str) -> Path:
-    return Path(build_dir) / "containers" / (group + ("-cpu" if flavor == "cpu" else ""))
-
-
 @dataclass(frozen=True)
 class ContainerRecord:
     """The container stage's result for one group (what ``container.json`` says, typed)."""
@@ -431,36 +428,35 @@ class ContainerRecord:
         return cls(**data)
 
 
-def group_container_plan(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                          base_image: str | None = None) -> ContainerPlan:
-    """The container plan of one group, from the folder the engine stage wrote.
+    """The container plan of one group, from its model folder (the engine stage's record names it).
 
-    The limits are the ones in the recipe: the preset the engine stage checked against the
-    module and built the engine's memory pool with.
+    The limits are the group's preset as the compile resolved it (checked against the module,
+    and the engine's memory pool was built with it).
     """
-    artifact = project.build_dir / "engines" / group.name
-    recipe = Recipe.load(artifact, hint=f"run `edgebuild compile --target {group.name}` first (the engine stage "
-                                        "writes that folder), or select compiled groups with --target")
+    recipe = Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the engine "
+                                            "stage writes that folder), or select compiled groups with --target")
     if recipe.target != group.target.id:
-        raise ConfigError(f"{artifact}: the recipe is for {recipe.target}, but group {group.name} "
+        raise ConfigError(f"{model_folder}: the recipe is for {recipe.target}, but group {group.name} "
                           f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
-    preset = LimitPreset.from_dict(recipe.limits, source=f"{artifact / RECIPE_FILE}: limits")
-    return plan_container(recipe, group.target, preset, flavor=flavor, base_image=base_image)
+    return plan_container(recipe, group.target, group.limits, flavor=flavor, base_image=base_image)
 
 
-def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "jetson",
+def write_group_container(project: Any, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                           base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
-    """The container stage for one group: its build context and run specs in build/containers/<group>/."""
-    plan = group_container_plan(project, group, flavor=flavor, base_image=base_image)
-    out = context_dir(project.build_dir, group.name, flavor)
-    folder = project.build_dir / "engines" / group.name
+    """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
+    plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
+    layout = BuildLayout.of(project)
+    out = layout.container(group.name, flavor)
+    folder = model_folder
     written = write_container(folder, out, plan)
     report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
     triton = None
     if project.runtime.server in ("triton", "both"):
         from edgebuild.shipping.triton import write_repository
 
-        record = write_repository(folder, triton_dir(project.build_dir, group.name), build_dir=project.build_dir)
+        record = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir)
         triton = record.as_dict()
         report(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
                + (f", FROM {record.image}" if record.image else "") + ")")
@@ -470,8 +466,3 @@ def write_group_container(project: Any, group: SelectedGroup, *, flavor: str = "
                            base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
                            notes=written["notes"], triton=triton)
-
-
-def triton_dir(build_dir: Path, group: str) -> Path:
-    """``build/triton/<group>``: the group's Triton model repository, Dockerfile and run.sh."""
-    return build_dir / "triton" / group

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError
+from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from edgebuild.runtime.recipe import Recipe
 
@@ -192,7 +193,7 @@ def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, byt
     here. With ``base`` (the manifest of the exact version this one replaces) the bundle is a
     delta: files whose hash is unchanged are listed ``from_base`` and not carried.
     """
-    from edgebuild.runtime.ota import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, PAYLOAD, SIGNATURE
+    from edgebuild.runtime.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, PAYLOAD, SIGNATURE
 
     entries = [_file_entry(name, files[name]) for name in sorted(files)]
     carried = [e["path"] for e in entries]
@@ -218,7 +219,7 @@ def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, byt
 def read_bundle_manifest(path: Path) -> dict[str, Any]:
     """The manifest of a bundle (its first member), for ``--since``; the signature is checked on install."""
     from edgebuild.errors import BundleError
-    from edgebuild.runtime.ota import MANIFEST, parse_manifest
+    from edgebuild.runtime.bundle import MANIFEST, parse_manifest
 
     try:
         with tarfile.open(path, mode="r|gz") as tar:
@@ -255,7 +256,7 @@ def reference_outputs(artifact: Path, recipe: Recipe) -> bytes:
 def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None = None
                    ) -> tuple[Recipe, dict[str, bytes]]:
     """(recipe, files) of one group: the servable model folder, the health reference and the run specs."""
-    from edgebuild.runtime.ota import REFERENCE
+    from edgebuild.runtime.bundle import REFERENCE
 
     recipe = Recipe.load(artifact, hint=hint)
     names = recipe.file_names(engine=recipe.shippable_engine and Recipe.has_engine(artifact))
@@ -333,14 +334,18 @@ def _base_manifest(since: Path, group: str) -> dict[str, Any]:
     return base
 
 
-def package_group(project: Any, group: SelectedGroup, *, since: Path | None = None, accepted: dict | None = None,
+def package_group(project: Any, group: SelectedGroup, *, model_folder: Path | None = None,
+                  context: Path | None = None, since: Path | None = None, accepted: dict | None = None,
                   report: Callable[[str], None] = print) -> PackageRecord:
-    """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json."""
+    """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json.
+
+    ``model_folder`` and ``context`` are the folders the engine and container stages' records
+    name (by default the group's in the build folder's layout, for the jetson flavor).
+    """
     bundle_key, mender_key, notes = _signing_keys(project)
-    out_root = project.build_dir / "packages"
+    layout = BuildLayout.of(project)
     name, version, group_name = project.ota.artifact_name or project.project.name, project.ota.version, group.name
-    recipe, files = bundle_payload(project.build_dir / "engines" / group_name,
-                                   project.build_dir / "containers" / group_name,
+    recipe, files = bundle_payload(model_folder or layout.engine(group_name), context or layout.container(group_name),
                                    hint=f"run `edgebuild compile --target {group_name}` first")
     base = _base_manifest(since, group_name) if since is not None else None
     # sequence: when it was packaged (ms since the epoch), signed with the manifest; a device
@@ -348,7 +353,7 @@ def package_group(project: Any, group: SelectedGroup, *, since: Path | None = No
     manifest = {"model": name, "version": version, "group": group_name, "target": recipe.target,
                 "precision": recipe.precision, "compatibility": recipe.compatibility(),
                 "sequence": time.time_ns() // 1_000_000}
-    folder = out_root / group_name
+    folder = layout.package(group_name)
     bundle_path = folder / f"{name}-{version}-{group_name}{BUNDLE_SUFFIX}"
     written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
     mender_path = folder / f"{name}-{version}-{group_name}.mender"
@@ -373,8 +378,8 @@ def package_group(project: Any, group: SelectedGroup, *, since: Path | None = No
 def write_fleet_manifest(project: Any, records: list[PackageRecord]) -> dict[str, Any]:
     """``build/packages/fleet.json`` (which artifact each group gets) with these groups' lines updated,
     and the Mender update module beside it. Groups packaged earlier and not named here keep their lines."""
-    out_root = project.build_dir / "packages"
-    path = out_root / "fleet.json"
+    layout = BuildLayout.of(project)
+    path = layout.fleet_manifest
     name, version = project.ota.artifact_name or project.project.name, project.ota.version
     groups: dict[str, Any] = {}
     if path.is_file():
@@ -388,20 +393,13 @@ def write_fleet_manifest(project: Any, records: list[PackageRecord]) -> dict[str
     for record in records:
         groups[record.group] = {k: v for k, v in record.as_dict().items() if k not in ("group", "notes")}
     notes = sorted({note for record in records for note in record.notes})
-    module_script = out_root / "edgebuild-model"
+    module_script = layout.packages / "edgebuild-model"
     atomic_write_text(module_script, (data_dir("docker") / "edgebuild-model.update-module").read_text())
     module_script.chmod(0o755)
     fleet = {"model": name, "version": version, "groups": dict(sorted(groups.items())),
              "update_module": "edgebuild-model", "notes": notes}
     atomic_write_text(path, json.dumps(fleet, indent=2))
     return fleet
-
-
-def package_project(project: Any, groups: list[SelectedGroup], *, since: Path | None = None,
-                    report: Callable[[str], None] = print) -> dict[str, Any]:
-    """``edgebuild package``: every selected group's bundle and Mender artifact, and the fleet manifest."""
-    records = [package_group(project, group, since=since, report=report) for group in groups]
-    return write_fleet_manifest(project, records)
 
 
 def _described(path: Path, root: Path) -> dict[str, Any]:

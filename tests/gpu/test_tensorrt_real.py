@@ -98,15 +98,18 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
 
     from edgebuild.accuracy.gate import run_gate
     from edgebuild.datasets.project_data import prepare_data
-    from edgebuild.pipeline.runner import plan_compile
-    from edgebuild.sources.export import export_for_targets
+    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.stages import compile_plan
     from tests.support.project import EXAMPLES
 
     root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
     shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
     project = load_project(root)
     prepare_data(project)
-    record = export_for_targets(project, plan_compile(project, "orin").releases)
+    outcome = compile_plan(plan_compile(project, "orin"), until="export",
+                           options=Options(progress=False)).outcome("export")  # as `edgebuild export` runs it
+    assert outcome.error is None, outcome.error
+    record = outcome.record()
     return project, record, run_gate(project, record, progress=False)
 
 

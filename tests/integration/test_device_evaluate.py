@@ -60,7 +60,7 @@ def test_the_device_measures_what_the_host_measures_and_inputs_travel_once(examp
 def test_a_model_folder_changed_after_compile_is_refused_on_the_device(example_copy, loopback_jetson) -> None:
     import numpy
 
-    from edgebuild.accuracy.evaluate import evaluate_on_device
+    from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.errors import BundleError
     from edgebuild.pipeline.runner import Options, plan_compile
     from edgebuild.stages import compile_plan

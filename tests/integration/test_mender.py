@@ -149,7 +149,7 @@ def _compiled_tiny(tiny_project: Path, signed: bool, version: str = "2.1.0"):
     return project, public
 
 
-DOCK = [SimpleNamespace(name="dock")]  # what package_project reads of a selected group
+DOCK = [SimpleNamespace(name="dock")]  # what package_group (the package stage's entry point) reads of a group
 
 
 @pytest.mark.mender
@@ -158,11 +158,12 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     """`edgebuild package` for a compiled group: its Mender artifact validates; its bundle is inside."""
     import json
 
-    from edgebuild.runtime.ota import verify
-    from edgebuild.shipping.ota import package_project
+    from edgebuild.runtime.bundle import verify
+    from edgebuild.shipping.ota import package_group
 
     project, public = _compiled_tiny(tiny_project, signed)
-    fleet = package_project(project, DOCK, report=lambda _: None)
+    package_group(project, DOCK[0], report=lambda _: None)
+    fleet = json.loads((project.build_dir / "packages" / "fleet.json").read_text())
     entry = fleet["groups"]["dock"]
     mender = tiny_project / entry["mender"]["path"]
     args = ["validate", "-k", str(public), str(mender)] if signed else ["validate", str(mender)]
@@ -184,21 +185,22 @@ def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_
     import shutil
 
     from edgebuild.project.config import load_project
-    from edgebuild.shipping.ota import package_project
+    from edgebuild.shipping.ota import package_group
 
     project, _ = _compiled_tiny(tiny_project, signed=True, version="1.0.0")
-    package_project(project, DOCK, report=lambda _: None)
+    package_group(project, DOCK[0], report=lambda _: None)
     shutil.copytree(project.build_dir / "packages", tmp_path / "release-1.0.0")
     toml = tiny_project / "edgebuild.toml"
     toml.write_text(toml.read_text().replace('version = "1.0.0"', 'version = "1.1.0"'))
     engine_dir = project.build_dir / "engines" / "dock"
     recipe = (engine_dir / "recipe.json").read_text()
     (engine_dir / "recipe.json").write_text(recipe.replace('"port": 8000', '"port": 8001'))  # only the recipe changed
-    fleet = package_project(load_project(tiny_project), DOCK, since=tmp_path / "release-1.0.0", report=lambda _: None)
-    entry = fleet["groups"]["dock"]
+    record = package_group(load_project(tiny_project), DOCK[0], since=tmp_path / "release-1.0.0",
+                           report=lambda _: None)
+    entry = record.as_dict()
     assert entry["delta_over"] == "1.0.0" and entry["carried"] == 1 and entry["files"] == 3
 def _public(path: Path):
-    from edgebuild.runtime.ota import load_public_key
+    from edgebuild.runtime.bundle import load_public_key
 
     return load_public_key(path)
 

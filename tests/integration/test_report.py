@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 
 from edgebuild.cli.commands import main
-from edgebuild.report.build_report import write_report
+from edgebuild.report import write_report
 
 pytestmark = pytest.mark.slow  # each compiles the example (about 10 s)
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from edgebuild.accuracy.gate import GateResult, gate_dir
 from edgebuild.cli.commands import main
-from edgebuild.devices.engine import build_over_ssh, plan_engine
+from edgebuild.devices.engines import build_over_ssh, plan_engine
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.pipeline.runner import plan_compile

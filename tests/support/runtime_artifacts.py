@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edgebuild.devices.engine import onnx_outputs
+from edgebuild.devices.recipes import onnx_outputs
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.recipe import Recipe, RecipeModule, RuntimeSettings
 from edgebuild.targets.limits import load_preset

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli.commands import main
-from edgebuild.devices.engine import decide_placement, plan_engine
+from edgebuild.devices.engines import plan_engine
+from edgebuild.devices.placement import decide_placement
 from edgebuild.errors import LimitError
 from edgebuild.pipeline.runner import plan_compile
 from edgebuild.project.config import load_project
@@ -140,14 +141,9 @@ def _recorded_device(reference: float, retention: dict[str, float], calls: list[
     return evaluate
 
 
-class _Inputs:  # what the engine stage's verdict reads
-    def __init__(self, project, gate) -> None:
-        self.project, self.records = project, {"gate": gate}
-
-
 def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
     """Builds "on the device" go to the TensorRT double here (test_ssh_build runs the real SSH path)."""
-    import edgebuild.devices.engine as engine
+    import edgebuild.devices.engines as engine
     from edgebuild.runtime.device import build_from_recipe
 
     monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, report=None: build_from_recipe(
@@ -156,9 +152,10 @@ def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
 
 def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candidate(
         example_copy, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgebuild.devices.engine import build_and_accept, candidate_order
+    from edgebuild.devices.acceptance import build_and_accept
+    from edgebuild.devices.placement import candidate_order
     from edgebuild.runtime.recipe import Recipe
-    from edgebuild.stages import _engine_verdict
+    from edgebuild.stages.engine import refusal
 
     project, gate = _gated(example_copy("digits-classifier"))
     group = replace(plan_compile(project, "sorters").groups[0], build_on="ssh://nvidia@orin-01")
@@ -170,41 +167,42 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
     messages: list[str] = []
     record = build_and_accept(project, group, gate, host=HOST_CHECK, evaluate_remote=device, report=messages.append)
     assert record.candidate == "fp16" and record.built and calls == ["int8", "fp16"] and _builds(trt) == 2
-    assert [r["candidate"] for r in record.refused] == ["int8"] and record.refused[0]["retention"] == pytest.approx(0.8)
-    assert record.accepted["candidate"] == "fp16" and record.accepted["retention"] == pytest.approx(0.99)
+    assert [r.candidate for r in record.refused] == ["int8"] and record.refused[0].retention == pytest.approx(0.8)
+    assert record.accepted.candidate == "fp16" and record.accepted.retention == pytest.approx(0.99)
     assert any("REFUSED the int8 engine: retention 0.800 < 0.92" in m for m in messages)
     folder = project.build_dir / record.folder
     recipe = Recipe.load(folder)
     assert recipe.candidate == "fp16" and recipe.precision == "fp16" and recipe.accepted["retention"] == 0.99
     assert json.loads((folder / "engine.json").read_text())["accepted"]["where"] == "ssh://nvidia@orin-01"
     recipe.verify_files(folder)  # engine.json was rewritten, its plan was not
-    assert _engine_verdict(_Inputs(project, gate), record) is None
+    assert refusal(record, gate) is None
 
     # a second run measures nothing and builds nothing: the refusal and the acceptance are stored
     again = build_and_accept(project, group, gate, host=HOST_CHECK,
                              evaluate_remote=lambda *a, **k: pytest.fail("measured again"))
     assert again.kept and again.candidate == "fp16" and _builds(trt) == 2 and again.refused == record.refused
 
-    # a stricter threshold re-decides from the stored measurements, then measures fp32
-    strict = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"min_retention": 0.995})})
+    # a stricter threshold (the gate's policy: what a new min_retention gives) re-decides from the
+    # stored measurements, then measures fp32
+    strict = replace(gate, policy=replace(gate.policy, min_retention=0.995))
     calls.clear()
-    stricter = build_and_accept(strict, group, gate, host=HOST_CHECK, evaluate_remote=device)
-    assert stricter.candidate == "fp32" and calls == ["fp32"] and stricter.accepted["retention"] == 1.0
-    assert [r["candidate"] for r in stricter.refused] == ["int8", "fp16"]
+    stricter = build_and_accept(project, group, strict, host=HOST_CHECK, evaluate_remote=device)
+    assert stricter.candidate == "fp32" and calls == ["fp32"] and stricter.accepted.retention == 1.0
+    assert [r.candidate for r in stricter.refused] == ["int8", "fp16"]
 
     # nothing passes: the group stops with exit 11 and every number
     impossible = _recorded_device(gate.reference_value, {"int8": 0.5, "fp16": 0.6, "fp32": 0.7}, [])
     failed = build_and_accept(project, group, gate, host=HOST_CHECK, force=True, evaluate_remote=impossible)
-    assert failed.accepted is None and [r["candidate"] for r in failed.refused] == ["int8", "fp16", "fp32"]
-    error = _engine_verdict(_Inputs(project, gate), failed)
+    assert failed.accepted is None and [r.candidate for r in failed.refused] == ["int8", "fp16", "fp32"]
+    error = refusal(failed, gate)
     assert error is not None and error.exit_code == 11
     assert "int8: top-1" in error.message and "retention 0.700" in error.message
     assert "nothing is packaged" in error.message
 
 
 def test_only_engines_that_ship_are_measured(example_copy) -> None:
-    from edgebuild.devices.engine import build_and_accept
-    from edgebuild.stages import _engine_verdict
+    from edgebuild.devices.acceptance import build_and_accept
+    from edgebuild.stages.engine import refusal
 
     project, gate = _gated(example_copy("digits-classifier"))
     group = plan_compile(project, "sorters").groups[0]
@@ -212,11 +210,11 @@ def test_only_engines_that_ship_are_measured(example_copy) -> None:
     deferred = build_and_accept(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()),
                                 evaluate_remote=never, evaluate_local=never)
     assert not deferred.built and deferred.accepted is None and deferred.fallback == "fp16"
-    assert _engine_verdict(_Inputs(project, gate), deferred) is None
+    assert refusal(deferred, gate) is None
     host_check = build_and_accept(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"),
                                   evaluate_remote=never, evaluate_local=never)
     assert host_check.built and not host_check.needs_acceptance and host_check.fallback is None
-    assert _engine_verdict(_Inputs(project, gate), host_check) is None
+    assert refusal(host_check, gate) is None
 
 
 def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> None:

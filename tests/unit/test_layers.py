@@ -1,4 +1,5 @@
-"""The package's layers: no import cycles between edgebuild's modules, at any depth.
+"""The package's layers: no import cycles between edgebuild's modules, at any depth, and no
+module importing a layer above its own.
 
 Imports inside functions count too (a lazy import is still a dependency); only imports under
 ``if TYPE_CHECKING:`` are left out, since they never run.
@@ -62,6 +63,56 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (found := visit(node)):
             return found
     return None
+
+
+#: the layers, lowest first (docs/architecture.md): a module may import its own layer and those below
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("edgebuild", "edgebuild.errors", "edgebuild._compat"),  # shared with the device
+    ("edgebuild.runtime",),  # the device side: Python 3.8 + numpy
+    ("edgebuild.content", "edgebuild.datafiles", "edgebuild.text"),  # build-host support
+    ("edgebuild.targets",),
+    ("edgebuild.project",),
+    ("edgebuild.sources", "edgebuild.datasets"),  # what models and data are
+    ("edgebuild.accuracy",),
+    ("edgebuild.devices",),
+    ("edgebuild.shipping",),
+    ("edgebuild.pipeline",),
+    ("edgebuild.stages",),
+    ("edgebuild.report",),
+    ("edgebuild.workflows",),
+    ("edgebuild.cli",),
+    ("edgebuild.__main__",),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix that names ``module``'s package (or the module itself)."""
+    best, found = -1, None
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, found = len(name), index
+    if found is None:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS (and to docs/architecture.md)")
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} (layer {LAYERS[layer_of(module)][0]}) imports {target} "
+                  f"(layer {LAYERS[layer_of(target)][0]})"
+                  for module, targets in graph.items() for target in targets
+                  if layer_of(target) > layer_of(module))
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    graph = _graph()
+    assert not upward_imports(graph), "\n".join(upward_imports(graph))
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    graph = {"edgebuild.runtime.server": {"edgebuild.stages.engine"}, "edgebuild.stages.engine": {"edgebuild.errors"}}
+    assert upward_imports(graph) == ["edgebuild.runtime.server (layer edgebuild.runtime) imports "
+                                     "edgebuild.stages.engine (layer edgebuild.stages)"]
 
 
 def test_no_import_cycles_between_edgebuild_modules() -> None:

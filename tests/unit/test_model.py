@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from edgebuild.cli.commands import main
 from edgebuild.errors import ModelError
-from edgebuild.project.config import ClassificationTask, Project, load_project
+from edgebuild.project.config import Project, load_project
+from edgebuild.project.schema import ClassificationTask
 from edgebuild.runtime.vision import decode_outputs
 from edgebuild.sources.model import TorchRunner, check_model, model_key_parts, model_source_digest, outputs_by_name
 from edgebuild.sources.task_outputs import task_output_mismatches

@@ -7,6 +7,7 @@ checked by what the stages actually did (how often they ran, what they wrote).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,16 @@ from edgebuild.errors import BuildLocked, ModelError
 from edgebuild.pipeline.records import record_path
 from edgebuild.pipeline.runner import Options, Stage, build_lock, plan_compile, run_stages
 from edgebuild.project.config import load_project
+
+
+@dataclass(frozen=True)
+class _Counted:
+    value: str
+
+
+@dataclass(frozen=True)
+class _Copied:
+    file: str
 
 
 class _Toy:
@@ -34,7 +45,7 @@ class _Toy:
             out.write_text(self.setting)
             if self.interrupt:
                 raise KeyboardInterrupt  # killed after writing its output, before its record
-            return {"value": self.setting}
+            return _Counted(self.setting)
 
         def copy_key(inputs):
             return {"count": file_sha256(inputs.project.build_dir / "count.txt")}
@@ -44,16 +55,16 @@ class _Toy:
             if inputs.group.name == self.fail_for:
                 raise ModelError(f"{inputs.group.name} cannot be copied")
             out = inputs.project.build_dir / f"copy-{inputs.group.name}.txt"
-            out.write_text(inputs.records["count"]["value"])
-            return {"file": out.name}
+            out.write_text(inputs.record(count).value)
+            return _Copied(out.name)
 
         build = lambda i: i.project.build_dir  # noqa: E731
-        return (
-            Stage("count", 1, "", (), False, lambda i: {"setting": self.setting}, count_run,
-                  lambda i, r: [build(i) / "count.txt"], dict, lambda i, d: dict(d), lambda r: r["value"]),
-            Stage("copy", 1, "", ("count",), True, copy_key, copy_run,
-                  lambda i, r: [build(i) / r["file"]], dict, lambda i, d: dict(d), lambda r: r["file"]),
-        )
+        count = Stage(name="count", version=1, summary="", record=_Counted,
+                      key=lambda i: {"setting": self.setting}, run=count_run,
+                      outputs=lambda i, r: [build(i) / "count.txt"], describe=lambda r: r.value)
+        copy = Stage(name="copy", version=1, summary="", record=_Copied, after=("count",), per_group=True,
+                     key=copy_key, run=copy_run, outputs=lambda i, r: [build(i) / r.file], describe=lambda r: r.file)
+        return count, copy
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from junitparser import JUnitXml
 
 from edgebuild.errors import ConfigError
-from edgebuild.report.build_report import from_compile, to_html, to_junit, to_markdown, write_report
+from edgebuild.report import from_compile, to_html, to_junit, to_markdown, write_report
 
 FINDING = {"node": "/head/NonMaxSuppression", "op_type": "NonMaxSuppression", "severity": "blocking",
            "problem": "not in TensorRT 8.5's ONNX parser <& \x1b[31m>", "fix": "move NMS out of the graph",
@@ -56,18 +56,20 @@ LAST_COMPILE = {
             _run("belts", "ran", "clean", {"group": "belts", "target": "orin-nano-8gb@6.2", "tensorrt": "10.3.0.30",
                  "parser_table": "onnx-parser-10.3.toml", "findings": [], "blocking": 0})]},
         {"name": "gate", "runs": [_run(None, "ran", "selected int8-mixed", {
-            "folder": "/p/build/gate", "metric": "mAP50-95", "threshold": 0.95, "reference_value": 0.6, "backend":
+            "folder": "/p/build/gate", "policy": {"metric": "mAP50-95", "min_retention": 0.95, "gated": True},
+            "reference_value": 0.6, "backend":
             "onnxruntime-cpu 1.32.0", "images": 200, "selected": "int8-mixed", "selection_rule": "lowest precision",
             "candidates": [_candidate("fp32", 1.0, True), _candidate("int8", 0.9, False),
                            _candidate("int8-mixed", 0.97, True, ["/backbone/conv1", "/head/conv"])],
             "sensitivity": [{"layer": "/backbone/conv1", "sqnr_db": 12.5}], "next_steps": [], "notes": [],
-            "measured": 3, "stored": 0, "seconds": 2.0, "stage": "gate/2"}, seconds=2.0)]},
+            "measured": 3, "stored": 0, "seconds": 2.0, "stage": "gate/3"}, seconds=2.0)]},
         {"name": "engine", "runs": [
             _run("cams", "not run", "preflight did not succeed for cams", seconds=0.0),
             _run("belts", "failed", "ssh://jet, int8-mixed engine built; int8-mixed REFUSED", _engine(
                 "belts", placement="ssh://nvidia@jet", built=True, refused=[
-                    {"candidate": "int8-mixed", "metric": "mAP50-95", "value": 0.5, "retention": 0.83,
-                     "backend": "tensorrt 10.3.0.30"}]), error="belts: no engine built ssh://nvidia@jet keeps it")]},
+                    {"candidate": "int8-mixed", "build_key": "k", "plan_sha256": "p", "validation": "v",
+                     "where": "ssh://nvidia@jet", "metric": "mAP50-95", "value": 0.5, "images": 200,
+                     "reference": 0.6, "retention": 0.83, "backend": "tensorrt 10.3.0.30"}]), error="belts: no engine built ssh://nvidia@jet keeps it")]},
     ],
 }
 

@@ -1,0 +1,87 @@
+"""Where each target's TensorRT engine is built, and which candidates it may be built from.
+
+A TensorRT plan is tied to the TensorRT version and the GPU's compute capability and cannot be
+cross-built for a Jetson on x86. So every target gets a placement:
+
+- ``local``: this host is a Jetson of the target's module on the target's L4T release, with
+  TensorRT: the engine is built here and is shippable;
+- ``ssh://user@host``: the fleet group names a build device (``build_on``); edgebuild checks over
+  SSH that it is the target's module and L4T, copies the recipe there, runs its device-side
+  builder, fetches the plan, ``engine.json`` and timing cache and checks their hashes; shippable;
+- ``host-check``: this host has TensorRT and a GPU but is not the target: the engine is built to
+  catch parser and builder failures, and is never packaged for a Jetson;
+- ``deferred``: no suitable builder: the recipe (ONNX + build settings) goes to the device, which
+  builds the engine once at first start with the same builder; an INT8 recipe also carries the
+  FP16 candidate (``fallback/``), served when the INT8 engine fails its acceptance set there.
+
+The engine stage (``edgebuild.stages.engine``) decides with these; ``devices.engines`` builds,
+``devices.acceptance`` measures a shipping engine on its device.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edgebuild.runtime.device import DeviceFacts, module_matches
+
+if TYPE_CHECKING:
+    from edgebuild.accuracy.gate import GateResult
+    from edgebuild.project.config import Project
+    from edgebuild.targets.profiles import Target
+
+__all__ = ["candidate_order", "decide_placement", "fallback_candidate", "shippable"]
+
+
+def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:
+    """(placement, why) for one target on this host; ``build_on`` is the group's ssh:// build device."""
+    release, module = target.release, target.module
+    if build_on:
+        return build_on, f"built on {build_on} after checking over SSH that it is a {module.name} on L4T R{release.l4t}"
+    if host.tensorrt is not None:
+        same_trt = host.tensorrt.split(".")[:3] == release.tensorrt.split(".")[:3]
+        same_l4t = host.l4t in (release.l4t, *release.l4t_aliases)
+        if host.l4t and same_trt and same_l4t and module_matches(host, module.compatible):
+            return "local", f"this host is a {module.name} on L4T R{host.l4t} with TensorRT {host.tensorrt}"
+    if host.tensorrt is None or host.compute_capability is None:
+        problem = host.tensorrt_problem if host.tensorrt else \
+            f"TensorRT is not installed on this host ({host.tensorrt_problem})"
+        return "deferred", (f"{problem}; the device builds the engine from the recipe at first start "
+                            "(or name a build device with `build_on = \"ssh://user@host\"` in the fleet group)")
+    return "host-check", (
+        f"this host (TensorRT {host.tensorrt}, sm {host.compute_capability}"
+        + (f", L4T R{host.l4t}" if host.l4t else ", not a Jetson")
+        + f") is not {target.id} (TensorRT {release.tensorrt}, sm {module.compute_capability}): the engine "
+        "checks the build and is never packaged")
+
+
+def candidate_order(gate: GateResult) -> list[str]:
+    """The gate's candidates an engine may be built from, in the order they are tried for a target.
+
+    The selected one first, then every other passing, selectable candidate that keeps more of the
+    model in float (``PRECISION_ORDER``: int8, int8-mixed, fp16, fp32): what the accept step falls
+    back to when an engine loses the gate's margin on its device.
+    """
+    from edgebuild.accuracy.gate import PRECISION_ORDER
+
+    if gate.selected is None:
+        return []
+    after = PRECISION_ORDER.index(gate.selected)
+    rest = sorted((c for c in gate.candidates if c.passed and c.selectable and c.precision != gate.selected
+                   and PRECISION_ORDER.index(c.precision) > after), key=lambda c: PRECISION_ORDER.index(c.precision))
+    return [gate.selected, *(c.precision for c in rest)]
+
+
+def fallback_candidate(project: Project, gate: GateResult, candidate: str) -> str | None:
+    """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 engine fails acceptance.
+
+    Only for an INT8 candidate, and only with ``accuracy.first_boot_fallback``; None otherwise.
+    """
+    if not project.accuracy.first_boot_fallback or not candidate.startswith("int8"):
+        return None
+    return next((c for c in candidate_order(gate) if not c.startswith("int8")), None)
+
+
+
+def shippable(placement: str) -> bool:
+    """An engine built where it runs (``local``, ``ssh://``) ships; host-check and deferred do not."""
+    return placement == "local" or placement.startswith("ssh://")

@@ -1,0 +1,111 @@
+"""The build folder's layout: every path under ``build/`` is spelled here, once.
+
+::
+
+    build/
+      .lock                       one compile at a time (pipeline.runner.build_lock)
+      .records/<stage>[/<group>].json, last-compile.json    stage records (pipeline.records)
+      export/opset<N>/            the exported ONNX and its export.json (export stage)
+      gate/gate.json, gate/measured/<model>/<candidate>/    the decision and its measurements (gate stage)
+      engines/<group>/            the group's model folder: recipe, ONNX, acceptance set, engine (engine stage)
+      engines/.state/<group>.json the engine in the folder and its device measurements
+      engines/timing-caches/      TensorRT timing caches per module and TensorRT version
+      containers/<group>[-cpu]/   build context and run specs (container stage)
+      triton/<group>/             Triton model repository (container stage, [runtime] server = triton|both)
+      packages/<group>/, packages/fleet.json    OTA bundle and Mender artifact per group (package stage)
+      bench/<name>.json, bench/fleet.json       benchmark results (edgebuild bench)
+      farm/<command>.json         the device farm's jobs of the last validate/bench --farm
+      report/                     the build report (index.html, summary.md, junit.xml)
+
+A stage writes only under its own folders; a later stage reads the folders its input records
+name (an ``EngineRecord.folder``, a ``ContainerRecord.context``), which are these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+
+__all__ = ["BuildLayout"]
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    root: Path  # the project's build folder ([project] build_dir)
+
+    @classmethod
+    def of(cls, project: Project) -> BuildLayout:
+        return cls(project.build_dir)
+
+    # -- the pipeline's own files
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    @property
+    def records(self) -> Path:
+        return self.root / ".records"
+
+    def record(self, stage: str) -> Path:
+        """``stage`` is a stage name, or ``<stage>/<group>`` for a per-group stage."""
+        return self.records / f"{stage}.json"
+
+    @property
+    def last_compile(self) -> Path:
+        return self.records / "last-compile.json"
+
+    # -- the stages' outputs
+    def export(self, opset: int) -> Path:
+        return self.root / "export" / f"opset{opset}"
+
+    @property
+    def gate(self) -> Path:
+        return self.root / "gate"
+
+    @property
+    def engines(self) -> Path:
+        return self.root / "engines"
+
+    def engine(self, group: str) -> Path:
+        """The group's model folder (what ships: recipe, ONNX, acceptance set, engine where built)."""
+        return self.engines / group
+
+    def engine_state(self, group: str) -> Path:
+        return self.engines / ".state" / f"{group}.json"
+
+    @property
+    def timing_caches(self) -> Path:
+        return self.engines / "timing-caches"
+
+    def container(self, group: str, flavor: str = "jetson") -> Path:
+        return self.root / "containers" / (group + ("-cpu" if flavor == "cpu" else ""))
+
+    def triton(self, group: str) -> Path:
+        return self.root / "triton" / group
+
+    @property
+    def packages(self) -> Path:
+        return self.root / "packages"
+
+    def package(self, group: str) -> Path:
+        return self.packages / group
+
+    @property
+    def fleet_manifest(self) -> Path:
+        return self.packages / "fleet.json"
+
+    # -- what commands beside the compile write
+    @property
+    def bench(self) -> Path:
+        return self.root / "bench"
+
+    def farm_jobs(self, command: str) -> Path:
+        return self.root / "farm" / f"{command}.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"

@@ -1,0 +1,384 @@
+"""The schema of ``edgebuild.toml``: one pydantic model per section, and ``Project`` for the file.
+
+These models check shape and types (unknown keys, wrong types, values out of range); what needs
+more than one key, the profile catalog or the disk to see is checked by ``edgebuild.project.config``,
+which loads the file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "CLASSIFICATION_METRICS",
+    "DETECTION_METRICS",
+    "DTYPES",
+    "NAME_PATTERN",
+    "PROJECT_FILE",
+    "WEIGHTED_OPS",
+    "AccuracySection",
+    "ClassificationPostprocess",
+    "ClassificationTask",
+    "DataSection",
+    "DetectionPostprocess",
+    "DetectionTask",
+    "ExportSection",
+    "FarmSection",
+    "FleetGroup",
+    "InputSpec",
+    "ModelSection",
+    "OtaSection",
+    "PositiveInt",
+    "PreprocessSection",
+    "Project",
+    "ProjectSection",
+    "QuantizeSection",
+    "RuntimeSection",
+    "ValidationData",
+]
+
+PROJECT_FILE = "edgebuild.toml"
+
+DTYPES = ("float32", "float16", "int64", "int32", "uint8", "bool")
+DETECTION_METRICS = ("mAP50-95", "mAP50")
+CLASSIFICATION_METRICS = ("top-1", "top-5")
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # project, fleet group and limit preset names
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class ProjectSection(_Section):
+    name: str
+    build_dir: str = "build"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError("must be lower-case letters, digits, '-' or '_', starting with a letter or digit")
+        return value
+
+
+class InputSpec(_Section):
+    name: str
+    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    min_shape: list[PositiveInt]
+    opt_shape: list[PositiveInt]
+    max_shape: list[PositiveInt]
+
+    @model_validator(mode="after")
+    def _shapes_ordered(self) -> InputSpec:
+        ranks = {len(self.min_shape), len(self.opt_shape), len(self.max_shape)}
+        if len(ranks) != 1:
+            raise ValueError(
+                f"min_shape, opt_shape and max_shape must have the same rank, found "
+                f"{self.min_shape}, {self.opt_shape}, {self.max_shape}"
+            )
+        for axis, (lo, opt, hi) in enumerate(zip(self.min_shape, self.opt_shape, self.max_shape)):
+            if not lo <= opt <= hi:
+                raise ValueError(
+                    f"axis {axis} needs min <= opt <= max, found {lo}, {opt}, {hi} "
+                    f"(min_shape {self.min_shape}, opt_shape {self.opt_shape}, max_shape {self.max_shape})"
+                )
+        return self
+
+    @property
+    def dynamic_axes(self) -> list[int]:
+        """Axes whose size varies between min and max: these become ONNX dynamic axes."""
+        return [i for i, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
+
+
+class ModelSection(_Section):
+    entry_point: str
+    weights: str | None = None
+    python_path: list[str] = ["."]
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[str] = Field(min_length=1)
+
+    @field_validator("entry_point")
+    @classmethod
+    def _entry_point(cls, value: str) -> str:
+        if not _ENTRY_POINT.match(value):
+            raise ValueError(
+                f"must look like 'package.module:function', found {value!r}"
+            )
+        return value
+
+
+class PreprocessSection(_Section):
+    input_size: list[PositiveInt] = Field(min_length=2, max_length=2)
+    resize: Literal["letterbox", "resize"] = "letterbox"
+    pad_value: int = Field(114, ge=0, le=255)
+    channel_order: Literal["RGB", "BGR", "GRAY"] = "RGB"
+    mean: list[float] = [0.0, 0.0, 0.0]
+    std: list[float] = [1.0, 1.0, 1.0]
+
+    @model_validator(mode="after")
+    def _normalization(self) -> PreprocessSection:
+        channels = 1 if self.channel_order == "GRAY" else 3
+        for key in ("mean", "std"):
+            if len(getattr(self, key)) != channels:
+                raise ValueError(
+                    f"{key} needs {channels} value(s) for channel_order {self.channel_order!r}, "
+                    f"found {getattr(self, key)}"
+                )
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"std values must be > 0, found {self.std}")
+        return self
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.channel_order == "GRAY" else 3
+
+
+class DetectionPostprocess(_Section):
+    boxes_output: str = "boxes"
+    scores_output: str = "scores"
+    score_threshold: float = Field(0.001, ge=0.0, lt=1.0)
+    nms_iou: float = Field(0.6, gt=0.0, le=1.0)
+    max_detections: PositiveInt = 100
+
+
+class ClassificationPostprocess(_Section):
+    logits_output: str = "logits"
+
+
+class DetectionTask(_Section):
+    kind: Literal["detection"]
+    classes: list[str] = Field(min_length=1)
+    preprocess: PreprocessSection
+    postprocess: DetectionPostprocess = DetectionPostprocess()
+
+
+class ClassificationTask(_Section):
+    kind: Literal["classification"]
+    classes: list[str] = Field(min_length=2)
+    preprocess: PreprocessSection
+    postprocess: ClassificationPostprocess = ClassificationPostprocess()
+
+
+class ValidationData(_Section):
+    images: str
+    annotations: str | None = None
+    max_images: PositiveInt | None = None
+
+
+class DataSection(_Section):
+    calibration_images: str
+    max_calibration_images: PositiveInt | None = None
+    validation: ValidationData
+    prepare: str | None = None
+
+    @field_validator("prepare")
+    @classmethod
+    def _prepare(cls, value: str | None) -> str | None:
+        if value is not None and not _ENTRY_POINT.match(value):
+            raise ValueError(f"must look like 'package.module:function', found {value!r}")
+        return value
+
+
+class AccuracySection(_Section):
+    metric: str | None = None
+    min_retention: float = 0.92
+    # auto: the fastest measured when the backend is the target's TensorRT, otherwise the lowest
+    # precision that passes (CPU latency says little about a Jetson's tensor cores)
+    select: Literal["auto", "fastest", "lowest-precision"] = "auto"
+    # what measures the candidates: ONNX Runtime on the CPU (every host), or this host's real
+    # TensorRT (a host check of the real kernels' accuracy; needs TensorRT and an NVIDIA GPU)
+    backend: Literal["onnxruntime", "tensorrt"] = "onnxruntime"
+    # validation images an engine built on a device (local, ssh://) is measured on there; all if unset
+    device_images: int | None = Field(default=None, ge=1)
+    # a deferred (first-boot) INT8 recipe also carries the FP16 candidate, which the device serves
+    # when its INT8 engine fails the acceptance set (else it stays not ready and the OTA rolls back)
+    first_boot_fallback: bool = True
+    # false: a dry run of an untrained model (`compile --no-gate`): a candidate is selected without
+    # checking its accuracy, and package refuses it unless --ship-ungated
+    gate: bool = True
+
+    @field_validator("min_retention")
+    @classmethod
+    def _retention(cls, value: float) -> float:
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"must be in (0, 1], found {value}")
+        return value
+
+
+class FleetGroup(_Section):
+    name: str
+    module: str
+    jetpack: str
+    use_dla: bool = False
+    build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
+    cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
+    power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
+
+    @field_validator("build_on")
+    @classmethod
+    def _build_on(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from edgebuild.project.addresses import parse_ssh_url
+
+        parse_ssh_url(value)  # its ValueError names what is allowed
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(f"must be lower-case letters, digits, '-' or '_', found {value!r}")
+        return value
+
+    @field_validator("jetpack", mode="before")
+    @classmethod
+    def _jetpack_as_text(cls, value: Any) -> Any:
+        if isinstance(value, float):  # `jetpack = 6.2` written without quotes
+            return repr(value)
+        return value
+
+    @property
+    def target_id(self) -> str:
+        return f"{self.module}@{self.jetpack}"
+
+
+class ExportSection(_Section):
+    opset: int | None = Field(None, ge=9)
+    exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
+    simplify: bool = True
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    external_data: bool = False
+
+
+WEIGHTED_OPS = ["Conv", "ConvTranspose", "Gemm", "MatMul"]  # what TensorRT runs in INT8 (edgebuild.accuracy.quantize)
+
+
+class QuantizeSection(_Section):
+    # candidates that may be selected; the FP32 model is always evaluated as the reference
+    precisions: list[Literal["int8", "fp16", "fp32"]] = Field(["int8", "fp16", "fp32"], min_length=1)
+    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    percentile: float = Field(99.999, gt=90, le=100)
+    per_channel: bool = True
+    # ops whose inputs and weights get Q/DQ (TensorRT's INT8 layers); the rest stays in float
+    op_types: list[str] = Field(WEIGHTED_OPS, min_length=1)
+    # also quantize the Adds that join a weighted op's output with another activation (TensorRT fuses them)
+    residual_add: bool = True
+    max_kept_layers: int = Field(8, ge=0)
+    # images the layer ranking of the INT8 fallback runs on (quantization error per layer)
+    sensitivity_images: PositiveInt = 16
+
+    @field_validator("op_types")
+    @classmethod
+    def _onnx_ops(cls, value: list[str]) -> list[str]:
+        if value == WEIGHTED_OPS:
+            return value  # the default: no need to load ONNX's operator schemas
+        from onnx import defs
+
+        unknown = [op for op in value if not defs.has(op)]
+        if unknown:
+            raise ValueError(f"{', '.join(repr(u) for u in unknown)} {'is' if len(unknown) == 1 else 'are'} not ONNX "
+                             f"operator(s) (e.g. {', '.join(WEIGHTED_OPS)}, Add, MaxPool, AveragePool, Concat)")
+        return value
+
+
+class RuntimeSection(_Section):
+    warmup_budget_s: float = Field(30.0, gt=0)
+    cgroup_preset: str | None = None
+    port: int = Field(8000, ge=1, le=65535)
+    # dynamic batching: requests that arrive within max_queue_delay_ms of each other and share their
+    # non-batch dimensions run as one batch of at most max_batch_size; 1 turns it off
+    max_batch_size: PositiveInt = 1
+    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
+    # which server the fleet runs: edgebuild's (always written: the OTA health check runs it), and
+    # with "triton" or "both" also a Triton model repository and container per group
+    server: Literal["edgebuild", "triton", "both"] = "edgebuild"
+
+
+class OtaSection(_Section):
+    artifact_name: str | None = None
+    version: str = "0.1.0"
+    signing_key: str | None = None
+    # Mender device types per module id (default: the module id), e.g. the Yocto MACHINE names
+    # {"agx-orin-64gb" = ["jetson-agx-orin-devkit"]}
+    device_types: dict[str, list[str]] = {}
+    # the device provide that says its L4T release, set by the fleet's rootfs artifact (e.g.
+    # `mender-artifact write rootfs-image ... --provides edgebuild.l4t:36.4.3`); a model artifact
+    # depends on it being the target's release. "" depends on the device type alone.
+    l4t_provide: str = "edgebuild.l4t"
+
+    @field_validator("version")
+    @classmethod
+    def _semantic(cls, value: str) -> str:
+        from edgebuild.runtime import semver
+
+        if semver.parse(value) is None:  # devices install only newer versions, compared as semver
+            raise ValueError(f"must be a semantic version MAJOR.MINOR.PATCH[-prerelease][+build], found {value!r}")
+        return value
+
+    @field_validator("artifact_name", "l4t_provide")
+    @classmethod
+    def _mender_safe(cls, value: str | None) -> str | None:
+        # Mender's clears patterns treat * as a wildcard and a backslash as an escape: neither may be in a key
+        if value and (any(c in value for c in "*\\") or any(c.isspace() for c in value)):
+            raise ValueError(f"must not contain '*', '\\' or spaces (Mender provides patterns), found {value!r}")
+        return value
+
+
+class FarmSection(_Section):
+    # host:port of the labgrid coordinator (else --farm ADDRESS or $LG_COORDINATOR)
+    coordinator: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)  # how long a job waits for a busy board
+    jobs: int | None = Field(default=None, ge=1)  # at most this many boards at once (default: all that match)
+
+
+class Project(_Section):
+    """A validated ``edgebuild.toml``. ``root`` is the folder that holds it."""
+
+    project: ProjectSection
+    model: ModelSection
+    task: Annotated[DetectionTask | ClassificationTask, Field(discriminator="kind")]
+    data: DataSection
+    export: ExportSection = ExportSection()
+    quantize: QuantizeSection = QuantizeSection()
+    accuracy: AccuracySection = AccuracySection()
+    fleet: list[FleetGroup] = Field(min_length=1)
+    runtime: RuntimeSection = RuntimeSection()
+    ota: OtaSection = OtaSection()
+    farm: FarmSection = FarmSection()
+
+    # set by load_project; not part of the file
+    root: Path = Field(default=Path("."), exclude=True)
+    source: Path = Field(default=Path(PROJECT_FILE), exclude=True)
+
+    @property
+    def metric(self) -> str:
+        if self.accuracy.metric:
+            return self.accuracy.metric
+        return "mAP50-95" if self.task.kind == "detection" else "top-1"
+
+    def path(self, relative: str) -> Path:
+        """A path from the project file, resolved against the project folder."""
+        return (self.root / relative).resolve()
+
+    @property
+    def build_dir(self) -> Path:
+        return self.path(self.project.build_dir)
+
+    def group(self, name: str) -> FleetGroup:
+        return next(g for g in self.fleet if g.name == name)
+
+    def with_accuracy_backend(self, backend: str) -> Project:
+        """The same project measured on another backend (``validate --backend``)."""
+        accuracy = self.accuracy.model_copy(update={"backend": backend})
+        return self.model_copy(update={"accuracy": accuracy})
+

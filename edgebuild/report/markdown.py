@@ -1,0 +1,110 @@
+"""The build report as Markdown (``summary.md``): a CI job summary, a merge request comment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgebuild.report.model import (
+    BENCH_HEADERS,
+    BuildReport,
+    Run,
+    acceptance_text,
+    bench_rows,
+    engine_state_text,
+    group_summary,
+    status_line,
+)
+
+__all__ = ["to_markdown"]
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    return ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers),
+            *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows), ""]
+
+
+_MARK = {"passed": "✅ pass", "failed": "❌ FAIL", "skipped": "⏭ not run", "ran": "ran", "reused": "reused",
+         "not run": "not run"}
+
+
+def to_markdown(report: BuildReport) -> str:
+    """The report as Markdown: status, fleet, stages, gate, preflight findings, placement, bench."""
+    lines = [f"## edgebuild compile `{report.project}`: {status_line(report)}", "",
+             f"target `{report.selector}`, finished {report.finished}", ""]
+    if not report.ok:
+        lines += ["**The compile failed**:", "", "```", (report.error or "").strip(), "```", ""]
+    lines += ["### Fleet", ""]
+    rows = []
+    for u in report.units:
+        s = group_summary(report, u["group"])
+        rows.append([u["group"], u["target"], u.get("module", ""), u.get("jetpack", ""), u.get("l4t", ""),
+                     u.get("tensorrt", ""), _MARK[s["preflight"]], _MARK[s["gate"]], s["placement"]])
+    lines += _md_table(["group", "target", "module", "JetPack", "L4T", "TensorRT", "preflight", "gate", "placement"],
+                       rows)
+    lines += ["### Stages", ""]
+    stage_rows = []
+    for name, runs in report.stages:
+        whole = runs[0] if runs and runs[0].group is None else None  # a stage run once for the project
+        stage_rows.append([name, _md_run(whole) if whole else "·",
+                           *("·" if whole else _md_run(report.run(name, g)) for g in report.groups)])
+    lines += _md_table(["stage", "project", *report.groups], stage_rows)
+    lines += _md_gate(report)
+    lines += _md_preflight(report)
+    lines += _md_placement(report)
+    bench = bench_rows(report)
+    if bench:
+        lines += ["### Bench", "", *_md_table(BENCH_HEADERS, bench)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _md_run(run: Run | None) -> str:
+    if run is None:
+        return "-"
+    return f"{_MARK.get(run.status, run.status)} {run.seconds:.2f} s" if run.status != "not run" else "not run"
+
+
+def _md_gate(report: BuildReport) -> list[str]:
+    gate = report.gate
+    if gate is None:
+        run = report.run("gate")
+        return ["### Accuracy gate", "", f"not measured: {run.why or run.detail}" if run else "did not run", ""]
+    lines = ["### Accuracy gate", "",
+             f"FP32 {gate.metric} **{gate.reference_value:.4f}** on {gate.images} images [{gate.backend}]; "
+             f"threshold: retention ≥ **{gate.threshold}**; selected: **{gate.selected or 'nothing'}**", "",
+             f"selection rule: {gate.selection_rule}", ""]
+    rows = [[c.precision + (" ⭐" if c.precision == gate.selected else ""), f"{c.value:.4f}", f"{c.retention:.3f}",
+             "yes" if c.passed else "**no**", "yes" if c.selectable else "no", f"{c.latency_ms:.3f}",
+             ", ".join(c.kept_fp32) or "-", c.note] for c in gate.candidates]
+    lines += _md_table(["candidate", gate.metric, "retention", "passes", "selectable", "latency ms", "kept in float",
+                        "note"], rows)
+    lines += [f"- {note}" for note in gate.notes] + [f"- next: {step}" for step in gate.next_steps]
+    return lines + ([""] if gate.notes or gate.next_steps else [])
+
+
+def _md_preflight(report: BuildReport) -> list[str]:
+    rows = []
+    for run in report.runs("preflight"):
+        for f in getattr(run.record, "findings", ()) or ():
+            rows.append([run.group, f.severity, f.node, f.op_type, f.problem, f.fix])
+    if not rows:
+        ran = [r for r in report.runs("preflight") if r.status in ("ran", "reused")]
+        return ["### Preflight", "", f"no findings ({len(ran)} of {len(report.units)} targets checked)", ""]
+    return ["### Preflight", "", *_md_table(["group", "severity", "node", "op", "problem", "fix"], rows)]
+
+
+def _md_placement(report: BuildReport) -> list[str]:
+    rows = []
+    for group in report.groups:
+        run = report.run("engine", group)
+        record = run.record if run else None
+        if record is None:
+            rows.append([group, run.status if run else "-", "", "", "", "", ""])
+            continue
+        rows.append([group, record.placement, record.candidate, engine_state_text(record), acceptance_text(record),
+                     ", ".join(f"{r.candidate} ({r.retention:.3f})" for r in record.refused) or "-",
+                     record.fallback or "-"])
+    return ["### Placement", "", *_md_table(["group", "placement", "candidate", "engine", "accepted on device",
+                                             "refused", "fallback"], rows)]

@@ -1,0 +1,357 @@
+"""The build report's content: the last compile, typed, and the checks CI counts.
+
+``load(build_dir)`` reads ``build/.records/last-compile.json`` (what every compile
+writes, failed or not) (every compile writes it, failed or not); ``edgebuild.report.write_report`` renders it into
+``build/report/``:
+
+- ``index.html``: one self-contained page (inline CSS and SVG, PNGs as data URIs; nothing is
+  fetched, so it opens from a CI artifact or an e-mail as it is): the fleet, each stage's
+  outcome and time per group, the gate's candidates with retention bars against the threshold,
+  kept layers, preflight findings per target, placement and device acceptance per group, and
+  bench results when ``build/bench/*.json`` exist;
+- ``summary.md``: the same, concise, as Markdown tables (a CI job summary, a merge request comment);
+- ``junit.xml``: one test case per check, so CI shows pass/fail per target (``checks``).
+
+The checks (JUnit test suites) are:
+
+- ``preflight``: one case per target group, failing with its blocking findings;
+- ``gate``: one case per target group, failing when the gate selected nothing (every group
+  fails: one candidate ships to the whole fleet) or when the group's device refused every
+  engine it built (accuracy.min_retention measured on the device); candidates are in its output;
+- ``stages``: one case per run of every other stage (``export``, ``engine/<group>``, ...),
+  failing where that stage failed, skipped where it did not run.
+
+A compile that failed always has at least one failing case. Everything comes from the last
+compile's own outcome; a stored stage record (``build/.records``) fills in only a record that
+outcome lacks, so the report never mixes in the result of an earlier compile.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import ConfigError, EdgebuildError
+from edgebuild.project.layout import BuildLayout
+
+#: the largest bench PNG embedded in index.html (a data URI makes the page that much bigger)
+MAX_EMBEDDED_PNG = 4 * 1024 * 1024
+SUITES = ("preflight", "gate", "stages")
+
+
+# -- the last compile, typed ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a stage in the last compile: for the project (group None) or one group."""
+
+    stage: str
+    group: str | None
+    status: str  # ran, reused, failed, not run
+    detail: str
+    why: str
+    seconds: float
+    error: str | None
+    record: Any  # the stage's typed record (its Stage.record type), None when there is none or it does not read
+
+
+@dataclass(frozen=True)
+class Check:
+    """One JUnit test case."""
+
+    suite: str
+    name: str
+    status: str  # passed, failed, skipped
+    message: str = ""
+    text: str = ""
+    seconds: float = 0.0
+    group: str | None = None  # the fleet group it checks, where it checks one
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    project: str
+    project_file: str
+    selector: str
+    finished: str
+    exit_code: int
+    error: str | None
+    units: tuple[dict[str, Any], ...]  # the fleet groups (SelectedGroup.describe())
+    stages: tuple[tuple[str, tuple[Run, ...]], ...]  # stage name -> its runs, in compile order
+    bench: tuple[dict[str, Any], ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
+    fleet_bench: dict[str, Any] | None = None  # build/bench/fleet.json (bench --farm)
+    bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def groups(self) -> list[str]:
+        return [u["group"] for u in self.units]
+
+    def runs(self, stage: str) -> tuple[Run, ...]:
+        return next((runs for name, runs in self.stages if name == stage), ())
+
+    def run(self, stage: str, group: str | None = None) -> Run | None:
+        runs = self.runs(stage)
+        return next((r for r in runs if r.group == group), None) or (runs[0] if runs and runs[0].group is None
+                                                                     else None)
+
+    @property
+    def gate(self) -> Any:
+        """The gate's GateResult, if the gate ran (or was reused) in the last compile."""
+        run = self.run("gate")
+        return run.record if run else None
+
+    @property
+    def checks(self) -> list[Check]:
+        return checks(self)
+
+
+def _typed(stage: str, data: dict[str, Any]) -> Any:
+    """A stage record's typed form, read by the stage's own loader (``edgebuild.stages``); None when
+    it does not read as one (written by another edgebuild: the run is shown without it)."""
+    from edgebuild.stages import STAGES
+
+    loader = next((s for s in STAGES if s.name == stage), None)
+    try:
+        return loader.load(data) if loader is not None else None
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+
+
+def from_compile(data: dict[str, Any], build_dir: Path | None = None) -> BuildReport:
+    """The report of a ``last-compile.json`` (its dict); ``build_dir`` adds stored records and bench results."""
+    stages = []
+    for stage in data.get("stages", []):
+        runs = []
+        for r in stage.get("runs", []):
+            record = r.get("record")
+            if record is None and build_dir is not None and r.get("status") in ("ran", "reused"):
+                record = _stored_record(build_dir, stage["name"], r.get("group"), data.get("project", ""))
+            runs.append(Run(stage["name"], r.get("group"), r.get("status", "not run"), r.get("detail", ""),
+                            r.get("why", ""), float(r.get("seconds") or 0.0), r.get("error"),
+                            _typed(stage["name"], record) if isinstance(record, dict) else None))
+        stages.append((stage["name"], tuple(runs)))
+    bench, fleet, pngs = _bench(build_dir) if build_dir is not None else ((), None, ())
+    return BuildReport(data.get("project", "?"), data.get("project_file", ""), data.get("selector", ""),
+                       data.get("finished", ""), int(data.get("exit_code") or 0), data.get("error"),
+                       tuple(data.get("units", [])), tuple(stages), bench, fleet, pngs)
+
+
+def load(build_dir: Path) -> BuildReport:
+    """The report of ``build_dir``'s last compile; a ConfigError when there was none."""
+    path = BuildLayout(Path(build_dir)).last_compile
+    if not path.is_file():
+        raise ConfigError(f"{path}: no compile recorded in {build_dir}",
+                          hint="run `edgebuild compile` first; every compile, failed or not, records its outcome "
+                               "there")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable as JSON ({exc})", hint="run `edgebuild compile` again") from None
+    return from_compile(data, Path(build_dir))
+
+
+def _stored_record(build_dir: Path, stage: str, group: str | None, project: str) -> dict[str, Any] | None:
+    from edgebuild.pipeline.records import load_stage_record
+
+    stored, _ = load_stage_record(build_dir, f"{stage}/{group}" if group else stage, project)
+    return stored.result if stored is not None else None
+
+
+def _bench(build_dir: Path) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, tuple]:
+    from edgebuild.runtime.bench import SCHEMA
+
+    folder = BuildLayout(build_dir).bench
+    results, fleet = [], None
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            results.append(data)
+        elif isinstance(data, dict) and data.get("schema") == "edgebuild.bench-fleet/1":
+            fleet = data
+    pngs = tuple((p.name, p.read_bytes()) for p in sorted(folder.glob("*.png"))
+                 if folder.is_dir() and p.stat().st_size <= MAX_EMBEDDED_PNG)
+    return tuple(results), fleet, pngs
+
+
+# -- checks (JUnit) -------------------------------------------------------------------------------
+
+def checks(report: BuildReport) -> list[Check]:
+    """Every check of the compile, by suite (see the module docstring)."""
+    found = [*_preflight_checks(report), *_gate_checks(report), *_stage_checks(report)]
+    if not report.ok and not any(c.status == "failed" for c in found):
+        # a compile that failed before any stage ran (or in a way no stage records) still fails in CI
+        found.append(Check("stages", "compile", "failed", _first_line(report.error or "compile failed"),
+                           report.error or ""))
+    return found
+
+
+def _preflight_checks(report: BuildReport) -> list[Check]:
+    found = []
+    for unit in report.units:
+        name = f"{unit['group']} ({unit['target']})"
+        run = report.run("preflight", unit["group"])
+        if run is None or run.status == "not run":
+            found.append(Check("preflight", name, "skipped", run.why if run else "preflight did not run",
+                               group=unit["group"]))
+            continue
+        record = run.record
+        blocking = list(getattr(record, "blocking", []) or [])
+        if run.status == "failed":
+            text = "\n".join(f"{f.node} ({f.op_type}): {f.problem}; fix: {f.fix}" for f in blocking) or run.error or ""
+            message = (f"{len(blocking)} blocking problem(s) for TensorRT {record.tensorrt}" if blocking
+                       else _first_line(run.error or run.detail))
+            found.append(Check("preflight", name, "failed", message, text, run.seconds, unit["group"]))
+        else:
+            found.append(Check("preflight", name, "passed", run.detail, seconds=run.seconds, group=unit["group"]))
+    return found
+
+
+def _gate_checks(report: BuildReport) -> list[Check]:
+    gate_run, gate = report.run("gate"), report.gate
+    found = []
+    for unit in report.units:
+        name = f"{unit['group']} ({unit['target']})"
+        engine = report.run("engine", unit["group"])
+        if gate_run is None or gate_run.status == "not run":
+            found.append(Check("gate", name, "skipped", gate_run.why if gate_run else "the gate did not run",
+                               group=unit["group"]))
+        elif gate_run.status == "failed":
+            found.append(Check("gate", name, "failed", _first_line(gate_run.error or gate_run.detail),
+                               (gate_run.error or "") + "\n\n" + _candidates_text(gate), gate_run.seconds,
+                               unit["group"]))
+        elif engine is not None and _refused_on_device(engine):
+            found.append(Check("gate", name, "failed", f"every engine built {engine.record.placement} was refused "
+                               f"on the device", engine.error or _refusals_text(engine.record), engine.seconds,
+                               unit["group"]))
+        else:
+            selected = f"selected {gate.selected}" if gate else gate_run.detail
+            accepted = getattr(engine.record, "accepted", None) if engine else None
+            if accepted:
+                selected += (f"; accepted on the device: {accepted.metric} {accepted.value:.4f}, "
+                             f"retention {accepted.retention:.3f}")
+            found.append(Check("gate", name, "passed", selected, _candidates_text(gate), gate_run.seconds,
+                               unit["group"]))
+    return found
+
+
+def _stage_checks(report: BuildReport) -> list[Check]:
+    found = []
+    for stage, runs in report.stages:
+        if stage in ("preflight", "gate"):
+            continue
+        for run in runs:
+            name = f"{stage}/{run.group}" if run.group else stage
+            if run.status == "not run":
+                found.append(Check("stages", name, "skipped", run.why or run.detail))
+            elif run.status == "failed" and stage == "engine" and _refused_on_device(run):
+                found.append(Check("stages", name, "skipped", "refused on the device: counted in the gate suite"))
+            elif run.status == "failed":
+                found.append(Check("stages", name, "failed", _first_line(run.error or run.detail),
+                                   run.error or run.detail, run.seconds))
+            else:
+                found.append(Check("stages", name, "passed", run.detail, seconds=run.seconds))
+    return found
+
+
+def _refused_on_device(run: Run) -> bool:
+    """An engine run that failed because its device refused every engine it built (the engine verdict)."""
+    record = run.record
+    return (run.status == "failed" and getattr(record, "needs_acceptance", False)
+            and getattr(record, "accepted", True) is None)
+
+
+def _refusals_text(record: Any) -> str:
+    return "\n".join(f"{r.candidate}: {r.metric} {r.value:.4f}, retention {r.retention:.3f} [{r.backend}]"
+                     for r in record.refused)
+
+
+def _candidates_text(gate: Any) -> str:
+    if gate is None:
+        return ""
+    lines = [f"FP32 {gate.metric} {gate.reference_value:.4f} on {gate.images} images [{gate.backend}], "
+             f"threshold {gate.threshold}"]
+    lines += [f"{c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}, "
+              f"{'passes' if c.passed else 'FAILS'}{'' if c.selectable else ', not selectable'}"
+              for c in gate.candidates]
+    return "\n".join(lines)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text and text.strip() else ""
+
+
+def error_kind(exit_code: int) -> str:
+    """The kind of error an exit code stands for ("accuracy gate" for 11)."""
+    todo, kinds = [EdgebuildError], {}
+    while todo:
+        cls = todo.pop()
+        kinds.setdefault(cls.exit_code, cls.kind)
+        todo.extend(cls.__subclasses__())
+    return kinds.get(exit_code, "error")
+
+
+# -- what both renderings show --------------------------------------------------------------------
+
+def group_summary(report: BuildReport, group: str) -> dict[str, str]:
+    """One fleet row's outcome columns: preflight, gate and placement of ``group``."""
+    by_check = {(c.suite, c.group): c for c in checks(report) if c.group is not None}
+    engine = report.run("engine", group)
+    record = engine.record if engine else None
+    placement = getattr(record, "placement", "") or (engine.status if engine else "")
+    if record is not None and getattr(record, "candidate", ""):
+        placement += f" ({record.candidate})"
+    return {"preflight": by_check.get(("preflight", group), Check("", "", "skipped")).status,
+            "gate": by_check.get(("gate", group), Check("", "", "skipped")).status, "placement": placement}
+
+
+def bench_rows(report: BuildReport) -> list[list[str]]:
+    """group, board/where, backend, precision, batch, concurrency, p50, p99, throughput: one row per configuration."""
+    rows = []
+    for r in report.bench:
+        art = r.get("artifact", {})
+        for c in r.get("configs", []):
+            lat = c.get("latency", {})
+            rows.append([art.get("group", "?"), r.get("ran_on", "?"), r.get("backend", "?"), art.get("precision", "?"),
+                         str(c.get("batch")), str(c.get("concurrency")), f"{lat.get('p50_ms', 0):.3f}",
+                         f"{lat.get('p99_ms', 0):.3f}", f"{c.get('throughput_ips', 0):.1f}"])
+    if report.fleet_bench and not rows:  # the per-group results carry the same; the fleet file only when alone
+        for g in report.fleet_bench.get("groups", []):
+            if g.get("error"):
+                rows.append([g["group"], g.get("board") or "-", "FAILED: " + _first_line(g["error"]), "", "", "", "",
+                             "", ""])
+            for c in g.get("configs", []) if not g.get("error") else []:
+                rows.append([g["group"], g.get("board") or "?", g.get("backend", "?"), g.get("precision", "?"),
+                             str(c["batch"]), str(c["concurrency"]), f"{c['p50_ms']:.3f}", f"{c['p99_ms']:.3f}",
+                             f"{c['throughput_ips']:.1f}"])
+    return rows
+
+
+BENCH_HEADERS = ["group", "ran on", "backend", "precision", "batch", "conc", "p50 ms", "p99 ms", "img/s"]
+
+
+def status_line(report: BuildReport) -> str:
+    if report.ok:
+        return "passed"
+    return f"FAILED (exit {report.exit_code}, {error_kind(report.exit_code)})"
+
+
+def engine_state_text(record: Any) -> str:
+    if not record.built:
+        return "built on the device at first start" if record.placement == "deferred" else "not built"
+    return ("kept" if record.kept else "built") + (f" on board {record.board}" if record.board else "")
+
+
+def acceptance_text(record: Any) -> str:
+    a = record.accepted
+    if not a:
+        return "-"
+    return f"{a.metric} {a.value:.4f} on {a.images} images, retention {a.retention:.3f} [{a.backend}]"

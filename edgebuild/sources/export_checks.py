@@ -1,0 +1,228 @@
+"""The checks an exported ONNX model must pass before any later stage may use it.
+
+Cheapest first: what the exporter wrote (the opset it actually imports, the inputs with their
+dynamic axes, the outputs in the project's order), the full ONNX checker with strict shape
+inference, an ONNX Runtime session, and parity with PyTorch for every output at the min, opt
+and max shapes, every mismatch collected into one message. onnxslim's version of a model
+replaces it only if it passes the same checks.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgebuild.errors import ExportError
+from edgebuild.sources.tool_output import first_line, hide_path, quiet
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgebuild.project.config import Project
+
+__all__ = [
+    "SHAPES",
+    "OutputParity",
+    "ParityError",
+    "Refused",
+    "checker_problem",
+    "exported_problem",
+    "mismatch_lines",
+    "parity_results",
+    "reference_outputs",
+    "save_onnx",
+    "simplify",
+    "verify_onnx",
+]
+
+SHAPES = ("min_shape", "opt_shape", "max_shape")
+_PROTOBUF_LIMIT = 1_800_000_000  # bytes; above this the weights must go to external data
+
+_Report = Callable[[str], None]
+
+
+class ParityError(ExportError):
+    """ONNX Runtime's outputs differ from PyTorch's beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class OutputParity:
+    shape: str
+    input_shapes: dict[str, list[int]]
+    output: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    problem: str = ""
+
+
+class Refused(Exception):
+    """One exporter's model did not pass a check: which exporter, why (one line), and the details."""
+
+    def __init__(self, exporter: str, why: str, details: tuple[str, ...] = (), *, parity: bool = False) -> None:
+        super().__init__(why)
+        self.exporter, self.why, self.details, self.parity = exporter, why, details, parity
+
+    @property
+    def summary(self) -> str:
+        return f"the {self.exporter} exporter {self.why}"
+
+
+# -- what the exporter wrote -----------------------------------------------------------------
+
+def exported_problem(project: Project, proto: onnx.ModelProto, opset: int) -> str | None:
+    """What is wrong with an exporter's output, in words, or None."""
+    got = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if got != opset:
+        return f"produced opset {got}, not the requested {opset} (its version conversion failed)"
+    names = [i.name for i in proto.graph.input]
+    for spec in project.model.inputs:
+        if spec.name not in names:
+            return f"produced inputs {names}, without {spec.name!r}"
+        dims = proto.graph.input[names.index(spec.name)].type.tensor_type.shape.dim
+        fixed = [a for a in spec.dynamic_axes if a < len(dims) and not dims[a].dim_param]
+        if fixed:
+            return f"produced fixed sizes on dynamic axes {fixed} of input {spec.name!r}"
+    outputs = [o.name for o in proto.graph.output]
+    if outputs != list(project.model.outputs):
+        return f"produced outputs {outputs}, not {list(project.model.outputs)}"
+    return None
+
+
+def save_onnx(proto: onnx.ModelProto, path: Path, external_data: bool) -> None:
+    """Write a model, its weights in ``<name>.data`` when asked or when protobuf cannot hold them."""
+    import onnx
+
+    external = external_data or proto.ByteSize() > _PROTOBUF_LIMIT
+    # asked for explicitly: every initializer goes out; forced by size: only the big ones
+    onnx.save_model(proto, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
+                    location=f"{path.name}.data", size_threshold=0 if external_data else 1024)
+
+
+# -- the ONNX checker ------------------------------------------------------------------------
+
+def verify_onnx(path: Path) -> None:
+    """Full ONNX checker (with strict shape inference) on a file, inline or external data."""
+    if not path.is_file():
+        raise ExportError(f"{path}: ONNX file not found")
+    refused = _checker_refusal(path)
+    if refused is not None:
+        raise ExportError(
+            f"{path}: not a valid ONNX model ({refused[1]})",
+            hint="a truncated or corrupt file: delete it and export again (edgebuild export --force)",
+        )
+
+
+def checker_problem(path: Path) -> str | None:
+    """Why the full ONNX checker or its strict shape inference refuses an exported model, or None."""
+    refused = _checker_refusal(path)
+    return None if refused is None else f"wrote a model {refused[0]} ({hide_path(refused[1], path)})"
+
+
+def _checker_refusal(path: Path) -> tuple[str, str] | None:
+    """(which check, what it says) when the full checker refuses the file, or None."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # onnx raises ValidationError, InferenceError, DecodeError, ...
+        which = "strict shape inference fails on" if isinstance(exc, onnx.shape_inference.InferenceError) \
+            else "the ONNX checker refuses"
+        return which, f"{type(exc).__name__}: {first_line(exc)}"
+    return None
+
+
+# -- parity ----------------------------------------------------------------------------------
+
+def reference_outputs(project: Project, runner: Any) -> dict[str, tuple[dict, dict]]:
+    """{shape: (inputs, PyTorch's outputs)} at the min, opt and max shapes, run with a TorchRunner."""
+    from edgebuild.sources.model import example_inputs
+
+    return {which: (inputs, runner.run(inputs))
+            for which in SHAPES for inputs in [example_inputs(project, which, seed=SHAPES.index(which))]}
+
+
+def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Any) -> list[OutputParity]:
+    """Every output at every shape against atol + rtol * |torch|, run with an OnnxRuntimeRunner."""
+    atol, rtol = project.export.atol, project.export.rtol
+    results = []
+    for which, (inputs, expected) in reference.items():
+        got = runner.run(inputs)
+        shapes = {n: list(a.shape) for n, a in inputs.items()}
+        for name, want in expected.items():
+            results.append(_compare(which, shapes, name, want, got.get(name), atol, rtol))
+    return results
+
+
+def _check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
+    """Every output at every shape within atol + rtol * |torch|; one error listing every mismatch."""
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    results = parity_results(project, reference, OnnxRuntimeRunner(path))
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise ParityError(
+            f"{project.source}: ONNX output differs from PyTorch in {len(bad)} of {len(results)} checks "
+            f"(atol {project.export.atol}, rtol {project.export.rtol}):\n"
+            + "\n".join(f"  {line}" for line in mismatch_lines(bad)),
+            hint="the model may use an operator the exporter translates inexactly; loosen export.atol/"
+                 "export.rtol only if the difference is acceptable",
+        )
+    return results
+
+
+def mismatch_lines(bad: list[OutputParity]) -> list[str]:
+    return [f"- {r.output} at {r.shape} {r.input_shapes}: {r.problem}" for r in bad]
+
+
+def _compare(which: str, shapes: dict, name: str, want: np.ndarray, got: np.ndarray | None,
+             atol: float, rtol: float) -> OutputParity:
+    if got is None:
+        return OutputParity(which, shapes, name, float("inf"), float("inf"), False, "missing from the ONNX outputs")
+    if got.shape != want.shape:
+        return OutputParity(which, shapes, name, float("inf"), float("inf"), False,
+                            f"shape {list(got.shape)}, PyTorch gives {list(want.shape)}")
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    error = np.abs(got64 - want64)
+    max_abs = float(error.max(initial=0.0))
+    max_rel = float((error / np.maximum(np.abs(want64), 1e-12)).max(initial=0.0))
+    ok = bool(np.all(error <= atol + rtol * np.abs(want64)))
+    problem = "" if ok else f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}"
+    return OutputParity(which, shapes, name, max_abs, max_rel, ok, problem)
+
+
+# -- onnxslim --------------------------------------------------------------------------------
+
+def simplify(project: Project, reference: dict, path: Path, parity: list[OutputParity],
+             report: _Report) -> tuple[bool, str, list[OutputParity]]:
+    """Replace the model by onnxslim's version only if that one still checks and matches."""
+    import onnx
+
+    try:
+        import onnxslim
+    except ImportError:
+        return False, "onnxslim not installed", parity
+    report("export: simplifying with onnxslim")
+    folder = path.parent / "simplified"
+    folder.mkdir()
+    candidate = folder / path.name
+    try:
+        with quiet():
+            slim = onnxslim.slim(onnx.load(str(path)))
+        save_onnx(slim, candidate, path.with_name(f"{path.name}.data").exists())
+        verify_onnx(candidate)
+        slim_parity = _check_parity(project, reference, candidate)
+    except Exception as exc:  # any failure means: keep the unsimplified, verified model
+        shutil.rmtree(folder)
+        return False, f"kept unsimplified: {type(exc).__name__}: {first_line(exc)}", parity
+    before, after = len(onnx.load(str(path), load_external_data=False).graph.node), len(slim.graph.node)
+    path.with_name(f"{path.name}.data").unlink(missing_ok=True)
+    for produced in folder.iterdir():  # the model and, with external data, its data file
+        produced.replace(path.parent / produced.name)
+    folder.rmdir()
+    return True, f"onnxslim: {before} -> {after} nodes, parity still holds", slim_parity

@@ -1,0 +1,67 @@
+"""The container stage (per group): the runtime container's build context and cgroup-limited run specs.
+
+Reads: the group's model folder (the engine stage's record names it), the Dockerfile templates,
+the device-side code and the group's limit preset. Writes ``build/containers/<group>[-cpu]/``
+(Dockerfile, entry point, run.sh, compose.yaml, a systemd unit on cgroup v2) and, with
+``[runtime] server = "triton"|"both"``, ``build/triton/<group>/``; its record is a ``ContainerRecord``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgebuild.content import digest, file_sha256, tree_sha256
+from edgebuild.datafiles import data_dir
+from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.shipping.container import ContainerRecord
+from edgebuild.stages.engine import model_folder
+
+RUNTIME_PACKAGE = Path(__file__).resolve().parents[1] / "runtime"  # the device-side code the image carries
+
+
+def model_folder_key(inputs: StageInputs) -> dict[str, str]:
+    """The sha256 of every file of the group's model folder (recipe, ONNX, acceptance set, engine where built)."""
+    from edgebuild.runtime.recipe import Recipe
+
+    folder = model_folder(inputs)
+    return Recipe.load(folder).file_hashes(folder)
+
+
+def folder_key(folder: Path) -> dict[str, str]:
+    """The sha256 of every file directly in ``folder``."""
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
+
+
+def _key(inputs: StageInputs) -> dict[str, str]:
+    return {"model_folder": digest(model_folder_key(inputs)), "templates": tree_sha256(data_dir("docker"), "*"),
+            "device_tool": tree_sha256(RUNTIME_PACKAGE),
+            "limits": digest(inputs.group.limits.as_dict()),
+            "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or "",
+            "server": inputs.project.runtime.server,
+            "triton_releases": tree_sha256(data_dir("profiles") / "triton", "*.toml")}
+
+
+def _run(inputs: StageInputs) -> ContainerRecord:
+    from edgebuild.shipping.container import write_group_container
+
+    return write_group_container(inputs.project, inputs.group, model_folder(inputs),
+                                 flavor=inputs.options.container_flavor, base_image=inputs.options.base_image,
+                                 report=inputs.report)
+
+
+def _outputs(inputs: StageInputs, record: ContainerRecord) -> list[Path]:
+    build = inputs.project.build_dir
+    return [build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])
+
+
+def _describe(record: ContainerRecord) -> str:
+    return (f"FROM {record.base_image} ({'engine' if record.ships_engine else 'recipe'}, limits "
+            f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''}"
+            + (f"; Triton {record.triton['platform']} repository" if record.triton else "") + ")")
+
+
+CONTAINER = Stage(
+    name="container", version=4,
+    summary="runtime container build context and cgroup-limited run specs (docker run, compose, systemd)",
+    record=ContainerRecord, after=("engine",), per_group=True, key=_key, run=_run, outputs=_outputs,
+    describe=_describe)

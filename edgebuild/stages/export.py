@@ -1,0 +1,58 @@
+"""The export stage: ONNX with dynamic axes, parity-checked against PyTorch.
+
+Reads: the model stage, the opset every selected target's TensorRT takes. Writes
+``build/export/opset<N>/`` (the ONNX and its export.json); its record is an ``ExportRecord``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.project.layout import BuildLayout
+from edgebuild.sources.export import ExportRecord
+from edgebuild.stages.session import CompileSession
+
+
+def _opset(inputs: StageInputs) -> tuple[int, str]:
+    from edgebuild.sources.export import choose_opset
+
+    return choose_opset(inputs.project, inputs.plan.releases)
+
+
+def _key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.sources.export import cache_key_parts
+
+    return cache_key_parts(inputs.project, _opset(inputs)[0])
+
+
+def _run(inputs: StageInputs) -> ExportRecord:
+    from edgebuild.sources.export import export_model
+
+    session: CompileSession = inputs.session
+    opset, reason = _opset(inputs)
+    return export_model(inputs.project, opset, reason, report=inputs.report,
+                        torch_runner=session.loaded_torch_runner, groups=inputs.plan.groups)
+
+
+def _from_dict(data: dict[str, Any]) -> ExportRecord:
+    return ExportRecord.from_dict(data, Path(data["onnx_path"]).parent)
+
+
+def _relocate(inputs: StageInputs, record: ExportRecord) -> ExportRecord:
+    """The project may have moved since the record was written: its ONNX is in this build folder."""
+    return replace(record, onnx_path=BuildLayout.of(inputs.project).export(record.opset) / record.onnx_path.name)
+
+
+def _describe(record: ExportRecord) -> str:
+    worst = max(record.parity, key=lambda p: p.max_abs)
+    return (f"opset {record.opset}, {record.exporter} exporter, parity ok at {len({p.shape for p in record.parity})} "
+            f"shapes (max abs error {worst.max_abs:.2g}) -> {record.onnx_path.parent.name}/{record.onnx_path.name}")
+
+
+EXPORT = Stage(
+    name="export", version=1, summary="ONNX export with dynamic axes and a parity check against PyTorch",
+    record=ExportRecord, after=("model",), key=_key, run=_run, outputs=lambda inputs, r: [r.onnx_path.parent],
+    describe=_describe, from_dict=_from_dict, relocate=_relocate)
