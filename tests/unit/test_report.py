@@ -69,7 +69,8 @@ LAST_COMPILE = {
                 "belts", placement="ssh://nvidia@jet", built=True, refused=[
                     {"candidate": "int8-mixed", "build_key": "k", "plan_sha256": "p", "validation": "v",
                      "where": "ssh://nvidia@jet", "metric": "mAP50-95", "value": 0.5, "images": 200,
-                     "reference": 0.6, "retention": 0.83, "backend": "tensorrt 10.3.0.30"}]), error="belts: no engine built ssh://nvidia@jet keeps it")]},
+                     "reference": 0.6, "retention": 0.83, "backend": "tensorrt 10.3.0.30"}]),
+                error="belts: no engine built ssh://nvidia@jet keeps it")]},
     ],
 }
 
