@@ -159,9 +159,8 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
 
 def decision_settings(project: Project) -> dict[str, Any]:
     """The settings only the decision reads: changing them re-decides from stored measurements."""
-    return {"min_retention": project.accuracy.min_retention, "select": project.accuracy.select,
-            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers,
-            "gate": project.accuracy.gate}
+    return {**AccuracyPolicy.of(project).as_dict(), "select": project.accuracy.select,
+            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
 
 
 def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30) -> float:

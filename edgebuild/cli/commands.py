@@ -270,7 +270,7 @@ def compile_command(project_dir: Path, selector: str, force: str | None, build_o
         report = compile_plan(plan, options=options, report=_report if not as_json else (lambda _: None),
                               on_stage=show)
     from edgebuild.pipeline.runner import write_last_compile
-    from edgebuild.report.build_report import write_report
+    from edgebuild.report import write_report
 
     write_last_compile(report)
     written = write_report(project.build_dir)  # a failed compile gets its report too
@@ -481,7 +481,7 @@ def validate_command(project_dir: Path, selector: str, force: bool, backend: str
 
 def _evaluate_group(project: Any, gate: Any, group: Any, engine: Any, url: str, data: Any) -> dict[str, Any]:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
-    from edgebuild.accuracy.evaluate import evaluate_on_device
+    from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.runtime.recipe import Recipe
 
     folder = project.build_dir / engine.folder
@@ -931,7 +931,7 @@ def report_command(project_dir: Path) -> None:
     `edgebuild compile` writes it after every run, failed ones included.
     """
     from edgebuild.project.config import load_project
-    from edgebuild.report.build_report import write_report
+    from edgebuild.report import write_report
 
     written = write_report(load_project(project_dir).build_dir)
     for kind, path in written.items():
@@ -1031,7 +1031,7 @@ def ota() -> None:
 
 
 def _public_key(path: Path | None) -> Any:
-    from edgebuild.runtime.ota import load_public_key
+    from edgebuild.runtime.bundle import load_public_key
 
     return load_public_key(path) if path else None
 
@@ -1047,7 +1047,7 @@ _ota_root_option = click.option("--device-root", type=click.Path(file_okay=False
 def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bool, any_device: bool,
                        device_root: Path | None) -> None:
     """Check a bundle's signature, compatibility and every file, without installing (exit 15 if refused)."""
-    from edgebuild.runtime.ota import verify
+    from edgebuild.runtime.bundle import verify
 
     manifest = verify(bundle, _public_key(public_key), require_signature=not allow_unsigned, root=device_root,
                       check_device=not any_device)

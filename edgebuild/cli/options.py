@@ -1,7 +1,9 @@
-"""click decorators from the option tables the device CLI shares (``edgebuild/runtime/options.py``).
+"""The options several commands share, as click decorators.
 
-``edgebuild serve``, ``bench`` and ``ota verify|install`` take the same parameters as
-``edgebuild-device.pyz serve|bench|ota-*``; this turns each ``Option`` into its click form.
+``project_option``, ``json_option``, ``target_option`` and ``farm_options`` are the build host's
+own. ``click_options`` turns the option tables the device CLI shares (``edgebuild/runtime/options.py``)
+into click: ``edgebuild serve``, ``bench`` and ``ota verify|install`` take the same parameters as
+``edgebuild-device.pyz serve|bench|ota-*``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,31 @@ import click
 from edgebuild.runtime.options import Option
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+project_option = click.option(
+    "--project", "-p", "project_dir", default=".", show_default=True, envvar="EDGEBUILD_PROJECT",
+    type=click.Path(file_okay=True, dir_okay=True, path_type=Path),
+    help="Project folder, or its edgebuild.toml (env EDGEBUILD_PROJECT).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+target_option = click.option(
+    "--target", "-t", "selector", default="all", show_default=True,
+    help="Which fleet groups: a family (orin), a module id, MODULE@JETPACK, a group name, or 'all'; "
+         "comma-separated for several.",
+)
+
+
+def farm_options(command: F) -> F:
+    """--farm [ADDRESS], --jobs, --farm-timeout: run the device jobs on boards reserved from a labgrid farm."""
+    command = click.option("--farm-timeout", type=float, default=None, metavar="S",
+                           help="How long a job waits for a busy board (default [farm] timeout_s, 600).")(command)
+    command = click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                           help="At most N boards at once (default [farm] jobs, else every matching board).")(command)
+    return click.option(
+        "--farm", "farm_address", is_flag=False, flag_value="", default=None, metavar="[HOST:PORT]",
+        help="Run on boards of a labgrid farm: each group reserves a place tagged module=<module id> "
+             "jetpack=<release> (and power_mode= if the group names one), waits while they are busy, and always "
+             "releases it. Bare --farm: [farm] coordinator, else $LG_COORDINATOR.")(command)
 
 
 def click_options(specs: Sequence[Option], *, skip: Iterable[str] = ()) -> Callable[[F], F]:

@@ -34,10 +34,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,21 @@ def coordinator_address(project: Any = None, given: str | None = None) -> str | 
     """``--farm ADDRESS``, else ``[farm] coordinator``, else ``$LG_COORDINATOR`` (host:port)."""
     farm = getattr(project, "farm", None)
     return given or (farm.coordinator if farm else None) or os.environ.get(COORDINATOR_ENV) or None
+
+
+class NoCoordinator(ConfigError):
+    """A farm command with no coordinator to ask (the command line makes this a usage error)."""
+
+
+def open_farm(project: Any, address: str | None = None, timeout_s: float | None = None, *,
+              report: Report = lambda _: None) -> Farm:
+    """The project's farm: ``address`` (bare ``--farm`` gives ""), else ``[farm] coordinator``, else
+    ``$LG_COORDINATOR``; a job waits ``timeout_s`` for a busy board, else ``[farm] timeout_s``."""
+    found = coordinator_address(project, address or None)
+    if not found:
+        raise NoCoordinator("--farm needs a labgrid coordinator: --farm HOST:PORT, [farm] coordinator in "
+                            "edgebuild.toml, or $LG_COORDINATOR")
+    return Farm(found, timeout_s=timeout_s or project.farm.timeout_s, report=report)
 
 
 class _LabgridCli:
@@ -554,6 +570,29 @@ def fan_out(farm: Farm, jobs: list[tuple[str, dict[str, str], Callable[[Board], 
             return [f.result() for f in futures]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def fan_out_groups(farm: Farm, groups: Iterable[Any], job: Callable[[Any, Board], Any], *,
+                   max_jobs: int | None = None) -> list[JobResult]:
+    """``job(group, board)`` for every fleet group on a board tagged for it (:func:`target_tags`), as
+    :func:`fan_out` runs them; the farm is disconnected afterwards. What ``validate --farm`` and
+    ``bench --farm`` both are."""
+    try:
+        return fan_out(farm, [(g.name, target_tags(g), partial(job, g)) for g in groups], max_jobs=max_jobs)
+    finally:
+        farm.disconnect()
+
+
+def write_jobs_file(path: Path, results: list[JobResult], extra: dict[str, Any] | None = None) -> Path:
+    """``build/farm/<command>.json``: every job's board, start and end, error, and the command's records."""
+    import json
+
+    from edgebuild.runtime.files import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"jobs": [r.as_dict() for r in results], **(extra or {})}, indent=2,
+                                       default=str))
+    return path
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from edgebuild import __version__
 from edgebuild.errors import EdgebuildError
 from edgebuild.runtime import device, options
 from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON
 
 
 def _progress(message: str) -> None:
@@ -36,7 +37,7 @@ def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
         verify_device=not args.no_verify_device, report=_progress)
     metadata = json.loads(engine_json.read_text())
     folder = engine_json.parent
-    files = {name: sha256_file(folder / name) for name in (device.ENGINE_FILE, device.ENGINE_JSON)}
+    files = {name: sha256_file(folder / name) for name in (ENGINE_FILE, ENGINE_JSON)}
     cache = metadata.get("timing_cache") or {}
     return {"engine_json": str(engine_json), "files": files, "timing_cache": cache.get("path"),
             "timing_cache_sha256": sha256_file(cache["path"]) if cache.get("path") else None}
@@ -76,7 +77,7 @@ def _ints(text: Optional[str]) -> List[int]:
 
 def _ota_key(args: argparse.Namespace) -> Any:
     """The verifying key and what the output says about it (file, type, fingerprint), or (None, None)."""
-    from edgebuild.runtime.ota import load_verify_key
+    from edgebuild.runtime.bundle import load_verify_key
 
     if not args.public_key:
         return None, None
@@ -87,7 +88,7 @@ def _ota_key(args: argparse.Namespace) -> Any:
 
 
 def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
-    from edgebuild.runtime.ota import verify
+    from edgebuild.runtime.bundle import verify
 
     key, described = _ota_key(args)
     manifest = verify(args.bundle, key, require_signature=not args.allow_unsigned, root=args.root,

@@ -34,7 +34,7 @@ import numpy as np
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.protocol import DATATYPES, InputSpec, model_metadata
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 SETTLE_WINDOW = 5
@@ -118,7 +118,7 @@ class ModelService:
                 "acceptance failed on {} ({}): {} {} is below {} on the {} inputs of {}; this backend is not "
                 "served".format(self.backend, recipe.candidate, self.acceptance["statistic"],
                                 self.acceptance["value"], self.acceptance["threshold"], self.acceptance["images"],
-                                acceptance.ACCEPTANCE_FILE))
+                                ACCEPTANCE_FILE))
 
     def _load(self, folder: Path, recipe: Recipe, engine_cache: Optional[Path]) -> Any:
         """The backend of ``folder``, checked against its acceptance set."""

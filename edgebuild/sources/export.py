@@ -23,6 +23,7 @@ import numpy as np
 
 from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import ExportError
+from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export_advice import export_failure
 from edgebuild.sources.export_checks import (
     OutputParity,
@@ -164,7 +165,7 @@ def cache_key_parts(project: Project, opset: int) -> dict[str, str]:
 
 
 def export_dir(project: Project, opset: int) -> Path:
-    return project.build_dir / "export" / f"opset{opset}"
+    return BuildLayout.of(project).export(opset)
 
 
 # -- export --------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_a_correct_model_folder_passes_its_acceptance_check(shapes_folder: Path)
 
 
 def test_the_health_check_of_a_correct_folder_passes(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.runtime.ota import REFERENCE
+    from edgebuild.runtime.bundle import REFERENCE
     from edgebuild.shipping.ota import reference_outputs
 
     folder = shutil.copytree(shapes_folder, tmp_path / "installed")  # as a bundle installs it: with its reference
@@ -114,7 +114,7 @@ def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health
 
 
 def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.runtime.ota import REFERENCE
+    from edgebuild.runtime.bundle import REFERENCE
     from edgebuild.shipping.ota import reference_outputs
 
     damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)

@@ -9,7 +9,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import BuildLocked, BundleError, ConfigError
-from edgebuild.runtime.ota import InstallBusy, check_newer, install_lock, load_verify_key
+from edgebuild.runtime.bundle import load_verify_key
+from edgebuild.runtime.ota import InstallBusy, check_newer, install_lock
 
 
 @pytest.mark.parametrize(("version", "sequence", "newest", "accepted"), [
