@@ -23,6 +23,9 @@ from typing import Any
 
 from edgebuild.runtime.files import sha256_file
 
+__all__ = ["atomic_output_dir", "changed_parts", "digest", "file_sha256", "files_digest", "tool_versions",
+           "tree_sha256"]
+
 file_sha256 = sha256_file  # the one streaming sha256, shared with the device side
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["data_dir"]
+
 PACKAGE = Path(__file__).resolve().parent
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["table"]
+
 
 def table(rows: list[list[str]], headers: list[str]) -> str:
     """Columns padded to their widest cell, headers first."""

@@ -31,6 +31,9 @@ from edgebuild.runtime.vision import (
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
+__all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
+           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
+
 #: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
 CACHE_BUDGET_BYTES = 1 << 30
 

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.sources.export import ExportRecord
 
+__all__ = ["GateResult", "PRECISION_ORDER", "decision_settings", "gate_dir", "measurement_key_parts", "require_pass",
+           "run_gate", "tensorrt_rejections", "verdict"]
+
 STAGE_VERSION = "gate/3"
 RECORD_FILE = "gate.json"
 MEASURED_DIR = "measured"

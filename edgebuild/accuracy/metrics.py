@@ -16,6 +16,8 @@ import numpy as np
 
 from edgebuild.runtime.vision import top_k
 
+__all__ = ["coco_detection_metrics", "coco_ground_truth", "top_k_accuracy"]
+
 
 def coco_ground_truth(ground_truth: dict[str, Any]) -> Any:
     """The COCO index of a ground-truth dict, built once and reused for every candidate's detections."""

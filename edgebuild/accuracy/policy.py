@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
+__all__ = ["AccuracyPolicy"]
+
 
 @dataclass(frozen=True)
 class AccuracyPolicy:

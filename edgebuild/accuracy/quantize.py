@@ -27,6 +27,9 @@ from edgebuild.errors import ExportError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
+__all__ = ["Candidate", "QuantizationPlan", "check_calibration", "fp16_candidate", "graph_digest", "int8_candidate",
+           "layer_errors", "prepare_for_quantization", "quantization_plan"]
+
 Report = Callable[[str], None]
 
 

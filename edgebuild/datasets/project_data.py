@@ -15,6 +15,9 @@ from edgebuild.errors import DataError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
+__all__ = ["Sample", "calibration_digest", "calibration_images", "list_images", "load_class_folder_set",
+           "load_coco_set", "missing_data", "prepare_data", "read_image", "unreadable_images", "validation_digest"]
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
 

@@ -21,6 +21,9 @@ from edgebuild.runtime.bench import SCHEMA
 from edgebuild.runtime.files import sha256_bytes
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
+__all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",
+           "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "power_mode", "table"]
+
 #: figures --compare shows, with the direction that is better
 COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
             ("throughput_ips", "higher"))

@@ -28,6 +28,8 @@ from edgebuild import errors
 from edgebuild.errors import CapabilityMissing, DeviceUnreachable, EdgebuildError, RemoteError
 from edgebuild.project.addresses import parse_ssh_url
 
+__all__ = ["SshDevice", "device_tool_archive", "device_tool_files"]
+
 SSH_CONFIG_ENV = "EDGEBUILD_SSH_CONFIG"
 WORKDIR = '"${EDGEBUILD_DEVICE_WORKDIR:-$HOME/.cache/edgebuild}"'
 PACKAGE = Path(__file__).resolve().parents[1]  # edgebuild/

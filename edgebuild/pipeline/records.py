@@ -18,6 +18,8 @@ from edgebuild.content import changed_parts, digest, file_sha256
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
+__all__ = ["StageRecord", "load_stage_record", "record_path", "stale_because", "stamp_outputs", "write_stage_record"]
+
 RECORD_FORMAT = "edgebuild.stage-record/1"
 
 

@@ -38,6 +38,9 @@ from edgebuild.project.config import Project
 from edgebuild.project.layout import BuildLayout
 from edgebuild.targets.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
+__all__ = ["CompileReport", "Options", "Plan", "Stage", "StageInputs", "StageOutcome", "build_lock", "plan_compile",
+           "run_stages", "write_last_compile"]
+
 Report = Callable[[str], None]
 R = TypeVar("R")
 

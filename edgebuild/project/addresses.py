@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["parse_ssh_url"]
+
 _URL = re.compile(r"^ssh://(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\])"
                   r"(?::(?P<port>\d{1,5}))?/?$")
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import PROJECT_FILE
 
+__all__ = ["write_starter"]
+
 STARTER = """\
 # edgebuild project file. Paths are relative to this file's folder.
 # Reference: the "Configuration" section of edgebuild's README.

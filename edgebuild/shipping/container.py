@@ -46,6 +46,10 @@ from edgebuild.runtime.recipe import Recipe
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 
+__all__ = ["ContainerRecord", "ENGINE_CACHE", "RUNTIME_UID", "build_image", "docker_size", "group_container_plan",
+           "inspect_container", "plan_container", "remove_container", "run_args", "run_once", "start_container",
+           "tensorrt_base_image", "write_container", "write_group_container"]
+
 FLAVORS = ("jetson", "cpu")
 #: the cpu flavor's default base: Debian bookworm's Python, where pip can add numpy and ONNX Runtime
 CPU_BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"

@@ -41,6 +41,9 @@ from edgebuild.runtime.recipe import Recipe
 if TYPE_CHECKING:
     from edgebuild.targets.profiles import SelectedGroup
 
+__all__ = ["PackageRecord", "bundle_payload", "load_bundle_key", "load_signing_key", "mender_artifact", "mender_keys",
+           "package_group", "read_bundle_manifest", "reference_outputs", "write_bundle", "write_fleet_manifest"]
+
 FORMAT_VERSION = 3
 #: the payload type of our update module (the device's ``/usr/share/mender/modules/v3/edgebuild-model``)
 PAYLOAD_TYPE = "edgebuild-model"

@@ -32,6 +32,8 @@ from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError, ProfileDataError
 from edgebuild.runtime.recipe import ENGINE_FILE, Recipe
 
+__all__ = ["config_pbtxt", "triton_release", "write_repository"]
+
 #: KServe v2 datatypes as Triton's model-config data types
 TRITON_TYPES = {"FP32": "TYPE_FP32", "FP16": "TYPE_FP16", "FP64": "TYPE_FP64", "INT64": "TYPE_INT64",
                 "INT32": "TYPE_INT32", "INT8": "TYPE_INT8", "UINT8": "TYPE_UINT8", "BOOL": "TYPE_BOOL"}

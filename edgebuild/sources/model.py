@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from edgebuild.project.config import Project
 
+__all__ = ["ModelRecord", "TorchRunner", "call_entry_point", "check_model", "example_inputs", "load_model",
+           "model_key_parts", "model_source_digest", "outputs_by_name", "resolve_entry_point"]
+
 
 @contextmanager
 def _project_on_path(project: Project) -> Iterator[None]:

@@ -16,6 +16,8 @@ from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.stages.engine import model_folder
 
+__all__ = ["CONTAINER", "folder_key", "model_folder_key"]
+
 RUNTIME_PACKAGE = Path(__file__).resolve().parents[1] / "runtime"  # the device-side code the image carries
 
 

@@ -25,6 +25,8 @@ from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.stages.gate import GATE
 from edgebuild.stages.session import CompileSession
 
+__all__ = ["ENGINE", "model_folder", "refusal"]
+
 
 def _build_on(inputs: StageInputs) -> str | None:
     """The build device: ``--build-on``, the group's ``build_on``, or ``farm:module=...,jetpack=...`` for

@@ -15,6 +15,8 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export import ExportRecord
 from edgebuild.stages.session import CompileSession
 
+__all__ = ["EXPORT"]
+
 
 def _opset(inputs: StageInputs) -> tuple[int, str]:
     from edgebuild.sources.export import choose_opset

@@ -22,6 +22,8 @@ from edgebuild.stages.export import EXPORT
 from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.targets.profiles import SelectedGroup
 
+__all__ = ["GATE"]
+
 
 def cleared_groups(inputs: StageInputs) -> tuple[SelectedGroup, ...]:
     """The selected groups whose preflight passed (a blocked group is skipped, not the whole fleet)."""

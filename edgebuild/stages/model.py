@@ -11,6 +11,8 @@ from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.sources.model import ModelRecord
 from edgebuild.stages.session import CompileSession
 
+__all__ = ["MODEL"]
+
 
 def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.sources.model import model_key_parts

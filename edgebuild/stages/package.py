@@ -18,6 +18,8 @@ from edgebuild.stages.container import CONTAINER, folder_key, model_folder_key
 from edgebuild.stages.engine import ENGINE, model_folder
 from edgebuild.stages.gate import GATE
 
+__all__ = ["PACKAGE"]
+
 #: what the bundle's manifest and fleet.json say of a device acceptance
 SHOWN_ACCEPTANCE = ("candidate", "where", "backend", "metric", "value", "retention", "images")
 

@@ -13,6 +13,8 @@ from edgebuild.stages.export import EXPORT
 from edgebuild.stages.session import CompileSession
 from edgebuild.targets.preflight import TargetPreflight
 
+__all__ = ["PREFLIGHT"]
+
 
 def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.targets.preflight import rules_digest

@@ -11,6 +11,8 @@ from edgebuild.content import digest, tool_versions
 from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.stages.session import CompileSession
 
+__all__ = ["REFERENCE"]
+
 
 def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.datasets.project_data import validation_digest

@@ -29,6 +29,9 @@ from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import CapabilityMissing, ConfigError, LimitError
 
+__all__ = ["CgroupV2", "LimitPreset", "available_presets", "check_against_module", "fit_to_host", "host_cgroup",
+           "human_size", "load_preset", "parse_size", "preset_for_group", "preset_path", "run_limited"]
+
 #: the share of a module's DRAM that one server's RAM plus its engine may take together
 MAX_SHARE_OF_MODULE = 0.75
 CPU_PERIOD_US = 100_000

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
     from edgebuild.targets.profiles import SelectedGroup
 
+__all__ = ["Finding", "TargetPreflight", "check_target", "group_findings", "load_graph", "parser_table", "preflight",
+           "preflight_text", "rules_digest", "version_matches"]
+
 STANDARD_DOMAINS = ("", "ai.onnx")
 BLOCKING, WARNING, DLA_FALLBACK = "blocking", "warning", "dla-fallback"
 

@@ -21,6 +21,8 @@ from edgebuild.errors import ProfileDataError, TargetError
 if TYPE_CHECKING:
     from edgebuild.targets.limits import LimitPreset
 
+__all__ = ["Catalog", "JetPackRelease", "SelectedGroup", "Target", "load_catalog", "select_groups"]
+
 FAMILIES = ("orin", "xavier", "nano", "thor")
 
 
