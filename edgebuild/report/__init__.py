@@ -20,9 +20,8 @@ The checks (JUnit test suites) are:
 - ``stages``: one case per run of every other stage (``export``, ``engine/<group>``, ...),
   failing where that stage failed, skipped where it did not run.
 
-A compile that failed always has at least one failing case. Everything comes from the last
-compile's own outcome; a stored stage record (``build/.records``) fills in only a record that
-outcome lacks, so the report never mixes in the result of an earlier compile.
+A compile that failed always has at least one failing case. ``report.model`` reads the last
+compile and makes the checks; ``report.html``, ``report.markdown`` and ``report.junit`` render them.
 """
 
 from __future__ import annotations

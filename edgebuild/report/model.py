@@ -1,29 +1,11 @@
-"""The build report's content: the last compile, typed, and the checks CI counts.
+"""The build report's content: the last compile, typed, and the checks CI counts (the suites are
+described in ``edgebuild.report``).
 
-``load(build_dir)`` reads ``build/.records/last-compile.json`` (what every compile
-writes, failed or not) (every compile writes it, failed or not); ``edgebuild.report.write_report`` renders it into
-``build/report/``:
-
-- ``index.html``: one self-contained page (inline CSS and SVG, PNGs as data URIs; nothing is
-  fetched, so it opens from a CI artifact or an e-mail as it is): the fleet, each stage's
-  outcome and time per group, the gate's candidates with retention bars against the threshold,
-  kept layers, preflight findings per target, placement and device acceptance per group, and
-  bench results when ``build/bench/*.json`` exist;
-- ``summary.md``: the same, concise, as Markdown tables (a CI job summary, a merge request comment);
-- ``junit.xml``: one test case per check, so CI shows pass/fail per target (``checks``).
-
-The checks (JUnit test suites) are:
-
-- ``preflight``: one case per target group, failing with its blocking findings;
-- ``gate``: one case per target group, failing when the gate selected nothing (every group
-  fails: one candidate ships to the whole fleet) or when the group's device refused every
-  engine it built (accuracy.min_retention measured on the device); candidates are in its output;
-- ``stages``: one case per run of every other stage (``export``, ``engine/<group>``, ...),
-  failing where that stage failed, skipped where it did not run.
-
-A compile that failed always has at least one failing case. Everything comes from the last
-compile's own outcome; a stored stage record (``build/.records``) fills in only a record that
-outcome lacks, so the report never mixes in the result of an earlier compile.
+``load(build_dir)`` reads ``build/.records/last-compile.json``, which every compile writes,
+failed or not. Each run's record is read by its stage's own loader (``edgebuild.stages``).
+Everything comes from the last compile's own outcome; a stored stage record
+(``build/.records``) fills in only a record that outcome lacks, so the report never mixes in
+the result of an earlier compile.
 """
 
 from __future__ import annotations
