@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.edgebuild-installed
 EXAMPLE ?= examples/shapes-detector
 TARGET ?= orin
 
-.PHONY: setup setup-zoo demo test lint clean
+.PHONY: setup setup-zoo demo test lint docs clean
 
 $(STAMP): pyproject.toml requirements-host.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-host.txt -e '.[dev,farm]'
+	$(BIN)/pip install --quiet -r requirements-host.txt -e '.[dev,farm,docs]'
 	touch $@
 
 setup: $(STAMP)  ## create the venv and install edgebuild (CPU build host)
@@ -30,7 +30,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check edgebuild tests examples benchmarks
 	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime edgebuild/errors.py edgebuild/__init__.py
 
-test: lint  ## lint, then every test (marked tests skip only when their resource is missing)
+docs: $(STAMP)  ## the documentation site (docs/, mkdocs.yml), strictly: any warning fails; built outside the repo
+	$(BIN)/mkdocs build --strict --site-dir "$${TMPDIR:-/tmp}/edgebuild-site"
+
+test: lint docs  ## lint, build the docs, then every test (marked tests skip only when their resource is missing)
 	$(BIN)/python -m pytest
 
 clean:
