@@ -43,6 +43,9 @@ from edgebuild.runtime import device
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.recipe import Recipe
 
+__all__ = ["SCHEMA", "TegrastatsSampler", "cgroup_memory", "ci_width_pct", "input_shapes", "jetson_state", "median_ci",
+           "parse_nvpmodel", "parse_tegrastats", "run_bench", "summarize_tegrastats"]
+
 SCHEMA = "edgebuild.bench/1"
 Z_95 = 1.96
 

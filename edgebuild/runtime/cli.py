@@ -21,6 +21,8 @@ from edgebuild.runtime import device, options
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON
 
+__all__ = ["main", "parser"]
+
 
 def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)

@@ -31,6 +31,9 @@ from edgebuild.runtime.recipe import (
     recipe_of,
 )
 
+__all__ = ["ROOT_ENV", "DeviceFacts", "build_from_recipe", "mismatches", "module_matches", "parse_nv_tegra_release",
+           "probe", "read_identity", "require_match"]
+
 ROOT_ENV = "EDGEBUILD_DEVICE_ROOT"
 
 

@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator, Union
 
+__all__ = ["CHUNK", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "fsync_dir", "sha256_bytes",
+           "sha256_file"]
+
 CHUNK = 1 << 20
 PathLike = Union[str, os.PathLike]
 

@@ -18,6 +18,9 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
 
+__all__ = ["BENCH", "OTA_INSTALL", "OTA_INSTALL_DEVICE", "OTA_ROLLBACK", "OTA_VERIFY", "SERVE", "Option",
+           "add_arguments", "as_argv"]
+
 
 @dataclass(frozen=True)
 class Option:

@@ -23,6 +23,9 @@ from typing import Any, Dict, List, Mapping, Optional, Union, get_args, get_orig
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
 
+__all__ = ["ACCEPTANCE_FILE", "ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "PRECISIONS", "RECIPE_FILE",
+           "RECIPE_SCHEMA", "Recipe", "RecipeModule", "RuntimeSettings", "TensorSpec", "recipe_of"]
+
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
 ONNX_FILE = "model.onnx"

@@ -36,6 +36,8 @@ from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.protocol import DATATYPES, InputSpec, model_metadata
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe
 
+__all__ = ["ModelService"]
+
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 SETTLE_WINDOW = 5
 SETTLE_TOLERANCE = 0.10

@@ -11,6 +11,9 @@ import numpy as np
 
 from edgebuild.errors import ModelError
 
+__all__ = ["DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs", "decode_detections",
+           "decode_outputs", "nms", "preprocess", "resize_bilinear", "stack_batch", "top_k"]
+
 RESIZE_MODES = ("letterbox", "resize")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 

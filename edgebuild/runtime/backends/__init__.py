@@ -7,6 +7,8 @@ this machine is decided in ``select.py``.
 
 from typing import TYPE_CHECKING, Dict, Protocol
 
+__all__ = ["Runner"]
+
 if TYPE_CHECKING:  # numpy is not imported to pick a backend or to build a command line
     import numpy as np
 

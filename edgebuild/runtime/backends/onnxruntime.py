@@ -7,6 +7,8 @@ import numpy as np
 
 from edgebuild.errors import ExportError
 
+__all__ = ["OnnxRuntimeRunner"]
+
 
 class OnnxRuntimeRunner:
     """Runs an ONNX file (inline or external-data layout) with ONNX Runtime's CPU provider."""

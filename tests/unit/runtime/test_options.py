@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.runtime import options
 from edgebuild.runtime.cli import parser
 
