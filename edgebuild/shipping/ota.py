@@ -15,8 +15,8 @@ A Mender artifact is an uncompressed tar whose members come in a fixed order (Me
 Archives are written deterministically (fixed mtime, owner and mode), so the same inputs give
 the same bytes.
 
-Native bundles (for fleets without Mender) are described in ``edgebuild/runtime/ota.py``, which
-verifies and installs them on the device; this module writes them.
+Native bundles (for fleets without Mender) are described in ``edgebuild/runtime/bundle.py``;
+``edgebuild/runtime/ota.py`` verifies and installs them on the device; this module writes them.
 """
 
 from __future__ import annotations
