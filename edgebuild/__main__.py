@@ -1,3 +1,3 @@
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 
 main()

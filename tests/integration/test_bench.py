@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.runtime.bench import SCHEMA, run_bench
 from tests.support.runtime_artifacts import write_artifact
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.accuracy.evaluate import ValidationSet, evaluate
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from tests.support.project import TINY_MODEL, TINY_TOML, write_tiny_project
 
 

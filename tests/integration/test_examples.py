@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.accuracy.evaluate import evaluate
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.project.config import load_project
 from edgebuild.sources.model import TorchRunner, resolve_entry_point

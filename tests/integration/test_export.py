@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.errors import ExportError, ModelError
 from edgebuild.pipeline.runner import Options, plan_compile
 from edgebuild.project.config import load_project

@@ -21,7 +21,7 @@ import numpy
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from tests.support.farm import LabgridFarm
 from tests.support.project import EXAMPLES
 

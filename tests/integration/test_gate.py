@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.accuracy.gate import require_pass, run_gate
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import AccuracyGateError
 from edgebuild.project.config import load_project

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, WARNING, check_target, preflight, version_matches
 from edgebuild.targets.profiles import SelectedGroup, load_catalog
 from tests.support.project import TINY_TOML, write_tiny_project

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from junitparser import JUnitXml
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.report import write_report
 
 pytestmark = pytest.mark.slow  # each compiles the example (about 10 s)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.accuracy.gate import GateResult, gate_dir
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.devices.engines import build_over_ssh, plan_engine
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError

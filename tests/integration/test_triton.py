@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.runtime.recipe import Recipe
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.errors import DataError, ModelError
 from edgebuild.project.config import load_project
 from edgebuild.workflows.check import check_code_and_data, raise_for_problems

@@ -11,14 +11,14 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from edgebuild import __version__
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 
 HEAVY = ("torch", "onnx", "onnxruntime", "pydantic", "PIL", "pycocotools")
 
 
 def test_help_imports_nothing_heavy_and_is_fast() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); from edgebuild.cli.commands import main\n"
+        "import sys, time; t = time.perf_counter(); from edgebuild.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], time.perf_counter() - t)"
     )
@@ -90,7 +90,7 @@ def test_compile_force_takes_an_optional_stage_and_refuses_unknown_ones(tiny_pro
     assert result.exit_code == 2 and "unknown stage exprot; stages: model, reference, export" in result.output
     help_text = CliRunner().invoke(main, ["compile", "--help"]).output
     assert "--force [STAGE]" in help_text and "reused" in help_text
-    from edgebuild.cli.commands import _STAGE_NAMES_HELP
+    from edgebuild.cli.build import _STAGE_NAMES_HELP
     from edgebuild.stages import stage_names
 
     assert _STAGE_NAMES_HELP == ", ".join(stage_names())  # --help names the stages without importing them
@@ -107,3 +107,57 @@ def test_model_errors_are_clear(tiny_project: Path) -> None:
         result = CliRunner().invoke(main, ["compile", "-p", str(tiny_project)])
         assert result.exit_code == 6, result.output
         assert words in result.output and "Traceback" not in result.output
+
+
+def test_every_command_and_subcommand_has_its_own_help() -> None:
+    import click
+
+    def walk(group: click.Group, path: list[str]) -> list[list[str]]:
+        found = []
+        for name, command in group.commands.items():
+            found.append([*path, name])
+            if isinstance(command, click.Group):
+                found += walk(command, [*path, name])
+        return found
+
+    commands = walk(main, [])
+    assert {"compile", "validate", "bench", "farm", "ota"} <= {c[0] for c in commands}
+    for args in commands:
+        result = CliRunner().invoke(main, [*args, "--help"])
+        assert result.exit_code == 0 and "Usage:" in result.output, (args, result.output)
+
+
+def test_verbose_is_carried_by_the_cli_context(tmp_path: Path) -> None:
+    from edgebuild.cli.context import CliContext
+
+    quiet = CliRunner().invoke(main, ["check", "-p", str(tmp_path)])
+    loud = CliRunner().invoke(main, ["-v", "check", "-p", str(tmp_path)])
+    assert quiet.exit_code == loud.exit_code == 3, quiet.output
+    assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
+    context = CliContext(verbose=True)
+    assert context.progress() is False and context.reporter(quiet=True)("not shown") is None
+
+
+def test_a_device_validation_is_judged_by_the_gate_policy() -> None:
+    from types import SimpleNamespace
+
+    from edgebuild.accuracy.policy import AccuracyPolicy
+    from edgebuild.errors import AccuracyGateError
+    from edgebuild.workflows.validate import DeviceValidation
+
+    row = {"group": "dock", "retention": 0.9, "metric": "mAP50-95", "url": "ssh://x", "backend": "tensorrt"}
+    gated = SimpleNamespace(policy=AccuracyPolicy("mAP50-95", 0.95), reference_value=0.5)
+    refused = DeviceValidation("ssh://x", gated, 4, [row]).error
+    assert isinstance(refused, AccuracyGateError) and "dock keeps 0.900 of the FP32 mAP50-95" in str(refused)
+    assert DeviceValidation("ssh://x", gated, 4, [{**row, "retention": 0.96}]).error is None
+    ungated = SimpleNamespace(policy=AccuracyPolicy("mAP50-95", 0.95, gated=False), reference_value=0.5)
+    assert DeviceValidation("ssh://x", ungated, 4, [row]).error is None  # measured, never refused
+
+
+def test_a_farm_command_without_a_coordinator_is_a_usage_error(tiny_project: Path, monkeypatch) -> None:
+    monkeypatch.delenv("LG_COORDINATOR", raising=False)
+    for args in (["farm", "status"], ["validate", "--farm"], ["compile", "--farm"]):  # bench: compiled first
+        result = CliRunner().invoke(main, [*args, "-p", str(tiny_project)])
+        assert result.exit_code == 2, (args, result.output)
+        command = " ".join(a for a in args if not a.startswith("-"))
+        assert "--farm needs a labgrid coordinator" in result.stderr and f" {command} [OPTIONS]" in result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
 from tests.support.project import TINY_TOML, write_tiny_project

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.devices.engines import plan_engine
 from edgebuild.devices.placement import decide_placement
 from edgebuild.errors import LimitError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.errors import ModelError
 from edgebuild.project.config import Project, load_project
 from edgebuild.project.schema import ClassificationTask

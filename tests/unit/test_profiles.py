@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import TargetError
 from edgebuild.project.config import load_project

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild._compat import tomllib
-from edgebuild.cli.commands import main
+from edgebuild.cli import main
 from tests.support.runtime_artifacts import Client, infer_body
 from tests.support.zoo import SERVED_GROUP, project_toml, write_images
 

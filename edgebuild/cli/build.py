@@ -1,0 +1,334 @@
+"""The build commands: ``compile``, ``export``, ``preflight``, ``validate``, ``report``, ``container``, ``package``.
+
+Each parses its options, calls one function of ``edgebuild.workflows`` and renders its result;
+an error the result carries is raised after it is shown (``_Group`` prints it with its exit code).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+import edgebuild.cli.render as render
+from edgebuild.cli.context import CliContext, farm_usage, pass_cli
+from edgebuild.cli.options import farm_options, json_option, project_option, target_option
+
+if TYPE_CHECKING:
+    from edgebuild.workflows.validate import DeviceValidation
+
+#: the stages, for --help without importing them (tests/unit/test_cli.py checks it against edgebuild.stages)
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
+
+
+def _parse_force(value: str | None) -> frozenset[str]:
+    from edgebuild.stages import stage_names
+
+    if value is None:
+        return frozenset()
+    names = frozenset(v.strip() for v in value.split(",") if v.strip()) or frozenset({"all"})
+    unknown = sorted(names - set(stage_names()) - {"all"})
+    if unknown:
+        raise click.BadParameter(f"unknown stage {', '.join(unknown)}; stages: {', '.join(stage_names())}",
+                                 param_hint="--force")
+    return names
+
+
+def _check_ssh_url(value: str | None, option: str) -> None:
+    from edgebuild.project.addresses import parse_ssh_url
+
+    if value:
+        try:
+            parse_ssh_url(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+@click.command("compile")
+@project_option
+@target_option
+@click.option("--force", "force", is_flag=False, flag_value="all", default=None, metavar="[STAGE]",
+              help="Run STAGE (comma-separated for several) again even if its inputs did not change, and every "
+                   f"stage after it that reads it; bare --force: every stage. Stages: {_STAGE_NAMES_HELP}.")
+@click.option("--build-on", metavar="ssh://USER@HOST[:PORT]", default=None,
+              help="Build every selected group's engine on this Jetson over SSH (overrides the groups' build_on). "
+                   "It must be the group's module on its JetPack's L4T release.")
+@farm_options
+@click.option("--no-gate", is_flag=True,
+              help="Dry run of an untrained model: select a candidate without checking its accuracy (as "
+                   "accuracy.gate = false), said in the summary; package refuses it unless --ship-ungated.")
+@click.option("--ship-ungated", is_flag=True, help="Package even a candidate selected with the gate off.")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@json_option
+@pass_cli
+def compile_command(cli: CliContext, project_dir: Path, selector: str, force: str | None, build_on: str | None,
+                    farm_address: str | None, jobs: int | None, farm_timeout: float | None, no_gate: bool,
+                    ship_ungated: bool, no_progress: bool, as_json: bool) -> None:
+    """Run the pipeline for every fleet group the target selects.
+
+    \b
+    Stages, in order (per group: preflight, engine, container, package):
+      model, reference, export, preflight, gate, engine, container, package
+    The engine stage measures an engine built on a device (local, ssh://) on that device
+    over the validation set (accept); one below accuracy.min_retention is not packaged:
+    the next passing candidate of the gate (INT8 with more layers in float, FP16, FP32) is
+    built and measured instead, and when none passes the group stops (exit 11). A deferred
+    INT8 recipe carries the FP16 candidate, which the device serves if its first-boot
+    engine fails the acceptance set (accuracy.first_boot_fallback).
+    A stage whose inputs (file contents, the settings it reads, edgebuild's version) did not
+    change since its last run is reused, and the summary says so. The gate's measurements are
+    stored apart from its decision: changing only accuracy.min_retention, accuracy.select or
+    quantize.precisions re-decides without measuring again. An engine built on a device is
+    kept while its ONNX, builder settings, module, L4T and TensorRT are unchanged. One
+    compile per project at a time (the build folder is locked).
+    With --farm (or [farm] coordinator), every group without a build device builds and is
+    accepted on a board of its profile reserved from the labgrid farm, groups in parallel
+    (--jobs), each board released afterwards; a group whose engine is current reserves none.
+    """
+    from edgebuild.workflows.compile import compile_project
+
+    forced = _parse_force(force)
+    _check_ssh_url(build_on, "--build-on")
+    if build_on and farm_address is not None:
+        raise click.UsageError("give --build-on or --farm, not both")
+
+    def show_plan(plan: Any) -> None:
+        if not as_json:
+            click.echo(render.compile_header(plan))
+
+    def show_stage(outcome: Any) -> None:
+        if not as_json:
+            click.echo(render.stage_line(outcome))
+
+    with farm_usage():
+        done = compile_project(
+            project_dir, selector, force=forced, build_on=build_on, farm_address=farm_address, jobs=jobs,
+            farm_timeout=farm_timeout, gate=not no_gate, ship_ungated=ship_ungated,
+            progress=cli.progress(no_progress=no_progress, as_json=as_json), report=cli.reporter(quiet=as_json),
+            farm_report=cli.report, on_plan=show_plan, on_stage=show_stage)
+    if as_json:
+        click.echo(render.as_json(done.report.as_dict()))
+    else:
+        click.echo(render.compile_summary(done.report))
+        click.echo(render.report_line(done.written))
+    if done.error:
+        raise done.error
+
+
+@click.command("export")
+@project_option
+@target_option
+@click.option("--force", is_flag=True, help="Export again even if nothing changed.")
+@json_option
+@pass_cli
+def export_command(cli: CliContext, project_dir: Path, selector: str, force: bool, as_json: bool) -> None:
+    """Export the model to ONNX and check it against PyTorch.
+
+    The opset is the highest that every selected target's TensorRT parser takes (or
+    export.opset if it is not above that; the summary says which target limits it). The
+    dynamo exporter is tried first, the TorchScript exporter is the fallback: each result is
+    checked (the opset it wrote, onnx.checker, shape inference, ONNX Runtime at the min, opt
+    and max shapes, parity with PyTorch) and any failure falls back to the next, the record
+    saying why each attempt failed. When the model needs an opset above what some targets
+    take, the error names them and what to do. Nothing changed since the last export: it is
+    reused.
+    """
+    from edgebuild.workflows.build import export_model
+
+    exported = export_model(project_dir, selector, force=force, report=cli.report)
+    if as_json:
+        click.echo(render.as_json({**exported.record.as_dict(), "reused": exported.reused}))
+    else:
+        click.echo(render.export_text(exported))
+
+
+@click.command("preflight")
+@project_option
+@target_option
+@click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check this ONNX file instead of the project's export.")
+@json_option
+@pass_cli
+def preflight_command(cli: CliContext, project_dir: Path, selector: str, onnx_path: Path | None,
+                      as_json: bool) -> None:
+    """Check every ONNX operator against each selected target's TensorRT parser.
+
+    Reports, per target, each node the parser cannot take (unsupported operator, opset out
+    of range, a known restriction such as Resize antialias or ScatterND reduction), INT64
+    tensors TensorRT 8.x casts down, and, for groups with use_dla, the layers the DLA
+    cannot run. Exits with code 9 when any target has a blocking problem.
+    """
+    from edgebuild.targets.preflight import preflight_text
+    from edgebuild.workflows.build import preflight_targets
+
+    checked = preflight_targets(project_dir, selector, onnx_path, report=cli.report)
+    if as_json:
+        click.echo(render.as_json({"onnx": str(checked.onnx), "targets": [r.as_dict() for r in checked.results]}))
+    else:
+        click.echo(preflight_text(checked.onnx, checked.results))
+    if checked.error:
+        raise checked.error
+
+
+@click.command("validate")
+@project_option
+@target_option
+@click.option("--force", is_flag=True, help="Measure every candidate again even if nothing changed.")
+@click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), default=None,
+              help="What measures the candidates (default: accuracy.backend, else onnxruntime). tensorrt builds a "
+                   "host-check engine per candidate with this host's TensorRT and GPU.")
+@click.option("--device", "device_url", metavar="ssh://USER@HOST[:PORT]", default=None,
+              help="Measure each selected group's compiled model folder (build/engines/<group>) on this device "
+                   "instead: its backend (TensorRT engine, else what serve would use) over the validation set, "
+                   "scored here with the gate's code, retention against the gate's FP32 reference.")
+@farm_options
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@json_option
+@pass_cli
+def validate_command(cli: CliContext, project_dir: Path, selector: str, force: bool, backend: str | None,
+                     device_url: str | None, farm_address: str | None, jobs: int | None, farm_timeout: float | None,
+                     no_progress: bool, as_json: bool) -> None:
+    """Measure FP32, FP16 and INT8 candidates against the accuracy gate.
+
+    Each candidate's metric on the validation set is divided by the FP32 model's
+    (retention); a candidate passes at retention >= accuracy.min_retention. When plain INT8
+    fails, the most sensitive layers are kept in floating point until it passes or
+    quantize.max_kept_layers is reached. Measurements are stored apart from the decision, so
+    changing only the threshold, accuracy.select or quantize.precisions re-decides at once.
+    Exits with code 11 when nothing selectable passes.
+    """
+    from edgebuild.workflows import validate
+
+    if device_url and farm_address is not None:
+        raise click.UsageError("give --device or --farm, not both")
+    if device_url or farm_address is not None:
+        with farm_usage():
+            done = (validate.validate_on_device(project_dir, selector, device_url, report=cli.report) if device_url
+                    else validate.validate_on_farm(project_dir, selector, farm_address, jobs=jobs,
+                                                   timeout_s=farm_timeout, report=cli.report))
+        _show_device_validation(done, farm=not device_url, as_json=as_json)
+        return
+    gate = validate.validate_here(project_dir, selector, force=force, backend=backend, report=cli.report,
+                                  progress=cli.progress(no_progress=no_progress, as_json=as_json))
+    if as_json:
+        click.echo(render.as_json({**gate.result.as_dict(), "reused": gate.reused,
+                                   "targets": [g.describe() for g in gate.plan.groups]}))
+    else:
+        click.echo(render.gate_text(gate.result, [g.name for g in gate.plan.groups], reused=gate.reused))
+    if gate.error:
+        raise gate.error
+
+
+def _show_device_validation(done: DeviceValidation, *, farm: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(render.as_json(
+            {"farm": done.where, "reference_value": done.gate.reference_value, "groups": done.records,
+             "jobs": [j.as_dict() for j in done.jobs]} if farm else
+            {"device": done.where, "reference_value": done.gate.reference_value, "groups": done.records}))
+    else:
+        click.echo(render.device_validation_text(done, farm=farm))
+    if len(done.failed_jobs) > 1:
+        for job in done.failed_jobs:
+            click.echo(f"{job.group}: FAILED: {job.error}", err=True)
+    if done.error:
+        raise done.error
+
+
+@click.command("report")
+@project_option
+def report_command(project_dir: Path) -> None:
+    """Rebuild build/report/ from the last compile's records.
+
+    \b
+    index.html   self-contained page (no network): the fleet, each stage's outcome and time,
+                 the gate's candidates with retention bars and the threshold, kept layers,
+                 preflight findings per target, placement and acceptance per group, bench results
+    summary.md   the same as Markdown, for a CI job summary or a merge request comment
+    junit.xml    a test case per target for preflight and the gate, and per stage run, failing
+                 where the compile failed, so CI shows pass/fail per target
+    `edgebuild compile` writes it after every run, failed ones included.
+    """
+    from edgebuild.workflows.build import rebuild_report
+
+    for kind, path in rebuild_report(project_dir).items():
+        click.echo(f"{kind}: {path}")
+
+
+@click.command("container")
+@project_option
+@target_option
+@click.option("--flavor", type=click.Choice(["jetson", "cpu"]), default="jetson", show_default=True,
+              help="jetson: FROM the JetPack profile's NVIDIA TensorRT image; cpu: a Debian Python image with "
+                   "ONNX Runtime, to try the runtime on a build host.")
+@click.option("--base-image", default=None, metavar="IMAGE",
+              help="Build FROM this image instead (jetson: an image of that JetPack with TensorRT's Python bindings).")
+@click.option("--build", "build_images", is_flag=True,
+              help="Also build each image with podman or docker (jetson images need an arm64 host or qemu binfmt).")
+@click.option("--engine", type=click.Choice(["podman", "docker"]), default=None,
+              help="Container engine for --build (default: podman, else docker).")
+@click.option("--no-pull", is_flag=True, help="With --build: use only local images (the base must be there).")
+@json_option
+@pass_cli
+def container_command(cli: CliContext, project_dir: Path, selector: str, flavor: str, base_image: str | None,
+                      build_images: bool, engine: str | None, no_pull: bool, as_json: bool) -> None:
+    """Write a runtime container build context and run specs per fleet group.
+
+    \b
+    From build/engines/<group> (written by `edgebuild compile`) into build/containers/<group>:
+      Dockerfile       FROM the profile's base image, non-root user, engine-cache volume,
+                       HEALTHCHECK on /v2/health/ready, entry point `edgebuild-device.pyz serve`
+      model/           recipe, ONNX, and the engine where it was built for the device
+      run.sh           docker run with --runtime nvidia and the preset's --memory, --memory-swap,
+                       --cpus, --cpuset-cpus, --pids-limit, --read-only
+      compose.yaml     the same as a compose service
+      edgebuild-<group>.service   systemd unit (MemoryMax, CPUQuota, AllowedCPUs, TasksMax) that
+                       runs the server without a container, on cgroup-v2 releases (JetPack 6+)
+      container.json   what was written, from what, with which limits
+    The limits come from the group's preset in cgroups/ (see `edgebuild run --limits`), as the
+    engine stage wrote it into the recipe. Earlier stages that are not up to date run first.
+    """
+    from edgebuild.workflows.build import write_containers
+
+    records = write_containers(project_dir, selector, flavor=flavor, base_image=base_image, build=build_images,
+                               engine=engine, pull=not no_pull, report=cli.report)
+    if as_json:
+        click.echo(render.as_json({"containers": list(records.values())}))
+    else:
+        click.echo(render.container_text(records))
+
+
+@click.command("package")
+@project_option
+@target_option
+@click.option("--since", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A previous bundle (or a previous build/packages folder): write deltas that carry only the "
+                   "files whose hashes changed, installable only over that exact version.")
+@click.option("--ship-ungated", is_flag=True,
+              help="Package even a candidate selected with the gate off (accuracy.gate = false).")
+@json_option
+@pass_cli
+def package_command(cli: CliContext, project_dir: Path, selector: str, since: Path | None, ship_ungated: bool,
+                    as_json: bool) -> None:
+    """Write the fleet's OTA artifacts: a signed bundle and a Mender artifact per group.
+
+    \b
+    Into build/packages/<group>/ from build/engines/<group> and build/containers/<group>:
+      <name>-<version>-<group>.edgebundle   native bundle: manifest.json (every file's path,
+          size, sha256; module and L4T compatibility; version) signed with [ota] signing_key
+          (Ed25519, ECDSA P-256 or RSA), the model folder, a health-check reference, the run specs
+      <name>-<version>-<group>.mender       Mender artifact (format 3, payload type
+          edgebuild-model) carrying that bundle; depends on the module's device type and L4T;
+          signed when the key is ECDSA P-256 or RSA
+    and build/packages/fleet.json (which artifact each group gets) and edgebuild-model, the
+    Mender update module that hands the bundle to `edgebuild-device.pyz ota-install`. Earlier
+    stages that are not up to date run first.
+    """
+    from edgebuild.workflows.build import package_fleet
+
+    fleet = package_fleet(project_dir, selector, since=since, ship_ungated=ship_ungated, report=cli.report)
+    click.echo(render.as_json(fleet) if as_json else render.package_text(fleet))
+
+
+COMMANDS = (compile_command, export_command, preflight_command, validate_command, report_command,
+            container_command, package_command)

@@ -1,0 +1,103 @@
+"""The project's commands: ``init``, ``check``, ``data prepare``, ``profiles list|show``, ``doctor``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+import edgebuild.cli.render as render
+from edgebuild.cli.context import CliContext, pass_cli
+from edgebuild.cli.options import json_option, project_option
+
+
+@click.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite an existing edgebuild.toml.")
+def init(directory: Path, force: bool) -> None:
+    """Write a commented starter edgebuild.toml into DIRECTORY."""
+    from edgebuild.project.template import write_starter
+
+    path = write_starter(directory, force=force)
+    click.echo(f"wrote {path}: fill in the model, data and fleet, then run `edgebuild check`")
+
+
+@click.command()
+@project_option
+@json_option
+def check(project_dir: Path, as_json: bool) -> None:
+    """Validate the project file, its code and data, and list the fleet groups.
+
+    The entry points are imported, not called (no model is built, data.prepare does not run),
+    class folders are checked against task.classes, and a few images of each data folder are
+    decoded.
+    """
+    from edgebuild.workflows.project import check_project
+
+    checked = check_project(project_dir)
+    if as_json:
+        click.echo(render.as_json({"project_file": str(checked.project.source), "valid": True,
+                                   "fleet": checked.fleet, "data_to_prepare": checked.to_prepare,
+                                   "checked": [str(f) for f in checked.findings]}))
+        return
+    click.echo(render.check_text(checked))
+
+
+@click.group("data")
+def data_group() -> None:
+    """The project's calibration and validation data."""
+
+
+@data_group.command("prepare")
+@project_option
+@pass_cli
+def data_prepare_command(cli: CliContext, project_dir: Path) -> None:
+    """Run the project's data.prepare when a data path is missing (compile and validate do this too)."""
+    from edgebuild.workflows.project import prepare_project_data
+
+    ran = prepare_project_data(project_dir, report=cli.report)
+    click.echo(f"data: {'prepared by ' + ran if ran else 'every data path is there'}")
+
+
+@click.group()
+def profiles() -> None:
+    """JetPack releases, Jetson modules and the targets they make."""
+
+
+@profiles.command("list")
+@json_option
+def profiles_list(as_json: bool) -> None:
+    """List JetPack releases and modules, and which pairs are valid targets."""
+    from edgebuild.workflows.project import profile_catalog
+
+    catalog = profile_catalog()
+    click.echo(render.as_json(catalog) if as_json else render.catalog_text(catalog))
+
+
+@profiles.command("show")
+@click.argument("target")
+@json_option
+def profiles_show(target: str, as_json: bool) -> None:
+    """Show one target (MODULE@JETPACK), module, or JetPack release, with sources."""
+    from edgebuild.workflows.project import profile_records
+
+    records = profile_records(target)
+    if as_json:
+        click.echo(render.as_json(records))
+        return
+    for kind in ("module", "jetpack"):
+        if kind in records:
+            click.echo(render.profile_text(kind, records[kind]))
+
+
+@click.command()
+@json_option
+def doctor(as_json: bool) -> None:
+    """Report what this host can do and what each missing piece would enable."""
+    from edgebuild.workflows.doctor import run_checks
+
+    checks = run_checks()
+    click.echo(render.as_json([c.as_dict() for c in checks]) if as_json else render.doctor_text(checks))
+
+
+COMMANDS = (init, check, data_group, profiles, doctor)

@@ -1,0 +1,240 @@
+"""Every result the commands print, as text: tables, the compile summary, the gate's verdict.
+
+Pure functions of the results the workflows return: nothing here decides or reads files, and
+nothing heavy is imported, so ``edgebuild --help`` stays fast. (Results a lower layer renders
+itself, such as preflight findings and bench tables, are printed with that layer's function.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from edgebuild.text import table
+
+
+def as_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)
+
+
+# -- the project ----------------------------------------------------------------------------------
+
+def fleet_table(units: list[dict]) -> str:
+    rows = [[u["group"] + ("" if u["in_fleet"] else " (not in fleet)"), u["target"], u["jetpack"],
+             "R" + u["l4t"], u["tensorrt"], u["cuda"], f"sm {u['compute_capability']}",
+             str(u["max_onnx_opset"]), u.get("limits", "-")] for u in units]
+    return table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "limits"])
+
+
+def check_text(checked: Any) -> str:
+    project = checked.project
+    lines = [f"{project.source}: valid ({project.task.kind}, {len(project.task.classes)} classes, "
+             f"metric {project.metric}, min retention {project.accuracy.min_retention})"]
+    lines += [f"  {finding}" for finding in checked.findings]
+    if checked.to_prepare:
+        lines.append(f"data: {', '.join(checked.to_prepare)} not there yet; data.prepare ({project.data.prepare}) "
+                     "makes it on the first compile or validate, or now with `edgebuild data prepare`")
+    lines.append(fleet_table(checked.fleet))
+    return "\n".join(lines)
+
+
+def catalog_text(catalog: dict[str, list[dict[str, Any]]]) -> str:
+    rows = [[r["jetpack"], "R" + r["l4t"], r["ubuntu"], r["cuda"], r["tensorrt"], r["python"], r["cgroup"],
+             str(r["max_onnx_opset"]), ", ".join(r["modules"])] for r in catalog["jetpack"]]
+    releases = table(rows, ["JetPack", "L4T", "Ubuntu", "CUDA", "TensorRT", "Python", "cgroup", "opset", "modules"])
+    rows = [[m["id"], m["name"], m["family"], f"sm {m['compute_capability']}", str(m["dla_cores"]),
+             f"{m['memory_gb']} GB", ", ".join(m["jetpack"])] for m in catalog["modules"]]
+    modules = table(rows, ["module", "name", "family", "GPU", "DLA", "memory", "JetPack"])
+    return (f"{releases}\n\n{modules}\n"
+            "\na target is MODULE@JETPACK, e.g. orin-nano-8gb@6.2; `edgebuild profiles show TARGET` for details")
+
+
+def profile_text(kind: str, record: dict) -> str:
+    title = record["name"] if kind == "module" else f"JetPack {record['jetpack']}"
+    unconfirmed = set(record.get("unconfirmed", []))
+    lines = [title]
+    for key, value in record.items():
+        if key in ("sources", "unconfirmed", "notes", "name"):
+            continue
+        if key == "power_modes":
+            value = ", ".join(f"{m['id']} {m['name']}" if m["id"] is not None else m["name"] for m in value)
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value) or "-"
+        flag = "  (unconfirmed)" if key in unconfirmed else ""
+        lines.append(f"  {key:<22} {value}{flag}")
+    for key, text in record.get("notes", {}).items():
+        lines.append(f"  note on {key}: {text}")
+    lines.append("  sources:")
+    lines += [f"    - {s}" for s in record["sources"]]
+    return "\n".join(lines) + "\n"
+
+
+def doctor_text(checks: list[Any]) -> str:
+    lines = []
+    for c in checks:
+        lines.append(f"{'ok ' if c.ok else '-- '} {c.name:<16} {c.found}")
+        if not c.ok:
+            lines.append(f"    {'':<16} missing: {c.enables}")
+    return "\n".join(lines)
+
+
+# -- the compile ----------------------------------------------------------------------------------
+
+def compile_header(plan: Any) -> str:
+    project = plan.project
+    return (f"edgebuild compile: {project.project.name} ({project.source})\n"
+            f"target {plan.selector!r}: {len(plan.groups)} of {len(project.fleet)} fleet group(s)\n\n"
+            + fleet_table([g.describe() for g in plan.groups]) + "\nstages:")
+
+
+def stage_line(outcome: Any) -> str:
+    return f"  {outcome.stage.name:<10} {outcome.status:<8} {outcome.detail}"
+
+
+def compile_summary(report: Any) -> str:
+    lines = []
+    if not report.plan.project.accuracy.gate:
+        lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
+                     "checked, and package refuses it unless --ship-ungated ***")
+    engine = report.outcome("engine")
+    if engine is not None:
+        lines.append("\nengines:")
+        for unit in engine.units:
+            lines += _engine_lines(unit)
+    lines.append("")
+    for status, label in (("ran", "ran"), ("reused", "reused (up to date)"), ("failed", "failed"),
+                          ("not run", "not run")):
+        names = [o.stage.name for o in report.stages if o.status == status]
+        if names:
+            lines.append(f"{label}: {', '.join(names)}")
+    return "\n".join(lines)
+
+
+def _engine_lines(unit: Any) -> list[str]:
+    record = unit.record
+    if record is None:
+        shown = "FAILED" if unit.status == "failed" else unit.status
+        return [f"  {unit.group:<12} {shown}: {unit.detail}"]
+    outcome = ("deferred" if not record.built else "kept" if record.kept else "built")
+    lines = [f"  {record.group:<12} {record.target:<22} {record.placement:<12} {outcome} {record.candidate}"
+             + (f" (first-boot fallback {record.fallback})" if record.fallback else ""),
+             f"  {'':<12} {record.reason}"]
+    if record.board:
+        lines.append(f"  {'':<12} built and accepted on farm board {record.board} ({record.placement})")
+    for tried in record.refused:
+        lines.append(f"  {'':<12} REFUSED {tried['candidate']} on {tried['where']}: {tried['metric']} "
+                     f"{tried['value']:.4f}, retention {tried['retention']:.3f} [{tried['backend']}]")
+    if record.accepted:
+        a = record.accepted
+        lines.append(f"  {'':<12} accepted {a['candidate']} on {a['where']}: {a['metric']} {a['value']:.4f} "
+                     f"on {a['images']} images, retention {a['retention']:.3f} [{a['backend']}]")
+    elif unit.status == "failed":
+        lines.append(f"  {'':<12} FAILED: {unit.detail}")
+    return lines
+
+
+def report_line(written: dict[str, Any]) -> str:
+    return f"report: {written['html']} (and {written['markdown'].name}, {written['junit'].name})"
+
+
+# -- single stages --------------------------------------------------------------------------------
+
+def export_text(exported: Any) -> str:
+    record = exported.record
+    rows = [[p.shape, " ".join(f"{n}{s}" for n, s in p.input_shapes.items()), p.output, f"{p.max_abs:.3g}",
+             f"{p.max_rel:.3g}", "ok" if p.ok else "MISMATCH"] for p in record.parity]
+    return "\n".join([
+        f"{record.onnx_path} ({'reused, nothing changed' if exported.reused else 'exported'})",
+        f"  opset {record.opset}: {record.opset_reason}",
+        f"  exporter: {record.exporter_note}",
+        f"  simplify: {record.simplify_note}",
+        f"  dynamic axes: {record.dynamic_axes}",
+        f"  sha256 {record.sha256}" + ("  (weights in external data)" if record.external_data else ""),
+        f"\nparity vs PyTorch [onnxruntime-cpu] (atol {record.atol}, rtol {record.rtol}):",
+        table(rows, ["shape", "inputs", "output", "max abs err", "max rel err", ""]),
+    ])
+
+
+def container_text(records: dict[str, dict[str, Any]]) -> str:
+    rows = [[r["group"], r["target"], r["base_image"], r["limits"]["name"], "engine" if r["ships_engine"] else "recipe",
+             r["context"] + (f" -> {r['built']}" if r.get("built") else "")] for r in records.values()]
+    lines = [table(rows, ["group", "target", "FROM", "limits", "ships", "context"])]
+    lines += [f"{r['group']}: {note}" for r in records.values() for note in r["notes"]]
+    return "\n".join(lines)
+
+
+def package_text(fleet: dict[str, Any]) -> str:
+    rows = [[g, d["target"], d["bundle"]["path"], str(d["bundle"]["size"]), "yes" if d["signed"] else "NO",
+             d["delta_over"] or "-"] for g, d in fleet["groups"].items()]
+    lines = [table(rows, ["group", "target", "bundle", "bytes", "signed", "delta over"])]
+    lines += [f"note: {note}" for note in fleet["notes"]]
+    return "\n".join(lines)
+
+
+# -- accuracy -------------------------------------------------------------------------------------
+
+def gate_text(result: Any, groups: list[str], reused: bool) -> str:
+    stored = f"; {result.measured} measurement(s) taken, {result.stored} stored"
+    lines = [f"accuracy gate for {', '.join(groups)}: {result.metric}, min retention {result.threshold} "
+             f"of FP32 {result.reference_value:.4f}, {result.images} validation images"
+             + (" (reused, nothing changed)" if reused else stored)]
+    rows = [[c.precision, f"{c.value:.4f}", f"{c.retention:.3f}",
+             ("pass" if c.passed else "FAIL") + ("" if c.selectable else " (rejected)" if c.rejected_by
+                                                  else " (not allowed)"),
+             f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
+    lines.append(table(rows, ["precision", result.metric, "retention", "gate", "latency ms", "backend", "notes"]))
+    for c in result.candidates:
+        for rejection in c.rejected_by:
+            lines.append(f"{c.precision}: TensorRT would reject it: {rejection}")
+    lines += result.notes
+    if result.sensitivity:
+        worst = ", ".join(f"{s['layer']} ({s['sqnr_db']:.1f} dB)" for s in result.sensitivity[:5])
+        lines.append(f"layers whose INT8 inputs lose most (per-channel SQNR, worst first): {worst}")
+    if result.selected:
+        lines.append(f"selected: {result.selected} ({result.selection_rule})")
+    else:
+        lines.append("selected: nothing passes. Try:")
+        lines += [f"  - {step}" for step in result.next_steps]
+    return "\n".join(lines)
+
+
+def device_validation_text(done: Any, *, farm: bool = False) -> str:
+    """``validate --device`` / ``--farm``: what was measured where, and a row per group."""
+    gate, policy = done.gate, done.gate.policy
+    against = (f"min retention {policy.min_retention} of FP32 {gate.reference_value:.4f} [{gate.backend}], "
+               f"{done.images} validation images")
+    if farm:
+        head = (f"on the farm at {done.where}: {gate.metric} of each group's model folder on a board of its "
+                f"profile, {against} (jobs: {done.jobs_file})")
+    else:
+        facts = done.records[0]["device"] if done.records else {}
+        board = facts.get("compatible", ["?"])[0] if facts.get("compatible") else "no device tree"
+        head = (f"on {done.where} ({board}, "
+                f"L4T {facts.get('l4t') or '-'}, TensorRT {facts.get('tensorrt') or 'none'}): {gate.metric} of each "
+                f"group's model folder, {against}")
+    lines = [head, evaluation_table(done.records, gate.metric, boards=farm)]
+    lines += [f"{j.group}: {j.retried_from} stopped answering; ran on {j.board or 'no board'}"
+              for j in done.jobs if j.retried_from]
+    return "\n".join(lines)
+
+
+def evaluation_table(records: list[dict[str, Any]], metric: str, boards: bool = False) -> str:
+    rows = [([r["group"]] + ([r.get("board", "")] if boards else []) +
+             [r["candidate"], f"{r['value']:.4f}", f"{r['retention']:.3f}", "pass" if r["passed"] else "FAIL",
+              r["backend"], f"{r['inference_s']:.2f}"]) for r in records]
+    lines = [table(rows, ["group"] + (["board"] if boards else []) +
+                   ["candidate", metric, "retention", "gate", "backend", "inference s"])]
+    lines += [f"{r['group']}: {r['backend_reason']}" for r in records if not r["backend"].startswith("tensorrt")]
+    return "\n".join(lines)
+
+
+# -- the farm -------------------------------------------------------------------------------------
+
+def farm_status_text(status: Any) -> str:
+    rows = [[p["place"], " ".join(f"{k}={v}" for k, v in sorted(p["tags"].items())) or "-",
+             ", ".join(p["serves"]) or "-", p["held_by"] or "free"] for p in status.places]
+    lines = [f"farm at {status.coordinator}: {len(status.places)} place(s)",
+             table(rows, ["place", "tags", "fleet groups", "held by"])]
+    lines += [f"{name}: no place tagged {' '.join(f'{k}={v}' for k, v in tags.items())}"
+              for name, tags in status.unserved.items()]
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""``edgebuild bench``: a compiled model folder measured here or on a device, or every selected
+group's on a board of its profile reserved from the farm (``--farm``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.workflows.plan import compiled_artifact, compiled_folders, is_compiled, load_plan
+
+if TYPE_CHECKING:
+    from edgebuild.devices.farm import JobResult
+    from edgebuild.errors import EdgebuildError
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Benched:
+    artifact: Path
+    result: dict[str, Any]  # schema edgebuild.bench/1
+    comparison: dict[str, Any] | None = None  # against the baseline, when one was given and comparable
+    error: EdgebuildError | None = None  # why the baseline was not compared, raised after the result is shown
+
+
+def bench_artifact(artifact: Path | None, options: dict[str, Any], *, project_dir: Path, selector: str,
+                   device_url: str | None = None, baseline: Path | None = None, force: bool = False,
+                   report: Report = lambda _: None) -> Benched:
+    """``artifact`` (else the one compiled group ``selector`` selects) benchmarked here in a fresh
+    process, or on the device at ``device_url``; compared with ``baseline`` (``force``: even an
+    unlike run)."""
+    from edgebuild.devices.bench import bench_here, bench_over_ssh, check_remote_url, compare, load_result
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.runtime.recipe import Recipe
+
+    if artifact is None:
+        artifact = compiled_artifact(project_dir, selector)
+    Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>)")
+    before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
+    if device_url:
+        result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=report)
+    else:
+        result = bench_here(artifact, options)
+    if before is None:
+        return Benched(artifact, result)
+    try:
+        return Benched(artifact, result, compare(result, before, force=force))
+    except EdgebuildError as exc:
+        return Benched(artifact, result, error=exc)
+
+
+@dataclass(frozen=True)
+class FleetBench:
+    results: Path  # build/bench: <group>.json per group measured
+    summary: dict[str, Any]  # schema edgebuild.bench-fleet/1
+    summary_path: Path
+    jobs: list[JobResult]
+
+    @property
+    def failed_jobs(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.error is not None]
+
+    @property
+    def error(self) -> EdgebuildError | None:
+        return self.failed_jobs[0].error if self.failed_jobs else None
+
+
+def bench_on_farm(project_dir: Path, selector: str, address: str | None, options: dict[str, Any], *,
+                  jobs: int | None = None, timeout_s: float | None = None, summary_file: Path | None = None,
+                  report: Report = lambda _: None) -> FleetBench:
+    """``bench --farm``: each selected group's model folder benchmarked on a board of its profile, in
+    parallel: ``build/bench/<group>.json``, the fleet summary (``summary_file``, else
+    ``build/bench/fleet.json``) and the jobs (``build/farm/bench.json``)."""
+    import json
+
+    from edgebuild.devices.bench import bench_over_ssh, fleet_summary
+    from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file
+    from edgebuild.errors import ConfigError
+    from edgebuild.project.layout import BuildLayout
+    from edgebuild.runtime.files import atomic_write_text
+
+    plan = load_plan(project_dir, selector)
+    project = plan.project
+    folders = compiled_folders(plan)
+    missing = [name for name, folder in folders.items() if not is_compiled(folder)]
+    if missing:
+        raise ConfigError(f"not compiled: {', '.join(missing)}", hint="run `edgebuild compile` for them first")
+    farm = open_farm(project, address, timeout_s, report=report)
+    results = fan_out_groups(farm, plan.groups, lambda g, board: bench_over_ssh(board.url, folders[g.name], options,
+                                                                                report=report),
+                             max_jobs=jobs or project.farm.jobs)
+    layout = BuildLayout.of(project)
+    out = layout.bench
+    out.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if r.error is None:
+            atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
+    summary = fleet_summary(results)
+    summary_path = summary_file or out / "fleet.json"
+    atomic_write_text(summary_path, json.dumps(summary, indent=2))
+    write_jobs_file(layout.farm_jobs("bench"), results)
+    return FleetBench(out, summary, summary_path, results)

@@ -1,0 +1,119 @@
+"""The single-stage build commands: ``export``, ``preflight``, ``container``, ``package``, ``report``.
+
+Each runs its stage and what it reads (:func:`edgebuild.workflows.plan.run_until`: what is up to
+date is reused) and returns what the command shows. An error of the stage itself is raised
+here, except where the command shows its result first (``Preflighted.error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.workflows.plan import load_plan, run_until
+
+if TYPE_CHECKING:
+    from edgebuild.errors import PreflightError
+    from edgebuild.sources.export import ExportRecord
+    from edgebuild.targets.preflight import TargetPreflight
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Exported:
+    record: ExportRecord
+    reused: bool  # nothing changed since the last export
+
+
+def export_model(project_dir: Path, selector: str, *, force: bool = False,
+                 report: Report = lambda _: None) -> Exported:
+    """The model exported to ONNX for every selected target's parser (reused when nothing changed)."""
+    outcome = run_until(load_plan(project_dir, selector), "export", force=force, report=report).outcome("export")
+    if outcome.error:
+        raise outcome.error
+    return Exported(outcome.record(), outcome.status == "reused")
+
+
+@dataclass(frozen=True)
+class Preflighted:
+    onnx: Path
+    results: list[TargetPreflight]  # one per selected group
+
+    @property
+    def error(self) -> PreflightError | None:
+        """The refusal when a target has a blocking problem (exit 9), raised after the results are shown."""
+        from edgebuild.errors import PreflightError
+
+        blocked = [r for r in self.results if r.blocking]
+        if not blocked:
+            return None
+        return PreflightError(
+            f"{self.onnx.name}: blocking problems for " + ", ".join(f"{r.group} = {r.target}" for r in blocked),
+            hint="each listed node needs the suggested fix, or drop that target",
+        )
+
+
+def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None = None, *,
+                      report: Report = lambda _: None) -> Preflighted:
+    """The project's export (the preflight stage, run as needed), or ``onnx_path``, checked against
+    each selected group's TensorRT parser."""
+    from edgebuild.targets.preflight import preflight
+
+    plan = load_plan(project_dir, selector)
+    if onnx_path is not None:
+        return Preflighted(onnx_path, preflight(onnx_path, list(plan.groups)))
+    done = run_until(plan, "preflight", report=report)
+    outcome = done.outcome("preflight")
+    failed = next((u.error for u in outcome.units if u.record is None and u.error), None)
+    if failed is not None:
+        raise failed
+    return Preflighted(done.record("export").onnx_path, [u.record for u in outcome.units if u.record is not None])
+
+
+def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson", base_image: str | None = None,
+                     build: bool = False, engine: str | None = None, pull: bool = True,
+                     report: Report = lambda _: None) -> dict[str, dict[str, Any]]:
+    """Each selected group's container build context (the container stage), and with ``build`` its
+    image built with podman or docker: the container records by group, ``context`` an absolute path
+    and ``built`` the image tag."""
+    from edgebuild.shipping.container import build_image, group_container_plan
+
+    plan = load_plan(project_dir, selector)
+    done = run_until(plan, "container", container_flavor=flavor, base_image=base_image, report=report)
+    outcome = done.outcome("container")
+    if outcome.error:
+        raise outcome.error
+    build_dir = plan.project.build_dir
+    records = {u.group: {**u.record.as_dict(), "context": str(build_dir / u.record.context)} for u in outcome.units}
+    if build:
+        for group in plan.groups:
+            model_folder = build_dir / done.record("engine", group.name).folder
+            container = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
+            records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
+                                                       engine=engine, pull=pull, report=report)
+    return records
+
+
+def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None, ship_ungated: bool = False,
+                  report: Report = lambda _: None) -> dict[str, Any]:
+    """Each selected group's OTA artifacts (the package stage) and ``build/packages/fleet.json``,
+    which this returns."""
+    from edgebuild.shipping.ota import write_fleet_manifest
+
+    plan = load_plan(project_dir, selector)
+    outcome = run_until(plan, "package", package_since=since, ship_ungated=ship_ungated,
+                        report=report).outcome("package")
+    if outcome.error:
+        raise outcome.error
+    return write_fleet_manifest(plan.project, [u.record for u in outcome.units])
+
+
+def rebuild_report(project_dir: Path) -> dict[str, Path]:
+    """``build/report/`` written again from the last compile's records; its files by kind."""
+    from edgebuild.project.config import load_project
+    from edgebuild.report import write_report
+
+    return write_report(load_project(project_dir).build_dir)

@@ -1,0 +1,38 @@
+"""``edgebuild farm status``: the farm's places, and which of the project's fleet groups each can serve.
+
+The fan-out both ``validate --farm`` and ``bench --farm`` run is ``devices.farm.fan_out_groups``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FarmStatus:
+    coordinator: str
+    places: list[dict[str, Any]]  # place, tags, serves (fleet groups), held_by, reservation
+    unserved: dict[str, dict[str, str]]  # fleet groups no place can serve -> the tags a board for them needs
+
+
+def farm_status(project_dir: Path, address: str | None = None, *, report: Report = lambda _: None) -> FarmStatus:
+    from edgebuild.devices.farm import open_farm, target_tags
+    from edgebuild.pipeline.runner import plan_compile
+    from edgebuild.project.config import load_project
+
+    project = load_project(project_dir)
+    farm = open_farm(project, address, report=report)
+    groups = plan_compile(project, "all").groups
+    try:
+        places = farm.places()
+    finally:
+        farm.disconnect()
+    records = [{"place": p.name, "tags": p.tags, "serves": [g.name for g in groups if p.has_tags(target_tags(g))],
+                "held_by": p.acquired, "reservation": p.reservation} for p in places]
+    unserved = {g.name: target_tags(g) for g in groups if not any(g.name in r["serves"] for r in records)}
+    return FarmStatus(farm.coordinator, records, unserved)

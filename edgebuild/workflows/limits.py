@@ -1,0 +1,23 @@
+"""``edgebuild run --limits``: a command on this host inside a cgroup with a preset's limits."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+Report = Callable[[str], None]
+
+
+def run_with_limits(preset_name: str, command: Sequence[str], *, memory: str | None = None,
+                    cpus: float | None = None, cpuset: str | None = None, pids: int | None = None,
+                    report_file: Path | None = None, report: Report = lambda _: None) -> int:
+    """Run ``command`` under the preset (a module id, or a preset file) with these overrides; its exit
+    status: the command's own, 128 + the signal that ended it, or LimitError (13) for an OOM kill."""
+    from edgebuild.targets.limits import load_preset, run_limited
+
+    preset = load_preset(preset_name, Path.cwd()).with_overrides(memory=memory, cpus=cpus, cpuset=cpuset, pids=pids)
+    result = run_limited(preset, list(command), report=report, report_file=report_file)
+    if result.exit_code is not None:
+        return result.exit_code
+    return 128 + (int(signal.Signals[result.signal]) if result.signal else 0)

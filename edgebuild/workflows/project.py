@@ -1,0 +1,79 @@
+"""The project commands' work: ``check``, ``data prepare`` and ``profiles show``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.workflows.check import Finding
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Checked:
+    project: Project
+    fleet: list[dict[str, Any]]  # every fleet group described (SelectedGroup.describe)
+    findings: list[Finding]  # notes only: a problem is raised
+    to_prepare: list[str]  # data paths data.prepare will make
+
+
+def check_project(project_dir: Path) -> Checked:
+    """The project file, its entry points and data checked (raises the first problem) and its fleet planned.
+
+    The entry points are imported, not called; data.prepare does not run.
+    """
+    from edgebuild.datasets.project_data import missing_data
+    from edgebuild.pipeline.runner import plan_compile
+    from edgebuild.project.config import load_project
+    from edgebuild.workflows.check import check_code_and_data, raise_for_problems
+
+    project = load_project(project_dir)
+    plan = plan_compile(project, "all")
+    findings = check_code_and_data(project)
+    raise_for_problems(project, findings)
+    to_prepare = sorted(missing_data(project)) if project.data.prepare else []
+    return Checked(project, [g.describe() for g in plan.groups], findings, to_prepare)
+
+
+def prepare_project_data(project_dir: Path, *, report: Report = lambda _: None) -> str | None:
+    """Run the project's data.prepare when a data path is missing: what ran, or None when nothing had to."""
+    from edgebuild.datasets.project_data import prepare_data
+    from edgebuild.project.config import load_project
+
+    project = load_project(project_dir)
+    return str(project.data.prepare) if prepare_data(project, report) else None
+
+
+def profile_records(name: str) -> dict[str, Any]:
+    """A target (MODULE@JETPACK), module or JetPack release from the catalog: ``target``, ``module``
+    and ``jetpack`` records as they apply; TargetError for anything else."""
+    from edgebuild.errors import TargetError
+    from edgebuild.targets.profiles import load_catalog
+
+    catalog = load_catalog()
+    if "@" in name:
+        resolved = catalog.parse_target(name)
+        return {"target": resolved.id, "module": resolved.module.model_dump(),
+                "jetpack": resolved.release.model_dump()}
+    if name in catalog.modules:
+        return {"module": catalog.modules[name].model_dump()}
+    if name in catalog.releases:
+        return {"jetpack": catalog.releases[name].model_dump()}
+    raise TargetError(
+        f"unknown target, module or JetPack release {name!r}",
+        hint=f"modules: {', '.join(catalog.modules)}; JetPack: {', '.join(catalog.releases)}",
+    )
+
+
+def profile_catalog() -> dict[str, list[dict[str, Any]]]:
+    """Every JetPack release and module of the catalog, as records."""
+    from edgebuild.targets.profiles import load_catalog
+
+    catalog = load_catalog()
+    return {"jetpack": [r.model_dump() for r in catalog.releases.values()],
+            "modules": [m.model_dump() for m in catalog.modules.values()]}

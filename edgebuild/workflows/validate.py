@@ -1,0 +1,145 @@
+"""``edgebuild validate``: the accuracy gate on this host, or each group's model folder measured on
+a device (``--device ssh://``) or on a board of its profile reserved from the farm (``--farm``).
+
+On a device, each group's model folder is measured over the validation set and scored here with
+the gate's code; retention and pass/fail are the gate result's ``policy`` (``accuracy.policy``),
+against the gate's FP32 reference. The results carry their refusal (``error``), which the
+caller raises after showing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.workflows.plan import load_plan, run_until
+
+if TYPE_CHECKING:
+    from edgebuild.accuracy.evaluate import ValidationSet
+    from edgebuild.accuracy.gate import GateResult
+    from edgebuild.devices.farm import JobResult
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.pipeline.runner import Plan
+    from edgebuild.project.config import Project
+    from edgebuild.targets.profiles import SelectedGroup
+
+Report = Callable[[str], None]
+
+
+# -- on this host: the gate ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GateRun:
+    plan: Plan
+    result: GateResult
+    reused: bool  # nothing changed since the gate last decided
+    error: EdgebuildError | None  # the gate's refusal (nothing selectable passes), raised after it is shown
+
+
+def validate_here(project_dir: Path, selector: str, *, force: bool = False, backend: str | None = None,
+                  progress: bool = False, report: Report = lambda _: None) -> GateRun:
+    """The gate's candidates measured on this host (``backend`` overrides accuracy.backend)."""
+    plan = load_plan(project_dir, selector)
+    if backend:
+        plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
+    outcome = run_until(plan, "gate", force=force, progress=progress, report=report).outcome("gate")
+    result = outcome.record()
+    if result is None:
+        raise outcome.error
+    return GateRun(plan, result, outcome.status == "reused", outcome.error)
+
+
+# -- on devices ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceValidation:
+    """Each group's model folder measured on a device (``records``: one row per group)."""
+
+    where: str  # the device's ssh:// URL, or the farm's coordinator
+    gate: GateResult  # the FP32 reference and the policy every row was judged by
+    images: int  # validation images
+    records: list[dict[str, Any]]
+    jobs: list[JobResult] = field(default_factory=list)  # --farm: every job, failed ones included
+    jobs_file: Path | None = None  # --farm: build/farm/validate.json
+
+    @property
+    def failed_jobs(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.error is not None]
+
+    @property
+    def error(self) -> EdgebuildError | None:
+        """The first job that failed, else the refusal of every group the policy refuses."""
+        if self.failed_jobs:
+            return self.failed_jobs[0].error
+        from edgebuild.errors import AccuracyGateError
+
+        refused = [r for r in self.records if self.gate.policy.refuses(r["retention"])]
+        if not refused:
+            return None
+        return AccuracyGateError("; ".join(
+            f"{r['group']} keeps {r['retention']:.3f} of the FP32 {r['metric']} on {r['url']} [{r['backend']}]"
+            for r in refused),
+            hint="the engine loses more on the device than the gate allowed: try fp16 for that group")
+
+
+def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, folder: Path, url: str,
+                   data: ValidationSet, report: Report = lambda _: None) -> dict[str, Any]:
+    """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
+    from edgebuild.devices.evaluation import evaluate_on_device
+    from edgebuild.runtime.recipe import Recipe
+
+    recipe = Recipe.load(folder)
+    evaluation, answer = evaluate_on_device(project, folder, url, data=data, report=report)
+    retention = gate.policy.retention(evaluation.value, gate.reference_value)
+    return {"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
+            "value": evaluation.value, "retention": retention, "passed": gate.policy.passes(retention),
+            "backend": evaluation.backend, "backend_reason": answer["backend_reason"], "images": evaluation.images,
+            "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
+
+
+def _engines(plan: Plan, report: Report) -> tuple[GateResult, dict[str, Path], ValidationSet]:
+    """The engine stage run as needed: the gate's result, each group's model folder, the validation set."""
+    from edgebuild.accuracy.evaluate import ValidationSet
+
+    done = run_until(plan, "engine", report=report)
+    failed = next((u.error for u in done.outcome("engine").units if u.record is None and u.error), None)
+    if failed is not None:  # a group with no model folder to measure
+        raise failed
+    build = plan.project.build_dir
+    folders = {g.name: build / done.record("engine", g.name).folder for g in plan.groups}
+    return done.record("gate"), folders, ValidationSet(plan.project)
+
+
+def validate_on_device(project_dir: Path, selector: str, url: str, *,
+                       report: Report = lambda _: None) -> DeviceValidation:
+    """``validate --device``: each group's model folder measured on the device at ``url``."""
+    from edgebuild.devices.bench import check_remote_url
+
+    plan = load_plan(project_dir, selector)
+    url = check_remote_url(url)
+    gate, folders, data = _engines(plan, report)
+    records = [evaluate_group(plan.project, gate, g, folders[g.name], url, data, report) for g in plan.groups]
+    return DeviceValidation(url, gate, len(data), records)
+
+
+def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, jobs: int | None = None,
+                     timeout_s: float | None = None, report: Report = lambda _: None) -> DeviceValidation:
+    """``validate --farm``: each group's model folder measured on a board of its profile, in parallel;
+    the jobs and rows are written to ``build/farm/validate.json``."""
+    from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file
+    from edgebuild.project.layout import BuildLayout
+
+    plan = load_plan(project_dir, selector)
+    project = plan.project
+    farm = open_farm(project, address, timeout_s, report=report)
+    gate, folders, data = _engines(plan, report)
+    for _ in data.batches():  # preprocessed once, before the jobs share it
+        pass
+    results = fan_out_groups(farm, plan.groups, lambda g, board: evaluate_group(
+        project, gate, g, folders[g.name], board.url, data, report), max_jobs=jobs or project.farm.jobs)
+    records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
+    path = write_jobs_file(BuildLayout.of(project).farm_jobs("validate"), results,
+                           {"reference_value": gate.reference_value, "groups": records})
+    return DeviceValidation(farm.coordinator, gate, len(data), records, results, path)
