@@ -203,7 +203,8 @@ def test_farm_status_lists_places_what_they_serve_and_who_holds_them(project: Pa
 
 @pytest.mark.parametrize("through", ["grpc", "labgrid-client"])
 def test_a_lease_through_either_client_reaches_the_board_and_is_released(farm: LabgridFarm, through: str) -> None:
-    from edgebuild.devices.farm import Farm, labgrid_tool
+    from edgebuild.devices.farm import Farm
+    from edgebuild.devices.labgrid import labgrid_tool
     from edgebuild.devices.ssh import SshDevice
 
     client = Farm(farm.address, client=labgrid_tool("labgrid-client") if through == "labgrid-client" else None)

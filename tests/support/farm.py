@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from edgebuild.devices.farm import labgrid_tool
+from edgebuild.devices.labgrid import labgrid_tool
 from tests.support.jetson import LoopbackJetson
 
 

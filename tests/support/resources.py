@@ -106,7 +106,7 @@ def _chromium() -> tuple[bool, str]:
 
 @cache
 def _farm() -> tuple[bool, str]:
-    from edgebuild.devices.farm import labgrid_tool
+    from edgebuild.devices.labgrid import labgrid_tool
 
     missing = [tool for tool in ("labgrid-client", "labgrid-coordinator", "labgrid-exporter")
                if labgrid_tool(tool) is None]
