@@ -20,6 +20,8 @@ from edgebuild.cli.device import COMMANDS as DEVICE_COMMANDS
 from edgebuild.cli.project import COMMANDS as PROJECT_COMMANDS
 from edgebuild.errors import EXIT_CODES, EdgebuildError
 
+__all__ = ["main"]
+
 _EXIT_CODE_HELP = "\b\nExit codes:\n" + "\n".join(
     f"  {code:>2}  {text.strip().rstrip('.')}" for code, text in EXIT_CODES.items()
 )

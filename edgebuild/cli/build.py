@@ -18,6 +18,8 @@ from edgebuild.cli.options import farm_options, json_option, project_option, tar
 if TYPE_CHECKING:
     from edgebuild.workflows.validate import DeviceValidation
 
+__all__ = ["COMMANDS"]
+
 #: the stages, for --help without importing them (tests/unit/test_cli.py checks it against edgebuild.stages)
 _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import click
 
+__all__ = ["CliContext", "farm_usage", "pass_cli"]
+
 
 @dataclass(frozen=True)
 class CliContext:

@@ -18,6 +18,8 @@ from edgebuild.cli.context import CliContext, farm_usage, pass_cli
 from edgebuild.cli.options import click_options, farm_options, json_option, project_option, target_option
 from edgebuild.runtime import options as device_options
 
+__all__ = ["COMMANDS"]
+
 
 @click.command("bench")
 @click.argument("artifact", required=False, type=click.Path(file_okay=False, path_type=Path))

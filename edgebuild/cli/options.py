@@ -16,6 +16,8 @@ import click
 
 from edgebuild.runtime.options import Option
 
+__all__ = ["click_options", "farm_options", "json_option", "project_option", "target_option"]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 project_option = click.option(

@@ -10,6 +10,8 @@ import edgebuild.cli.render as render
 from edgebuild.cli.context import CliContext, pass_cli
 from edgebuild.cli.options import json_option, project_option
 
+__all__ = ["COMMANDS"]
+
 
 @click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))

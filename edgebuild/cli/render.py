@@ -12,6 +12,10 @@ from typing import Any
 
 from edgebuild.text import table
 
+__all__ = ["as_json", "catalog_text", "check_text", "compile_header", "compile_summary", "container_text",
+           "device_validation_text", "doctor_text", "export_text", "farm_status_text", "gate_text", "package_text",
+           "profile_text", "report_line", "stage_line"]
+
 
 def as_json(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)

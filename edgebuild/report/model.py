@@ -18,6 +18,9 @@ from typing import Any
 from edgebuild.errors import ConfigError, EdgebuildError
 from edgebuild.project.layout import BuildLayout
 
+__all__ = ["BENCH_HEADERS", "BuildReport", "Check", "Run", "SUITES", "acceptance_text", "bench_rows", "checks",
+           "engine_state_text", "error_kind", "from_compile", "group_summary", "load", "status_line"]
+
 #: the largest bench PNG embedded in index.html (a data URI makes the page that much bigger)
 MAX_EMBEDDED_PNG = 4 * 1024 * 1024
 SUITES = ("preflight", "gate", "stages")

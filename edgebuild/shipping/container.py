@@ -266,11 +266,14 @@ def _run_script(plan: ContainerPlan) -> str:
 
 # -- writing a context -----------------------------------------------------------------------
 
-def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan) -> dict[str, Any]:
-    """Write the build context and run specs of one group; returns what ``container.json`` holds."""
+def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
+                    recipe: Recipe | None = None) -> dict[str, Any]:
+    """Write the build context and run specs of one group; returns what ``container.json`` holds.
+
+    ``recipe`` is the folder's recipe where the caller has read it already."""
     artifact_dir = Path(artifact_dir)
-    recipe = Recipe.load(artifact_dir, hint="run `edgebuild compile` first (the engine stage writes "
-                                            "build/engines/<group>/)")
+    recipe = recipe or Recipe.load(artifact_dir, hint="run `edgebuild compile` first (the engine stage writes "
+                                                      "build/engines/<group>/)")
     model_files = recipe.file_names(engine=plan.ships_engine)
     missing = [name for name in model_files if not (artifact_dir / name).is_file()]
     if missing:
@@ -433,14 +436,16 @@ class ContainerRecord:
 
 
 def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
-                         base_image: str | None = None) -> ContainerPlan:
+                         base_image: str | None = None, recipe: Recipe | None = None) -> ContainerPlan:
     """The container plan of one group, from its model folder (the engine stage's record names it).
 
     The limits are the group's preset as the compile resolved it (checked against the module,
-    and the engine's memory pool was built with it).
+    and the engine's memory pool was built with it). ``recipe`` is the folder's, where the
+    caller has read it already.
     """
-    recipe = Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the engine "
-                                            "stage writes that folder), or select compiled groups with --target")
+    recipe = recipe or Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the "
+                                                      "engine stage writes that folder), or select compiled groups "
+                                                      "with --target")
     if recipe.target != group.target.id:
         raise ConfigError(f"{model_folder}: the recipe is for {recipe.target}, but group {group.name} "
                           f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
@@ -450,17 +455,19 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
 def write_group_container(project: Any, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                           base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
-    plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
+    recipe = Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the engine "
+                                            "stage writes that folder)")
+    plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)
     layout = BuildLayout.of(project)
     out = layout.container(group.name, flavor)
     folder = model_folder
-    written = write_container(folder, out, plan)
+    written = write_container(folder, out, plan, recipe)
     report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
     triton = None
     if project.runtime.server in ("triton", "both"):
         from edgebuild.shipping.triton import write_repository
 
-        record = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir)
+        record = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir, recipe=recipe)
         triton = record.as_dict()
         report(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
                + (f", FROM {record.image}" if record.image else "") + ")")

@@ -145,9 +145,10 @@ class TritonRecord:
         return asdict(self)
 
 
-def write_repository(folder: Path, out: Path, *, build_dir: Path) -> TritonRecord:
-    """``out`` (``build/triton/<group>``): the model repository, a Dockerfile and run.sh for Triton."""
-    recipe = Recipe.load(folder)
+def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> TritonRecord:
+    """``out`` (``build/triton/<group>``): the model repository, a Dockerfile and run.sh for Triton
+    (``recipe``: the folder's, where the caller has read it already)."""
+    recipe = recipe or Recipe.load(folder)
     engine = recipe.shippable_engine and Recipe.has_engine(folder)
     release = triton_release(recipe.jetpack)
     notes = []

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from edgebuild.devices.farm import JobResult
     from edgebuild.errors import EdgebuildError
 
+__all__ = ["bench_artifact", "bench_on_farm"]
+
 Report = Callable[[str], None]
 
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.preflight import TargetPreflight
 
+__all__ = ["export_model", "package_fleet", "preflight_targets", "rebuild_report", "write_containers"]
+
 Report = Callable[[str], None]
 
 

@@ -17,6 +17,8 @@ from edgebuild.errors import DataError, EdgebuildError, ModelError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
+__all__ = ["Finding", "check_code_and_data", "raise_for_problems"]
+
 #: images decoded per folder: enough to catch a folder of broken files, few enough to stay instant
 SAMPLE = 4
 

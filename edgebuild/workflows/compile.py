@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from edgebuild.errors import EdgebuildError
     from edgebuild.pipeline.runner import CompileReport, Plan, StageOutcome
 
+__all__ = ["compile_project"]
+
 Report = Callable[[str], None]
 
 

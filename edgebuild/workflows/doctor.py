@@ -13,6 +13,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+__all__ = ["run_checks"]
+
 
 @dataclass(frozen=True)
 class Check:

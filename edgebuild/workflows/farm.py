@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+__all__ = ["farm_status"]
+
 Report = Callable[[str], None]
 
 

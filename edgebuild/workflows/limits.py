@@ -6,6 +6,8 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+__all__ = ["run_with_limits"]
+
 Report = Callable[[str], None]
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edgebuild.pipeline.runner import CompileReport, Plan
 
+__all__ = ["compiled_artifact", "compiled_folders", "is_compiled", "load_plan", "run_until"]
+
 Report = Callable[[str], None]
 
 

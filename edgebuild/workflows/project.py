@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.workflows.check import Finding
 
+__all__ = ["check_project", "prepare_project_data", "profile_catalog", "profile_records"]
+
 Report = Callable[[str], None]
 
 

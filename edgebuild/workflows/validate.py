@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
+__all__ = ["DeviceValidation", "evaluate_group", "validate_here", "validate_on_device", "validate_on_farm"]
+
 Report = Callable[[str], None]
 
 
