@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.text import table
 
 __all__ = ["as_json", "catalog_text", "check_text", "compile_header", "compile_summary", "container_text",
@@ -33,7 +34,7 @@ def fleet_table(units: list[dict]) -> str:
 def check_text(checked: Any) -> str:
     project = checked.project
     lines = [f"{project.source}: valid ({project.task.kind}, {len(project.task.classes)} classes, "
-             f"metric {project.metric}, min retention {project.accuracy.min_retention})"]
+             f"metric {project.metric}, min retention {AccuracyPolicy.of(project).min_retention})"]
     lines += [f"  {finding}" for finding in checked.findings]
     if checked.to_prepare:
         lines.append(f"data: {', '.join(checked.to_prepare)} not there yet; data.prepare ({project.data.prepare}) "
@@ -97,7 +98,9 @@ def stage_line(outcome: Any) -> str:
 
 def compile_summary(report: Any) -> str:
     lines = []
-    if not report.plan.project.accuracy.gate:
+    gate = report.record("gate")
+    policy = gate.policy if gate is not None else AccuracyPolicy.of(report.plan.project)
+    if not policy.gated:
         lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
                      "checked, and package refuses it unless --ship-ungated ***")
     engine = report.outcome("engine")
@@ -126,12 +129,12 @@ def _engine_lines(unit: Any) -> list[str]:
     if record.board:
         lines.append(f"  {'':<12} built and accepted on farm board {record.board} ({record.placement})")
     for tried in record.refused:
-        lines.append(f"  {'':<12} REFUSED {tried['candidate']} on {tried['where']}: {tried['metric']} "
-                     f"{tried['value']:.4f}, retention {tried['retention']:.3f} [{tried['backend']}]")
+        lines.append(f"  {'':<12} REFUSED {tried.candidate} on {tried.where}: {tried.metric} "
+                     f"{tried.value:.4f}, retention {tried.retention:.3f} [{tried.backend}]")
     if record.accepted:
         a = record.accepted
-        lines.append(f"  {'':<12} accepted {a['candidate']} on {a['where']}: {a['metric']} {a['value']:.4f} "
-                     f"on {a['images']} images, retention {a['retention']:.3f} [{a['backend']}]")
+        lines.append(f"  {'':<12} accepted {a.candidate} on {a.where}: {a.metric} {a.value:.4f} "
+                     f"on {a.images} images, retention {a.retention:.3f} [{a.backend}]")
     elif unit.status == "failed":
         lines.append(f"  {'':<12} FAILED: {unit.detail}")
     return lines
