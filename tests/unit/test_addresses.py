@@ -1,4 +1,4 @@
-"""ssh:// device URLs (edgebuild.devices.ssh): the forms accepted, and those refused."""
+"""ssh:// device URLs (edgebuild.project.addresses): the forms accepted, and those refused."""
 
 from __future__ import annotations
 
