@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
-from edgebuild.datasets.project_data import Sample, load_class_folder_set, load_coco_set, read_image
+from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
@@ -75,12 +75,8 @@ class ValidationSet:
     def __init__(self, project: Project, *, limit: int | None = None, batch_size: int = 8) -> None:
         self.project = project
         self.batch_size = evaluation_batch_size(project, batch_size)
-        if project.task.kind == "detection":
-            self.coco = load_coco_set(project, limit)
-            self.samples: list[Sample] = self.coco.samples
-        else:
-            self.coco = None
-            self.samples = load_class_folder_set(project, limit)
+        # whatever the format on disk (COCO, YOLO, VOC, class folders): the COCO form of a detection set
+        self.coco, self.samples = load_validation_set(project, limit)
         self._spec = preprocess_spec(project)
         channels, (height, width) = project.task.preprocess.channels, self._spec.input_size
         self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES

@@ -267,8 +267,10 @@ def check_calibration(project: Project, report: Report) -> None:
 
     images = calibration_images(project)
     if len(images) > 1 and len({file_sha256(p) for p in images}) == 1:
-        raise DataError(f"data.calibration_images: all {len(images)} images in "
-                        f"{project.path(project.data.calibration_images)} are identical: INT8 ranges from one "
+        where = (f"data.calibration_images: all {len(images)} images in {project.path(project.data.calibration_images)}"
+                 if project.data.calibration_images else
+                 f"data.dataset: all {len(images)} images of split {project.data.calibration_split!r}")
+        raise DataError(f"{where} are identical: INT8 ranges from one "
                         "picture repeated would clip what real inputs show",
                         hint="calibrate on a few dozen representative images of the application")
     if len(images) < 8:

@@ -1,203 +1,264 @@
-"""The project's image data: calibration images, COCO detection sets, class-folder sets."""
+"""The project's image data, whatever its format: the validation set in its one internal form, the
+calibration images, their content digests, what the data is (``describe_data``) and ``data.prepare``.
+
+Which format the data is in (``edgebuild.datasets.formats``): a YOLO data.yaml (``yolo.py``), COCO
+JSON (``coco.py``), Pascal VOC (``voc.py``) or class folders (``folders.py``). Each reader returns
+the same thing: for detection a ``CocoSet`` (COCO ground truth, samples, category ids in
+``task.classes`` order), for classification a list of ``Sample``; calibration is a list of images.
+"""
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from edgebuild.datasets.coco import read_coco
+from edgebuild.datasets.folders import balanced_images, load_class_folders, split_folder
+from edgebuild.datasets.formats import DataFormat, data_format
+from edgebuild.datasets.images import (
+    IMAGE_SUFFIXES,
+    CocoSet,
+    Sample,
+    cap,
+    list_images,
+    read_image,
+    relative_name,
+    unreadable_images,
+)
+from edgebuild.datasets.voc import load_voc_folder, load_voc_root, voc_split_images
+from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
 from edgebuild.errors import DataError
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["Sample", "calibration_digest", "calibration_images", "list_images", "load_class_folder_set",
-           "load_coco_set", "missing_data", "prepare_data", "read_image", "unreadable_images", "validation_digest"]
+__all__ = ["IMAGE_SUFFIXES", "CocoSet", "DataSummary", "Sample", "calibration_digest", "calibration_images",
+           "data_format", "describe_data", "list_images", "load_class_folder_set", "load_coco_set",
+           "load_validation_set", "missing_data", "prepare_data", "read_image", "unreadable_images",
+           "validation_digest"]
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
-
-
-def read_image(path: Path, gray: bool = False) -> np.ndarray:
-    """Decode an image file to HxWx3 RGB uint8 (or HxW for gray)."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as image:
-            return np.asarray(image.convert("L" if gray else "RGB"))
-    except (UnidentifiedImageError, OSError) as exc:
-        raise DataError(f"{path}: cannot read image: {exc}") from None
+#: what the YOLO and VOC readers make of the same files: bump it when that changes, so the stages
+#: that read the data run again
+READER_VERSION = 1
 
 
-def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
-    if not folder.is_dir():
-        raise DataError(f"{key}: not a folder: {folder}")
-    images = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not images:
-        raise DataError(f"{key}: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
-    return images[:limit] if limit else images
+# -- the validation set ----------------------------------------------------------------------------
 
-
-def unreadable_images(paths: list[Path], gray: bool = False, sample: int = 4) -> tuple[int, list[str]]:
-    """Decode up to ``sample`` of ``paths``, spread over the list: (how many it tried, the problems)."""
-    if len(paths) <= sample:
-        tried = list(paths)
-    else:
-        tried = [paths[round(i * (len(paths) - 1) / (sample - 1))] for i in range(sample)] if sample > 1 \
-            else paths[:1]
-    problems = []
-    for path in tried:
-        try:
-            read_image(path, gray)
-        except DataError as exc:
-            problems.append(exc.message)
-    return len(tried), problems
-
-
-def calibration_images(project: Project) -> list[Path]:
-    data = project.data
-    return list_images(project.path(data.calibration_images), "data.calibration_images",
-                       data.max_calibration_images)
-
-
-@dataclass(frozen=True)
-class Sample:
-    path: Path
-    image_id: int  # COCO image id for detection, running index for classification
-    label: int = -1  # class index for classification
-
-
-@dataclass(frozen=True)
-class CocoSet:
-    """A COCO-format validation set, with category ids mapped onto the task's class order."""
-
-    annotations_path: Path
-    ground_truth: dict[str, Any]
-    samples: list[Sample]
-    category_ids: list[int]  # category_ids[class_index] = COCO category id
+def load_validation_set(project: Project, limit: int | None = None) -> tuple[CocoSet | None, list[Sample]]:
+    """The validation set, in whatever format it is: (the COCO form of a detection set or None, its samples).
+    ``limit`` (or data.validation.max_images) keeps the first images."""
+    if project.task.kind == "detection":
+        coco = load_coco_set(project, limit)
+        return coco, coco.samples
+    return None, load_class_folder_set(project, limit)
 
 
 def load_coco_set(project: Project, limit: int | None = None) -> CocoSet:
-    """The COCO validation set; ``limit`` (or data.validation.max_images) keeps the first images."""
-    val = project.data.validation
-    ann_path = project.path(val.annotations or "")
-    images_dir = project.path(val.images)
-    key = "data.validation.annotations"
-    try:
-        gt = json.loads(ann_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{key}: file not found: {ann_path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{key}: {ann_path} is not valid JSON: {exc}") from None
-    sections = ("images", "annotations", "categories")
-    if not isinstance(gt, dict) or not all(isinstance(gt.get(k), list) for k in sections):
-        raise DataError(f"{key}: {ann_path} is not COCO format: needs lists 'images', 'annotations', 'categories'")
-    try:
-        by_name = {c["name"]: int(c["id"]) for c in gt["categories"]}
-        entries = [(int(im["id"]), str(im["file_name"])) for im in gt["images"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{key}: {ann_path}: malformed image or category entry: {exc!r}") from None
-    classes = project.task.classes
-    unknown = [n for n in classes if n not in by_name]
-    if unknown:
-        raise DataError(
-            f"{key}: task.classes {unknown} are not categories of {ann_path} "
-            f"(categories: {sorted(by_name)})"
-        )
-    entries.sort()
-    cap = min(filter(None, (limit, val.max_images)), default=None)
-    if cap:
-        entries = entries[:cap]
-        kept = {i for i, _ in entries}
-        gt = {**gt, "images": [im for im in gt["images"] if int(im["id"]) in kept],
-              "annotations": [a for a in gt["annotations"] if int(a["image_id"]) in kept]}
-    samples = [Sample(images_dir / name, image_id) for image_id, name in entries]
-    missing = [s.path.name for s in samples if not s.path.is_file()]
-    if missing:
-        raise DataError(
-            f"data.validation.images: {len(missing)} image(s) listed in {ann_path.name} are not in "
-            f"{images_dir}: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
-        )
-    if not samples:
-        raise DataError(f"{key}: {ann_path} lists no images")
-    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes])
+    """The detection validation set in COCO form, read from COCO JSON, a YOLO data.yaml or Pascal VOC."""
+    fmt = data_format(project)
+    most = cap(limit, project.data.validation.max_images)
+    classes = list(project.task.classes)
+    split = project.data.validation_split
+    if fmt.name == "yolo":
+        return load_yolo_set(fmt.path, split, classes, most)
+    if fmt.name == "voc" and fmt.has_splits:
+        return load_voc_root(fmt.path, split, classes, most)
+    if fmt.name == "voc":
+        return load_voc_folder(fmt.path, fmt.images or fmt.path, classes, most)
+    if fmt.name == "coco":
+        return read_coco(fmt.path, fmt.images or fmt.path, classes, most)
+    raise DataError(f"{fmt.key}: {fmt.path} is {fmt.title}, classification data; task.kind is detection")
 
 
 def load_class_folder_set(project: Project, limit: int | None = None) -> list[Sample]:
-    """A classification set: one sub-folder per class name, as in task.classes."""
-    val = project.data.validation
-    root = project.path(val.images)
-    if not root.is_dir():
-        raise DataError(f"data.validation.images: not a folder: {root}")
-    present = sorted(p.name for p in root.iterdir() if p.is_dir())
-    classes = project.task.classes
-    missing = [c for c in classes if c not in present]
-    if missing:
-        raise DataError(
-            f"data.validation.images: {root} needs one folder per class; missing {missing} "
-            f"(found: {present})"
-        )
-    ranked = []  # (rank within its class, label, path)
-    for label, name in enumerate(classes):
-        for rank, path in enumerate(list_images(root / name, f"data.validation.images ({name})")):
-            ranked.append((rank, label, path))
-    cap = min(filter(None, (limit, val.max_images)), default=None)
-    if cap:
-        # take the first images of every class in turn, so a capped set stays balanced
-        ranked = sorted(ranked)[:cap]
-    ranked.sort(key=lambda item: (item[1], item[0]))
-    return [Sample(path, i, label) for i, (_, label, path) in enumerate(ranked)]
+    """A classification validation set: one sub-folder per class name, as in task.classes."""
+    fmt = data_format(project)
+    if fmt.name != "folders":
+        raise DataError(f"{fmt.key}: {fmt.path} is {fmt.title}, detection data; task.kind is classification")
+    root = split_folder(fmt.path, project.data.validation_split) if fmt.has_splits else fmt.path
+    return load_class_folders(root, list(project.task.classes), cap(limit, project.data.validation.max_images),
+                              fmt.key)
 
 
-# -- identity and preparation --------------------------------------------------------------------
+# -- calibration -----------------------------------------------------------------------------------
+
+def _from_split(project: Project) -> bool:
+    """Calibration comes from the dataset's calibration_split (not from a data.calibration_images folder)."""
+    return project.data.dataset is not None and project.data.calibration_images is None
+
+
+def calibration_images(project: Project) -> list[Path]:
+    """The calibration images: the data.calibration_images folder, or the dataset's calibration_split."""
+    if _from_split(project):
+        return _calibration_split(project)[0]
+    data = project.data
+    return list_images(project.path(data.calibration_images or ""), "data.calibration_images",
+                       data.max_calibration_images)
+
+
+def _calibration_split(project: Project) -> tuple[list[Path], list[Path]]:
+    """(the calibration split's images, capped; the files that say which images they are)."""
+    fmt = data_format(project)
+    split, most = project.data.calibration_split, project.data.max_calibration_images
+    if fmt.name == "yolo":
+        images, lists = split_images(read_data_yaml(fmt.path), split)
+        return (images[:most] if most else images), [fmt.path, *lists]
+    if fmt.name == "voc":
+        images, listing = voc_split_images(fmt.path, split)
+        return (images[:most] if most else images), [listing]
+    # class folders: the first images of every class in turn, so a capped set stays balanced
+    return balanced_images(split_folder(fmt.path, split), "data.dataset", most), []
+
+
+def _refuse_shared(project: Project, calibration: list[Path], samples: list[Sample] | None = None) -> None:
+    """Calibration images that are validation images too are refused (same file, by its real path)."""
+    samples = load_validation_set(project)[1] if samples is None else samples
+    validation = {os.path.realpath(s.path) for s in samples}
+    shared = [p for p in calibration if os.path.realpath(p) in validation]
+    if not shared:
+        return
+    key = "data.calibration_split" if _from_split(project) else "data.calibration_images"
+    raise DataError(f"{key}: {len(shared)} of the {len(calibration)} calibration images are validation images too "
+                    f"(e.g. {shared[0]}): INT8 ranges fitted on the images that then judge them make the gate "
+                    "look better than the model will do",
+                    hint="calibrate on images the validation set does not hold: the training split "
+                         "(data.calibration_split) or a folder of its own (data.calibration_images)")
+
+
+# -- identity ----------------------------------------------------------------------------------------
+
+def _content_digest(part: str, fmt: DataFormat, split: str | None, files: list[Path], base: Path | None = None) -> str:
+    """Hash of the files a set is read from (data.yaml, lists, labels, XML, images) by path under
+    ``base`` (default: their common folder) and content, with the reader's version, format and split."""
+    from edgebuild.content import digest, file_sha256
+
+    unique = [p for p in dict.fromkeys(files) if p.is_file()]
+    if base is None:
+        base = Path(os.path.commonpath([str(p.parent) for p in unique])) if unique else fmt.path
+    return digest({"part": part, "reader": READER_VERSION, "format": fmt.name, "split": split,
+                   "files": [[relative_name(p, base), file_sha256(p)] for p in unique]})
+
 
 def calibration_digest(project: Project) -> str:
-    """Content hash of the calibration images (names and bytes)."""
+    """Content hash of the calibration images (and the data.yaml or split list that names them).
+
+    Refuses calibration images that are validation images too."""
     from edgebuild.content import files_digest
 
-    return files_digest(calibration_images(project))
+    images = calibration_images(project)
+    _refuse_shared(project, images)
+    if not _from_split(project):
+        return files_digest(images)
+    images, files = _calibration_split(project)
+    return _content_digest("calibration", data_format(project), project.data.calibration_split, [*files, *images])
 
 
 def validation_digest(project: Project) -> str:
-    """Content hash of the validation set: images and, for detection, the annotations file."""
+    """Content hash of the validation set: its images and everything its ground truth is read from
+    (the COCO JSON; the data.yaml, image lists and label files; the XML files and split list)."""
     from edgebuild.content import files_digest
 
-    if project.task.kind == "detection":
+    fmt = data_format(project)
+    split = project.data.validation_split if fmt.has_splits else None
+    if fmt.name == "coco":
         coco = load_coco_set(project)
         return files_digest([coco.annotations_path, *[s.path for s in coco.samples]])
-    return files_digest([s.path for s in load_class_folder_set(project)],
-                        root=project.path(project.data.validation.images))
+    if fmt.name == "folders":
+        samples = [s.path for s in load_class_folder_set(project)]
+        if split is None:
+            return files_digest(samples, root=fmt.path)
+        return _content_digest("validation", fmt, split, samples, base=split_folder(fmt.path, split))
+    coco = load_coco_set(project)
+    return _content_digest("validation", fmt, split,
+                           [coco.annotations_path, *coco.files, *[s.path for s in coco.samples]])
 
+
+# -- what the data is ----------------------------------------------------------------------------------
+
+_NAMES = {"yolo": "YOLO", "coco": "COCO", "voc": "Pascal VOC", "folders": "class folders"}
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What the project's data is, for ``check`` and the compile to say: ``data: {summary}``."""
+
+    format: str  # yolo, coco, voc, folders
+    source: Path  # the data.yaml, VOC root, COCO JSON, VOC annotations folder or class-folder root
+    told: str  # data.format, or what about the files said so
+    classes: int
+    validation_images: int
+    validation_split: str | None  # None: the whole of [data.validation]
+    calibration_images: int
+    calibration_split: str | None  # None: the data.calibration_images folder
+    calibration_source: Path
+
+    def __str__(self) -> str:
+        split = f"{self.validation_split}: " if self.validation_split else ""
+        calibration = self.calibration_split or f"{self.calibration_source.name}/"
+        return (f"{_NAMES[self.format]} {self.source.name} ({split}{self.validation_images} images, "
+                f"{self.classes} classes; calibration: {calibration}, {self.calibration_images} images)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "source": str(self.source), "told": self.told, "classes": self.classes,
+                "validation_images": self.validation_images, "validation_split": self.validation_split,
+                "calibration_images": self.calibration_images, "calibration_split": self.calibration_split,
+                "calibration_source": str(self.calibration_source)}
+
+
+def describe_data(project: Project) -> DataSummary:
+    """Read the validation set and list the calibration images (capped as the stages cap them), refuse
+    what the stages would refuse (a DataError naming the file and key), and say what the data is."""
+    fmt = data_format(project)
+    _, samples = load_validation_set(project)
+    calibration = calibration_images(project)
+    _refuse_shared(project, calibration, samples)
+    from_split = _from_split(project)
+    return DataSummary(
+        fmt.name, fmt.path, fmt.told, len(project.task.classes), len(samples),
+        project.data.validation_split if fmt.has_splits else None, len(calibration),
+        project.data.calibration_split if from_split else None,
+        fmt.path if from_split else project.path(project.data.calibration_images or ""))
+
+
+# -- preparation -----------------------------------------------------------------------------------
 
 def missing_data(project: Project) -> dict[str, Path]:
-    """The project's data paths (calibration, validation) that do not exist."""
+    """The project's data paths (calibration, validation, dataset) that do not exist."""
     from edgebuild.project.config import data_paths
 
     return {k: p for k, p in data_paths(project).items() if k.startswith("data.") and not p.exists()}
 
 
-def prepare_data(project: Project, report: Callable[[str], None] = lambda _: None) -> bool:
-    """Run ``data.prepare`` when a data path is missing; True if it ran.
+def prepare_data(project: Project, report: Callable[[str], None] | None = None) -> bool:
+    """Run ``data.prepare`` when a data path is missing; True if it ran. Given ``report``, it then says
+    what the data is (``data: YOLO data.yaml (val: 60 images, 3 classes; ...)``) where it can be read.
 
     This is the only place edgebuild runs the project's data code: ``compile``, ``validate`` and
     ``edgebuild data prepare`` call it before any stage reads the data; ``check`` never does.
     """
+    say = report or (lambda _: None)
     missing = missing_data(project)
-    if not missing:
-        return False
-    if not project.data.prepare:
-        raise DataError("; ".join(f"{key}: path does not exist: {path}" for key, path in missing.items()),
-                        hint="add the data, or name a function that makes it with data.prepare")
-    from edgebuild.sources.model import call_entry_point
+    ran = False
+    if missing:
+        if not project.data.prepare:
+            raise DataError("; ".join(f"{key}: path does not exist: {path}" for key, path in missing.items()),
+                            hint="add the data, or name a function that makes it with data.prepare")
+        from edgebuild.sources.model import call_entry_point
 
-    report(f"data: {', '.join(missing)} missing; running data.prepare ({project.data.prepare})")
-    call_entry_point(project, project.data.prepare, "data.prepare", str(project.root))
-    still = missing_data(project)
-    if still:
-        raise DataError("; ".join(f"{key}: path does not exist: {path} (data.prepare ran and did not create it)"
-                                  for key, path in still.items()),
-                        hint=f"check what {project.data.prepare} writes")
-    return True
+        say(f"data: {', '.join(missing)} missing; running data.prepare ({project.data.prepare})")
+        call_entry_point(project, project.data.prepare, "data.prepare", str(project.root))
+        still = missing_data(project)
+        if still:
+            raise DataError("; ".join(f"{key}: path does not exist: {path} (data.prepare ran and did not create it)"
+                                      for key, path in still.items()),
+                            hint=f"check what {project.data.prepare} writes")
+        ran = True
+    if report is not None:
+        try:
+            report(f"data: {describe_data(project)}")
+        except DataError:
+            pass  # the stage that reads the data says what is wrong, with its own context
+    return ran

@@ -27,7 +27,7 @@ from edgebuild.project.schema import (
     Project,
 )
 
-__all__ = ["PROJECT_FILE", "Project", "data_paths", "load_project"]
+__all__ = ["PROJECT_FILE", "Project", "data_paths", "load_project", "model_source_kind"]
 
 
 def _find_project_file(location: str | Path) -> Path:
@@ -148,8 +148,53 @@ def _check_meaning(project: Project, catalog: Any) -> list[str]:
     problems: list[str] = []
     problems += _check_fleet(project, catalog)
     problems += _check_model_against_task(project)
+    problems += _check_data(project)
+    problems += _check_model_source(project)
     problems += _check_batching(project)
     return problems
+
+
+def _check_model_source(project: Project) -> list[str]:
+    """A model file is used as given: the keys that steer an export from PyTorch do not apply to it."""
+    if project.model.source is None:
+        return []
+    return [f"export.{key}: applies to an export from model.entry_point; model.source {project.model.source!r} "
+            f"is used as given (its own opset, outputs and weights): remove export.{key}"
+            for key in sorted(project.export.model_fields_set)]
+
+
+def model_source_kind(project: Project) -> tuple[str | None, str]:
+    """What ``model.source`` is (``"onnx"``; None for an entry point) and what told it: ``model.kind``,
+    the file's suffix, or its first bytes. A file that says nothing edgebuild reads is a ConfigError."""
+    kind, told = _source_kind(project)
+    if kind is None:
+        raise ConfigError(f"{project.source}: {told}", hint='set model.kind = "onnx" if it is an ONNX model')
+    return kind, told
+
+
+def _source_kind(project: Project) -> tuple[str | None, str]:
+    """(kind, what told it), or (None, why not) for a source that is none of MODEL_SOURCE_KINDS."""
+    model = project.model
+    if model.source is None:
+        return None, "model.entry_point"
+    if model.kind is not None:
+        return model.kind, "model.kind"
+    path = project.path(model.source)
+    if path.suffix.lower() == ".onnx":
+        return "onnx", "its .onnx suffix"
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError as exc:
+        return None, f"model.source: cannot read {path}: {exc.strerror or exc}"
+    if len(head) > 1 and head[0] == 0x08 and 0 < head[1] < 64:  # a ModelProto starts with ir_version (field 1)
+        return "onnx", "its content (an ONNX ModelProto)"
+    what = ("a zip archive: a PyTorch checkpoint or TorchScript file? Build such a model in Python and name "
+            "that function with model.entry_point (and its weights with model.weights)" if head == b"PK\x03\x04"
+            else "a Python pickle: a PyTorch checkpoint? Name the function that builds the model with "
+                 "model.entry_point and the file with model.weights" if head[:1] == b"\x80"
+            else "not ONNX by its suffix or its first bytes")
+    return None, f"model.source: cannot tell what kind of model {path} is ({what})"
 
 
 def _check_batching(project: Project) -> list[str]:
@@ -247,20 +292,63 @@ def _check_model_against_task(project: Project) -> list[str]:
                     f"task.preprocess.input_size: {pre.input_size} is outside the shape range of input "
                     f"{image_input.name!r} on axis {axis} ({lo}..{hi})"
                 )
-    if task.kind == "detection" and project.data.validation.annotations is None:
-        problems.append("data.validation.annotations: detection needs a COCO annotations JSON file")
+    return problems
+
+
+def _check_data(project: Project) -> list[str]:
+    """Which keys name the data, and whether they fit together and the task (the files are read later,
+    by edgebuild.datasets: loading a project reads no data)."""
+    data, val, kind = project.data, project.data.validation, project.task.kind
+    problems: list[str] = []
+    if data.format is not None:
+        wanted = "classification" if data.format == "folders" else "detection"
+        if wanted != kind:
+            allowed = "folders" if kind == "classification" else "yolo, coco, voc"
+            problems.append(f"data.format: {data.format!r} is {wanted} data; task.kind is {kind!r} "
+                            f"(allowed: {allowed})")
+    if data.dataset is None:
+        if data.calibration_images is None:
+            problems.append("data.calibration_images: required key is missing (a folder of images; or name a "
+                            "dataset with splits as data.dataset to calibrate on its calibration_split)")
+        if val.images is None:
+            problems.append("data.validation.images: required key is missing (or name a dataset with splits "
+                            "as data.dataset)")
+        for key in sorted({"calibration_split", "validation_split"} & data.model_fields_set):
+            problems.append(f"data.{key}: applies to a dataset with splits, and data.dataset is not set")
+        if data.format == "yolo":
+            problems.append('data.format: "yolo" reads a data.yaml, which data.dataset names (not set)')
+        elif kind == "detection" and val.annotations is None:
+            problems.append("data.validation.annotations: detection needs annotations: a COCO JSON file or a "
+                            "folder of Pascal VOC XML files (or a YOLO data.yaml as data.dataset)")
+        return problems
+    for key in ("images", "annotations"):
+        if getattr(val, key) is not None:
+            problems.append(f"data.validation.{key}: not used with data.dataset (the validation set is its "
+                            f"{data.validation_split!r} split); remove one of them")
+    if data.calibration_split == data.validation_split and data.calibration_images is None:
+        problems.append(f"data.calibration_split: {data.calibration_split!r} is also data.validation_split: INT8 "
+                        "ranges fitted on the images that then judge them make the gate look better than the "
+                        "model will do; calibrate on the training split")
+    if data.format == "coco":
+        problems.append('data.format: "coco" is one annotations file: name it with data.validation.annotations '
+                        "(and its images with data.validation.images), not with data.dataset")
     return problems
 
 
 def data_paths(project: Project) -> dict[str, Path]:
-    paths = {
-        "data.calibration_images": project.path(project.data.calibration_images),
-        "data.validation.images": project.path(project.data.validation.images),
-    }
+    paths = {}
+    if project.data.dataset:
+        paths["data.dataset"] = project.path(project.data.dataset)
+    if project.data.calibration_images:
+        paths["data.calibration_images"] = project.path(project.data.calibration_images)
+    if project.data.validation.images:
+        paths["data.validation.images"] = project.path(project.data.validation.images)
     if project.data.validation.annotations:
         paths["data.validation.annotations"] = project.path(project.data.validation.annotations)
     if project.model.weights:
         paths["model.weights"] = project.path(project.model.weights)
+    if project.model.source:
+        paths["model.source"] = project.path(project.model.source)
     return paths
 
 
@@ -270,4 +358,7 @@ def _check_paths_exist(project: Project) -> list[str]:
     missing = {k: p for k, p in data_paths(project).items() if not p.exists()}
     if project.data.prepare:
         missing = {k: p for k, p in missing.items() if not k.startswith("data.")}
-    return [f"{key}: path does not exist: {path}" for key, path in missing.items()]
+    problems = [f"{key}: path does not exist: {path}" for key, path in missing.items()]
+    if project.model.source and "model.source" not in missing and _source_kind(project)[0] is None:
+        problems.append(_source_kind(project)[1])
+    return problems

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "CLASSIFICATION_METRICS",
     "DETECTION_METRICS",
+    "DATA_FORMATS",
     "DTYPES",
+    "MODEL_SOURCE_KINDS",
     "NAME_PATTERN",
     "PROJECT_FILE",
     "WEIGHTED_OPS",
@@ -98,8 +100,14 @@ class InputSpec(_Section):
         return [i for i, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
 
 
+MODEL_SOURCE_KINDS = ("onnx",)  # what `[model] source` may be (edgebuild.sources.onnx_file reads ONNX)
+
+
 class ModelSection(_Section):
-    entry_point: str
+    # exactly one of: a Python function that builds a torch.nn.Module, or a model file
+    entry_point: str | None = None
+    source: str | None = None  # a model file, e.g. "model.onnx" (relative to the project folder)
+    kind: Literal[MODEL_SOURCE_KINDS] | None = None  # type: ignore[valid-type]  # default: told by the file
     weights: str | None = None
     python_path: list[str] = ["."]
     inputs: list[InputSpec] = Field(min_length=1)
@@ -107,12 +115,25 @@ class ModelSection(_Section):
 
     @field_validator("entry_point")
     @classmethod
-    def _entry_point(cls, value: str) -> str:
-        if not _ENTRY_POINT.match(value):
+    def _entry_point(cls, value: str | None) -> str | None:
+        if value is not None and not _ENTRY_POINT.match(value):
             raise ValueError(
                 f"must look like 'package.module:function', found {value!r}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSection:
+        if (self.entry_point is None) == (self.source is None):
+            raise ValueError(
+                "needs exactly one of entry_point (a function that builds the PyTorch model, "
+                "'package.module:function') and source (a model file, e.g. \"model.onnx\"), found "
+                + ("both" if self.entry_point else "neither"))
+        if self.source is not None and self.weights is not None:
+            raise ValueError("weights applies to entry_point; a model file (source) carries its own weights")
+        if self.kind is not None and self.source is None:
+            raise ValueError("kind applies to source (the kind of model file); entry_point is always PyTorch")
+        return self
 
 
 class PreprocessSection(_Section):
@@ -167,17 +188,38 @@ class ClassificationTask(_Section):
     postprocess: ClassificationPostprocess = ClassificationPostprocess()
 
 
+DATA_FORMATS = ("yolo", "coco", "voc", "folders")  # what `[data] format` may say (edgebuild.datasets reads each)
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_][\w.-]*$")
+
+
 class ValidationData(_Section):
-    images: str
+    # without [data] dataset, the validation set: images (+ annotations for detection: a COCO JSON file or a
+    # folder of Pascal VOC XML files); with it, only max_images applies (the set is its validation_split)
+    images: str | None = None
     annotations: str | None = None
     max_images: PositiveInt | None = None
 
 
 class DataSection(_Section):
-    calibration_images: str
+    # a dataset with splits: a YOLO data.yaml, a Pascal VOC root, or (classification) a folder of split folders
+    dataset: str | None = None
+    # what the data is; default: told by the files (edgebuild.datasets.formats)
+    format: Literal[DATA_FORMATS] | None = None  # type: ignore[valid-type]
+    calibration_split: str = "train"  # with dataset: the split that calibrates
+    validation_split: str = "val"  # with dataset: the split that validates
+    # a folder of calibration images: required without dataset; with one, it replaces calibration_split
+    calibration_images: str | None = None
     max_calibration_images: PositiveInt | None = None
-    validation: ValidationData
+    validation: ValidationData = ValidationData()
     prepare: str | None = None
+
+    @field_validator("calibration_split", "validation_split")
+    @classmethod
+    def _split(cls, value: str) -> str:
+        if not _SPLIT_NAME.match(value):
+            raise ValueError(f"must be a split name such as 'train' or 'val' (letters, digits, '_', '-', '.'), "
+                             f"found {value!r}")
+        return value
 
     @field_validator("prepare")
     @classmethod

@@ -1,7 +1,10 @@
-"""The export stage: ONNX with dynamic axes, parity-checked against PyTorch.
+"""The export stage: ONNX with dynamic axes, parity-checked against PyTorch; or a model file, imported.
 
 Reads: the model stage, the opset every selected target's TensorRT takes. Writes
-``build/export/opset<N>/`` (the ONNX and its export.json); its record is an ``ExportRecord``.
+``build/export/opset<N>/`` (the ONNX and its export.json); its record is an ``ExportRecord``. For a
+model file (``[model] source``) it is an import (``edgebuild.sources.onnx_file.import_onnx``): the
+checked file copied there at its own opset, with an ``ExportRecord`` of the same shape (exporter
+``"import"``, the checks run instead of a parity with itself), which every later stage reads unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export import ExportRecord
+from edgebuild.stages.model import MODEL
 from edgebuild.stages.session import CompileSession
 
 __all__ = ["EXPORT"]
@@ -25,12 +29,20 @@ def _opset(inputs: StageInputs) -> tuple[int, str]:
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
+    if inputs.project.model.source is not None:
+        from edgebuild.sources.onnx_file import import_key_parts
+
+        return import_key_parts(inputs.project, inputs.record(MODEL))
     from edgebuild.sources.export import cache_key_parts
 
     return cache_key_parts(inputs.project, _opset(inputs)[0])
 
 
 def _run(inputs: StageInputs) -> ExportRecord:
+    if inputs.project.model.source is not None:
+        from edgebuild.sources.onnx_file import import_onnx
+
+        return import_onnx(inputs.project, inputs.record(MODEL), inputs.plan.groups, report=inputs.report)
     from edgebuild.sources.export import export_model
 
     session: CompileSession = inputs.session
@@ -49,12 +61,17 @@ def _relocate(inputs: StageInputs, record: ExportRecord) -> ExportRecord:
 
 
 def _describe(record: ExportRecord) -> str:
+    if not record.parity:  # an imported model file: nothing to compare it with
+        from edgebuild.sources.onnx_file import describe_import
+
+        return describe_import(record)
     worst = max(record.parity, key=lambda p: p.max_abs)
     return (f"opset {record.opset}, {record.exporter} exporter, parity ok at {len({p.shape for p in record.parity})} "
             f"shapes (max abs error {worst.max_abs:.2g}) -> {record.onnx_path.parent.name}/{record.onnx_path.name}")
 
 
 EXPORT = Stage(
-    name="export", version=1, summary="ONNX export with dynamic axes and a parity check against PyTorch",
+    name="export", version=1, summary="ONNX export with dynamic axes and a parity check against PyTorch (a model "
+                                      "file: imported as given)",
     record=ExportRecord, after=("model",), key=_key, run=_run, outputs=lambda inputs, r: [r.onnx_path.parent],
     describe=_describe, from_dict=_from_dict, relocate=_relocate)

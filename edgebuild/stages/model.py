@@ -1,10 +1,14 @@
-"""The model stage: load the entry point and its weights, run forward at the min/opt/max shapes.
+"""The model stage: load the model and check it at the min/opt/max shapes against the task.
 
-Reads: the project's model source (entry point module, weights) and task. Writes nothing but
-its record (``ModelRecord``): the outputs checked against the task at every profile shape.
+Reads: the project's model source, either an entry point (its module, weights) run with PyTorch, or
+a model file (``[model] source``, ONNX) checked and run with ONNX Runtime, no PyTorch
+(``edgebuild.sources.onnx_file``); and the task. Writes nothing but its record (``ModelRecord``;
+``OnnxModelRecord`` for a model file): the outputs checked against the task at every profile shape.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from edgebuild.content import digest, tool_versions
 from edgebuild.pipeline.runner import Stage, StageInputs
@@ -15,6 +19,10 @@ __all__ = ["MODEL"]
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
+    if inputs.project.model.source is not None:
+        from edgebuild.sources.onnx_file import model_check_key_parts
+
+        return model_check_key_parts(inputs.project, inputs.plan.groups)
     from edgebuild.sources.model import model_key_parts
     from edgebuild.sources.task_outputs import task_outputs_key
 
@@ -23,17 +31,32 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
 
 def _run(inputs: StageInputs) -> ModelRecord:
+    if inputs.project.model.source is not None:
+        from edgebuild.sources.onnx_file import check_onnx_model
+
+        return check_onnx_model(inputs.project, inputs.plan.groups, report=inputs.report)
     from edgebuild.sources.model import check_model
 
     session: CompileSession = inputs.session
     return check_model(inputs.project, session.torch_runner(inputs.project))
 
 
+def _from_dict(data: dict[str, Any]) -> ModelRecord:
+    from edgebuild.sources.onnx_file import read_model_record
+
+    return read_model_record(data)
+
+
 def _describe(record: ModelRecord) -> str:
+    if hasattr(record, "kind"):  # a model file (OnnxModelRecord)
+        from edgebuild.sources.onnx_file import describe_model
+
+        return describe_model(record)  # type: ignore[arg-type]
     return (f"{record.entry_point} ({record.parameters:,} parameters), forward at min/opt/max shapes "
             f"in {record.seconds:.1f} s")
 
 
 MODEL = Stage(
-    name="model", version=2, summary="load the entry point and weights, run forward at the min/opt/max shapes",
-    record=ModelRecord, key=_key, run=_run, describe=_describe)
+    name="model", version=2, summary="load the model (entry point and weights, or a model file), run it at the "
+                                     "min/opt/max shapes",
+    record=ModelRecord, key=_key, run=_run, describe=_describe, from_dict=_from_dict)

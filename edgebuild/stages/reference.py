@@ -1,7 +1,8 @@
-"""The reference stage: the FP32 accuracy of the PyTorch model on the validation set.
+"""The reference stage: the FP32 accuracy of the model on the validation set.
 
-Reads: the model stage, the validation data, the task and metric. Its record (``Evaluation``)
-is what retention is measured against before the gate has its own FP32 ONNX measurement.
+Reads: the model stage, the validation data, the task and metric. Evaluates the PyTorch model (an
+entry point) or, for a model file (``[model] source``), that file with ONNX Runtime. Its record
+(``Evaluation``) is what retention is measured against before the gate has its own FP32 ONNX measurement.
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ __all__ = ["REFERENCE"]
 
 def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.datasets.project_data import validation_digest
-    from edgebuild.sources.model import model_key_parts
 
     project = inputs.project
-    return {**model_key_parts(project), "validation": validation_digest(project),
+    if project.model.source is not None:
+        from edgebuild.sources.onnx_file import onnx_key_parts
+
+        model, tools = onnx_key_parts(project), ("onnxruntime", "faster-coco-eval")
+    else:
+        from edgebuild.sources.model import model_key_parts
+
+        model, tools = model_key_parts(project), ("torch", "faster-coco-eval")
+    return {**model, "validation": validation_digest(project),
             "task": digest(project.task.model_dump()), "metric": project.metric,
-            "tools": digest(tool_versions("torch", "faster-coco-eval"))}
+            "tools": digest(tool_versions(*tools))}
 
 
 def _run(inputs: StageInputs) -> Evaluation:
@@ -29,10 +37,15 @@ def _run(inputs: StageInputs) -> Evaluation:
 
     session: CompileSession = inputs.session
     data = ValidationSet(inputs.project)
+    if inputs.project.model.source is not None:
+        from edgebuild.sources.onnx_file import onnx_runner
+
+        runner, what = onnx_runner(inputs.project), f"the ONNX file {inputs.project.model.source}"
+    else:
+        runner, what = session.torch_runner(inputs.project), "the PyTorch model"
     if not inputs.options.progress:  # no bar: one line when the long step starts
-        inputs.report(f"reference: evaluating the PyTorch model on {len(data)} validation images [torch-cpu]")
-    return evaluate(inputs.project, session.torch_runner(inputs.project), data=data,
-                    progress=inputs.options.progress)
+        inputs.report(f"reference: evaluating {what} on {len(data)} validation images [{runner.backend}]")
+    return evaluate(inputs.project, runner, data=data, progress=inputs.options.progress)
 
 
 def _describe(record: Evaluation) -> str:
@@ -41,5 +54,6 @@ def _describe(record: Evaluation) -> str:
 
 
 REFERENCE = Stage(
-    name="reference", version=1, summary="FP32 accuracy of the PyTorch model on the validation set",
+    name="reference", version=1, summary="FP32 accuracy of the model (PyTorch, or a model file with ONNX Runtime) "
+                                         "on the validation set",
     record=Evaluation, after=("model",), key=_key, run=_run, describe=_describe, needs_data=True)

@@ -40,7 +40,9 @@ class Finding:
 
 def check_code_and_data(project: Project) -> list[Finding]:
     """Problems and notes about the project's entry points and data folders, in that order."""
-    findings = _entry_point(project, project.model.entry_point, "model.entry_point")
+    # a model file ([model] source) is checked by the model stage; only Python entry points import here
+    findings = _entry_point(project, project.model.entry_point, "model.entry_point") if project.model.entry_point \
+        else []
     if project.data.prepare:
         findings += _entry_point(project, project.data.prepare, "data.prepare")
     findings += _calibration(project)
@@ -95,6 +97,8 @@ def _folder_images(key: str, folder: Path, gray: bool, sample: int = SAMPLE) -> 
 
 
 def _calibration(project: Project) -> list[Finding]:
+    if project.data.calibration_images is None:
+        return []  # the dataset's calibration split: _dataset reports it
     key, folder = "data.calibration_images", project.path(project.data.calibration_images)
     if _missing_for_prepare(project, folder):
         return []
@@ -103,6 +107,8 @@ def _calibration(project: Project) -> list[Finding]:
 
 
 def _validation(project: Project) -> list[Finding]:
+    if project.data.dataset is not None:
+        return _dataset(project)
     key, root = "data.validation.images", project.path(project.data.validation.images)
     if _missing_for_prepare(project, root) or (
             project.data.validation.annotations
@@ -111,6 +117,32 @@ def _validation(project: Project) -> list[Finding]:
     if project.task.kind == "detection":
         return _detection_set(project, key)
     return _class_folders(project, key, root)
+
+
+def _dataset(project: Project) -> list[Finding]:
+    """``[data] dataset`` (a YOLO data.yaml, a VOC root, split folders): what it is, and a few images of each split."""
+    from edgebuild.datasets.project_data import (
+        calibration_images,
+        describe_data,
+        load_validation_set,
+        unreadable_images,
+    )
+
+    key = "data.dataset"
+    if _missing_for_prepare(project, project.path(project.data.dataset)):
+        return []
+    try:
+        summary = describe_data(project)
+        splits = [[s.path for s in load_validation_set(project)[1]], calibration_images(project)]
+    except DataError as exc:
+        found, _, message = exc.message.partition(": ")
+        return [Finding(found, message, DataError, exc.hint) if message else Finding(key, exc.message, DataError,
+                                                                                      exc.hint)]
+    tried, problems = 0, []
+    for images in splits:
+        count, broken = unreadable_images(images, _gray(project), SAMPLE)
+        tried, problems = tried + count, problems + [Finding(key, m, DataError) for m in broken]
+    return problems or [Finding(key, f"{summary}, {tried} decoded")]
 
 
 def _detection_set(project: Project, key: str) -> list[Finding]:

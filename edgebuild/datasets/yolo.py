@@ -1,0 +1,245 @@
+"""Ultralytics YOLO detection data: a ``data.yaml`` naming split folders or image lists, one label file per image.
+
+The splits are resolved as Ultralytics' ``check_det_dataset`` and ``img2label_paths`` resolve them:
+
+- the dataset root is ``path`` (relative: against the data.yaml's folder; unset: that folder);
+- a split (``train``, ``val``, ``test``; ``validation`` is read as ``val``) is a folder (every image
+  under it, recursively, hidden files left out), a ``.txt`` list of image paths (``./`` lines are
+  relative to the list) or a list of either; a relative split is taken against the root, and one
+  starting ``../`` that does not exist there is tried without it;
+- an image's labels are in the file found by replacing the last ``/images/`` of its path with
+  ``/labels/`` and its suffix with ``.txt``; no label file means no objects;
+- ``names`` is a list or a dict {id: name} with ids 0..n-1 (``nc`` alone names them class_0...).
+
+A label line is ``class cx cy w h``, normalised to [0, 1] by the image's width and height (a
+polygon ``class x1 y1 x2 y2 ...`` counts as its bounding box; with ``kpt_shape`` the keypoints
+follow the box). Each becomes a COCO box [x, y, w, h] in pixels from the image's top-left corner.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebuild.datasets.images import CocoSet, Sample, image_size, refuse_duplicate_stems
+from edgebuild.errors import DataError
+
+__all__ = ["IMG_FORMATS", "YoloData", "label_path", "load_yolo_set", "read_data_yaml", "read_labels", "split_images"]
+
+#: the suffixes Ultralytics takes as images (ultralytics.data.utils.IMG_FORMATS)
+IMG_FORMATS = {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
+_SPLIT_KEYS = ("train", "val", "test", "minival")
+
+
+@dataclass(frozen=True)
+class YoloData:
+    path: Path  # the data.yaml
+    root: Path  # its `path`, resolved
+    names: list[str]
+    splits: dict[str, list[Path]]  # split -> the folders and .txt lists it names, resolved
+    extra_fields: int  # keypoint values after the box on every label line (kpt_shape), else 0
+
+    def where(self, split: str) -> str:
+        return f"{self.path}: {split}"
+
+
+def read_data_yaml(path: Path, key: str = "data.dataset") -> YoloData:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+        data = yaml.safe_load(text)
+    except FileNotFoundError:
+        raise DataError(f"{key}: file not found: {path}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise DataError(f"{key}: {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{key}: {path} is not a YOLO data.yaml: needs a mapping with 'train', 'val' and 'names'")
+    if "val" not in data and "validation" in data:
+        data["val"] = data.pop("validation")
+    missing = [k for k in ("train", "val") if k not in data]
+    if missing:
+        raise DataError(f"{key}: {path}: {' and '.join(repr(m) for m in missing)} missing; a YOLO data.yaml needs "
+                        "'train' and 'val' (and 'names')")
+    names = _names(data, path, key)
+    raw_root = data.get("path")
+    if raw_root is not None and not isinstance(raw_root, str):
+        raise DataError(f"{key}: {path}: 'path' must be a folder name, found {raw_root!r}")
+    root = path.parent.resolve() / (raw_root or "")
+    root = root.resolve()
+    splits: dict[str, list[Path]] = {}
+    for split in _SPLIT_KEYS:
+        value = data.get(split)
+        if not value:
+            continue
+        if isinstance(value, str):
+            entry = (root / value).resolve()
+            if not entry.exists() and value.startswith("../"):
+                entry = (root / value[3:]).resolve()
+            splits[split] = [entry]
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            splits[split] = [(root / v).resolve() for v in value]
+        else:
+            raise DataError(f"{key}: {path}: {split!r} must be a folder, an image list (.txt) or a list of them, "
+                            f"found {value!r}")
+    extra = 0
+    kpt = data.get("kpt_shape")
+    if kpt is not None:
+        if not (isinstance(kpt, list) and len(kpt) == 2 and all(isinstance(v, int) and v > 0 for v in kpt)):
+            raise DataError(f"{key}: {path}: 'kpt_shape' must be [keypoints, 2 or 3], found {kpt!r}")
+        extra = kpt[0] * kpt[1]
+    return YoloData(path, root, names, splits, extra)
+
+
+def _names(data: dict[str, Any], path: Path, key: str) -> list[str]:
+    names, nc = data.get("names"), data.get("nc")
+    if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int | float) or nc != int(nc) or nc < 1):
+        raise DataError(f"{key}: {path}: 'nc' must be a whole number of classes, found {nc!r}")
+    if names is None:
+        if nc is None:
+            raise DataError(f"{key}: {path}: 'names' missing (a list of class names, or {{id: name}})")
+        return [f"class_{i}" for i in range(int(nc))]
+    if isinstance(names, list):
+        result = [str(n) for n in names]
+    elif isinstance(names, dict):
+        try:
+            by_id = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            raise DataError(f"{key}: {path}: 'names' keys must be class ids 0..n-1, found {list(names)}") from None
+        if sorted(by_id) != list(range(len(by_id))):
+            raise DataError(f"{key}: {path}: 'names' needs ids 0..{len(by_id) - 1}, found {sorted(by_id)}")
+        result = [by_id[i] for i in range(len(by_id))]
+    else:
+        raise DataError(f"{key}: {path}: 'names' must be a list or a dict {{id: name}}, found {names!r}")
+    if not result:
+        raise DataError(f"{key}: {path}: 'names' is empty")
+    if nc is not None and int(nc) != len(result):
+        raise DataError(f"{key}: {path}: 'names' has {len(result)} classes but 'nc' is {nc}")
+    return result
+
+
+def split_images(data: YoloData, split: str, key: str = "data.dataset") -> tuple[list[Path], list[Path]]:
+    """The images of ``split`` in Ultralytics' order (sorted paths), and the image lists read for them."""
+    entries = data.splits.get(split)
+    if not entries:
+        named = sorted(data.splits)
+        raise DataError(f"{key}: {data.path} has no {split!r} split (splits: {', '.join(named) or 'none'})")
+    found: list[str] = []
+    lists: list[Path] = []
+    for entry in entries:
+        if entry.is_dir():
+            found += glob.glob(str(Path(glob.escape(str(entry))) / "**" / "*.*"), recursive=True)
+        elif entry.is_file():
+            lists.append(entry)
+            found += _listed(entry, key)
+        else:
+            raise DataError(f"{key}: {data.where(split)}: {entry} does not exist")
+    images = sorted(x for x in found if x.rpartition(".")[-1].lower() in IMG_FORMATS)
+    if not images:
+        raise DataError(f"{key}: {data.where(split)}: no images ({', '.join(sorted(IMG_FORMATS))}) in "
+                        f"{', '.join(str(e) for e in entries)}")
+    paths = [Path(x) for x in images]
+    refuse_duplicate_stems(paths, key, data.where(split))
+    return paths, lists
+
+
+def _listed(listing: Path, key: str) -> list[str]:
+    """The image paths of a .txt list: ``./x`` and other relative lines against the list's folder."""
+    try:
+        lines = listing.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{key}: {listing}: not a UTF-8 image list: {exc}") from None
+    parent = listing.parent
+    found = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        path = os.path.normpath(os.path.join(parent, line[2:] if line.startswith("./") else line))
+        if line.rpartition(".")[-1].lower() in IMG_FORMATS and not os.path.isfile(path):
+            raise DataError(f"{key}: {listing}:{number}: image {path} does not exist")
+        found.append(path)
+    return found
+
+
+def label_path(image: Path) -> Path:
+    """Ultralytics' img2label_paths: the last /images/ becomes /labels/, the suffix .txt."""
+    images, labels = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    return Path(labels.join(str(image).rsplit(images, 1)).rsplit(".", 1)[0] + ".txt")
+
+
+def read_labels(path: Path, classes: int, extra_fields: int = 0,
+                key: str = "data.dataset") -> list[tuple[int, float, float, float, float]]:
+    """(class, cx, cy, w, h) of each line, normalised; exact duplicate lines once (as Ultralytics keeps them)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{key}: {path}: not a UTF-8 label file: {exc}") from None
+    boxes: list[tuple[int, float, float, float, float]] = []
+    seen: set[tuple[float, ...]] = set()
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields:
+            continue
+        where = f"{key}: {path}:{number}"
+        polygon = not extra_fields and len(fields) >= 7 and len(fields) % 2 == 1
+        if len(fields) != 5 + extra_fields and not polygon:
+            wanted = f"5 + {extra_fields} keypoint values" if extra_fields else "5 (class cx cy w h) or a polygon"
+            raise DataError(f"{where}: {len(fields)} fields, needs {wanted}: {line.strip()!r}")
+        try:
+            values = [float(v) for v in fields]
+        except ValueError:
+            raise DataError(f"{where}: not numbers: {line.strip()!r}") from None
+        if tuple(values) in seen:
+            continue
+        seen.add(tuple(values))
+        label = values[0]
+        if not math.isfinite(label) or label != int(label) or not 0 <= label < classes:
+            raise DataError(f"{where}: class {fields[0]} is out of range: the data.yaml names {classes} classes "
+                            f"(0..{classes - 1})")
+        coords = values[1:] if polygon else values[1:5]
+        outside = [v for v in coords if not 0.0 <= v <= 1.0]
+        if outside:
+            raise DataError(f"{where}: coordinates must be normalised to [0, 1] by the image size, found "
+                            f"{', '.join(f'{v:g}' for v in outside)} in {line.strip()!r}")
+        if polygon:
+            xs, ys = coords[0::2], coords[1::2]
+            x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+            boxes.append((int(label), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1))
+        else:
+            boxes.append((int(label), *coords))  # type: ignore[arg-type]
+    return boxes
+
+
+def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | None = None,
+                  key: str = "data.dataset") -> CocoSet:
+    """A split of a YOLO dataset in COCO form; its names must be ``classes``, in order."""
+    data = read_data_yaml(yaml_path, key)
+    if data.names != list(classes):
+        raise DataError(f"{key}: {yaml_path} names {data.names} differ from task.classes {list(classes)}: the model "
+                        "predicts task.classes in order, and a YOLO model the names of the data.yaml it was trained on",
+                        hint="make task.classes the data.yaml's names, in their order")
+    images, lists = split_images(data, split, key)
+    if limit:
+        images = images[:limit]
+    records, annotations, read = [], [], []
+    for image_id, image in enumerate(images, 1):
+        width, height = image_size(image, key)
+        records.append({"id": image_id, "file_name": image.name, "width": width, "height": height})
+        labels = label_path(image)
+        if not labels.is_file():
+            continue  # no label file: an image without objects
+        read.append(labels)
+        for label, cx, cy, w, h in read_labels(labels, len(data.names), data.extra_fields, key):
+            box = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": label + 1,
+                                "bbox": box, "area": box[2] * box[3], "iscrowd": 0})
+    ground_truth = {"images": records, "annotations": annotations,
+                    "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
+    samples = [Sample(image, i) for i, image in enumerate(images, 1)]
+    return CocoSet(yaml_path, ground_truth, samples, list(range(1, len(classes) + 1)), "yolo",
+                   tuple([*lists, *read]))

@@ -1,0 +1,302 @@
+"""The checks an ONNX file given as the model (``[model] source``) passes, each a ModelError naming the fix.
+
+Read from the file's structure (loaded without its external data): that it is an ONNX protobuf, the
+full checker with strict shape inference, the opset against the fleet's TensorRT parsers, the inputs
+against ``[model.inputs]`` (names, rank, dtype, and which axes the min/opt/max profile may vary: a
+fixed axis cannot), the outputs against ``model.outputs``, and what its ``metadata_props`` say.
+Ultralytics' exports carry their task, class names, image size and stride there; their raw
+detection head, [N, 4+C, A], is the one output edgebuild cannot read yet and is refused with what to do.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.errors import ModelError
+from edgebuild.sources.tool_output import first_line
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgebuild.project.config import Project
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["OUTPUTS_HINT", "default_opset", "describe_ultralytics", "dynamic_axis_names", "external_locations",
+           "graph_inputs", "graph_output_dims", "load_structure", "metadata", "opset_error", "parameter_count",
+           "raise_for_checker", "raise_for_inputs", "raise_for_output_names", "raise_for_ultralytics_head",
+           "ultralytics_summary"]
+
+OUTPUTS_HINT = ("the ONNX file must output exactly what the task reads: export it again with such outputs, or "
+                "build the model in Python with a wrapper torch.nn.Module that reshapes them and name it with "
+                "model.entry_point instead of model.source")
+
+_AXIS_NAMES = {0: "batch", 2: "height", 3: "width"}
+_PROTOBUF_LIMIT = 2_000_000_000  # bytes: a bigger model is checked from its path
+
+
+def _where(project: Project, path: Path) -> str:
+    return f"{project.source}: model.source: {path.name}"
+
+
+# -- the file ---------------------------------------------------------------------------------------
+
+def load_structure(project: Project, path: Path) -> onnx.ModelProto:
+    """The graph, without its external data (that stays on disk until the checker or a runner reads it)."""
+    import onnx
+
+    if not path.is_file():
+        raise ModelError(f"{project.source}: model.source: file not found: {path}")
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX model
+        raise ModelError(f"{_where(project, path)} is not a readable ONNX model ({type(exc).__name__}: "
+                         f"{first_line(exc)})",
+                         hint="a truncated copy or a download that failed? Export or copy the file again") from None
+
+
+def raise_for_checker(project: Project, path: Path) -> None:
+    """The full ONNX checker with strict shape inference, external data included.
+
+    A model with external data under protobuf's 2 GB limit is checked in memory, its data loaded:
+    shape inference cannot read a constant (a Reshape's shape, a ReduceMean's axes) left on disk.
+    """
+    import onnx
+
+    try:
+        external = [path.parent / name for name in external_locations(path)]
+        size = path.stat().st_size + sum(p.stat().st_size for p in external if p.is_file())
+        if external and size < _PROTOBUF_LIMIT:
+            onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+        else:
+            onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # ValidationError, InferenceError, a missing external data file, ...
+        which = "strict shape inference fails on" if isinstance(exc, onnx.shape_inference.InferenceError) \
+            else "the ONNX checker refuses"
+        raise ModelError(f"{project.source}: model.source: {which} {path.name} ({type(exc).__name__}: "
+                         f"{first_line(exc)})",
+                         hint="a damaged file, or one its exporter wrote wrong: export it again (for external "
+                              "data, keep its data file next to it under the name the model gives)") from None
+
+
+def external_locations(path: Path) -> list[str]:
+    """The external data files an ONNX file names (relative to its folder); none for an unreadable file."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # the model stage says what is wrong with it
+        return []
+    found = []
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location and location not in found:
+                found.append(location)
+    return found
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _tensors(sub)
+
+
+def parameter_count(proto: onnx.ModelProto) -> int:
+    """Values in the graph's initializers (the weights), without loading external data."""
+    total = 0
+    for tensor in proto.graph.initializer:
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        total += count
+    return total
+
+
+# -- the opset --------------------------------------------------------------------------------------
+
+def default_opset(project: Project, path: Path, proto: onnx.ModelProto) -> int:
+    found = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if found is None:
+        raise ModelError(f"{_where(project, path)} imports no version of the default ONNX domain (opset_import: "
+                         f"{[(o.domain, o.version) for o in proto.opset_import]})")
+    return found
+
+
+def opset_error(project: Project, path: Path, opset: int, ceiling: int, groups: Sequence[SelectedGroup]) -> ModelError:
+    """An opset above what some selected target's TensorRT parser takes: which targets cap it."""
+    capping = sorted({f"{g.name} ({g.target.id}: TensorRT {g.target.release.tensorrt} takes up to opset "
+                      f"{g.target.release.max_onnx_opset})" for g in groups
+                      if g.target.release.max_onnx_opset < opset})
+    return ModelError(f"{_where(project, path)} is ONNX opset {opset}, above what these targets' TensorRT parser "
+                      f"takes: {', '.join(capping)}",
+                      hint=f"export the file again at opset {ceiling} or lower (Ultralytics: opset={ceiling}; "
+                           f"torch.onnx.export: opset_version={ceiling}), or leave those targets out with --target")
+
+
+# -- metadata: Ultralytics' exports -----------------------------------------------------------------
+
+def metadata(proto: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in proto.metadata_props}
+
+
+def ultralytics_summary(props: dict[str, str]) -> dict[str, Any]:
+    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or {} for another file."""
+    said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
+    if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
+        return {}
+    names = _literal(props.get("names"))
+    classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
+        [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+    summary = {"task": props.get("task", "unknown"), "classes": classes, "imgsz": _literal(props.get("imgsz")),
+               "stride": _literal(props.get("stride")), "version": props.get("version", "")}
+    summary["summary"] = describe_ultralytics(summary)
+    return summary
+
+
+def _literal(text: str | None) -> Any:
+    """A Python literal written by Ultralytics (``{0: 'person', ...}``, ``[640, 640]``, ``32``), read safely."""
+    if text is None:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def describe_ultralytics(summary: dict[str, Any]) -> str:
+    classes = summary["classes"]
+    shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+    version = f" {summary['version']}" if summary.get("version") else ""
+    return (f"Ultralytics{version} export: task {summary['task']}, {len(classes)} classes ({shown}), "
+            f"imgsz {summary['imgsz']}, stride {summary['stride']}")
+
+
+def graph_output_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """{output: dims} as the graph declares them or shape inference finds them (None: symbolic or unknown)."""
+    import onnx
+
+    def dims(value: Any) -> list[int | None]:
+        return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+
+    found = {o.name: dims(o) for o in proto.graph.output}
+    if any(not d or None in d for d in found.values()):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto)
+            found.update({o.name: dims(o) for o in inferred.graph.output if dims(o)})
+        except Exception:  # the checker has passed; inference is only a better guess here
+            pass
+    return found
+
+
+def raise_for_ultralytics_head(project: Project, path: Path, summary: dict[str, Any],
+                               dims: dict[str, list[int | None]]) -> None:
+    """An Ultralytics detection head [N, 4+C, A] (before NMS) is not what the task reads: say so, and what to do."""
+    if not summary:
+        return
+    task = summary["task"]
+    if task in ("segment", "pose", "obb"):
+        raise ModelError(f"{_where(project, path)} is an Ultralytics {task} model: edgebuild builds detection and "
+                         "classification models", hint="export the detection (or classification) variant")
+    classes = len(summary["classes"]) or len(project.task.classes)
+    for name, shape in dims.items():
+        if len(shape) == 3 and shape[1] == 4 + classes and (shape[2] is None or shape[2] > shape[1]):
+            got = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+            raise ModelError(
+                f"{_where(project, path)}: output {name!r} {got} is the raw Ultralytics detection head, "
+                f"[N, 4+C, A]: per anchor 4 box values (cx, cy, w, h in input pixels) and {classes} class "
+                "scores, before NMS. The detection task reads boxes [N, A, 4] (x1, y1, x2, y2) and scores "
+                f"[N, A, C] (task.postprocess.boxes_output, scores_output); edgebuild does not adapt this head "
+                f"yet ({summary['summary']})",
+                hint="until edgebuild's built-in Ultralytics adapter (issue 26) reads it: write the task's "
+                     "outputs yourself, e.g. build the model in Python with a wrapper that transposes the head "
+                     "to [N, A, 4+C], converts cx, cy, w, h to x1, y1, x2, y2 and splits boxes from scores, and "
+                     "name it with model.entry_point instead of model.source")
+
+
+# -- inputs and outputs -----------------------------------------------------------------------------
+
+def graph_inputs(proto: onnx.ModelProto) -> list[Any]:
+    """The graph's real inputs (before IR 4, initializers are listed as inputs too)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    return [i for i in proto.graph.input if i.name not in initializers]
+
+
+def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> None:
+    """Every way the file's inputs miss ``[model.inputs]``, in one error."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    real = {i.name: i for i in graph_inputs(proto)}
+    declared = [s.name for s in project.model.inputs]
+    problems = [f"{name!r} is an input of the file that model.inputs does not declare (every input needs a "
+                "profile)" for name in real if name not in declared]
+    for index, spec in enumerate(project.model.inputs):
+        key = f"model.inputs[{index}] ({spec.name!r})"
+        if spec.name not in real:
+            problems.append(f"{key} is not an input of the file (its inputs: {list(real)})")
+            continue
+        tensor = real[spec.name].type.tensor_type
+        try:
+            dtype = str(tensor_dtype_to_np_dtype(tensor.elem_type))
+        except Exception:  # an element type numpy has no name for
+            dtype = f"ONNX type {tensor.elem_type}"
+        if dtype != spec.dtype:
+            problems.append(f"{key}: dtype {spec.dtype}, the file's input is {dtype}")
+        dims = list(tensor.shape.dim)
+        shown = "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                                for d in dims) + "]"
+        rank = len(spec.opt_shape)
+        if len(dims) != rank:
+            missing = " (no batch axis: the file takes one image, edgebuild's inputs are batched, axis 0 first)" \
+                if len(dims) == rank - 1 else ""
+            problems.append(f"{key}: the profile has rank {rank} ({spec.opt_shape}), the file's input has rank "
+                            f"{len(dims)} {shown}{missing}")
+            continue
+        for axis, dim in enumerate(dims):
+            if not dim.HasField("dim_value"):
+                continue  # symbolic: the profile may vary it
+            size, profile = dim.dim_value, (spec.min_shape[axis], spec.opt_shape[axis], spec.max_shape[axis])
+            label = f"axis {axis} ({_AXIS_NAMES[axis]})" if rank == 4 and axis in _AXIS_NAMES else f"axis {axis}"
+            if len(set(profile)) > 1:
+                problems.append(f"{key}: {label} is fixed at {size} in the file {shown}, but the profile varies it "
+                                f"(min {profile[0]}, opt {profile[1]}, max {profile[2]})")
+            elif profile[0] != size:
+                problems.append(f"{key}: {label} is fixed at {size} in the file {shown}, the profile asks for "
+                                f"{profile[0]}")
+    if problems:
+        raise ModelError(
+            f"{_where(project, path)}: its inputs do not fit model.inputs ({len(problems)} problem"
+            f"{'s' if len(problems) > 1 else ''}):\n" + "\n".join(f"  - {p}" for p in problems),
+            hint="export the file with the axes the profile varies dynamic (Ultralytics: dynamic=True; "
+                 "torch.onnx.export: dynamic_axes or dynamic_shapes), or make min_shape, opt_shape and max_shape "
+                 "equal the file's size on a fixed axis (a fixed batch of 1 also needs runtime.max_batch_size = 1)")
+
+
+def raise_for_output_names(project: Project, path: Path, proto: onnx.ModelProto) -> None:
+    outputs = [o.name for o in proto.graph.output]
+    if outputs != list(project.model.outputs):
+        order = " (the same names in another order: list them in the file's order)" \
+            if sorted(outputs) == sorted(project.model.outputs) else ""
+        raise ModelError(f"{_where(project, path)}: its outputs are {outputs}, model.outputs lists "
+                         f"{list(project.model.outputs)}{order}",
+                         hint="model.outputs names the file's outputs, in its order, and task.postprocess says "
+                              "which the task reads; " + OUTPUTS_HINT)
+
+
+def dynamic_axis_names(project: Project, proto: onnx.ModelProto) -> dict[str, dict[str, str]]:
+    """{input: {axis: name}} for every axis the profile varies: the file's symbolic name, else batch/height/width."""
+    real = {i.name: list(i.type.tensor_type.shape.dim) for i in graph_inputs(proto)}
+    names = {}
+    for spec in project.model.inputs:
+        dims = real.get(spec.name, [])
+        readable = _AXIS_NAMES if len(spec.opt_shape) == 4 else {0: "batch"}
+        names[spec.name] = {str(a): (dims[a].dim_param if a < len(dims) and dims[a].dim_param else
+                                     readable.get(a, f"{spec.name}_dim{a}")) for a in spec.dynamic_axes}
+    return names

@@ -1,0 +1,306 @@
+"""An ONNX file as the model (``[model] source = "model.onnx"``): checked, evaluated and imported, no PyTorch.
+
+What this source yields to the pipeline, stage by stage:
+
+- model: ``onnx_key_parts`` (the file and its external data, hashed, with the declared inputs and
+  outputs) and ``check_onnx_model``, which loads the file, runs the full ONNX checker (strict shape
+  inference), checks its opset against the fleet's TensorRT parsers, its inputs against
+  ``[model.inputs]`` and their min/opt/max profile (``edgebuild.sources.onnx_checks``), and its
+  outputs against the task by running it with ONNX Runtime at those shapes. Record:
+  ``OnnxModelRecord``, a ``ModelRecord`` with what the file is.
+- reference: ``onnx_runner``, ONNX Runtime on the CPU over the file, for ``evaluate``.
+- export: ``import_onnx`` copies the file into ``build/export/opset<N>/`` (N: the file's own opset)
+  with an ``ExportRecord`` shaped as an export's (exporter ``"import"``, no parity: the checks run
+  are in ``exporter_note``), so preflight, gate, engine, container and package read it unchanged.
+
+No PyTorch is imported on this route. torch is not needed to read the file, and ultralytics is never
+imported: an Ultralytics export's metadata is read from the file itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
+from edgebuild.errors import EdgebuildError, ModelError
+from edgebuild.sources.export_checks import SHAPES
+from edgebuild.sources.model import ModelRecord
+
+if TYPE_CHECKING:
+    import onnx
+
+    from edgebuild.project.config import Project
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.sources.export import ExportRecord
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["IMPORTER", "OnnxModelRecord", "check_onnx_model", "fleet_opset", "import_key_parts", "import_onnx",
+           "model_check_key_parts", "onnx_key_parts", "onnx_runner", "read_model_record", "source_files"]
+
+IMPORTER = "import"  # ExportRecord.exporter of an imported ONNX
+_TOOLS = ("onnx", "onnxruntime")
+
+_Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OnnxModelRecord(ModelRecord):
+    """The model stage's result for a model file: ``entry_point`` holds ``model.source`` as written."""
+
+    kind: str = "onnx"
+    told_by: str = ""  # what said it is ONNX: model.kind, its suffix, its content
+    path: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # file name -> sha256: the model and its external data
+    opset: int = 0
+    fleet_opset: int = 0  # the highest opset every selected target's TensorRT parser takes
+    producer: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)  # metadata_props, values cut to 200 characters
+    ultralytics: dict[str, Any] = field(default_factory=dict)  # task, classes, imgsz, stride: where it says so
+    checks: list[str] = field(default_factory=list)  # what was checked, in order
+
+
+def read_model_record(data: dict[str, Any]) -> ModelRecord:
+    """A stored model record of either route (an entry point's has no ``kind``)."""
+    return OnnxModelRecord(**data) if "kind" in data else ModelRecord(**data)
+
+
+# -- what the model is: its key -------------------------------------------------------------------
+
+def source_path(project: Project) -> Path:
+    return project.path(project.model.source)
+
+
+def source_files(path: Path) -> dict[str, str]:
+    """{file name: sha256} of an ONNX file and every external data file it names ("missing" where absent).
+
+    Each file is hashed (and the model parsed for its data files) once per content stamp (its mtime
+    and size): the model, reference and export stages all key on it."""
+    stamp = _stamp(path)
+    if stamp is None:
+        return {path.name: "missing"}
+    found = {path.name: _sha256(str(path), *stamp)}
+    for location in _locations(str(path), *stamp):
+        data = path.parent / location
+        data_stamp = _stamp(data)
+        found[location] = _sha256(str(data), *data_stamp) if data_stamp else "missing"
+    return dict(sorted(found.items()))
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size) if path.is_file() else None
+
+
+@lru_cache(maxsize=32)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    return file_sha256(Path(path))
+
+
+@lru_cache(maxsize=8)
+def _locations(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    from edgebuild.sources.onnx_checks import external_locations
+
+    return tuple(external_locations(Path(path)))
+
+
+def onnx_key_parts(project: Project) -> dict[str, str]:
+    """What the model is on this route: the file (and its external data) and the declared inputs/outputs."""
+    from edgebuild.project.config import model_source_kind
+
+    kind, _ = model_source_kind(project)
+    return {
+        "source": project.model.source,
+        "kind": kind,
+        "files": digest(source_files(source_path(project))),
+        "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
+    }
+
+
+def fleet_opset(project: Project, groups: Sequence[SelectedGroup]) -> tuple[int, str]:
+    """The highest opset every selected target's TensorRT parser takes, and which parsers cap it."""
+    from edgebuild.sources.export import choose_opset
+
+    return choose_opset(project, [g.target.release for g in groups])
+
+
+def model_check_key_parts(project: Project, groups: Sequence[SelectedGroup]) -> dict[str, str]:
+    """The model stage's key on this route: the file, the task's outputs, the fleet's opset, the tools."""
+    from edgebuild.sources.task_outputs import task_outputs_key
+
+    return {**onnx_key_parts(project), "task_outputs": task_outputs_key(project),
+            "fleet_opset": str(fleet_opset(project, groups)[0]), "tools": digest(tool_versions(*_TOOLS))}
+
+
+# -- the model stage --------------------------------------------------------------------------------
+
+def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
+                     report: _Report = lambda _: None) -> OnnxModelRecord:
+    """Every check an ONNX file passes before the pipeline uses it as the model; raises ModelError.
+
+    In order: it loads, the full checker and strict shape inference pass, its opset is one every
+    selected target's TensorRT parses, an Ultralytics raw head is named, the inputs fit
+    ``[model.inputs]`` and the profile, the outputs are ``model.outputs``, and ONNX Runtime's outputs
+    at the min, opt and max shapes are what the task reads.
+    """
+    from edgebuild.project.config import model_source_kind
+    from edgebuild.sources import onnx_checks as checks
+    from edgebuild.sources.model import example_inputs
+    from edgebuild.sources.task_outputs import raise_for_task_outputs
+
+    started = time.perf_counter()
+    kind, told_by = model_source_kind(project)
+    path = source_path(project)
+    files = source_files(path)
+    proto = checks.load_structure(project, path)
+    missing = [name for name, sha in files.items() if sha == "missing" and name != path.name]
+    if missing:
+        raise ModelError(f"{project.source}: model.source: {path.name} keeps weights in {', '.join(missing)}, "
+                         f"not found in {path.parent}", hint="copy the external data file(s) next to the model, "
+                                                             "under the name(s) the model gives")
+    checks.raise_for_checker(project, path)
+    done = ["ONNX checker (full, with strict shape inference)"]
+    opset = checks.default_opset(project, path, proto)
+    ceiling = fleet_opset(project, groups)[0]
+    if opset > ceiling:
+        raise checks.opset_error(project, path, opset, ceiling, groups)
+    done.append(f"opset {opset} <= {ceiling}, the highest every selected target's TensorRT parser takes")
+    metadata = checks.metadata(proto)
+    ultralytics = checks.ultralytics_summary(metadata)
+    if ultralytics:
+        report("model: " + checks.describe_ultralytics(ultralytics))
+    checks.raise_for_ultralytics_head(project, path, ultralytics, checks.graph_output_dims(proto))
+    checks.raise_for_inputs(project, path, proto)
+    done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
+                "the min/opt/max profile")
+    checks.raise_for_output_names(project, path, proto)
+    runner = onnx_runner(project)
+    runs = {}
+    for which in SHAPES:
+        inputs = example_inputs(project, which, seed=SHAPES.index(which))
+        try:
+            outputs = runner.run(inputs)
+        except EdgebuildError as exc:
+            raise ModelError(f"{project.source}: model.source: {exc.message}") from None
+        runs[which] = (inputs, {name: outputs[name] for name in project.model.outputs})
+    checks.raise_for_ultralytics_head(project, path, ultralytics,
+                                      {n: list(a.shape) for n, a in runs["opt_shape"][1].items()})
+    try:
+        raise_for_task_outputs(project, runs)
+    except ModelError as exc:
+        raise ModelError(exc.message, hint=checks.OUTPUTS_HINT) from None
+    done.append(f"outputs {list(project.model.outputs)} against the {project.task.kind} task, run with "
+                f"{runner.backend} at the min/opt/max shapes")
+    shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
+              for which, (_, outputs) in runs.items()}
+    return OnnxModelRecord(
+        entry_point=project.model.source, parameters=checks.parameter_count(proto), output_shapes=shapes,
+        seconds=round(time.perf_counter() - started, 3), kind=kind, told_by=told_by, path=str(path), files=files,
+        opset=opset, fleet_opset=ceiling, producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+        metadata={k: v[:200] for k, v in metadata.items()}, ultralytics=ultralytics, checks=done)
+
+
+def describe_model(record: OnnxModelRecord) -> str:
+    """The model stage's line for a model file."""
+    made = f", from {record.producer}" if record.producer else ""
+    ultralytics = f"; {record.ultralytics['summary']}" if record.ultralytics else ""
+    return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] (opset {record.opset}, "
+            f"{record.parameters:,} parameters{made}){ultralytics}; checked, ONNX Runtime at min/opt/max shapes "
+            f"in {record.seconds:.1f} s")
+
+
+# -- the reference stage ----------------------------------------------------------------------------
+
+def onnx_runner(project: Project) -> OnnxRuntimeRunner:
+    """ONNX Runtime (CPU) over ``model.source``: the route's FP32 reference backend."""
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+    try:
+        return OnnxRuntimeRunner(source_path(project))
+    except EdgebuildError as exc:
+        raise ModelError(f"{project.source}: model.source: {exc.message}") from None
+
+
+# -- the export stage: an import ------------------------------------------------------------------
+
+def import_key_parts(project: Project, model: OnnxModelRecord) -> dict[str, str]:
+    """What an import depends on: the file, its opset, the fleet's opset (named in the record), the tools."""
+    return {**onnx_key_parts(project), "opset": str(model.opset), "fleet_opset": str(model.fleet_opset),
+            "exporter": IMPORTER, "tools": digest(tool_versions(*_TOOLS))}
+
+
+def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[SelectedGroup], *,
+                report: _Report = lambda _: None) -> ExportRecord:
+    """Copy the checked file into ``build/export/opset<N>/model.onnx`` and say so in an ``ExportRecord``.
+
+    The copy is the file as given; a file with external data is written again with its data in
+    ``model.onnx.data`` (the names later stages expect). Either way the result must be what the model
+    stage checked: a file changed since is refused.
+    """
+    from edgebuild.sources.export import MODEL_FILE, RECORD_FILE, ExportRecord, export_dir
+    from edgebuild.sources.onnx_checks import dynamic_axis_names, load_structure, raise_for_checker
+
+    started = time.perf_counter()
+    path = source_path(project)
+    if source_files(path) != model.files:
+        raise ModelError(f"{project.source}: model.source: {path} changed after the model stage checked it",
+                         hint="run the compile again: the model stage checks the new file first")
+    ceiling, reason = fleet_opset(project, groups)
+    parts = import_key_parts(project, model)
+    final = export_dir(project, model.opset)
+    report(f"export: importing {path.name} (opset {model.opset}) as given")
+    with atomic_output_dir(final) as staging:
+        target = staging / MODEL_FILE
+        checks = list(model.checks)
+        if len(model.files) == 1:
+            shutil.copyfile(path, target)
+            if file_sha256(target) != model.files[path.name]:
+                raise ModelError(f"{project.source}: model.source: the copy of {path} differs from the file")
+            checks.append("the copy's sha256 is the checked file's")
+        else:
+            _rewrite_external(project, path, target)
+            raise_for_checker(project, target)
+            checks.append(f"external data {sorted(set(model.files) - {path.name})} moved to {MODEL_FILE}.data; "
+                          "the ONNX checker passes on the copy")
+        files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        record = ExportRecord(
+            onnx_path=final / MODEL_FILE, files=files, opset=model.opset,
+            opset_reason=f"the opset model.source was exported at ({ceiling} is the {reason})",
+            exporter=IMPORTER,
+            exporter_note=f"imported {project.model.source} as given, no export (parity with itself is moot); "
+                          f"checks run: {'; '.join(checks)}",
+            simplified=False, simplify_note="not applied: an imported ONNX is used as given",
+            inputs=[s.model_dump() for s in project.model.inputs], outputs=list(project.model.outputs),
+            dynamic_axes=dynamic_axis_names(project, load_structure(project, target)),
+            atol=project.export.atol, rtol=project.export.rtol, parity=[], cache_key=digest(parts),
+            key_parts=parts, versions=tool_versions(*_TOOLS), seconds=round(time.perf_counter() - started, 3))
+        (staging / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
+    return record
+
+
+def _rewrite_external(project: Project, path: Path, target: Path) -> None:
+    """The model with its external data in one ``<name>.data`` beside it (small constants stay inline)."""
+    import onnx
+
+    try:
+        proto: onnx.ModelProto = onnx.load(str(path))
+    except Exception as exc:  # a missing or short external data file
+        raise ModelError(f"{project.source}: model.source: cannot read {path} with its external data: "
+                         f"{type(exc).__name__}: {exc}") from None
+    onnx.save_model(proto, str(target), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{target.name}.data", size_threshold=1024)
+
+
+def describe_import(record: ExportRecord) -> str:
+    """The export stage's line for an imported file."""
+    return (f"opset {record.opset}, imported as given (no export, no parity to check) -> "
+            f"{record.onnx_path.parent.name}/{record.onnx_path.name}")
