@@ -11,7 +11,7 @@ __all__ = ["write_starter"]
 
 STARTER = """\
 # edgebuild project file. Paths are relative to this file's folder.
-# Reference: the "Configuration" section of edgebuild's README.
+# Reference: docs/configuration.md (every key), docs/model-sources.md, docs/datasets.md.
 
 [project]
 name = "my-detector"            # lower-case letters, digits, - and _
@@ -20,6 +20,8 @@ build_dir = "build"             # where every stage writes its outputs
 [model]
 # A function that returns a torch.nn.Module: "package.module:function".
 entry_point = "my_detector.model:build_model"
+# Or, instead of entry_point (and weights), a model file: an ONNX file is imported as it is.
+# source = "model.onnx"
 # Optional state_dict loaded with load_state_dict(strict=True).
 weights = "weights/model.pt"
 # Folders prepended to sys.path to import the entry point.
@@ -57,12 +59,17 @@ max_detections = 100
 # classification instead: logits_output = "logits"
 
 [data]
+# A dataset with its splits: an Ultralytics YOLO data.yaml, a Pascal VOC root, or split folders
+# of class folders (classification). Then the keys below are not needed.
+# dataset = "datasets/shapes/data.yaml"
+# calibration_split = "train"
+# validation_split = "val"
 calibration_images = "data/calibration"  # folder of images for INT8 calibration
 # max_calibration_images = 256
 # prepare = "my_detector.data:prepare"   # called with the project folder if data is missing
 
 [data.validation]
-annotations = "data/val/annotations.json"  # COCO JSON (detection)
+annotations = "data/val/annotations.json"  # COCO JSON, or a folder of Pascal VOC XML (detection)
 images = "data/val/images"                 # classification: one sub-folder per class
 # max_images = 500
 
