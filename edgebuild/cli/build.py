@@ -129,12 +129,12 @@ def export_command(cli: CliContext, project_dir: Path, selector: str, force: boo
 
     The opset is the highest that every selected target's TensorRT parser takes (or
     export.opset if it is not above that; the summary says which target limits it). The
-    dynamo exporter is tried first, the TorchScript exporter is the fallback: each result is
-    checked (the opset it wrote, onnx.checker, shape inference, ONNX Runtime at the min, opt
-    and max shapes, parity with PyTorch) and any failure falls back to the next, the record
-    saying why each attempt failed. When the model needs an opset above what some targets
-    take, the error names them and what to do. Nothing changed since the last export: it is
-    reused.
+    TorchScript exporter is tried first (the faster), the dynamo exporter is the fallback;
+    export.exporter = "dynamo" or "torchscript" tries only that one. Each result is checked
+    (the opset it wrote, onnx.checker, shape inference, ONNX Runtime at the min, opt and max
+    shapes, parity with PyTorch) and any failure falls back to the next, the record saying
+    why each attempt failed. When the model needs an opset above what some targets take, the
+    error names them and what to do. Nothing changed since the last export: it is reused.
     """
     from edgebuild.workflows.build import export_model
 

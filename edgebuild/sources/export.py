@@ -1,11 +1,12 @@
 """ONNX export with dynamic axes, trusted only after it is reloaded and matches PyTorch.
 
-The exported file is the input of every later stage. Each exporter's model (``auto``: dynamo,
-then TorchScript) is checked in turn (``edgebuild.sources.export_checks``): the opset it actually
-wrote, the full ONNX checker with strict shape inference, an ONNX Runtime session at the min,
-opt and max shapes, and parity with PyTorch output by output. The first that passes every check
-is renamed into ``build/export/opset<N>/`` with its record, ``export.json``, which says why any
-earlier exporter was refused. When none passes, the error (``edgebuild.sources.export_advice``)
+The exported file is the input of every later stage. Each exporter's model (``auto``: TorchScript,
+the faster, then dynamo; see ``AUTO_ORDER``) is checked in turn (``edgebuild.sources.export_checks``):
+the opset it actually wrote, the full ONNX checker with strict shape inference, an ONNX Runtime
+session at the min, opt and max shapes, and parity with PyTorch output by output. The first that
+passes every check is renamed into ``build/export/opset<N>/`` with its record, ``export.json``,
+which says why any earlier exporter was refused; ``export.exporter = "dynamo"`` or
+``"torchscript"`` tries only that one. When none passes, the error (``edgebuild.sources.export_advice``)
 lists why each failed and, where a higher opset would work, which targets' TensorRT caps the opset.
 """
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from edgebuild.targets.profiles import JetPackRelease, SelectedGroup
 
 __all__ = [
+    "AUTO_ORDER",
     "MODEL_FILE",
     "RECORD_FILE",
     "STAGE_VERSION",
@@ -61,6 +63,15 @@ MODEL_FILE = "model.onnx"
 RECORD_FILE = "export.json"
 
 _Report = Callable[[str], None]
+
+# export.exporter = "auto": the TorchScript exporter first, the dynamo exporter if its model fails a
+# check. TorchScript's traced export is 8x to 45x faster than dynamo's (torch.export, decompositions,
+# onnxscript): 0.28 s against 12.2 s on the shapes example (docs/benchmarks.md#exporter-speed), and
+# at opset 17 dynamo's model is often refused anyway (opset 18 written; YOLO's Split). Either model
+# is checked the same way, so the faster goes first and dynamo is the fallback for what TorchScript
+# cannot translate (operators without a TorchScript symbolic, e.g. torch.diff).
+AUTO_ORDER = ("torchscript", "dynamo")
+_EXPORTER_NAMES = {"torchscript": "TorchScript exporter", "dynamo": "dynamo exporter with dynamic_shapes"}
 
 
 @dataclass(frozen=True)
@@ -187,35 +198,32 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: _Re
     with atomic_output_dir(export_dir(project, opset)) as staging:
         path = staging / MODEL_FILE
         try:
-            exporter, note, refused, parity = _export_checked(project, torch_runner.model, reference, opset, path,
-                                                              report)
+            passed = _export_checked(project, torch_runner.model, reference, opset, path, report,
+                                     simplify_model=project.export.simplify)
         except _NoExporterPassed as failed:
             probe = functools.partial(_passes_at, project, torch_runner.model, reference)
             raise export_failure(project, opset, failed.refused, groups, report, probe) from None
-        simplified, simplify_note = False, "disabled (export.simplify = false)"
-        if project.export.simplify:
-            simplified, simplify_note, parity = simplify(project, reference, path, parity, report)
         files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
         record = ExportRecord(
             onnx_path=export_dir(project, opset) / MODEL_FILE,
             files=files,
             opset=opset,
             opset_reason=opset_reason,
-            exporter=exporter,
-            exporter_note=note,
-            simplified=simplified,
-            simplify_note=simplify_note,
+            exporter=passed.exporter,
+            exporter_note=passed.note,
+            simplified=passed.simplified,
+            simplify_note=passed.simplify_note,
             inputs=[s.model_dump() for s in project.model.inputs],
             outputs=list(project.model.outputs),
             dynamic_axes=_dynamic_axis_names(project),
             atol=project.export.atol,
             rtol=project.export.rtol,
-            parity=parity,
+            parity=passed.parity,
             cache_key=digest(parts),
             key_parts=parts,
             versions=tool_versions("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript"),
             seconds=round(time.perf_counter() - started, 3),
-            failed_attempts=[r.summary for r in refused],
+            failed_attempts=[r.summary for r in passed.refused],
         )
         (staging / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
     return record
@@ -273,38 +281,54 @@ def _outputs_in_order(model: torch.nn.Module, names: list[str]) -> torch.nn.Modu
 class _NoExporterPassed(Exception):
     """No exporter's model passed: why each was refused."""
 
-
     def __init__(self, refused: list[Refused]) -> None:
         super().__init__("; ".join(r.summary for r in refused))
         self.refused = refused
 
 
+@dataclass(frozen=True)
+class _Passed:
+    """The model at the path passed every check: which exporter wrote it, why that one, and its checks."""
+
+    exporter: str
+    note: str
+    refused: list[Refused]  # the exporters tried before it, and why each was refused
+    parity: list[OutputParity]
+    simplified: bool
+    simplify_note: str
+
+
 def _export_checked(project: Project, model: torch.nn.Module, reference: dict, opset: int, path: Path,
-                    report: _Report) -> tuple[str, str, list[Refused], list[OutputParity]]:
+                    report: _Report, *, simplify_model: bool) -> _Passed:
     """Each exporter in turn until one's model passes every check; why each earlier one did not."""
     choice = project.export.exporter
-    attempts = ("dynamo", "torchscript") if choice == "auto" else (choice,)
+    attempts = AUTO_ORDER if choice == "auto" else (choice,)
     wrapped = _outputs_in_order(model, list(project.model.outputs))
     args = _example_args(project)
     refused: list[Refused] = []
     for exporter in attempts:
         report(f"export: trying the {exporter} exporter at opset {opset}")
         try:
-            parity = _attempt(project, exporter, wrapped, args, reference, opset, path)
+            parity, simplified, simplify_note = _attempt(project, exporter, wrapped, args, reference, opset, path,
+                                                         report, simplify_model)
         except Refused as why:
             refused.append(why)
             report(f"export: {why.summary}" + ("; falling back" if exporter != attempts[-1] else ""))
             continue
-        return exporter, _exporter_note(exporter, refused), refused, parity
+        return _Passed(exporter, _exporter_note(exporter, choice, refused), refused, parity, simplified,
+                       simplify_note)
     raise _NoExporterPassed(refused)
 
 
 def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tuple, reference: dict, opset: int,
-             path: Path) -> list[OutputParity]:
+             path: Path, report: _Report, simplify_model: bool) -> tuple[list[OutputParity], bool, str]:
     """One exporter's model, written to ``path`` and checked, cheapest check first; raises Refused.
 
     The checks: the exporter's own result (opset actually written, inputs, outputs), the full ONNX
-    checker with strict shape inference, an ONNX Runtime session, and parity with PyTorch.
+    checker with strict shape inference, an ONNX Runtime session, and parity with PyTorch. With
+    ``simplify_model``, onnxslim's version replaces the model if it passes all of them itself; only
+    when it does not is the exporter's own model run in ONNX Runtime. Returns the kept model's
+    parity, whether it is onnxslim's, and what onnxslim did.
     """
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
@@ -321,6 +345,11 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
         problem = checker_problem(path)
     if problem is not None:
         raise Refused(exporter, problem)
+    simplify_note = "disabled (export.simplify = false)"
+    if simplify_model:
+        simplify_note, simplified_parity = simplify(project, reference, path, report)
+        if simplified_parity is not None:
+            return simplified_parity, True, simplify_note
     try:
         with native_output_dropped():  # ONNX Runtime logs its errors too; the message below has them
             results = parity_results(project, reference, OnnxRuntimeRunner(path))
@@ -331,15 +360,17 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
         raise Refused(exporter, f"wrote a model whose outputs differ from PyTorch in {len(bad)} of {len(results)} "
                                 f"checks (atol {project.export.atol}, rtol {project.export.rtol})",
                       tuple(mismatch_lines(bad)), parity=True)
-    return results
+    return results, False, simplify_note
 
 
-def _exporter_note(exporter: str, refused: list[Refused]) -> str:
-    if exporter == "dynamo":
-        return "dynamo exporter with dynamic_shapes"
+def _exporter_note(exporter: str, choice: str, refused: list[Refused]) -> str:
+    """Which exporter wrote the model and why that one: forced, tried first, or why the earlier were refused."""
+    name = _EXPORTER_NAMES[exporter]
     if refused:
-        return "TorchScript exporter, because " + "; ".join(r.summary for r in refused)
-    return "TorchScript exporter (export.exporter = \"torchscript\")"
+        return f"{name}, because " + "; ".join(r.summary for r in refused)
+    if choice != "auto":
+        return f'{name} (export.exporter = "{choice}")'
+    return f"{name} (export.exporter = \"auto\" tries it first: the faster exporter)"
 
 
 def _remove_model(path: Path) -> None:
@@ -356,7 +387,8 @@ def _passes_at(project: Project, model: torch.nn.Module, reference: dict, opset:
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".probe-opset{opset}-", dir=scratch) as tmp:
         try:
-            return _export_checked(project, model, reference, opset, Path(tmp) / MODEL_FILE, lambda _: None)[0]
+            return _export_checked(project, model, reference, opset, Path(tmp) / MODEL_FILE, lambda _: None,
+                                   simplify_model=False).exporter
         except _NoExporterPassed:
             return None
 

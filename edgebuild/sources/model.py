@@ -5,11 +5,15 @@ torch is imported inside the functions that need it, so the CLI starts without i
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
+import os
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["ModelRecord", "TorchRunner", "call_entry_point", "check_model", "example_inputs", "load_model",
-           "model_key_parts", "model_source_digest", "outputs_by_name", "resolve_entry_point"]
+           "loaded_file_parts", "model_key_parts", "model_source_digest", "outputs_by_name", "resolve_entry_point"]
 
 
 @contextmanager
@@ -89,9 +93,16 @@ def call_entry_point(project: Project, spec: str, key: str, *args: Any) -> Any:
 
 def load_model(project: Project) -> torch.nn.Module:
     """Build the model from its entry point, load the weights, and put it in eval mode."""
+    return _load_model_recorded(project)[0]
+
+
+def _load_model_recorded(project: Project) -> tuple[torch.nn.Module, dict[str, str]]:
+    """The model (as ``load_model``) and the files its entry point read while building it: {name: sha256}."""
     import torch
 
-    model = call_entry_point(project, project.model.entry_point, "model.entry_point")
+    with _files_opened() as opened:
+        model = call_entry_point(project, project.model.entry_point, "model.entry_point")
+    loaded = _model_files(project, opened)
     if not isinstance(model, torch.nn.Module):
         raise ModelError(
             f"{project.source}: model.entry_point: {project.model.entry_point} returned "
@@ -113,7 +124,7 @@ def load_model(project: Project) -> torch.nn.Module:
             raise ModelError(
                 f"{project.source}: model.weights: {path} does not fit the model: {exc}"
             ) from exc
-    return model.eval()
+    return model.eval(), loaded
 
 
 def outputs_by_name(result: Any, names: list[str], source: str) -> dict[str, np.ndarray]:
@@ -163,7 +174,11 @@ class TorchRunner:
 
     def __init__(self, project: Project, model: torch.nn.Module | None = None) -> None:
         self.project = project
-        self.model = model if model is not None else load_model(project)
+        #: the files the entry point read while it built the model (not [model] weights): {name: sha256}
+        self.loaded_files: dict[str, str] = {}
+        if model is None:
+            model, self.loaded_files = _load_model_recorded(project)
+        self.model = model
         self.input_names = [spec.name for spec in project.model.inputs]
         self.output_names = list(project.model.outputs)
 
@@ -182,28 +197,71 @@ class TorchRunner:
         return outputs_by_name(result, self.output_names, str(self.project.source))
 
 
+# -- what the model is: its key -----------------------------------------------------------------------
+
 def model_source_digest(project: Project) -> str:
     """Hash of every Python file under ``model.python_path`` (names and contents), found without
     importing anything: the entry point may import sibling modules, and a change in any of them
-    must re-export. The build folder, hidden folders and virtual environments are left out."""
-    from edgebuild.content import file_sha256
+    must re-export. The build folder, hidden folders and virtual environments are left out. When
+    the entry point's package lives outside ``model.python_path`` (installed in development mode,
+    on PYTHONPATH), its files are hashed too; an installed distribution counts by its version."""
+    from edgebuild.content import digest, file_sha256
 
     build = project.build_dir.resolve()
     entries = []
-    for root in (project.path(p) for p in project.model.python_path):
+    roots = [project.path(p) for p in project.model.python_path]
+    for root in roots:
         for path in sorted(root.rglob("*.py")) if root.is_dir() else []:
             parts = path.relative_to(root).parts
             if any(p.startswith(".") or p in ("__pycache__", "site-packages") for p in parts) \
                     or path.resolve().is_relative_to(build):
                 continue
             entries.append(f"{path.relative_to(root)}:{file_sha256(path)}")
-    from edgebuild.content import digest
-
+    entries += _outside_package_entries(project, roots)
     return digest(entries) if entries else "unknown"
 
 
+def _outside_package_entries(project: Project, roots: list[Path]) -> list[str]:
+    """The entry point's top-level package where it is not under ``roots``: its Python files, or,
+    installed with the interpreter's packages, its distribution's version. Found without importing it."""
+    import importlib.metadata
+    import importlib.util
+
+    from edgebuild.content import file_sha256
+
+    top = project.model.entry_point.partition(":")[0].split(".")[0]
+    if any((root / top).is_dir() or (root / f"{top}.py").is_file() for root in roots):
+        return []  # hashed with model.python_path
+    try:
+        with _project_on_path(project):
+            spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or (spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations):
+        return []
+    where = [Path(d).resolve() for d in spec.submodule_search_locations or [spec.origin]]
+    if any(w.is_relative_to(lib) for w in where for lib in _library_roots()):
+        dists = sorted(set(_packages_distributions().get(top, [])))
+        return [f"{top}: {d}=={importlib.metadata.version(d)}" for d in dists] or [f"{top}: installed"]
+    entries = []
+    for w in where:
+        files = sorted(f for f in w.rglob("*.py") if "__pycache__" not in f.parts) if w.is_dir() else [w]
+        entries += [f"{top}/{f.relative_to(w) if w.is_dir() else f.name}:{file_sha256(f)}" for f in files]
+    return entries
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    """{top-level package: distributions}: a scan of every installed distribution (a third of a
+    second), made once per process."""
+    import importlib.metadata
+
+    return dict(importlib.metadata.packages_distributions())
+
+
 def model_key_parts(project: Project) -> dict[str, str]:
-    """What the PyTorch model is: its code, entry point, weights and declared inputs/outputs."""
+    """What the PyTorch model is: its code, entry point, weights and declared inputs/outputs, and
+    the files the entry point read while it built the model (``loaded:<file>``, see ``loaded_file_parts``)."""
     from edgebuild.content import digest, file_sha256
 
     weights = project.path(project.model.weights) if project.model.weights else None
@@ -212,7 +270,179 @@ def model_key_parts(project: Project) -> dict[str, str]:
         "entry_point": project.model.entry_point,
         "weights": file_sha256(weights) if weights and weights.is_file() else "none",
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
+        **loaded_file_parts(project),
     }
+
+
+# -- the files the entry point reads ---------------------------------------------------------------
+#
+# An entry point may read more than its code and [model] weights: a checkpoint named in its code or
+# in an environment variable (Ultralytics' YOLO("best.pt")), a config, a label file. Every file it
+# opens for reading while it builds the model is recorded by an audit hook on "open" events
+# (sys.addaudithook: builtins.open, io.open, os.open, pathlib, io.open_code), whatever library
+# opens it (torch.load with or without mmap, numpy, yaml, PIL, Ultralytics) and however it was
+# imported, which wrapping torch.load would not see (numpy, configs, a loader bound by
+# ``from torch import load`` before the wrap). Two loaders open their file in native code, past
+# that hook: torch.jit.load and safetensors' safe_open; their path argument is recorded instead
+# while a recording runs. The ModelRecord keeps each file's sha256 as loaded; the next key
+# computation hashes those files again.
+
+_recordings: list[list[str]] = []  # one list of opened paths per recording in progress
+_hook_lock = threading.Lock()
+_hook_installed = False
+_SYSTEM_FOLDERS = ("/etc", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/boot", "/run", "/proc", "/sys",
+                   "/dev")
+_NATIVE_LOADERS = (("torch.jit", "load"), ("safetensors", "safe_open"), ("safetensors.torch", "safe_open"))
+
+
+def _on_audit(event: str, args: tuple) -> None:
+    """The audit hook: installed once for the process (hooks cannot be removed), idle but for one
+    comparison unless a recording is in progress; it must never raise."""
+    if event != "open" or not _recordings:
+        return
+    try:
+        path, _, flags = args
+        reading = flags is None or (flags & os.O_ACCMODE) == os.O_RDONLY
+        if reading and not isinstance(path, int):  # an int is an already open descriptor
+            opened = os.path.abspath(os.fsdecode(path))
+            for recording in list(_recordings):
+                recording.append(opened)
+    except Exception:  # an audit hook that raises would fail the user's open()
+        pass
+
+
+def _native_loader(original: Any) -> Any:
+    """``original`` with its path argument recorded while a recording is in progress."""
+
+    def loader(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if _recordings and isinstance(path, (str, os.PathLike)):
+            opened = os.path.abspath(os.fsdecode(path))
+            for recording in list(_recordings):
+                recording.append(opened)
+        return original(path, *args, **kwargs)
+
+    loader._edgebuild_recorded = original  # type: ignore[attr-defined]
+    return loader
+
+
+@contextmanager
+def _files_opened() -> Iterator[list[str]]:
+    """The absolute paths of the files opened for reading while the block runs (every thread)."""
+    global _hook_installed
+    with _hook_lock:
+        if not _hook_installed:
+            sys.addaudithook(_on_audit)
+            _hook_installed = True
+    opened: list[str] = []
+    patched = []
+    for module_name, attr in _NATIVE_LOADERS:
+        module = sys.modules.get(module_name)
+        original = getattr(module, attr, None)
+        if original is not None and not hasattr(original, "_edgebuild_recorded"):
+            setattr(module, attr, _native_loader(original))
+            patched.append((module, attr, original))
+    _recordings.append(opened)
+    try:
+        yield opened
+    finally:
+        _recordings.remove(opened)
+        for module, attr, original in patched:
+            setattr(module, attr, original)
+
+
+def _library_roots() -> list[Path]:
+    """Where the interpreter and its installed packages live: their files are versions, not the model."""
+    import site
+    import sysconfig
+
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              *sysconfig.get_paths().values(), *getattr(site, "getsitepackages", lambda: [])()}
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    places |= {user} if isinstance(user, str) else set()
+    return [r for r in (Path(p).resolve() for p in places if p) if len(r.parts) > 1]  # never all of /
+
+
+def _model_files(project: Project, opened: Iterable[str]) -> dict[str, str]:
+    """{name: sha256} of the regular files in ``opened`` that are the model's: under the project
+    folder (named relative to it; not in the build folder, hidden folders or Python sources, which
+    ``model_source_digest`` hashes), or anywhere else (named absolute) except the interpreter's and
+    its packages' files, the temporary folder, hidden folders (~/.cache, ~/.config: libraries'
+    caches and settings) and the system's folders (/etc/os-release, read by Ultralytics, is the
+    machine, not the model)."""
+    import tempfile
+
+    from edgebuild.content import file_sha256
+
+    root, build = project.root.resolve(), project.build_dir.resolve()
+    elsewhere = [*_library_roots(), Path(tempfile.gettempdir()).resolve(), *map(Path, _SYSTEM_FOLDERS)]
+    files = {}
+    for path in map(Path, dict.fromkeys(opened)):
+        try:
+            real = path.resolve()
+            if not real.is_file() or real.suffix in (".py", ".pyc") or real.is_relative_to(build):
+                continue
+        except OSError:
+            continue
+        if real.is_relative_to(root) or path.is_relative_to(project.root):
+            inside = path.relative_to(project.root) if path.is_relative_to(project.root) else real.relative_to(root)
+            if any(p.startswith(".") or p in ("__pycache__", "site-packages") for p in inside.parts[:-1]):
+                continue
+            name = inside.as_posix()
+        elif any(real.is_relative_to(r) for r in elsewhere) or any(p.startswith(".") for p in real.parts[:-1]):
+            continue
+        else:
+            name = str(path)
+        try:
+            files[name] = file_sha256(path)
+        except OSError:
+            continue
+    return dict(sorted(files.items()))
+
+
+def loaded_file_parts(project: Project) -> dict[str, str]:
+    """``loaded:<file>`` -> sha256 now ("missing" if gone), for each file the last model stage run
+    recorded as read by the entry point (``ModelRecord.loaded_files``, in the stored model record).
+
+    A part is in the key when the file changed since it was loaded, or when the stored model stage
+    key already has it. The files are known only after a run, so the key that run was stored under
+    lacks them: leaving out a file unchanged since it was loaded keeps that key valid, and once a
+    change has put a file's part in the stored key it stays, with the hash of the file now.
+    """
+    keyed, loaded = _last_model_run(project)
+    parts = {}
+    for name, then in loaded.items():
+        part = f"loaded:{name}"
+        now = _sha256_now(project, name)
+        if part in keyed or now != then:
+            parts[part] = now
+    return parts
+
+
+def _sha256_now(project: Project, name: str) -> str:
+    from edgebuild.content import file_sha256
+
+    path = Path(name) if os.path.isabs(name) else project.root / name
+    try:
+        return file_sha256(path)
+    except OSError:
+        return "missing"
+
+
+def _last_model_run(project: Project) -> tuple[dict[str, str], dict[str, str]]:
+    """(the key parts, the loaded files) of the stored model stage record, or empty ones when there
+    is none or it is not intact (then the model stage runs again anyway)."""
+    from edgebuild.content import digest
+    from edgebuild.project.layout import BuildLayout
+
+    try:
+        stored = json.loads(BuildLayout.of(project).record("model").read_text())
+        body = stored["body"]
+        if stored.get("sha256") != digest(body):
+            return {}, {}
+        keyed, loaded = body["key_parts"], body["result"].get("loaded_files") or {}
+        return ({str(k): str(v) for k, v in keyed.items()}, {str(k): str(v) for k, v in loaded.items()})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}, {}
 
 
 @dataclass(frozen=True)
@@ -223,6 +453,9 @@ class ModelRecord:
     parameters: int
     output_shapes: dict[str, dict[str, list[int]]]  # min_shape/opt_shape/max_shape -> output -> shape
     seconds: float
+    #: the files the entry point read while it built the model, {name: sha256 then}: relative to the
+    #: project folder, or absolute outside it ([model] weights is hashed on its own)
+    loaded_files: dict[str, str] = field(default_factory=dict)
 
 
 def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
@@ -244,7 +477,7 @@ def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
     shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
               for which, (_, outputs) in runs.items()}
     return ModelRecord(project.model.entry_point, sum(p.numel() for p in runner.model.parameters()), shapes,
-                       round(time.perf_counter() - started, 3))
+                       round(time.perf_counter() - started, 3), dict(getattr(runner, "loaded_files", {})))
 
 
 def example_inputs(project: Project, which: str = "opt_shape", seed: int = 0) -> dict[str, np.ndarray]:

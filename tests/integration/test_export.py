@@ -24,6 +24,7 @@ from edgebuild.targets.profiles import load_catalog
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
+DYNAMO = TORCHSCRIPT.replace('exporter = "torchscript"', 'exporter = "dynamo"')
 
 
 def _export(project_dir: Path, opset: int = 17, **kwargs):
@@ -35,9 +36,68 @@ def _leftovers(project_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
 
 
+def _count_exports(monkeypatch) -> list[str]:
+    """The exporters export_model calls, in order."""
+    import edgebuild.sources.export as export
+
+    calls: list[str] = []
+    for name in ("_export_dynamo", "_export_torchscript"):
+        original = getattr(export, name)
+        monkeypatch.setattr(export, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    return calls
+
+
+def test_auto_tries_the_torchscript_exporter_first_and_keeps_its_valid_model(tiny_project: Path,
+                                                                           monkeypatch) -> None:
+    """TorchScript is the faster exporter (docs/benchmarks.md#exporter-speed): no dynamo run when its model passes."""
+    calls = _count_exports(monkeypatch)
+    record = _export(tiny_project, opset=17)
+    assert calls == ["_export_torchscript"]
+    assert record.exporter == "torchscript" and record.failed_attempts == []
+    assert record.exporter_note == 'TorchScript exporter (export.exporter = "auto" tries it first: the faster exporter)'
+    assert all(p.ok for p in record.parity) and {p.shape for p in record.parity} == {"min_shape", "opt_shape",
+                                                                                       "max_shape"}
+
+
+def _count_onnxruntime_sessions(monkeypatch) -> list[str]:
+    from edgebuild.runtime.backends import onnxruntime
+
+    sessions: list[str] = []
+    original = onnxruntime.OnnxRuntimeRunner.__init__
+    monkeypatch.setattr(onnxruntime.OnnxRuntimeRunner, "__init__",
+                        lambda self, path, *a, **k: sessions.append(Path(path).parent.name) or original(self, path,
+                                                                                                        *a, **k))
+    return sessions
+
+
+def test_only_the_model_that_is_kept_runs_in_onnx_runtime(tiny_project: Path, monkeypatch) -> None:
+    """onnxslim's model passes every check itself: the exporter's own model is never run."""
+    sessions = _count_onnxruntime_sessions(monkeypatch)
+    record = _export(tiny_project)
+    assert record.simplified and record.simplify_note.startswith("onnxslim: ")
+    assert record.simplify_note.endswith(" nodes, passes every check")
+    assert sessions == ["simplified"] and all(p.ok for p in record.parity)
+
+
+def test_when_onnxslim_fails_the_exporters_own_model_is_checked_and_kept(tiny_project: Path, monkeypatch) -> None:
+    import onnxslim
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot slim this")
+
+    monkeypatch.setattr(onnxslim, "slim", broken)
+    sessions = _count_onnxruntime_sessions(monkeypatch)
+    record = _export(tiny_project)
+    assert not record.simplified and record.simplify_note == "kept unsimplified: RuntimeError: cannot slim this"
+    assert len(sessions) == 1 and sessions[0] != "simplified" and all(p.ok for p in record.parity)
+    assert sorted(p.name for p in record.onnx_path.parent.iterdir()) == ["export.json", "model.onnx"]
+
+
 def test_dynamo_export_has_dynamic_axes_and_runs_at_three_shapes(tiny_project: Path) -> None:
+    write_tiny_project(tiny_project, DYNAMO)  # export.exporter = "dynamo" forces it
     record = _export(tiny_project, opset=18)
     assert record.exporter == "dynamo" and record.opset == 18
+    assert record.exporter_note == 'dynamo exporter with dynamic_shapes (export.exporter = "dynamo")'
     model = onnx.load(str(record.onnx_path))
     dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["batch", 3, "height", "width"]
@@ -65,11 +125,14 @@ def test_opset_comes_from_the_lowest_targeted_parser(tiny_project: Path) -> None
         choose_opset(load_project(tiny_project), [releases["6.2"], releases["5.1.2"]])
 
 
-def test_opset_the_dynamo_exporter_cannot_reach_falls_back_to_torchscript(tiny_project: Path) -> None:
-    record = _export(tiny_project, opset=13)
-    assert record.exporter == "torchscript" and record.opset == 13
-    assert "dynamo exporter produced opset" in record.exporter_note
-    assert onnx.load(str(record.onnx_path)).opset_import[0].version == 13
+def test_an_opset_the_forced_dynamo_exporter_cannot_reach_is_an_error_that_names_torchscript(
+        tiny_project: Path) -> None:
+    assert _export(tiny_project, opset=13).exporter == "torchscript"  # auto: TorchScript writes opset 13
+    write_tiny_project(tiny_project, DYNAMO)
+    with pytest.raises(ExportError) as caught:
+        _export(tiny_project, opset=13, groups=[])
+    assert "  - the dynamo exporter produced opset 18, not the requested 13" in caught.value.message
+    assert 'export.exporter = "torchscript"' in caught.value.hint
 
 
 def _export_stage(project_dir: Path) -> tuple[object, str, list[str]]:
@@ -229,8 +292,22 @@ class Folded(torch.nn.Module):
 def chunked():
     return Chunked()
 
+class Differenced(torch.nn.Module):
+    """torch.diff: the TorchScript exporter has no symbolic for it; the dynamo exporter decomposes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3, stride=8, padding=1)
+
+    def forward(self, images):
+        y = self.conv(images).flatten(2).transpose(1, 2)
+        return {"boxes": y[..., :4].abs() * 8.0, "scores": torch.sigmoid(torch.diff(y[..., 3:], dim=-1))}
+
 def folded():
     return Folded()
+
+def differenced():
+    return Differenced()
 '''
 
 
@@ -240,44 +317,55 @@ def _with_model(root: Path, entry: str, toml: str = TINY_TOML) -> Path:
     return root
 
 
-def test_auto_falls_back_to_torchscript_when_the_dynamo_model_fails_the_checker(tmp_path: Path) -> None:
-    """The fleet has JetPack 5.1.2 (opset 17): dynamo's Split keeps opset 18's num_outputs attribute."""
+def test_auto_exports_a_yolo_like_chunk_with_torchscript_at_opset_17_without_a_failed_dynamo_attempt(
+        tmp_path: Path) -> None:
+    """The fleet has JetPack 5.1.2 (opset 17): dynamo's Split keeps opset 18's num_outputs attribute
+    (Ultralytics' C2f blocks), TorchScript's does not, and it is tried first."""
     record, status, messages = _export_stage(_with_model(tmp_path, "chunked"))
     assert status == "ran" and record.opset == 17 and record.exporter == "torchscript"
     assert "limited by JetPack 5.1.2 (TensorRT 8.5.2.2)" in record.opset_reason
     assert "JetPack 6.2 (TensorRT 10.3.0.30) would take up to 20" in record.opset_reason
-    assert record.exporter_note.startswith("TorchScript exporter, because the dynamo exporter wrote a model "
-                                           "the ONNX checker refuses (ValidationError: ")
-    assert "num_outputs for operator Split" in record.exporter_note
-    assert len(record.failed_attempts) == 1 and record.failed_attempts[0].startswith("the dynamo exporter wrote")
-    assert ".tmp-" not in record.exporter_note and str(tmp_path) not in record.exporter_note
-    assert any(m.startswith("export: the dynamo exporter wrote") and m.endswith("; falling back") for m in messages)
-    stored = json.loads((record.onnx_path.parent / "export.json").read_text())
-    assert stored["failed_attempts"] == record.failed_attempts
+    assert record.failed_attempts == [] and messages[1:] == ["export: trying the torchscript exporter at opset 17",
+                                                             "export: simplifying with onnxslim"]
     model = onnx.load(str(record.onnx_path))
     assert [o.version for o in model.opset_import if o.domain == ""] == [17]
     onnx.checker.check_model(model, full_check=True)
 
-
-def test_dynamo_writing_opset_18_for_opset_17_is_refused_without_a_second_export(tmp_path: Path,
-                                                                                  monkeypatch) -> None:
-    """One attempt per exporter: the opset the file imports is read before anything else is done."""
-    import edgebuild.sources.export as export
-
-    calls: list[str] = []
-    for name in ("_export_dynamo", "_export_torchscript"):
-        original = getattr(export, name)
-        monkeypatch.setattr(export, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
-    record = _export(tiny_project_at(tmp_path), opset=13)  # dynamo builds at 18 and cannot convert to 13
-    assert calls == ["_export_dynamo", "_export_torchscript"]
-    assert record.exporter == "torchscript"
-    assert record.failed_attempts == ["the dynamo exporter produced opset 18, not the requested 13 "
-                                      "(its version conversion failed)"]
+    # forced, the dynamo exporter's model is refused by the checker, and the error says why
+    _with_model(tmp_path, "chunked", DYNAMO)
+    with pytest.raises(ExportError) as caught:
+        export_model(load_project(tmp_path), 17, "test", groups=[])
+    assert "  - the dynamo exporter wrote a model the ONNX checker refuses (ValidationError: " in caught.value.message
+    assert "num_outputs for operator Split" in caught.value.message
 
 
-def tiny_project_at(root: Path) -> Path:
-    write_tiny_project(root)
-    return root
+def test_auto_falls_back_to_dynamo_when_torchscript_cannot_export_and_records_why(tmp_path: Path) -> None:
+    """torch.diff has no TorchScript symbolic; the dynamo exporter decomposes it."""
+    record, status, messages = _export_stage(_with_model(tmp_path, "differenced"))
+    assert status == "ran" and record.opset == 17 and record.exporter == "dynamo"
+    assert len(record.failed_attempts) == 1
+    assert record.failed_attempts[0].startswith("the torchscript exporter failed: UnsupportedOperatorError: ")
+    assert "diff" in record.failed_attempts[0]
+    assert record.exporter_note == "dynamo exporter with dynamic_shapes, because " + record.failed_attempts[0]
+    assert ".tmp-" not in record.exporter_note and str(tmp_path) not in record.exporter_note
+    assert messages[1:3] == ["export: trying the torchscript exporter at opset 17",
+                             f"export: {record.failed_attempts[0]}; falling back"]
+    assert messages[3] == "export: trying the dynamo exporter at opset 17"
+    stored = json.loads((record.onnx_path.parent / "export.json").read_text())
+    assert stored["failed_attempts"] == record.failed_attempts and stored["exporter"] == "dynamo"
+    assert all(p.ok for p in record.parity)
+
+
+def test_each_exporter_is_tried_once_and_dynamos_opset_18_is_refused_before_any_check(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """One attempt per exporter, in order: the opset the file imports is read before anything else is done."""
+    calls = _count_exports(monkeypatch)
+    with pytest.raises(ExportError) as caught:  # dynamo builds at 18 and cannot convert to 13
+        _export(_with_model(tmp_path, "differenced"), opset=13, groups=[])
+    assert calls == ["_export_torchscript", "_export_dynamo"]
+    lines = [line for line in caught.value.message.splitlines() if line.startswith("  - ")]
+    assert lines[0].startswith("  - the torchscript exporter failed: UnsupportedOperatorError: ")
+    assert lines[1] == "  - the dynamo exporter produced opset 18, not the requested 13 (its version conversion failed)"
 
 
 def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_path: Path) -> None:
@@ -289,9 +377,10 @@ def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_pat
         export_model(project, opset, reason, groups=groups)
     message, hint = caught.value.message, caught.value.hint
     assert "cannot export tinydet.ops:folded to ONNX opset 17:" in message
-    assert "  - the dynamo exporter produced opset 18, not the requested 17" in message
-    assert "  - the torchscript exporter failed: UnsupportedOperatorError: " in message and "col2im" in message
-    assert "at opset 20 it exports (dynamo exporter) and matches PyTorch" in message
+    assert message.index("  - the torchscript exporter failed: UnsupportedOperatorError: ") \
+        < message.index("  - the dynamo exporter produced opset 18, not the requested 17")
+    assert "col2im" in message
+    assert "at opset 20 it exports (torchscript exporter) and matches PyTorch" in message
     assert "yard-cams = orin-nano-8gb@6.2 (TensorRT 10.3.0.30, up to opset 20)" in message
     assert ("dock = agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2, up to opset 17), "
             "legacy = xavier-nx@5.1.2 (TensorRT 8.5.2.2, up to opset 17) cap the opset at 17") in message
@@ -302,7 +391,7 @@ def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_pat
     # the advice works: the JetPack 6.2 group alone exports at 20
     alone = plan_compile(project, "yard-cams")
     record = export_model(project, *choose_opset(project, alone.releases), groups=alone.groups)
-    assert record.opset == 20 and record.failed_attempts == []
+    assert record.opset == 20 and record.exporter == "torchscript" and record.failed_attempts == []
 
 
 def test_the_cli_error_for_a_model_no_exporter_takes_says_what_to_try(tmp_path: Path) -> None:
