@@ -16,12 +16,39 @@ __all__ = ["COMMANDS"]
 @click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing edgebuild.toml.")
-def init(directory: Path, force: bool) -> None:
-    """Write a commented starter edgebuild.toml into DIRECTORY."""
-    from edgebuild.project.template import write_starter
+@click.option("--model", "model", type=click.Path(path_type=Path), default=None,
+              help="A model file (ONNX, or an Ultralytics best.pt) to write the project from.")
+@click.option("--data", "data", type=click.Path(path_type=Path), default=None,
+              help="Its dataset: a YOLO data.yaml, a Pascal VOC root, a COCO JSON, or split folders of class folders.")
+@click.option("--fleet", "fleet", default=None, metavar="GROUPS",
+              help="Fleet groups NAME=MODULE@JETPACK,... (default: one orin-nano-8gb group, newest JetPack).")
+@click.option("--name", "name", default=None, help="The project name (default: the folder's name).")
+@click.option("--trust-checkpoint", is_flag=True,
+              help="A .pt checkpoint (a pickle) may be loaded: writes [model] trust_checkpoint = true.")
+def init(directory: Path, force: bool, model: Path | None, data: Path | None, fleet: str | None,
+         name: str | None, trust_checkpoint: bool) -> None:
+    """Write an edgebuild.toml into DIRECTORY.
 
-    path = write_starter(directory, force=force)
-    click.echo(f"wrote {path}: fill in the model, data and fleet, then run `edgebuild check`")
+    With --model and --data, a complete, commented project file from what the model file and the
+    dataset say, which `edgebuild compile` runs as it is; without them, a commented starter to fill in.
+    """
+    if model is None and data is None:
+        if fleet is not None or name is not None or trust_checkpoint:
+            raise click.UsageError("--fleet, --name and --trust-checkpoint go with --model and --data")
+        from edgebuild.project.template import write_starter
+
+        path = write_starter(directory, force=force)
+        click.echo(f"wrote {path}: fill in the model, data and fleet, then run `edgebuild check`")
+        return
+    if model is None or data is None:
+        raise click.UsageError("--model and --data go together: the model file and its dataset")
+    from edgebuild.workflows.init import init_from_files
+
+    result = init_from_files(directory, model=model, data=data, fleet=fleet, name=name, force=force,
+                             trust_checkpoint=trust_checkpoint)
+    for line in result.found:
+        click.echo(line)
+    click.echo(f"wrote {result.path}; next: {result.next_command}")
 
 
 @click.command()

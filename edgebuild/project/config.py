@@ -53,6 +53,7 @@ def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Pro
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+    raw = _with_model_defaults(source, raw)
     try:
         project = Project.model_validate(raw)
     except ValidationError as exc:
@@ -154,13 +155,36 @@ def _check_meaning(project: Project, catalog: Any) -> list[str]:
     return problems
 
 
+def _with_model_defaults(source: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """An Ultralytics model (checkpoint or ONNX export) as ``model.source``: what ``[task]`` leaves out
+    (kind, classes, input size, preprocessing, Ultralytics' val settings) comes from the model. Read
+    without running the checkpoint's pickle (``edgebuild.project.ultralytics_facts.peek_checkpoint``)."""
+    model = raw.get("model")
+    name = model.get("source") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return raw
+    from edgebuild.project.ultralytics_facts import facts_for_source, fill_raw_defaults
+
+    facts = facts_for_source((source.parent / name).resolve())
+    return fill_raw_defaults(raw, facts) if facts else raw
+
+
 def _check_model_source(project: Project) -> list[str]:
-    """A model file is used as given: the keys that steer an export from PyTorch do not apply to it."""
+    """A model file is used as given: the keys that steer an export from PyTorch do not apply to it.
+    An Ultralytics model's task, classes, image size, preprocessing and stride are checked against the project."""
     if project.model.source is None:
         return []
-    return [f"export.{key}: applies to an export from model.entry_point; model.source {project.model.source!r} "
-            f"is used as given (its own opset, outputs and weights): remove export.{key}"
-            for key in sorted(project.export.model_fields_set)]
+    from edgebuild.project.ultralytics_facts import facts_for_source, project_problems
+
+    path = project.path(project.model.source)
+    facts = facts_for_source(path) if path.is_file() else None
+    problems = [f"model.source {project.model.source!r}: {p}" for p in project_problems(project, facts)] \
+        if facts else []
+    if facts and facts.told_by == "checkpoint":  # exported from PyTorch: the [export] keys apply
+        return problems
+    return problems + [f"export.{key}: applies to an export from model.entry_point; model.source "
+                       f"{project.model.source!r} is used as given (its own opset, outputs and weights): "
+                       f"remove export.{key}" for key in sorted(project.export.model_fields_set)]
 
 
 def model_source_kind(project: Project) -> tuple[str | None, str]:
@@ -189,6 +213,12 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
         return None, f"model.source: cannot read {path}: {exc.strerror or exc}"
     if len(head) > 1 and head[0] == 0x08 and 0 < head[1] < 64:  # a ModelProto starts with ir_version (field 1)
         return "onnx", "its content (an ONNX ModelProto)"
+    if head == b"PK\x03\x04":
+        from edgebuild.project.ultralytics_facts import facts_from_checkpoint
+
+        facts = facts_from_checkpoint(path)  # read without running the pickle
+        if facts is not None:
+            return "ultralytics", f"its content (an Ultralytics {facts.model_class} checkpoint)"
     what = ("a zip archive: a PyTorch checkpoint or TorchScript file? Build such a model in Python and name "
             "that function with model.entry_point (and its weights with model.weights)" if head == b"PK\x03\x04"
             else "a Python pickle: a PyTorch checkpoint? Name the function that builds the model with "

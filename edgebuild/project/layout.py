@@ -5,6 +5,7 @@
     build/
       .lock                       one compile at a time (pipeline.runner.build_lock)
       .records/<stage>[/<group>].json, last-compile.json    stage records (pipeline.records)
+      sources/                    a model file as edgebuild adapted it (an Ultralytics head with the adapter appended)
       export/opset<N>/            the exported ONNX and its export.json (export stage)
       gate/gate.json, gate/measured/<model>/<candidate>/    the decision and its measurements (gate stage)
       engines/<group>/            the group's model folder: recipe, ONNX, acceptance set, engine (engine stage)
@@ -59,6 +60,11 @@ class BuildLayout:
         return self.records / "last-compile.json"
 
     # -- the stages' outputs
+    @property
+    def adapted_sources(self) -> Path:
+        """Model files as edgebuild adapted them (model stage), named by what they were made from."""
+        return self.root / "sources"
+
     def export(self, opset: int) -> Path:
         return self.root / "export" / f"opset{opset}"
 

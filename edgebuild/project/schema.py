@@ -100,7 +100,8 @@ class InputSpec(_Section):
         return [i for i, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
 
 
-MODEL_SOURCE_KINDS = ("onnx",)  # what `[model] source` may be (edgebuild.sources.onnx_file reads ONNX)
+MODEL_SOURCE_KINDS = ("onnx", "ultralytics")  # what `[model] source` may be: ONNX (edgebuild.sources.onnx_file),
+# an Ultralytics checkpoint (edgebuild.sources.ultralytics_checkpoint)
 
 
 class ModelSection(_Section):
@@ -109,6 +110,8 @@ class ModelSection(_Section):
     source: str | None = None  # a model file, e.g. "model.onnx" (relative to the project folder)
     kind: Literal[MODEL_SOURCE_KINDS] | None = None  # type: ignore[valid-type]  # default: told by the file
     weights: str | None = None
+    # an Ultralytics checkpoint (source = "best.pt") is a pickle: loading it runs arbitrary code, only if true
+    trust_checkpoint: bool = False
     python_path: list[str] = ["."]
     inputs: list[InputSpec] = Field(min_length=1)
     outputs: list[str] = Field(min_length=1)
@@ -133,6 +136,8 @@ class ModelSection(_Section):
             raise ValueError("weights applies to entry_point; a model file (source) carries its own weights")
         if self.kind is not None and self.source is None:
             raise ValueError("kind applies to source (the kind of model file); entry_point is always PyTorch")
+        if self.trust_checkpoint and self.source is None:
+            raise ValueError("trust_checkpoint applies to source (a checkpoint file); an entry point loads its own")
         return self
 
 

@@ -1,13 +1,22 @@
-"""The commented starter file that ``edgebuild init`` writes."""
+"""The project files that ``edgebuild init`` writes.
+
+``STARTER``: the fixed, commented starter file (``edgebuild init [DIR]``). ``render_project``: a
+complete project file from what a model file and a dataset say (``edgebuild init --model --data``,
+read by ``edgebuild.workflows.init``), every value with a comment saying where it came from.
+"""
 
 from __future__ import annotations
 
+import json
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import PROJECT_FILE
 
-__all__ = ["write_starter"]
+__all__ = ["STARTER", "FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
 
 STARTER = """\
 # edgebuild project file. Paths are relative to this file's folder.
@@ -112,3 +121,141 @@ def write_starter(directory: Path, *, force: bool = False) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text(STARTER, encoding="utf-8")
     return path
+
+
+# -- a project file from what the model and the data say ------------------------------------------
+
+@dataclass(frozen=True)
+class FoundInput:
+    name: str
+    dtype: str
+    min_shape: list[int]
+    opt_shape: list[int]
+    max_shape: list[int]
+    said: str  # where the shape came from, for the comment
+
+
+@dataclass(frozen=True)
+class FoundGroup:
+    name: str
+    module: str
+    jetpack: str
+    said: str
+
+
+@dataclass(frozen=True)
+class FoundProject:
+    """Every value ``render_project`` writes, with where each came from (``said_*``: the comments)."""
+
+    name: str
+    model_source: str  # relative to the project folder (or absolute)
+    model_said: str  # e.g. "model.onnx: ONNX, opset 17, producer pytorch 2.5"
+    inputs: list[FoundInput]
+    outputs: list[str]
+    outputs_said: str
+    task: str  # detection | classification
+    task_said: str
+    classes: list[str]
+    classes_said: str
+    input_size: list[int]
+    resize: str
+    pad_value: int
+    channel_order: str
+    mean: list[float]
+    std: list[float]
+    preprocess_said: str
+    postprocess: dict[str, Any]  # boxes_output/scores_output (+ score_threshold, ...) or logits_output
+    data: dict[str, str]  # [data] keys
+    validation: dict[str, str]  # [data.validation] keys
+    data_said: str
+    fleet: list[FoundGroup]
+    notes: list[str] = field(default_factory=list)  # extra comment lines at the top
+    trust_checkpoint: bool | None = None  # a checkpoint (a pickle): whether to load it; None: not one
+
+
+def _value(value: object) -> str:
+    """A TOML value: strings, numbers, and lists of them (json's string escapes are TOML's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def _comment(text: str) -> str:
+    """``text`` as comment lines of at most 100 characters."""
+    return "\n".join(textwrap.wrap(text, 98, initial_indent="# ", subsequent_indent="# ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
+def _line(key: str, value: object, comment: str = "") -> str:
+    """``key = value``, its comment after it, or above it where the line would pass 100 characters."""
+    text = f"{key} = {_value(value)}"
+    if not comment:
+        return text
+    if len(f"{text:<40}# {comment}") > 100:
+        return f"{_comment(comment)}\n{text}"
+    return f"{text:<40}# {comment}"
+
+
+def render_project(found: FoundProject) -> str:
+    """The commented ``edgebuild.toml`` text for ``found``."""
+    out = ["# edgebuild project file, written by `edgebuild init --model ... --data ...` from what the model",
+           "# file and the dataset say. Paths are relative to this file's folder.",
+           "# Reference: docs/configuration.md (every key), docs/model-sources.md, docs/datasets.md."]
+    out += [_comment(note) for note in found.notes]
+    out += ["", "[project]", _line("name", found.name, "lower-case letters, digits, - and _"),
+            _line("build_dir", "build", "where every stage writes its outputs"), "",
+            "[model]", _comment(f"The model file ({found.model_said})."),
+            _line("source", found.model_source)]
+    if found.trust_checkpoint is not None:
+        out += ["# A .pt checkpoint is a Python pickle: loading it runs the code it names. true only if you made",
+                "# it (yolo train) or trust who did; otherwise export it to ONNX and name the .onnx above.",
+                _line("trust_checkpoint", found.trust_checkpoint)]
+    out += [
+            _comment(f"The model's outputs, in order ({found.outputs_said})."),
+            _line("outputs", found.outputs), ""]
+    for spec in found.inputs:
+        out += [_comment(f"The model's input ({spec.said}). Axes whose min and max differ are the TensorRT "
+                         "optimization profile (min/opt/max); the model must keep them dynamic."),
+                "[[model.inputs]]", _line("name", spec.name), _line("dtype", spec.dtype),
+                _line("min_shape", spec.min_shape), _line("opt_shape", spec.opt_shape),
+                _line("max_shape", spec.max_shape), ""]
+    out += ["[task]", _line("kind", found.task, found.task_said),
+            _comment(f"The class names, in the model's output order ({found.classes_said})."),
+            _line("classes", found.classes), "",
+            _comment(f"Preprocessing: {found.preprocess_said}."), "[task.preprocess]",
+            _line("input_size", found.input_size, "[height, width] the images are brought to"),
+            _line("resize", found.resize, "letterbox (keep aspect ratio, pad) | resize (stretch)"),
+            _line("pad_value", found.pad_value, "the letterbox's padding"),
+            _line("channel_order", found.channel_order, "RGB | BGR | GRAY"),
+            _line("mean", found.mean, "applied after scaling pixels to [0, 1]"),
+            _line("std", found.std), "", "[task.postprocess]"]
+    if found.task == "detection":
+        out += [_line("boxes_output", found.postprocess["boxes_output"], "[N, A, 4] x1, y1, x2, y2 in input pixels"),
+                _line("scores_output", found.postprocess["scores_output"], "[N, A, C] per-class probabilities"),
+                _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
+                _line("nms_iou", found.postprocess.get("nms_iou", 0.6)),
+                _line("max_detections", found.postprocess.get("max_detections", 100))]
+    else:
+        out += [_line("logits_output", found.postprocess["logits_output"], "[N, C] logits or probabilities")]
+    out += ["", "[data]", _comment(found.data_said)]
+    out += [_line(k, v) for k, v in found.data.items()]
+    out += ["# max_calibration_images = 256         # cap on the calibration images"]
+    out += ["", "[data.validation]"]
+    out += [_line(k, v) for k, v in found.validation.items()]
+    out += ["# max_images = 500                     # cap on the validation images", "",
+            "[accuracy]",
+            _line("metric", "mAP50-95" if found.task == "detection" else "top-1",
+                  "detection: mAP50-95 | mAP50; classification: top-1 | top-5"),
+            _line("min_retention", 0.92, "a candidate passes if its metric >= 0.92 x the FP32 metric"), "",
+            "# One table per device group: a module and its JetPack release (`edgebuild profiles list`)."]
+    for group in found.fleet:
+        out += ["[[fleet]]", _line("name", group.name, group.said), _line("module", group.module),
+                _line("jetpack", group.jetpack), ""]
+    out += ["[runtime]", _line("warmup_budget_s", 30, "warm-up before the server reports ready"),
+            _line("port", 8000), "", "[ota]", _line("version", "0.1.0"),
+            "# signing_key = \"keys/ota-signing.pem\"", ""]
+    return "\n".join(out)

@@ -5,7 +5,9 @@ full checker with strict shape inference, the opset against the fleet's TensorRT
 against ``[model.inputs]`` (names, rank, dtype, and which axes the min/opt/max profile may vary: a
 fixed axis cannot), the outputs against ``model.outputs``, and what its ``metadata_props`` say.
 Ultralytics' exports carry their task, class names, image size and stride there; their raw
-detection head, [N, 4+C, A], is the one output edgebuild cannot read yet and is refused with what to do.
+detection head, [N, 4+C, A], gets edgebuild's adapter (``onnx_file.model_path``,
+``edgebuild.sources.ultralytics.append_detection_adapter``); one the adapter does not apply to
+(a project whose task is not detection, a head that is not the metadata's 4+C) is refused with what to do.
 """
 
 from __future__ import annotations
@@ -203,8 +205,10 @@ def raise_for_ultralytics_head(project: Project, path: Path, summary: dict[str, 
         return
     task = summary["task"]
     if task in ("segment", "pose", "obb"):
-        raise ModelError(f"{_where(project, path)} is an Ultralytics {task} model: edgebuild builds detection and "
-                         "classification models", hint="export the detection (or classification) variant")
+        raise ModelError(f"{_where(project, path)} is an Ultralytics {task} model: edgebuild does not take the "
+                         f"{task} task yet; it builds detection and classification models",
+                         hint="export the detection (or classification) variant, or write a wrapper "
+                              "torch.nn.Module that outputs boxes and scores and name it with model.entry_point")
     classes = len(summary["classes"]) or len(project.task.classes)
     for name, shape in dims.items():
         if len(shape) == 3 and shape[1] == 4 + classes and (shape[2] is None or shape[2] > shape[1]):
@@ -213,12 +217,13 @@ def raise_for_ultralytics_head(project: Project, path: Path, summary: dict[str, 
                 f"{_where(project, path)}: output {name!r} {got} is the raw Ultralytics detection head, "
                 f"[N, 4+C, A]: per anchor 4 box values (cx, cy, w, h in input pixels) and {classes} class "
                 "scores, before NMS. The detection task reads boxes [N, A, 4] (x1, y1, x2, y2) and scores "
-                f"[N, A, C] (task.postprocess.boxes_output, scores_output); edgebuild does not adapt this head "
-                f"yet ({summary['summary']})",
-                hint="until edgebuild's built-in Ultralytics adapter (issue 26) reads it: write the task's "
-                     "outputs yourself, e.g. build the model in Python with a wrapper that transposes the head "
-                     "to [N, A, 4+C], converts cx, cy, w, h to x1, y1, x2, y2 and splits boxes from scores, and "
-                     "name it with model.entry_point instead of model.source")
+                f"[N, A, C] (task.postprocess.boxes_output, scores_output); edgebuild's built-in Ultralytics "
+                f"adapter applies to a detect export whose metadata names its classes, in a detection project "
+                f"({summary['summary']})",
+                hint="make task.kind \"detection\" and task.classes the export's classes (or leave them out to "
+                     "take the export's), or write the task's outputs yourself: build the model in Python with a "
+                     "wrapper that transposes the head to [N, A, 4+C], converts cx, cy, w, h to x1, y1, x2, y2 "
+                     "and splits boxes from scores, and name it with model.entry_point instead of model.source")
 
 
 # -- inputs and outputs -----------------------------------------------------------------------------

@@ -13,6 +13,10 @@ What this source yields to the pipeline, stage by stage:
   with an ``ExportRecord`` shaped as an export's (exporter ``"import"``, no parity: the checks run
   are in ``exporter_note``), so preflight, gate, engine, container and package read it unchanged.
 
+An Ultralytics detection export's raw head ([N, 4+C, A]) gets edgebuild's adapter appended as ONNX
+nodes (``model_path``: a copy under ``build/sources/``, made once per content); the runner and the
+import use that copy, and the keys name the adapter.
+
 No PyTorch is imported on this route. torch is not needed to read the file, and ultralytics is never
 imported: an Ultralytics export's metadata is read from the file itself.
 """
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import EdgebuildError, ModelError
+from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export_checks import SHAPES
 from edgebuild.sources.model import ModelRecord
 
@@ -67,7 +72,11 @@ class OnnxModelRecord(ModelRecord):
 
 
 def read_model_record(data: dict[str, Any]) -> ModelRecord:
-    """A stored model record of either route (an entry point's has no ``kind``)."""
+    """A stored model record of any route (an entry point's has no ``kind``)."""
+    if data.get("kind") == "ultralytics":
+        from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord
+
+        return UltralyticsModelRecord(**data)
     return OnnxModelRecord(**data) if "kind" in data else ModelRecord(**data)
 
 
@@ -75,6 +84,64 @@ def read_model_record(data: dict[str, Any]) -> ModelRecord:
 
 def source_path(project: Project) -> Path:
     return project.path(project.model.source)
+
+
+# An Ultralytics detection export's raw head, [N, 4+C, A], gets edgebuild's adapter appended
+# (edgebuild.sources.ultralytics.append_detection_adapter): the graph the later stages use is that
+# adapted copy, written once per source content and output names under build/sources/.
+ADAPTER = "ultralytics-detect-v1"
+
+
+def model_path(project: Project) -> Path:
+    """The ONNX the stages run and import: ``model.source``, or its adapted copy for an Ultralytics raw head."""
+    adapted = _adapted(project)
+    return adapted[0] if adapted else source_path(project)
+
+
+def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None:
+    """(the adapted copy, its head output) for an Ultralytics detection export, written if absent (unless
+    ``write`` is false: a key names it without making it); else None."""
+    path = source_path(project)
+    stamp = _stamp(path)
+    if stamp is None or project.task.kind != "detection":
+        return None
+    post = project.task.postprocess
+    head = _raw_head(str(path), *stamp, len(project.task.classes))
+    if head is None:
+        return None
+    name = digest([ADAPTER, source_files(path), head, post.boxes_output, post.scores_output,
+                   len(project.task.classes)])[:16]
+    target = BuildLayout.of(project).adapted_sources / f"{path.stem}-{name}.onnx"
+    if write and not target.is_file():
+        import onnx
+
+        from edgebuild.sources.ultralytics import append_detection_adapter
+
+        proto = append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
+                                         len(project.task.classes))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_suffix(f".{time.time_ns()}.tmp")
+        onnx.save_model(proto, str(staging))
+        staging.replace(target)
+    return target, head
+
+
+@lru_cache(maxsize=8)
+def _raw_head(path: str, mtime_ns: int, size: int, classes: int) -> str | None:
+    """The raw detection head output of an Ultralytics detect export (by its metadata_props), or None."""
+    import onnx
+
+    from edgebuild.sources.onnx_checks import metadata, ultralytics_summary
+    from edgebuild.sources.ultralytics import raw_head_output
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception:  # the model stage says what is wrong with it
+        return None
+    summary = ultralytics_summary(metadata(proto))
+    if summary.get("task") != "detect":
+        return None
+    return raw_head_output(proto, len(summary["classes"]) or classes)
 
 
 def source_files(path: Path) -> dict[str, str]:
@@ -118,12 +185,17 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
     from edgebuild.project.config import model_source_kind
 
     kind, _ = model_source_kind(project)
-    return {
+    parts = {
         "source": project.model.source,
         "kind": kind,
         "files": digest(source_files(source_path(project))),
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
     }
+    adapted = _adapted(project, write=False)
+    if adapted:
+        parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {project.task.postprocess.boxes_output}, " \
+                           f"{project.task.postprocess.scores_output}"
+    return parts
 
 
 def fleet_opset(project: Project, groups: Sequence[SelectedGroup]) -> tuple[int, str]:
@@ -178,6 +250,15 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     ultralytics = checks.ultralytics_summary(metadata)
     if ultralytics:
         report("model: " + checks.describe_ultralytics(ultralytics))
+    adapted = _adapted(project) if ultralytics else None
+    if adapted:
+        proto = checks.load_structure(project, adapted[0])
+        checks.raise_for_checker(project, adapted[0])
+        done.append(f"Ultralytics raw head {adapted[1]!r} [N, 4+C, A] adapted by appended nodes to "
+                    f"{project.task.postprocess.boxes_output!r} [N, A, 4] (x1, y1, x2, y2) and "
+                    f"{project.task.postprocess.scores_output!r} [N, A, C] ({adapted[0].name}); the checker passes")
+        report(f"model: appended edgebuild's Ultralytics adapter: {adapted[1]} [N, 4+C, A] -> "
+               f"{project.task.postprocess.boxes_output}, {project.task.postprocess.scores_output}")
     checks.raise_for_ultralytics_head(project, path, ultralytics, checks.graph_output_dims(proto))
     checks.raise_for_inputs(project, path, proto)
     done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
@@ -225,7 +306,7 @@ def onnx_runner(project: Project) -> OnnxRuntimeRunner:
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
     try:
-        return OnnxRuntimeRunner(source_path(project))
+        return OnnxRuntimeRunner(model_path(project))
     except EdgebuildError as exc:
         raise ModelError(f"{project.source}: model.source: {exc.message}") from None
 
@@ -261,7 +342,12 @@ def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[Selec
     with atomic_output_dir(final) as staging:
         target = staging / MODEL_FILE
         checks = list(model.checks)
-        if len(model.files) == 1:
+        adapted = _adapted(project)
+        if adapted:
+            shutil.copyfile(adapted[0], target)
+            raise_for_checker(project, target)
+            checks.append(f"imported the adapted copy {adapted[0].name}; the ONNX checker passes on it")
+        elif len(model.files) == 1:
             shutil.copyfile(path, target)
             if file_sha256(target) != model.files[path.name]:
                 raise ModelError(f"{project.source}: model.source: the copy of {path} differs from the file")

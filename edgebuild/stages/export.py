@@ -29,6 +29,10 @@ def _opset(inputs: StageInputs) -> tuple[int, str]:
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.sources.ultralytics_checkpoint import export_key_parts, is_checkpoint
+
+    if is_checkpoint(inputs.project):
+        return export_key_parts(inputs.project, _opset(inputs)[0])
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import import_key_parts
 
@@ -39,6 +43,11 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
 
 def _run(inputs: StageInputs) -> ExportRecord:
+    from edgebuild.sources.ultralytics_checkpoint import export_checkpoint, is_checkpoint
+
+    if is_checkpoint(inputs.project):
+        opset, reason = _opset(inputs)
+        return export_checkpoint(inputs.project, opset, reason, inputs.plan.groups, report=inputs.report)
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import import_onnx
 

@@ -1,8 +1,9 @@
 """The model stage: load the model and check it at the min/opt/max shapes against the task.
 
 Reads: the project's model source, either an entry point (its module, weights) run with PyTorch, or
-a model file (``[model] source``, ONNX) checked and run with ONNX Runtime, no PyTorch
-(``edgebuild.sources.onnx_file``); and the task. Writes nothing but its record (``ModelRecord``;
+a model file (``[model] source``): ONNX, checked and run with ONNX Runtime, no PyTorch
+(``edgebuild.sources.onnx_file``), or an Ultralytics checkpoint, wrapped and run with PyTorch
+(``edgebuild.sources.ultralytics_checkpoint``); and the task. Writes nothing but its record (``ModelRecord``;
 ``OnnxModelRecord`` for a model file): the outputs checked against the task at every profile shape.
 """
 
@@ -19,6 +20,14 @@ __all__ = ["MODEL"]
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
+    from edgebuild.sources.ultralytics_checkpoint import is_checkpoint
+
+    if is_checkpoint(inputs.project):
+        from edgebuild.sources.task_outputs import task_outputs_key
+        from edgebuild.sources.ultralytics_checkpoint import checkpoint_key_parts
+
+        return {**checkpoint_key_parts(inputs.project), "tools": digest(tool_versions("torch")),
+                "task_outputs": task_outputs_key(inputs.project)}
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import model_check_key_parts
 
@@ -31,6 +40,10 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
 
 def _run(inputs: StageInputs) -> ModelRecord:
+    from edgebuild.sources.ultralytics_checkpoint import check_checkpoint, is_checkpoint
+
+    if is_checkpoint(inputs.project):
+        return check_checkpoint(inputs.project, report=inputs.report)
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import check_onnx_model
 
@@ -48,6 +61,10 @@ def _from_dict(data: dict[str, Any]) -> ModelRecord:
 
 
 def _describe(record: ModelRecord) -> str:
+    if getattr(record, "kind", None) == "ultralytics":  # an Ultralytics checkpoint
+        from edgebuild.sources.ultralytics_checkpoint import describe_checkpoint
+
+        return describe_checkpoint(record)  # type: ignore[arg-type]
     if hasattr(record, "kind"):  # a model file (OnnxModelRecord)
         from edgebuild.sources.onnx_file import describe_model
 

@@ -17,9 +17,12 @@ __all__ = ["REFERENCE"]
 
 def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.datasets.project_data import validation_digest
+    from edgebuild.sources.ultralytics_checkpoint import checkpoint_key_parts, is_checkpoint
 
     project = inputs.project
-    if project.model.source is not None:
+    if is_checkpoint(project):
+        model, tools = checkpoint_key_parts(project), ("torch", "faster-coco-eval")
+    elif project.model.source is not None:
         from edgebuild.sources.onnx_file import onnx_key_parts
 
         model, tools = onnx_key_parts(project), ("onnxruntime", "faster-coco-eval")
@@ -34,10 +37,13 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
 def _run(inputs: StageInputs) -> Evaluation:
     from edgebuild.accuracy.evaluate import ValidationSet, evaluate
+    from edgebuild.sources.ultralytics_checkpoint import checkpoint_runner, is_checkpoint
 
     session: CompileSession = inputs.session
     data = ValidationSet(inputs.project)
-    if inputs.project.model.source is not None:
+    if is_checkpoint(inputs.project):
+        runner, what = checkpoint_runner(inputs.project), f"the Ultralytics checkpoint {inputs.project.model.source}"
+    elif inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import onnx_runner
 
         runner, what = onnx_runner(inputs.project), f"the ONNX file {inputs.project.model.source}"

@@ -330,14 +330,15 @@ def _tiny_onnx_project(root: Path, model: onnx.ModelProto) -> Path:
     return root
 
 
-def test_an_ultralytics_detection_head_is_refused_with_what_to_do(tmp_path: Path) -> None:
+def test_an_ultralytics_detection_head_is_adapted_by_appended_nodes(tmp_path: Path) -> None:
     root = _tiny_onnx_project(tmp_path / "yolo", _ultralytics_detector())
     result = _invoke("export", "-p", str(root), "--target", "orin-nano-8gb")
-    assert result.exit_code == 6, result.output
+    assert result.exit_code == 0, result.output
     assert "model: Ultralytics 8.3.0 export: task detect, 2 classes (a, b), imgsz [64, 64], stride 8" \
         in result.output  # the metadata, said as the stage runs
-    assert "output 'output0' [?, 6, ?] is the raw Ultralytics detection head, [N, 4+C, A]" in result.output
-    assert "built-in Ultralytics adapter" in result.output and "model.entry_point" in result.output
+    assert "appended edgebuild's Ultralytics adapter: output0 [N, 4+C, A] -> boxes, scores" in result.output
+    imported = onnx.load(str(root / "build" / "export" / "opset17" / "model.onnx"))
+    assert [o.name for o in imported.graph.output] == ["boxes", "scores"]
 
 
 def test_an_input_without_a_batch_axis_is_named(tmp_path: Path) -> None:

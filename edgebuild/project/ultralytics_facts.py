@@ -1,0 +1,315 @@
+"""What an Ultralytics model says of itself, read without running it, and the project against it.
+
+A checkpoint (``best.pt``) is read by ``peek_checkpoint``: its pickle is unpickled with every class
+it names replaced by a stub, so nothing it names is imported or run (``torch.load`` with full
+unpickling would run arbitrary code). An Ultralytics ONNX export says the same in its
+``metadata_props``. Either gives ``UltralyticsFacts`` (task, class names, imgsz, stride), which fill
+what ``[task]`` leaves out (``fill_raw_defaults``, before validation) and are checked against what
+it states (``project_problems``, each naming both). Neither torch nor ultralytics is imported here;
+``edgebuild.sources.ultralytics`` loads and adapts the model.
+"""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgebuild.project.schema import Project
+
+__all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "UltralyticsFacts", "facts_for_source",
+           "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults", "is_ultralytics_checkpoint",
+           "peek_checkpoint", "project_defaults", "project_problems"]
+
+TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
+MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
+                 "PoseModel": "pose", "OBBModel": "obb", "WorldModel": "detect", "YOLOEModel": "detect",
+                 "RTDETRDetectionModel": "detect"}
+# Ultralytics' preprocessing: letterbox padded with 114, RGB, pixels / 255, no normalisation
+PREPROCESS: dict[str, Any] = {"resize": "letterbox", "pad_value": 114, "channel_order": "RGB",
+                              "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+CLASSIFY_PREPROCESS: dict[str, Any] = {"resize": "resize", "channel_order": "RGB",
+                                       "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+# Ultralytics' validation settings (`yolo val`: conf 0.001, iou 0.7, max_det 300) for edgebuild's knobs
+VAL_DEFAULTS: dict[str, Any] = {"score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300}
+
+
+
+@dataclass(frozen=True)
+class UltralyticsFacts:
+    """What an Ultralytics model says of itself."""
+
+    task: str  # Ultralytics' name: detect, classify, segment, pose, obb
+    classes: list[str] = field(default_factory=list)
+    imgsz: list[int] = field(default_factory=list)  # [h, w]; [] where it does not say
+    stride: int = 0  # the head's largest stride; 0 where it does not say
+    version: str = ""
+    told_by: str = ""  # "checkpoint" or "ONNX metadata"
+    model_class: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "classes": self.classes, "imgsz": self.imgsz, "stride": self.stride,
+                "version": self.version, "told_by": self.told_by, "model_class": self.model_class}
+
+    def summary(self) -> str:
+        shown = ", ".join(self.classes[:3]) + (", ..." if len(self.classes) > 3 else "")
+        return (f"Ultralytics{' ' + self.version if self.version else ''} {self.model_class or self.told_by}: task "
+                f"{self.task}, {len(self.classes)} classes ({shown}), imgsz {self.imgsz or '?'}, "
+                f"stride {self.stride or '?'}")
+
+
+# -- reading a checkpoint without running it ------------------------------------------------------
+
+class _Stub:
+    """Whatever class a pickle names: it records its arguments and state, and runs nothing."""
+
+    _name = "?"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.state, self.items = args, None, {}
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.items[key] = value
+
+    def append(self, value: Any) -> None:
+        self.items[len(self.items)] = value
+
+    def extend(self, values: Any) -> None:
+        for value in values:
+            self.append(value)
+
+
+_DTYPES = {"FloatStorage": "<f4", "HalfStorage": "<f2", "DoubleStorage": "<f8", "LongStorage": "<i8",
+           "IntStorage": "<i4"}
+
+
+class _Peeker(pickle.Unpickler):
+    def __init__(self, handle: Any, archive: zipfile.ZipFile, prefix: str) -> None:
+        super().__init__(handle)
+        self.archive, self.prefix, self._stubs = archive, prefix, {}
+
+    def find_class(self, module: str, name: str) -> Any:  # never the real class: nothing is imported or run
+        key = f"{module}.{name}"
+        if key not in self._stubs:
+            self._stubs[key] = type(name, (_Stub,), {"_name": key})
+        return self._stubs[key]
+
+    def persistent_load(self, pid: Any) -> Any:  # a storage: its raw bytes, read only for small ones
+        import numpy as np
+
+        try:
+            _, storage, key, _, numel = pid
+            dtype = _DTYPES.get(getattr(storage, "_name", "").rsplit(".", 1)[-1])
+            if dtype is None or numel > 64:
+                return None
+            return np.frombuffer(self.archive.read(f"{self.prefix}/data/{key}"), dtype=dtype)
+        except Exception:  # a layout this reader does not know: no values
+            return None
+
+
+@lru_cache(maxsize=8)
+def _peek(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    with zipfile.ZipFile(path) as archive:
+        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+        if not pickles:
+            return {}
+        with archive.open(pickles[0]) as handle:
+            found = _Peeker(handle, archive, pickles[0].rsplit("/", 1)[0]).load()
+    return found if isinstance(found, dict) else {}
+
+
+def peek_checkpoint(path: Path) -> dict[str, Any]:
+    """A PyTorch zip checkpoint's top-level dict with every object a ``_Stub`` ({} if it is not one)."""
+    try:
+        stat = path.stat()
+        return _peek(str(path), stat.st_mtime_ns, stat.st_size)
+    except Exception:  # not a zip, not a pickle, a truncated file: not an Ultralytics checkpoint
+        return {}
+
+
+def _model_stub(checkpoint: dict[str, Any]) -> _Stub | None:
+    for key in ("ema", "model"):
+        value = checkpoint.get(key)
+        if isinstance(value, _Stub) and value._name.startswith("ultralytics."):
+            return value
+    return None
+
+
+def is_ultralytics_checkpoint(path: Path) -> bool:
+    return _model_stub(peek_checkpoint(path)) is not None
+
+
+def facts_from_checkpoint(path: Path) -> UltralyticsFacts | None:
+    """Task, classes, imgsz and stride of an Ultralytics checkpoint, read without running its pickle."""
+    checkpoint = peek_checkpoint(path)
+    stub = _model_stub(checkpoint)
+    if stub is None:
+        return None
+    state = stub.state if isinstance(stub.state, dict) else {}
+    model_class = stub._name.rsplit(".", 1)[-1]
+    args = state.get("args") if isinstance(state.get("args"), dict) else {}
+    train = checkpoint.get("train_args") if isinstance(checkpoint.get("train_args"), dict) else {}
+    task = MODEL_CLASSES.get(model_class) or args.get("task") or "unknown"
+    names = state.get("names")
+    classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
+        [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+    return UltralyticsFacts(task=str(task), classes=classes, imgsz=_size(train.get("imgsz") or args.get("imgsz")),
+                            stride=_stride(state.get("stride")), version=str(checkpoint.get("version") or ""),
+                            told_by="checkpoint", model_class=model_class)
+
+
+def _size(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value, value]
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]
+    return []
+
+
+def _stride(value: Any) -> int:
+    """The largest stride: an int, a list, or a tensor stub whose storage the peek read."""
+    if isinstance(value, _Stub):  # torch._utils._rebuild_tensor_v2(storage, offset, size, ...)
+        value = value.args[0] if value.args else None
+    try:
+        return int(max(float(v) for v in value)) if value is not None and not isinstance(value, (int, float)) \
+            else int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
+    """From an ONNX export's metadata_props (as ``onnx_checks.ultralytics_summary`` reads them), or None."""
+    said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
+    if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
+        return None
+    names = _literal(props.get("names"))
+    classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
+        [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+    return UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
+                            imgsz=_size(_literal(props.get("imgsz"))),
+                            stride=_stride(_literal(props.get("stride"))), version=props.get("version", ""),
+                            told_by="ONNX metadata", model_class="export")
+
+
+def _literal(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+# -- the facts against the project -----------------------------------------------------------------
+
+def project_defaults(facts: UltralyticsFacts) -> dict[str, Any]:
+    """What the model says, as the ``[task]`` keys a project may leave out."""
+    kind = TASKS.get(facts.task)
+    if kind is None:
+        return {}
+    preprocess = dict(PREPROCESS if kind == "detection" else CLASSIFY_PREPROCESS)
+    if facts.imgsz:
+        preprocess["input_size"] = list(facts.imgsz)
+    task: dict[str, Any] = {"kind": kind, "preprocess": preprocess}
+    if facts.classes:
+        task["classes"] = list(facts.classes)
+    if kind == "detection":
+        task["postprocess"] = dict(VAL_DEFAULTS)
+    return task
+
+
+def fill_raw_defaults(raw: dict[str, Any], facts: UltralyticsFacts) -> dict[str, Any]:
+    """The project file's dict with what it leaves out taken from the model (what it states is kept)."""
+    defaults = project_defaults(facts)
+    task = raw.get("task")
+    if not defaults or not isinstance(task, dict | None):
+        return raw
+    task = dict(task or {})
+    if task.get("kind", defaults["kind"]) != defaults["kind"]:
+        return raw  # the check names the mismatch
+    for key in ("kind", "classes"):
+        if key in defaults:
+            task.setdefault(key, defaults[key])
+    for section in ("preprocess", "postprocess"):
+        if section in defaults and isinstance(task.get(section, {}), dict):
+            task[section] = {**defaults[section], **task.get(section, {})}
+    return {**raw, "task": task}
+
+
+def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
+    """Where the project states something the model says otherwise (each names both), and a profile off the stride."""
+    said = f"the {facts.told_by} says"
+    kind = TASKS.get(facts.task)
+    if kind is None:
+        return [f"{said} task {facts.task!r}: edgebuild does not take that task yet (it builds detection and "
+                "classification models): use the detection or classification variant, or a wrapper "
+                "torch.nn.Module named with model.entry_point"]
+    problems = []
+    task = project.task
+    if task.kind != kind:
+        problems.append(f"task.kind: {task.kind!r}, but {said} task {facts.task!r} ({kind})")
+    elif facts.classes and list(task.classes) != facts.classes:
+        problems.append(f"task.classes: {_short(task.classes)} ({len(task.classes)}), but {said} "
+                        f"{_short(facts.classes)} ({len(facts.classes)}): leave task.classes out to use the model's")
+    pre = task.preprocess
+    if facts.imgsz and list(pre.input_size) != facts.imgsz:
+        problems.append(f"task.preprocess.input_size: {list(pre.input_size)}, but {said} imgsz {facts.imgsz}")
+    wanted = PREPROCESS if kind == "detection" else CLASSIFY_PREPROCESS
+    for key, value in wanted.items():
+        if key == "pad_value" and pre.resize != "letterbox":
+            continue
+        if getattr(pre, key) != value:
+            problems.append(f"task.preprocess.{key}: {getattr(pre, key)!r}, but Ultralytics preprocesses with "
+                            f"{key} {value!r}")
+    if facts.stride and project.model.inputs:
+        spec = project.model.inputs[0]
+        for which in ("min_shape", "opt_shape", "max_shape"):
+            shape = getattr(spec, which)
+            off = [size for size in shape[2:] if size % facts.stride]
+            if len(shape) == 4 and off:
+                problems.append(f"model.inputs[0].{which}: {shape}: image sizes must be multiples of the model's "
+                                f"stride {facts.stride}, {off} {'is' if len(off) == 1 else 'are'} not")
+    return problems
+
+
+def _short(names: list[str]) -> str:
+    return "[" + ", ".join(repr(n) for n in names[:4]) + (", ...]" if len(names) > 4 else "]")
+
+
+def facts_for_source(path: Path) -> UltralyticsFacts | None:
+    """What an Ultralytics checkpoint or ONNX export at ``path`` says of itself; None for any other file.
+    Read once per content stamp (mtime and size): loading a project asks twice."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _facts_for_source(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _facts_for_source(name: str, mtime_ns: int, size: int) -> UltralyticsFacts | None:
+    path = Path(name)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return None
+    if head == b"PK\x03\x04":
+        return facts_from_checkpoint(path)
+    if path.suffix.lower() != ".onnx" and not (len(head) > 1 and head[0] == 0x08):
+        return None
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # the model stage says what is wrong with it
+        return None
+    return facts_from_props({p.key: p.value for p in proto.metadata_props})

@@ -1,0 +1,189 @@
+"""An Ultralytics checkpoint as the model (``[model] source = "best.pt"``): loaded, adapted, exported from PyTorch.
+
+What this source yields to the pipeline, stage by stage:
+
+- model: ``checkpoint_key_parts`` (the checkpoint's sha256, the trust setting, the declared inputs and
+  outputs) and ``check_checkpoint``: the model's task, classes, imgsz and stride read from the
+  checkpoint without running it, the task refused if edgebuild does not build it, then (only with
+  ``[model] trust_checkpoint = true``) the model loaded, wrapped by
+  ``edgebuild.sources.ultralytics.adapter_module`` and run at the profile's min/opt/max shapes
+  against the task. Record: ``UltralyticsModelRecord``.
+- reference: ``checkpoint_runner``, the wrapped model on the CPU (a ``TorchRunner``), loaded once.
+- export: ``export_checkpoint``, edgebuild's export from PyTorch (``edgebuild.sources.export``) of
+  the wrapped model, with parity, keyed on the checkpoint's content.
+
+``ultralytics`` is imported only to load a trusted checkpoint (its pickle names Ultralytics' classes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.content import digest, file_sha256, tool_versions
+from edgebuild.errors import ModelError
+from edgebuild.sources.model import ModelRecord
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.ultralytics import UltralyticsFacts
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["KIND", "UltralyticsModelRecord", "check_checkpoint", "checkpoint_key_parts", "checkpoint_runner",
+           "describe_checkpoint", "export_checkpoint", "export_key_parts", "is_checkpoint"]
+
+KIND = "ultralytics"
+_EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")
+_Report = Callable[[str], None]
+_runners: dict[tuple[str, str, tuple[str, ...]], TorchRunner] = {}  # (path, sha256, outputs) -> runner
+
+
+@dataclass(frozen=True)
+class UltralyticsModelRecord(ModelRecord):
+    """The model stage's result for a checkpoint: ``entry_point`` holds ``model.source`` as written."""
+
+    kind: str = KIND
+    told_by: str = ""
+    path: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # the checkpoint's name -> sha256
+    ultralytics: dict[str, Any] = field(default_factory=dict)  # UltralyticsFacts.as_dict()
+    checks: list[str] = field(default_factory=list)
+
+
+def is_checkpoint(project: Project) -> bool:
+    """Whether ``model.source`` is an Ultralytics checkpoint (by ``model.kind`` or its content)."""
+    if project.model.source is None:
+        return False
+    from edgebuild.project.config import model_source_kind
+
+    return model_source_kind(project)[0] == KIND
+
+
+def _path(project: Project) -> Path:
+    return project.path(project.model.source)
+
+
+def _file_sha(path: Path) -> str:
+    """The checkpoint's sha256, hashed once per content stamp (mtime and size): every stage keys on it."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return "missing"
+    return _sha256(str(path), stat.st_mtime_ns, stat.st_size) if path.is_file() else "missing"
+
+
+@lru_cache(maxsize=8)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    return file_sha256(Path(path))
+
+
+def checkpoint_key_parts(project: Project) -> dict[str, str]:
+    """What the model is on this route: the checkpoint's content, the trust setting, the declared inputs/outputs."""
+    path = _path(project)
+    return {"source": project.model.source, "kind": KIND, "files": digest({path.name: _file_sha(path)}),
+            "trust_checkpoint": str(project.model.trust_checkpoint),
+            "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs])}
+
+
+def _facts(project: Project) -> UltralyticsFacts:
+    from edgebuild.sources.ultralytics import facts_from_checkpoint, raise_for_task
+
+    path = _path(project)
+    facts = facts_from_checkpoint(path)
+    if facts is None:
+        raise ModelError(f"{project.source}: model.source: {path.name} is not an Ultralytics checkpoint (a "
+                         "PyTorch zip whose 'model' entry is an Ultralytics DetectionModel or ClassificationModel)",
+                         hint="name the function that builds the model with model.entry_point instead")
+    raise_for_task(f"{project.source}: model.source: {path.name}", facts)
+    return facts
+
+
+def _outputs(project: Project) -> list[str]:
+    post = project.task.postprocess
+    return [post.boxes_output, post.scores_output] if project.task.kind == "detection" else [post.logits_output]
+
+
+def checkpoint_runner(project: Project) -> TorchRunner:
+    """The checkpoint's model with edgebuild's outputs, on the CPU; loaded once per checkpoint content."""
+    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.ultralytics import adapter_module, load_trusted
+
+    path = _path(project)
+    key = (str(path), _file_sha(path), tuple(_outputs(project)))
+    if key not in _runners:
+        facts = _facts(project)
+        model = adapter_module(load_trusted(project, path), facts.task, _outputs(project))
+        _runners.clear()  # one checkpoint held at a time
+        _runners[key] = TorchRunner(project, model.eval())
+    runner = _runners[key]
+    runner.project = project
+    return runner
+
+
+def check_checkpoint(project: Project, *, report: _Report = lambda _: None) -> UltralyticsModelRecord:
+    """The checkpoint's facts, then its wrapped model at the min/opt/max shapes against the task."""
+    from edgebuild.project.config import model_source_kind
+    from edgebuild.sources.model import check_model
+    from edgebuild.sources.ultralytics import project_problems
+
+    started = time.perf_counter()
+    path = _path(project)
+    facts = _facts(project)
+    report(f"model: {facts.summary()}")
+    problems = project_problems(project, facts)
+    if problems:
+        raise ModelError(f"{project.source}: model.source: {path.name} and the project disagree:\n"
+                         + "\n".join(f"  - {p}" for p in problems),
+                         hint="leave those keys out of the project to take the checkpoint's, or fix them")
+    done = [f"read without unpickling: {facts.summary()}", "task, classes, input size, preprocessing and "
+            f"stride {facts.stride} against the project"]
+    runner = checkpoint_runner(project)
+    done.append("loaded with torch.load(weights_only=False): [model] trust_checkpoint = true")
+    base = check_model(project, runner)
+    done.append(f"outputs {_outputs(project)} against the {project.task.kind} task at the min/opt/max shapes")
+    _, told_by = model_source_kind(project)
+    return UltralyticsModelRecord(
+        entry_point=project.model.source, parameters=base.parameters, output_shapes=base.output_shapes,
+        seconds=round(time.perf_counter() - started, 3), told_by=told_by, path=str(path),
+        files={path.name: _file_sha(path)}, ultralytics=facts.as_dict(), checks=done)
+
+
+def describe_checkpoint(record: UltralyticsModelRecord) -> str:
+    from edgebuild.sources.ultralytics import UltralyticsFacts
+
+    facts = UltralyticsFacts(**record.ultralytics)
+    return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] ({record.parameters:,} parameters); "
+            f"{facts.summary()}; forward at min/opt/max shapes in {record.seconds:.1f} s")
+
+
+# -- export -------------------------------------------------------------------------------------------
+
+def export_key_parts(project: Project, opset: int) -> dict[str, str]:
+    return {**checkpoint_key_parts(project), "opset": str(opset), "settings": digest(project.export.model_dump()),
+            "tools": digest(tool_versions(*_EXPORT_TOOLS))}
+
+
+def export_checkpoint(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
+                      report: _Report = lambda _: None) -> ExportRecord:
+    """edgebuild's export from PyTorch of the wrapped checkpoint, recorded under this route's key."""
+    from edgebuild.sources.export import RECORD_FILE, export_model
+
+    runner = checkpoint_runner(project)
+    # export_model reads the model from the runner; the project it is given names no entry point to import
+    shadow = project.model_copy(update={"model": project.model.model_copy(
+        update={"entry_point": f"edgebuild_ultralytics_checkpoint:{Path(project.model.source).stem}"[:80]
+                .replace("-", "_").replace(".", "_")})})
+    record = export_model(shadow, opset, reason, report=report, torch_runner=runner, groups=list(groups))
+    parts = export_key_parts(project, opset)
+    record = replace(record, cache_key=digest(parts), key_parts=parts,
+                     exporter_note=f"{record.exporter_note}; from the Ultralytics checkpoint {project.model.source} "
+                                   f"(sha256 {_file_sha(_path(project))[:12]})")
+    (record.onnx_path.parent / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
+    return record

@@ -1,0 +1,505 @@
+"""``edgebuild init --model PATH --data PATH``: a complete project file from a model file and a dataset.
+
+What the model file says (an ONNX file: its input, dtype and shape, its outputs, the task, class names
+and preprocessing from Ultralytics' metadata where it has them) and what the dataset says (a YOLO
+data.yaml, a Pascal VOC root, a COCO JSON with its images, or split folders of class folders: the
+``[data]`` keys and the class names) become one commented ``edgebuild.toml``. The file is loaded
+and checked (``load_project``, the ONNX input and output checks) before it is written, under a
+temporary name renamed into place, so a refused model or dataset leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
+from edgebuild.project.config import PROJECT_FILE, load_project
+from edgebuild.project.schema import NAME_PATTERN
+from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
+
+__all__ = ["InitResult", "init_from_files", "parse_fleet"]
+
+DEFAULT_MODULE = "orin-nano-8gb"
+DEFAULT_SIZE = 640  # a spatial size neither the graph nor its metadata fixes
+MAX_BATCH = 4
+_BOXES = ("boxes", "bboxes", "box", "det_boxes")
+_SCORES = ("scores", "score", "det_scores", "confidences")
+
+
+@dataclass(frozen=True)
+class InitResult:
+    path: Path
+    found: list[str]  # what the model and the data said, one line each
+    next_command: str
+
+
+# -- the model --------------------------------------------------------------------------------------
+
+@dataclass
+class _Model:
+    said: str
+    inputs: list[FoundInput]
+    outputs: list[str]
+    outputs_said: str
+    task: str
+    task_said: str
+    classes: list[str]  # from the metadata, or []
+    num_classes: int | None  # from the graph, where it says
+    input_size: list[int]
+    channels: int
+    ultralytics: dict[str, Any]
+    postprocess: dict[str, Any]
+    notes: list[str]
+    checkpoint: bool = False  # an Ultralytics checkpoint, not an ONNX file
+
+
+def _read_model(path: Path) -> _Model:
+    if not path.is_file():
+        raise ModelError(f"--model: file not found: {path}")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if path.suffix.lower() in (".pt", ".pth") or head == b"PK\x03\x04":
+        return _checkpoint_model(path)
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+        if not proto.graph.node and not proto.graph.output:
+            raise ValueError("no graph")
+    except Exception:
+        raise ModelError(f"--model: {path} is not a model file edgebuild init reads: neither an ONNX file "
+                         "(.onnx) nor an Ultralytics checkpoint (.pt)",
+                         hint="pass the model as ONNX (torch.onnx.export, or Ultralytics: yolo export format=onnx "
+                              "dynamic=True)") from None
+    return _onnx_model(path, proto)
+
+
+def _checkpoint_model(path: Path) -> _Model:
+    """An Ultralytics checkpoint (best.pt), read without running its pickle by edgebuild.sources.ultralytics."""
+    name = path.name
+    export = f"export it to ONNX and pass that: yolo export model={name} format=onnx dynamic=True"
+    try:
+        from edgebuild.sources.ultralytics import TASKS, VAL_DEFAULTS, facts_from_checkpoint, raise_for_task
+    except ImportError:
+        raise ModelError(f"--model: {name} is a PyTorch checkpoint; edgebuild init reads an Ultralytics checkpoint "
+                         "through edgebuild.sources.ultralytics, which this edgebuild does not have",
+                         hint=export) from None
+    facts = facts_from_checkpoint(path)
+    if facts is None:
+        raise ModelError(f"--model: {name} is not a model file edgebuild init reads: not an Ultralytics checkpoint "
+                         "(a PyTorch zip whose 'model' is an Ultralytics DetectionModel or ClassificationModel)",
+                         hint="another PyTorch model is built in Python: write `edgebuild init` without --model and "
+                              "name the function with model.entry_point; or " + export)
+    raise_for_task(f"--model: {name}", facts)
+    task = TASKS[facts.task]
+    notes = []
+    if facts.imgsz:
+        size, size_said = list(facts.imgsz), f"imgsz from {name}"
+    else:
+        size, size_said = [DEFAULT_SIZE, DEFAULT_SIZE], "a default: check it"
+        notes.append(f"CHECK: {name} says no imgsz; the profile uses {DEFAULT_SIZE}x{DEFAULT_SIZE}.")
+    spec = FoundInput("images", "float32", [1, 3, *size], [1, 3, *size], [MAX_BATCH, 3, *size],
+                      f"the checkpoint's: batch 1..{MAX_BATCH}, image size {size_said}")
+    if task == "detection":
+        outputs, post = ["boxes", "scores"], {"boxes_output": "boxes", "scores_output": "scores", **VAL_DEFAULTS}
+        outputs_said = "edgebuild's adapter around the checkpoint's detection head"
+    else:
+        outputs, post = ["logits"], {"logits_output": "logits"}
+        outputs_said = "edgebuild's adapter around the checkpoint's classifier"
+    return _Model(f"{name}: {facts.summary()}", [spec], outputs, outputs_said, task,
+                  f"from {name} (task {facts.task})", list(facts.classes), None, size, 3, facts.as_dict(), post,
+                  notes, checkpoint=True)
+
+
+def _dims(value: Any) -> list[int | None]:
+    return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+
+
+def _shown(dims: list[int | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _imgsz(value: Any) -> list[int] | None:
+    if isinstance(value, int) and value > 0:
+        return [value, value]
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+        return [int(value[0]), int(value[1])]
+    return None
+
+
+def _onnx_model(path: Path, proto: Any) -> _Model:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from edgebuild.sources.onnx_checks import graph_inputs, graph_output_dims, metadata, ultralytics_summary
+
+    name = path.name
+    inputs = graph_inputs(proto)
+    if len(inputs) != 1:
+        raise ModelError(f"--model: {name} has {len(inputs)} inputs ({[i.name for i in inputs]}); edgebuild init "
+                         "writes projects for models with one image input",
+                         hint="write [[model.inputs]] by hand (docs/model-sources.md)")
+    graph_input = inputs[0]
+    try:
+        dtype = str(tensor_dtype_to_np_dtype(graph_input.type.tensor_type.elem_type))
+    except Exception:
+        dtype = "float32"
+    dims = _dims(graph_input)
+    if len(dims) != 4:
+        raise ModelError(f"--model: {name}: input {graph_input.name!r} {_shown(dims)} is not an image batch "
+                         "[N, C, H, W]", hint="export the model with a batched NCHW image input")
+    ultra = ultralytics_summary(metadata(proto))
+    notes: list[str] = []
+    channels = dims[1] or 3
+    if dims[2] and dims[3]:
+        size, size_said = [dims[2], dims[3]], f"fixed in {name}"
+    elif ultra and _imgsz(ultra.get("imgsz")):
+        size, size_said = _imgsz(ultra.get("imgsz")) or [], f"imgsz from {name}'s metadata"
+    else:
+        size, size_said = [dims[2] or DEFAULT_SIZE, dims[3] or DEFAULT_SIZE], "a default: check it"
+        notes.append(f"CHECK: {name} fixes no image size and has no imgsz metadata; the profile uses "
+                     f"{size[0]}x{size[1]}: set the size the model was trained at (input_size and the shapes).")
+    batch = dims[0]
+    low, high = (1, MAX_BATCH) if batch is None else (batch, batch)
+    spec = FoundInput(graph_input.name, dtype, [low, channels, *size], [low, channels, *size],
+                      [high, channels, *size],
+                      f"{_shown(dims)} in {name}: batch {'dynamic, 1..' + str(MAX_BATCH) if batch is None else 'fixed'}"
+                      f", image size {size_said}")
+    outputs = [o.name for o in proto.graph.output]
+    out_dims = graph_output_dims(proto)
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    said = f"{name}: ONNX, opset {opset}"
+    if ultra:
+        said += f", {ultra['summary']}"
+    task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
+    if ultra and task == "detection":
+        postprocess = {**postprocess, **_val_defaults()}
+    if task == "detection" and postprocess.get("raw_head"):
+        head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
+        notes.append(f"{name} outputs Ultralytics' raw detection head {head}: model.outputs names what "
+                     "edgebuild's Ultralytics adapter gives (boxes, scores).")
+        outputs = ["boxes", "scores"]
+        postprocess = {"boxes_output": "boxes", "scores_output": "scores", "raw_head": "1", **_val_defaults()}
+        outputs_said = f"Ultralytics' raw head {head}, read as boxes and scores"
+    else:
+        outputs_said = "from " + name + ": " + ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs)
+    return _Model(said, [spec], outputs, outputs_said, task, task_said, list(ultra.get("classes", [])) if ultra else [],
+                  num_classes, size, channels, ultra, postprocess, notes)
+
+
+def _val_defaults() -> dict[str, Any]:
+    """Ultralytics' `yolo val` settings for edgebuild's postprocess keys, where that module is there."""
+    try:
+        from edgebuild.sources.ultralytics import VAL_DEFAULTS
+    except ImportError:
+        return {}
+    return dict(VAL_DEFAULTS)
+
+
+def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
+          ultra: dict[str, Any]) -> tuple[str, str, dict[str, str], int | None]:
+    """(task, where it came from, the postprocess keys, the number of classes the graph says)."""
+    utask = ultra.get("task") if ultra else None
+    if utask in ("segment", "pose", "obb"):
+        raise ModelError(f"--model: {name} is an Ultralytics {utask} model: edgebuild builds detection and "
+                         "classification models", hint="export the detection (or classification) variant")
+    lower = [o.lower() for o in outputs]
+    boxes = next((outputs[lower.index(b)] for b in _BOXES if b in lower), None)
+    scores = next((outputs[lower.index(s)] for s in _SCORES if s in lower), None)
+    if boxes and scores:
+        classes = (dims.get(scores) or [None])[-1]
+        return ("detection", f"{name} outputs {boxes!r} and {scores!r}",
+                {"boxes_output": boxes, "scores_output": scores}, classes)
+    if utask == "detect":
+        head = dims.get(outputs[0], [])
+        if len(outputs) == 1 and len(head) == 3:
+            count = head[1] - 4 if head[1] else None
+            return ("detection", f"from {name}'s metadata (task detect)", {"raw_head": "1"}, count)
+        raise ModelError(f"--model: {name} is an Ultralytics detection export with outputs "
+                         f"{ {o: _shown(dims.get(o, [])) for o in outputs} }, neither the raw head [N, 4+C, A] "
+                         "nor boxes and scores", hint="export it again with yolo export format=onnx dynamic=True")
+    if len(outputs) == 1 and len(dims.get(outputs[0], [])) == 2:
+        said = f"from {name}'s metadata (task classify)" if utask == "classify" else \
+            f"{name} has one [N, C] output"
+        return "classification", said, {"logits_output": outputs[0]}, dims[outputs[0]][1]
+    raise ModelError(f"--model: {name}: cannot tell its task from its outputs "
+                     f"{ {o: _shown(dims.get(o, [])) for o in outputs} }: edgebuild init knows detection (outputs "
+                     "boxes [N, A, 4] and scores [N, A, C], or Ultralytics' detection head) and classification "
+                     "(one output [N, C])",
+                     hint="export the model with those outputs, or write the project file by hand "
+                          "(`edgebuild init` without --model writes a starter)")
+
+
+# -- the data ---------------------------------------------------------------------------------------
+
+@dataclass
+class _Data:
+    task: str
+    title: str
+    names: list[str]
+    names_said: str
+    data: dict[str, str]  # [data] keys (paths absolute until made relative)
+    validation: dict[str, str]
+
+
+def _read_data(path: Path) -> _Data:
+    from edgebuild.datasets.formats import what_is
+
+    if not path.exists():
+        raise DataError(f"--data: path does not exist: {path}")
+    kind, description = what_is(path)
+    if kind == "yolo":
+        return _yolo(path)
+    if kind == "voc-root":
+        return _voc(path)
+    if kind == "coco":
+        return _coco(path)
+    if kind == "split-folders":
+        return _split_folders(path)
+    if kind == "class-folders":
+        raise DataError(f"--data: {path} is a folder of class folders, one set: edgebuild needs a calibration set "
+                        "apart from the validation set",
+                        hint="make split folders (train/<class>/, val/<class>/) and pass the folder holding them")
+    raise DataError(f"--data: {path} is {description}, not a dataset edgebuild reads: a YOLO data.yaml, a "
+                    "Pascal VOC root (Annotations/, JPEGImages/, ImageSets/Main/), a COCO JSON file with its "
+                    "images, or split folders of class folders (train/<class>/, val/<class>/)")
+
+
+def _yolo(path: Path) -> _Data:
+    from edgebuild.datasets.yolo import read_data_yaml
+
+    if path.is_dir():
+        path = next(p for p in sorted(path.iterdir()) if p.suffix.lower() in (".yaml", ".yml") and p.is_file())
+    data = read_data_yaml(path, key="--data")
+    return _Data("detection", "YOLO data.yaml", data.names, f"from {path.name}",
+                 {"dataset": str(path), "calibration_split": "train", "validation_split": "val"}, {})
+
+
+def _voc(root: Path) -> _Data:
+    from edgebuild.datasets.voc import read_voc_xml
+
+    lists = root / "ImageSets" / "Main"
+    missing = [s for s in ("train", "val") if not (lists / f"{s}.txt").is_file()]
+    if missing:
+        raise DataError(f"--data: {root} is a Pascal VOC root without the split list(s) "
+                        f"{', '.join(f'ImageSets/Main/{s}.txt' for s in missing)}",
+                        hint="write the image ids of each split there, one a line")
+    names: list[str] = []
+    for line in (lists / "val.txt").read_text(encoding="utf-8-sig").split():
+        xml = root / "Annotations" / f"{line}.xml"
+        if xml.is_file():
+            names += [o.name for o in read_voc_xml(xml, "--data").objects]
+    names = sorted(set(names))
+    return _Data("detection", "Pascal VOC root", names,
+                 f"the object names of {root.name}'s val split, sorted", {"dataset": str(root),
+                 "calibration_split": "train", "validation_split": "val"}, {})
+
+
+def _has_images(folder: Path) -> bool:
+    from edgebuild.datasets.images import IMAGE_SUFFIXES
+
+    return folder.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
+
+
+def _coco(path: Path) -> _Data:
+    import json
+
+    try:
+        gt = json.loads(path.read_text(encoding="utf-8"))
+        categories = sorted(gt["categories"], key=lambda c: c["id"])
+        names = [str(c["name"]) for c in categories]
+        first = gt["images"][0]["file_name"] if gt["images"] else None
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise DataError(f"--data: {path} is not a COCO JSON file edgebuild reads ({type(exc).__name__}: {exc})") \
+            from None
+    stem = path.stem.removeprefix("instances_")
+    here, up = path.parent, path.parent.parent
+    candidates = [here / "images", here / stem, up / "images" / stem, up / stem, up / "images", here]
+    images = next((c for c in candidates if _has_images(c) and (first is None or (c / first).is_file())), None)
+    if images is None:
+        raise DataError(f"--data: no images folder for {path.name} found next to it (looked in "
+                        f"{', '.join(str(c) for c in candidates[:4])})",
+                        hint="put the images in an images/ folder beside the JSON, or write [data.validation] by hand")
+    calibration = next((c for c in (here / "calibration", up / "calibration", here / "train", up / "train",
+                                    up / "images" / "train", up / "train2017") if c != images and _has_images(c)),
+                       None)
+    if calibration is None:
+        raise DataError(f"--data: {path.name} is one annotated set (validation); no calibration images found next "
+                        f"to it (a calibration/ or train/ folder of images in {here} or {up})",
+                        hint="put a few hundred training images in a calibration/ folder beside it")
+    return _Data("detection", "COCO JSON", names, f"the categories of {path.name}",
+                 {"calibration_images": str(calibration)},
+                 {"annotations": str(path), "images": str(images)})
+
+
+def _split_folders(root: Path) -> _Data:
+    missing = [s for s in ("train", "val") if not (root / s).is_dir()]
+    if missing:
+        present = sorted(p.name for p in root.iterdir() if p.is_dir())
+        raise DataError(f"--data: {root} has no {' or '.join(repr(m) for m in missing)} split folder "
+                        f"(found: {present})", hint="name the split folders train/ and val/")
+    names = sorted(p.name for p in (root / "val").iterdir() if p.is_dir() and not p.name.startswith("."))
+    return _Data("classification", "split folders of class folders", names,
+                 f"the class folders of {root.name}/val, sorted",
+                 {"dataset": str(root), "calibration_split": "train", "validation_split": "val"}, {})
+
+
+# -- the fleet --------------------------------------------------------------------------------------
+
+def parse_fleet(text: str | None) -> list[FoundGroup]:
+    """``name=module@jetpack,...``, each checked against the profiles; None: one Orin Nano 8GB group on
+    the newest JetPack it runs."""
+    from edgebuild.targets.profiles import load_catalog
+
+    catalog = load_catalog()
+    if not text:
+        module = catalog.modules[DEFAULT_MODULE]
+        shipped = [v for v in module.jetpack if catalog.releases[v].base_images] or list(module.jetpack)
+        jetpack = max(shipped, key=lambda v: tuple(int(p) for p in v.split(".")))
+        return [FoundGroup("orin", module.id, jetpack, f"the default: {module.name} on the newest JetPack the "
+                                                       "profiles know for it with a container image (--fleet)")]
+    groups = []
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, target = part.partition("=")
+        if not sep or not NAME_PATTERN.match(name.strip()):
+            raise ConfigError(f"--fleet: {part!r} is not NAME=MODULE@JETPACK (a lower-case name), e.g. "
+                              "yard-cams=orin-nano-8gb@6.2")
+        found = catalog.parse_target(target.strip())
+        groups.append(FoundGroup(name.strip(), found.module.id, found.release.jetpack, "from --fleet"))
+    return groups
+
+
+# -- putting it together ----------------------------------------------------------------------------
+
+def _project_name(name: str | None, directory: Path, model: Path) -> str:
+    if name:
+        if not NAME_PATTERN.match(name):
+            raise ConfigError(f"--name: {name!r} must be lower-case letters, digits, '-' or '_'")
+        return name
+    for candidate in (directory.resolve().name, model.stem):
+        cleaned = re.sub(r"[^a-z0-9_-]+", "-", candidate.lower()).strip("-_")
+        if cleaned and NAME_PATTERN.match(cleaned):
+            return cleaned
+    return "my-project"
+
+
+def _relative(path: Path, directory: Path) -> str:
+    try:
+        return Path(os.path.relpath(path.resolve(), directory.resolve())).as_posix()
+    except ValueError:  # another drive
+        return path.resolve().as_posix()
+
+
+def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], str]:
+    if model.classes and model.classes != data.names:
+        raise DataError(f"--data: the dataset's class names ({data.names_said}) {data.names} differ from "
+                        f"{model_name}'s {model.classes}: a model predicts the names it was trained on, in order",
+                        hint="pass the dataset the model was trained on, or fix its names to the model's order")
+    if model.classes:
+        classes, said = model.classes, f"from {model_name}'s metadata; the dataset agrees ({data.names_said})"
+    else:
+        classes, said = data.names, data.names_said
+    if model.num_classes and model.num_classes != len(classes):
+        raise DataError(f"--data: {model_name} predicts {model.num_classes} classes, the dataset names "
+                        f"{len(classes)} ({data.names_said}): {classes}",
+                        hint="pass the dataset the model was trained on")
+    return classes, said
+
+
+def init_from_files(directory: Path, *, model: Path, data: Path, fleet: str | None = None,
+                    name: str | None = None, force: bool = False, trust_checkpoint: bool = False) -> InitResult:
+    """Write ``directory/edgebuild.toml`` from the model file and the dataset; raise before writing anything."""
+    target = directory / PROJECT_FILE
+    if target.exists() and not force:
+        raise ConfigError(f"{target}: already exists", hint="pass --force to overwrite it")
+    found_model = _read_model(model)
+    found_data = _read_data(data)
+    if found_model.task != found_data.task:
+        raise DataError(f"--data: {data} is {found_data.title}, {found_data.task} data; {model.name} is a "
+                        f"{found_model.task} model ({found_model.task_said})")
+    classes, classes_said = _classes(found_model, found_data, model.name)
+    groups = parse_fleet(fleet)
+    ultra = found_model.ultralytics
+    gray = found_model.channels == 1
+    if ultra:
+        resize = "letterbox" if found_model.task == "detection" else "resize"
+        pre_said = (f"from {model.name}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
+    else:
+        resize = "letterbox" if found_model.task == "detection" else "resize"
+        pre_said = "CHECK: edgebuild's defaults (the file does not say): they must be what the model was trained with"
+    channel = "GRAY" if gray else "RGB"
+    fill = [0.0] * (1 if gray else 3)
+    ones = [1.0] * (1 if gray else 3)
+    project = FoundProject(
+        name=_project_name(name, directory, model), model_source=_relative(model, directory),
+        model_said=found_model.said, inputs=found_model.inputs, outputs=found_model.outputs,
+        outputs_said=found_model.outputs_said, task=found_model.task, task_said=found_model.task_said,
+        classes=classes, classes_said=classes_said, input_size=found_model.input_size, resize=resize, pad_value=114,
+        channel_order=channel, mean=fill, std=ones, preprocess_said=pre_said,
+        postprocess=found_model.postprocess,
+        data={k: (_relative(Path(v), directory) if k in ("dataset", "calibration_images") else v)
+              for k, v in found_data.data.items()},
+        validation={k: _relative(Path(v), directory) for k, v in found_data.validation.items()},
+        data_said=f"From the {found_data.title} ({_relative(data, directory)}).", fleet=groups,
+        notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None)
+    text = render_project(project)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    draft = directory / f".{PROJECT_FILE}.init-draft"
+    try:
+        draft.write_text(text, encoding="utf-8")
+        try:
+            loaded = load_project(draft)
+            if not found_model.checkpoint:
+                _check_model_file(loaded)
+        except EdgebuildError as exc:  # say it of the file it would have been
+            raise type(exc)(exc.message.replace(str(draft), str(target)), hint=exc.hint) from None
+        os.replace(draft, target)
+    except BaseException:
+        draft.unlink(missing_ok=True)
+        if created:
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+        raise
+    lines = [f"model: {found_model.said}",
+             f"  input {found_model.inputs[0].name} {found_model.inputs[0].dtype} "
+             f"min {found_model.inputs[0].min_shape} opt {found_model.inputs[0].opt_shape} "
+             f"max {found_model.inputs[0].max_shape}",
+             f"  outputs {project.outputs}; task {project.task} ({project.task_said})",
+             f"data: {found_data.title}: " + ", ".join(f"{k} = {v}" for k, v in
+                                                      {**project.data, **project.validation}.items()),
+             f"classes ({len(classes)}): {', '.join(classes[:8])}{', ...' if len(classes) > 8 else ''} "
+             f"({classes_said})",
+             "fleet: " + ", ".join(f"{g.name} = {g.module}@{g.jetpack}" for g in groups),
+             *(f"note: {n}" for n in found_model.notes)]
+    if found_model.checkpoint and not trust_checkpoint:
+        lines.append(f"note: {model.name} is a pickle: compile loads it only with [model] trust_checkpoint = true "
+                     "(init --trust-checkpoint writes that, if you trust who made it)")
+    if not ultra:
+        lines.append("note: preprocessing is edgebuild's default (the model file does not say): check "
+                     "[task.preprocess]")
+    from edgebuild.targets.profiles import load_catalog
+
+    families = {load_catalog().modules[g.module].family for g in groups}
+    where = "" if directory.resolve() == Path.cwd().resolve() else f" -p {directory}"
+    option = " --target orin" if "orin" in families else ""
+    return InitResult(target, lines, f"edgebuild compile{option}{where}")
+
+
+def _check_model_file(project: Any) -> None:
+    """The ONNX checks that need no run: the file's inputs fit the profile (and, but for Ultralytics' raw
+    head, which the adapter reads as boxes and scores, its outputs are model.outputs)."""
+    from edgebuild.sources.onnx_checks import load_structure, raise_for_inputs, raise_for_output_names
+
+    path = project.path(project.model.source or "")
+    proto = load_structure(project, path)
+    raise_for_inputs(project, path, proto)
+    if [o.name for o in proto.graph.output] != ["boxes", "scores"] and project.model.outputs == ["boxes", "scores"] \
+            and len(proto.graph.output) == 1:
+        return  # the raw head
+    raise_for_output_names(project, path, proto)
