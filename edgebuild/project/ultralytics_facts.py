@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "UltralyticsFacts", "facts_for_source",
            "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults", "is_ultralytics_checkpoint",
-           "peek_checkpoint", "project_defaults", "project_problems"]
+           "peek_checkpoint", "project_defaults", "project_problems", "read_literal"]
 
 TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
@@ -190,16 +190,16 @@ def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
     said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
     if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
         return None
-    names = _literal(props.get("names"))
+    names = read_literal(props.get("names"))
     classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
         [str(n) for n in names] if isinstance(names, (list, tuple)) else []
     return UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
-                            imgsz=_size(_literal(props.get("imgsz"))),
-                            stride=_stride(_literal(props.get("stride"))), version=props.get("version", ""),
+                            imgsz=_size(read_literal(props.get("imgsz"))),
+                            stride=_stride(read_literal(props.get("stride"))), version=props.get("version", ""),
                             told_by="ONNX metadata", model_class="export")
 
 
-def _literal(text: str | None) -> Any:
+def read_literal(text: str | None) -> Any:
     if text is None:
         return None
     try:

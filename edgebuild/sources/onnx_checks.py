@@ -12,12 +12,12 @@ detection head, [N, 4+C, A], gets edgebuild's adapter (``onnx_file.model_path``,
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
+from edgebuild.project.ultralytics_facts import facts_from_props, read_literal
 from edgebuild.sources.tool_output import first_line
 
 if TYPE_CHECKING:
@@ -151,26 +151,13 @@ def metadata(proto: onnx.ModelProto) -> dict[str, str]:
 
 def ultralytics_summary(props: dict[str, str]) -> dict[str, Any]:
     """What an Ultralytics export says of itself (task, class names, imgsz, stride), or {} for another file."""
-    said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
-    if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
+    facts = facts_from_props(props)
+    if facts is None:
         return {}
-    names = _literal(props.get("names"))
-    classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
-        [str(n) for n in names] if isinstance(names, (list, tuple)) else []
-    summary = {"task": props.get("task", "unknown"), "classes": classes, "imgsz": _literal(props.get("imgsz")),
-               "stride": _literal(props.get("stride")), "version": props.get("version", "")}
+    summary = {"task": facts.task, "classes": facts.classes, "imgsz": read_literal(props.get("imgsz")),
+               "stride": read_literal(props.get("stride")), "version": facts.version}
     summary["summary"] = describe_ultralytics(summary)
     return summary
-
-
-def _literal(text: str | None) -> Any:
-    """A Python literal written by Ultralytics (``{0: 'person', ...}``, ``[640, 640]``, ``32``), read safely."""
-    if text is None:
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
 
 
 def describe_ultralytics(summary: dict[str, Any]) -> str:
