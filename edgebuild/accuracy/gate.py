@@ -28,6 +28,7 @@ from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.errors import AccuracyGateError
 from edgebuild.project.layout import BuildLayout
+from edgebuild.project.schema import HUB_SOURCE
 from edgebuild.runtime.files import atomic_write_text
 
 if TYPE_CHECKING:
@@ -427,6 +428,12 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
     started = time.perf_counter()
     store = _Measurements(project, export, force=force, progress=progress, report=report, trt=trt, memory=memory)
     policy = AccuracyPolicy.of(project)
+    if policy.gated and project.model.source and HUB_SOURCE.match(project.model.source) and not project.model.weights:
+        raise AccuracyGateError(
+            f"{project.source}: model.source {project.model.source!r} has no model.weights: its weights are random, "
+            "so no accuracy of it means anything",
+            hint="set model.weights to its state_dict (torch.save(model.state_dict(), path)); to try the later "
+                 "stages with an untrained model: `edgebuild compile --no-gate`")
     fp32 = store.candidate("fp32")
     if fp32.value <= 0 and policy.gated:
         raise AccuracyGateError(

@@ -20,6 +20,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.project.schema import (
     CLASSIFICATION_METRICS,
     DETECTION_METRICS,
+    HUB_SOURCE,
     NAME_PATTERN,
     PROJECT_FILE,
     ClassificationTask,
@@ -27,7 +28,7 @@ from edgebuild.project.schema import (
     Project,
 )
 
-__all__ = ["PROJECT_FILE", "Project", "data_paths", "load_project", "model_source_kind"]
+__all__ = ["PROJECT_FILE", "Project", "data_paths", "is_torchscript_archive", "load_project", "model_source_kind"]
 
 
 def _find_project_file(location: str | Path) -> Path:
@@ -182,6 +183,13 @@ def _check_model_source(project: Project) -> list[str]:
         if facts else []
     if facts and facts.told_by == "checkpoint":  # exported from PyTorch: the [export] keys apply
         return problems
+    kind = _source_kind(project)[0]
+    if kind == "hub" and project.task.kind != "classification":
+        problems.append(f"model.source {project.model.source!r}: a torchvision or timm model by name is a "
+                        f"classifier here; task.kind is {project.task.kind!r}: name a detection model with "
+                        "model.entry_point instead")
+    if kind in ("hub", "torchscript"):  # exported from PyTorch: the [export] keys apply
+        return problems
     return problems + [f"export.{key}: applies to an export from model.entry_point; model.source "
                        f"{project.model.source!r} is used as given (its own opset, outputs and weights): "
                        f"remove export.{key}" for key in sorted(project.export.model_fields_set)]
@@ -201,6 +209,8 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
     model = project.model
     if model.source is None:
         return None, "model.entry_point"
+    if HUB_SOURCE.match(model.source):
+        return "hub", "its name (library:model)"
     if model.kind is not None:
         return model.kind, "model.kind"
     path = project.path(model.source)
@@ -216,15 +226,31 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
     if head == b"PK\x03\x04":
         from edgebuild.project.ultralytics_facts import facts_from_checkpoint
 
+        if is_torchscript_archive(path):
+            return "torchscript", "its content (a TorchScript archive)"
+
         facts = facts_from_checkpoint(path)  # read without running the pickle
         if facts is not None:
             return "ultralytics", f"its content (an Ultralytics {facts.model_class} checkpoint)"
-    what = ("a zip archive: a PyTorch checkpoint or TorchScript file? Build such a model in Python and name "
+    what = ("a zip archive that is neither TorchScript nor an Ultralytics checkpoint: a PyTorch checkpoint? "
+            "Build such a model in Python and name "
             "that function with model.entry_point (and its weights with model.weights)" if head == b"PK\x03\x04"
             else "a Python pickle: a PyTorch checkpoint? Name the function that builds the model with "
                  "model.entry_point and the file with model.weights" if head[:1] == b"\x80"
             else "not ONNX by its suffix or its first bytes")
     return None, f"model.source: cannot tell what kind of model {path} is ({what})"
+
+
+def is_torchscript_archive(path: Path) -> bool:
+    """Whether ``path`` is a zip archive that TorchScript wrote (``torch.jit.save``: ``constants.pkl``, ``code/``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
 
 
 def _check_batching(project: Project) -> list[str]:
@@ -377,7 +403,7 @@ def data_paths(project: Project) -> dict[str, Path]:
         paths["data.validation.annotations"] = project.path(project.data.validation.annotations)
     if project.model.weights:
         paths["model.weights"] = project.path(project.model.weights)
-    if project.model.source:
+    if project.model.source and not HUB_SOURCE.match(project.model.source):  # a hub's name is no path
         paths["model.source"] = project.path(project.model.source)
     return paths
 

@@ -18,6 +18,7 @@ __all__ = [
     "DETECTION_METRICS",
     "DATA_FORMATS",
     "DTYPES",
+    "HUB_SOURCE",
     "MODEL_SOURCE_KINDS",
     "NAME_PATTERN",
     "PROJECT_FILE",
@@ -100,8 +101,11 @@ class InputSpec(_Section):
         return [i for i, (lo, hi) in enumerate(zip(self.min_shape, self.max_shape)) if lo != hi]
 
 
-MODEL_SOURCE_KINDS = ("onnx", "ultralytics")  # what `[model] source` may be: ONNX (edgebuild.sources.onnx_file),
-# an Ultralytics checkpoint (edgebuild.sources.ultralytics_checkpoint)
+MODEL_SOURCE_KINDS = ("onnx", "ultralytics", "torchscript")  # what `[model] source` may be: ONNX
+# (edgebuild.sources.onnx_file), an Ultralytics checkpoint (edgebuild.sources.ultralytics_checkpoint), a
+# TorchScript file (edgebuild.sources.torchscript_file); a name "torchvision:<model>" or "timm:<model>" is a
+# model hub's model (edgebuild.sources.model_hub), told by its prefix
+HUB_SOURCE = re.compile(r"^(torchvision|timm):")
 
 
 class ModelSection(_Section):
@@ -132,8 +136,9 @@ class ModelSection(_Section):
                 "needs exactly one of entry_point (a function that builds the PyTorch model, "
                 "'package.module:function') and source (a model file, e.g. \"model.onnx\"), found "
                 + ("both" if self.entry_point else "neither"))
-        if self.source is not None and self.weights is not None:
-            raise ValueError("weights applies to entry_point; a model file (source) carries its own weights")
+        if self.source is not None and self.weights is not None and not HUB_SOURCE.match(self.source):
+            raise ValueError("weights applies to entry_point or a model hub's name (source = "
+                             "\"torchvision:resnet18\"); a model file (source) carries its own weights")
         if self.kind is not None and self.source is None:
             raise ValueError("kind applies to source (the kind of model file); entry_point is always PyTorch")
         if self.trust_checkpoint and self.source is None:

@@ -259,8 +259,12 @@ def _example_args(project: Project) -> tuple[torch.Tensor, ...]:
 
 
 def _outputs_in_order(model: torch.nn.Module, names: list[str]) -> torch.nn.Module:
-    """Wrap the model so forward returns a tuple in the project's output order."""
+    """Wrap the model so forward returns a tuple in the project's output order. A ScriptModule (a
+    TorchScript file) is given as is: the TorchScript exporter takes it only unwrapped."""
     import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        return model
 
     class OutputsInOrder(torch.nn.Module):
         def __init__(self) -> None:

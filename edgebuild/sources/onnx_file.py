@@ -77,6 +77,10 @@ def read_model_record(data: dict[str, Any]) -> ModelRecord:
         from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord
 
         return UltralyticsModelRecord(**data)
+    if data.get("kind") in ("torchscript", "hub"):
+        from edgebuild.sources.torch_source import TorchSourceModelRecord
+
+        return TorchSourceModelRecord(**data)
     return OnnxModelRecord(**data) if "kind" in data else ModelRecord(**data)
 
 

@@ -5,6 +5,8 @@ Reads: the model stage, the opset every selected target's TensorRT takes. Writes
 model file (``[model] source``) it is an import (``edgebuild.sources.onnx_file.import_onnx``): the
 checked file copied there at its own opset, with an ``ExportRecord`` of the same shape (exporter
 ``"import"``, the checks run instead of a parity with itself), which every later stage reads unchanged.
+A TorchScript file or a torchvision/timm model by name is exported from PyTorch
+(``edgebuild.sources.torch_source.export_source``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
     if is_checkpoint(inputs.project):
         return export_key_parts(inputs.project, _opset(inputs)[0])
+    from edgebuild.sources import torch_source
+
+    if torch_source.source_kind(inputs.project):  # a TorchScript file, a torchvision/timm model by name
+        return torch_source.export_key_parts(inputs.project, _opset(inputs)[0])
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import import_key_parts
 
@@ -48,6 +54,11 @@ def _run(inputs: StageInputs) -> ExportRecord:
     if is_checkpoint(inputs.project):
         opset, reason = _opset(inputs)
         return export_checkpoint(inputs.project, opset, reason, inputs.plan.groups, report=inputs.report)
+    from edgebuild.sources.torch_source import export_source, source_kind
+
+    if source_kind(inputs.project):
+        opset, reason = _opset(inputs)
+        return export_source(inputs.project, opset, reason, inputs.plan.groups, report=inputs.report)
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import import_onnx
 

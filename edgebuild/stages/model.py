@@ -3,7 +3,8 @@
 Reads: the project's model source, either an entry point (its module, weights) run with PyTorch, or
 a model file (``[model] source``): ONNX, checked and run with ONNX Runtime, no PyTorch
 (``edgebuild.sources.onnx_file``), or an Ultralytics checkpoint, wrapped and run with PyTorch
-(``edgebuild.sources.ultralytics_checkpoint``); and the task. Writes nothing but its record (``ModelRecord``;
+(``edgebuild.sources.ultralytics_checkpoint``), or a TorchScript file or torchvision/timm model by name,
+run with PyTorch (``edgebuild.sources.torch_source``); and the task. Writes nothing but its record (``ModelRecord``;
 ``OnnxModelRecord`` for a model file): the outputs checked against the task at every profile shape.
 """
 
@@ -28,6 +29,13 @@ def _key(inputs: StageInputs) -> dict[str, str]:
 
         return {**checkpoint_key_parts(inputs.project), "tools": digest(tool_versions("torch")),
                 "task_outputs": task_outputs_key(inputs.project)}
+    from edgebuild.sources.torch_source import source_key_parts, source_kind
+
+    if source_kind(inputs.project):  # a TorchScript file, a torchvision/timm model by name
+        from edgebuild.sources.task_outputs import task_outputs_key
+
+        return {**source_key_parts(inputs.project), "tools": digest(tool_versions("torch")),
+                "task_outputs": task_outputs_key(inputs.project)}
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import model_check_key_parts
 
@@ -44,6 +52,10 @@ def _run(inputs: StageInputs) -> ModelRecord:
 
     if is_checkpoint(inputs.project):
         return check_checkpoint(inputs.project, report=inputs.report)
+    from edgebuild.sources.torch_source import check_source, source_kind
+
+    if source_kind(inputs.project):
+        return check_source(inputs.project, report=inputs.report)
     if inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import check_onnx_model
 
@@ -65,6 +77,10 @@ def _describe(record: ModelRecord) -> str:
         from edgebuild.sources.ultralytics_checkpoint import describe_checkpoint
 
         return describe_checkpoint(record)  # type: ignore[arg-type]
+    if getattr(record, "kind", None) in ("torchscript", "hub"):
+        from edgebuild.sources.torch_source import describe_source
+
+        return describe_source(record)  # type: ignore[arg-type]
     if hasattr(record, "kind"):  # a model file (OnnxModelRecord)
         from edgebuild.sources.onnx_file import describe_model
 

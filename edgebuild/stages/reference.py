@@ -7,12 +7,24 @@ entry point) or, for a model file (``[model] source``), that file with ONNX Runt
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from edgebuild.accuracy.evaluate import Evaluation
 from edgebuild.content import digest, tool_versions
 from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.stages.session import CompileSession
 
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+
 __all__ = ["REFERENCE"]
+
+
+def _torch_source(project: Project) -> str | None:
+    """"torchscript" or "hub" for a model file or name that PyTorch loads, else None."""
+    from edgebuild.sources.torch_source import source_kind
+
+    return source_kind(project)
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
@@ -22,6 +34,10 @@ def _key(inputs: StageInputs) -> dict[str, str]:
     project = inputs.project
     if is_checkpoint(project):
         model, tools = checkpoint_key_parts(project), ("torch", "faster-coco-eval")
+    elif _torch_source(project):
+        from edgebuild.sources.torch_source import source_key_parts
+
+        model, tools = source_key_parts(project), ("torch", "faster-coco-eval")
     elif project.model.source is not None:
         from edgebuild.sources.onnx_file import onnx_key_parts
 
@@ -43,6 +59,11 @@ def _run(inputs: StageInputs) -> Evaluation:
     data = ValidationSet(inputs.project)
     if is_checkpoint(inputs.project):
         runner, what = checkpoint_runner(inputs.project), f"the Ultralytics checkpoint {inputs.project.model.source}"
+    elif _torch_source(inputs.project):
+        from edgebuild.sources.torch_source import source_runner
+
+        runner, what = source_runner(inputs.project), f"the {_torch_source(inputs.project)} model " \
+                                                      f"{inputs.project.model.source}"
     elif inputs.project.model.source is not None:
         from edgebuild.sources.onnx_file import onnx_runner
 

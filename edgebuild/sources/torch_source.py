@@ -1,0 +1,144 @@
+"""A model file or name that PyTorch loads as a module: a TorchScript file, a torchvision/timm model by name.
+
+The shared route of ``edgebuild.sources.torchscript_file`` (``kind = "torchscript"``) and
+``edgebuild.sources.model_hub`` (``source = "torchvision:resnet18"``, ``"timm:<name>"``). Each of those
+modules gives ``key_parts(project)`` (what the model is made from: file contents, names, versions),
+``load(project)`` (the ``torch.nn.Module``, FP32, and notes for the stage line) and ``TOOLS``. This
+module gives the three stages what the Ultralytics checkpoint route gives them:
+
+- model: ``source_key_parts`` and ``check_source`` (the module run at the min/opt/max shapes
+  against the task); record ``TorchSourceModelRecord``.
+- reference: ``source_runner``, the module on the CPU (a ``TorchRunner``), loaded once per key.
+- export: ``export_source``, edgebuild's export from PyTorch (``edgebuild.sources.export``), with
+  parity, under this route's key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from edgebuild.content import digest, tool_versions
+from edgebuild.sources.model import ModelRecord
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.model import TorchRunner
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["KINDS", "TorchSourceModelRecord", "check_source", "describe_source", "export_key_parts",
+           "export_source", "source_key_parts", "source_kind", "source_runner"]
+
+KINDS = ("torchscript", "hub")
+_EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")
+_Report = Callable[[str], None]
+_runners: dict[str, tuple[TorchRunner, list[str]]] = {}  # key digest -> (runner, load notes)
+
+
+@dataclass(frozen=True)
+class TorchSourceModelRecord(ModelRecord):
+    """The model stage's result for a TorchScript file or a hub model: ``entry_point`` holds ``model.source``."""
+
+    kind: str = ""
+    told_by: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # the files the model is made from -> sha256
+    checks: list[str] = field(default_factory=list)
+
+
+def source_kind(project: Project) -> str | None:
+    """``"torchscript"`` or ``"hub"`` where ``model.source`` is one, else None."""
+    if project.model.source is None:
+        return None
+    from edgebuild.project.config import model_source_kind
+
+    kind = model_source_kind(project)[0]
+    return kind if kind in KINDS else None
+
+
+def _impl(project: Project) -> ModuleType:
+    if source_kind(project) == "torchscript":
+        from edgebuild.sources import torchscript_file
+
+        return torchscript_file
+    from edgebuild.sources import model_hub
+
+    return model_hub
+
+
+def source_key_parts(project: Project) -> dict[str, str]:
+    """What the model is on this route (the kind module's parts) and the declared inputs/outputs."""
+    return {**_impl(project).key_parts(project), "source": project.model.source, "kind": str(source_kind(project)),
+            "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs])}
+
+
+def _loaded(project: Project) -> tuple[TorchRunner, list[str]]:
+    from edgebuild.sources.model import TorchRunner
+
+    key = digest(source_key_parts(project))
+    if key not in _runners:
+        model, notes = _impl(project).load(project)
+        _runners.clear()  # one model held at a time
+        _runners[key] = (TorchRunner(project, model.eval()), notes)
+    runner, notes = _runners[key]
+    runner.project = project
+    return runner, notes
+
+
+def source_runner(project: Project) -> TorchRunner:
+    """The model on the CPU; loaded once per key."""
+    return _loaded(project)[0]
+
+
+def check_source(project: Project, *, report: _Report = lambda _: None) -> TorchSourceModelRecord:
+    """Load the model, then run it at the min/opt/max shapes against the task."""
+    from edgebuild.project.config import model_source_kind
+    from edgebuild.sources.model import check_model
+
+    started = time.perf_counter()
+    runner, notes = _loaded(project)
+    for note in notes:
+        report(f"model: {note}")
+    base = check_model(project, runner)
+    _, told_by = model_source_kind(project)
+    return TorchSourceModelRecord(
+        entry_point=str(project.model.source), parameters=base.parameters, output_shapes=base.output_shapes,
+        seconds=round(time.perf_counter() - started, 3), kind=str(source_kind(project)), told_by=told_by,
+        files=_impl(project).files(project),
+        checks=[*notes, f"outputs {project.model.outputs} against the {project.task.kind} task at the "
+                        "min/opt/max shapes"])
+
+
+def describe_source(record: TorchSourceModelRecord) -> str:
+    return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] ({record.parameters:,} parameters); "
+            f"{'; '.join(record.checks[:-1]) or 'loaded'}; forward at min/opt/max shapes in {record.seconds:.1f} s")
+
+
+# -- export -------------------------------------------------------------------------------------------
+
+def export_key_parts(project: Project, opset: int) -> dict[str, str]:
+    return {**source_key_parts(project), "opset": str(opset), "settings": digest(project.export.model_dump()),
+            "tools": digest(tool_versions(*_EXPORT_TOOLS))}
+
+
+def export_source(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
+                  report: _Report = lambda _: None) -> ExportRecord:
+    """edgebuild's export from PyTorch of the loaded model, recorded under this route's key."""
+    from edgebuild.sources.export import RECORD_FILE, export_model
+
+    runner = source_runner(project)
+    # export_model reads the model from the runner; the project it is given names no entry point to import
+    name = "".join(c if c.isalnum() else "_" for c in str(project.model.source))[:60] or "model"
+    shadow = project.model_copy(update={"model": project.model.model_copy(
+        update={"entry_point": f"edgebuild_{source_kind(project)}_source:m_{name}"})})
+    record = export_model(shadow, opset, reason, report=report, torch_runner=runner, groups=list(groups))
+    parts = export_key_parts(project, opset)
+    record = replace(record, cache_key=digest(parts), key_parts=parts,
+                     exporter_note=f"{record.exporter_note}; from the {source_kind(project)} model "
+                                   f"{project.model.source}")
+    (record.onnx_path.parent / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
+    return record
