@@ -1,12 +1,11 @@
 """The export stage: ONNX with dynamic axes, parity-checked against PyTorch; or a model file, imported.
 
 Reads: the model stage, the opset every selected target's TensorRT takes. Writes
-``build/export/opset<N>/`` (the ONNX and its export.json); its record is an ``ExportRecord``. For a
-model file (``[model] source``) it is an import (``edgebuild.sources.onnx_file.import_onnx``): the
-checked file copied there at its own opset, with an ``ExportRecord`` of the same shape (exporter
-``"import"``, the checks run instead of a parity with itself), which every later stage reads unchanged.
-A TorchScript file or a torchvision/timm model by name is exported from PyTorch
-(``edgebuild.sources.torch_source.export_source``).
+``build/export/opset<N>/`` (the ONNX and its export.json); its record is an ``ExportRecord``. How
+the ONNX is made is the model's route (``edgebuild.sources.routes``): an export from PyTorch, or
+for an ONNX file an import at its own opset, with an ``ExportRecord`` of the same shape
+(exporter ``"import"``, the checks run instead of a parity with itself), which every later stage
+reads unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import Any
 from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export import ExportRecord
+from edgebuild.sources.routes import route_for
 from edgebuild.stages.model import MODEL
 from edgebuild.stages.session import CompileSession
 
@@ -31,44 +31,17 @@ def _opset(inputs: StageInputs) -> tuple[int, str]:
 
 
 def _key(inputs: StageInputs) -> dict[str, str]:
-    from edgebuild.sources.ultralytics_checkpoint import export_key_parts, is_checkpoint
-
-    if is_checkpoint(inputs.project):
-        return export_key_parts(inputs.project, _opset(inputs)[0])
-    from edgebuild.sources import torch_source
-
-    if torch_source.source_kind(inputs.project):  # a TorchScript file, a torchvision/timm model by name
-        return torch_source.export_key_parts(inputs.project, _opset(inputs)[0])
-    if inputs.project.model.source is not None:
-        from edgebuild.sources.onnx_file import import_key_parts
-
-        return import_key_parts(inputs.project, inputs.record(MODEL))
-    from edgebuild.sources.export import cache_key_parts
-
-    return cache_key_parts(inputs.project, _opset(inputs)[0])
+    route = route_for(inputs.project)
+    opset = _opset(inputs)[0] if route.needs_opset else 0
+    return route.export_key(inputs.project, inputs.record(MODEL), opset)
 
 
 def _run(inputs: StageInputs) -> ExportRecord:
-    from edgebuild.sources.ultralytics_checkpoint import export_checkpoint, is_checkpoint
-
-    if is_checkpoint(inputs.project):
-        opset, reason = _opset(inputs)
-        return export_checkpoint(inputs.project, opset, reason, inputs.plan.groups, report=inputs.report)
-    from edgebuild.sources.torch_source import export_source, source_kind
-
-    if source_kind(inputs.project):
-        opset, reason = _opset(inputs)
-        return export_source(inputs.project, opset, reason, inputs.plan.groups, report=inputs.report)
-    if inputs.project.model.source is not None:
-        from edgebuild.sources.onnx_file import import_onnx
-
-        return import_onnx(inputs.project, inputs.record(MODEL), inputs.plan.groups, report=inputs.report)
-    from edgebuild.sources.export import export_model
-
     session: CompileSession = inputs.session
-    opset, reason = _opset(inputs)
-    return export_model(inputs.project, opset, reason, report=inputs.report,
-                        torch_runner=session.loaded_torch_runner, groups=inputs.plan.groups)
+    route = route_for(inputs.project)
+    opset, reason = _opset(inputs) if route.needs_opset else (0, "")
+    return route.export(inputs.project, inputs.record(MODEL), opset, reason, inputs.plan.groups,
+                        session.loaded_torch_runner, inputs.report)
 
 
 def _from_dict(data: dict[str, Any]) -> ExportRecord:

@@ -1,0 +1,151 @@
+"""Which way a model goes through the model, reference and export stages: one route per source kind.
+
+A route says, for one kind of model source, what the model stage's key holds and how the model is
+checked, what the reference stage evaluates, and how the export stage gets its ONNX (an export
+from PyTorch, or an import of a model file). ``route_for(project)`` picks the project's route once;
+the three stage modules call it and never branch on the kind themselves. Everything after the
+export stage reads only the ``ExportRecord``, whatever the route.
+
+A new kind of source adds its module here in ``sources/`` and one ``ModelRoute`` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgebuild.content import digest, tool_versions
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.runtime.backends import Runner
+    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.model import ModelRecord, TorchRunner
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["ModelRoute", "route_for"]
+
+Report = Callable[[str], None]
+Groups = Sequence["SelectedGroup"]
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    kind: str  # "entry point", "onnx", "ultralytics", "torchscript", "hub"
+    #: the model stage's key: every file and setting the model is made from
+    model_key: Callable[[Project, Groups], dict[str, str]]
+    #: load and check the model at the min/opt/max shapes; ``torch_runner`` gives the project's PyTorch model
+    check: Callable[[Project, Groups, Callable[[], TorchRunner], Report], ModelRecord]
+    #: what the reference's FP32 number depends on, and the tools it runs with
+    reference_key: Callable[[Project], dict[str, str]]
+    reference_tools: tuple[str, ...]
+    #: the FP32 reference's runner, and how the progress line names it
+    reference_runner: Callable[[Project, Callable[[], TorchRunner]], tuple[Runner, str]]
+    #: the export stage's key and its run (``torch_runner``: the PyTorch model if a stage loaded it already)
+    export_key: Callable[[Project, ModelRecord, int], dict[str, str]]
+    export: Callable[[Project, ModelRecord, int, str, Groups, TorchRunner | None, Report], ExportRecord]
+    #: the export stage runs at the fleet's opset (an import keeps the file's own)
+    needs_opset: bool = True
+
+
+def _with_task(parts: dict[str, str], project: Project) -> dict[str, str]:
+    from edgebuild.sources.task_outputs import task_outputs_key
+
+    return {**parts, "tools": digest(tool_versions("torch")), "task_outputs": task_outputs_key(project)}
+
+
+def _entry_point() -> ModelRoute:
+    from edgebuild.sources import export, model
+
+    return ModelRoute(
+        kind="entry point",
+        model_key=lambda project, groups: _with_task(model.model_key_parts(project), project),
+        check=lambda project, groups, torch_runner, report: model.check_model(project, torch_runner()),
+        reference_key=model.model_key_parts, reference_tools=("torch",),
+        reference_runner=lambda project, torch_runner: (torch_runner(), "the PyTorch model"),
+        export_key=lambda project, record, opset: export.cache_key_parts(project, opset),
+        export=lambda project, record, opset, reason, groups, loaded, report: export.export_model(
+            project, opset, reason, report=report, torch_runner=loaded, groups=groups))
+
+
+def _onnx_file() -> ModelRoute:
+    from edgebuild.sources import onnx_file
+
+    return ModelRoute(
+        kind="onnx",
+        model_key=onnx_file.model_check_key_parts,
+        check=lambda project, groups, torch_runner, report: onnx_file.check_onnx_model(project, groups,
+                                                                                        report=report),
+        reference_key=onnx_file.onnx_key_parts, reference_tools=("onnxruntime",),
+        reference_runner=lambda project, torch_runner: (onnx_file.onnx_runner(project),
+                                                        f"the ONNX file {project.model.source}"),
+        export_key=lambda project, record, opset: onnx_file.import_key_parts(project, record),
+        export=lambda project, record, opset, reason, groups, loaded, report: onnx_file.import_onnx(
+            project, record, groups, report=report),
+        needs_opset=False)
+
+
+def _ultralytics_checkpoint() -> ModelRoute:
+    from edgebuild.sources import ultralytics_checkpoint as checkpoint
+
+    return ModelRoute(
+        kind="ultralytics",
+        model_key=lambda project, groups: _with_task(checkpoint.checkpoint_key_parts(project), project),
+        check=lambda project, groups, torch_runner, report: checkpoint.check_checkpoint(project, report=report),
+        reference_key=checkpoint.checkpoint_key_parts, reference_tools=("torch",),
+        reference_runner=lambda project, torch_runner: (
+            checkpoint.checkpoint_runner(project), f"the Ultralytics checkpoint {project.model.source}"),
+        export_key=lambda project, record, opset: checkpoint.export_key_parts(project, opset),
+        export=lambda project, record, opset, reason, groups, loaded, report: checkpoint.export_checkpoint(
+            project, opset, reason, groups, report=report))
+
+
+def _torch_source(kind: str) -> ModelRoute:
+    from edgebuild.sources import torch_source
+
+    return ModelRoute(
+        kind=kind,
+        model_key=lambda project, groups: _with_task(torch_source.source_key_parts(project), project),
+        check=lambda project, groups, torch_runner, report: torch_source.check_source(project, report=report),
+        reference_key=torch_source.source_key_parts, reference_tools=("torch",),
+        reference_runner=lambda project, torch_runner: (
+            torch_source.source_runner(project), f"the {kind} model {project.model.source}"),
+        export_key=lambda project, record, opset: torch_source.export_key_parts(project, opset),
+        export=lambda project, record, opset, reason, groups, loaded, report: torch_source.export_source(
+            project, opset, reason, groups, report=report))
+
+
+def route_for(project: Project) -> ModelRoute:
+    """The project's route: an Ultralytics checkpoint, a TorchScript file or a model by name, an ONNX
+    file (``[model] source``), or a Python entry point."""
+    from edgebuild.sources.torch_source import source_kind
+    from edgebuild.sources.ultralytics_checkpoint import is_checkpoint
+
+    if is_checkpoint(project):
+        return _ultralytics_checkpoint()
+    kind = source_kind(project)
+    if kind:
+        return _torch_source(kind)
+    if project.model.source is not None:
+        return _onnx_file()
+    return _entry_point()
+
+
+def describe_model(record: Any) -> str:
+    """The model stage's summary line for any route's record."""
+    kind = getattr(record, "kind", None)
+    if kind == "ultralytics":
+        from edgebuild.sources.ultralytics_checkpoint import describe_checkpoint
+
+        return describe_checkpoint(record)
+    if kind in ("torchscript", "hub"):
+        from edgebuild.sources.torch_source import describe_source
+
+        return describe_source(record)
+    if kind is not None:  # a model file (OnnxModelRecord)
+        from edgebuild.sources.onnx_file import describe_model as describe_onnx
+
+        return describe_onnx(record)
+    return (f"{record.entry_point} ({record.parameters:,} parameters), forward at min/opt/max shapes "
+            f"in {record.seconds:.1f} s")
