@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project, model_source_kind
-from tests.support.project import EXAMPLES, REPO, TINY_TOML, write_tiny_project
+from tests.support.project import EXAMPLES, REPO, TINY_TOML, digits_model_file_toml, write_tiny_project
 
 ORIN = "orin"  # the digits example's Orin group (sorters, JetPack 6.2: opset 20); "all" adds JetPack 5.1.2 (17)
 
@@ -44,53 +43,15 @@ def _exported_onnx(example: Path) -> Path:
 
 
 def _digits_toml(example: Path, model: str = 'source = "model.onnx"', classes: int = 10) -> str:
-    names = ", ".join(f'"{i}"' for i in range(classes))
-    return textwrap.dedent(f"""\
-        [project]
-        name = "digits-onnx"
+    return digits_model_file_toml(example, model, classes=classes, groups=LINE_CAMS)
 
-        [model]
-        {model}
-        outputs = ["logits"]
 
-        [[model.inputs]]
-        name = "images"
-        dtype = "float32"
-        min_shape = [1, 1, 8, 8]
-        opt_shape = [8, 1, 16, 16]
-        max_shape = [32, 1, 32, 32]
-
-        [task]
-        kind = "classification"
-        classes = [{names}]
-
-        [task.preprocess]
-        input_size = [16, 16]
-        resize = "resize"
-        channel_order = "GRAY"
-        mean = [0.31]
-        std = [0.32]
-
-        [data]
-        calibration_images = "{example / 'data' / 'calibration'}"
-
-        [data.validation]
-        images = "{example / 'data' / 'val'}"
-
-        [accuracy]
-        metric = "top-1"
-        min_retention = 0.92
-
-        [[fleet]]
-        name = "sorters"
-        module = "orin-nano-4gb"
-        jetpack = "6.2"
-
-        [[fleet]]
-        name = "line-cams"
-        module = "xavier-nx"
-        jetpack = "5.1.2"
-        """)
+LINE_CAMS = """
+[[fleet]]
+name = "line-cams"
+module = "xavier-nx"
+jetpack = "5.1.2"
+"""
 
 
 def _onnx_project(root: Path, example: Path, onnx_model: onnx.ModelProto | bytes | None = None,

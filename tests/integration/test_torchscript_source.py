@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project, model_source_kind
-from tests.support.project import EXAMPLES
+from tests.support.project import EXAMPLES, digits_model_file_toml
 
 ORIN = "orin"  # the digits project's Orin group (sorters, JetPack 6.2)
 
@@ -50,49 +49,8 @@ def _traced(example: Path, path: Path) -> None:
 
 def _project(root: Path, example: Path, source: str = "digits.ts", extra: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    names = ", ".join(f'"{i}"' for i in range(10))
-    (root / "edgebuild.toml").write_text(textwrap.dedent(f"""\
-        [project]
-        name = "digits-torchscript"
-
-        [model]
-        source = "{source}"
-        outputs = ["logits"]
-        {extra}
-
-        [[model.inputs]]
-        name = "images"
-        dtype = "float32"
-        min_shape = [1, 1, 8, 8]
-        opt_shape = [8, 1, 16, 16]
-        max_shape = [32, 1, 32, 32]
-
-        [task]
-        kind = "classification"
-        classes = [{names}]
-
-        [task.preprocess]
-        input_size = [16, 16]
-        resize = "resize"
-        channel_order = "GRAY"
-        mean = [0.31]
-        std = [0.32]
-
-        [data]
-        calibration_images = "{example / 'data' / 'calibration'}"
-
-        [data.validation]
-        images = "{example / 'data' / 'val'}"
-
-        [accuracy]
-        metric = "top-1"
-        min_retention = 0.92
-
-        [[fleet]]
-        name = "sorters"
-        module = "orin-nano-4gb"
-        jetpack = "6.2"
-        """))
+    model = f'source = "{source}"' + (f"\n{extra}" if extra else "")
+    (root / "edgebuild.toml").write_text(digits_model_file_toml(example, model, name="digits-torchscript"))
     return root
 
 

@@ -233,3 +233,51 @@ def write_tiny_classifier_project(root: Path, toml_text: str = TINY_CLASSIFIER_T
     path = root / "edgebuild.toml"
     path.write_text(toml_text)
     return path
+
+
+def digits_model_file_toml(example: Path, model: str, *, name: str = "digits-onnx", classes: int = 10,
+                           groups: str = "") -> str:
+    """A project for the digits classifier whose [model] section is ``model`` (a model file, a name),
+    reading the example's data; one Orin group, ``sorters``, plus any ``groups`` TOML."""
+    names = ", ".join(f'"{i}"' for i in range(classes))
+    return textwrap.dedent(f"""\
+        [project]
+        name = "{name}"
+
+        [model]
+        {model}
+        outputs = ["logits"]
+
+        [[model.inputs]]
+        name = "images"
+        dtype = "float32"
+        min_shape = [1, 1, 8, 8]
+        opt_shape = [8, 1, 16, 16]
+        max_shape = [32, 1, 32, 32]
+
+        [task]
+        kind = "classification"
+        classes = [{names}]
+
+        [task.preprocess]
+        input_size = [16, 16]
+        resize = "resize"
+        channel_order = "GRAY"
+        mean = [0.31]
+        std = [0.32]
+
+        [data]
+        calibration_images = "{example / 'data' / 'calibration'}"
+
+        [data.validation]
+        images = "{example / 'data' / 'val'}"
+
+        [accuracy]
+        metric = "top-1"
+        min_retention = 0.92
+
+        [[fleet]]
+        name = "sorters"
+        module = "orin-nano-4gb"
+        jetpack = "6.2"
+        """) + groups
