@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS"]
 
-#: the stages, for --help without importing them (tests/unit/test_cli.py checks it against edgebuild.stages)
+#: the stages, for --help without importing them (tests/unit/cli/test_cli.py checks it against edgebuild.stages)
 _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
 
 
