@@ -22,7 +22,16 @@ from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project, model_source_kind
-from tests.support.project import EXAMPLES, REPO, TINY_TOML, digits_model_file_toml, write_tiny_project
+from tests.support.project import (
+    EXAMPLES,
+    REPO,
+    TINY_TOML,
+    compile_json,
+    digits_model_file_toml,
+    report_stages,
+    stage_record,
+    write_tiny_project,
+)
 
 ORIN = "orin"  # the digits example's Orin group (sorters, JetPack 6.2: opset 20); "all" adds JetPack 5.1.2 (17)
 
@@ -73,44 +82,35 @@ def _invoke(*args: str) -> Result:
 
 
 def _compile(root: Path, target: str = ORIN) -> tuple[Result, dict]:
-    result = _invoke("compile", "-p", str(root), "--target", target, "--json")
-    return result, json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else {}
-
-
-def _stages(report: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in report["stages"]}
-
-
-def _record(report: dict, stage: str) -> dict:
-    return _stages(report)[stage]["runs"][0]["record"]
+    return compile_json(root, "--target", target)
 
 
 @pytest.mark.slow
 def test_an_onnx_file_compiles_end_to_end_like_its_entry_point(exported: Path, tmp_path: Path) -> None:
     entry, entry_report = _compile(exported)  # the entry point's route, on the same ONNX
     assert entry.exit_code == 0, entry.output
-    entry_fp32 = next(c["value"] for c in _record(entry_report, "gate")["candidates"] if c["precision"] == "fp32")
+    entry_fp32 = next(c["value"] for c in stage_record(entry_report, "gate")["candidates"] if c["precision"] == "fp32")
 
     root = _onnx_project(tmp_path / "digits-onnx", exported)
     result, report = _compile(root)
     assert result.exit_code == 0, result.output
-    stages = _stages(report)
+    stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
         ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
     assert "model.onnx [onnx, told by its .onnx suffix] (opset 20" in stages["model"]["detail"]
-    model = _record(report, "model")
+    model = stage_record(report, "model")
     assert model["kind"] == "onnx" and model["opset"] == 20 and model["fleet_opset"] == 20
     assert model["output_shapes"]["max_shape"] == {"logits": [32, 10]} and model["parameters"] > 0
-    reference = _record(report, "reference")
+    reference = stage_record(report, "reference")
     assert reference["backend"].startswith("onnxruntime-cpu ")
     assert abs(reference["value"] - entry_fp32) <= 1e-6, (reference["value"], entry_fp32)
-    export = _record(report, "export")
+    export = stage_record(report, "export")
     copied = root / "build" / "export" / "opset20" / "model.onnx"
     assert export["exporter"] == "import" and export["opset"] == 20 and export["parity"] == []
     assert Path(export["onnx_path"]) == copied and copied.read_bytes() == (root / "model.onnx").read_bytes()
     assert "checks run: ONNX checker" in export["exporter_note"]
     assert export["dynamic_axes"] == {"images": {"0": "batch", "2": "height", "3": "width"}}
-    gate = _record(report, "gate")
+    gate = stage_record(report, "gate")
     assert gate["selected"] and abs(gate["reference_value"] - entry_fp32) <= 1e-6
     assert (root / "build" / "packages" / "fleet.json").is_file()
 
@@ -123,7 +123,7 @@ def test_an_onnx_file_compiles_end_to_end_like_its_entry_point(exported: Path, t
     onnx.save(changed, str(root / "model.onnx"))
     rerun, report = _compile(root)
     assert rerun.exit_code == 0, rerun.output
-    statuses = {n: s["status"] for n, s in _stages(report).items()}
+    statuses = {n: s["status"] for n, s in report_stages(report).items()}
     assert {statuses[n] for n in ("model", "reference", "export")} == {"ran"}, statuses
 
 

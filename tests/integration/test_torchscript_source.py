@@ -7,7 +7,6 @@ project names that file as its model and compiles through the same CLI.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import zipfile
@@ -15,13 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project, model_source_kind
-from tests.support.project import EXAMPLES, digits_model_file_toml
+from tests.support.project import EXAMPLES, compile_json, digits_model_file_toml, report_stages, stage_record
 
 ORIN = "orin"  # the digits project's Orin group (sorters, JetPack 6.2)
 
@@ -55,16 +53,7 @@ def _project(root: Path, example: Path, source: str = "digits.ts", extra: str = 
 
 
 def _compile(root: Path, *extra: str) -> tuple[Result, dict]:
-    result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", ORIN, "--json", *extra])
-    return result, json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else {}
-
-
-def _stages(report: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in report["stages"]}
-
-
-def _record(report: dict, stage: str) -> dict:
-    return _stages(report)[stage]["runs"][0]["record"]
+    return compile_json(root, "--target", ORIN, *extra)
 
 
 @pytest.mark.slow
@@ -74,17 +63,17 @@ def test_a_torchscript_file_compiles_end_to_end(example: Path, tmp_path: Path) -
     assert model_source_kind(load_project(root)) == ("torchscript", "its content (a TorchScript archive)")
     result, report = _compile(root)
     assert result.exit_code == 0, result.output
-    stages = _stages(report)
+    stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
         ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
     assert "digits.ts [torchscript, told by its content (a TorchScript archive)]" in stages["model"]["detail"]
     assert "loaded with torch.jit.load" in stages["model"]["detail"]
-    model = _record(report, "model")
+    model = stage_record(report, "model")
     assert model["kind"] == "torchscript" and list(model["files"]) == ["digits.ts"]
     assert model["output_shapes"]["max_shape"] == {"logits": [32, 10]} and model["parameters"] > 0
-    reference = _record(report, "reference")
+    reference = stage_record(report, "reference")
     assert reference["backend"].startswith("torch-cpu") and reference["value"] > 0.9, reference
-    export = _record(report, "export")
+    export = stage_record(report, "export")
     assert export["opset"] == 20 and export["parity"] and "from the torchscript model digits.ts" in \
         export["exporter_note"]
     assert (root / "build" / "packages" / "fleet.json").is_file()
@@ -97,7 +86,7 @@ def test_a_torchscript_file_compiles_end_to_end(example: Path, tmp_path: Path) -
         archive.writestr("digits/extra/note.txt", "retrained")
     rerun, report = _compile(root)
     assert rerun.exit_code == 0, rerun.output
-    statuses = {n: s["status"] for n, s in _stages(report).items()}
+    statuses = {n: s["status"] for n, s in report_stages(report).items()}
     assert {statuses[n] for n in ("model", "reference", "export")} == {"ran"}, statuses
 
 

@@ -281,3 +281,23 @@ def digits_model_file_toml(example: Path, model: str, *, name: str = "digits-onn
         module = "orin-nano-4gb"
         jetpack = "6.2"
         """) + groups
+
+
+def compile_json(root: Path, *args: str):
+    """`edgebuild compile -p ROOT ARGS --json` through click's runner: the result and its report ({} if none)."""
+    from click.testing import CliRunner
+
+    from edgebuild.cli import main
+
+    result = CliRunner().invoke(main, ["compile", "-p", str(root), *args, "--json"])
+    return result, json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else {}
+
+
+def report_stages(report: dict) -> dict[str, dict]:
+    """A compile's JSON report by stage name."""
+    return {s["name"]: s for s in report["stages"]}
+
+
+def stage_record(report: dict, stage: str) -> dict:
+    """The record of a once-per-project stage in a compile's JSON report."""
+    return report_stages(report)[stage]["runs"][0]["record"]

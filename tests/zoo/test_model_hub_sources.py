@@ -7,7 +7,6 @@ Each project names a model by ``library:name``, with a state_dict the test saves
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from edgebuild.cli import main
 from edgebuild.errors import AccuracyGateError, CapabilityMissing, ModelError
 from edgebuild.project.config import load_project, model_source_kind
 from edgebuild.sources import model_hub
+from tests.support.project import compile_json, report_stages, stage_record
 from tests.support.zoo import SERVED_GROUP, import_torchvision, project_toml, write_images
 
 pytestmark = pytest.mark.zoo
@@ -37,17 +37,7 @@ def _project(root: Path, source: str, weights: str | None = None) -> Path:
 
 
 def _compile(root: Path) -> tuple[Result, dict]:
-    result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", SERVED_GROUP, "--no-gate",
-                                       "--ship-ungated", "--no-progress", "--json"])
-    return result, json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else {}
-
-
-def _stages(report: dict) -> dict[str, dict]:
-    return {s["name"]: s for s in report["stages"]}
-
-
-def _record(report: dict, stage: str) -> dict:
-    return _stages(report)[stage]["runs"][0]["record"]
+    return compile_json(root, "--target", SERVED_GROUP, "--no-gate", "--ship-ungated", "--no-progress")
 
 
 def test_a_torchvision_model_by_name_with_its_state_dict_compiles(tmp_path: Path) -> None:
@@ -57,22 +47,22 @@ def test_a_torchvision_model_by_name_with_its_state_dict_compiles(tmp_path: Path
     assert model_source_kind(load_project(root)) == ("hub", "its name (library:model)")
     result, report = _compile(root)
     assert result.exit_code == 0, result.output
-    stages = _stages(report)
+    stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
         ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
     detail = stages["model"]["detail"]
     assert "torchvision:resnet18 [hub, told by its name (library:model)]" in detail, detail
     assert "resnet18, 3 classes, weights resnet18.pth (sha256" in detail and "weights_only=True" in detail, detail
-    model = _record(report, "model")
+    model = stage_record(report, "model")
     assert model["kind"] == "hub" and list(model["files"]) == ["resnet18.pth"]
     assert model["output_shapes"]["max_shape"] == {"logits": [2, 3]}
-    export = _record(report, "export")
+    export = stage_record(report, "export")
     assert export["parity"] and "from the hub model torchvision:resnet18" in export["exporter_note"]
 
     torch.save(torchvision.models.resnet18(num_classes=len(CLASSES)).state_dict(), root / "resnet18.pth")
     rerun, report = _compile(root)  # other weights under the same name: a new model
     assert rerun.exit_code == 0, rerun.output
-    statuses = {n: s["status"] for n, s in _stages(report).items()}
+    statuses = {n: s["status"] for n, s in report_stages(report).items()}
     assert {statuses[n] for n in ("model", "reference", "export")} == {"ran"}, statuses
 
 
@@ -86,9 +76,9 @@ def test_a_timm_model_by_name_with_random_weights_compiles_with_the_gate_off(tmp
     (root / "edgebuild.toml").write_text(text)
     result, report = _compile(root)
     assert result.exit_code == 0, result.output
-    detail = _stages(report)["model"]["detail"]
+    detail = report_stages(report)["model"]["detail"]
     assert "timm" in detail and "random weights (no model.weights)" in detail, detail
-    assert _record(report, "model")["files"] == {}
+    assert stage_record(report, "model")["files"] == {}
 
 
 def test_a_misspelt_name_is_a_model_error_with_close_matches(tmp_path: Path) -> None:
