@@ -86,34 +86,38 @@ def _onnx_file() -> ModelRoute:
         needs_opset=False)
 
 
+def _model_file_in_pytorch(kind: str, what: Callable[[Project], str], key_parts: Callable[[Project], dict[str, str]],
+                           check: Callable[..., ModelRecord], runner: Callable[[Project], Runner],
+                           export_key: Callable[[Project, int], dict[str, str]],
+                           export: Callable[..., ExportRecord]) -> ModelRoute:
+    """A model file (or name) that its own module loads into PyTorch, checks, runs and exports."""
+    return ModelRoute(
+        kind=kind,
+        model_key=lambda project, groups: _with_task(key_parts(project), project),
+        check=lambda project, groups, torch_runner, report: check(project, report=report),
+        reference_key=key_parts, reference_tools=("torch",),
+        reference_runner=lambda project, torch_runner: (runner(project), what(project)),
+        export_key=lambda project, record, opset: export_key(project, opset),
+        export=lambda project, record, opset, reason, groups, loaded, report: export(
+            project, opset, reason, groups, report=report))
+
+
 def _ultralytics_checkpoint() -> ModelRoute:
     from edgebuild.sources import ultralytics_checkpoint as checkpoint
 
-    return ModelRoute(
-        kind="ultralytics",
-        model_key=lambda project, groups: _with_task(checkpoint.checkpoint_key_parts(project), project),
-        check=lambda project, groups, torch_runner, report: checkpoint.check_checkpoint(project, report=report),
-        reference_key=checkpoint.checkpoint_key_parts, reference_tools=("torch",),
-        reference_runner=lambda project, torch_runner: (
-            checkpoint.checkpoint_runner(project), f"the Ultralytics checkpoint {project.model.source}"),
-        export_key=lambda project, record, opset: checkpoint.export_key_parts(project, opset),
-        export=lambda project, record, opset, reason, groups, loaded, report: checkpoint.export_checkpoint(
-            project, opset, reason, groups, report=report))
+    return _model_file_in_pytorch(
+        "ultralytics", lambda project: f"the Ultralytics checkpoint {project.model.source}",
+        checkpoint.checkpoint_key_parts, checkpoint.check_checkpoint, checkpoint.checkpoint_runner,
+        checkpoint.export_key_parts, checkpoint.export_checkpoint)
 
 
 def _torch_source(kind: str) -> ModelRoute:
     from edgebuild.sources import torch_source
 
-    return ModelRoute(
-        kind=kind,
-        model_key=lambda project, groups: _with_task(torch_source.source_key_parts(project), project),
-        check=lambda project, groups, torch_runner, report: torch_source.check_source(project, report=report),
-        reference_key=torch_source.source_key_parts, reference_tools=("torch",),
-        reference_runner=lambda project, torch_runner: (
-            torch_source.source_runner(project), f"the {kind} model {project.model.source}"),
-        export_key=lambda project, record, opset: torch_source.export_key_parts(project, opset),
-        export=lambda project, record, opset, reason, groups, loaded, report: torch_source.export_source(
-            project, opset, reason, groups, report=report))
+    return _model_file_in_pytorch(
+        kind, lambda project: f"the {kind} model {project.model.source}",
+        torch_source.source_key_parts, torch_source.check_source, torch_source.source_runner,
+        torch_source.export_key_parts, torch_source.export_source)
 
 
 def route_for(project: Project) -> ModelRoute:
