@@ -182,19 +182,22 @@ def export_dir(project: Project, opset: int) -> Path:
 # -- export --------------------------------------------------------------------------------
 
 def export_model(project: Project, opset: int, opset_reason: str, *, report: _Report = lambda _: None,
-                 torch_runner: Any = None, groups: Sequence[SelectedGroup] | None = None) -> ExportRecord:
+                 torch_runner: Any = None, groups: Sequence[SelectedGroup] | None = None,
+                 key_parts: dict[str, str] | None = None, source_note: str = "") -> ExportRecord:
     """Export the project's model as ONNX at ``opset``; raises on any mismatch.
 
     ``groups`` are the targets the opset was chosen for (default: the project's fleet): when no
     exporter's model passes, the error names those whose TensorRT caps the opset. Whether an
     earlier export can be reused is the pipeline's decision (``edgebuild.pipeline.runner``).
+    A model file loaded into PyTorch by its own route (no entry point) passes its loaded
+    ``torch_runner``, its own ``key_parts`` and a ``source_note`` (where the model came from).
     """
     started = time.perf_counter()
     from edgebuild.sources.model import TorchRunner
 
     torch_runner = torch_runner or TorchRunner(project)
     reference = reference_outputs(project, torch_runner)  # a forward that raises stops here
-    parts = cache_key_parts(project, opset)
+    parts = key_parts if key_parts is not None else cache_key_parts(project, opset)
     with atomic_output_dir(export_dir(project, opset)) as staging:
         path = staging / MODEL_FILE
         try:
@@ -210,7 +213,7 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: _Re
             opset=opset,
             opset_reason=opset_reason,
             exporter=passed.exporter,
-            exporter_note=passed.note,
+            exporter_note=passed.note + (f"; {source_note}" if source_note else ""),
             simplified=passed.simplified,
             simplify_note=passed.simplify_note,
             inputs=[s.model_dump() for s in project.model.inputs],

@@ -26,7 +26,8 @@ def export_failure(project: Project, opset: int, refused: list[Refused], groups:
     ``groups`` are the targets the opset was chosen for (None: the project's fleet); ``probe``
     exports at a higher opset and says which exporter's model passes every check there, or None.
     """
-    lines = [f"{project.source}: cannot export {project.model.entry_point} to ONNX opset {opset}:"]
+    model = project.model.entry_point or project.model.source
+    lines = [f"{project.source}: cannot export {model} to ONNX opset {opset}:"]
     for r in refused:
         lines.append(f"  - {r.summary}")
         lines += [f"      {d}" for d in r.details]

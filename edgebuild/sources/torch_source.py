@@ -15,10 +15,9 @@ module gives the three stages what the Ultralytics checkpoint route gives them:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -128,17 +127,8 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 def export_source(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
                   report: _Report = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the loaded model, recorded under this route's key."""
-    from edgebuild.sources.export import RECORD_FILE, export_model
+    from edgebuild.sources.export import export_model
 
-    runner = source_runner(project)
-    # export_model reads the model from the runner; the project it is given names no entry point to import
-    name = "".join(c if c.isalnum() else "_" for c in str(project.model.source))[:60] or "model"
-    shadow = project.model_copy(update={"model": project.model.model_copy(
-        update={"entry_point": f"edgebuild_{source_kind(project)}_source:m_{name}"})})
-    record = export_model(shadow, opset, reason, report=report, torch_runner=runner, groups=list(groups))
-    parts = export_key_parts(project, opset)
-    record = replace(record, cache_key=digest(parts), key_parts=parts,
-                     exporter_note=f"{record.exporter_note}; from the {source_kind(project)} model "
-                                   f"{project.model.source}")
-    (record.onnx_path.parent / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
-    return record
+    return export_model(project, opset, reason, report=report, torch_runner=source_runner(project),
+                        groups=list(groups), key_parts=export_key_parts(project, opset),
+                        source_note=f"from the {source_kind(project)} model {project.model.source}")

@@ -17,10 +17,9 @@ What this source yields to the pipeline, stage by stage:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,17 +172,9 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 def export_checkpoint(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
                       report: _Report = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the wrapped checkpoint, recorded under this route's key."""
-    from edgebuild.sources.export import RECORD_FILE, export_model
+    from edgebuild.sources.export import export_model
 
-    runner = checkpoint_runner(project)
-    # export_model reads the model from the runner; the project it is given names no entry point to import
-    shadow = project.model_copy(update={"model": project.model.model_copy(
-        update={"entry_point": f"edgebuild_ultralytics_checkpoint:{Path(project.model.source).stem}"[:80]
-                .replace("-", "_").replace(".", "_")})})
-    record = export_model(shadow, opset, reason, report=report, torch_runner=runner, groups=list(groups))
-    parts = export_key_parts(project, opset)
-    record = replace(record, cache_key=digest(parts), key_parts=parts,
-                     exporter_note=f"{record.exporter_note}; from the Ultralytics checkpoint {project.model.source} "
-                                   f"(sha256 {_file_sha(_path(project))[:12]})")
-    (record.onnx_path.parent / RECORD_FILE).write_text(json.dumps(record.as_dict(), indent=2))
-    return record
+    return export_model(project, opset, reason, report=report, torch_runner=checkpoint_runner(project),
+                        groups=list(groups), key_parts=export_key_parts(project, opset),
+                        source_note=f"from the Ultralytics checkpoint {project.model.source} "
+                                    f"(sha256 {_file_sha(_path(project))[:12]})")
