@@ -129,3 +129,13 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 def test_loading_a_project_runs_no_user_code() -> None:
     assert "edgebuild.sources.model" not in _graph()["edgebuild.project.config"]
+
+
+#: one job per module: a module that grows past this is doing more than one (docs/architecture.md)
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_line_budget() -> None:
+    long = sorted(f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in PACKAGE.rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES)
+    assert not long, f"split these by job (at most {MAX_MODULE_LINES} lines each):\n" + "\n".join(long)
