@@ -4,8 +4,10 @@ INT8 uses ONNX Runtime's post-training static quantizer (``onnxruntime.quantizat
 format with per-channel weights: a maintained quantizer that writes standard
 QuantizeLinear/DequantizeLinear pairs, which TensorRT 8.5+ builds as explicit INT8 (TensorRT 10
 deprecates implicit calibrators in favour of Q/DQ), and which ONNX Runtime on the CPU runs, so
-the same file is measured here and built there. Calibration runs once per model and is kept
-as ONNX Runtime's calibration cache, so the sensitivity analysis can quantize many variants.
+the same file is measured here and built there. Calibration runs once per model
+and is kept as activation statistics (``edgebuild.accuracy.calibration``), from which every range
+method and every variant the gate tries is made without another pass over the images; ONNX
+Runtime's quantizer reads each method's ranges from its own calibration cache format.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from edgebuild.errors import ExportError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["Candidate", "QuantizationPlan", "check_calibration", "fp16_candidate", "graph_digest", "int8_candidate",
-           "layer_errors", "prepare_for_quantization", "quantization_plan"]
+__all__ = ["Candidate", "QuantizationPlan", "calibration_feeds", "calibration_tensors_of", "check_calibration",
+           "fp16_candidate", "graph_digest", "int8_candidate", "layer_errors", "prepare_for_quantization",
+           "quantization_plan"]
 
 Report = Callable[[str], None]
 
@@ -62,57 +65,38 @@ def fp16_candidate(source: Path, out: Path) -> Candidate:
     return Candidate("fp16", out, note="onnxruntime.transformers.float16, FP32 I/O")
 
 
-class _CalibrationImages:
-    """Feeds preprocessed calibration images, one per step, to ONNX Runtime's calibrator."""
+def calibration_feeds(project: Project, progress: bool, limit: int | None = None
+                      ) -> tuple[Iterator[dict[str, np.ndarray]], int, Any]:
+    """The preprocessed calibration images, one per feed, their count and a progress bar to close."""
+    from tqdm import tqdm
 
-    def __init__(self, project: Project, progress: bool) -> None:
-        from tqdm import tqdm
+    from edgebuild.accuracy.evaluate import preprocess_spec
+    from edgebuild.datasets.project_data import calibration_images, read_image
+    from edgebuild.runtime.vision import preprocess
 
-        from edgebuild.accuracy.evaluate import preprocess_spec
-        from edgebuild.datasets.project_data import calibration_images, read_image
-        from edgebuild.runtime.vision import preprocess
+    paths = calibration_images(project)[:limit]
+    spec = preprocess_spec(project)
+    name = project.model.inputs[0].name
+    bar = tqdm(total=len(paths), desc="calibrate", unit="img", disable=not progress, leave=False)
 
-        self._paths = calibration_images(project)
-        self._spec = preprocess_spec(project)
-        self._read, self._preprocess = read_image, preprocess
-        self._name = project.model.inputs[0].name
-        self._index = 0
-        self._bar = tqdm(total=len(self._paths), desc="calibrate", unit="img", disable=not progress, leave=False)
+    def feeds() -> Iterator[dict[str, np.ndarray]]:
+        for path in paths:
+            tensor, _ = preprocess(read_image(path, spec.channel_order == "GRAY"), spec)
+            yield {name: tensor[None]}
 
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        if self._index >= len(self._paths):
-            self._bar.close()
-            return None
-        path = self._paths[self._index]
-        self._index += 1
-        self._bar.update(1)
-        tensor, _ = self._preprocess(self._read(path, self._spec.channel_order == "GRAY"), self._spec)
-        return {self._name: tensor[None]}
-
-    def rewind(self) -> None:
-        self._index = 0
-
-    def __len__(self) -> int:
-        return len(self._paths)
+    return feeds(), len(paths), bar
 
 
-def _reader_class() -> type:
-    from onnxruntime.quantization import CalibrationDataReader
+def calibration_tensors_of(project: Project, prepared: Path, plan: QuantizationPlan) -> tuple[list[str], list[str]]:
+    """The activations the INT8 graph's Q/DQ pairs need ranges for, and the weighted layers' inputs."""
+    import onnx
 
-    class Reader(_CalibrationImages, CalibrationDataReader):
-        pass
+    from edgebuild.accuracy.calibration import calibration_tensors
+    from edgebuild.project.schema import WEIGHTED_OPS
 
-    return Reader
-
-
-def _method(project: Project) -> tuple[Any, dict[str, Any]]:
-    from onnxruntime.quantization import CalibrationMethod
-
-    settings = project.quantize
-    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-              "percentile": CalibrationMethod.Percentile}[settings.calibration_method]
-    options = {"CalibPercentile": settings.percentile} if settings.calibration_method == "percentile" else {}
-    return method, options
+    model = onnx.load(str(prepared), load_external_data=False)
+    op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
+    return calibration_tensors(model, plan.nodes, op_types, WEIGHTED_OPS)
 
 
 def prepare_for_quantization(source: Path, out: Path) -> Path:
@@ -189,47 +173,36 @@ def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
     return QuantizationPlan(nodes, op_types, residual)
 
 
-def int8_candidate(project: Project, source: Path, out: Path, calibration_cache: Path, plan: QuantizationPlan, *,
-                   exclude: tuple[str, ...] = (), progress: bool = False) -> Candidate:
-    """Static INT8 Q/DQ on the plan's nodes but ``exclude``. The first call calibrates and writes
-    ``calibration_cache``; later calls reuse it.
+def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan: QuantizationPlan, *,
+                   exclude: tuple[str, ...] = (), how: str = "") -> Candidate:
+    """Static INT8 Q/DQ on the plan's nodes but ``exclude``, with the activation ranges of ``ranges``
+    (ONNX Runtime's calibration cache, written by ``edgebuild.accuracy.calibration``).
 
     Signed symmetric INT8 (zero point 0) for weights (per channel) and activations (per tensor),
     Q/DQ on inputs only (never on a weighted op's output), biases left in float (TensorRT takes
     DequantizeLinear on INT8 only), one Q/DQ pair per consumer so a node kept in float reads the
     float tensor even where a neighbour reads the same tensor quantized.
     """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    method, extra = _method(project)
-    calibrating = not calibration_cache.is_file()
-    reader = _reader_class()(project, progress) if calibrating else None
-    # the quantizer writes the cache as it calibrates: into a temporary name, renamed once complete
-    cache_path = calibration_cache.with_name(f".tmp-{os.getpid()}-{calibration_cache.name}") if calibrating \
-        else calibration_cache
     op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
-    extra = {**extra, "ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+    extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
              "DedicatedQDQPair": True, "OpTypesToExcludeOutputQuantization": op_types}
     nodes = [n for n in plan.nodes if n not in set(exclude)]
     try:
         with _quiet():
             quantize_static(
-                str(source), str(out), reader, quant_format=QuantFormat.QDQ,
+                str(source), str(out), None, quant_format=QuantFormat.QDQ,
                 per_channel=project.quantize.per_channel, activation_type=QuantType.QInt8,
-                weight_type=QuantType.QInt8, calibrate_method=method, extra_options=extra,
-                op_types_to_quantize=op_types, nodes_to_quantize=nodes, calibration_cache_path=str(cache_path),
+                weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax, extra_options=extra,
+                op_types_to_quantize=op_types, nodes_to_quantize=nodes, calibration_cache_path=str(ranges),
             )
     except Exception as exc:  # the quantizer raises plain exceptions for graphs it cannot handle
-        if calibrating:
-            cache_path.unlink(missing_ok=True)
         raise ExportError(f"{source}: INT8 quantization failed: {type(exc).__name__}: {exc}") from exc
-    if calibrating and cache_path.is_file():
-        os.replace(cache_path, calibration_cache)
     leaks = float_leaks(out, exclude)
     if leaks:  # a bug of ours or the quantizer's: never measure a graph that is not what it says
         raise ExportError(f"{out}: layers meant to stay in float still read quantized tensors: {', '.join(leaks)}")
-    settings = project.quantize
-    how = (f"{settings.calibration_method} calibration, {'per-channel' if settings.per_channel else 'per-tensor'} "
+    how = (f"{how or 'calibrated'}, {'per-channel' if project.quantize.per_channel else 'per-tensor'} "
            f"weights, Q/DQ on {len(nodes)} node(s) ({', '.join(plan.op_types)}"
            + (f", {len(plan.residual_adds)} residual Add" if plan.residual_adds else "") + ")")
     if exclude:
@@ -260,22 +233,36 @@ def graph_digest(path: Path) -> str:
 
 
 def check_calibration(project: Project, report: Report) -> None:
-    """Refuse calibration data that cannot give INT8 ranges; warn about data too small to trust."""
+    """Refuse calibration data that cannot give INT8 ranges; warn about data too small or too close
+    to the validation set to trust."""
     from edgebuild.content import file_sha256
-    from edgebuild.datasets.project_data import calibration_images
+    from edgebuild.datasets.project_data import calibration_images, load_validation_set
     from edgebuild.errors import DataError
 
     images = calibration_images(project)
-    if len(images) > 1 and len({file_sha256(p) for p in images}) == 1:
-        where = (f"data.calibration_images: all {len(images)} images in {project.path(project.data.calibration_images)}"
-                 if project.data.calibration_images else
-                 f"data.dataset: all {len(images)} images of split {project.data.calibration_split!r}")
-        raise DataError(f"{where} are identical: INT8 ranges from one "
+    where = (f"data.calibration_images ({project.path(project.data.calibration_images)})"
+             if project.data.calibration_images else f"data.dataset split {project.data.calibration_split!r}")
+    hashes = [file_sha256(p) for p in images]
+    distinct = set(hashes)
+    if len(images) > 1 and len(distinct) == 1:
+        raise DataError(f"{where}: all {len(images)} images in it are identical: INT8 ranges from one "
                         "picture repeated would clip what real inputs show",
                         hint="calibrate on a few dozen representative images of the application")
     if len(images) < 8:
         report(f"gate: WARNING: only {len(images)} calibration image(s); INT8 ranges from so few rarely hold "
                "on real inputs (use 32 or more)")
+    elif len(distinct) < len(images) * 0.8:
+        report(f"gate: WARNING: {where}: only {len(distinct)} of {len(images)} calibration images are distinct; "
+               "repeated pictures weigh their content over the rest")
+    classes = len(project.task.classes or [])
+    if classes and len(distinct) < classes:
+        report(f"gate: WARNING: {where}: {len(distinct)} distinct calibration image(s) for {classes} classes; "
+               "ranges from fewer pictures than the model has classes miss what some classes look like")
+    _, samples = load_validation_set(project)
+    shared = len(distinct & {file_sha256(s.path) for s in samples})
+    if shared:
+        report(f"gate: WARNING: {where}: {shared} calibration image(s) have the content of validation images; "
+               "ranges fitted to the images the gate measures on inflate INT8's retention (use the training split)")
 
 
 def layer_errors(int8_path: Path, batches: list[np.ndarray], input_name: str) -> list[dict[str, Any]]:

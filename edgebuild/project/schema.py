@@ -318,8 +318,17 @@ WEIGHTED_OPS = ["Conv", "ConvTranspose", "Gemm", "MatMul"]  # what TensorRT runs
 class QuantizeSection(_Section):
     # candidates that may be selected; the FP32 model is always evaluated as the reference
     precisions: list[Literal["int8", "fp16", "fp32"]] = Field(["int8", "fp16", "fp32"], min_length=1)
-    calibration_method: Literal["minmax", "entropy", "percentile"] = "minmax"
-    percentile: float = Field(99.999, gt=90, le=100)
+    # how activation ranges are chosen: "auto" makes every method's INT8 from one set of statistics
+    # (minmax, percentile 99.99 and 99.999, entropy, mse), ranks them by their outputs' error on
+    # sensitivity_images and measures the best measure_best with the metric; a method name makes that one
+    calibration_method: Literal["auto", "minmax", "percentile", "entropy", "mse"] = "auto"
+    percentile: float = Field(99.999, gt=90, le=100)  # calibration_method = "percentile"
+    # histogram bins of |x| per activation (every method's range is computed from them)
+    calibration_bins: int = Field(2048, ge=16, le=65536)
+    # add each quantized Conv/Gemm's expected output shift to its bias: "auto" tries with and without
+    bias_correction: Literal["auto", "on", "off"] = "auto"
+    # INT8 variants measured with the full metric (the rest are ranked by the cheap signal only)
+    measure_best: PositiveInt = 3
     per_channel: bool = True
     # ops whose inputs and weights get Q/DQ (TensorRT's INT8 layers); the rest stays in float
     op_types: list[str] = Field(WEIGHTED_OPS, min_length=1)
@@ -328,6 +337,15 @@ class QuantizeSection(_Section):
     max_kept_layers: int = Field(8, ge=0)
     # images the layer ranking of the INT8 fallback runs on (quantization error per layer)
     sensitivity_images: PositiveInt = 16
+
+    @model_validator(mode="after")
+    def _bins_fit_the_method(self) -> QuantizeSection:
+        if self.calibration_method in ("auto", "entropy") and self.calibration_bins < 512:
+            raise ValueError(
+                f"calibration_bins = {self.calibration_bins} is too few for the entropy method, which compares "
+                "128-level quantizations of the histogram: with so few bins it can hardly pick anything but the "
+                "maximum, the same ranges as minmax (use 512 or more; the default 2048 is TensorRT's)")
+        return self
 
     @field_validator("op_types")
     @classmethod

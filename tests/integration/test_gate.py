@@ -113,7 +113,7 @@ def test_without_fallback_the_gate_refuses_and_says_what_to_try(example_copy) ->
     message = str(caught.value)
     assert "no candidate keeps 92% of the FP32 top-1" in message
     assert "fp32: top-1" in message and "(not in quantize.precisions)" in message
-    assert "quantize.calibration_method" in message and "max_kept_layers" in message
+    assert "quantize.measure_best" in message and "max_kept_layers" in message
 
     cli = CliRunner().invoke(main, ["validate", "-p", str(root)])
     assert cli.exit_code == 11, cli.output
@@ -155,7 +155,7 @@ def _validate_json(root: Path) -> dict:
 def test_changing_only_the_decision_settings_measures_nothing_again(example_copy) -> None:
     root = example_copy("digits-classifier")
     first = _validate_json(root)
-    assert first["measured"] == 3 and first["selected"] == "int8"  # fp32, fp16, int8
+    assert first["measured"] == 5 and first["selected"] == "int8"  # fp32, fp16, the 3 best INT8 variants
     toml = root / "edgebuild.toml"
     text = toml.read_text()
     assert "min_retention = 0.92" in text
@@ -214,15 +214,16 @@ def test_calibration_images_that_are_all_the_same_are_refused_and_one_image_is_w
 
 
 def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) -> None:
-    from edgebuild.accuracy.gate import _Measurements
+    from edgebuild.accuracy.measurements import MeasurementStore, int8_variants
 
     root = example_copy("digits-classifier")
     messages: list[str] = []
-    project, _ = _gate(root)  # measures and stores fp32, fp16, int8
+    project, result = _gate(root)  # measures and stores fp32, fp16, the INT8 variants
     releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
     export = export_model(project, *choose_opset(project, releases))
-    store = _Measurements(project, export, force=False, progress=False, report=messages.append)
-    int8 = store.candidate("int8")
+    store = MeasurementStore(project, export, force=False, progress=False, report=messages.append)
+    variant = next(v for v in int8_variants(project) if v.name == result.int8_choice["variant"])
+    int8 = store.candidate("int8", variant=variant)
     relu = next(n.name for n in onnx.load(str(store.prepared_path())).graph.node if n.op_type == "Relu")
-    assert store.candidate("int8", (relu,)) is None  # a Relu is never quantized: same graph as int8
+    assert store.candidate("int8", (relu,), variant) is None  # a Relu is never quantized: same graph as int8
     assert "gives the graph of int8" in messages[-1] and store.measured == 0 and int8 is not None
