@@ -35,6 +35,7 @@ from edgebuild.accuracy.measurements import (
     float_key_parts,
     int8_key_parts,
     int8_variants,
+    tensorrt_rejections,
 )
 from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.content import digest
@@ -258,23 +259,6 @@ def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, f
         if policy.keeps(mixed.value, fp32.value):
             break
     return last
-
-
-def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
-    """Why the TensorRT parser of each group's JetPack would reject this candidate (empty: none would)."""
-    from edgebuild.targets.preflight import check_target, load_graph
-
-    if not groups:
-        return []
-    model = load_graph(path)
-    problems = []
-    for group in groups:
-        blocking = check_target(model, group).blocking
-        if blocking:
-            first = blocking[0]
-            problems.append(f"{group.name} (TensorRT {group.target.release.tensorrt}): {len(blocking)} node(s), "
-                            f"e.g. {first.node}: {first.problem}")
-    return problems
 
 
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from edgebuild.sources.export import ExportRecord
 
 __all__ = ["INT8_CHOICE_SETTINGS", "Measurement", "MeasurementStore", "float_key_parts", "int8_key_parts",
-           "int8_variants"]
+           "int8_variants", "tensorrt_rejections"]
 
 MEASURED_DIR = "measured"
 #: quantize settings that choose among INT8 variants (each variant is keyed by its own method)
@@ -447,7 +447,6 @@ class MeasurementStore:
         """``tensorrt_rejections`` of a measured candidate, kept beside it per set of targets and parser tables."""
         if not groups:
             return []
-        from edgebuild.accuracy.gate import tensorrt_rejections
         from edgebuild.targets.preflight import rules_digest
 
         targets = digest([sorted(g.target.id for g in groups), rules_digest(), measurement.graph])
@@ -504,6 +503,23 @@ class MeasurementStore:
         for folder in (self.gate / MEASURED_DIR).iterdir():
             if folder.is_dir() and folder != self.root:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
+    """Why the TensorRT parser of each group's JetPack would reject this candidate (empty: none would)."""
+    from edgebuild.targets.preflight import check_target, load_graph
+
+    if not groups:
+        return []
+    model = load_graph(path)
+    problems = []
+    for group in groups:
+        blocking = check_target(model, group).blocking
+        if blocking:
+            first = blocking[0]
+            problems.append(f"{group.name} (TensorRT {group.target.release.tensorrt}): {len(blocking)} node(s), "
+                            f"e.g. {first.node}: {first.problem}")
+    return problems
 
 
 #: calibration images the bias correction's activation shifts are measured on
