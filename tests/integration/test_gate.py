@@ -227,3 +227,28 @@ def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) 
     relu = next(n.name for n in onnx.load(str(store.prepared_path())).graph.node if n.op_type == "Relu")
     assert store.candidate("int8", (relu,), variant) is None  # a Relu is never quantized: same graph as int8
     assert "gives the graph of int8" in messages[-1] and store.measured == 0 and int8 is not None
+
+
+def test_a_new_calibration_method_or_set_measures_only_int8_again(example_copy) -> None:
+    """Issue 27 item 4: FP32 and FP16 do not depend on calibration; each INT8 variant is keyed by its own method."""
+    root = _digits_with(example_copy, 'calibration_method = "minmax"\nbias_correction = "off"')
+    first = _validate_json(root)
+    assert first["measured"] == 3 and first["int8_choice"]["variant"] == "minmax"
+    toml = root / "edgebuild.toml"
+    toml.write_text(toml.read_text().replace('calibration_method = "minmax"', 'calibration_method = "percentile"'))
+    second = _validate_json(root)
+    assert (second["measured"], second["stored"]) == (1, 2), second  # only the percentile INT8
+    assert second["int8_choice"]["variant"] == "percentile-99.999"
+    assert "percentile-99.999 ranges" in next(c for c in second["candidates"] if c["precision"] == "int8")["note"]
+    images = sorted((root / "data" / "calibration").iterdir())
+    images[0].unlink()  # a new calibration set
+    third = _validate_json(root)
+    assert (third["measured"], third["stored"]) == (1, 2), third
+    toml.write_text(toml.read_text().replace('calibration_method = "percentile"', 'calibration_method = "auto"'))
+    auto = _validate_json(root)
+    choice = auto["int8_choice"]
+    assert len(choice["variants"]) == 5 and "output SQNR" in choice["why"]  # 5 methods, bias correction off
+    measured = [v for v in choice["variants"] if v["value"] is not None]
+    best = max(measured, key=lambda v: (v["value"], v["sqnr_db"]))  # the highest retention; ties: the better signal
+    assert len(measured) <= 3 and choice["variant"] == best["variant"]
+    assert auto["stored"] >= 2 and auto["measured"] <= 3  # fp32 and fp16 stored; only INT8 variants measured
