@@ -80,13 +80,15 @@ def method_names(calibration_method: str, percentile: float) -> tuple[str, ...]:
 
 
 def calibration_tensors(model: Any, node_names: Iterable[str], op_types: Iterable[str],
-                        weighted_ops: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(every float activation ONNX Runtime's quantizer looks up for these nodes, the activation
-    inputs of the weighted ones among them). Initializers and graph constants are not activations."""
+                        weighted_ops: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """(every float activation ONNX Runtime's quantizer looks up for these op types, the activation
+    inputs of the named nodes: the tensors Q/DQ pairs read, the inputs of the weighted ones among
+    those). Initializers and graph constants are not activations."""
     wanted, types, weighted = set(node_names), set(op_types), set(weighted_ops)
     constants = {i.name for i in model.graph.initializer}
     constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
     tensors: dict[str, None] = {}
+    quantized: dict[str, None] = {}
     inputs_of_weighted: dict[str, None] = {}
     for node in model.graph.node:
         if node.op_type not in types:
@@ -94,9 +96,14 @@ def calibration_tensors(model: Any, node_names: Iterable[str], op_types: Iterabl
         for name in (*node.input, *node.output):
             if name and name not in constants:
                 tensors[name] = None
-        if node.name in wanted and node.op_type in weighted and node.input and node.input[0] not in constants:
+        if node.name not in wanted:
+            continue
+        for name in node.input:
+            if name and name not in constants:
+                quantized[name] = None
+        if node.op_type in weighted and node.input and node.input[0] not in constants:
             inputs_of_weighted[node.input[0]] = None
-    return list(tensors), list(inputs_of_weighted)
+    return list(tensors), list(quantized), list(inputs_of_weighted)
 
 
 @dataclass
@@ -163,10 +170,12 @@ def _run(session: Any, fetch: list[str], feed: dict[str, np.ndarray]) -> dict[st
 
 
 def collect_statistics(model_path: Path, tensors: list[str], weighted_inputs: list[str],
-                       batches: Iterable[dict[str, np.ndarray]], *, bins: int,
+                       batches: Iterable[dict[str, np.ndarray]], *, bins: int, quantized: Iterable[str] | None = None,
                        progress: Progress = lambda _: None) -> ActivationStatistics:
-    """One FP32 pass over ``batches``: absmax and ``|x|`` histogram per tensor, channel means of
-    ``weighted_inputs``."""
+    """One FP32 pass over ``batches``: the absolute maximum of every tensor, the ``|x|`` histogram
+    of those in ``quantized`` (default: all; the rest are never quantized, their range is their
+    maximum), channel means of ``weighted_inputs``."""
+    binned = set(tensors if quantized is None else quantized)
     session, fetch = _augmented_session(model_path, tensors)
     count = len(tensors)
     absmax = np.zeros(count)
@@ -184,7 +193,7 @@ def collect_statistics(model_path: Path, tensors: list[str], weighted_inputs: li
             magnitude = np.abs(x).ravel()
             top = float(magnitude.max())
             absmax[t] = max(absmax[t], top)
-            if top > 0:
+            if top > 0 and name in binned:
                 upper[t], histograms[t] = _add_to_histogram(histograms[t], upper[t], magnitude, top)
             if name in weighted_inputs:
                 axes = _channel_axes(x.ndim)
@@ -214,7 +223,8 @@ def thresholds(stats: ActivationStatistics, method: str) -> np.ndarray:
     found = np.zeros(len(stats.tensors))
     for t in range(len(stats.tensors)):
         hist, top, upper = stats.histograms[t], float(stats.absmax[t]), float(stats.upper[t])
-        if top == 0 or hist.sum() == 0:
+        if top == 0 or hist.sum() == 0:  # never quantized (no histogram): its maximum
+            found[t] = top
             continue
         width = upper / hist.size
         if method == "minmax":

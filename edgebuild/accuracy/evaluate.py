@@ -18,8 +18,10 @@ import numpy as np
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
+from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, source_facts
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
+    DetectionParams,
     ImageTransform,
     PreprocessSpec,
     check_detection_outputs,
@@ -159,7 +161,7 @@ class _DetectionCollector:
             })
 
     def metrics(self) -> dict[str, float]:
-        return coco_detection_metrics(self.data.ground_truth, self.results)
+        return coco_detection_metrics(self.data.ground_truth, self.results, self.settings["max_detections"])
 
 
 class _ClassificationCollector:
@@ -199,12 +201,19 @@ def device_inputs(project: Project, data: ValidationSet) -> bytes:
 
 
 def detection_settings(project: Project) -> dict[str, Any] | None:
-    """What the device needs to decode detections as the host does (None: not a detection task)."""
+    """What the device needs to decode detections as the host does (None: not a detection task).
+
+    ``pre_nms_top_k`` is not a project key: Ultralytics' 30000 (its max_nms) for an Ultralytics
+    detector as ``model.source``, as its val decodes; edgebuild's 1000 for any other model.
+    """
     if project.task.kind != "detection":
         return None
     post = project.task.postprocess
+    facts = source_facts(project)
+    top_k = VAL_PRE_NMS_TOP_K if facts is not None and facts.task == "detect" else DetectionParams.pre_nms_top_k
     return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
-            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections}
+            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
+            "pre_nms_top_k": top_k}
 
 
 def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,

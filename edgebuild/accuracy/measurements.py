@@ -94,7 +94,7 @@ def int8_key_parts(project: Project) -> dict[str, str]:
     from edgebuild.datasets.project_data import calibration_digest
 
     settings = project.quantize.model_dump(exclude={"precisions", "max_kept_layers", *INT8_CHOICE_SETTINGS})
-    return {"calibration": calibration_digest(project), "quantize": digest(settings)}
+    return {"int8": "calibration/2", "calibration": calibration_digest(project), "quantize": digest(settings)}
 
 
 def int8_variants(project: Project) -> list[Int8Variant]:
@@ -233,18 +233,19 @@ class MeasurementStore:
             if path.is_file() and not self.force:
                 self._statistics = ActivationStatistics.load(path)
             else:
-                tensors, weighted = calibration_tensors_of(self.project, self.prepared_path(), self.plan)
+                tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(), self.plan)
                 feeds, count, bar = calibration_feeds(self.project, self.progress)
                 if not self.progress:
-                    self.report(f"gate: calibrating INT8: activation statistics of {len(tensors)} tensors on "
+                    self.report(f"gate: calibrating INT8: activation statistics of {len(quantized)} tensors on "
                                 f"{count} calibration images")
                 started = time.perf_counter()
                 with bar:
                     self._statistics = collect_statistics(self.prepared_path(), tensors, weighted, feeds,
                                                           bins=self.project.quantize.calibration_bins,
+                                                          quantized=quantized,
                                                           progress=lambda n: bar.update(n - bar.n))
                 self._statistics.save(path)
-                self.report(f"gate: calibration statistics of {len(tensors)} tensors on {count} images in "
+                self.report(f"gate: calibration statistics of {len(quantized)} tensors on {count} images in "
                             f"{time.perf_counter() - started:.1f} s")
         return self._statistics
 
@@ -523,4 +524,4 @@ def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
 
 
 #: calibration images the bias correction's activation shifts are measured on
-BIAS_IMAGES = 16
+BIAS_IMAGES = 8

@@ -3,6 +3,11 @@
 mAP comes from faster-coco-eval, a C++ implementation of pycocotools' COCOeval with the same
 matching rules and the same 12 statistics (a test checks both agree on real detections); it is
 about ten times faster, which matters when the gate evaluates several candidates.
+
+COCOeval scores at most ``maxDets`` detections per image and class (100 by default); the decode
+already keeps at most ``max_detections`` per image, so the cap given to COCOeval is never below
+it: every detection the model reports is scored (Ultralytics' val keeps 300 per image and scores
+them all). With ``max_detections`` up to 100 this is COCOeval's own default.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ def coco_ground_truth(ground_truth: dict[str, Any]) -> Any:
         return COCO(gt)
 
 
-def coco_detection_metrics(ground_truth: Any, detections: list[dict[str, Any]]) -> dict[str, float]:
+def coco_detection_metrics(ground_truth: Any, detections: list[dict[str, Any]],
+                           max_detections: int = 100) -> dict[str, float]:
     """mAP50-95 and mAP50 (COCO's stats[0] and stats[1]) of ``detections`` against ``ground_truth``
-    (a COCO dict, or its index from ``coco_ground_truth``).
+    (a COCO dict, or its index from ``coco_ground_truth``), scoring up to ``max_detections`` (at
+    least COCO's 100) per image and class.
 
     ``detections`` are COCO result dicts: image_id, category_id, bbox [x, y, w, h], score.
     An empty detection list scores 0 rather than raising, as pycocotools would.
@@ -45,6 +52,8 @@ def coco_detection_metrics(ground_truth: Any, detections: list[dict[str, Any]]) 
     with contextlib.redirect_stdout(io.StringIO()):  # it prints progress we do not want
         coco_dt = coco_gt.loadRes(detections)
         evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox", print_function=lambda *_: None)
+        # stats[0] and [1] are taken at the last maxDets (faster-coco-eval; pycocotools fixes them at 100)
+        evaluator.params.maxDets = [1, 10, max(100, int(max_detections))]
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()

@@ -87,8 +87,10 @@ def calibration_feeds(project: Project, progress: bool, limit: int | None = None
     return feeds(), len(paths), bar
 
 
-def calibration_tensors_of(project: Project, prepared: Path, plan: QuantizationPlan) -> tuple[list[str], list[str]]:
-    """The activations the INT8 graph's Q/DQ pairs need ranges for, and the weighted layers' inputs."""
+def calibration_tensors_of(project: Project, prepared: Path, plan: QuantizationPlan
+                           ) -> tuple[list[str], list[str], list[str]]:
+    """The activations ONNX Runtime's quantizer looks up ranges for, those its Q/DQ pairs read, and
+    the weighted layers' inputs (``edgebuild.accuracy.calibration.calibration_tensors``)."""
     import onnx
 
     from edgebuild.accuracy.calibration import calibration_tensors
