@@ -13,28 +13,48 @@ from edgebuild.cli.options import json_option, project_option
 __all__ = ["COMMANDS"]
 
 
+def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    from edgebuild.workflows.init import parse_input_size
+
+    try:
+        return None if value is None else parse_input_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing edgebuild.toml.")
-@click.option("--model", "model", type=click.Path(path_type=Path), default=None,
-              help="A model file (ONNX, or an Ultralytics best.pt) to write the project from.")
+@click.option("--model", "model", default=None, metavar="PATH_OR_NAME",
+              help="The model to write the project from: an ONNX file, an Ultralytics best.pt, a TorchScript file "
+                   "(torch.jit.save), or a classifier by name: torchvision:resnet18, timm:mobilenetv3_small_100.")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
-              help="Its dataset: a YOLO data.yaml, a Pascal VOC root, a COCO JSON, or split folders of class folders.")
+              help="Its dataset: a YOLO data.yaml, a Pascal VOC root, a COCO JSON, or split folders of class folders. "
+                   "It gives the class names, and the task where the model does not say it.")
+@click.option("--weights", "weights", type=click.Path(path_type=Path), default=None,
+              help="A model by name: its trained state_dict (torch.save(model.state_dict(), PATH)); without it the "
+                   "weights are random and the gate refuses them.")
+@click.option("--input-size", "input_size", default=None, metavar="N|H,W", callback=_input_size,
+              help="The image size the model was trained at, where it does not say one (a TorchScript file "
+                   "traced says its own; default 224 for a classifier, 640 for a detector).")
 @click.option("--fleet", "fleet", default=None, metavar="GROUPS",
               help="Fleet groups NAME=MODULE@JETPACK,... (default: one orin-nano-8gb group, newest JetPack).")
 @click.option("--name", "name", default=None, help="The project name (default: the folder's name).")
 @click.option("--trust-checkpoint", is_flag=True,
               help="A .pt checkpoint (a pickle) may be loaded: writes [model] trust_checkpoint = true.")
-def init(directory: Path, force: bool, model: Path | None, data: Path | None, fleet: str | None,
-         name: str | None, trust_checkpoint: bool) -> None:
+def init(directory: Path, force: bool, model: str | None, data: Path | None, weights: Path | None,
+         input_size: list[int] | None, fleet: str | None, name: str | None, trust_checkpoint: bool) -> None:
     """Write an edgebuild.toml into DIRECTORY.
 
-    With --model and --data, a complete, commented project file from what the model file and the
+    With --model and --data, a complete, commented project file from what the model and the
     dataset say, which `edgebuild compile` runs as it is; without them, a commented starter to fill in.
+    A TorchScript file or a model by name is loaded and run once per profile shape, as compile's
+    model stage runs it, before the file is written.
     """
     if model is None and data is None:
-        if fleet is not None or name is not None or trust_checkpoint:
-            raise click.UsageError("--fleet, --name and --trust-checkpoint go with --model and --data")
+        if fleet is not None or name is not None or trust_checkpoint or weights is not None or input_size:
+            raise click.UsageError("--fleet, --name, --weights, --input-size and --trust-checkpoint go with "
+                                   "--model and --data")
         from edgebuild.project.template import write_starter
 
         path = write_starter(directory, force=force)
@@ -45,7 +65,7 @@ def init(directory: Path, force: bool, model: Path | None, data: Path | None, fl
     from edgebuild.workflows.init import init_from_files
 
     result = init_from_files(directory, model=model, data=data, fleet=fleet, name=name, force=force,
-                             trust_checkpoint=trust_checkpoint)
+                             trust_checkpoint=trust_checkpoint, input_size=input_size, weights=weights)
     for line in result.found:
         click.echo(line)
     click.echo(f"wrote {result.path}; next: {result.next_command}")

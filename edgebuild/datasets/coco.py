@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from edgebuild.datasets.formats import misplaced
-from edgebuild.datasets.images import CocoSet, Sample, cap
+from edgebuild.datasets.images import CocoSet, Sample, cap, spread
 from edgebuild.errors import DataError
 
 __all__ = ["read_coco"]
@@ -14,8 +14,9 @@ __all__ = ["read_coco"]
 
 def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int | None = None,
               key: str = "data.validation.annotations") -> CocoSet:
-    """A COCO validation set; ``limit`` keeps the first images by id. Categories are matched to
-    ``classes`` by name: every class must be a category (a category the task lacks is allowed)."""
+    """A COCO validation set, its images in order of id; ``limit`` keeps that many, evenly spread over
+    them by file name (``images.spread``). Categories are matched to ``classes`` by name: every class
+    must be a category (a category the task lacks is allowed)."""
     try:
         gt = json.loads(ann_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -40,9 +41,10 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
             f"(categories: {sorted(by_name)})"
         )
     entries.sort()
+    available = len(entries)
     most = cap(limit)
-    if most:
-        entries = entries[:most]
+    if most and most < available:
+        entries = spread(entries, most, lambda entry: Path(entry[1]).stem)
         kept = {i for i, _ in entries}
         gt = {**gt, "images": [im for im in gt["images"] if int(im["id"]) in kept],
               "annotations": [a for a in gt["annotations"] if int(a["image_id"]) in kept]}
@@ -55,4 +57,4 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
         )
     if not samples:
         raise DataError(f"{key}: {ann_path} lists no images")
-    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes])
+    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes], available=available)

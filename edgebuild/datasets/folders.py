@@ -6,12 +6,13 @@ Named by ``[data.validation] images``, or by ``[data] dataset`` as a folder of s
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
-from edgebuild.datasets.images import Sample, list_images
+from edgebuild.datasets.images import Sample, image_stem, list_images, spread
 from edgebuild.errors import DataError
 
-__all__ = ["balanced_images", "load_class_folders", "split_folder"]
+__all__ = ["balanced", "balanced_images", "load_class_folders", "split_folder"]
 
 
 def split_folder(root: Path, split: str, key: str = "data.dataset") -> Path:
@@ -24,7 +25,7 @@ def split_folder(root: Path, split: str, key: str = "data.dataset") -> Path:
 
 def load_class_folders(root: Path, classes: list[str], limit: int | None = None,
                        key: str = "data.validation.images") -> list[Sample]:
-    """One sub-folder per class name, as in ``classes``; a capped set takes the first images of every class in turn."""
+    """One sub-folder per class name, as in ``classes``; a capped set stays balanced (``balanced``)."""
     if not root.is_dir():
         raise DataError(f"{key}: not a folder: {root}")
     present = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -34,25 +35,28 @@ def load_class_folders(root: Path, classes: list[str], limit: int | None = None,
             f"{key}: {root} needs one folder per class; missing {missing} "
             f"(found: {present})"
         )
-    ranked = []  # (rank within its class, label, path)
-    for label, name in enumerate(classes):
-        for rank, path in enumerate(list_images(root / name, f"{key} ({name})")):
-            ranked.append((rank, label, path))
-    if limit:
-        # take the first images of every class in turn, so a capped set stays balanced
-        ranked = sorted(ranked)[:limit]
-    ranked.sort(key=lambda item: (item[1], item[0]))
-    return [Sample(path, i, label) for i, (_, label, path) in enumerate(ranked)]
+    per_class = balanced([list_images(root / name, f"{key} ({name})") for name in classes], limit)
+    return [Sample(path, i, label) for i, (label, path) in
+            enumerate((label, path) for label, images in enumerate(per_class) for path in images)]
+
+
+def balanced(groups: list[list[Path]], limit: int | None) -> list[list[Path]]:
+    """At most ``limit`` images of ``groups`` (the images of each class folder), balanced: every group
+    gets one in turn, then a second, ... (a small group runs out first); within a group, its share is
+    evenly spread over its images by file name (``images.spread``), not its first images."""
+    if limit is None:
+        return [list(g) for g in groups]
+    turns = sorted((rank, index) for index, group in enumerate(groups) for rank in range(len(group)))[:limit]
+    shares = Counter(index for _, index in turns)
+    return [spread(group, shares[index], image_stem) for index, group in enumerate(groups)]
 
 
 def balanced_images(root: Path, key: str, limit: int | None = None) -> list[Path]:
-    """The images under ``root`` (a split folder of class folders), capped by taking the first image of
-    every sub-folder in turn, then the second, ... (a capped calibration set sees every class)."""
-    ranked = sorted((rank, path.parent.relative_to(root).as_posix(), path)
-                    for images in _by_folder(list_images(root, key)).values()
-                    for rank, path in enumerate(images))
-    kept = ranked[:limit] if limit else ranked
-    return sorted(path for _, _, path in kept)
+    """The images under ``root`` (a split folder of class folders), capped with each sub-folder's
+    balanced share (``balanced``: a capped calibration set sees every class)."""
+    folders = _by_folder(list_images(root, key))
+    ordered = sorted(folders, key=lambda folder: folder.relative_to(root).as_posix())
+    return sorted(path for images in balanced([folders[f] for f in ordered], limit) for path in images)
 
 
 def _by_folder(images: list[Path]) -> dict[Path, list[Path]]:

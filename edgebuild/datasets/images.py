@@ -5,24 +5,30 @@ detection set is read into a ``CocoSet``: a COCO ground-truth dict (images, anno
 ``bbox`` [x, y, w, h] in pixels from the image's top-left corner, categories), the ``Sample`` of
 every image, and the COCO category id of each ``task.classes`` entry. A classification set is a
 list of ``Sample`` with their class index. Calibration is a list of image paths.
+
+A cap (``max_images``, ``max_calibration_images``, a stage's own limit) keeps ``spread``: images
+evenly spaced over the set sorted by file name, not the first ones, so one camera's or one
+prefix's images do not fill it, and the same images written as YOLO, COCO or VOC give the same subset.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from edgebuild.errors import DataError
 
-__all__ = ["IMAGE_SUFFIXES", "CocoSet", "Sample", "cap", "image_size", "list_images", "read_image",
-           "refuse_duplicate_stems", "relative_name", "unreadable_images"]
+__all__ = ["IMAGE_SUFFIXES", "CocoSet", "Sample", "cap", "image_size", "image_stem", "list_images", "read_image",
+           "refuse_duplicate_stems", "relative_name", "spread", "unreadable_images"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class CocoSet:
     category_ids: list[int]  # category_ids[class_index] = COCO category id
     format: str = "coco"
     files: tuple[Path, ...] = ()
+    available: int = 0  # the images of the set before a cap kept ``samples`` of them (0: not counted)
 
 
 def read_image(path: Path, gray: bool = False) -> np.ndarray:
@@ -88,7 +95,7 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
     images = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:
         raise DataError(f"{key}: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
-    return images[:limit] if limit else images
+    return spread(images, limit, image_stem)
 
 
 def unreadable_images(paths: list[Path], gray: bool = False, sample: int = 4) -> tuple[int, list[str]]:
@@ -105,6 +112,27 @@ def unreadable_images(paths: list[Path], gray: bool = False, sample: int = 4) ->
         except DataError as exc:
             problems.append(exc.message)
     return len(tried), problems
+
+
+def image_stem(path: Path) -> str:
+    """The name ``spread`` sorts an image by: its file name without the suffix (a VOC id)."""
+    return path.stem
+
+
+def spread(items: Sequence[_T], limit: int | None, name: Callable[[_T], str]) -> list[_T]:
+    """At most ``limit`` of ``items`` (None: all), in their own order: evenly spaced over them sorted by
+    ``name`` (an image's file name without its suffix), starting with the first name.
+
+    Evenly spaced rather than the first ``limit``: images sorted by name come in runs (one camera,
+    one day, one prefix), and the first ones would be one run. Rather than a random sample: every
+    stretch of the sorted set gets its share, the same subset every time with no seed to keep, and
+    what decides is the file name, which a set keeps when written as YOLO, COCO or VOC, so each
+    format of it gives the same images."""
+    if limit is None or len(items) <= limit:
+        return list(items)
+    ordered = sorted(range(len(items)), key=lambda i: (name(items[i]), i))
+    kept = {ordered[j * len(items) // limit] for j in range(limit)}
+    return [item for i, item in enumerate(items) if i in kept]
 
 
 def cap(*limits: int | None) -> int | None:

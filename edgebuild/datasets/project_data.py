@@ -23,9 +23,11 @@ from edgebuild.datasets.images import (
     CocoSet,
     Sample,
     cap,
+    image_stem,
     list_images,
     read_image,
     relative_name,
+    spread,
     unreadable_images,
 )
 from edgebuild.datasets.voc import load_voc_folder, load_voc_root, voc_split_images
@@ -49,7 +51,8 @@ READER_VERSION = 1
 
 def load_validation_set(project: Project, limit: int | None = None) -> tuple[CocoSet | None, list[Sample]]:
     """The validation set, in whatever format it is: (the COCO form of a detection set or None, its samples).
-    ``limit`` (or data.validation.max_images) keeps the first images."""
+    ``limit`` (or data.validation.max_images) keeps that many images, evenly spread over the set by file
+    name (``edgebuild.datasets.images.spread``; class folders: a balanced share of each)."""
     if project.task.kind == "detection":
         coco = load_coco_set(project, limit)
         return coco, coco.samples
@@ -92,25 +95,32 @@ def _from_split(project: Project) -> bool:
 
 def calibration_images(project: Project) -> list[Path]:
     """The calibration images: the data.calibration_images folder, or the dataset's calibration_split."""
+    return _calibration(project)[0]
+
+
+def _calibration(project: Project) -> tuple[list[Path], int]:
+    """(the calibration images, capped by max_calibration_images; how many there are before the cap)."""
     if _from_split(project):
-        return _calibration_split(project)[0]
-    data = project.data
-    return list_images(project.path(data.calibration_images or ""), "data.calibration_images",
-                       data.max_calibration_images)
+        images, _, available = _calibration_split(project)
+        return images, available
+    images = list_images(project.path(project.data.calibration_images or ""), "data.calibration_images")
+    return spread(images, project.data.max_calibration_images, image_stem), len(images)
 
 
-def _calibration_split(project: Project) -> tuple[list[Path], list[Path]]:
-    """(the calibration split's images, capped; the files that say which images they are)."""
+def _calibration_split(project: Project) -> tuple[list[Path], list[Path], int]:
+    """(the calibration split's images, capped: evenly spread by file name; the files that say which
+    images they are; how many images the split has)."""
     fmt = data_format(project)
     split, most = project.data.calibration_split, project.data.max_calibration_images
     if fmt.name == "yolo":
         images, lists = split_images(read_data_yaml(fmt.path), split)
-        return (images[:most] if most else images), [fmt.path, *lists]
+        return spread(images, most, image_stem), [fmt.path, *lists], len(images)
     if fmt.name == "voc":
         images, listing = voc_split_images(fmt.path, split)
-        return (images[:most] if most else images), [listing]
-    # class folders: the first images of every class in turn, so a capped set stays balanced
-    return balanced_images(split_folder(fmt.path, split), "data.dataset", most), []
+        return spread(images, most, image_stem), [listing], len(images)
+    # class folders: a balanced share of every class, so a capped set sees them all
+    folder = split_folder(fmt.path, split)
+    return balanced_images(folder, "data.dataset", most), [], len(list_images(folder, "data.dataset"))
 
 
 def _refuse_shared(project: Project, calibration: list[Path], samples: list[Sample] | None = None) -> None:
@@ -152,7 +162,7 @@ def calibration_digest(project: Project) -> str:
     _refuse_shared(project, images)
     if not _from_split(project):
         return files_digest(images)
-    images, files = _calibration_split(project)
+    images, files, _ = _calibration_split(project)
     return _content_digest("calibration", data_format(project), project.data.calibration_split, [*files, *images])
 
 
@@ -194,33 +204,59 @@ class DataSummary:
     calibration_images: int
     calibration_split: str | None  # None: the data.calibration_images folder
     calibration_source: Path
+    validation_available: int = 0  # the images before data.validation.max_images (0: as many as taken)
+    calibration_available: int = 0  # the images before data.max_calibration_images (0: as many as taken)
+
+    def capped(self) -> list[str]:
+        """``"val 60 of 200 (data.validation.max_images)"``, ... for each set a cap cut."""
+        return [f"{what} {taken} of {available} ({key})" for what, taken, available, key in (
+            ("val", self.validation_images, self.validation_available, "data.validation.max_images"),
+            ("calibration", self.calibration_images, self.calibration_available, "data.max_calibration_images"))
+            if available > taken]
 
     def __str__(self) -> str:
         split = f"{self.validation_split}: " if self.validation_split else ""
         calibration = self.calibration_split or f"{self.calibration_source.name}/"
+        capped = self.capped()
         return (f"{_NAMES[self.format]} {self.source.name} ({split}{self.validation_images} images, "
-                f"{self.classes} classes; calibration: {calibration}, {self.calibration_images} images)")
+                f"{self.classes} classes; calibration: {calibration}, {self.calibration_images} images)"
+                + (f"; capped, evenly spread by file name: {', '.join(capped)}" if capped else ""))
 
     def as_dict(self) -> dict[str, Any]:
         return {"format": self.format, "source": str(self.source), "told": self.told, "classes": self.classes,
                 "validation_images": self.validation_images, "validation_split": self.validation_split,
                 "calibration_images": self.calibration_images, "calibration_split": self.calibration_split,
-                "calibration_source": str(self.calibration_source)}
+                "calibration_source": str(self.calibration_source),
+                "validation_available": self.validation_available or self.validation_images,
+                "calibration_available": self.calibration_available or self.calibration_images}
+
+
+def _validation_available(project: Project, coco: CocoSet | None, taken: int) -> int:
+    """How many images the validation set has before data.validation.max_images."""
+    if project.data.validation.max_images is None:
+        return taken
+    if coco is not None:
+        return coco.available or taken
+    fmt = data_format(project)
+    root = split_folder(fmt.path, project.data.validation_split) if fmt.has_splits else fmt.path
+    return len(load_class_folders(root, list(project.task.classes), None, fmt.key))
 
 
 def describe_data(project: Project) -> DataSummary:
     """Read the validation set and list the calibration images (capped as the stages cap them), refuse
-    what the stages would refuse (a DataError naming the file and key), and say what the data is."""
+    what the stages would refuse (a DataError naming the file and key), and say what the data is, and
+    how many images of how many a cap took."""
     fmt = data_format(project)
-    _, samples = load_validation_set(project)
-    calibration = calibration_images(project)
+    coco, samples = load_validation_set(project)
+    calibration, calibration_available = _calibration(project)
     _refuse_shared(project, calibration, samples)
     from_split = _from_split(project)
     return DataSummary(
         fmt.name, fmt.path, fmt.told, len(project.task.classes), len(samples),
         project.data.validation_split if fmt.has_splits else None, len(calibration),
         project.data.calibration_split if from_split else None,
-        fmt.path if from_split else project.path(project.data.calibration_images or ""))
+        fmt.path if from_split else project.path(project.data.calibration_images or ""),
+        _validation_available(project, coco, len(samples)), calibration_available)
 
 
 # -- preparation -----------------------------------------------------------------------------------

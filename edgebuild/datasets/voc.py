@@ -20,7 +20,15 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgebuild.datasets.images import IMAGE_SUFFIXES, CocoSet, Sample, image_size, refuse_duplicate_stems
+from edgebuild.datasets.images import (
+    IMAGE_SUFFIXES,
+    CocoSet,
+    Sample,
+    image_size,
+    image_stem,
+    refuse_duplicate_stems,
+    spread,
+)
 from edgebuild.errors import DataError
 
 __all__ = ["VocObject", "load_voc_folder", "load_voc_root", "read_voc_xml", "voc_split_images"]
@@ -142,8 +150,11 @@ def voc_split_images(root: Path, split: str, key: str = "data.dataset") -> tuple
 
 def load_voc_root(root: Path, split: str, classes: list[str], limit: int | None = None,
                   key: str = "data.dataset") -> CocoSet:
+    """A split of a VOC root in COCO form; ``limit`` keeps that many images, evenly spread over the
+    split by id (``images.spread``)."""
     ids, listing = _split_ids(root, split, key)
-    ids = ids[:limit] if limit else ids
+    available = len(ids)
+    ids = spread(ids, limit, str)
     index = _ImageIndex(root / "JPEGImages", key)
     entries = []
     for image_id in ids:
@@ -151,7 +162,7 @@ def load_voc_root(root: Path, split: str, classes: list[str], limit: int | None 
         if not xml.is_file():
             raise DataError(f"{key}: {listing}: {image_id!r} has no annotation {xml}")
         entries.append((xml, index.get(image_id)))
-    return _build(entries, root / "JPEGImages", classes, key, listing, (listing,))
+    return _build(entries, root / "JPEGImages", classes, key, listing, (listing,), available)
 
 
 def load_voc_folder(annotations: Path, images: Path, classes: list[str], limit: int | None = None,
@@ -161,13 +172,14 @@ def load_voc_folder(annotations: Path, images: Path, classes: list[str], limit: 
     xmls = sorted(p for p in annotations.iterdir() if p.suffix.lower() == ".xml" and not p.name.startswith("."))
     if not xmls:
         raise DataError(f"{key}: no Pascal VOC .xml files in {annotations}")
-    xmls = xmls[:limit] if limit else xmls
+    available = len(xmls)
+    xmls = spread(xmls, limit, image_stem)
     index = _ImageIndex(images, "data.validation.images")
-    return _build([(x, index.get(x.stem)) for x in xmls], images, classes, key, annotations, ())
+    return _build([(x, index.get(x.stem)) for x in xmls], images, classes, key, annotations, (), available)
 
 
 def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: list[str], key: str,
-           described_by: Path, extra_files: tuple[Path, ...]) -> CocoSet:
+           described_by: Path, extra_files: tuple[Path, ...], available: int) -> CocoSet:
     """The COCO form of (XML file, its image by id if found) pairs; <filename> finds an image not found by id."""
     category = {name: i + 1 for i, name in enumerate(classes)}
     records, annotations, samples, unknown = [], [], [], {}
@@ -200,4 +212,4 @@ def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: l
     ground_truth = {"images": records, "annotations": annotations,
                     "categories": [{"id": i + 1, "name": n} for i, n in enumerate(classes)]}
     return CocoSet(described_by, ground_truth, samples, list(range(1, len(classes) + 1)), "voc",
-                   (*extra_files, *(xml for xml, _ in entries)))
+                   (*extra_files, *(xml for xml, _ in entries)), available)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgebuild.datasets.images import CocoSet, Sample, image_size, refuse_duplicate_stems
+from edgebuild.datasets.images import CocoSet, Sample, image_size, image_stem, refuse_duplicate_stems, spread
 from edgebuild.errors import DataError
 
 __all__ = ["IMG_FORMATS", "YoloData", "label_path", "load_yolo_set", "read_data_yaml", "read_labels", "split_images"]
@@ -217,15 +217,16 @@ def read_labels(path: Path, classes: int, extra_fields: int = 0,
 
 def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | None = None,
                   key: str = "data.dataset") -> CocoSet:
-    """A split of a YOLO dataset in COCO form; its names must be ``classes``, in order."""
+    """A split of a YOLO dataset in COCO form; its names must be ``classes``, in order. ``limit`` keeps
+    that many images, evenly spread over the split by file name (``images.spread``)."""
     data = read_data_yaml(yaml_path, key)
     if data.names != list(classes):
         raise DataError(f"{key}: {yaml_path} names {data.names} differ from task.classes {list(classes)}: the model "
                         "predicts task.classes in order, and a YOLO model the names of the data.yaml it was trained on",
                         hint="make task.classes the data.yaml's names, in their order")
     images, lists = split_images(data, split, key)
-    if limit:
-        images = images[:limit]
+    available = len(images)
+    images = spread(images, limit, image_stem)
     records, annotations, read = [], [], []
     for image_id, image in enumerate(images, 1):
         width, height = image_size(image, key)
@@ -242,4 +243,4 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
                     "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
     samples = [Sample(image, i) for i, image in enumerate(images, 1)]
     return CocoSet(yaml_path, ground_truth, samples, list(range(1, len(classes) + 1)), "yolo",
-                   tuple([*lists, *read]))
+                   tuple([*lists, *read]), available)

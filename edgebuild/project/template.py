@@ -74,13 +74,13 @@ max_detections = 100
 # calibration_split = "train"
 # validation_split = "val"
 calibration_images = "data/calibration"  # folder of images for INT8 calibration
-# max_calibration_images = 256
+# max_calibration_images = 256           # a cap: that many images, evenly spread by file name
 # prepare = "my_detector.data:prepare"   # called with the project folder if data is missing
 
 [data.validation]
 annotations = "data/val/annotations.json"  # COCO JSON, or a folder of Pascal VOC XML (detection)
 images = "data/val/images"                 # classification: one sub-folder per class
-# max_images = 500
+# max_images = 500                         # a cap, as max_calibration_images
 
 [accuracy]
 metric = "mAP50-95"             # detection: mAP50-95 | mAP50; classification: top-1 | top-5
@@ -171,6 +171,8 @@ class FoundProject:
     fleet: list[FoundGroup]
     notes: list[str] = field(default_factory=list)  # extra comment lines at the top
     trust_checkpoint: bool | None = None  # a checkpoint (a pickle): whether to load it; None: not one
+    weights: str | None = None  # a model by name: its state_dict (relative to the project folder)
+    random_weights: bool = False  # a model by name without weights: say so where weights would be
 
 
 def _value(value: object) -> str:
@@ -208,12 +210,19 @@ def render_project(found: FoundProject) -> str:
     out += [_comment(note) for note in found.notes]
     out += ["", "[project]", _line("name", found.name, "lower-case letters, digits, - and _"),
             _line("build_dir", "build", "where every stage writes its outputs"), "",
-            "[model]", _comment(f"The model file ({found.model_said})."),
+            "[model]", _comment(f"The model{'' if found.weights or found.random_weights else ' file'} "
+                                f"({found.model_said})."),
             _line("source", found.model_source)]
     if found.trust_checkpoint is not None:
         out += ["# A .pt checkpoint is a Python pickle: loading it runs the code it names. true only if you made",
                 "# it (yolo train) or trust who did; otherwise export it to ONNX and name the .onnx above.",
                 _line("trust_checkpoint", found.trust_checkpoint)]
+    if found.weights is not None:
+        out += ["# Its weights: a state_dict (torch.save(model.state_dict(), ...)), loaded with weights_only=True.",
+                _line("weights", found.weights)]
+    elif found.random_weights:
+        out += ["# No weights: the model is random and the gate refuses it. Name its trained state_dict:",
+                '# weights = "model.pth"']
     out += [
             _comment(f"The model's outputs, in order ({found.outputs_said})."),
             _line("outputs", found.outputs), ""]
@@ -243,10 +252,10 @@ def render_project(found: FoundProject) -> str:
         out += [_line("logits_output", found.postprocess["logits_output"], "[N, C] logits or probabilities")]
     out += ["", "[data]", _comment(found.data_said)]
     out += [_line(k, v) for k, v in found.data.items()]
-    out += ["# max_calibration_images = 256         # cap on the calibration images"]
+    out += ["# max_calibration_images = 256         # cap on the calibration images (evenly spread by name)"]
     out += ["", "[data.validation]"]
     out += [_line(k, v) for k, v in found.validation.items()]
-    out += ["# max_images = 500                     # cap on the validation images", "",
+    out += ["# max_images = 500                     # cap on the validation images (evenly spread by name)", "",
             "[accuracy]",
             _line("metric", "mAP50-95" if found.task == "detection" else "top-1",
                   "detection: mAP50-95 | mAP50; classification: top-1 | top-5"),

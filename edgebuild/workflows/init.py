@@ -1,11 +1,14 @@
-"""``edgebuild init --model PATH --data PATH``: a complete project file from a model file and a dataset.
+"""``edgebuild init --model PATH_OR_NAME --data PATH``: a complete project file from a model and a dataset.
 
-What the model file says (an ONNX file: its input, dtype and shape, its outputs, the task, class names
-and preprocessing from Ultralytics' metadata where it has them) and what the dataset says (a YOLO
-data.yaml, a Pascal VOC root, a COCO JSON with its images, or split folders of class folders: the
-``[data]`` keys and the class names) become one commented ``edgebuild.toml``. The file is loaded
-and checked (``load_project``, the ONNX input and output checks) before it is written, under a
-temporary name renamed into place, so a refused model or dataset leaves nothing half-written.
+What the model says (an ONNX file: its input, dtype and shape, its outputs, the task, class names
+and preprocessing from Ultralytics' metadata where it has them; an Ultralytics checkpoint, read
+without running it; a TorchScript file or a torchvision/timm name: ``edgebuild.workflows.init_torch``)
+and what the dataset says (a YOLO data.yaml, a Pascal VOC root, a COCO JSON with its images, or split
+folders of class folders: the ``[data]`` keys, the class names, and the task where the model does not
+say it) become one commented ``edgebuild.toml``. The file is loaded and checked (``load_project``; the
+ONNX input and output checks; a model PyTorch loads, loaded and run as the model stage runs it)
+before it is written, under a temporary name renamed into place, so a refused model or dataset
+leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.schema import NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
+from edgebuild.workflows.init_torch import DEFAULT_SIZES, DETECTOR_ADVICE, check_loaded, read_torch_model, torch_kind
 
-__all__ = ["InitResult", "init_from_files", "parse_fleet"]
+__all__ = ["InitResult", "init_from_files", "parse_fleet", "parse_input_size"]
 
 DEFAULT_MODULE = "orin-nano-8gb"
-DEFAULT_SIZE = 640  # a spatial size neither the graph nor its metadata fixes
+DEFAULT_SIZE = 640  # an Ultralytics checkpoint's image size where it says no imgsz
 MAX_BATCH = 4
 _BOXES = ("boxes", "bboxes", "box", "det_boxes")
 _SCORES = ("scores", "score", "det_scores", "confidences")
@@ -55,15 +59,35 @@ class _Model:
     postprocess: dict[str, Any]
     notes: list[str]
     checkpoint: bool = False  # an Ultralytics checkpoint, not an ONNX file
+    in_pytorch: str | None = None  # "torchscript" or "hub": a model PyTorch loads, checked by running it
+    mean: list[float] | None = None  # the normalization the model says, where it says one
+    std: list[float] | None = None
+    preprocess_said: str = ""
 
 
-def _read_model(path: Path) -> _Model:
+def parse_input_size(text: str) -> list[int]:
+    """``--input-size``: ``224`` or ``H,W`` (``480,640``; ``480x640``) -> [height, width]."""
+    parts = [p.strip() for p in re.split(r"[,x]", text.strip().lower())]
+    if len(parts) not in (1, 2) or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"{text!r} is not an image size: N (square) or H,W, e.g. 224 or 480,640")
+    return [int(parts[0]), int(parts[-1])]
+
+
+def _size_given(name: str, size: list[int], said: str, input_size: list[int] | None) -> None:
+    """A --input-size other than the size the model fixes is refused, naming both."""
+    if input_size and list(input_size) != list(size):
+        raise ConfigError(f"--input-size {input_size[0]},{input_size[1]}: {name} fixes its image size at "
+                          f"{size[0]}x{size[1]} ({said})", hint="leave --input-size out: init takes the model's")
+
+
+def _read_model(path: Path, input_size: list[int] | None) -> _Model:
     if not path.is_file():
-        raise ModelError(f"--model: file not found: {path}")
+        raise ModelError(f"--model: file not found: {path}",
+                         hint="a model by name is torchvision:<name> or timm:<name>" if ":" in str(path) else None)
     with open(path, "rb") as handle:
         head = handle.read(4)
     if path.suffix.lower() in (".pt", ".pth") or head == b"PK\x03\x04":
-        return _checkpoint_model(path)
+        return _checkpoint_model(path, input_size)
     import onnx
 
     try:
@@ -71,14 +95,14 @@ def _read_model(path: Path) -> _Model:
         if not proto.graph.node and not proto.graph.output:
             raise ValueError("no graph")
     except Exception:
-        raise ModelError(f"--model: {path} is not a model file edgebuild init reads: neither an ONNX file "
-                         "(.onnx) nor an Ultralytics checkpoint (.pt)",
+        raise ModelError(f"--model: {path} is not a model file edgebuild init reads: not an ONNX file "
+                         "(.onnx), an Ultralytics checkpoint (.pt) or a TorchScript file (torch.jit.save)",
                          hint="pass the model as ONNX (torch.onnx.export, or Ultralytics: yolo export format=onnx "
                               "dynamic=True)") from None
-    return _onnx_model(path, proto)
+    return _onnx_model(path, proto, input_size)
 
 
-def _checkpoint_model(path: Path) -> _Model:
+def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     """An Ultralytics checkpoint (best.pt), read without running its pickle by edgebuild.sources.ultralytics."""
     name = path.name
     export = f"export it to ONNX and pass that: yolo export model={name} format=onnx dynamic=True"
@@ -91,14 +115,19 @@ def _checkpoint_model(path: Path) -> _Model:
     facts = facts_from_checkpoint(path)
     if facts is None:
         raise ModelError(f"--model: {name} is not a model file edgebuild init reads: not an Ultralytics checkpoint "
-                         "(a PyTorch zip whose 'model' is an Ultralytics DetectionModel or ClassificationModel)",
-                         hint="another PyTorch model is built in Python: write `edgebuild init` without --model and "
-                              "name the function with model.entry_point; or " + export)
+                         "(a PyTorch zip whose 'model' is an Ultralytics DetectionModel or ClassificationModel) nor "
+                         "a TorchScript file",
+                         hint="save the model as TorchScript (torch.jit.trace(model, example).save('model.ts')) and "
+                              "pass that; or, built in Python, write `edgebuild init` without --model and name the "
+                              "function with model.entry_point; or " + export)
     raise_for_task(f"--model: {name}", facts)
     task = TASKS[facts.task]
     notes = []
     if facts.imgsz:
         size, size_said = list(facts.imgsz), f"imgsz from {name}"
+        _size_given(name, size, size_said, input_size)
+    elif input_size:
+        size, size_said = list(input_size), "from --input-size"
     else:
         size, size_said = [DEFAULT_SIZE, DEFAULT_SIZE], "a default: check it"
         notes.append(f"CHECK: {name} says no imgsz; the profile uses {DEFAULT_SIZE}x{DEFAULT_SIZE}.")
@@ -131,7 +160,7 @@ def _imgsz(value: Any) -> list[int] | None:
     return None
 
 
-def _onnx_model(path: Path, proto: Any) -> _Model:
+def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     from onnx.helper import tensor_dtype_to_np_dtype
 
     from edgebuild.sources.onnx_checks import graph_inputs, graph_output_dims, metadata, ultralytics_summary
@@ -152,29 +181,37 @@ def _onnx_model(path: Path, proto: Any) -> _Model:
         raise ModelError(f"--model: {name}: input {graph_input.name!r} {_shown(dims)} is not an image batch "
                          "[N, C, H, W]", hint="export the model with a batched NCHW image input")
     ultra = ultralytics_summary(metadata(proto))
+    outputs = [o.name for o in proto.graph.output]
+    out_dims = graph_output_dims(proto)
+    task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
     notes: list[str] = []
     channels = dims[1] or 3
     if dims[2] and dims[3]:
         size, size_said = [dims[2], dims[3]], f"fixed in {name}"
+        _size_given(name, size, size_said, input_size)
     elif ultra and _imgsz(ultra.get("imgsz")):
         size, size_said = _imgsz(ultra.get("imgsz")) or [], f"imgsz from {name}'s metadata"
+        _size_given(name, size, size_said, input_size)
+    elif input_size:
+        size, size_said = [int(v) for v in input_size], "from --input-size"
+        fixed = [dims[2] or size[0], dims[3] or size[1]]
+        _size_given(name, fixed, f"{_shown(dims)} in {name}", size)
     else:
-        size, size_said = [dims[2] or DEFAULT_SIZE, dims[3] or DEFAULT_SIZE], "a default: check it"
+        default = DEFAULT_SIZES[task]
+        size, size_said = [dims[2] or default, dims[3] or default], f"a default for {task}: check it"
         notes.append(f"CHECK: {name} fixes no image size and has no imgsz metadata; the profile uses "
-                     f"{size[0]}x{size[1]}: set the size the model was trained at (input_size and the shapes).")
+                     f"{size[0]}x{size[1]}: set the size the model was trained at (--input-size, or input_size "
+                     "and the shapes).")
     batch = dims[0]
     low, high = (1, MAX_BATCH) if batch is None else (batch, batch)
     spec = FoundInput(graph_input.name, dtype, [low, channels, *size], [low, channels, *size],
                       [high, channels, *size],
                       f"{_shown(dims)} in {name}: batch {'dynamic, 1..' + str(MAX_BATCH) if batch is None else 'fixed'}"
                       f", image size {size_said}")
-    outputs = [o.name for o in proto.graph.output]
-    out_dims = graph_output_dims(proto)
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     said = f"{name}: ONNX, opset {opset}"
     if ultra:
         said += f", {ultra['summary']}"
-    task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
     if ultra and task == "detection":
         postprocess = {**postprocess, **_val_defaults()}
     if task == "detection" and postprocess.get("raw_head"):
@@ -188,6 +225,15 @@ def _onnx_model(path: Path, proto: Any) -> _Model:
         outputs_said = "from " + name + ": " + ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs)
     return _Model(said, [spec], outputs, outputs_said, task, task_said, list(ultra.get("classes", [])) if ultra else [],
                   num_classes, size, channels, ultra, postprocess, notes)
+
+
+def _torch_model(kind: str, source: str, data: _Data, input_size: list[int] | None,
+                 weights: Path | None) -> _Model:
+    """A TorchScript file or a model by name (``edgebuild.workflows.init_torch``)."""
+    found = read_torch_model(kind, source, data.task, input_size, weights, MAX_BATCH)
+    return _Model(found.said, [found.spec], found.outputs, found.outputs_said, found.task, found.task_said, [],
+                  found.num_classes, found.size, found.channels, {}, found.postprocess, found.notes, in_pytorch=kind,
+                  mean=found.mean, std=found.std, preprocess_said=found.preprocess_said)
 
 
 def _val_defaults() -> dict[str, Any]:
@@ -409,32 +455,48 @@ def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], st
     return classes, said
 
 
-def init_from_files(directory: Path, *, model: Path, data: Path, fleet: str | None = None,
-                    name: str | None = None, force: bool = False, trust_checkpoint: bool = False) -> InitResult:
-    """Write ``directory/edgebuild.toml`` from the model file and the dataset; raise before writing anything."""
+def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: str | None = None,
+                    name: str | None = None, force: bool = False, trust_checkpoint: bool = False,
+                    input_size: list[int] | None = None, weights: Path | None = None) -> InitResult:
+    """Write ``directory/edgebuild.toml`` from the model (a file, or a torchvision/timm name) and the dataset;
+    raise before writing anything."""
     target = directory / PROJECT_FILE
     if target.exists() and not force:
         raise ConfigError(f"{target}: already exists", hint="pass --force to overwrite it")
-    found_model = _read_model(model)
-    found_data = _read_data(data)
+    source = str(model)
+    kind = torch_kind(source)
+    shown = source if kind == "hub" else Path(source).name  # how messages name the model
+    if weights is not None and kind != "hub":
+        raise ConfigError(f"--weights: goes with a model by name (torchvision:<name>, timm:<name>); {shown} "
+                          "carries its own weights", hint="leave --weights out")
+    if kind:
+        found_data = _read_data(data)  # the task and the default image size, where the model says none
+        found_model = _torch_model(kind, source, found_data, input_size, weights)
+    else:
+        found_model = _read_model(Path(source), input_size)
+        found_data = _read_data(data)
     if found_model.task != found_data.task:
-        raise DataError(f"--data: {data} is {found_data.title}, {found_data.task} data; {model.name} is a "
-                        f"{found_model.task} model ({found_model.task_said})")
-    classes, classes_said = _classes(found_model, found_data, model.name)
+        raise DataError(f"--data: {data} is {found_data.title}, {found_data.task} data; {shown} is a "
+                        f"{found_model.task} model ({found_model.task_said})",
+                        hint=DETECTOR_ADVICE if kind == "hub" else None)
+    classes, classes_said = _classes(found_model, found_data, shown)
     groups = parse_fleet(fleet)
     ultra = found_model.ultralytics
     gray = found_model.channels == 1
+    resize = "letterbox" if found_model.task == "detection" else "resize"
     if ultra:
-        resize = "letterbox" if found_model.task == "detection" else "resize"
-        pre_said = (f"from {model.name}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
+        pre_said = (f"from {shown}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
+    elif found_model.preprocess_said:
+        pre_said = found_model.preprocess_said
     else:
-        resize = "letterbox" if found_model.task == "detection" else "resize"
         pre_said = "CHECK: edgebuild's defaults (the file does not say): they must be what the model was trained with"
     channel = "GRAY" if gray else "RGB"
-    fill = [0.0] * (1 if gray else 3)
-    ones = [1.0] * (1 if gray else 3)
+    fill = found_model.mean or [0.0] * (1 if gray else 3)
+    ones = found_model.std or [1.0] * (1 if gray else 3)
     project = FoundProject(
-        name=_project_name(name, directory, model), model_source=_relative(model, directory),
+        name=_project_name(name, directory, Path(shown)),
+        model_source=source if kind == "hub" else _relative(Path(source), directory),
+        weights=_relative(weights, directory) if weights else None, random_weights=kind == "hub" and not weights,
         model_said=found_model.said, inputs=found_model.inputs, outputs=found_model.outputs,
         outputs_said=found_model.outputs_said, task=found_model.task, task_said=found_model.task_said,
         classes=classes, classes_said=classes_said, input_size=found_model.input_size, resize=resize, pad_value=114,
@@ -449,11 +511,14 @@ def init_from_files(directory: Path, *, model: Path, data: Path, fleet: str | No
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     draft = directory / f".{PROJECT_FILE}.init-draft"
+    loaded_said: list[str] = []
     try:
         draft.write_text(text, encoding="utf-8")
         try:
             loaded = load_project(draft)
-            if not found_model.checkpoint:
+            if found_model.in_pytorch:
+                loaded_said = check_loaded(loaded)
+            elif not found_model.checkpoint:
                 _check_model_file(loaded)
         except EdgebuildError as exc:  # say it of the file it would have been
             raise type(exc)(exc.message.replace(str(draft), str(target)), hint=exc.hint) from None
@@ -476,11 +541,15 @@ def init_from_files(directory: Path, *, model: Path, data: Path, fleet: str | No
              f"classes ({len(classes)}): {', '.join(classes[:8])}{', ...' if len(classes) > 8 else ''} "
              f"({classes_said})",
              "fleet: " + ", ".join(f"{g.name} = {g.module}@{g.jetpack}" for g in groups),
+             *(f"loaded: {said}" for said in loaded_said),
              *(f"note: {n}" for n in found_model.notes)]
     if found_model.checkpoint and not trust_checkpoint:
-        lines.append(f"note: {model.name} is a pickle: compile loads it only with [model] trust_checkpoint = true "
+        lines.append(f"note: {shown} is a pickle: compile loads it only with [model] trust_checkpoint = true "
                      "(init --trust-checkpoint writes that, if you trust who made it)")
-    if not ultra:
+    if found_model.mean is not None:
+        lines.append(f"note: preprocessing is the library's for its pretrained weights (mean {found_model.mean}, "
+                     f"std {found_model.std}): check [task.preprocess] against how your weights were trained")
+    elif not ultra:
         lines.append("note: preprocessing is edgebuild's default (the model file does not say): check "
                      "[task.preprocess]")
     from edgebuild.targets.profiles import load_catalog
@@ -488,6 +557,8 @@ def init_from_files(directory: Path, *, model: Path, data: Path, fleet: str | No
     families = {load_catalog().modules[g.module].family for g in groups}
     where = "" if directory.resolve() == Path.cwd().resolve() else f" -p {directory}"
     option = " --target orin" if "orin" in families else ""
+    if project.random_weights:  # the gate refuses random weights: the command that runs is a dry run
+        option += " --no-gate --ship-ungated"
     return InitResult(target, lines, f"edgebuild compile{option}{where}")
 
 

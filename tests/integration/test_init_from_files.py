@@ -2,10 +2,11 @@
 
 The bundled digits classifier and shapes detector are exported to ONNX by the normal pipeline (with
 their image size fixed, as an Ultralytics export fixes its imgsz), their data written as split
-folders of class folders and as a YOLO data.yaml; ``init`` writes the project, and ``compile
---target orin`` runs it as written, gate on. A made-up Ultralytics export with the raw detection
-head is written the way the Ultralytics adapter reads it; bad input (names that disagree, a model
-file of an unknown kind, a data path that is no dataset) is refused with nothing written.
+folders of class folders and as a YOLO data.yaml; the digits classifier is also traced to
+TorchScript; ``init`` writes the project, and ``compile --target orin`` runs it as written, gate on.
+A made-up Ultralytics export with the raw detection head is written the way the Ultralytics adapter
+reads it; bad input (names that disagree, a model file of an unknown kind, a data path that is no
+dataset) is refused with nothing written.
 """
 
 from __future__ import annotations
@@ -98,6 +99,38 @@ def test_a_classifier_and_class_folders_compile_with_no_edit(digits, tmp_path) -
     assert "from model.onnx" in text and "CHECK" in text
     code, output = _run("compile", "--target", "orin", "-p", str(project))
     assert code == 0, output
+
+
+def test_a_torchscript_classifier_and_class_folders_compile_with_no_edit(digits, tmp_path) -> None:
+    """The trained digits model traced to TorchScript: init reads its size, channels and class count from the
+    file (traced at [2, 1, 16, 16], one [N, 10] output), the class names from the folders."""
+    import sys
+
+    import torch
+
+    model_onnx, split = digits
+    example = model_onnx.parent
+    sys.path.insert(0, str(example))
+    try:
+        from digits_classifier.model import build_model
+    finally:
+        sys.path.remove(str(example))
+    model = build_model()
+    model.load_state_dict(torch.load(example / "weights" / "digits_classifier.pt", map_location="cpu",
+                                     weights_only=True))
+    traced = tmp_path / "digits.ts"
+    torch.jit.trace(model.eval(), torch.zeros(2, 1, 16, 16)).save(str(traced))
+    project = tmp_path / "digits-ts"
+    code, output = _run("init", "--model", str(traced), "--data", str(split), str(project))
+    assert code == 0, output
+    assert "a classification model of 10 classes" in output and "loaded with torch.jit.load" in output
+    written = tomllib.loads((project / "edgebuild.toml").read_text())
+    assert written["model"]["source"] == "../digits.ts" and written["model"]["outputs"] == ["logits"]
+    assert written["model"]["inputs"][0]["max_shape"] == [4, 1, 16, 16]
+    assert written["task"]["preprocess"]["channel_order"] == "GRAY"
+    code, output = _run("compile", "--target", "orin", "-p", str(project))  # the gate on: trained weights
+    assert code == 0, output
+    assert "digits.ts [torchscript, told by its content (a TorchScript archive)]" in output, output
 
 
 def test_a_detector_and_a_yolo_data_yaml_compile_with_no_edit(shapes, tmp_path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner, Result
@@ -117,3 +118,68 @@ def test_a_hub_name_is_a_classifier(tmp_path: Path) -> None:
     (root / "edgebuild.toml").write_text(text.replace('outputs = ["logits"]', 'outputs = ["boxes", "scores"]'))
     with pytest.raises(ConfigError, match="is a classifier here"):
         load_project(root, check_paths=False)
+
+
+# -- edgebuild init --model library:name --------------------------------------------------------------
+
+def _split_folders(root: Path) -> Path:
+    """train/<class>/ and val/<class>/, two random images each."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in CLASSES:
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.fromarray(rng.integers(0, 255, (72, 80, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def _init(*args: str) -> Result:
+    return CliRunner().invoke(main, ["init", *args])
+
+
+def test_init_writes_a_torchvision_name_with_its_weights_and_compile_runs_it(tmp_path: Path) -> None:
+    torchvision = import_torchvision()
+    data = _split_folders(tmp_path / "data")
+    torch.save(torchvision.models.resnet18(num_classes=len(CLASSES)).state_dict(), tmp_path / "resnet18.pth")
+    root = tmp_path / "resnet"
+    done = _init("--model", "torchvision:resnet18", "--weights", str(tmp_path / "resnet18.pth"), "--data", str(data),
+                 "--input-size", "96", "--fleet", f"{SERVED_GROUP}=orin-nano-8gb@6.2", str(root))
+    assert done.exit_code == 0, done.output
+    assert "loaded: torchvision" in done.output and "resnet18, 3 classes, weights resnet18.pth" in done.output
+    written = load_project(root)
+    assert (written.model.source, written.model.weights, written.model.outputs) == \
+        ("torchvision:resnet18", "../resnet18.pth", ["logits"])
+    assert written.task.kind == "classification" and written.task.classes == sorted(CLASSES)
+    assert written.model.inputs[0].max_shape == [4, 3, 96, 96]
+    # torchvision's transforms for the pretrained weights: ImageNet's mean and std
+    assert written.task.preprocess.mean == pytest.approx([0.485, 0.456, 0.406])
+    result, report = _compile(root)  # random weights: the gate off, the file as init wrote it
+    assert result.exit_code == 0, result.output
+    assert stage_record(report, "model")["kind"] == "hub"
+
+
+def test_init_with_a_timm_name_and_no_weights_says_they_are_random(tmp_path: Path) -> None:
+    done = _init("--model", "timm:mobilenetv3_small_050", "--data", str(_split_folders(tmp_path / "data")),
+                 str(tmp_path / "p"))
+    assert done.exit_code == 0, done.output
+    assert "no --weights" in done.output and "random weights (no model.weights)" in done.output, done.output
+    assert "next: edgebuild compile --target orin --no-gate --ship-ungated" in done.output
+    text = (tmp_path / "p" / "edgebuild.toml").read_text()
+    assert '# weights = "model.pth"' in text and "timm's pretrained config of mobilenetv3_small_050" in text
+    assert load_project(tmp_path / "p").model.weights is None
+
+
+def test_init_refuses_a_misspelt_name_with_close_matches_and_a_torchvision_detector(tmp_path: Path) -> None:
+    import_torchvision()
+    data = str(_split_folders(tmp_path / "data"))
+    typo = _init("--model", "torchvision:resnet81", "--data", data, str(tmp_path / "typo"))
+    assert typo.exit_code == ModelError.exit_code, typo.output
+    assert "has no model 'resnet81'; did you mean" in typo.output and "resnet18" in typo.output
+    detector = _init("--model", "torchvision:fasterrcnn_resnet50_fpn", "--data", data, str(tmp_path / "det"))
+    assert detector.exit_code == ModelError.exit_code, detector.output
+    assert "is one of torchvision's detection models" in detector.output
+    assert "export it to ONNX with outputs boxes" in detector.output
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "det").exists()

@@ -458,7 +458,9 @@ def test_a_classification_dataset_of_split_folders(tmp_path: Path) -> None:
     _, samples = load_validation_set(project)
     assert [(s.path.parent.name, s.label) for s in samples] == [("cat", 0)] * 2 + [("dog", 1)] * 2 + [("fox", 2)] * 2
     assert sorted(p.parent.name for p in calibration_images(project)) == ["cat", "cat", "dog", "fox"]
-    assert str(describe_data(project)) == "class folders set (val: 6 images, 3 classes; calibration: train, 4 images)"
+    assert str(describe_data(project)) == ("class folders set (val: 6 images, 3 classes; calibration: train, 4 images)"
+                                           "; capped, evenly spread by file name: calibration 4 of 9 "
+                                           "(data.max_calibration_images)")
     val = validation_digest(project)
     (root / "data" / "set" / "val" / "dog" / "0.png").rename(root / "data" / "set" / "val" / "fox" / "9.png")
     assert validation_digest(project) != val
