@@ -153,8 +153,8 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
 
         fp32 = OnnxRuntimeRunner(gate.folder / gate.candidate("fp32").onnx)
         reference = evaluate(project, fp32, data=data, progress=False).value
-        report(f"accept: FP32 {gate.metric} on {len(data)} validation images spread over the set (accuracy.device_images): "
-               f"{reference:.4f} [{fp32.backend}]")
+        report(f"accept: FP32 {gate.metric} on {len(data)} validation images spread over the set "
+               f"(accuracy.device_images): {reference:.4f} [{fp32.backend}]")
     if record.placement.startswith("ssh://"):
         from edgebuild.devices.evaluation import evaluate_on_device
 

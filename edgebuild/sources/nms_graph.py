@@ -1,0 +1,365 @@
+"""NMS inside the model: a detector's raw head turned into fixed-size detections in the ONNX graph.
+
+A raw head is edgebuild's detection contract (``boxes [N, A, 4]`` xyxy in input pixels,
+``scores [N, A, C]`` per-class probabilities). ``append_nms`` adds, with standard ONNX operators
+only, the same decode the host runs (``edgebuild.runtime.vision.decode_detections``): every
+(anchor, class) pair above ``score_threshold`` is a candidate, the best ``pre_nms_top_k`` of them
+go through per-class NMS at ``nms_iou``, and the best ``max_detections`` survivors over all classes
+come out sorted by score. The outputs have static shapes, which TensorRT and DeepStream want:
+
+    num_detections    [N, 1]     int32    how many rows of the others are detections
+    detection_boxes   [N, K, 4]  float32  x1, y1, x2, y2 in network-input pixels, zero padded
+    detection_scores  [N, K]     float32  best first, zero padded
+    detection_classes [N, K]     float32  0-based class index, zero padded
+
+K = max_detections. Layout, dtypes and order are what DeepStream's stock bbox parser
+``NvDsInferParseYoloV5CustomBatchedNMSTLT`` (``libnvds_infercustomparser.so``, DeepStream 6.1.1
+and later) reads by output index; the names are those of TensorRT's EfficientNMS plugin.
+``docs/detections.md`` gives the sources and what differs from the host's decode.
+
+Every added node and tensor is named ``edgebuild_nms/...`` so the INT8 quantizer can leave the part
+out and preflight can point at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgebuild.errors import ConfigError, ModelError
+from edgebuild.runtime.vision import DetectionParams
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["MAX_DETECTIONS", "MIN_OPSET", "MIN_TENSORRT", "NMS_OUTPUTS", "PREFIX", "NmsSettings", "append_nms",
+           "check_nms_settings", "is_nms_node", "nms_target_problem", "split_detections"]
+
+PREFIX = "edgebuild_nms/"
+#: output names in the order DeepStream's parser reads them (by index): count, boxes, scores, classes
+NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+#: candidates the host's decode keeps before NMS (runtime/vision.py); more detections cannot come out
+PRE_NMS_TOP_K = DetectionParams().pre_nms_top_k
+#: TensorRT's TopK layer takes K <= 3840 (NvInfer.h ITopKLayer::setK, 8.5 to 10.x)
+TENSORRT_TOPK_MAX = 3840
+#: INMSLayer considers at most 2000 boxes per image on SM 5.3 / 6.2 devices, 5000 elsewhere (NvInfer.h)
+TENSORRT_NMS_BOX_LIMIT = 2000
+MAX_DETECTIONS = min(PRE_NMS_TOP_K, TENSORRT_TOPK_MAX, TENSORRT_NMS_BOX_LIMIT)
+#: Unsqueeze and ReduceSum take their axes as inputs from opset 13; the graph is written that way
+MIN_OPSET = 13
+#: the first TensorRT whose ONNX parser imports NonMaxSuppression as INMSLayer (8.2 used a plugin)
+MIN_TENSORRT = "8.5"
+
+_KEY = "task.postprocess."
+
+
+@dataclass(frozen=True)
+class NmsSettings:
+    """The decode appended to the graph: the project's ``[task.postprocess]`` values, checked."""
+
+    boxes_output: str = "boxes"
+    scores_output: str = "scores"
+    score_threshold: float = 0.001
+    nms_iou: float = 0.6
+    max_detections: int = 100
+    pre_nms_top_k: int = PRE_NMS_TOP_K
+
+
+def check_nms_settings(task_kind: str, settings: Mapping[str, Any]) -> NmsSettings:
+    """``[task.postprocess]`` as NMS inside the model needs it, or ConfigError naming the key."""
+    if task_kind != "detection":
+        raise ConfigError(f"{_KEY}in_model: NMS inside the model needs task.kind = \"detection\", "
+                          f"not {task_kind!r}", hint=f"remove {_KEY}in_model for a {task_kind} task")
+    # pre_nms_top_k is not a project key: it is the host decode's own cap, which the graph must share
+    keys = ("boxes_output", "scores_output", "score_threshold", "nms_iou", "max_detections")
+    merged = {**asdict(NmsSettings()), **{k: v for k, v in settings.items() if k in keys}}
+    for key in ("boxes_output", "scores_output"):
+        if not isinstance(merged[key], str) or not merged[key]:
+            raise ConfigError(f"{_KEY}{key} must name a model output, found {merged[key]!r}")
+    if merged["boxes_output"] == merged["scores_output"]:
+        raise ConfigError(f"{_KEY}boxes_output and {_KEY}scores_output are both {merged['boxes_output']!r}",
+                          hint="name the [N, A, 4] boxes output and the [N, A, C] scores output")
+    score, iou, limit = _number(merged, "score_threshold"), _number(merged, "nms_iou"), merged["max_detections"]
+    if not 0.0 <= score < 1.0:
+        raise ConfigError(f"{_KEY}score_threshold = {score} is outside [0, 1)",
+                          hint="a detection is kept when its score is above the threshold; 0.001 is COCO's")
+    if not 0.0 < iou <= 1.0:
+        raise ConfigError(f"{_KEY}nms_iou = {iou} is outside (0, 1]",
+                          hint="boxes of one class overlapping more than this are suppressed; 0.6 or 0.7 is usual")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"{_KEY}max_detections must be a positive integer, found {limit!r}")
+    if limit > MAX_DETECTIONS:
+        raise ConfigError(
+            f"{_KEY}max_detections = {limit} is more than NMS inside the model can return ({MAX_DETECTIONS})",
+            hint=f"the host's decode keeps the best {PRE_NMS_TOP_K} candidates before NMS, TensorRT's TopK takes "
+                 f"K <= {TENSORRT_TOPK_MAX} and its NMS layer considers at most {TENSORRT_NMS_BOX_LIMIT} boxes "
+                 f"an image on some devices; set max_detections <= {MAX_DETECTIONS}")
+    return NmsSettings(merged["boxes_output"], merged["scores_output"], score, iou, limit, merged["pre_nms_top_k"])
+
+
+def _number(settings: Mapping[str, Any], key: str) -> float:
+    value = settings[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{_KEY}{key} must be a number, found {value!r}")
+    return float(value)
+
+
+def nms_target_problem(tensorrt: str, use_dla: bool = False) -> tuple[str, str] | None:
+    """(problem, fix) where a target cannot run the appended NMS as written, else None.
+
+    The parser tables alone do not say it: 8.2's table marks NonMaxSuppression supported, but
+    through an experimental plugin whose inputs must be initializers and whose output shape
+    TensorRT 8.2 cannot follow (data-dependent shapes came in 8.5 with INMSLayer).
+    """
+    have = tuple(int(p) for p in tensorrt.split(".")[:2] if p.isdigit())
+    if have < tuple(int(p) for p in MIN_TENSORRT.split(".")):
+        return (f"TensorRT {tensorrt} imports NonMaxSuppression only through an experimental plugin, without "
+                f"the data-dependent shapes the NMS graph needs; INMSLayer came with TensorRT {MIN_TENSORRT}",
+                f"leave {_KEY}in_model off for this group (the host or the client decodes), or target a JetPack "
+                f"with TensorRT >= {MIN_TENSORRT} (JetPack 5.1 or later)")
+    if use_dla:
+        return ("the DLA has no NonMaxSuppression, TopK, GatherElements or ScatterND layer and runs no "
+                "data-dependent shapes, so the NMS part cannot run on the DLA",
+                f"leave {_KEY}in_model off for this group, or set use_dla = false for it")
+    return None
+
+
+def is_nms_node(name: str) -> bool:
+    """Whether a node (or tensor) name belongs to the appended NMS part."""
+    return name.startswith(PREFIX)
+
+
+# -- building the graph ----------------------------------------------------------------------
+
+class _Graph:
+    """Nodes and constants to append, every name under PREFIX."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.taken = taken
+
+    def _name(self, name: str) -> str:
+        full = PREFIX + name
+        if full in self.taken:
+            raise ModelError(f"the model already has a tensor or node named {full!r}",
+                             hint="the NMS part may have been appended already: append it to the raw-head model")
+        self.taken.add(full)
+        return full
+
+    def reserve(self, name: str) -> str:
+        """A tensor name under PREFIX for a node output named explicitly."""
+        return self._name(name)
+
+    def const(self, name: str, value: Any, dtype: Any) -> str:
+        from onnx import numpy_helper
+
+        full = self._name(name)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), full))
+        return full
+
+    def op(self, op_type: str, inputs: list[str], name: str, outputs: int | list[str] = 1, **attrs: Any) -> Any:
+        """Add one node; returns its output name (or the list, for several)."""
+        from onnx import helper
+
+        node_name = self._name(name)
+        if isinstance(outputs, int):
+            outputs = [node_name] if outputs == 1 else [self._name(f"{name}_{i}") for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=node_name, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def append_nms(model: onnx.ModelProto | str | Path, settings: NmsSettings,
+               num_classes: int | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` whose outputs are ``NMS_OUTPUTS`` (the raw head's outputs are dropped).
+
+    ``model``: an ONNX model (or its path) returning ``settings.boxes_output`` [N, A, 4] and
+    ``settings.scores_output`` [N, A, C] in float32; N (and A) may be dynamic, C must be known
+    from the graph or given as ``num_classes``. The model keeps its opset (13 or later).
+    """
+    import onnx
+
+    source = onnx.load(str(model)) if isinstance(model, (str, Path)) else model
+    out = onnx.ModelProto()
+    out.CopyFrom(source)
+    opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:
+        raise ModelError(f"NMS inside the model needs ONNX opset >= {MIN_OPSET}; the model imports opset {opset}",
+                         hint=f"export at a later opset (export.opset = 17), or leave {_KEY}in_model off")
+    taken = {t for n in out.graph.node for t in (n.name, *n.output)} | {i.name for i in out.graph.initializer} \
+        | {i.name for i in out.graph.input}
+    clash = sorted(taken & set(NMS_OUTPUTS))
+    if clash:
+        raise ModelError(f"the model already has tensors named {', '.join(clash)}, the names of the NMS outputs",
+                         hint="NMS may be inside the model already: use its raw-head export")
+    batch, anchors, classes = _head_dims(out, settings, num_classes)
+    g = _Graph(taken | set(NMS_OUTPUTS))
+    _build(g, settings, anchors, classes)
+    out.graph.node.extend(g.nodes)
+    out.graph.initializer.extend(g.initializers)
+    del out.graph.output[:]
+    k = settings.max_detections
+    for name, elem, shape in zip(NMS_OUTPUTS, (onnx.TensorProto.INT32,) + (onnx.TensorProto.FLOAT,) * 3,
+                                 ([batch, 1], [batch, k, 4], [batch, k], [batch, k])):
+        out.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+    _prune(out.graph)
+    return out
+
+
+def _head_dims(model: onnx.ModelProto, settings: NmsSettings,
+               num_classes: int | None) -> tuple[int | str | None, int | None, int]:
+    """(N, A, C) of the raw head from the graph's outputs; A is None when dynamic."""
+    import onnx
+
+    outputs = {o.name: o for o in model.graph.output}
+    for key in ("boxes_output", "scores_output"):
+        name = getattr(settings, key)
+        if name not in outputs:
+            raise ModelError(f"{_KEY}{key} = {name!r} is not an output of the model "
+                             f"(outputs: {', '.join(outputs) or 'none'})",
+                             hint="name the raw head's outputs in [task.postprocess]")
+    if not all(d.HasField("dim_value") for key in ("boxes_output", "scores_output")
+               for d in outputs[getattr(settings, key)].type.tensor_type.shape.dim[2:]):
+        # exporters often leave the last axes symbolic ("Concatboxes_dim_2"); ONNX's inference knows them
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        outputs = {o.name: o for o in inferred.graph.output}
+    dims: dict[str, list[int | str | None]] = {}
+    for key in ("boxes_output", "scores_output"):
+        name = getattr(settings, key)
+        tensor = outputs[name].type.tensor_type
+        if tensor.elem_type != onnx.TensorProto.FLOAT:
+            raise ModelError(f"{_KEY}{key} = {name!r} is {onnx.TensorProto.DataType.Name(tensor.elem_type)}, "
+                             "not FLOAT; NMS inside the model reads float32 boxes and scores",
+                             hint="export the model in float32 (FP16 comes later, from TensorRT)")
+        dims[key] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+    boxes, scores = dims["boxes_output"], dims["scores_output"]
+    if len(boxes) != 3 or len(scores) != 3 or (isinstance(boxes[2], int) and boxes[2] != 4):
+        raise ModelError(f"cannot append NMS: {settings.boxes_output} is {boxes} and {settings.scores_output} is "
+                         f"{scores}, not [N, A, 4] and [N, A, C]",
+                         hint="the raw head must return boxes [N, A, 4] (xyxy, input pixels) and scores [N, A, C]")
+    if isinstance(boxes[1], int) and isinstance(scores[1], int) and boxes[1] != scores[1]:
+        raise ModelError(f"cannot append NMS: {settings.boxes_output} has {boxes[1]} anchors and "
+                         f"{settings.scores_output} {scores[1]}", hint="both outputs must list the same anchors")
+    found = scores[2] if isinstance(scores[2], int) else None
+    if found is not None and num_classes is not None and found != num_classes:
+        raise ModelError(f"{settings.scores_output} has {found} classes; task.classes lists {num_classes}",
+                         hint="task.classes must list every class the model scores, in its order")
+    classes = found or num_classes
+    if not classes:
+        raise ModelError(f"the number of classes of {settings.scores_output} is not in the graph",
+                         hint="pass the number of classes (task.classes) to append_nms")
+    anchors = boxes[1] if isinstance(boxes[1], int) else scores[1] if isinstance(scores[1], int) else None
+    return boxes[0], anchors, classes
+
+
+def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) -> None:
+    """The host's decode as ONNX nodes, ending in the four ``NMS_OUTPUTS``."""
+    from onnx import TensorProto, helper
+
+    i64, f32 = np.int64, np.float32
+    top = settings.pre_nms_top_k if anchors is None else min(settings.pre_nms_top_k, anchors * classes)
+    keep = min(settings.max_detections, top)
+    pad = settings.max_detections - keep  # fewer candidates than max_detections: rows padded to K
+    boxes, scores = settings.boxes_output, settings.scores_output
+    axis_1, axis_2 = g.const("axis_1", [1], i64), g.const("axis_2", [2], i64)
+    by_coordinate = g.const("by_coordinate", [1, 1, 4], i64)
+
+    def rows(table: str, index: str, name: str) -> str:
+        """table [N, R, 4] at index [N, M] -> [N, M, 4]."""
+        wide = g.op("Expand", [g.op("Unsqueeze", [index, axis_2], f"{name}_index"), by_coordinate],
+                    f"{name}_index4")
+        return g.op("GatherElements", [table, wide], name, axis=1)
+
+    # Candidates: the best `top` (anchor, class) pairs of each image, as TopK over the flat scores
+    # (ties: the lower flat index first, the order of numpy's nonzero in the host's decode).
+    flat = g.op("Reshape", [scores, g.const("flat_shape", [0, -1], i64)], "flat_scores")
+    if anchors is None:
+        # A dynamic anchor count may be below `top`: pad with scores no threshold lets through, and
+        # the boxes with enough rows that a padded candidate's anchor index stays in range.
+        flat = g.op("Pad", [flat, g.const("score_pads", [0, 0, 0, top], i64), g.const("score_fill", -1.0, f32)],
+                    "padded_scores")
+        extra = -(-top // classes)
+        boxes = g.op("Pad", [boxes, g.const("box_pads", [0, 0, 0, 0, extra, 0], i64),
+                             g.const("box_fill", 0.0, f32)], "padded_boxes")
+    cand_scores, cand_index = g.op("TopK", [flat, g.const("top_k", [top], i64)], "candidates", outputs=2,
+                                   axis=-1, largest=1, sorted=1)
+    num_classes = g.const("num_classes", classes, i64)
+    anchor = g.op("Div", [cand_index, num_classes], "anchor")
+    label = g.op("Sub", [cand_index, g.op("Mul", [anchor, num_classes], "anchor_start")], "label")
+    cand_boxes = rows(boxes, anchor, "candidate_boxes")
+
+    # Per-class NMS: a candidate scores only in its own class row, so classes never suppress each other.
+    one_hot = g.op("Equal", [g.op("Unsqueeze", [label, axis_1], "label_row"),
+                             g.const("class_ids", np.arange(classes).reshape(1, classes, 1), i64)], "class_match")
+    class_scores = g.op("Mul", [g.op("Cast", [one_hot], "class_mask", to=TensorProto.FLOAT),
+                                g.op("Unsqueeze", [cand_scores, axis_1], "score_row")], "class_scores")
+    selected = g.op("NonMaxSuppression",
+                    [cand_boxes, class_scores, g.const("max_per_class", [keep], i64),
+                     g.const("iou_threshold", [settings.nms_iou], f32),
+                     g.const("score_threshold", [settings.score_threshold], f32)],
+                    "nms", center_point_box=0)
+
+    # The survivors of every class back in one [N, top] row per image (0 elsewhere: a kept score is
+    # above a threshold >= 0), then the best `keep` of them, best first.
+    where = g.op("Gather", [selected, g.const("batch_and_box", [0, 2], i64)], "selected_at", axis=1)
+    zeros = g.op("ConstantOfShape", [g.op("Shape", [cand_scores], "candidate_shape")], "zeros",
+                 value=helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0]))
+    kept = g.op("ScatterND", [zeros, where, g.op("GatherND", [cand_scores, where], "selected_scores")],
+                "kept_scores")
+    outputs = list(NMS_OUTPUTS) if pad == 0 else [NMS_OUTPUTS[0]] + [g.reserve(f"{n}_unpadded")
+                                                                      for n in NMS_OUTPUTS[1:]]
+    det_scores, position = g.op("TopK", [kept, g.const("keep", [keep], i64)], "detections",
+                                outputs=[outputs[2], g.reserve("position")], axis=-1, largest=1, sorted=1)
+    valid = g.op("Cast", [g.op("Greater", [det_scores, g.const("zero", 0.0, f32)], "is_detection")],
+                 "valid", to=TensorProto.FLOAT)
+    g.op("Cast", [g.op("ReduceSum", [valid, axis_1], "count", keepdims=1)], "num_detections",
+         outputs=[outputs[0]], to=TensorProto.INT32)
+    g.op("Mul", [rows(cand_boxes, position, "kept_boxes"), g.op("Unsqueeze", [valid, axis_2], "valid_box")],
+         "detection_boxes", outputs=[outputs[1]])
+    label_value = g.op("Cast", [g.op("GatherElements", [label, position], "kept_labels", axis=1)],
+                       "kept_label_values", to=TensorProto.FLOAT)
+    g.op("Mul", [label_value, valid], "detection_classes", outputs=[outputs[3]])
+    if pad:
+        pads = {3: g.const("pad_rows_3d", [0, 0, 0, 0, pad, 0], i64), 2: g.const("pad_rows_2d", [0, 0, 0, pad], i64)}
+        for source, target in zip(outputs[1:], NMS_OUTPUTS[1:]):
+            rank = 3 if target == NMS_OUTPUTS[1] else 2
+            g.op("Pad", [source, pads[rank]], f"{target}_padded", outputs=[target])
+
+
+def _prune(graph: onnx.GraphProto) -> None:
+    """Drop the nodes and constants that no output needs any more (the raw head's side branches)."""
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(graph.node):
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+            for attr in node.attribute:  # subgraphs (If/Loop) read outer tensors too
+                for sub in [attr.g, *attr.graphs]:
+                    needed.update(i for n in sub.node for i in n.input)
+    kept.reverse()
+    del graph.node[:]
+    graph.node.extend(kept)
+    dropped = {i.name for i in graph.initializer if i.name not in needed}
+    initializers = [i for i in graph.initializer if i.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+    # IR < 4 models also list their initializers as inputs: a dropped one must not become a required feed
+    inputs = [i for i in graph.input if i.name not in dropped]
+    del graph.input[:]
+    graph.input.extend(inputs)
+
+
+# -- reading the outputs ---------------------------------------------------------------------
+
+def split_detections(outputs: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Every image's detections from the fixed-size outputs, in ``decode_outputs``' form
+    (boxes [k, 4], scores [k], labels [k] int64)."""
+    count = np.asarray(outputs[NMS_OUTPUTS[0]]).reshape(-1)
+    boxes, scores, classes = (np.asarray(outputs[n]) for n in NMS_OUTPUTS[1:])
+    return [{"boxes": boxes[i, :n].astype(np.float32), "scores": scores[i, :n].astype(np.float32),
+             "labels": classes[i, :n].astype(np.int64)} for i, n in enumerate(int(c) for c in count)]
