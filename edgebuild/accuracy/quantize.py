@@ -67,22 +67,25 @@ def fp16_candidate(source: Path, out: Path) -> Candidate:
 
 def calibration_feeds(project: Project, progress: bool, limit: int | None = None
                       ) -> tuple[Iterator[dict[str, np.ndarray]], int, Any]:
-    """The preprocessed calibration images, one per feed, their count and a progress bar to close."""
+    """The preprocessed calibration images in batches the model's profile allows (up to 8), their
+    count and a progress bar to close."""
     from tqdm import tqdm
 
-    from edgebuild.accuracy.evaluate import preprocess_spec
+    from edgebuild.accuracy.evaluate import evaluation_batch_size, preprocess_spec
     from edgebuild.datasets.project_data import calibration_images, read_image
-    from edgebuild.runtime.vision import preprocess
+    from edgebuild.runtime.vision import preprocess, stack_batch
 
     paths = calibration_images(project)[:limit]
     spec = preprocess_spec(project)
     name = project.model.inputs[0].name
+    size = evaluation_batch_size(project)
     bar = tqdm(total=len(paths), desc="calibrate", unit="img", disable=not progress, leave=False)
 
     def feeds() -> Iterator[dict[str, np.ndarray]]:
-        for path in paths:
-            tensor, _ = preprocess(read_image(path, spec.channel_order == "GRAY"), spec)
-            yield {name: tensor[None]}
+        for start in range(0, len(paths), size):
+            tensors = [preprocess(read_image(p, spec.channel_order == "GRAY"), spec)[0]
+                       for p in paths[start:start + size]]
+            yield {name: stack_batch(tensors)}
 
     return feeds(), len(paths), bar
 
