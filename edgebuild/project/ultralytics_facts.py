@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project
 
-__all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "UltralyticsFacts", "facts_for_source",
-           "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults", "is_ultralytics_checkpoint",
-           "peek_checkpoint", "project_defaults", "project_problems", "read_literal"]
+__all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
+           "facts_for_source", "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults",
+           "is_ultralytics_checkpoint", "peek_checkpoint", "project_defaults", "project_problems", "read_literal",
+           "source_facts"]
 
 TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
@@ -37,6 +38,9 @@ CLASSIFY_PREPROCESS: dict[str, Any] = {"resize": "resize", "channel_order": "RGB
                                        "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
 # Ultralytics' validation settings (`yolo val`: conf 0.001, iou 0.7, max_det 300) for edgebuild's knobs
 VAL_DEFAULTS: dict[str, Any] = {"score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300}
+# Ultralytics' NMS takes at most the 30000 best (box, class) candidates (its max_nms) into NMS; not a
+# project key: edgebuild's decode takes it for an Ultralytics detector (``source_facts``), 1000 otherwise
+VAL_PRE_NMS_TOP_K = 30000
 
 
 
@@ -292,6 +296,14 @@ def facts_for_source(path: Path) -> UltralyticsFacts | None:
     except OSError:
         return None
     return _facts_for_source(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def source_facts(project: Project) -> UltralyticsFacts | None:
+    """What the project's ``model.source`` says of itself if it is an Ultralytics model, else None."""
+    if project.model.source is None:
+        return None
+    path = project.path(project.model.source)
+    return facts_for_source(path) if path.is_file() else None
 
 
 @lru_cache(maxsize=8)

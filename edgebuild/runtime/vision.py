@@ -11,8 +11,8 @@ import numpy as np
 
 from edgebuild.errors import ModelError
 
-__all__ = ["DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs", "decode_detections",
-           "decode_outputs", "nms", "preprocess", "resize_bilinear", "stack_batch", "top_k"]
+__all__ = ["DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs", "class_aware_nms",
+           "decode_detections", "decode_outputs", "nms", "preprocess", "resize_bilinear", "stack_batch", "top_k"]
 
 RESIZE_MODES = ("letterbox", "resize")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
@@ -111,8 +111,9 @@ def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, Ima
 def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, limit: Optional[int] = None) -> np.ndarray:
     """Greedy non-maximum suppression; returns indices of kept boxes, best score first.
 
-    With ``limit`` it stops after that many: greedy NMS keeps boxes in score order, so the first
-    ``limit`` are the same as those of a full run cut to ``limit``.
+    A box is suppressed by a better one whose IoU with it is above ``iou_threshold`` (as
+    torchvision's ``nms``). With ``limit`` it stops after that many: greedy NMS keeps boxes in
+    score order, so the first ``limit`` are the same as those of a full run cut to ``limit``.
     """
     order = np.argsort(-scores, kind="stable")
     x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
@@ -130,12 +131,35 @@ def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, limit: Opti
     return np.asarray(keep, dtype=np.int64)
 
 
+def class_aware_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float,
+                    limit: int) -> np.ndarray:
+    """Greedy NMS within each class: the indices of the ``limit`` best survivors of all classes, best first.
+
+    One NMS over boxes offset by class (as Ultralytics' ``max_wh``), in float64 so that the offset
+    costs no precision. It runs on the best candidates first (4 x ``limit``, then 4 times as many):
+    a worse candidate never suppresses a better one, so once a prefix keeps ``limit`` boxes the
+    rest cannot change them, and tens of thousands of candidates cost about what a thousand do.
+    """
+    if not scores.size:
+        return np.zeros(0, np.int64)
+    span = float(boxes.max() - boxes.min()) + 1
+    shifted = boxes.astype(np.float64) + classes[:, None].astype(np.float64) * span
+    order = np.argsort(-scores, kind="stable")
+    prefix = 4 * limit
+    while True:
+        chosen = order[:prefix]
+        keep = nms(shifted[chosen], scores[chosen], iou_threshold, limit=limit)
+        if len(keep) >= limit or prefix >= order.size:
+            return chosen[keep]
+        prefix *= 4
+
+
 @dataclass(frozen=True)
 class DetectionParams:
     score_threshold: float = 0.001
     nms_iou: float = 0.6
     max_detections: int = 100
-    pre_nms_top_k: int = 1000
+    pre_nms_top_k: int = 1000  # the best (box, class) candidates kept before NMS (Ultralytics' max_nms: 30000)
 
 
 def decode_detections(
@@ -145,7 +169,8 @@ def decode_detections(
 
     boxes: [A, 4] xyxy in network-input pixels; scores: [A, C] per-class probabilities.
     Every (anchor, class) pair above the threshold is a candidate, as in COCO evaluation of
-    multi-label heads. Returns boxes [K, 4], scores [K], labels [K] (0-based class index).
+    multi-label heads (Ultralytics' val: ``multi_label=True``); the ``pre_nms_top_k`` best of them
+    go through NMS. Returns boxes [K, 4], scores [K], labels [K] (0-based class index), best first.
     """
     anchor_idx, class_idx = np.nonzero(scores > params.score_threshold)
     cand_scores = scores[anchor_idx, class_idx]
@@ -153,10 +178,7 @@ def decode_detections(
         top = np.argpartition(-cand_scores, params.pre_nms_top_k - 1)[: params.pre_nms_top_k]
         anchor_idx, class_idx, cand_scores = anchor_idx[top], class_idx[top], cand_scores[top]
     cand_boxes = boxes[anchor_idx].astype(np.float32)
-    # Offsetting each class into its own coordinate range makes one NMS call class-aware.
-    span = float(cand_boxes.max(initial=0) - cand_boxes.min(initial=0)) + 1
-    offset = class_idx[:, None].astype(np.float32) * span
-    keep = nms(cand_boxes + offset, cand_scores, params.nms_iou, limit=params.max_detections)
+    keep = class_aware_nms(cand_boxes, cand_scores, class_idx, params.nms_iou, params.max_detections)
     return {
         "boxes": cand_boxes[keep],
         "scores": cand_scores[keep].astype(np.float32),
@@ -168,11 +190,13 @@ def decode_outputs(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any
     """Every image's detections from one batch of dense outputs.
 
     ``settings``: ``boxes_output``, ``scores_output``, ``score_threshold``, ``nms_iou``,
-    ``max_detections`` (what the host's ``edgebuild.accuracy.evaluate.detection_settings`` gives, also when
-    it arrives on a device as JSON or inside an .npz).
+    ``max_detections`` and optionally ``pre_nms_top_k`` (what the host's
+    ``edgebuild.accuracy.evaluate.detection_settings`` gives, also when it arrives on a device as JSON
+    or inside an .npz; one written before ``pre_nms_top_k`` existed decodes with its default).
     """
+    top_k = settings["pre_nms_top_k"] if "pre_nms_top_k" in settings else DetectionParams.pre_nms_top_k
     params = DetectionParams(float(settings["score_threshold"]), float(settings["nms_iou"]),
-                             int(settings["max_detections"]))
+                             int(settings["max_detections"]), int(top_k))
     boxes, scores = outputs[str(settings["boxes_output"])], outputs[str(settings["scores_output"])]
     check_detection_outputs(boxes, scores, str(settings["boxes_output"]), str(settings["scores_output"]))
     return [decode_detections(boxes[i], scores[i], params) for i in range(boxes.shape[0])]

@@ -122,7 +122,7 @@ def refusal(record: EngineRecord, gate: GateResult) -> AccuracyGateError | None:
 
 
 ENGINE = Stage(
-    name="engine", version=7,
+    name="engine", version=8,
     summary="TensorRT engine per JetPack profile: built here (local, host-check), on a build device over SSH, "
             "or deferred to the device with its recipe (and an FP16 fallback); an engine built on a device is "
             "measured there (accept) and, below the threshold, replaced by the next passing candidate",

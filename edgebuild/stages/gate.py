@@ -71,7 +71,7 @@ def _verdict(inputs: StageInputs, result: GateResult) -> AccuracyGateError | Non
 
 
 GATE = Stage(
-    name="gate", version=4,
+    name="gate", version=5,
     summary="FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
             "selection (measurements stored apart from the decision)",
     record=GateResult, after=("export", "preflight"), key=_key, run=_run, outputs=lambda inputs, r: r.files,

@@ -50,6 +50,6 @@ def _describe(record: Evaluation) -> str:
 
 
 REFERENCE = Stage(
-    name="reference", version=1, summary="FP32 accuracy of the model (PyTorch, or a model file with ONNX Runtime) "
+    name="reference", version=2, summary="FP32 accuracy of the model (PyTorch, or a model file with ONNX Runtime) "
                                          "on the validation set",
     record=Evaluation, after=("model",), key=_key, run=_run, describe=_describe, needs_data=True)

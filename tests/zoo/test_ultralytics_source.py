@@ -205,25 +205,34 @@ def test_an_ultralytics_classifier_checkpoint_outputs_the_task_s_logits(tmp_path
     assert model_record["output_shapes"]["opt_shape"] == {"logits": [1, 3]}
 
 
-def _shapes_dataset(root: Path, images: int = 16, size: int = 128) -> Path:
-    """A YOLO dataset of red and blue rectangles on grey; val holds the train images (a memorised set
-    gives a non-zero mAP after a few epochs on the CPU). Returns its data.yaml."""
+#: the images' (width, height): at imgsz 128 each scales to whole pixels (down, up, or not at all) and
+#: all but the square ones are letterboxed; Ultralytics' val rounds a fractional side up, edgebuild
+#: to the nearest pixel (docs/model-sources.md), which these sizes leave out
+SIZES = [(160, 120), (120, 160), (128, 128), (256, 192), (64, 48), (200, 150), (96, 128)]
+
+
+def _shapes_dataset(root: Path, train: int = 48, val: int = 64) -> Path:
+    """A YOLO dataset of red and blue rectangles on grey, in the sizes of ``SIZES``; ``val`` held-out
+    images of the same kind. Returns its data.yaml."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    for folder in ("images", "labels"):
-        (root / "train" / folder).mkdir(parents=True)
-    for i in range(images):
-        pixels, lines = np.full((size, size, 3), 40, np.uint8), []
-        for _ in range(2):
-            label = int(rng.integers(0, 2))
-            w, h = (int(v) for v in rng.integers(24, 56, 2))
-            x, y = int(rng.integers(0, size - w)), int(rng.integers(0, size - h))
-            pixels[y:y + h, x:x + w] = (230, 30, 30) if label == 0 else (30, 30, 230)
-            lines.append(f"{label} {(x + w / 2) / size:.6f} {(y + h / 2) / size:.6f} {w / size:.6f} {h / size:.6f}")
-        Image.fromarray(pixels).save(root / "train" / "images" / f"{i}.png")
-        (root / "train" / "labels" / f"{i}.txt").write_text("\n".join(lines))
-    shutil.copytree(root / "train", root / "val")
+    for split, count in (("train", train), ("val", val)):
+        for folder in ("images", "labels"):
+            (root / split / folder).mkdir(parents=True)
+        for i in range(count):
+            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
+            pixels, lines = np.full((height, width, 3), 40, np.uint8), []
+            for _ in range(2):
+                label = int(rng.integers(0, 2))
+                w, h = int(rng.integers(width * 3 // 16, width * 7 // 16)), int(rng.integers(height * 3 // 16,
+                                                                                               height * 7 // 16))
+                x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
+                pixels[y:y + h, x:x + w] = (230, 30, 30) if label == 0 else (30, 30, 230)
+                lines.append(f"{label} {(x + w / 2) / width:.6f} {(y + h / 2) / height:.6f} {w / width:.6f} "
+                             f"{h / height:.6f}")
+            Image.fromarray(pixels).save(root / split / "images" / f"{i}.png")
+            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines))
     (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
                                     "names:\n  0: red\n  1: blue\n")
     return root / "data.yaml"
@@ -233,12 +242,15 @@ def _shapes_dataset(root: Path, images: int = 16, size: int = 128) -> Path:
 def test_the_reference_map_of_an_ultralytics_onnx_matches_ultralytics_val(tmp_path: Path, monkeypatch) -> None:
     """Issue 26 item 4: the FP32 reference of an Ultralytics export against Ultralytics' own `val`, same ONNX and split.
 
-    Trained here for 60 epochs (about 30 s on 2 CPU cores). Ultralytics' trainer imports polars only to
-    read its results.csv, and its NMS calls torchvision's compiled op: both are stood in for in this test.
-    Ultralytics' own number comes from its own mAP code (ap_per_class), edgebuild's from faster-coco-eval's
-    COCOeval: on this 16-image set they are 0.291 and 0.307. Ultralytics' predictions (its save_json)
-    scored by COCOeval give 0.300: the detections agree within 0.01 (the issue's bar), the metric codes
-    differ by about 0.01 more, so Ultralytics' own number is held to 0.02.
+    A YOLOv8n trained here for 30 epochs on 48 images (30 to 55 s on 2 CPU cores), validated on 64
+    held-out ones, most of them letterboxed. Ultralytics' val runs with ``rect=False``: every image at
+    imgsz, as an engine of that size runs it (its default for a dynamic export pads each image to its
+    own shape plus half a stride: docs/model-sources.md). Ultralytics' trainer imports polars only to
+    read its results.csv, and its NMS calls torchvision's compiled op: both are stood in for here.
+
+    Two checks: the detections (Ultralytics' own, its save_json, scored by the same
+    COCOeval as edgebuild's) must be the same, and Ultralytics' own mAP (its ap_per_class, on boxes
+    it does not clip to the image) within the issue's 0.01 of edgebuild's.
     """
     import torchvision
     from PIL import Image
@@ -250,16 +262,18 @@ def test_the_reference_map_of_an_ultralytics_onnx_matches_ultralytics_val(tmp_pa
     monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
     monkeypatch.chdir(tmp_path)
     data = _shapes_dataset(tmp_path / "shapes")
+    started = time.perf_counter()
     model = YOLO("yolov8n.yaml")
-    model.train(data=str(data), epochs=60, mosaic=0.0, warmup_epochs=0, lr0=0.02, imgsz=128, device="cpu", batch=8,
-                workers=0, plots=False, amp=False, project=str(tmp_path / "runs"), name="t", exist_ok=True,
-                verbose=False, val=False)
+    model.train(data=str(data), epochs=30, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0, imgsz=128,
+                device="cpu", batch=8, workers=0, plots=False, amp=False, project=str(tmp_path / "runs"), name="t",
+                exist_ok=True, verbose=False, val=False)
+    print(f"train: {time.perf_counter() - started:.1f} s")
     trained = YOLO(str(tmp_path / "runs" / "t" / "weights" / "last.pt"))
     exported = Path(trained.export(format="onnx", dynamic=True, imgsz=128, opset=17, simplify=False))
-    theirs = YOLO(str(exported), task="detect").val(data=str(data), imgsz=128, batch=1, device="cpu", plots=False,
-                                                     workers=0, save_json=True, project=str(tmp_path / "val"),
-                                                     name="v", exist_ok=True).box.map
-    theirs_coco = _cocoeval(data.parent / "val" / "labels", tmp_path / "val" / "v" / "predictions.json")
+    theirs = YOLO(str(exported), task="detect").val(data=str(data), imgsz=128, batch=1, rect=False, device="cpu",
+                                                     plots=False, workers=0, save_json=True,
+                                                     project=str(tmp_path / "val"), name="v", exist_ok=True).box.map
+    theirs_coco = _cocoeval(data.parent / "val", tmp_path / "val" / "v" / "predictions.json")
     root = tmp_path / "parity"
     (root / "calibration").mkdir(parents=True)
     shutil.copy(exported, root / "model.onnx")
@@ -277,27 +291,32 @@ def test_the_reference_map_of_an_ultralytics_onnx_matches_ultralytics_val(tmp_pa
     ours = json.loads((root / "build" / ".records" / "reference.json").read_text())["body"]["result"]["metrics"]
     print(f"mAP50-95: Ultralytics val {theirs:.4f} (its predictions by COCOeval {theirs_coco:.4f}), "
           f"edgebuild reference {ours['mAP50-95']:.4f}")
-    assert theirs > 0.05  # trained: a parity of zeros would say nothing
-    assert abs(ours["mAP50-95"] - theirs_coco) <= 0.01
-    assert abs(ours["mAP50-95"] - theirs) <= 0.02
+    assert theirs > 0.3  # trained: a parity of near-zeros would say little
+    assert abs(ours["mAP50-95"] - theirs_coco) <= 0.002  # the same detections (cv2's uint8 resize: < 1/255 a pixel)
+    assert abs(ours["mAP50-95"] - theirs) <= 0.01
 
 
-def _cocoeval(labels: Path, predictions: Path, size: int = 128) -> float:
-    """mAP50-95 by faster-coco-eval of Ultralytics' save_json predictions (category ids 1-based) on YOLO labels."""
+def _cocoeval(split: Path, predictions: Path) -> float:
+    """mAP50-95 by faster-coco-eval of Ultralytics' save_json predictions (image ids the file stems, category
+    ids 1-based) on a split's YOLO labels, every prediction scored (maxDets 300, Ultralytics' max_det)."""
     from faster_coco_eval import COCO, COCOeval_faster
+    from PIL import Image
 
     images, annotations = [], []
-    for label in sorted(labels.glob("*.txt")):
-        images.append({"id": int(label.stem), "file_name": f"{label.stem}.png", "width": size, "height": size})
+    for label in sorted((split / "labels").glob("*.txt")):
+        with Image.open(split / "images" / f"{label.stem}.png") as image:
+            width, height = image.size
+        images.append({"id": int(label.stem), "file_name": f"{label.stem}.png", "width": width, "height": height})
         for line in label.read_text().splitlines():
             c, x, y, w, h = (float(v) for v in line.split())
             annotations.append({"id": len(annotations) + 1, "image_id": int(label.stem), "category_id": int(c) + 1,
-                                "bbox": [(x - w / 2) * size, (y - h / 2) * size, w * size, h * size],
-                                "area": w * h * size * size, "iscrowd": 0})
+                                "bbox": [(x - w / 2) * width, (y - h / 2) * height, w * width, h * height],
+                                "area": w * h * width * height, "iscrowd": 0})
     truth = COCO({"images": images, "annotations": annotations,
                   "categories": [{"id": 1, "name": "red"}, {"id": 2, "name": "blue"}]})
     evaluator = COCOeval_faster(truth, truth.loadRes(json.loads(predictions.read_text())), iouType="bbox",
                                 print_function=lambda *_: None)
+    evaluator.params.maxDets = [1, 10, 300]
     evaluator.evaluate()
     evaluator.accumulate()
     evaluator.summarize()

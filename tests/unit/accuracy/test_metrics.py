@@ -79,3 +79,16 @@ def test_coco_metrics_agree_with_pycocotools_on_many_noisy_detections() -> None:
     assert [ours["mAP50-95"], ours["mAP50"]] == pytest.approx(want, abs=1e-9)
     index = coco_ground_truth(gt)  # built once, reused for several candidates
     assert coco_detection_metrics(index, detections) == ours == coco_detection_metrics(index, detections)
+
+
+def test_coco_metrics_score_every_detection_up_to_max_detections() -> None:
+    """COCOeval's own cap is 100 per image and class; a decode that keeps 300 (Ultralytics') is scored whole."""
+    boxes = [[20.0 * (i % 15), 20.0 * (i // 15), 10.0, 10.0] for i in range(150)]
+    gt = {"images": [{"id": 1, "file_name": "a.png", "width": 300, "height": 200}],
+          "annotations": [{"id": i + 1, "image_id": 1, "category_id": 1, "bbox": b, "area": 100.0, "iscrowd": 0}
+                          for i, b in enumerate(boxes)],
+          "categories": [{"id": 1, "name": "dot"}]}
+    found = [{"image_id": 1, "category_id": 1, "bbox": b, "score": 1.0 - i / 1000} for i, b in enumerate(boxes)]
+    assert coco_detection_metrics(gt, found)["mAP50-95"] == pytest.approx(100 / 150, abs=0.01)
+    assert coco_detection_metrics(gt, found, max_detections=100) == coco_detection_metrics(gt, found)
+    assert coco_detection_metrics(gt, found, max_detections=300)["mAP50-95"] == pytest.approx(1.0)

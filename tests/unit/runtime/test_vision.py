@@ -73,3 +73,37 @@ def test_nms_with_a_limit_keeps_the_same_first_boxes_as_a_full_run() -> None:
     assert len(full) > 20
     for limit in (1, 7, 20, len(full) + 5):
         assert nms(boxes, scores, 0.5, limit=limit).tolist() == full[:limit].tolist()
+
+
+def test_class_aware_nms_is_each_class_s_own_nms_merged_by_score_and_cut() -> None:
+    from edgebuild.runtime.vision import class_aware_nms
+
+    rng = np.random.default_rng(7)
+    corners = rng.uniform(0, 200, (3000, 2)).astype(np.float32)
+    boxes = np.concatenate([corners, corners + rng.uniform(5, 60, (3000, 2)).astype(np.float32)], axis=1)
+    scores = rng.random(3000).astype(np.float32)
+    classes = rng.integers(0, 5, 3000)
+    alone = [np.flatnonzero(classes == c)[nms(boxes[classes == c], scores[classes == c], 0.5)] for c in range(5)]
+    merged = np.concatenate(alone)
+    merged = merged[np.argsort(-scores[merged], kind="stable")]
+    assert len(merged) > 1300  # the last limit needs more than the first prefix of 4 x limit candidates
+    for limit in (1, 50, 300, len(merged) + 10):
+        assert class_aware_nms(boxes, scores, classes, 0.5, limit).tolist() == merged[:limit].tolist()
+    assert class_aware_nms(boxes[:0], scores[:0], classes[:0], 0.5, 10).size == 0
+
+
+def test_decode_outputs_takes_pre_nms_top_k_from_the_settings_also_from_an_npz(tmp_path) -> None:
+    from edgebuild.runtime.vision import decode_outputs
+
+    corners = np.arange(50, dtype=np.float32)[:, None] * 20  # 50 boxes apart from each other
+    boxes = np.concatenate([corners, corners, corners + 10, corners + 10], axis=1)[None]
+    scores = np.linspace(0.9, 0.4, 50, dtype=np.float32).reshape(1, 50, 1)
+    outputs = {"boxes": boxes, "scores": scores}
+    settings = {"boxes_output": "boxes", "scores_output": "scores", "score_threshold": 0.001, "nms_iou": 0.7,
+                "max_detections": 300}
+    assert len(decode_outputs(outputs, settings)[0]["scores"]) == 50  # without the key: the default, 1000
+    capped = decode_outputs(outputs, {**settings, "pre_nms_top_k": 10})[0]
+    assert capped["scores"].tolist() == pytest.approx(scores[0, :10, 0].tolist())
+    np.savez(tmp_path / "settings.npz", **{k: np.asarray(v) for k, v in {**settings, "pre_nms_top_k": 10}.items()})
+    stored = np.load(tmp_path / "settings.npz")  # as an acceptance set carries them to the device
+    assert len(decode_outputs(outputs, stored)[0]["scores"]) == 10
