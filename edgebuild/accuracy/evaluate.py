@@ -253,7 +253,8 @@ ACCEPTANCE_MARGIN = 0.04
 def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candidate_onnx: Path) -> tuple[bytes, float]:
     """``acceptance.npz`` for a model folder, and the agreement the candidate itself reaches on it here.
 
-    The first ``ACCEPTANCE_IMAGES`` validation inputs, FP32's results for them, and a threshold of
+    The first ``ACCEPTANCE_IMAGES`` inputs of the validation set (a capped set is already spread over its
+    split, so these are too), FP32's results for them, and a threshold of
     the candidate's own agreement with FP32 minus ``ACCEPTANCE_MARGIN``: an engine that computes
     what the gate measured passes, one that loses the gate's margin does not.
     """

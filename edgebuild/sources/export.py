@@ -32,6 +32,7 @@ from edgebuild.sources.export_checks import (
     checker_problem,
     exported_problem,
     mismatch_lines,
+    one_file_bytes,
     parity_results,
     reference_outputs,
     save_onnx,
@@ -58,11 +59,12 @@ __all__ = [
     "export_model",
 ]
 
-STAGE_VERSION = "export/1"
+STAGE_VERSION = "export/2"
 MODEL_FILE = "model.onnx"
 RECORD_FILE = "export.json"
 
 _Report = Callable[[str], None]
+_IN_MEMORY_LIMIT = 1_500_000_000  # weight bytes; above this the TorchScript exporter writes to a file
 
 # export.exporter = "auto": the TorchScript exporter first, the dynamo exporter if its model fails a
 # check. TorchScript's traced export is 8x to 45x faster than dynamo's (torch.export, decompositions,
@@ -345,18 +347,25 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
     except Exception as exc:  # exporters raise many types; each is reported as why this attempt failed
         raise Refused(exporter, f"failed: {type(exc).__name__}: {first_line(exc)}") from None
     problem = exported_problem(project, proto, opset)  # e.g. dynamo kept opset 18: refused before any write
+    inline = None
     if problem is None:
         _rename_dynamic_dims(project, proto)
         _remove_model(path)
-        save_onnx(proto, path, project.export.external_data)
-        problem = checker_problem(path)
+        # one file: checked from memory and written only if it is the model kept (onnxslim's usually is)
+        inline = one_file_bytes(proto, project.export.external_data)
+        if inline is None:
+            save_onnx(proto, path, project.export.external_data)
+        problem = checker_problem(path, inline)
     if problem is not None:
         raise Refused(exporter, problem)
     simplify_note = "disabled (export.simplify = false)"
     if simplify_model:
-        simplify_note, simplified_parity = simplify(project, reference, path, report)
+        simplify_note, simplified_parity = simplify(project, reference, path, report,
+                                                    proto if inline is not None else None)
         if simplified_parity is not None:
             return simplified_parity, True, simplify_note
+    if inline is not None:
+        path.write_bytes(inline)
     try:
         with native_output_dropped():  # ONNX Runtime logs its errors too; the message below has them
             results = parity_results(project, reference, OnnxRuntimeRunner(path))
@@ -418,20 +427,30 @@ def _export_dynamo(project: Project, module: torch.nn.Module, args: tuple, opset
 
 
 def _export_torchscript(project: Project, module: torch.nn.Module, args: tuple, opset: int) -> onnx.ModelProto:
+    """The TorchScript exporter's model, written to memory; to a scratch file only where protobuf may not
+    hold the weights (its exporter then needs a path for external data)."""
+    import io
     import tempfile
 
     import onnx
     import torch
 
     axes = {name: {int(a): n for a, n in dims.items()} for name, dims in _dynamic_axis_names(project).items()}
+    options = dict(dynamo=False, opset_version=opset, dynamic_axes=axes, do_constant_folding=True,
+                   input_names=[s.name for s in project.model.inputs], output_names=list(project.model.outputs))
+    if _weight_bytes(module) < _IN_MEMORY_LIMIT:
+        buffer = io.BytesIO()
+        with quiet():
+            torch.onnx.export(module, args, buffer, **options)
+        return onnx.load_model_from_string(buffer.getvalue())
     with tempfile.TemporaryDirectory() as tmp, quiet():
         path = Path(tmp) / MODEL_FILE
-        torch.onnx.export(
-            module, args, str(path), dynamo=False, opset_version=opset, dynamic_axes=axes,
-            input_names=[s.name for s in project.model.inputs], output_names=list(project.model.outputs),
-            do_constant_folding=True,
-        )
+        torch.onnx.export(module, args, str(path), **options)
         return onnx.load(str(path))
+
+
+def _weight_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
 
 
 def _rename_dynamic_dims(project: Project, proto: onnx.ModelProto) -> None:

@@ -64,7 +64,7 @@ def _describe(record: ExportRecord) -> str:
 
 
 EXPORT = Stage(
-    name="export", version=1, summary="ONNX export with dynamic axes and a parity check against PyTorch (a model "
+    name="export", version=2, summary="ONNX export with dynamic axes and a parity check against PyTorch (a model "
                                       "file: imported as given)",
     record=ExportRecord, after=("model",), key=_key, run=_run, outputs=lambda inputs, r: [r.onnx_path.parent],
     describe=_describe, from_dict=_from_dict, relocate=_relocate)
