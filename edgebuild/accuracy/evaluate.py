@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
-           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
+           "detection_settings", "device_inputs", "evaluate", "nms_parity", "preprocess_spec",
+           "score_device_results"]
 
 #: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
 CACHE_BUDGET_BYTES = 1 << 30
@@ -114,8 +115,11 @@ class ValidationSet:
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
-             progress: bool = True, desc: str | None = None) -> Evaluation:
-    """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it)."""
+             progress: bool = True, desc: str | None = None, raw_head: bool = False) -> Evaluation:
+    """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it).
+
+    ``raw_head``: the runner is a detector's raw head even where the project puts NMS inside the
+    model (the gate's INT8 signal and the parity of the appended NMS read the head)."""
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -123,7 +127,7 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
     input_name = project.model.inputs[0].name
     bar = tqdm(total=len(data), desc=desc or f"evaluate [{runner.backend}]", unit="img",
                disable=not progress, leave=False)
-    collect = _DetectionCollector(project, data) if project.task.kind == "detection" \
+    collect = _DetectionCollector(project, data, raw_head) if project.task.kind == "detection" \
         else _ClassificationCollector(project, data)
     try:
         for chunk, batch, transforms in data.batches():
@@ -137,14 +141,17 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
 
 
 class _DetectionCollector:
-    def __init__(self, project: Project, data: ValidationSet) -> None:
+    def __init__(self, project: Project, data: ValidationSet, raw_head: bool = False) -> None:
         self.settings = detection_settings(project)
+        if raw_head:
+            self.settings["in_model"] = False
         self.coco, self.data = data.coco, data
         self.results: list[dict[str, Any]] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
         boxes, scores = self.settings["boxes_output"], self.settings["scores_output"]
-        check_detection_outputs(outputs[boxes], outputs[scores], boxes, scores, len(self.coco.category_ids))
+        if not self.settings["in_model"]:  # NMS inside: decode_outputs checks its outputs
+            check_detection_outputs(outputs[boxes], outputs[scores], boxes, scores, len(self.coco.category_ids))
         for sample, transform, found in zip(chunk, transforms, decode_outputs(outputs, self.settings)):
             self.add_found(sample, transform, found)
 
@@ -162,6 +169,49 @@ class _DetectionCollector:
 
     def metrics(self) -> dict[str, float]:
         return coco_detection_metrics(self.data.ground_truth, self.results, self.settings["max_detections"])
+
+
+def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> dict[str, Any]:
+    """NMS inside the model against the host's decode of its raw head, on every validation image.
+
+    ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
+    metrics, their difference, how many images got the same detections (same classes; boxes and
+    scores within ``NMS_PARITY_ATOL``, compared best first) and the largest difference seen.
+    """
+    settings = detection_settings(project)
+    assert settings is not None
+    raw = {**settings, "in_model": False}
+    host, graph = _DetectionCollector(project, data, raw_head=True), _DetectionCollector(project, data)
+    name, same, worst = project.model.inputs[0].name, 0, 0.0
+    for chunk, batch, transforms in data.batches():
+        want = decode_outputs(head.run({name: batch}), raw)
+        got = decode_outputs(inside.run({name: batch}), settings)
+        for sample, transform, w, g in zip(chunk, transforms, want, got):
+            host.add_found(sample, transform, w)
+            graph.add_found(sample, transform, g)
+            difference = _detections_difference(w, g)
+            worst = max(worst, difference)
+            same += difference <= NMS_PARITY_ATOL
+    want_value, got_value = host.metrics()[project.metric], graph.metrics()[project.metric]
+    return {"metric": project.metric, "host_decode": want_value, "in_model": got_value,
+            "difference": abs(want_value - got_value), "images": len(data), "same_detections": same,
+            "largest_difference": worst}
+
+
+#: boxes (input pixels) and scores of NMS inside the model may differ from the host's by float rounding
+NMS_PARITY_ATOL = 1e-3
+
+
+def _detections_difference(want: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> float:
+    """The largest box or score difference between two images' detections (inf: other counts or classes)."""
+    if len(want["labels"]) != len(got["labels"]):
+        return float("inf")
+    order = [np.lexsort((f["labels"], -f["scores"])) for f in (want, got)]
+    (w, g) = ({k: f[k][o] for k in ("boxes", "scores", "labels")} for f, o in zip((want, got), order))
+    if not np.array_equal(w["labels"], g["labels"]):
+        return float("inf")
+    return float(max(np.abs(w["boxes"] - g["boxes"]).max(initial=0.0),
+                     np.abs(w["scores"] - g["scores"]).max(initial=0.0)))
 
 
 class _ClassificationCollector:
@@ -204,16 +254,19 @@ def detection_settings(project: Project) -> dict[str, Any] | None:
     """What the device needs to decode detections as the host does (None: not a detection task).
 
     ``pre_nms_top_k`` is not a project key: Ultralytics' 30000 (its max_nms) for an Ultralytics
-    detector as ``model.source``, as its val decodes; edgebuild's 1000 for any other model.
+    detector as ``model.source``, as its val decodes; edgebuild's 1000 for any other model, and for
+    every model with NMS inside (``in_model``: the graph keeps 1000, and the host's decode of its raw
+    head must keep what the graph keeps to be its parity reference).
     """
     if project.task.kind != "detection":
         return None
     post = project.task.postprocess
     facts = source_facts(project)
-    top_k = VAL_PRE_NMS_TOP_K if facts is not None and facts.task == "detect" else DetectionParams.pre_nms_top_k
+    ultralytics = facts is not None and facts.task == "detect" and not post.in_model
+    top_k = VAL_PRE_NMS_TOP_K if ultralytics else DetectionParams.pre_nms_top_k
     return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
             "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
-            "pre_nms_top_k": top_k}
+            "pre_nms_top_k": top_k, "in_model": post.in_model}
 
 
 def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,

@@ -93,6 +93,8 @@ class GateResult:
     seconds: float
     # how the INT8 candidate was made: its variant, why, and every variant looked at
     int8_choice: dict[str, Any] = field(default_factory=dict)
+    # NMS inside the model: its FP32 candidate against the host's decode of the head (evaluate.nms_parity)
+    nms_parity: dict[str, Any] = field(default_factory=dict)
 
     @property
     def metric(self) -> str:
@@ -181,6 +183,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
             hint="check the weights, task.preprocess, task.postprocess and that task.classes is in the model's "
                  "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
     measured, notes = [fp32], []
+    parity = _check_nms_parity(project, store, fp32, report) if store.nms_inside else {}
     wanted = project.quantize.precisions
     if "fp16" in wanted:
         measured.append(store.candidate("fp16"))
@@ -203,10 +206,31 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
             if mixed is not None:
                 measured.append(mixed)
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
-                     seconds=round(time.perf_counter() - started, 3), int8_choice=choice)
+                     seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity)
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
     return result
+
+
+#: NMS inside the model scores what the host's decode of its head scores, to this (issue 28's bar)
+NMS_PARITY_METRIC_TOLERANCE = 1e-6
+
+
+def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Report) -> dict[str, Any]:
+    """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
+    parity = store.nms_parity(fp32)
+    line = (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
+            f"head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
+            f"{parity['images']} images")
+    report(f"gate: {line}")
+    if parity["difference"] > NMS_PARITY_METRIC_TOLERANCE:
+        raise AccuracyGateError(
+            f"{project.source}: {line}: they differ by {parity['difference']:.2g} (more than "
+            f"{NMS_PARITY_METRIC_TOLERANCE:g}), so the model would not ship what the gate measures",
+            hint="usually ties in score at the pre-NMS cut (1000 candidates) or boxes with no area; set "
+                 "task.postprocess.in_model = false to decode on the host, and report the model at "
+                 "edgebuild's issue tracker")
+    return parity
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
@@ -263,7 +287,7 @@ def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, f
 
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,
             groups: tuple[Any, ...], notes: list[str], store: MeasurementStore, seconds: float,
-            int8_choice: dict[str, Any] | None = None) -> GateResult:
+            int8_choice: dict[str, Any] | None = None, nms_parity: dict[str, Any] | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     policy = AccuracyPolicy.of(project)
     reference = measured[0].value
@@ -277,7 +301,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
         base = "int8" if m.precision == "int8-mixed" else m.precision
         rejected = store.rejections(m, groups)
         results.append(CandidateResult(
-            precision=m.precision, onnx=m.onnx, metric=m.metric, value=m.value, retention=round(retention, 6),
+            precision=m.precision, onnx=m.ships, metric=m.metric, value=m.value, retention=round(retention, 6),
             passed=policy.passes(retention), selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected))
     passing = [r for r in results if r.passed and r.selectable]
@@ -305,7 +329,8 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[dic
         folder=gate_dir(project), policy=policy, reference_value=reference,
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
         selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
-        notes=notes, measured=store.measured, stored=store.stored, seconds=seconds, int8_choice=int8_choice or {})
+        notes=notes, measured=store.measured, stored=store.stored, seconds=seconds, int8_choice=int8_choice or {},
+        nms_parity=nms_parity or {})
 
 
 def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:

@@ -10,6 +10,11 @@ Keys: FP32 and FP16 measurements depend on the model, the validation data, the t
 backend; INT8 ones also on the calibration data and the quantization settings (placement,
 per-channel weights, histogram bins) and on their variant (range method, bias correction). So
 a new calibration method or set re-measures only INT8 candidates.
+
+NMS inside the model (``[task.postprocess] in_model``): every candidate is made from the raw head
+(so Q/DQ never reaches the NMS part) and gets the decode appended after, as ``detections.onnx``
+beside its ``model.onnx``. The metric, latency and TensorRT check read that file, the one that
+ships; the INT8 signal and the layer ranking read the head.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ __all__ = ["INT8_CHOICE_SETTINGS", "Measurement", "MeasurementStore", "float_key
            "int8_variants", "tensorrt_rejections"]
 
 MEASURED_DIR = "measured"
+#: NMS inside: a candidate's file with the decode appended, beside its raw-head model.onnx
+DETECTIONS_FILE = "detections.onnx"
 #: quantize settings that choose among INT8 variants (each variant is keyed by its own method)
 INT8_CHOICE_SETTINGS = frozenset({"calibration_method", "percentile", "bias_correction", "measure_best"})
 
@@ -61,6 +68,12 @@ class Measurement:
     graph: str  # edgebuild.accuracy.quantize.graph_digest of the candidate
     seconds: float
     variant: str = ""  # INT8: the Int8Variant's name
+    shipped: str = ""  # NMS inside: the candidate with the decode appended (what ships); "": ``onnx`` ships
+
+    @property
+    def ships(self) -> str:
+        """The path (inside the gate folder) of the file that ships and was scored."""
+        return self.shipped or self.onnx
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ class _Built:
     kept_fp32: tuple[str, ...]
     note: str
     graph: str
+    shipped: Path | None = None  # NMS inside: ``detections.onnx``
 
 
 def float_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
@@ -313,18 +327,36 @@ class MeasurementStore:
 
         folder = self._folder(precision, kept, variant)
         stored = self._stored(folder / "built.json", f"{folder.name} candidate")
-        if stored is not None and (folder / "model.onnx").is_file():
+        shipped = folder / DETECTIONS_FILE if self.nms_inside else None
+        if stored is not None and (folder / "model.onnx").is_file() and (shipped is None or shipped.is_file()):
             return _Built(stored["precision"], folder / "model.onnx", tuple(stored["kept_fp32"]), stored["note"],
-                          stored["graph"])
+                          stored["graph"], shipped)
         with atomic_output_dir(folder) as staging:
             made = self._make(precision, kept, variant, staging / "model.onnx")
             graph = graph_digest(made.onnx_path)
             if graph in self.graphs:
                 raise SameGraph(self.graphs[graph])
+            if shipped is not None:
+                self._append_nms(made.onnx_path, staging / DETECTIONS_FILE)
             atomic_write_text(staging / "built.json", json.dumps(
                 {"precision": made.precision, "kept_fp32": list(made.kept_fp32), "note": made.note, "graph": graph}))
         self._made.add(folder)
-        return _Built(made.precision, folder / "model.onnx", tuple(made.kept_fp32), made.note, graph)
+        return _Built(made.precision, folder / "model.onnx", tuple(made.kept_fp32), made.note, graph, shipped)
+
+    @property
+    def nms_inside(self) -> bool:
+        return self.project.task.kind == "detection" and self.project.task.postprocess.in_model
+
+    def _append_nms(self, head: Path, out: Path) -> None:
+        """The candidate with the project's decode and NMS appended (``edgebuild.sources.nms_graph``)."""
+        import onnx
+
+        from edgebuild.sources.export_checks import save_onnx
+        from edgebuild.sources.nms_graph import append_nms, check_nms_settings
+
+        settings = check_nms_settings("detection", self.project.task.postprocess.model_dump())
+        external = head.with_name(f"{head.name}.data").exists()
+        save_onnx(append_nms(onnx.load(str(head)), settings, len(self.project.task.classes)), out, external)
 
     def candidate(self, precision: str, kept: tuple[str, ...] = (), variant: Int8Variant | None = None
                   ) -> Measurement | None:
@@ -332,7 +364,8 @@ class MeasurementStore:
         already measured (keeping those layers in float changed nothing)."""
         folder = self._folder(precision, kept, variant)
         stored = self._stored(folder / "measurement.json", f"{folder.name} measurement")
-        if stored is not None and (folder / "model.onnx").is_file():
+        if stored is not None and (folder / "model.onnx").is_file() \
+                and (not self.nms_inside or (folder / DETECTIONS_FILE).is_file()):
             measurement = Measurement(**stored)
             if measurement.graph in self.graphs:
                 return None
@@ -359,7 +392,8 @@ class MeasurementStore:
             value=round(result.value, 6), images=result.images, backend=runner.backend,
             latency_ms=_latency_ms(runner, self._latency()), kept_fp32=list(built.kept_fp32), note=built.note,
             graph=built.graph, seconds=round(time.perf_counter() - started, 3),
-            variant=variant.name if variant else "")
+            variant=variant.name if variant else "",
+            shipped=str(built.shipped.relative_to(self.gate)) if built.shipped else "")
         atomic_write_text(folder / "measurement.json", json.dumps(asdict(measurement), indent=2))
         self.measured += 1
         self.graphs[built.graph] = measurement
@@ -433,6 +467,22 @@ class MeasurementStore:
             self._reference = [runner.run({self.project.model.inputs[0].name: b}) for b in self._signal_batches()]
         return self._reference
 
+    def nms_parity(self, fp32: Measurement) -> dict[str, Any]:
+        """NMS inside the FP32 candidate against the host's decode of its head (stored beside it)."""
+        path = (self.gate / fp32.onnx).with_name("nms-parity.json")
+        stored = self._stored(path, "NMS parity")
+        if stored is not None:
+            return dict(stored)
+        from edgebuild.accuracy.evaluate import nms_parity
+        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+        self.report(f"gate: NMS inside the model against the host's decode of the FP32 head on {len(self.data)} "
+                    "validation images")
+        found = nms_parity(self.project, OnnxRuntimeRunner(self.gate / fp32.onnx),
+                           OnnxRuntimeRunner(self.gate / fp32.ships), self.data)
+        atomic_write_text(path, json.dumps(found, indent=2))
+        return found
+
     def _say(self, m: Measurement, how: str) -> None:
         self.report(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}  [{m.backend}, {how}]"
                     + (f" {m.variant}" if m.variant else ""))
@@ -451,11 +501,11 @@ class MeasurementStore:
         from edgebuild.targets.preflight import rules_digest
 
         targets = digest([sorted(g.target.id for g in groups), rules_digest(), measurement.graph])
-        path = (self.gate / measurement.onnx).parent / f"rejections-{targets[:16]}.json"
+        path = (self.gate / measurement.ships).parent / f"rejections-{targets[:16]}.json"
         stored = self._stored(path, "TensorRT check")
         if stored is not None:
             return list(stored)
-        found = tensorrt_rejections(self.gate / measurement.onnx, groups)
+        found = tensorrt_rejections(self.gate / measurement.ships, groups)
         atomic_write_text(path, json.dumps(found))
         return found
 
@@ -464,13 +514,13 @@ class MeasurementStore:
         if self.project.accuracy.backend == "onnxruntime":
             from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
-            return OnnxRuntimeRunner(candidate.onnx)
+            return OnnxRuntimeRunner(candidate.shipped or candidate.onnx)
         from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
         plan = folder / "model.plan"
         self.report(f"gate: building a host-check TensorRT engine for {candidate.precision}")
         build_engine(BuildSettings(
-            onnx_path=candidate.onnx, plan_path=plan,
+            onnx_path=candidate.shipped or candidate.onnx, plan_path=plan,
             precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
             profiles={s.name: (s.min_shape, s.opt_shape, s.max_shape) for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",

@@ -27,6 +27,7 @@ from edgebuild.runtime.recipe import (
     RECIPE_FILE,
     Recipe,
     RecipeModule,
+    RecipeTask,
     RuntimeSettings,
     TensorSpec,
 )
@@ -75,7 +76,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         model_name=project.project.name,
         model_version=project.ota.version,
         runtime=RuntimeSettings(**project.runtime.model_dump(include={"warmup_budget_s", "port", "max_batch_size",
-                                                                      "max_queue_delay_ms"})),
+                                                                      "max_queue_delay_ms", "detections"})),
         target=target.id,
         placement=placement,
         placement_reason=why,
@@ -99,8 +100,26 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         fallback=FALLBACK_FOLDER if fallback is not None else None,
         fallback_sha256=fallback_sha256,
         outputs=onnx_outputs(onnx_path),
+        task=recipe_task(project),
     ).save(folder)
     return folder / RECIPE_FILE
+
+
+def recipe_task(project: Project) -> RecipeTask:
+    """The recipe's ``task``: what the outputs mean and the preprocessing, from the project."""
+    from dataclasses import asdict
+
+    from edgebuild.accuracy.evaluate import detection_settings, preprocess_spec
+
+    decode = detection_settings(project)
+    if decode is None:
+        form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
+    else:
+        form, post = ("nms" if decode["in_model"] else "raw_head"), decode
+    pre = asdict(preprocess_spec(project))
+    return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form, postprocess=post,
+                      preprocess={**pre, "input_size": list(pre["input_size"]), "mean": list(pre["mean"]),
+                                  "std": list(pre["std"])})
 
 
 #: ONNX tensor element types as KServe v2 datatypes

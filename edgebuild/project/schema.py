@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgebuild.runtime.vision import DetectionParams
+
 __all__ = [
     "CLASSIFICATION_METRICS",
     "DETECTION_METRICS",
@@ -178,6 +180,20 @@ class DetectionPostprocess(_Section):
     score_threshold: float = Field(0.001, ge=0.0, lt=1.0)
     nms_iou: float = Field(0.6, gt=0.0, le=1.0)
     max_detections: PositiveInt = 100
+    # NMS inside the model: the export appends this decode (the thresholds above, baked in) to the
+    # graph, whose outputs become num_detections, detection_boxes, detection_scores, detection_classes
+    # (edgebuild.sources.nms_graph; docs/detections.md)
+    in_model: bool = False
+
+    @model_validator(mode="after")
+    def _in_model_limit(self) -> DetectionPostprocess:
+        limit = DetectionParams.pre_nms_top_k  # the graph feeds NMS the host decode's candidates at most
+        if self.in_model and self.max_detections > limit:
+            raise ValueError(f"max_detections = {self.max_detections} is more than NMS inside the model returns "
+                             f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
+        if self.in_model and self.boxes_output == self.scores_output:
+            raise ValueError(f"boxes_output and scores_output are both {self.boxes_output!r}")
+        return self
 
 
 class ClassificationPostprocess(_Section):
@@ -372,6 +388,9 @@ class RuntimeSection(_Section):
     # which server the fleet runs: edgebuild's (always written: the OTA health check runs it), and
     # with "triton" or "both" also a Triton model repository and container per group
     server: Literal["edgebuild", "triton", "both"] = "edgebuild"
+    # a raw-head detector: edgebuild's server also decodes (the host's decode + NMS) and answers
+    # detections; a request can ask for them or for the raw tensors either way (docs/serving.md)
+    detections: bool = False
 
 
 class OtaSection(_Section):
@@ -429,6 +448,16 @@ class Project(_Section):
     # set by load_project; not part of the file
     root: Path = Field(default=Path("."), exclude=True)
     source: Path = Field(default=Path(PROJECT_FILE), exclude=True)
+
+    @model_validator(mode="after")
+    def _detections_on_the_device(self) -> Project:
+        if self.runtime.detections and self.task.kind != "detection":
+            raise ValueError("runtime.detections decodes a detector's raw head on the device; this task is "
+                             f"{self.task.kind!r}: remove it")
+        if self.runtime.detections and self.task.postprocess.in_model:
+            raise ValueError("runtime.detections decodes a raw head on the device, but task.postprocess.in_model "
+                             "puts the decode inside the model already: keep one of them")
+        return self
 
     @property
     def metric(self) -> str:

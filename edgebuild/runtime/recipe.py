@@ -24,7 +24,8 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
 
 __all__ = ["ACCEPTANCE_FILE", "ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "PRECISIONS", "RECIPE_FILE",
-           "RECIPE_SCHEMA", "Recipe", "RecipeModule", "RuntimeSettings", "TensorSpec", "recipe_of"]
+           "OUTPUT_FORMS", "RECIPE_SCHEMA", "Recipe", "RecipeModule", "RecipeTask", "RuntimeSettings", "TensorSpec",
+           "recipe_of"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -49,6 +50,8 @@ class RuntimeSettings:
     port: int
     max_batch_size: int
     max_queue_delay_ms: float
+    #: a raw-head detector: the server also decodes and answers detections (``[runtime] detections``)
+    detections: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,25 @@ class RecipeModule:
     compute_capability: str
     #: device-tree compatible strings: the module's boards first, the SoC (shared by a family) last
     compatible: List[str]
+
+
+#: what a model's outputs are: NMS inside (``NMS_OUTPUTS``), a detector's raw head, a classifier's logits
+OUTPUT_FORMS = ("nms", "raw_head", "logits")
+
+
+@dataclass(frozen=True)
+class RecipeTask:
+    """What the model's outputs mean and how an image becomes its input: for the server's decode,
+    the bench's per-stage timing and the DeepStream config."""
+
+    kind: str  # detection | classification
+    classes: List[str]
+    #: one of OUTPUT_FORMS
+    outputs: str
+    #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``
+    postprocess: Dict[str, Any]
+    #: ``edgebuild.runtime.vision.PreprocessSpec``'s fields
+    preprocess: Dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -117,6 +139,8 @@ class Recipe:
     accepted: Optional[Dict[str, Any]] = None
     #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
     outputs: Optional[Dict[str, TensorSpec]] = None
+    #: what the outputs mean (a folder written before it existed: None, raw tensors only)
+    task: Optional[RecipeTask] = None
     schema: str = RECIPE_SCHEMA
 
     # -- the folder ------------------------------------------------------------------------------
@@ -331,6 +355,9 @@ def _check_values(recipe: Recipe) -> None:
         if any(not 1 <= lo <= o <= hi for lo, o, hi in zip(low, opt, high)):
             raise _FieldError("field {!r}: every dimension needs 1 <= min <= opt <= max, not {}".format(
                 where, _shown(shapes)))
+    if recipe.task is not None and recipe.task.outputs not in OUTPUT_FORMS:
+        raise _FieldError("field 'task.outputs' is {!r}, not one of {}".format(recipe.task.outputs,
+                                                                              ", ".join(OUTPUT_FORMS)))
     runtime = recipe.runtime
     if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
         raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "

@@ -11,10 +11,14 @@ import numpy as np
 
 from edgebuild.errors import ModelError
 
-__all__ = ["DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs", "class_aware_nms",
-           "decode_detections", "decode_outputs", "nms", "preprocess", "resize_bilinear", "stack_batch", "top_k"]
+__all__ = ["NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs",
+           "check_nms_outputs", "class_aware_nms", "decode_detections", "decode_outputs", "nms", "preprocess",
+           "resize_bilinear", "split_detections", "stack_batch", "top_k"]
 
 RESIZE_MODES = ("letterbox", "resize")
+#: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.nms_graph) answers
+#: these, in this order: count [N, 1] int32, boxes [N, K, 4] xyxy pixels, scores [N, K], classes [N, K]
+NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 
 
@@ -187,19 +191,51 @@ def decode_detections(
 
 
 def decode_outputs(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> List[Dict[str, np.ndarray]]:
-    """Every image's detections from one batch of dense outputs.
+    """Every image's detections from one batch of outputs, raw head or NMS inside.
 
     ``settings``: ``boxes_output``, ``scores_output``, ``score_threshold``, ``nms_iou``,
-    ``max_detections`` and optionally ``pre_nms_top_k`` (what the host's
+    ``max_detections``, optionally ``pre_nms_top_k`` and ``in_model`` (what the host's
     ``edgebuild.accuracy.evaluate.detection_settings`` gives, also when it arrives on a device as JSON
-    or inside an .npz; one written before ``pre_nms_top_k`` existed decodes with its default).
+    or inside an .npz; one written before a key existed decodes with its default). With
+    ``in_model`` the outputs are ``NMS_OUTPUTS`` and are read as they are: the model did the decode.
     """
+    if bool(settings["in_model"]) if "in_model" in settings else False:
+        check_nms_outputs(outputs)
+        return split_detections(outputs)
     top_k = settings["pre_nms_top_k"] if "pre_nms_top_k" in settings else DetectionParams.pre_nms_top_k
     params = DetectionParams(float(settings["score_threshold"]), float(settings["nms_iou"]),
                              int(settings["max_detections"]), int(top_k))
     boxes, scores = outputs[str(settings["boxes_output"])], outputs[str(settings["scores_output"])]
     check_detection_outputs(boxes, scores, str(settings["boxes_output"]), str(settings["scores_output"]))
     return [decode_detections(boxes[i], scores[i], params) for i in range(boxes.shape[0])]
+
+
+def split_detections(outputs: Mapping[str, np.ndarray]) -> List[Dict[str, np.ndarray]]:
+    """Every image's detections from the fixed-size ``NMS_OUTPUTS``, in ``decode_detections``' form
+    (boxes [k, 4], scores [k], labels [k] int64)."""
+    count = np.asarray(outputs[NMS_OUTPUTS[0]]).reshape(-1)
+    boxes, scores, classes = (np.asarray(outputs[n]) for n in NMS_OUTPUTS[1:])
+    return [{"boxes": boxes[i, :n].astype(np.float32), "scores": scores[i, :n].astype(np.float32),
+             "labels": classes[i, :n].astype(np.int64)} for i, n in enumerate(int(c) for c in count)]
+
+
+def check_nms_outputs(outputs: Mapping[str, np.ndarray]) -> None:
+    """The outputs of a model with NMS inside, or a ModelError saying what is missing or misshaped."""
+    missing = [n for n in NMS_OUTPUTS if n not in outputs]
+    if missing:
+        raise ModelError("the model has no {} output(s) (found {}): it is not a model with NMS inside".format(
+            ", ".join(missing), ", ".join(sorted(outputs)) or "none"),
+            hint="a raw-head model decodes on the host: set [task.postprocess] in_model to what the ONNX is")
+    count, boxes, scores, classes = (np.asarray(outputs[n]) for n in NMS_OUTPUTS)
+    images, k = boxes.shape[0], boxes.shape[1] if boxes.ndim == 3 else -1
+    if (count.shape not in ((images, 1), (images,)) or boxes.shape != (images, k, 4) or scores.shape != (images, k)
+            or classes.shape != (images, k)):
+        raise ModelError("NMS outputs of the wrong shapes: num_detections {}, detection_boxes {}, detection_scores "
+                         "{}, detection_classes {} (want [N, 1], [N, K, 4], [N, K], [N, K])".format(
+                             list(count.shape), list(boxes.shape), list(scores.shape), list(classes.shape)))
+    if count.size and (int(count.min()) < 0 or int(count.max()) > k):
+        raise ModelError("num_detections holds {}..{}, outside 0..{} (K, the rows of detection_boxes)".format(
+            int(count.min()), int(count.max()), k))
 
 
 def check_detection_outputs(boxes: np.ndarray, scores: np.ndarray, boxes_name: str = "boxes",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import DetectionParams
+from edgebuild.runtime.vision import NMS_OUTPUTS, DetectionParams, split_detections
 
 if TYPE_CHECKING:
     import onnx
@@ -40,8 +40,7 @@ __all__ = ["MAX_DETECTIONS", "MIN_OPSET", "MIN_TENSORRT", "NMS_OUTPUTS", "PREFIX
            "check_nms_settings", "is_nms_node", "nms_target_problem", "split_detections"]
 
 PREFIX = "edgebuild_nms/"
-#: output names in the order DeepStream's parser reads them (by index): count, boxes, scores, classes
-NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+#: NMS_OUTPUTS (runtime/vision.py): the order DeepStream's parser reads them (by index): count, boxes, scores, classes
 #: candidates the host's decode keeps before NMS (runtime/vision.py); more detections cannot come out
 PRE_NMS_TOP_K = DetectionParams().pre_nms_top_k
 #: TensorRT's TopK layer takes K <= 3840 (NvInfer.h ITopKLayer::setK, 8.5 to 10.x)
@@ -119,12 +118,12 @@ def nms_target_problem(tensorrt: str, use_dla: bool = False) -> tuple[str, str] 
     if have < tuple(int(p) for p in MIN_TENSORRT.split(".")):
         return (f"TensorRT {tensorrt} imports NonMaxSuppression only through an experimental plugin, without "
                 f"the data-dependent shapes the NMS graph needs; INMSLayer came with TensorRT {MIN_TENSORRT}",
-                f"leave {_KEY}in_model off for this group (the host or the client decodes), or target a JetPack "
-                f"with TensorRT >= {MIN_TENSORRT} (JetPack 5.1 or later)")
+                f"target a JetPack with TensorRT >= {MIN_TENSORRT} (JetPack 5.1 or later), or set {_KEY}in_model = "
+                f"false (the fleet's server or clients then decode)")
     if use_dla:
         return ("the DLA has no NonMaxSuppression, TopK, GatherElements or ScatterND layer and runs no "
                 "data-dependent shapes, so the NMS part cannot run on the DLA",
-                f"leave {_KEY}in_model off for this group, or set use_dla = false for it")
+                f"set use_dla = false for this group, or {_KEY}in_model = false")
     return None
 
 
@@ -332,16 +331,23 @@ def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) 
 
 def _prune(graph: onnx.GraphProto) -> None:
     """Drop the nodes and constants that no output needs any more (the raw head's side branches)."""
+    producer = {o: index for index, node in enumerate(graph.node) for o in node.output if o}
     needed = {o.name for o in graph.output}
-    kept = []
-    for node in reversed(graph.node):
-        if any(o in needed for o in node.output):
-            kept.append(node)
-            needed.update(i for i in node.input if i)
-            for attr in node.attribute:  # subgraphs (If/Loop) read outer tensors too
-                for sub in [attr.g, *attr.graphs]:
-                    needed.update(i for n in sub.node for i in n.input)
-    kept.reverse()
+    wanted, used = list(needed), set()
+    while wanted:  # by producer, not by position: converters (e.g. float16's input casts) append out of order
+        index = producer.get(wanted.pop())
+        if index is None or index in used:
+            continue
+        used.add(index)
+        node = graph.node[index]
+        reads = [i for i in node.input if i]
+        for attr in node.attribute:  # subgraphs (If/Loop) read outer tensors too
+            for sub in [attr.g, *attr.graphs]:
+                reads.extend(i for n in sub.node for i in n.input if i)
+        fresh = [i for i in reads if i not in needed]
+        needed.update(fresh)
+        wanted.extend(fresh)
+    kept = [node for index, node in enumerate(graph.node) if index in used]
     del graph.node[:]
     graph.node.extend(kept)
     dropped = {i.name for i in graph.initializer if i.name not in needed}
@@ -352,14 +358,3 @@ def _prune(graph: onnx.GraphProto) -> None:
     inputs = [i for i in graph.input if i.name not in dropped]
     del graph.input[:]
     graph.input.extend(inputs)
-
-
-# -- reading the outputs ---------------------------------------------------------------------
-
-def split_detections(outputs: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Every image's detections from the fixed-size outputs, in ``decode_outputs``' form
-    (boxes [k, 4], scores [k], labels [k] int64)."""
-    count = np.asarray(outputs[NMS_OUTPUTS[0]]).reshape(-1)
-    boxes, scores, classes = (np.asarray(outputs[n]) for n in NMS_OUTPUTS[1:])
-    return [{"boxes": boxes[i, :n].astype(np.float32), "scores": scores[i, :n].astype(np.float32),
-             "labels": classes[i, :n].astype(np.int64)} for i, n in enumerate(int(c) for c in count)]

@@ -1,17 +1,23 @@
 """The preflight stage (per group): every ONNX node checked against the group's TensorRT parser.
 
 Reads: the export stage's ONNX and the group's JetPack release (its parser table, types and
-attributes included, and DLA where the group uses it). Its record is a ``TargetPreflight``; a
-group with blocking findings stops there (the other groups go on).
+attributes included, and DLA where the group uses it). With ``[task.postprocess] in_model`` the
+graph checked is the export with the decode and NMS appended (what the gate's candidates ship),
+and a target that cannot run that part (TensorRT before 8.5: blocking; the DLA: it runs on the
+GPU) is said with what to do. Its record is a ``TargetPreflight``; a group with blocking findings
+stops there (the other groups go on).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from edgebuild.content import digest
 from edgebuild.errors import PreflightError
 from edgebuild.pipeline.runner import Stage, StageInputs
 from edgebuild.stages.export import EXPORT
 from edgebuild.stages.session import CompileSession
-from edgebuild.targets.preflight import TargetPreflight
+from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, Finding, TargetPreflight
 
 __all__ = ["PREFLIGHT"]
 
@@ -20,15 +26,44 @@ def _key(inputs: StageInputs) -> dict[str, str]:
     from edgebuild.targets.preflight import rules_digest
 
     group = inputs.group
+    post = inputs.project.task.postprocess
     return {"onnx": inputs.record(EXPORT).content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
-            "parser_tables": rules_digest()}
+            "parser_tables": rules_digest(),
+            "nms_in_model": digest(post.model_dump()) if getattr(post, "in_model", False) else "no"}
 
 
 def _run(inputs: StageInputs) -> TargetPreflight:
     from edgebuild.targets.preflight import check_target
 
     session: CompileSession = inputs.session
-    return check_target(session.onnx_graph(inputs.record(EXPORT).onnx_path), inputs.group)
+    graph = session.onnx_graph(inputs.record(EXPORT).onnx_path)
+    post = inputs.project.task.postprocess
+    if not getattr(post, "in_model", False):
+        return check_target(graph, inputs.group)
+    from edgebuild.sources.nms_graph import append_nms, check_nms_settings
+
+    found = check_target(append_nms(graph, check_nms_settings("detection", post.model_dump()),
+                                       len(inputs.project.task.classes)), inputs.group)
+    return replace(found, findings=found.findings + tuple(_nms_findings(inputs.group)))
+
+
+def _nms_findings(group) -> list[Finding]:  # noqa: ANN001 (a SelectedGroup)
+    from edgebuild.sources.nms_graph import PREFIX, nms_target_problem
+
+    where = f"{PREFIX}nms"
+    findings = []
+    problem = nms_target_problem(group.target.release.tensorrt)
+    if problem is not None:
+        findings.append(Finding(where, "NonMaxSuppression", BLOCKING, *problem, source=_NMS_DOCS))
+    elif group.use_dla and group.target.module.dla_cores > 0:
+        dla = nms_target_problem(group.target.release.tensorrt, use_dla=True)
+        assert dla is not None
+        findings.append(Finding(where, "NonMaxSuppression", DLA_FALLBACK,
+                                dla[0] + "; with GPU fallback TensorRT runs it on the GPU", dla[1], _NMS_DOCS))
+    return findings
+
+
+_NMS_DOCS = "docs/detections.md (TensorRT's INMSLayer)"
 
 
 def _describe(record: TargetPreflight) -> str:
@@ -50,7 +85,7 @@ def _verdict(inputs: StageInputs, record: TargetPreflight) -> PreflightError | N
 
 
 PREFLIGHT = Stage(
-    name="preflight", version=1,
+    name="preflight", version=2,
     summary="every ONNX node checked against the group's TensorRT parser (types and attributes too)",
     record=TargetPreflight, after=("export",), per_group=True, key=_key, run=_run, describe=_describe,
     verdict=_verdict)

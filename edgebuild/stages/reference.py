@@ -3,7 +3,8 @@
 Reads: the model stage, the validation data, the task and metric. Evaluates the model as its
 route runs it (``edgebuild.sources.routes``: PyTorch, or ONNX Runtime for an ONNX file). Its
 record (``Evaluation``) is what retention is measured against before the gate has its own FP32
-ONNX measurement.
+ONNX measurement. A detector is scored from its raw head with the host's decode, also where
+``[task.postprocess] in_model`` appends NMS to the export.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def _run(inputs: StageInputs) -> Evaluation:
                                                               lambda: session.torch_runner(inputs.project))
     if not inputs.options.progress:  # no bar: one line when the long step starts
         inputs.report(f"reference: evaluating {what} on {len(data)} validation images [{runner.backend}]")
-    return evaluate(inputs.project, runner, data=data, progress=inputs.options.progress)
+    # the model as its source gives it: a detector's raw head, decoded on the host even where the
+    # project appends NMS to the export (the gate proves that decode and the appended one agree)
+    return evaluate(inputs.project, runner, data=data, progress=inputs.options.progress, raw_head=True)
 
 
 def _describe(record: Evaluation) -> str:

@@ -27,7 +27,7 @@ def test_an_ultralytics_detector_decodes_with_ultralytics_pre_nms_top_k(tmp_path
     project = load_project(write_tiny_project(tmp_path / "tiny"))
     settings = detection_settings(project)
     assert settings == {"boxes_output": "boxes", "scores_output": "scores", "score_threshold": 0.001,
-                        "nms_iou": 0.6, "max_detections": 100, "pre_nms_top_k": 1000}
+                        "nms_iou": 0.6, "max_detections": 100, "pre_nms_top_k": 1000, "in_model": False}
     _ultralytics_export(project.root / "yolo.onnx")
     as_source = project.model_copy(update={"model": project.model.model_copy(update={"source": "yolo.onnx",
                                                                                      "entry_point": None})})
