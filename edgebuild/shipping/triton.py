@@ -17,6 +17,11 @@ inputs and outputs with dims from the profile (-1 for dynamic axes; the batch ax
 when the profile's axis 0 is dynamic), ``max_batch_size`` from the profile, ``dynamic_batching``
 from ``[runtime]``, ``instance_group`` KIND_GPU, and ``model_warmup`` at the profile's opt shape,
 so Triton reports the model ready only after warm-up.
+
+A detector with NMS inside the model (``[task.postprocess] in_model``) gives Triton its four
+fixed-size outputs (num_detections, detection_boxes, detection_scores, detection_classes), so
+Triton answers detections with no ensemble and no Python backend; a raw-head detector is served
+as its raw tensors, and the record's notes say how to change that.
 """
 
 from __future__ import annotations
@@ -161,6 +166,9 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
     if engine and release is not None and not recipe.tensorrt.startswith(release.tensorrt):
         notes.append(f"the engine was built with TensorRT {recipe.tensorrt}, Triton {release.triton} loads TensorRT "
                      f"{release.tensorrt}: it will refuse the plan; serve the ONNX instead (deferred) or rebuild")
+    if recipe.task is not None and recipe.task.outputs == "raw_head":
+        notes.append("Triton serves this detector's raw head (every client decodes and runs NMS itself): set "
+                     "task.postprocess.in_model = true to serve detections (docs/detections.md)")
     with atomic_output_dir(out) as staging:
         model_dir = staging / "model_repository" / recipe.model_name
         (model_dir / "1").mkdir(parents=True)

@@ -26,11 +26,13 @@ def _onnx_io(path: Path) -> tuple[dict, dict]:
     return {i.name: dims(i) for i in graph.input}, {o.name: dims(o) for o in graph.output}
 
 
-@pytest.mark.parametrize("example", ["digits-classifier", "shapes-detector"])
+@pytest.mark.parametrize("example", ["digits-classifier", "shapes-detector", "shapes-detector+nms"])
 def test_every_group_gets_a_model_repository_triton_can_read(example_copy, example: str) -> None:
-    root = example_copy(example)
+    root = example_copy(example.removesuffix("+nms"))
     toml = root / "edgebuild.toml"
     text = toml.read_text()
+    if example.endswith("+nms"):
+        text = text.replace("max_detections = 100", "max_detections = 100\nin_model = true")
     runtime = '[runtime]\nserver = "both"\nmax_batch_size = 4\nmax_queue_delay_ms = 3\n'
     toml.write_text(text.replace("[runtime]\n", runtime, 1) if "[runtime]\n" in text else text + "\n" + runtime)
     done = CliRunner().invoke(main, ["compile", "-p", str(root), "--no-progress", "--json"])
@@ -49,6 +51,13 @@ def test_every_group_gets_a_model_repository_triton_can_read(example_copy, examp
         assert list(config.input[0].dims) == inputs[name][1:]
         assert config.input[0].data_type == model_config_pb2.TYPE_FP32
         assert {o.name: list(o.dims) for o in config.output} == {k: v[1:] for k, v in outputs.items()}
+        if example.endswith("+nms"):  # detections, fixed size: Triton needs no ensemble or Python backend
+            assert [(o.name, o.data_type) for o in config.output] == [
+                ("num_detections", model_config_pb2.TYPE_INT32), ("detection_boxes", model_config_pb2.TYPE_FP32),
+                ("detection_scores", model_config_pb2.TYPE_FP32), ("detection_classes", model_config_pb2.TYPE_FP32)]
+            assert list(config.output[1].dims) == [100, 4] and not any("raw head" in n for n in triton["notes"])
+        elif example == "shapes-detector":
+            assert any("in_model = true" in n for n in triton["notes"])
         assert config.dynamic_batching.max_queue_delay_microseconds == 3000
         assert 4 in config.dynamic_batching.preferred_batch_size
         assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
