@@ -184,6 +184,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
                  "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
     measured, notes = [fp32], []
     parity = _check_nms_parity(project, store, fp32, report) if store.nms_inside else {}
+    if parity:  # the report, the summary and the CLI show the notes
+        notes.append(_parity_line(parity))
     wanted = project.quantize.precisions
     if "fp16" in wanted:
         measured.append(store.candidate("fp16"))
@@ -219,9 +221,7 @@ NMS_PARITY_METRIC_TOLERANCE = 1e-6
 def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Report) -> dict[str, Any]:
     """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
     parity = store.nms_parity(fp32)
-    line = (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
-            f"head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
-            f"{parity['images']} images")
+    line = _parity_line(parity)
     report(f"gate: {line}")
     if parity["difference"] > NMS_PARITY_METRIC_TOLERANCE:
         raise AccuracyGateError(
@@ -231,6 +231,12 @@ def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measureme
                  "task.postprocess.in_model = false to decode on the host, and report the model at "
                  "edgebuild's issue tracker")
     return parity
+
+
+def _parity_line(parity: dict[str, Any]) -> str:
+    return (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
+            f"FP32 head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
+            f"{parity['images']} images")
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,

@@ -65,6 +65,7 @@ scores_output = "scores"        # [N, A, C] per-class probabilities
 score_threshold = 0.001
 nms_iou = 0.6
 max_detections = 100
+# in_model = true               # NMS inside the model: the engine answers detections (docs/detections.md)
 # classification instead: logits_output = "logits"
 
 [data]
@@ -247,7 +248,9 @@ def render_project(found: FoundProject) -> str:
                 _line("scores_output", found.postprocess["scores_output"], "[N, A, C] per-class probabilities"),
                 _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
                 _line("nms_iou", found.postprocess.get("nms_iou", 0.6)),
-                _line("max_detections", found.postprocess.get("max_detections", 100))]
+                _line("max_detections", found.postprocess.get("max_detections", 100)),
+                "# in_model = true                      # NMS inside the model: the engine answers detections "
+                "(docs/detections.md)"]
     else:
         out += [_line("logits_output", found.postprocess["logits_output"], "[N, C] logits or probabilities")]
     out += ["", "[data]", _comment(found.data_said)]
