@@ -87,13 +87,25 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     With --farm (or [farm] coordinator), every group without a build device builds and is
     accepted on a board of its profile reserved from the labgrid farm, groups in parallel
     (--jobs), each board released afterwards; a group whose engine is current reserves none.
+    A fleet file (an edgebuild.toml whose [models] names model projects) compiles every model
+    once (model to gate, then the engine of each group that runs it, in build/models/<name>/)
+    and every group with all of its models: a memory plan checked before any engine is built,
+    then build/groups/<group>/ with every model, one container and one bundle per group, and
+    build/fleet.json (docs/fleets.md).
     """
+    from edgebuild.project.fleet import is_fleet_file
     from edgebuild.workflows.compile import compile_project
 
     forced = _parse_force(force)
     _check_ssh_url(build_on, "--build-on")
     if build_on and farm_address is not None:
         raise click.UsageError("give --build-on or --farm, not both")
+    if is_fleet_file(project_dir):
+        if build_on or farm_address is not None:
+            raise click.UsageError("a fleet file builds with each group's build_on; --build-on and --farm take a "
+                                   "model project")
+        _compile_fleet(cli, project_dir, selector, forced, no_gate, ship_ungated, no_progress, as_json)
+        return
 
     def show_plan(plan: Any) -> None:
         if not as_json:
@@ -114,6 +126,32 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     else:
         click.echo(render.compile_summary(done.report))
         click.echo(render.report_line(done.written))
+    if done.error:
+        raise done.error
+
+
+def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: frozenset[str], no_gate: bool,
+                   ship_ungated: bool, no_progress: bool, as_json: bool) -> None:
+    import json
+
+    from edgebuild.workflows.fleet import compile_fleet, fleet_summary
+
+    def show_stage(outcome: Any) -> None:
+        if not as_json:
+            click.echo(render.stage_line(outcome))
+
+    done = compile_fleet(project_dir, selector, force=forced, gate=not no_gate, ship_ungated=ship_ungated,
+                         progress=cli.progress(no_progress=no_progress, as_json=as_json),
+                         report=cli.reporter(quiet=as_json), on_stage=show_stage)
+    if as_json:
+        click.echo(render.as_json({"fleet": json.loads(done.record.read_text()),
+                                   "models": {name: r.as_dict() for name, r in done.models.items()}}))
+    else:
+        for name, report in done.models.items():
+            click.echo(f"\nmodel {name}:")
+            click.echo(render.compile_summary(report))
+        click.echo("\n" + fleet_summary(done))
+        click.echo(f"fleet record: {done.record}")
     if done.error:
         raise done.error
 

@@ -54,6 +54,11 @@ def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Pro
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+    if "models" in raw:
+        raise ConfigError(f"{source}: a fleet file ([models] names the model projects it composes), not a model "
+                          "project", hint="`edgebuild compile` builds a fleet file; the other commands take one "
+                                          "model's folder (-p " + ", -p ".join(str(v) for v in raw["models"].values())
+                          + ")" if isinstance(raw["models"], dict) else "")
     raw = _with_model_defaults(source, raw)
     try:
         project = Project.model_validate(raw)
@@ -82,8 +87,8 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def _allowed_keys(loc: tuple[Any, ...], raw: dict[str, Any]) -> list[str]:
-    model: Any = Project
+def _allowed_keys(loc: tuple[Any, ...], raw: dict[str, Any], top: Any = Project) -> list[str]:
+    model: Any = top
     node: Any = raw
     for item in loc[:-1]:
         if isinstance(item, int):
@@ -113,14 +118,14 @@ def _section_type(annotation: Any, node: Any) -> Any:
     return None
 
 
-def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, Any]) -> str:
+def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, Any], top: Any = Project) -> str:
     lines = []
     for err in exc.errors(include_url=False):
         loc = err["loc"]
         key = _key_path(loc)
         kind = err["type"]
         if kind == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(loc, raw))
+            allowed = ", ".join(_allowed_keys(loc, raw, top))
             lines.append(f"{key}: unknown key (allowed here: {allowed})")
         elif kind == "missing":
             lines.append(f"{key}: required key is missing")

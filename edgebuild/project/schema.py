@@ -289,6 +289,7 @@ class FleetGroup(_Section):
     build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
     cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
     power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
+    models: list[str] | None = None  # a fleet file's group: the models it runs (edgebuild.project.fleet)
 
     @field_validator("build_on")
     @classmethod
@@ -391,6 +392,18 @@ class RuntimeSection(_Section):
     # a raw-head detector: edgebuild's server also decodes (the host's decode + NMS) and answers
     # detections; a request can ask for them or for the raw tensors either way (docs/serving.md)
     detections: bool = False
+    # the server process's own memory on the device (Python, numpy, the TensorRT runtime and its CUDA
+    # context), which a fleet group's memory plan counts once for all its models; an estimate: measure
+    # yours (`edgebuild bench` reports the peak) and set it
+    footprint: str = "512M"
+
+    @field_validator("footprint")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        from edgebuild.targets.limits import parse_size
+
+        parse_size(value)  # its ValueError says how to write a size
+        return value
 
 
 class OtaSection(_Section):
@@ -448,6 +461,14 @@ class Project(_Section):
     # set by load_project; not part of the file
     root: Path = Field(default=Path("."), exclude=True)
     source: Path = Field(default=Path(PROJECT_FILE), exclude=True)
+
+    @model_validator(mode="after")
+    def _one_model(self) -> Project:
+        named = [g.name for g in self.fleet if g.models is not None]
+        if named:
+            raise ValueError(f"fleet group(s) {', '.join(named)} name models: that is a fleet file's key ([models] "
+                             "composing model projects, docs/fleets.md); a model project's group runs its one model")
+        return self
 
     @model_validator(mode="after")
     def _detections_on_the_device(self) -> Project:

@@ -81,7 +81,24 @@ def active_version(root: Path) -> Optional[str]:
 
 
 def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
-    """The runtime's warm-up, then the bundle's reference input must give its reference output."""
+    """The runtime's warm-up, then the bundle's reference input must give its reference output.
+
+    A group folder (several models, ``edgebuild.runtime.group``) passes only when every model
+    does: the first that fails names itself, and the install rolls the whole set back."""
+    from edgebuild.runtime.group import is_group_folder, model_folders
+
+    if not is_group_folder(folder):
+        return _model_health_check(folder, warmup_budget_s)
+    checked = {}
+    for name, model_folder in model_folders(folder).items():
+        try:
+            checked[name] = _model_health_check(model_folder, warmup_budget_s)
+        except BundleError as exc:
+            raise BundleError("model {}: {}".format(name, exc.message)) from None
+    return {"models": checked}
+
+
+def _model_health_check(folder: Path, warmup_budget_s: float) -> Dict[str, Any]:
     import numpy as np
 
     from edgebuild.runtime.service import ModelService

@@ -30,7 +30,7 @@ import string
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -272,9 +272,8 @@ def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
 
     ``recipe`` is the folder's recipe where the caller has read it already."""
     artifact_dir = Path(artifact_dir)
-    recipe = recipe or Recipe.load(artifact_dir, hint="run `edgebuild compile` first (the engine stage writes "
-                                                      "build/engines/<group>/)")
-    model_files = recipe.file_names(engine=plan.ships_engine)
+    recipe = recipe or _first_recipe(artifact_dir)
+    model_files = _served_files(artifact_dir, recipe, plan.ships_engine)
     missing = [name for name in model_files if not (artifact_dir / name).is_file()]
     if missing:
         raise ConfigError(f"{artifact_dir}: {', '.join(missing)} missing; rerun `edgebuild compile --force`")
@@ -435,6 +434,29 @@ class ContainerRecord:
         return cls(**data)
 
 
+def _first_recipe(folder: Path) -> Recipe:
+    """The recipe of a model folder, or of a group folder's first model (the group's target, limits and runtime)."""
+    from edgebuild.runtime.group import model_folders
+
+    hint = "run `edgebuild compile` first (the engine stage writes build/engines/<group>/)"
+    if not (folder / "recipe.json").is_file() and not (folder / "group.json").is_file():
+        return Recipe.load(folder, hint=hint)  # says what is missing
+    return Recipe.load(next(iter(model_folders(folder).values())), hint=hint)
+
+
+def _served_files(folder: Path, recipe: Recipe, engine: bool) -> list[str]:
+    """The files the server reads, relative to ``folder``: a model folder's, or a group folder's manifest and
+    every model's."""
+    from edgebuild.runtime.group import GROUP_FILE, GroupManifest, is_group_folder
+
+    if not is_group_folder(folder):
+        return recipe.file_names(engine=engine)
+    names = [GROUP_FILE]
+    for model in GroupManifest.load(folder).models:
+        names += [f"{model.folder}/{name}" for name in Recipe.load(folder / model.folder).file_names(engine=engine)]
+    return names
+
+
 def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                          base_image: str | None = None, recipe: Recipe | None = None) -> ContainerPlan:
     """The container plan of one group, from its model folder (the engine stage's record names it).
@@ -443,9 +465,7 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
     and the engine's memory pool was built with it). ``recipe`` is the folder's, where the
     caller has read it already.
     """
-    recipe = recipe or Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the "
-                                                      "engine stage writes that folder), or select compiled groups "
-                                                      "with --target")
+    recipe = recipe or _first_recipe(model_folder)
     if recipe.target != group.target.id:
         raise ConfigError(f"{model_folder}: the recipe is for {recipe.target}, but group {group.name} "
                           f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
@@ -455,9 +475,11 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
 def write_group_container(project: Any, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                           base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
-    recipe = Recipe.load(model_folder, hint=f"run `edgebuild compile --target {group.name}` first (the engine "
-                                            "stage writes that folder)")
+    recipe = _first_recipe(model_folder)
     plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)
+    if (model_folder / "group.json").is_file():  # several models: the image is the fleet's, not one model's
+        plan = replace(plan, model_name=project.project.name, model_version=project.ota.version,
+                       image=_image_tag(project.project.name, project.ota.version, group.name, flavor))
     layout = BuildLayout.of(project)
     out = layout.container(group.name, flavor)
     folder = model_folder

@@ -258,7 +258,30 @@ def reference_outputs(artifact: Path, recipe: Recipe) -> bytes:
 
 def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None = None
                    ) -> tuple[Recipe, dict[str, bytes]]:
-    """(recipe, files) of one group: the servable model folder, the health reference and the run specs."""
+    """(recipe, files) of one group: the servable model folder (or a group folder: its manifest and every
+    model's folder, each with its health reference), the health reference and the run specs. The recipe
+    returned is the model's, or the group's first model's (the target and module are the group's)."""
+    from edgebuild.runtime.group import GROUP_FILE, GroupManifest, is_group_folder
+
+    if is_group_folder(artifact):
+        manifest = GroupManifest.load(artifact)
+        files = {GROUP_FILE: (artifact / GROUP_FILE).read_bytes()}
+        recipes = []
+        for model in manifest.models:
+            recipe, model_files = _model_payload(artifact / model.folder, hint)
+            recipes.append(recipe)
+            files.update({f"{model.folder}/{name}": data for name, data in model_files.items()})
+        recipe = recipes[0]
+    else:
+        recipe, files = _model_payload(artifact, hint)
+    if containers is not None and containers.is_dir():
+        for spec in sorted(containers.iterdir()):
+            if spec.is_file() and (spec.name in ("run.sh", "compose.yaml") or spec.suffix == ".service"):
+                files[f"run/{spec.name}"] = spec.read_bytes()
+    return recipe, files
+
+
+def _model_payload(artifact: Path, hint: str | None) -> tuple[Recipe, dict[str, bytes]]:
     from edgebuild.runtime.bundle import REFERENCE
 
     recipe = Recipe.load(artifact, hint=hint)
@@ -268,10 +291,6 @@ def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None 
     if recipe.fallback:  # the fallback recipe's own health reference, for a device that serves it
         fallback = artifact / recipe.fallback
         files[f"{recipe.fallback}/{REFERENCE}"] = reference_outputs(fallback, Recipe.load(fallback))
-    if containers is not None and containers.is_dir():
-        for spec in sorted(containers.iterdir()):
-            if spec.is_file() and (spec.name in ("run.sh", "compose.yaml") or spec.suffix == ".service"):
-                files[f"run/{spec.name}"] = spec.read_bytes()
     return recipe, files
 
 
@@ -303,6 +322,8 @@ class PackageRecord:
     notes: list[str]
     #: the accept stage's measurement of a device-built engine (where, backend, metric, retention), if any
     accepted: dict[str, Any] | None = None
+    #: a fleet group's models (name, served_as, version, precision), switched together
+    models: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,7 +333,8 @@ class PackageRecord:
         return cls(**data)
 
 
-def mender_keys(project: Any, name: str, version: str, group: str, l4t: str) -> dict[str, Any]:
+def mender_keys(project: Any, name: str, version: str, group: str, l4t: str,
+                models: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What a model artifact provides, clears and depends on in the device's Mender provides.
 
     It provides ``edgebuild.model.<name>.version`` and ``.group`` and clears only
@@ -323,8 +345,20 @@ def mender_keys(project: Any, name: str, version: str, group: str, l4t: str) -> 
     """
     prefix = f"edgebuild.model.{name}"
     l4t_key = project.ota.l4t_provide
-    return {"provides": {f"{prefix}.version": version, f"{prefix}.group": group},
-            "clears_provides": [f"{prefix}.*"], "depends": {l4t_key: l4t} if l4t_key else None}
+    provides = {f"{prefix}.version": version, f"{prefix}.group": group}
+    for model in models or ():  # a group's artifact also says which version of each model it carries
+        provides[f"{prefix}.models.{model['name']}"] = model["version"]
+    return {"provides": provides, "clears_provides": [f"{prefix}.*"], "depends": {l4t_key: l4t} if l4t_key else None}
+
+
+def _group_models(folder: Path | None) -> list[dict[str, Any]]:
+    """A group folder's models as the bundle manifest and fleet.json list them (empty: a model folder)."""
+    from edgebuild.runtime.group import GroupManifest, is_group_folder
+
+    if folder is None or not is_group_folder(folder):
+        return []
+    return [{"name": m.name, "served_as": m.served_as, "version": m.version, "precision": m.precision}
+            for m in GroupManifest.load(folder).models]
 
 
 def _base_manifest(since: Path, group: str) -> dict[str, Any]:
@@ -356,6 +390,9 @@ def package_group(project: Any, group: SelectedGroup, *, model_folder: Path | No
     manifest = {"model": name, "version": version, "group": group_name, "target": recipe.target,
                 "precision": recipe.precision, "compatibility": recipe.compatibility(),
                 "sequence": time.time_ns() // 1_000_000}
+    models = _group_models(model_folder)
+    if models:  # a group folder: every model it switches together, with its version
+        manifest["models"] = models
     folder = layout.package(group_name)
     bundle_path = folder / f"{name}-{version}-{group_name}{BUNDLE_SUFFIX}"
     written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
@@ -364,14 +401,15 @@ def package_group(project: Any, group: SelectedGroup, *, model_folder: Path | No
         artifact_name=f"{name}-{version}-{group_name}",
         device_types=project.ota.device_types.get(recipe.module.id, [recipe.module.id]),
         files={bundle_path.name: bundle_path.read_bytes()},
-        **mender_keys(project, name, version, group_name, recipe.l4t),
+        **mender_keys(project, name, version, group_name, recipe.l4t, models),
         meta_data={"target": recipe.target, "group": group_name},
         signing_key=mender_key))
     record = PackageRecord(
         group=group_name, target=recipe.target, bundle=_described(bundle_path, project.root),
         mender=_described(mender_path, project.root), signed=bundle_key is not None,
         delta_over=(written.get("delta") or {}).get("base_version"), files=len(written["files"]),
-        carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes, accepted=accepted)
+        carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes, accepted=accepted,
+        models=models or None)
     report(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
            + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
     write_fleet_manifest(project, [record])

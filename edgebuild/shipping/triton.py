@@ -152,9 +152,14 @@ class TritonRecord:
 
 def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> TritonRecord:
     """``out`` (``build/triton/<group>``): the model repository, a Dockerfile and run.sh for Triton
-    (``recipe``: the folder's, where the caller has read it already)."""
-    recipe = recipe or Recipe.load(folder)
-    engine = recipe.shippable_engine and Recipe.has_engine(folder)
+    (``recipe``: the folder's, where the caller has read it already). A group folder (several models,
+    ``edgebuild.runtime.group``) gives one repository with every model."""
+    from edgebuild.runtime.group import model_folders
+
+    folders = model_folders(folder)
+    recipes = {name: Recipe.load(path) for name, path in folders.items()}
+    recipe = recipe if recipe is not None and len(folders) == 1 else next(iter(recipes.values()))
+    engine = recipe.shippable_engine and Recipe.has_engine(next(iter(folders.values())))
     release = triton_release(recipe.jetpack)
     notes = []
     if release is None:
@@ -166,22 +171,26 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
     if engine and release is not None and not recipe.tensorrt.startswith(release.tensorrt):
         notes.append(f"the engine was built with TensorRT {recipe.tensorrt}, Triton {release.triton} loads TensorRT "
                      f"{release.tensorrt}: it will refuse the plan; serve the ONNX instead (deferred) or rebuild")
-    if recipe.task is not None and recipe.task.outputs == "raw_head":
-        notes.append("Triton serves this detector's raw head (every client decodes and runs NMS itself): set "
-                     "task.postprocess.in_model = true to serve detections (docs/detections.md)")
+    for name, each in recipes.items():
+        if each.task is not None and each.task.outputs == "raw_head":
+            notes.append(f"Triton serves {name}'s raw head (every client decodes and runs NMS itself): set "
+                         "task.postprocess.in_model = true to serve detections (docs/detections.md)")
     with atomic_output_dir(out) as staging:
-        model_dir = staging / "model_repository" / recipe.model_name
-        (model_dir / "1").mkdir(parents=True)
-        (model_dir / "config.pbtxt").write_text(config_pbtxt(recipe, engine=engine))
-        if engine:
-            shutil.copyfile(folder / ENGINE_FILE, model_dir / "1" / "model.plan")
-        else:
-            shutil.copyfile(folder / recipe.onnx, model_dir / "1" / "model.onnx")
+        for name, each in recipes.items():
+            each_engine = each.shippable_engine and Recipe.has_engine(folders[name])
+            model_dir = staging / "model_repository" / each.model_name
+            (model_dir / "1").mkdir(parents=True)
+            (model_dir / "config.pbtxt").write_text(config_pbtxt(each, engine=each_engine))
+            if each_engine:
+                shutil.copyfile(folders[name] / ENGINE_FILE, model_dir / "1" / "model.plan")
+            else:
+                shutil.copyfile(folders[name] / each.onnx, model_dir / "1" / "model.onnx")
         port = recipe.runtime.port
         if release is not None and release.kind == "container":
             (staging / "Dockerfile").write_text(
-                f"# Triton {release.triton} for JetPack {release.jetpack} (iGPU), serving {recipe.model_name} "
-                f"{recipe.model_version} ({recipe.group}); written by edgebuild.\n"
+                f"# Triton {release.triton} for JetPack {release.jetpack} (iGPU), serving "
+                f"{', '.join(f'{r.model_name} {r.model_version}' for r in recipes.values())} ({recipe.group}); "
+                "written by edgebuild.\n"
                 f"FROM {release.image}\nCOPY model_repository /models\n"
                 f"HEALTHCHECK --interval=10s --timeout=3s CMD curl -fs localhost:{port}/v2/health/ready || exit 1\n"
                 f'CMD ["tritonserver", "--model-repository=/models", "--http-port={port}", '

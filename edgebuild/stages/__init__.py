@@ -26,9 +26,11 @@ from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.stages.reference import REFERENCE
 from edgebuild.stages.session import CompileSession
 
-__all__ = ["STAGES", "compile_plan", "stage", "stage_names"]
+__all__ = ["MODEL_STAGES", "STAGES", "compile_plan", "stage", "stage_names"]
 
 STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, ENGINE, CONTAINER, PACKAGE)
+#: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet)
+MODEL_STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE)
 
 
 def stage_names() -> list[str]:

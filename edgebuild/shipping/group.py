@@ -1,0 +1,96 @@
+"""What ships to a fleet group that runs several models: one folder, one container, one bundle.
+
+``ship_group`` writes ``build/groups/<group>/`` (``edgebuild.runtime.group``: ``group.json`` and a
+copy of every model's folder under ``models/<name>/``), then the group's container build context
+and run specs (one server for every model, the group's limit preset for the set) and its signed
+bundle and Mender artifact carrying every model, through the same writers a one-model project
+uses (``shipping.container``, ``shipping.ota``), which take a group folder where they take a model
+folder. The fleet file's ``[ota]`` and ``[runtime]`` apply: :class:`FleetShipping` is the view of the
+fleet those writers read.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebuild.content import atomic_output_dir
+from edgebuild.runtime.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
+from edgebuild.runtime.recipe import Recipe
+
+__all__ = ["FleetShipping", "ship_group", "write_group_folder"]
+
+
+@dataclass(frozen=True)
+class FleetShipping:
+    """The fleet as the container and package writers read a project: its name, folders, [ota] and [runtime]."""
+
+    fleet: Any  # edgebuild.project.fleet.Fleet
+
+    @property
+    def project(self) -> Any:
+        return self.fleet.file.project
+
+    @property
+    def ota(self) -> Any:
+        return self.fleet.file.ota
+
+    @property
+    def runtime(self) -> Any:
+        return self.fleet.file.runtime
+
+    @property
+    def root(self) -> Path:
+        return self.fleet.root
+
+    @property
+    def build_dir(self) -> Path:
+        return self.fleet.build_dir
+
+    def path(self, relative: str) -> Path:
+        return (self.fleet.root / relative).resolve()
+
+
+def write_group_folder(fleet: Any, group: str, target: str, folders: dict[str, Path], memory: Any) -> Path:
+    """``build/groups/<group>/``: ``group.json`` and every model's folder, written as one unit."""
+    out = fleet.build_dir / "groups" / group
+    models = []
+    with atomic_output_dir(out) as staging:
+        for name, folder in folders.items():
+            recipe = Recipe.load(folder)
+            target_dir = staging / MODELS_DIR / name
+            for file_name in recipe.file_names(engine=Recipe.has_engine(folder)):
+                source = folder / file_name
+                if source.is_file():
+                    (target_dir / file_name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, target_dir / file_name)
+            models.append(GroupModel(name=name, served_as=recipe.model_name, folder=f"{MODELS_DIR}/{name}",
+                                     version=recipe.model_version, precision=recipe.precision))
+        GroupManifest(group=group, target=target, fleet=fleet.name, version=fleet.file.ota.version, models=models,
+                      memory_plan=memory.as_dict()).save(staging)
+    assert (out / GROUP_FILE).is_file()
+    return out
+
+
+def ship_group(fleet: Any, group: Any, folders: dict[str, Path], memory: Any, *, options: Any, report: Any,
+               ungated: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The group folder, its container and its bundle; returns what was written (paths from the fleet).
+    ``ungated``: models whose candidate was selected with the gate off (not packaged without --ship-ungated)."""
+    from edgebuild.errors import AccuracyGateError
+    from edgebuild.shipping.container import write_group_container
+    from edgebuild.shipping.ota import package_group
+
+    view = FleetShipping(fleet)
+    folder = write_group_folder(fleet, group.name, group.target.id, folders, memory)
+    report(f"{group.name}: wrote {folder.relative_to(fleet.root)} ({', '.join(folders)})")
+    container = write_group_container(view, group, folder, flavor=options.container_flavor,
+                                      base_image=options.base_image, report=report)
+    if ungated and not options.ship_ungated:
+        raise AccuracyGateError(f"{group.name}: not packaged: {', '.join(ungated)} selected with the gate off",
+                                hint="compile with the gate on, or pass --ship-ungated")
+    package = package_group(view, group, model_folder=folder, context=fleet.build_dir / container.context,
+                            report=report)
+    return {"folder": str(folder.relative_to(fleet.root)), "container": container.context,
+            "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}

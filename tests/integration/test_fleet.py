@@ -1,0 +1,105 @@
+"""A fleet of several models (``examples/camera-box``): every model once, every group with all its models,
+one memory plan, one container and one bundle per group; and the fleet file's bad input."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from edgebuild.errors import ConfigError
+from edgebuild.project.fleet import load_fleet
+from edgebuild.runtime.group import GroupManifest, model_folders
+
+
+@pytest.fixture
+def camera_box(example_copy) -> Path:
+    for name in ("shapes-detector", "digits-classifier"):
+        example_copy(name)  # siblings, as in examples/: the fleet file names them as ../<name>
+    return example_copy("camera-box")
+
+
+def _payload(bundle: Path) -> set[str]:
+    with tarfile.open(bundle, mode="r:gz") as tar:
+        return {m.name.removeprefix("payload/") for m in tar.getmembers() if m.name.startswith("payload/")}
+
+
+def test_the_camera_box_builds_two_groups_each_carrying_exactly_its_models(camera_box: Path) -> None:
+    done = CliRunner().invoke(main, ["compile", "--target", "orin", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "memory plan yard-cams" in done.output and "fleet camera-box:" in done.output
+    fleet = json.loads((camera_box / "build/fleet.json").read_text())
+    groups = {g["group"]: g for g in fleet["groups"]}
+    assert {g: v["models"] for g, v in groups.items()} == {"yard-cams": ["detector", "classifier"],
+                                                           "dock": ["detector"]}
+    for group in groups.values():
+        assert group["error"] is None and group["memory_plan"]["fits"]
+        assert set(group["candidates"]) == set(group["models"])
+        planned = [m["model"] for m in group["memory_plan"]["models"]]
+        assert planned == group["models"]
+        folder = camera_box / group["folder"]
+        manifest = GroupManifest.load(folder)
+        assert [m.name for m in manifest.models] == group["models"]
+        assert set(model_folders(folder)) == {"shapes-detector", "digits-classifier"}.intersection(
+            {"shapes-detector"} | ({"digits-classifier"} if "classifier" in group["models"] else set()))
+        payload = _payload(camera_box / group["bundle"])
+        carried = {p.split("/")[1] for p in payload if p.startswith("models/")}
+        assert carried == set(group["models"]), payload  # each bundle: exactly its group's models
+        assert "group.json" in payload and all(f"models/{m}/reference.npz" in payload for m in group["models"])
+        context = camera_box / "build" / group["container"]
+        assert (context / "model" / "group.json").is_file()
+        assert {p.name for p in (context / "model" / "models").iterdir()} == set(group["models"])
+    # the model-level stages ran once per model: each model has its own build folder, with one gate
+    assert (camera_box / "build/models/detector/gate/gate.json").is_file()
+    assert (camera_box / "build/models/classifier/gate/gate.json").is_file()
+    again = CliRunner().invoke(main, ["compile", "--target", "orin", "-p", str(camera_box), "--no-progress"])
+    assert again.exit_code == 0 and "gate       ran" not in again.output, again.output
+
+
+def test_a_set_over_a_small_presets_memory_is_refused_before_any_engine(camera_box: Path) -> None:
+    (camera_box / "tight.toml").write_text(
+        'module = "orin-nano-8gb"\ndescription = "too small for two models"\n\n[limits]\nmemory = "400M"\n'
+        'cpus = 2\n\n[gpu]\ntensorrt_workspace = "64M"\nengine_device_memory_max = "128M"\n')
+    toml = camera_box / "edgebuild.toml"
+    toml.write_text(toml.read_text().replace('models = ["detector", "classifier"]',
+                                             'models = ["detector", "classifier"]\ncgroup_preset = "tight.toml"'))
+    done = CliRunner().invoke(main, ["compile", "--target", "orin", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 13, done.output
+    assert "yard-cams: the group's models need" in done.output and "tight" in done.output
+    for line in ("runtime (one server, one CUDA context)", "detector", "classifier", "budget 528.0 MiB"):
+        assert line in done.output
+    assert not (camera_box / "build/models/detector/engines/yard-cams").exists()  # nothing built for it
+    assert not (camera_box / "build/groups/yard-cams").exists()
+    assert (camera_box / "build/groups/dock/group.json").is_file()  # the other group went on
+
+
+@pytest.mark.parametrize("change, words", [
+    (('models = ["detector"]', 'models = ["detector", "tracker"]'),
+     ["fleet group 'dock' runs 'tracker', which [models] does not define"]),
+    (('classifier = "../digits-classifier"', 'classifier = "../shapes-detector"'),
+     ["models detector, classifier are all the project 'shapes-detector'"]),
+    (('name = "dock"                         # AGX Orin on JetPack 5: the detector alone\nmodule = "agx-orin-64gb"',
+      'name = "dock"\nmodule = "orin-nx-16gb"'),
+     ["models.detector: its own fleet group 'dock' is agx-orin-64gb@5.1.2, the fleet file's is orin-nx-16gb@5.1.2"]),
+    (('models = ["detector"]', 'models = []'), ["fleet group 'dock' names no models"]),
+])
+def test_a_broken_fleet_file_names_the_group_and_the_models(camera_box: Path, change, words) -> None:
+    toml = camera_box / "edgebuild.toml"
+    text = toml.read_text()
+    assert change[0] in text
+    toml.write_text(text.replace(change[0], change[1]))
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(camera_box)
+    for word in words:
+        assert word in caught.value.message
+    done = CliRunner().invoke(main, ["compile", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 3 and words[0] in done.output
+
+
+def test_a_model_project_command_on_a_fleet_file_says_what_it_is(camera_box: Path) -> None:
+    done = CliRunner().invoke(main, ["validate", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 3 and "a fleet file" in done.output and "../shapes-detector" in done.output
