@@ -17,7 +17,8 @@ its own ``edgebuild.toml``: model, task, data, accuracy) and says which fleet gr
     models = ["detector", "classifier"]
 
 The fleet file owns what is shared by a group's models: ``[[fleet]]``, ``[runtime]``, ``[ota]``
-and ``[farm]``. :func:`load_fleet` loads every model project and gives each the view the compile
+(the group's version, key and device types) and ``[farm]``; each model keeps its own version (its
+project's ``[ota] version``). :func:`load_fleet` loads every model project and gives each the view the compile
 runs it with (:meth:`Fleet.model_project`): the fleet's groups that run it, the fleet's runtime
 and OTA settings, and a build folder of its own under the fleet's (``build/models/<name>/``).
 A model project's own ``[[fleet]]`` may name a group the fleet file names too, but then with the
@@ -126,8 +127,11 @@ class Fleet:
                   for g in self.groups_running(model)]
         runtime = self.file.runtime.model_copy(update={"cgroup_preset": self._preset(self.file.runtime.cgroup_preset)})
         section = project.project.model_copy(update={"build_dir": str(self.model_build_dir(model))})
-        return project.model_copy(update={"project": section, "fleet": groups, "runtime": runtime,
-                                          "ota": self.file.ota, "farm": self.file.farm})
+        # the model keeps its own version (its project's [ota] version): a group's update carries each model's
+        # version, and a model that did not change keeps its files byte for byte (a delta leaves them out)
+        ota = self.file.ota.model_copy(update={"version": project.ota.version})
+        return project.model_copy(update={"project": section, "fleet": groups, "runtime": runtime, "ota": ota,
+                                          "farm": self.file.farm})
 
     def _preset(self, name: str | None) -> str | None:
         """A preset given as a file path is the fleet file's, not the model project's (absolute from here)."""

@@ -91,6 +91,6 @@ def ship_group(fleet: Any, group: Any, folders: dict[str, Path], memory: Any, *,
         raise AccuracyGateError(f"{group.name}: not packaged: {', '.join(ungated)} selected with the gate off",
                                 hint="compile with the gate on, or pass --ship-ungated")
     package = package_group(view, group, model_folder=folder, context=fleet.build_dir / container.context,
-                            report=report)
+                            since=options.package_since, report=report)
     return {"folder": str(folder.relative_to(fleet.root)), "container": container.context,
             "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}

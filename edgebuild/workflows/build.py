@@ -103,8 +103,18 @@ def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None
                   report: Report = lambda _: None) -> dict[str, Any]:
     """Each selected group's OTA artifacts (the package stage) and ``build/packages/fleet.json``,
     which this returns."""
+    import json
+
+    from edgebuild.project.fleet import is_fleet_file
     from edgebuild.shipping.ota import write_fleet_manifest
 
+    if is_fleet_file(project_dir):  # several models: the fleet's compile packages each group with all of them
+        from edgebuild.workflows.fleet import compile_fleet
+
+        done = compile_fleet(project_dir, selector, package_since=since, ship_ungated=ship_ungated, report=report)
+        if done.error:
+            raise done.error
+        return json.loads((done.fleet.build_dir / "packages" / "fleet.json").read_text())
     plan = load_plan(project_dir, selector)
     outcome = run_until(plan, "package", package_since=since, ship_ungated=ship_ungated,
                         report=report).outcome("package")

@@ -62,9 +62,10 @@ class FleetCompiled:
 
 
 def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = frozenset(), gate: bool = True,
-                  ship_ungated: bool = False, progress: bool = False, report: Report = lambda _: None,
-                  on_stage: Callable[[Any], None] = lambda _: None) -> FleetCompiled:
-    """Compile the groups ``selector`` picks of the fleet file at ``fleet_dir``, with every model they run."""
+                  ship_ungated: bool = False, package_since: Path | None = None, progress: bool = False,
+                  report: Report = lambda _: None, on_stage: Callable[[Any], None] = lambda _: None) -> FleetCompiled:
+    """Compile the groups ``selector`` picks of the fleet file at ``fleet_dir``, with every model they run.
+    ``package_since``: an earlier bundle or packages folder; each group's bundle is a delta over it."""
     from edgebuild.pipeline.runner import Options, plan_compile, run_stages
     from edgebuild.project.fleet import load_fleet
     from edgebuild.stages import MODEL_STAGES, STAGES
@@ -74,7 +75,7 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
     fleet = load_fleet(fleet_dir)
     catalog = load_catalog()
     selected = {g.name for g in select_groups(selector, fleet.file.fleet, catalog)}
-    options = Options(force=force, progress=progress, ship_ungated=ship_ungated)
+    options = Options(force=force, progress=progress, ship_ungated=ship_ungated, package_since=package_since)
     plans, reports, sessions = {}, {}, {}
     for name in fleet.models:
         if not any(g.name in selected for g in fleet.groups_running(name)):
