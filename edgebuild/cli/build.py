@@ -151,7 +151,7 @@ def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: fr
             click.echo(f"\nmodel {name}:")
             click.echo(render.compile_summary(report))
         click.echo("\n" + fleet_summary(done))
-        click.echo(f"fleet record: {done.record}")
+        click.echo(f"fleet record: {done.record}; report: {done.fleet.build_dir / 'report' / 'index.html'}")
     if done.error:
         raise done.error
 

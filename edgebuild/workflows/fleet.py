@@ -8,7 +8,8 @@ and the engines each group's memory plan is made from the gates' selections; a g
 do not fit is refused there, before any of its engines is built, and the other groups go on.
 Then each group gets its folder (``build/groups/<group>/``: ``group.json`` and a copy of every
 model's folder), one container and one bundle with every model (``edgebuild.shipping.group``).
-``build/fleet.json`` says per group which models, which candidates and the memory plan.
+``build/fleet.json`` says per group which models, which candidates and the memory plan, and
+``build/report/`` shows it (each model's own report is in ``build/models/<name>/report/``).
 """
 
 from __future__ import annotations
@@ -105,7 +106,20 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
             _ship_group(fleet, outcome, plans, reports, options, report)
     record = fleet.build_dir / FLEET_RECORD
     _write_record(fleet, groups, record)
+    _write_reports(fleet, plans, reports)
     return FleetCompiled(fleet, reports, groups, record)
+
+
+def _write_reports(fleet: Any, plans: dict[str, Any], reports: dict[str, Any]) -> None:
+    """Each model's own build report (its stages, gate, preflight) and the fleet's page linking them."""
+    from edgebuild.pipeline.runner import write_last_compile
+    from edgebuild.report import write_report
+    from edgebuild.report.fleet import write_fleet_report
+
+    for name, compiled in reports.items():
+        write_last_compile(compiled)
+        write_report(plans[name].project.build_dir)
+    write_fleet_report(fleet.build_dir)
 
 
 def _engine() -> Any:

@@ -53,6 +53,10 @@ def test_the_camera_box_builds_two_groups_each_carrying_exactly_its_models(camer
         context = camera_box / "build" / group["container"]
         assert (context / "model" / "group.json").is_file()
         assert {p.name for p in (context / "model" / "models").iterdir()} == set(group["models"])
+    page = (camera_box / "build/report/index.html").read_text()
+    assert "Memory plan (preset orin-nano-8gb" in page and "../models/classifier/report/index.html" in page
+    assert (camera_box / "build/models/classifier/report/index.html").is_file()
+    assert "| yard-cams | orin-nano-8gb@6.2 | detector: int8" in (camera_box / "build/report/summary.md").read_text()
     # the model-level stages ran once per model: each model has its own build folder, with one gate
     assert (camera_box / "build/models/detector/gate/gate.json").is_file()
     assert (camera_box / "build/models/classifier/gate/gate.json").is_file()
