@@ -107,3 +107,34 @@ def test_a_broken_fleet_file_names_the_group_and_the_models(camera_box: Path, ch
 def test_a_model_project_command_on_a_fleet_file_says_what_it_is(camera_box: Path) -> None:
     done = CliRunner().invoke(main, ["validate", "-p", str(camera_box), "--no-progress"])
     assert done.exit_code == 3 and "a fleet file" in done.output and "../shapes-detector" in done.output
+
+
+@pytest.mark.chromium
+def test_the_fleet_report_renders_in_chromium_and_no_request_leaves_the_file(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from edgebuild.report.fleet import write_fleet_report
+    from tests.integration.test_report import _chromium, _page_requests
+
+    model = {"precision": "int8", "weights": 1 << 20, "activations": 3 << 20, "workspace": 512 << 20,
+             "built_on_device": True, "source": "estimate from the ONNX"}
+    plan = {"group": "yard-cams", "preset": "orin-nano-8gb", "budget": 4 << 30, "runtime": 512 << 20,
+            "models": [{"model": "detector", **model}, {"model": "classifier", **model}],
+            "build_workspace": 512 << 20, "total": (1 << 30) + (8 << 20), "fits": True}
+    record = {"fleet": "camera-box", "finished": "2026-12-04T12:00:00Z", "groups": [
+        {"group": "yard-cams", "target": "orin-nano-8gb@6.2", "models": ["detector", "classifier"],
+         "candidates": {"detector": "int8 (retention 1.000)", "classifier": "int8 (retention 1.000)"},
+         "memory_plan": plan, "folder": "build/groups/yard-cams", "error": None},
+        {"group": "dock", "target": "agx-orin-64gb@5.1.2", "models": ["detector"], "candidates": {},
+         "memory_plan": None, "error": "model error: something failed"}]}
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "fleet.json").write_text(json.dumps(record))
+    page = write_fleet_report(tmp_path / "build")["html"]
+    png, netlog = tmp_path / "fleet.png", tmp_path / "fleet-netlog.json"
+    done = _chromium(page, png, netlog)
+    assert done.returncode == 0, done.stderr
+    assert _page_requests(netlog) == []
+    image = Image.open(png).convert("RGB")
+    assert len(image.getcolors(maxcolors=1 << 20)) > 20, "the screenshot is (nearly) blank"
+    text = page.read_text()
+    assert "Memory plan (preset orin-nano-8gb" in text and "something failed" in text
