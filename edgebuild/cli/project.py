@@ -79,10 +79,15 @@ def check(project_dir: Path, as_json: bool) -> None:
 
     The entry points are imported, not called (no model is built, data.prepare does not run),
     class folders are checked against task.classes, and a few images of each data folder are
-    decoded.
+    decoded. A fleet file is checked with every model project it names (each as above), and
+    its groups are listed with the models they run.
     """
+    from edgebuild.project.fleet import is_fleet_file
     from edgebuild.workflows.project import check_project
 
+    if is_fleet_file(project_dir):
+        _check_fleet(project_dir, as_json)
+        return
     checked = check_project(project_dir)
     if as_json:
         click.echo(render.as_json({"project_file": str(checked.project.source), "valid": True,
@@ -90,6 +95,25 @@ def check(project_dir: Path, as_json: bool) -> None:
                                    "checked": [str(f) for f in checked.findings]}))
         return
     click.echo(render.check_text(checked))
+
+
+def _check_fleet(project_dir: Path, as_json: bool) -> None:
+    from edgebuild.project.fleet import load_fleet
+    from edgebuild.workflows.project import check_project
+
+    fleet = load_fleet(project_dir)
+    checked = {name: check_project(project.source) for name, project in fleet.models.items()}
+    groups = [{"group": g.name, "target": g.target_id, "models": list(g.models or [])} for g in fleet.file.fleet]
+    if as_json:
+        click.echo(render.as_json({"fleet_file": str(fleet.source), "valid": True, "groups": groups,
+                                   "models": {n: str(p.source) for n, p in fleet.models.items()}}))
+        return
+    click.echo(f"{fleet.source}: a valid fleet file ({len(fleet.models)} models, {len(groups)} groups)")
+    for group in groups:
+        click.echo(f"  {group['group']:<12} {group['target']:<22} runs {', '.join(group['models'])}")
+    for name, result in checked.items():
+        click.echo(f"\nmodel {name} ({fleet.models[name].source}):")
+        click.echo(render.check_text(result))
 
 
 @click.group("data")

@@ -138,3 +138,10 @@ def test_the_fleet_report_renders_in_chromium_and_no_request_leaves_the_file(tmp
     assert len(image.getcolors(maxcolors=1 << 20)) > 20, "the screenshot is (nearly) blank"
     text = page.read_text()
     assert "Memory plan (preset orin-nano-8gb" in text and "something failed" in text
+
+
+def test_check_of_a_fleet_file_lists_its_groups_and_checks_every_model(camera_box: Path) -> None:
+    done = CliRunner().invoke(main, ["check", "-p", str(camera_box)])
+    assert done.exit_code == 0, done.output
+    assert "a valid fleet file (2 models, 2 groups)" in done.output
+    assert "runs detector, classifier" in done.output and "model classifier" in done.output
