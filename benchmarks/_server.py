@@ -36,12 +36,13 @@ def _wait_ready(port: int, child: subprocess.Popen) -> dict:
 
 @contextmanager
 def running_server(folder: Path, **options):
-    """Yield (port, the /v2/health/ready answer) of a ready server with these Server options."""
+    """Yield (port, the /v2/health/ready answer) of a ready server with these Server options (the
+    answer also holds the server process's id under ``"pid"``)."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), json.dumps(options)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = json.loads(child.stdout.readline())["port"]
-        yield port, _wait_ready(port, child)
+        yield port, dict(_wait_ready(port, child), pid=child.pid)
     finally:
         child.stdin.close()
         child.terminate()

@@ -4,8 +4,9 @@ Starts the server on a compiled model folder once per setting, each in a fresh p
 loopback, warms it up, then runs ``--clients`` concurrent clients for ``--duration`` seconds.
 Every client sends one-row requests (batch 1, the profile's opt height and width) as fast as it
 gets answers. Per setting it reports requests per second, the client-side p50 and p99 latency,
-and the mean rows per backend run (from the server's own counters in ``/metrics``), so the
-effect of batching is the change against the ``max_batch_size 1`` line.
+and the mean rows per backend run, the server's own time outside the backend per request and the
+part of it spent in the batching queue (from the server's ``/metrics``), so the effect of
+batching is the change against the ``max_batch_size 1`` line.
 
     python benchmarks/batching.py build/engines/<group> [--clients 16] [--duration 10]
         [--settings 1:0,4:2,8:2,8:5] [--binary] [--json out.json]
@@ -34,9 +35,16 @@ from _server import running_server
 from edgebuild.runtime.recipe import Recipe
 
 
-def _counter(metrics: str, name: str) -> float:
-    found = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", metrics, re.MULTILINE)
+def _counter(metrics: str, name: str, labels: str = "") -> float:
+    found = re.search(rf"^{name}\{{[^}}]*{labels}[^}}]*\}} (\S+)$", metrics, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
+
+
+def _mean_ms(before: str, after: str, name: str, labels: str = "") -> float | None:
+    """The mean of a histogram in seconds over the run, in ms (None: nothing observed)."""
+    count = _counter(after, name + "_count", labels) - _counter(before, name + "_count", labels)
+    total = _counter(after, name + "_sum", labels) - _counter(before, name + "_sum", labels)
+    return round(total / count * 1000.0, 2) if count else None
 
 
 def _metrics(port: int) -> str:
@@ -111,6 +119,9 @@ def measure(folder: Path, max_batch_size: int, delay_ms: float, clients: int, du
             "p50_ms": round(statistics.median(done), 2) if done else None,
             "p99_ms": round(done[min(len(done) - 1, int(0.99 * len(done)))], 2) if done else None,
             "rows_per_run": round(rows / runs, 2) if runs else None,
+            # the server's own time outside the backend, and the part of it spent waiting for the batcher
+            "server_ms": _mean_ms(before, after, "edgebuild_server_seconds"),
+            "wait_backend_ms": _mean_ms(before, after, "edgebuild_request_stage_seconds", 'stage="wait_backend"'),
             "warmup": ready.get("warmup", {}).get("warmup_s")}
 
 
@@ -132,12 +143,13 @@ def main() -> None:
           f"{args.duration:.0f} s per setting, one-row requests at {next(iter(recipe.profiles.values()))[1][1:]} "
           f"as {'binary tensors' if args.binary else 'JSON'}")
     results = []
-    print(f"{'batch':>5} {'delay ms':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rows/run':>8} {'failed':>6}")
+    print(f"{'batch':>5} {'delay ms':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rows/run':>8} "
+          f"{'server ms':>9} {'queue ms':>8} {'failed':>6}")
     for size, delay in settings:
         r = measure(args.artifact, size, delay, args.clients, args.duration, binary=args.binary)
         results.append(r)
         print(f"{size:>5} {delay:>8g} {r['requests_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
-              f"{r['rows_per_run']:>8} {r['failures']:>6}")
+              f"{r['rows_per_run']:>8} {r['server_ms']!s:>9} {r['wait_backend_ms']!s:>8} {r['failures']:>6}")
     base = results[0]["requests_per_s"]
     for r in results[1:]:
         print(f"max_batch_size {r['max_batch_size']}, delay {r['max_queue_delay_ms']:g} ms: "

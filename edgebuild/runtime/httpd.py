@@ -48,11 +48,20 @@ def _log(message: str) -> None:
 # -- requests and answers ----------------------------------------------------------------------
 
 class Request:
-    """One HTTP request as the dispatcher read it: method, path (no query), headers, body."""
+    """One HTTP request as the dispatcher read it: method, path (no query), headers, body (bytes-like:
+    the connection's read buffer itself where it held exactly this body, so no copy is made).
+
+    ``stages``: seconds per stage of its way through the server; the server adds ``wait_worker``
+    (from the body's last byte to a worker taking it), ``encode`` (the HTTP head, added to what the
+    handler put there) and ``send`` (from the answer being ready to its last byte sent), the
+    handler its own; ``on_sent`` gets the request once the answer is sent.
+    """
 
     def __init__(self, method: str, path: str, version: str, headers: http.client.HTTPMessage) -> None:
         self.method, self.path, self.version, self.headers = method, path, version, headers
         self.body = b""
+        self.stages = {}  # type: Dict[str, float]
+        self.received = 0.0
         connection = (headers.get("Connection") or "").lower()
         self.keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
 
@@ -141,6 +150,8 @@ class _Connection:
         self.length = 0
         self.close_after = False
         self.events = 0
+        #: the request whose answer is being written, and when that answer was ready
+        self.sending = None  # type: Optional[Tuple[Request, float]]
 
 
 class HTTPServer:
@@ -158,13 +169,15 @@ class HTTPServer:
     - ``send_timeout_s``: how long a client may take to read an answer;
     - ``max_body``: the largest body; past it, a 413 before the body is read;
     - ``inline(request)``: True for requests that never block (health, metadata, metrics): the
-      dispatcher answers them itself, so they answer while every worker waits on an inference.
+      dispatcher answers them itself, so they answer while every worker waits on an inference;
+    - ``on_sent(request)``: called on the dispatcher thread once an answer's last byte is sent
+      (``request.stages`` then holds its times); it must be quick.
     """
 
     def __init__(self, address: Tuple[str, int], handler: Any, *, max_body: int, workers: int = 8,
                  max_connections: int = 2048, header_timeout_s: float = 10.0, body_timeout_s: float = 30.0,
                  keepalive_timeout_s: float = 30.0, send_timeout_s: float = 30.0,
-                 on_refused: Any = None, inline: Any = None) -> None:
+                 on_refused: Any = None, inline: Any = None, on_sent: Any = None) -> None:
         if workers < 1 or max_connections < 1:
             raise ValueError("workers and max_connections must be at least 1")
         self.handler, self.max_body = handler, max_body
@@ -175,6 +188,7 @@ class HTTPServer:
         self._on_refused = on_refused or (lambda status: None)
         #: requests the dispatcher answers itself, never waiting for a worker (they must not block)
         self._inline = inline or (lambda request: False)
+        self._on_sent = on_sent
         self.socket = socket.create_server(address, backlog=1024, reuse_port=False)
         self.socket.setblocking(False)
         self.server_address = self.socket.getsockname()
@@ -353,8 +367,12 @@ class HTTPServer:
         if conn.state == _BODY and len(conn.inbox) >= conn.length:
             request = conn.request
             assert request is not None
-            request.body = bytes(conn.inbox[:conn.length])
-            del conn.inbox[:conn.length]
+            request.received = time.perf_counter()
+            if len(conn.inbox) == conn.length:  # the usual case: hand the buffer over instead of copying it
+                request.body, conn.inbox = conn.inbox, bytearray()
+            else:
+                request.body = bytes(conn.inbox[:conn.length])
+                del conn.inbox[:conn.length]
             conn.state = _BUSY
             self._watch(conn)
             if self._inline(request):  # written by the loop's next _finish_answers: no recursion per pipelined request
@@ -383,6 +401,8 @@ class HTTPServer:
             self._close(conn)
             return
         if not conn.outbox and conn.state == _WRITE:
+            if conn.sending is not None:
+                self._sent(conn)
             if conn.close_after:
                 self._linger(conn)
                 return
@@ -392,6 +412,17 @@ class HTTPServer:
             if conn not in self._connections:
                 return
         self._watch(conn)
+
+    def _sent(self, conn: _Connection) -> None:
+        assert conn.sending is not None
+        request, ready = conn.sending
+        conn.sending = None
+        request.stages["send"] = time.perf_counter() - ready
+        if self._on_sent is not None:
+            try:
+                self._on_sent(request)
+            except Exception as exc:  # a bug in the callback must not stop the dispatcher
+                _log("ERROR: on_sent: {}: {}".format(type(exc).__name__, exc))
 
     def _linger(self, conn: _Connection) -> None:
         """Close our side, then read until the client closes its side or ``_LINGER_S`` ends.
@@ -410,10 +441,10 @@ class HTTPServer:
 
     def _finish_answers(self) -> None:
         while self._done:
-            conn, data, close = self._done.popleft()
+            conn, data, close, sending = self._done.popleft()
             if conn not in self._connections:
                 continue
-            conn.state, conn.close_after = _WRITE, close
+            conn.state, conn.close_after, conn.sending = _WRITE, close, sending
             conn.deadline = time.monotonic() + self.send_timeout_s
             self._write(conn, data)
 
@@ -453,18 +484,24 @@ class HTTPServer:
             self._done.append(self._answer(*job))
             self._wake()
 
-    def _answer(self, conn: _Connection, request: Request) -> Tuple[_Connection, bytes, bool]:
-        """(connection, the answer's bytes, close after it) of one request."""
+    def _answer(self, conn: _Connection, request: Request) -> Tuple[_Connection, bytes, bool, Any]:
+        """(connection, the answer's bytes, close after it, (request, when its answer was ready)) of one request."""
+        if request.received:
+            request.stages["wait_worker"] = time.perf_counter() - request.received
         try:
             answer = self.handler(request)
         except Exception as exc:  # a bug in a handler answers 500; the server keeps serving
             _log("ERROR: {} {}: {}: {}".format(request.method, request.path, type(exc).__name__, exc))
             answer = error(500, "{}: {}".format(type(exc).__name__, exc))
         keep = request.keep_alive and not answer.close and not self._stopping.is_set()
+        started = time.perf_counter()
         data = _encode(answer, keep)
         if request.method == "HEAD":
             data = data[:len(data) - len(answer.body)]
-        return conn, data, not keep
+        ready = time.perf_counter()
+        if "encode" in request.stages:
+            request.stages["encode"] += ready - started
+        return conn, data, not keep, (request, ready)
 
 
 def _send_once(sock: socket.socket, data: bytes) -> None:

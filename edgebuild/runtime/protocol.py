@@ -8,6 +8,8 @@ what it returns; the model service (``service.py``) runs the arrays.
   tensors of the inputs that give ``parameters.binary_data_size`` (little-endian, C order);
   outputs go back raw when the request asks (``binary_data_output`` for all, ``binary_data``
   per output), which spares the JSON encoding of an image;
+- ``parameters.detections`` (true or false) chooses, for a raw-head detector, between the
+  detections the server decodes and the raw head tensors (``AnswerForms``: what a model can answer);
 - a request that does not fit the model (unknown input, datatype, shape outside the profile,
   sizes that do not add up) is a ``BadRequest`` with a message, which the server answers with 400.
 
@@ -18,14 +20,14 @@ Python 3.8, the standard library and numpy.
 
 import json
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from edgebuild import __version__
 
-__all__ = ["DATATYPES", "HEADER_LENGTH", "SERVER_METADATA", "BadRequest", "Inference", "InputSpec", "encode_response",
-           "header_length", "model_metadata", "parse_inference", "platform"]
+__all__ = ["DATATYPES", "HEADER_LENGTH", "SERVER_METADATA", "AnswerForms", "BadRequest", "Inference", "InputSpec",
+           "encode_response", "header_length", "model_metadata", "parse_inference", "platform"]
 
 #: KServe v2 datatypes for the numpy types a vision model takes and returns
 DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
@@ -59,12 +61,41 @@ class InputSpec:
         return {"min_shape": self.min_shape, "opt_shape": self.opt_shape, "max_shape": self.max_shape}
 
 
+class AnswerForms:
+    """What a model can answer: its raw outputs and, for a raw-head detector, the detections the server decodes.
+
+    ``decoded``: the outputs' names when the server decodes (None: it cannot, the model is not a
+    raw-head detector); ``decode``: whether it does when a request does not say; ``detects``: the raw
+    outputs are detections already (NMS inside), so a request asking for detections gets them as they are.
+    """
+
+    def __init__(self, raw: List[str], decoded: Optional[List[str]] = None, decode: bool = False,
+                 detects: bool = False) -> None:
+        self.raw, self.decoded, self.detects = list(raw), decoded, detects
+        self.decode = bool(decode and decoded is not None)
+
+    def choose(self, asked: Any) -> Tuple[bool, List[str]]:
+        """(decode, the answer's output names) for a request's ``parameters.detections`` (None: not given)."""
+        if asked is None:
+            asked = self.decode
+        if not isinstance(asked, bool):
+            raise BadRequest('parameters.detections must be true or false, not {!r}'.format(asked))
+        if asked and self.decoded is not None:
+            return True, list(self.decoded)
+        if asked and not self.detects:
+            raise BadRequest("parameters.detections: this model answers {} and the server cannot decode them into "
+                             "detections (it is not a raw-head detector); leave it out".format(self.raw))
+        return False, list(self.raw)
+
+
 class Inference:
-    """A parsed v2 inference request: input arrays, the outputs asked for (None: all), which go back binary."""
+    """A parsed v2 inference request: input arrays, the outputs asked for (None: all), which go back binary,
+    and whether the server decodes the outputs into detections (``decode``)."""
 
     def __init__(self, inputs: Dict[str, np.ndarray], outputs: Optional[List[str]], binary_outputs: List[str],
-                 request_id: Optional[str]) -> None:
+                 request_id: Optional[str], decode: bool = False) -> None:
         self.inputs, self.outputs, self.binary_outputs, self.request_id = inputs, outputs, binary_outputs, request_id
+        self.decode = decode
 
 
 def header_length(value: Optional[str]) -> Optional[int]:
@@ -83,8 +114,11 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
 
 
 def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
-                    output_names: List[str]) -> Inference:
-    """A v2 inference request ($inference_request), checked against the model's inputs and outputs."""
+                    output_names: Union[List[str], AnswerForms]) -> Inference:
+    """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
+
+    ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses).
+    """
     binary = b""
     if header_length is not None:
         if not 0 <= header_length <= len(body):
@@ -111,8 +145,12 @@ def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str,
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise BadRequest('"id" must be a string')
-    return Inference(arrays, _asked_outputs(request, output_names), _binary_outputs(request, output_names),
-                     request_id)
+    parameters = request.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise BadRequest('"parameters" must be an object')
+    forms = output_names if isinstance(output_names, AnswerForms) else AnswerForms(output_names)
+    decode, names = forms.choose(parameters.get("detections"))
+    return Inference(arrays, _asked_outputs(request, names), _binary_outputs(request, names), request_id, decode)
 
 
 def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional[List[str]]:

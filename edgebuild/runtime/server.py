@@ -11,7 +11,9 @@ KServe v2 (Open Inference Protocol) HTTP protocol, after warming it up. Four mod
 - here: the endpoints (``/v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/metrics``,
   ``/v2/models/NAME[/versions/V][/ready|/infer]``), ``Server`` (the model service behind the
   HTTP server), and under systemd (``Type=notify``) ``READY=1`` once warm-up is done, so
-  ``systemctl start`` waits for it.
+  ``systemctl start`` waits for it. An inference answers detections where the model or the
+  server decodes them (``parameters.detections``), and the time it spent in each stage outside
+  the backend goes to ``/metrics`` once its answer is sent.
 
 The port answers ``live`` from the start and ``ready`` after warm-up. Every error is a JSON body
 ``{"error": "..."}`` with its status: 400 a bad request, 404 an unknown model, version or route,
@@ -27,8 +29,9 @@ import os
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from edgebuild.runtime import protocol
 from edgebuild.runtime.httpd import Answer, HTTPServer, Request, error
@@ -121,17 +124,26 @@ def _model_route(service: ModelService, request: Request, parts: List[str]) -> A
 
 
 def _infer(service: ModelService, request: Request) -> Answer:
+    """One inference; its stages' seconds go to ``request.stages`` (recorded once the answer is sent)."""
     if not service.ready.is_set():
         return error(503, service.failed or "warming up; see /v2/health/ready")
+    clock = time.perf_counter()
+    stages = request.stages
     try:
         length = protocol.header_length(request.headers.get(protocol.HEADER_LENGTH))
-        parsed = protocol.parse_inference(request.body, length, service.inputs, service.output_names)
+        parsed = protocol.parse_inference(request.body, length, service.inputs, service.forms)
     except BadRequest as exc:
         service.record("bad_request")
         return error(400, str(exc))
+    stages["parse"], clock = _lap(clock)
     try:
-        outputs, ms, rows = service.infer(parsed.inputs)
+        outputs, ms, rows = service.infer(parsed.inputs, stages)
+        clock = time.perf_counter()
+        if parsed.decode:
+            outputs = service.decode(outputs)
+            stages["decode"], clock = _lap(clock)
     except Exception as exc:
+        stages.clear()
         service.record("failure")
         return error(500, "inference failed: {}".format(exc))
     service.record("success", ms)
@@ -139,8 +151,15 @@ def _infer(service: ModelService, request: Request) -> Answer:
         outputs = {n: outputs[n] for n in parsed.outputs}
     body, content_type, headers = protocol.encode_response(
         service.name, service.version, outputs, parsed.binary_outputs,
-        {"inference_ms": round(ms, 3), "batch_rows": rows, "backend": service.backend}, parsed.request_id)
+        {"inference_ms": round(ms, 3), "batch_rows": rows, "backend": service.backend,
+         "detections": parsed.decode}, parsed.request_id)
+    stages["encode"], _ = _lap(clock)  # the HTTP head is added to it by httpd
     return Answer(200, body, content_type, headers)
+
+
+def _lap(since: float) -> Tuple[float, float]:
+    now = time.perf_counter()
+    return now - since, now
 
 
 #: the HTTP limits ``Server`` takes, with their defaults (see ``httpd.HTTPServer``)
@@ -169,11 +188,15 @@ class Server:
         if port is None:
             port = self.service.recipe.runtime.port
         self.httpd = HTTPServer((host, port), make_handler(self.service), max_body=self.service.max_body,
-                                on_refused=self._refused, inline=_never_blocks, **limits)
+                                on_refused=self._refused, inline=_never_blocks, on_sent=self._sent, **limits)
         self.port = self.httpd.server_address[1]
 
     def _refused(self, status: int) -> None:
         self.service.record("bad_request" if status == 413 else "refused")
+
+    def _sent(self, request: Request) -> None:
+        if "parse" in request.stages and "wait_backend" in request.stages:  # an answered inference
+            self.service.observe(request.stages)
 
     def start(self) -> "Server":
         self.service.start()

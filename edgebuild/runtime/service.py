@@ -8,12 +8,18 @@ What ``edgebuild serve`` runs behind HTTP (``server.py``) and what the OTA healt
   shape's latency settles (the median of the last 5 runs within 10% of the 5 before) or the
   warm-up budget runs out; the cold first call, the warm-up time and the warmed latency are kept;
 - one worker thread owns the backend (a CUDA context belongs to the thread that made it); callers
-  hand it requests through a queue (``infer``);
+  hand it requests through a queue (``infer``); a backend whose runs may overlap (ONNX Runtime's
+  ``InferenceSession.run`` is thread-safe) runs on the callers' threads instead when batching is
+  off, as a bare multi-threaded loop would, without two thread handoffs a request;
+- detections: a raw-head detector's outputs decoded on the device (``decode_outputs``, the host's
+  decode and class-aware NMS) into the four outputs of a model with NMS inside, when the recipe says
+  so (``[runtime] detections``) or a request asks (``AnswerForms``);
 - dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
   up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
   stacks them on axis 0 (at most ``max_batch_size`` rows, never past the profile's max), runs them
   once and hands each request its own rows of the outputs;
-- counters of requests, latency and batches, as Prometheus text (``metrics_text``).
+- counters of requests, latency and batches, and histograms of the time a request spends in the
+  server outside the backend, per stage, as Prometheus text (``metrics_text``).
 
 Python 3.8, the standard library and numpy.
 """
@@ -33,12 +39,21 @@ import numpy as np
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
-from edgebuild.runtime.protocol import DATATYPES, InputSpec, model_metadata
-from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe
+from edgebuild.runtime.protocol import DATATYPES, AnswerForms, InputSpec, model_metadata
+from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe, RecipeTask
+from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
 
-__all__ = ["ModelService"]
+__all__ = ["STAGES", "ModelService", "detection_tensors"]
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+#: where a request spends its time in the server outside the backend, in the order it passes them:
+#: waiting for an HTTP worker, parsing the body, waiting for the backend (its queue), decoding
+#: detections, encoding the answer (JSON, tensors, HTTP head), and sending it (from the answer being
+#: ready to its last byte handed to the kernel, including the wait for the dispatcher thread)
+STAGES = ("wait_worker", "parse", "wait_backend", "decode", "encode", "send")
+STAGE_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: the box convention of detections (the model's with NMS inside, the server's decode of a raw head)
+BOX_CONVENTION = "xyxy in network-input pixels (the preprocessed tensor; undo the letterbox or resize to map them)"
 SETTLE_WINDOW = 5
 SETTLE_TOLERANCE = 0.10
 
@@ -85,6 +100,15 @@ class ModelService:
         self.latency_counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
         self.batches = {"runs": 0, "requests": 0, "rows": 0}
+        #: per stage (and "server", their total): bucket counts, sum of seconds
+        self.stage_counts = {s: [0] * (len(STAGE_BUCKETS_S) + 1) for s in STAGES + ("server",)}
+        self.stage_sums = {s: 0.0 for s in STAGES + ("server",)}
+        #: the recipe's task (of the recipe served) and what the server answers with it
+        self.task = self.recipe.task  # type: Optional[RecipeTask]
+        self.forms = answer_forms(self.task, list(self.recipe.outputs or []), runtime.detections)
+        self._runner = None  # type: Any
+        #: runs on the callers' threads (a backend whose runs may overlap, batching off)
+        self.direct = False
         self._worker = threading.Thread(target=self._work, name="edgebuild-backend", daemon=True)
 
     def _batching(self, size: int, delay_ms: float) -> Tuple[int, float]:
@@ -128,6 +152,8 @@ class ModelService:
         self.backend, self.backend_reason = runner.backend, why
         self.output_names = list(getattr(runner, "output_names", []))
         self.outputs = output_tensors(recipe, runner, self.output_names)
+        self.task = recipe.task
+        self.forms = answer_forms(recipe.task, self.output_names, self.recipe.runtime.detections)
         _log("backend {} ({})".format(runner.backend, why))
         self._accept(runner, folder, recipe)
         return runner
@@ -158,12 +184,18 @@ class ModelService:
             runner = self._load_with_fallback()
             if self._do_warmup:
                 self.warmup = self._warm_up(runner)
+            self._runner = runner
+            # ONNX Runtime's session.run is thread-safe and its runs overlap; TensorRT's execution
+            # context belongs to this thread
+            self.direct = self.max_batch_size == 1 and self.backend.startswith("onnxruntime")
             self.ready.set()
             _log("ready: {}".format(json.dumps(self.warmup)))
             self._on_ready(self.backend)
         except Exception as exc:  # reported by /v2/health/ready and the log; the process stays up to say so
             self.failed = "{}: {}".format(type(exc).__name__, exc)
             _log("cannot serve: " + self.failed)
+            return
+        if self.direct:
             return
         waiting = collections.deque()  # type: collections.deque
         while True:
@@ -204,6 +236,8 @@ class ModelService:
 
     def _run_batch(self, runner: Any, batch: List[Tuple[Any, Any]]) -> None:
         started = time.perf_counter()
+        for _, answer in batch:
+            answer.started = started
         try:
             if len(batch) == 1:
                 results = [runner.run(batch[0][0])]
@@ -274,14 +308,52 @@ class ModelService:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def infer(self, inputs: Dict[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], float, int]:
-        """(outputs, backend ms of the run that held this request, rows in that run)."""
-        answer = queue.Queue(maxsize=1)  # type: queue.Queue
+    def infer(self, inputs: Dict[str, np.ndarray],
+              timing: Optional[Dict[str, float]] = None) -> Tuple[Dict[str, np.ndarray], float, int]:
+        """(outputs, backend ms of the run that held this request, rows in that run).
+
+        ``timing`` gets ``wait_backend``: seconds from the call to its run's start.
+        """
+        queued = time.perf_counter()
+        if self.direct:
+            outputs = self._runner.run(inputs)
+            ms = (time.perf_counter() - queued) * 1000.0
+            rows = _rows(inputs)
+            with self._lock:
+                self.batches["runs"] += 1
+                self.batches["requests"] += 1
+                self.batches["rows"] += rows
+            if timing is not None:
+                timing["wait_backend"] = 0.0
+            return outputs, ms, rows
+        answer = _Answer()
         self._jobs.put((inputs, answer))
         outputs, ms, rows, error = answer.get()
+        if timing is not None:
+            timing["wait_backend"] = max(0.0, answer.started - queued)
         if error is not None:
             raise error
         return outputs, ms, rows
+
+    def decode(self, outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """A raw head's outputs as detections, in the four outputs of a model with NMS inside."""
+        assert self.task is not None
+        return detection_tensors(outputs, self.task.postprocess)
+
+    def observe(self, stages: Dict[str, float]) -> None:
+        """One answered request's seconds per stage (``STAGES``; a stage it did not pass is left out)."""
+        with self._lock:
+            total = 0.0
+            for stage, seconds in stages.items():
+                if stage in self.stage_sums:
+                    total += seconds
+                    self._observe(stage, seconds)
+            self._observe("server", total)
+
+    def _observe(self, stage: str, seconds: float) -> None:
+        self.stage_sums[stage] += seconds
+        index = next((i for i, b in enumerate(STAGE_BUCKETS_S) if seconds <= b), len(STAGE_BUCKETS_S))
+        self.stage_counts[stage][index] += 1
 
     def record(self, outcome: str, ms: float = 0.0) -> None:
         with self._lock:
@@ -291,9 +363,40 @@ class ModelService:
                 index = next((i for i, b in enumerate(LATENCY_BUCKETS_MS) if ms <= b), len(LATENCY_BUCKETS_MS))
                 self.latency_counts[index] += 1
 
+    def answer_outputs(self, decode: bool) -> List[Dict[str, Any]]:
+        """The v2 metadata tensors of what a request gets: the model's outputs, or the decoded detections."""
+        if decode and self.task is not None:
+            batch = min(s.min_shape[0] for s in self.inputs.values())
+            batch = batch if batch == max(s.max_shape[0] for s in self.inputs.values()) else -1
+            return detection_metadata(batch, int(self.task.postprocess["max_detections"]))
+        return self.outputs or [{"name": n} for n in self.output_names]
+
+    def task_metadata(self) -> Dict[str, Any]:
+        """What the outputs mean: their form, the classes, the box convention, how to get the other form."""
+        if self.task is None:
+            return {"output_form": "raw", "detections": {"available": False}}
+        described = {"kind": self.task.kind, "classes": list(self.task.classes), "model_outputs": self.task.outputs}
+        if self.task.kind != "detection":
+            return dict(described, output_form=self.task.outputs, detections={"available": False})
+        decodes = self.forms.decoded is not None
+        described["output_form"] = "detections" if self.forms.decode or not decodes else "raw_head"
+        described["detections"] = {
+            "available": self.task.outputs == "nms" or decodes,
+            "decoded_by": "model" if self.task.outputs == "nms" else "server" if decodes else None,
+            "default": self.forms.decode or self.task.outputs == "nms",
+            "per_request": 'parameters.detections: true or false' if decodes else None,
+            "outputs": list(NMS_OUTPUTS), "box_convention": BOX_CONVENTION,
+            "max_detections": int(self.task.postprocess.get("max_detections", 0)),
+            "score_threshold": self.task.postprocess.get("score_threshold"),
+            "nms_iou": self.task.postprocess.get("nms_iou")}
+        if decodes:
+            described["raw_outputs"] = self.outputs or [{"name": n} for n in self.output_names]
+        return described
+
     def metadata(self) -> Dict[str, Any]:
-        outputs = self.outputs or [{"name": n} for n in self.output_names]
+        outputs = self.answer_outputs(self.forms.decode)
         return model_metadata(self.name, self.version, self.backend, self.inputs, outputs, {
+            "task": self.task_metadata(), "concurrent_runs": self.direct,
             "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
             "candidate": self.fallback.get("candidate", self.recipe.candidate),
             "acceptance": self.acceptance, "fallback": self.fallback, "failed": self.failed,
@@ -326,6 +429,7 @@ class ModelService:
                       "# HELP edgebuild_batch_rows_total Rows (axis 0) those runs took.",
                       "# TYPE edgebuild_batch_rows_total counter",
                       'edgebuild_batch_rows_total{{model="{}"}} {}'.format(self.name, self.batches["rows"])]
+        lines += self._stage_lines()
         gauges = (("warmup_seconds", "warmup_s", "Time from the first warm-up call to ready."),
                   ("cold_first_call_ms", "cold_first_call_ms", "The first inference after loading."),
                   ("warm_p50_ms", "warm_p50_ms", "Median latency at the opt shape when warm-up ended."))
@@ -350,6 +454,72 @@ class ModelService:
                       "the fallback recipe is served.", "# TYPE edgebuild_fallback_active gauge",
                       'edgebuild_fallback_active{{model="{}"}} {}'.format(self.name, int(bool(self.fallback)))]
         return "\n".join(lines) + "\n"
+
+
+    def _stage_lines(self) -> List[str]:
+        """The per-stage histograms (call with the lock held)."""
+        lines = ["# HELP edgebuild_request_stage_seconds Time an answered inference request spent in the server "
+                 "outside the backend, per stage.", "# TYPE edgebuild_request_stage_seconds histogram"]
+        for stage in STAGES + ("server",):
+            if stage == "server":
+                lines += ["# HELP edgebuild_server_seconds Time an answered inference request spent in the server "
+                          "outside the backend (the stages together).", "# TYPE edgebuild_server_seconds histogram"]
+            metric = "edgebuild_server_seconds" if stage == "server" else "edgebuild_request_stage_seconds"
+            labels = 'model="{}"'.format(self.name) + ('' if stage == "server" else ',stage="{}"'.format(stage))
+            total = 0
+            for bucket, count in zip(list(STAGE_BUCKETS_S) + ["+Inf"], self.stage_counts[stage]):
+                total += count
+                lines.append('{}_bucket{{{},le="{}"}} {}'.format(metric, labels, bucket, total))
+            lines.append("{}_sum{{{}}} {:.6f}".format(metric, labels, self.stage_sums[stage]))
+            lines.append("{}_count{{{}}} {}".format(metric, labels, total))
+        return lines
+
+
+class _Answer:
+    """Where the backend worker puts one request's result, and when its run started."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self._done = threading.Event()
+        self._value = None  # type: Any
+
+    def put(self, value: Any) -> None:
+        self._value = value
+        self._done.set()
+
+    def get(self) -> Any:
+        self._done.wait()
+        return self._value
+
+
+def answer_forms(task: Optional[RecipeTask], raw: List[str], decode: bool) -> AnswerForms:
+    """What a model folder answers: a raw-head detector's detections too (by default with ``decode``)."""
+    if task is not None and task.outputs == "raw_head":
+        return AnswerForms(raw, list(NMS_OUTPUTS), decode)
+    return AnswerForms(raw, detects=task is not None and task.outputs == "nms")
+
+
+def detection_metadata(batch: int, max_detections: int) -> List[Dict[str, Any]]:
+    """The v2 metadata tensors of detections, as a model with NMS inside returns them."""
+    shapes = ([batch, 1], [batch, max_detections, 4], [batch, max_detections], [batch, max_detections])
+    return [{"name": n, "datatype": d, "shape": s} for n, d, s in zip(NMS_OUTPUTS, ("INT32", "FP32", "FP32", "FP32"),
+                                                                      shapes)]
+
+
+def detection_tensors(outputs: Dict[str, np.ndarray], settings: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    """A raw head's outputs decoded (``decode_outputs``) into ``NMS_OUTPUTS``: count [N, 1] int32, boxes
+    [N, K, 4], scores [N, K], classes [N, K] float32, K = ``max_detections``, zero past the count."""
+    images = decode_outputs(outputs, dict(settings, in_model=False))
+    k = int(settings["max_detections"])
+    count = np.zeros((len(images), 1), np.int32)
+    boxes = np.zeros((len(images), k, 4), np.float32)
+    scores = np.zeros((len(images), k), np.float32)
+    classes = np.zeros((len(images), k), np.float32)
+    for i, found in enumerate(images):
+        n = min(k, len(found["scores"]))
+        count[i, 0] = n
+        boxes[i, :n], scores[i, :n], classes[i, :n] = found["boxes"][:n], found["scores"][:n], found["labels"][:n]
+    return dict(zip(NMS_OUTPUTS, (count, boxes, scores, classes)))
 
 
 #: ONNX Runtime's element types (``NodeArg.type``) as v2 datatypes

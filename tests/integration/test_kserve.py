@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 import tritonclient.http as triton
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from edgebuild.cli import main
 from edgebuild.runtime.recipe import Recipe, TensorSpec
 from edgebuild.runtime.server import Server
+from edgebuild.runtime.service import STAGES
+from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
+from tests.support.project import EXAMPLES
 from tests.support.runtime_artifacts import SHAPES, Client, write_artifact
 
 ONNX_DATATYPES = {onnx.TensorProto.FLOAT: "FP32", onnx.TensorProto.INT64: "INT64"}
@@ -173,3 +179,145 @@ def test_metrics_parse_with_prometheus_client(served) -> None:
     assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == count >= 1
     assert [b.value for b in buckets] == sorted(b.value for b in buckets)  # cumulative
     assert families["edgebuild_ready"].samples[0].value == 1
+
+
+# -- a raw-head detector: detections decoded on the device, or the raw head ------------------------
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory):
+    """The shapes example compiled with ``[runtime] detections = true`` (raw head, decoded by the server),
+    served twice: as compiled ("decoding") and with the recipe's ``runtime.detections`` off ("raw")."""
+    root = tmp_path_factory.mktemp("detector") / "shapes-detector"
+    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
+    toml = (root / "edgebuild.toml").read_text()
+    (root / "edgebuild.toml").write_text(toml.replace("port = 8000", "port = 8000\ndetections = true"))
+    result = CliRunner().invoke(main, ["compile", "--project", str(root), "--target", "yard-cams", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    decoding = root / "build/engines/yard-cams"
+    recipe = Recipe.load(decoding)
+    assert recipe.task.outputs == "raw_head" and recipe.runtime.detections
+    raw = root / "raw"
+    shutil.copytree(decoding, raw)
+    dataclasses.replace(recipe, runtime=dataclasses.replace(recipe.runtime, detections=False)).save(raw)
+    servers = {name: Server(folder, host="127.0.0.1", port=0, warmup_budget_s=1).start()
+               for name, folder in (("decoding", decoding), ("raw", raw))}
+    for running in servers.values():
+        Client(running.port).wait_ready()
+    clients = {name: triton.InferenceServerClient(f"127.0.0.1:{running.port}") for name, running in servers.items()}
+    yield recipe, decoding, servers, clients
+    for name in servers:
+        clients[name].close()
+        servers[name].stop()
+
+
+def _images(recipe: Recipe, count: int, seed: int = 0) -> np.ndarray:
+    height, width = recipe.task.preprocess["input_size"]
+    return np.random.default_rng(seed).normal(0.0, 1.0, (count, 3, height, width)).astype(np.float32)
+
+
+def _ask(client, recipe: Recipe, array: np.ndarray, **parameters):
+    given = triton.InferInput("images", list(array.shape), "FP32")
+    given.set_data_from_numpy(array, binary_data=True)
+    return client.infer(recipe.model_name, [given], parameters=parameters or None)
+
+
+def _host_raw(folder: Path, array: np.ndarray) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, {"images": array})))
+
+
+def _assert_detections(result, host: list[dict[str, np.ndarray]], k: int) -> None:
+    assert [o["name"] for o in result.get_response()["outputs"]] == list(NMS_OUTPUTS)
+    count = result.as_numpy("num_detections")
+    assert count.dtype == np.int32 and count.shape == (len(host), 1)
+    assert result.as_numpy("detection_boxes").shape == (len(host), k, 4)
+    for image, found in enumerate(host):
+        n = len(found["scores"])
+        assert int(count[image, 0]) == n > 0
+        np.testing.assert_allclose(result.as_numpy("detection_boxes")[image, :n], found["boxes"], atol=1e-3)
+        np.testing.assert_allclose(result.as_numpy("detection_scores")[image, :n], found["scores"], atol=1e-5)
+        np.testing.assert_array_equal(result.as_numpy("detection_classes")[image, :n], found["labels"])
+        assert not result.as_numpy("detection_scores")[image, n:].any()
+
+
+def test_a_raw_head_detector_answers_the_detections_the_host_decodes(detector) -> None:
+    recipe, folder, _, clients = detector
+    array = _images(recipe, 2)
+    host = decode_outputs(_host_raw(folder, array), recipe.task.postprocess)
+    result = _ask(clients["decoding"], recipe, array)
+    assert result.get_response()["parameters"]["detections"] is True
+    _assert_detections(result, host, recipe.task.postprocess["max_detections"])
+
+
+def test_a_request_chooses_raw_tensors_or_detections(detector) -> None:
+    recipe, folder, _, clients = detector
+    array = _images(recipe, 1, seed=4)
+    raw = _host_raw(folder, array)
+    k = recipe.task.postprocess["max_detections"]
+    for result in (_ask(clients["decoding"], recipe, array, detections=False), _ask(clients["raw"], recipe, array)):
+        assert [o["name"] for o in result.get_response()["outputs"]] == ["boxes", "scores"]
+        for name in ("boxes", "scores"):
+            np.testing.assert_allclose(result.as_numpy(name), raw[name], rtol=1e-5, atol=1e-5)
+    host = decode_outputs(raw, recipe.task.postprocess)
+    _assert_detections(_ask(clients["raw"], recipe, array, detections=True), host, k)
+    with pytest.raises(InferenceServerException, match="parameters.detections must be true or false"):
+        _ask(clients["raw"], recipe, array, detections="yes")
+
+
+def _same_tensor(meta: dict, answered: dict) -> bool:
+    shape = meta["shape"]
+    return (meta["name"] == answered["name"] and meta["datatype"] == answered["datatype"]
+            and len(shape) == len(answered["shape"]) and all(m in (-1, a) for m, a in zip(shape, answered["shape"])))
+
+
+def test_the_model_metadata_describes_exactly_what_comes_back(detector) -> None:
+    recipe, _, _, clients = detector
+    array = _images(recipe, 2, seed=9)
+    for name, form in (("decoding", "detections"), ("raw", "raw_head")):
+        meta = clients[name].get_model_metadata(recipe.model_name)
+        answered = _ask(clients[name], recipe, array).get_response()["outputs"]
+        assert len(meta["outputs"]) == len(answered)
+        assert all(_same_tensor(m, a) for m, a in zip(meta["outputs"], answered)), (meta["outputs"], answered)
+        task = meta["parameters"]["task"]
+        assert task["output_form"] == form and task["classes"] == ["circle", "square", "triangle"]
+        assert task["detections"]["decoded_by"] == "server" and task["detections"]["default"] == (form != "raw_head")
+        assert task["detections"]["box_convention"].startswith("xyxy in network-input pixels")
+        assert [t["name"] for t in task["raw_outputs"]] == ["boxes", "scores"]
+    meta = clients["decoding"].get_model_metadata(recipe.model_name)
+    assert meta["outputs"][1] == {"name": "detection_boxes", "datatype": "FP32",
+                                  "shape": [-1, recipe.task.postprocess["max_detections"], 4]}
+
+
+def test_a_model_without_detections_refuses_to_decode_and_is_unchanged(served) -> None:
+    _, client, _, _ = served
+    given = triton.InferInput("images", SHAPES[0], "FP32")
+    given.set_data_from_numpy(np.zeros(SHAPES[0], dtype=np.float32))
+    with pytest.raises(InferenceServerException, match="cannot decode them into detections"):
+        client.infer("tiny", [given], parameters={"detections": True})
+    result = client.infer("tiny", [given], parameters={"detections": False})
+    assert [o["name"] for o in result.get_response()["outputs"]] == ["scores", "scaled"]
+    assert client.get_model_metadata("tiny")["parameters"]["task"]["detections"] == {"available": False}
+
+
+def _stage_counts(port: int) -> dict[str, float]:
+    text = Client(port).request("GET", "/metrics")[1].decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["edgebuild_request_stage_seconds"].type == "histogram"
+    counts = {s.labels["stage"]: s.value for s in families["edgebuild_request_stage_seconds"].samples
+              if s.name.endswith("_count")}
+    counts["server"] = next(s.value for s in families["edgebuild_server_seconds"].samples if s.name.endswith("_count"))
+    return counts
+
+
+def test_metrics_give_the_time_outside_the_backend_per_stage(detector) -> None:
+    recipe, _, servers, clients = detector
+    port = servers["decoding"].port
+    before = _stage_counts(port)
+    array = _images(recipe, 1)
+    for parameters in ({}, {}, {"detections": False}):
+        _ask(clients["decoding"], recipe, array, **parameters)
+    with pytest.raises(InferenceServerException):  # a refused request is not an answered one
+        _ask(clients["decoding"], recipe, array, detections=1)
+    after = _stage_counts(port)
+    grown = {stage: after[stage] - before.get(stage, 0.0) for stage in after}
+    assert grown == dict({stage: 3.0 for stage in STAGES}, decode=2.0, server=3.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,8 @@ def test_ready_after_warm_up_with_its_numbers(server) -> None:
                                                         "max_shape": SHAPES[2]}
     # no TensorRT here: the server says it is not using it, and why
     assert meta["platform"] == "onnxruntime_onnx" and meta["parameters"]["backend"].startswith("onnxruntime-cpu")
+    # ONNX Runtime without batching: the HTTP workers run it, its runs overlap
+    assert meta["parameters"]["concurrent_runs"] is True
     assert "NOT TensorRT" in meta["parameters"]["backend_reason"]
 
 
@@ -229,8 +232,13 @@ def test_dynamic_batching_stacks_waiting_requests_and_answers_each_its_own_rows(
         assert any(a["parameters"]["batch_rows"] > 1 for a in answers)
         _, meta = client.json("GET", "/v2/models/tiny")
         assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200}
+        assert meta["parameters"]["concurrent_runs"] is False  # batching: one worker thread runs the backend
         _, text = client.request("GET", "/metrics")
         assert f'edgebuild_batch_rows_total{{model="tiny"}} {batches["rows"]}' in text.decode()
+        # the batcher's queue is where these requests waited: the first of a batch for the others
+        waited = re.search(r'^edgebuild_request_stage_seconds_sum\{model="tiny",stage="wait_backend"\} (\S+)$',
+                           text.decode(), re.MULTILINE)
+        assert waited and float(waited.group(1)) > 0.1
     finally:
         running.stop()
 
