@@ -1,8 +1,10 @@
 """The device runtime's HTTP layer: ``edgebuild serve ARTIFACT_DIR`` / ``python3 edgebuild-device.pyz serve``.
 
 Serves one model folder written by ``edgebuild compile`` (``build/engines/<group>/``: the recipe,
-``model.onnx``, and ``engine.plan`` + ``engine.json`` where the engine was built) over the
-KServe v2 (Open Inference Protocol) HTTP protocol, after warming it up. Four modules, one job each:
+``model.onnx``, and ``engine.plan`` + ``engine.json`` where the engine was built), or a fleet
+group's folder with several (``build/groups/<group>/``, ``edgebuild.runtime.group``: one model
+service each, routed by model name, the server ready once every model is warm and accepted), over
+the KServe v2 (Open Inference Protocol) HTTP protocol, after warming it up. Four modules, one job each:
 
 - ``service.py``: the model service: backend, warm-up, worker thread, dynamic batching, metrics;
 - ``protocol.py``: v2 requests (JSON and binary tensors), responses and metadata;
@@ -25,13 +27,14 @@ Python 3.8, the standard library and numpy.
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
+import collections
 import os
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from edgebuild.runtime import protocol
 from edgebuild.runtime.httpd import Answer, HTTPServer, Request, error
@@ -67,40 +70,70 @@ def _notify_ready(backend: str) -> None:
 
 # -- the endpoints -----------------------------------------------------------------------------
 
-def make_handler(service: ModelService) -> Any:
-    """``handle(request) -> Answer``: the v2 endpoints of one model service."""
+def make_handler(services: Union[ModelService, Dict[str, ModelService]]) -> Any:
+    """``handle(request) -> Answer``: the v2 endpoints of one model service, or of every model of a
+    group folder (by name: the server is ready when every one is)."""
     models = "/v2/models/"
+    by_name = services if isinstance(services, dict) else {services.name: services}
 
     def handle(request: Request) -> Answer:
         path, method = request.path, request.method
         if path in ("/v2/health/live", "/v2/health/ready", "/v2", "/metrics"):
             if method not in ("GET", "HEAD"):
                 return error(405, "{} takes GET, not {}".format(path, method), Allow="GET")
-            return _server_route(service, path)
+            return _server_route(by_name, path)
         if path.startswith(models):
-            return _model_route(service, request, path[len(models):].split("/"))
+            return _model_route(by_name, request, path[len(models):].split("/"))
         return error(404, "no such endpoint: {}".format(path))
 
     return handle
 
 
-def _server_route(service: ModelService, path: str) -> Answer:
+def _server_route(services: Dict[str, ModelService], path: str) -> Answer:
     if path == "/v2/health/live":
         return Answer(200, {"live": True})
     if path == "/v2/health/ready":
-        if service.ready.is_set():
-            return Answer(200, {"ready": True, "warmup": service.warmup})
-        return Answer(503, {"ready": False, "error": service.failed or "warming up"})
+        waiting = {n: s.failed or "warming up" for n, s in services.items() if not s.ready.is_set()}
+        if len(services) == 1:
+            (service,) = services.values()
+            if not waiting:
+                return Answer(200, {"ready": True, "warmup": service.warmup})
+            return Answer(503, {"ready": False, "error": service.failed or "warming up"})
+        if not waiting:  # a group: ready once every model is (warm-up and acceptance, or its fallback)
+            return Answer(200, {"ready": True, "models": {n: s.warmup for n, s in services.items()}})
+        return Answer(503, {"ready": False, "error": "; ".join("{}: {}".format(n, w) for n, w in waiting.items()),
+                            "models": {n: n not in waiting for n in services}})
     if path == "/metrics":
-        return Answer(200, service.metrics_text(), "text/plain; version=0.0.4")
+        return Answer(200, merged_metrics([s.metrics_text() for s in services.values()]), "text/plain; version=0.0.4")
     return Answer(200, protocol.SERVER_METADATA)
 
 
-def _model_route(service: ModelService, request: Request, parts: List[str]) -> Answer:
+def merged_metrics(texts: List[str]) -> str:
+    """Prometheus texts of several models as one exposition: each family's HELP and TYPE once, then the
+    samples of every model (each labelled with its model)."""
+    families = collections.OrderedDict()  # type: collections.OrderedDict
+    for text in texts:
+        family = None
+        for line in text.splitlines():
+            if line.startswith("# HELP ") or line.startswith("# TYPE "):
+                family = line.split()[2]
+                entry = families.setdefault(family, {"HELP": None, "TYPE": None, "samples": []})
+                entry[line.split()[1]] = line
+            elif line and family is not None:
+                families[family]["samples"].append(line)
+    lines = []  # type: List[str]
+    for entry in families.values():
+        lines += [entry[k] for k in ("HELP", "TYPE") if entry[k]] + entry["samples"]
+    return "\n".join(lines) + "\n"
+
+
+def _model_route(services: Dict[str, ModelService], request: Request, parts: List[str]) -> Answer:
     """``NAME[/versions/V][/ready|/infer]``."""
     name, rest = parts[0], parts[1:]
-    if name != service.name:
-        return error(404, "unknown model {!r}; this server serves {!r}".format(name, service.name))
+    service = services.get(name)
+    if service is None:
+        return error(404, "unknown model {!r}; this server serves {}".format(
+            name, ", ".join(repr(n) for n in services)))
     if rest[:1] == ["versions"]:
         if len(rest) < 2:
             return error(404, "no such endpoint: {}".format(request.path))
@@ -182,24 +215,45 @@ class Server:
 
     def __init__(self, folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None,
                  **options: Any) -> None:
+        from edgebuild.runtime.group import model_folders
+
         limits = {k: options.pop(k, v) for k, v in HTTP_LIMITS.items()}
-        options.setdefault("on_ready", _notify_ready)
-        self.service = ModelService(folder, **options)
+        on_ready = options.pop("on_ready", _notify_ready)
+        folders = model_folders(folder)  # one model folder, or every model of a group folder
+        self._ready_left = len(folders)
+        self._ready_lock = threading.Lock()
+        self._on_ready = on_ready
+        self.services = collections.OrderedDict(
+            (name, ModelService(path, on_ready=self._one_ready, **options)) for name, path in folders.items())
+        self.service = next(iter(self.services.values()))  # the first (the only one of a model folder)
         if port is None:
             port = self.service.recipe.runtime.port
-        self.httpd = HTTPServer((host, port), make_handler(self.service), max_body=self.service.max_body,
+        self.httpd = HTTPServer((host, port), make_handler(dict(self.services)),
+                                max_body=max(s.max_body for s in self.services.values()),
                                 on_refused=self._refused, inline=_never_blocks, on_sent=self._sent, **limits)
         self.port = self.httpd.server_address[1]
+
+    def _one_ready(self, backend: str) -> None:
+        with self._ready_lock:
+            self._ready_left -= 1
+            last = self._ready_left == 0
+        if last and self._on_ready is not None:  # the server is ready once every model is
+            self._on_ready(backend)
 
     def _refused(self, status: int) -> None:
         self.service.record("bad_request" if status == 413 else "refused")
 
     def _sent(self, request: Request) -> None:
         if "parse" in request.stages and "wait_backend" in request.stages:  # an answered inference
-            self.service.observe(request.stages)
+            service = self.services.get(request.path[len("/v2/models/"):].split("/")[0], self.service)
+            service.observe(request.stages)
+
+    def start_services(self) -> None:
+        for service in self.services.values():
+            service.start()
 
     def start(self) -> "Server":
-        self.service.start()
+        self.start_services()
         threading.Thread(target=self.httpd.serve_forever, name="edgebuild-http", daemon=True).start()
         return self
 
@@ -213,9 +267,9 @@ def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, **
     import signal
 
     server = Server(folder, host=host, port=port, **options)
-    _log("model {} from {}, listening on http://{}:{} (ready after warm-up)".format(
-        server.service.name, folder, host, server.port))
-    server.service.start()
+    _log("model{} {} from {}, listening on http://{}:{} (ready after warm-up)".format(
+        "s" if len(server.services) > 1 else "", ", ".join(server.services), folder, host, server.port))
+    server.start_services()
     signal.signal(signal.SIGTERM, lambda *_: server.httpd.stop_soon())
     try:
         server.httpd.serve_forever()

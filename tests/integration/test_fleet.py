@@ -7,6 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -145,3 +146,86 @@ def test_check_of_a_fleet_file_lists_its_groups_and_checks_every_model(camera_bo
     assert done.exit_code == 0, done.output
     assert "a valid fleet file (2 models, 2 groups)" in done.output
     assert "runs detector, classifier" in done.output and "model classifier" in done.output
+
+
+def _compiled_group(camera_box: Path) -> Path:
+    done = CliRunner().invoke(main, ["compile", "--target", "yard-cams", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    return camera_box / "build/groups/yard-cams"
+
+
+def _serving(folder: Path):
+    import time
+
+    from edgebuild.runtime.server import Server
+
+    running = Server(folder, host="127.0.0.1", port=0, warmup_budget_s=1).start()
+    deadline = time.time() + 90
+    while time.time() < deadline and not all(s.ready.is_set() or s.failed for s in running.services.values()):
+        time.sleep(0.05)
+    return running
+
+
+def test_one_server_answers_every_model_of_the_group_after_each_is_warm_and_accepted(camera_box: Path) -> None:
+    import tritonclient.http as httpclient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.support.runtime_artifacts import Client
+
+    running = _serving(_compiled_group(camera_box))
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{running.port}")
+        assert client.is_server_ready()
+        for name, shape, outputs in (("shapes-detector", [1, 3, 160, 160], ["boxes", "scores"]),
+                                     ("digits-classifier", [2, 1, 16, 16], ["logits"])):
+            assert client.is_model_ready(name)
+            metadata = client.get_model_metadata(name)
+            assert [o["name"] for o in metadata["outputs"]] == outputs
+            assert metadata["parameters"]["acceptance"]["passed"]
+            tensor = httpclient.InferInput("images", shape, "FP32")
+            tensor.set_data_from_numpy(np.random.default_rng(0).random(shape, dtype=np.float32), binary_data=True)
+            result = client.infer(name, [tensor])
+            assert result.as_numpy(outputs[0]).shape[0] == shape[0]
+        status, text = Client(running.port).request("GET", "/metrics")
+        assert status == 200
+        metrics = {f.name: f for f in text_string_to_metric_families(text.decode())}  # one family, every model
+        ready = {s.labels["model"]: s.value for s in metrics["edgebuild_ready"].samples}
+        assert ready == {"shapes-detector": 1.0, "digits-classifier": 1.0}
+    finally:
+        running.stop()
+
+
+def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(camera_box: Path, tmp_path: Path) -> None:
+    import dataclasses
+    import shutil
+
+    import onnx
+    from onnx import numpy_helper
+
+    from edgebuild.runtime.files import sha256_file
+    from edgebuild.runtime.recipe import Recipe
+    from tests.support.runtime_artifacts import Client
+
+    group = shutil.copytree(_compiled_group(camera_box), tmp_path / "group")
+    classifier = group / "models/classifier"
+    recipe = Recipe.load(classifier)  # no fallback: a failing engine has nothing to fall back to
+    dataclasses.replace(recipe, fallback=None, fallback_sha256=None).save(classifier)
+    shutil.rmtree(classifier / "fallback")
+    model = onnx.load(str(classifier / "model.onnx"))
+    rng = np.random.default_rng(0)
+    for tensor in model.graph.initializer:  # a classifier that computes something else, consistently hashed
+        values = numpy_helper.to_array(tensor)
+        if values.dtype == np.float32 and values.size > 16:
+            noisy = values * (1 + 1.0 * rng.standard_normal(values.shape))
+            tensor.CopyFrom(numpy_helper.from_array(noisy.astype(np.float32), tensor.name))
+    onnx.save(model, str(classifier / "model.onnx"))
+    dataclasses.replace(Recipe.load(classifier), onnx_sha256=sha256_file(classifier / "model.onnx")).save(classifier)
+    running = _serving(group)
+    try:
+        client = Client(running.port)
+        status, body = client.json("GET", "/v2/health/ready")
+        assert status == 503 and body["models"] == {"shapes-detector": True, "digits-classifier": False}, body
+        assert "digits-classifier: " in body["error"] and "acceptance failed" in body["error"]
+        assert client.request("GET", "/v2/models/shapes-detector/ready")[0] == 200  # the other model is fine
+    finally:
+        running.stop()
