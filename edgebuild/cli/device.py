@@ -41,7 +41,8 @@ __all__ = ["COMMANDS"]
 def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, selector: str, device_url: str | None,
                   json_file: Path | None, plot_file: Path | None, baseline: Path | None, force: bool,
                   farm_address: str | None, jobs: int | None, farm_timeout: float | None, **options: Any) -> None:
-    """Measure a compiled model folder: cold start, latency percentiles, throughput, memory, power.
+    """Measure a compiled model folder: cold start, latency percentiles, throughput, where a request's
+    time goes (preprocessing from a JPEG, inference, post-processing, end to end), memory, power.
 
     \b
     ARTIFACT is a folder `edgebuild compile` wrote (build/engines/<group>); without it, the one
@@ -50,7 +51,9 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
     with the same options as `edgebuild-device.pyz bench`; --engine-cache is a path there).
     Every result records the artifact's hashes, the backend and library versions, the power mode
     and the shapes; on a Jetson also nvpmodel, jetson_clocks and tegrastats during the run (on
-    other machines these are reported as not available). --compare refuses runs of different
+    other machines these are reported as not available). The per-request stages follow the
+    recipe's output form: the host's decode and NMS for a raw head, the split of a model with NMS
+    inside, top-k of a classifier's logits. --compare refuses runs of different
     artifacts, power modes or backends unless --force.
     With --farm, every group --target selects is benchmarked on a board of its own profile
     reserved from the labgrid farm, in parallel across boards: build/bench/<group>.json per

@@ -22,7 +22,8 @@ from edgebuild.runtime.files import sha256_bytes
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
 __all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",
-           "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "power_mode", "table"]
+           "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "power_mode", "request_lines",
+           "table"]
 
 #: figures --compare shows, with the direction that is better
 COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
@@ -129,6 +130,7 @@ def table(result: dict[str, Any]) -> str:
                      f"device-to-host {s['d2h_ms']:.3f} ms")
     if not stages:
         lines.append(f"  copy/compute split: not available on {result['backend']} (TensorRT only)")
+    lines += request_lines(result.get("request"))
     memory = result["memory"]
     cgroup = memory.get("cgroup") or {}
     lines.append(f"  peak memory: RSS {human_size(memory['peak_rss_bytes'])}" + (
@@ -145,6 +147,34 @@ def table(result: dict[str, Any]) -> str:
     else:
         lines.append(f"  tegrastats: {tegra.get('reason', 'not sampled')}")
     return "\n".join(lines)
+
+
+#: the per-request stages in the order a request passes them: (JSON key, row label)
+REQUEST_STAGES = (("preprocess", "preprocess"), ("inference", "inference"), ("postprocess", "post-processing"),
+                  ("end_to_end", "end to end"))
+
+
+def request_lines(request: dict[str, Any] | None) -> list[str]:
+    """The per-request breakdown: one row per stage with p50 and p99, and what each stage was."""
+    if not request:
+        return ["  per request: not measured (a result from an edgebuild before the per-stage breakdown)"]
+    if not request["measured"]:
+        return [f"  per request: not measured: {request['reason']}"]
+    image = request["image"]
+    source = (f"JPEG of a {image['source']} ({image['jpeg_bytes'] / 1024:.0f} KiB) decoded with {image['decoder']}"
+              if image else f"NOT MEASURED: {request['preprocess_unmeasured']}")
+    what = {"preprocess": f"decode + vision.preprocess; {source}",
+            "inference": f"input {request['input']} {request['input_shape']}",
+            "postprocess": request["postprocess_step"],
+            "end_to_end": "all three" if image else "inference + post-processing only (no preprocessing)"}
+    lines = [f"  per request (batch 1, {request['runs']} runs, outputs: {request['outputs']}"
+             + (f", {request['detections_p50']:g} detections" if request.get("detections_p50") is not None else "")
+             + "):", f"    {'stage':<16}{'p50 ms':>10}{'p99 ms':>10}"]
+    for key, label in REQUEST_STAGES:
+        stats = request[key]
+        figures = f"{stats['p50_ms']:>10.3f}{stats['p99_ms']:>10.3f}" if stats else f"{'-':>10}{'-':>10}"
+        lines.append(f"    {label:<16}{figures}   {what[key]}")
+    return lines
 
 
 def _pyplot() -> Any:

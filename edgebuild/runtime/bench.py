@@ -8,6 +8,10 @@ use (the TensorRT engine where it fits, else ONNX Runtime, said in the result):
 - warm latency per (batch size, concurrency): min, mean, p50, p90, p95, p99, max, and throughput
   in images per second; on TensorRT, host-to-device copy, compute and device-to-host separately
   (a second, synchronised pass, so the main figures keep the pipelined path);
+- one request, stage by stage (batch 1): preprocessing from a JPEG (decode and
+  ``vision.preprocess``), inference, and post-processing by the recipe's output form (the host
+  decode and NMS for a raw head, the split of a model with NMS inside, top-k of a classifier's
+  logits), each with p50/p99, and end to end;
 - peak memory: the process's RSS, and the cgroup's peak where the run is limited;
 - on a Jetson: the power mode (``nvpmodel -q``), the clocks (``jetson_clocks --show``), and
   tegrastats samples during the run (RAM, GPU load and frequency, power rails), parsed from
@@ -41,6 +45,7 @@ from edgebuild import __version__
 from edgebuild.errors import ConfigError
 from edgebuild.runtime import device
 from edgebuild.runtime.backends.select import load_backend
+from edgebuild.runtime.bench_request import measure_request
 from edgebuild.runtime.recipe import Recipe
 
 __all__ = ["SCHEMA", "TegrastatsSampler", "cgroup_memory", "ci_width_pct", "input_shapes", "jetson_state", "median_ci",
@@ -430,6 +435,14 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
             report("batch {}, concurrency {}: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s ({} runs, stopped by "
                    "{})".format(batch, threads, lat["p50_ms"], lat["p99_ms"], config["throughput_ips"],
                                 len(samples), config["stopped_by"]))
+    runs = iterations if iterations is not None else max(min_iterations, 100)
+    report("one request, stage by stage: {} runs at batch 1".format(runs))
+    request = measure_request(runner, recipe, runs)
+    if request["measured"]:
+        report("per request: preprocess {}, inference {:.3f} ms, post-processing {:.3f} ms, end to end {:.3f} ms "
+               "(p50)".format("{:.3f} ms".format(request["preprocess"]["p50_ms"]) if request["preprocess"] else
+                              "not measured", request["inference"]["p50_ms"], request["postprocess"]["p50_ms"],
+                              request["end_to_end"]["p50_ms"]))
     tegrastats = sampler.stop()
     versions = {"python": platform.python_version(), "numpy": np.__version__, "edgebuild": __version__}
     versions["backend"] = runner.backend
@@ -449,6 +462,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
                        "process_age_at_bench_start_s": round(age_at_start, 3) if age_at_start is not None else None,
                        "backend_load_s": round(load_s, 4), "first_inference_ms": round(first_ms, 3)},
         "configs": configs,
+        "request": request,
         "memory": {"peak_rss_bytes": peak_rss_bytes(), "cgroup": cgroup_memory()},
         "tegrastats": tegrastats,
     }

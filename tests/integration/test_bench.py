@@ -112,3 +112,29 @@ def test_bench_over_ssh_on_a_loopback_device(tmp_path: Path, loopback_jetson) ->
 def test_without_an_artifact_the_target_must_pick_one_compiled_group(tiny_project: Path) -> None:
     code, out, err = _bench("-p", str(tiny_project), "--iterations", "5")
     assert code == 3 and "selects 0 compiled group(s) (none); bench needs one" in out + err
+
+
+@pytest.mark.parametrize("in_model", [False, True], ids=["raw-head", "nms-inside"])
+def test_bench_of_a_compiled_detector_times_each_stage_of_a_request(example_copy, tmp_path: Path,
+                                                                    in_model: bool) -> None:
+    root = example_copy("shapes-detector")
+    if in_model:
+        toml = root / "edgebuild.toml"
+        toml.write_text(toml.read_text().replace("max_detections = 100", "max_detections = 100\nin_model = true"))
+    compiled = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "yard-cams", "--no-progress"])
+    assert compiled.exit_code == 0, compiled.output
+    code, out, err = _bench(str(root / "build/engines/yard-cams"), "--batch", "1", "--iterations", "20",
+                            "--warmup", "2", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    request = json.loads((tmp_path / "run.json").read_text())["request"]
+    decode = "split_detections" if in_model else "decode_outputs"
+    assert request["measured"] and request["outputs"] == ("nms" if in_model else "raw_head")
+    assert request["postprocess_step"].startswith(decode) and request["input_shape"] == [1, 3, 160, 160]
+    assert request["image"]["decoder"].startswith("PIL") and request["image"]["jpeg_bytes"] > 10_000
+    for stage in ("preprocess", "inference", "postprocess", "end_to_end"):
+        assert 0 < request[stage]["p50_ms"] <= request[stage]["p99_ms"], stage
+    parts = sum(request[s]["p50_ms"] for s in ("preprocess", "inference", "postprocess"))
+    assert 0.5 * parts <= request["end_to_end"]["p50_ms"] <= 1.5 * parts
+    table = out[out.index("per request"):]
+    for label in ("preprocess", "inference", "post-processing", "end to end", decode, "decoded with PIL"):
+        assert label in table, table
