@@ -100,8 +100,12 @@ def power_mode(result: dict[str, Any]) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The run as text: where and what, cold start, one row per configuration, memory and power."""
+    """The run as text: where and what, cold start, one row per configuration, memory and power
+    (a group folder's: each model's run alone, then the models at once)."""
     from edgebuild.targets.limits import human_size
+
+    if result.get("schema") == GROUP_SCHEMA:
+        return group_table(result)
 
     art = result["artifact"]
     cold = result["cold_start"]
@@ -146,6 +150,41 @@ def table(result: dict[str, Any]) -> str:
                      + (f", {rail} mean {power.get('mean')} mW (max {power.get('max')})" if power else ""))
     else:
         lines.append(f"  tegrastats: {tegra.get('reason', 'not sampled')}")
+    return "\n".join(lines)
+
+
+GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench_group
+
+
+def group_table(result: dict[str, Any]) -> str:
+    """A group's bench: every model alone (its own table), then every model at once."""
+    from edgebuild.targets.limits import human_size
+
+    lines = [f"bench of group {result['group']} ({result['target']}, fleet {result['fleet']} {result['version']}) on "
+             f"{result.get('ran_on', '?')}: {len(result['alone'])} models alone, then at once", ""]
+    for name, alone in result["alone"].items():
+        lines += [f"-- {name} alone", table(dict(alone, ran_on=result.get("ran_on", "?"))), ""]
+    together = result["together"]
+    lines.append(f"-- every model at once: batch 1 at each profile's opt shape, {together['duration_s']:g} s, one "
+                 "thread per model in one process (as the group's server runs them)")
+    headers = ["model", "runs", "p50", "p90", "p99", "img/s", "p50 alone", "slowdown"]
+    rows = []
+    for name, row in together["models"].items():
+        lat = row["latency"] or {}
+        rows.append([name, str(row["iterations"])] + [f"{lat.get(k, 0):.3f}" for k in ("p50_ms", "p90_ms", "p99_ms")]
+                    + [f"{row['throughput_ips']:.1f}", f"{row['alone_p50_ms']:.3f}" if row["alone_p50_ms"] else "-",
+                       f"{row['slowdown']:.2f}x" if row["slowdown"] else "-"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "   (latency in ms)")
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    memory = together["memory"]
+    cgroup = memory.get("cgroup") or {}
+    lines.append(f"  peak memory of the set: RSS {human_size(memory['peak_rss_bytes'])}" + (
+        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
+        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup"))
+    tegra = together.get("tegrastats") or {}
+    lines.append(f"  tegrastats: RAM max {tegra.get('ram_used_mb', {}).get('max', '?')} MB" if tegra.get("available")
+                 else f"  tegrastats: {tegra.get('reason', 'not sampled')}")
     return "\n".join(lines)
 
 
@@ -198,6 +237,11 @@ def _save(figure: Any, path: Path) -> Path:
 
 def plot(result: dict[str, Any], path: Path) -> Path:
     """A PNG: the latency distribution per configuration, and throughput against batch size."""
+    if result.get("schema") == GROUP_SCHEMA:  # several models: each model's own run is plotted
+        from edgebuild.errors import ConfigError
+
+        raise ConfigError("--plot draws one model's run; a group's result holds several",
+                          hint="bench one model's folder (build/models/<name>/engines/<group>) to plot it")
     plt = _pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for c in result["configs"]:

@@ -66,11 +66,17 @@ def _bench(args: argparse.Namespace) -> Dict[str, Any]:
             from edgebuild.errors import ConfigError
 
             raise ConfigError("--shape {!r}: write NAME:CxHxW (the dims after the batch axis)".format(item)) from None
-    result = run_bench(args.artifact, backend=args.backend, batches=_ints(args.batch),
-                       concurrency=_ints(args.concurrency) or [1], shapes=shapes or None, iterations=args.iterations,
-                       duration_s=args.duration, warmup=args.warmup, ci_pct=args.ci_pct, budget_s=args.budget_s,
-                       min_iterations=args.min_iterations, engine_cache=args.engine_cache, report=_progress)
-    return {"bench": result}
+    from edgebuild.runtime.group import is_group_folder
+
+    settings = dict(backend=args.backend, batches=_ints(args.batch), concurrency=_ints(args.concurrency) or [1],
+                    shapes=shapes or None, iterations=args.iterations, duration_s=args.duration, warmup=args.warmup,
+                    ci_pct=args.ci_pct, budget_s=args.budget_s, min_iterations=args.min_iterations,
+                    engine_cache=args.engine_cache, report=_progress)
+    if is_group_folder(args.artifact):  # every model alone, then all of them at once
+        from edgebuild.runtime.bench_group import run_group_bench
+
+        return {"bench": run_group_bench(args.artifact, **settings)}
+    return {"bench": run_bench(args.artifact, **settings)}
 
 
 def _ints(text: Optional[str]) -> List[int]:

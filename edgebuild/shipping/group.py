@@ -92,5 +92,6 @@ def ship_group(fleet: Any, group: Any, folders: dict[str, Path], memory: Any, *,
                                 hint="compile with the gate on, or pass --ship-ungated")
     package = package_group(view, group, model_folder=folder, context=fleet.build_dir / container.context,
                             since=options.package_since, report=report)
-    return {"folder": str(folder.relative_to(fleet.root)), "container": container.context,
+    return {"folder": str(folder.relative_to(fleet.root)),
+            "container": str((fleet.build_dir / container.context).relative_to(fleet.root)),
             "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}

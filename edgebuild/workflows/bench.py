@@ -35,11 +35,19 @@ def bench_artifact(artifact: Path | None, options: dict[str, Any], *, project_di
     unlike run)."""
     from edgebuild.devices.bench import bench_here, bench_over_ssh, check_remote_url, compare, load_result
     from edgebuild.errors import EdgebuildError
+    from edgebuild.runtime.group import is_group_folder
     from edgebuild.runtime.recipe import Recipe
 
     if artifact is None:
         artifact = compiled_artifact(project_dir, selector)
-    Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>)")
+    group = is_group_folder(artifact)
+    if not group:
+        Recipe.load(artifact, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>, or a fleet's "
+                                   "build/groups/<group>)")
+    elif baseline:
+        raise EdgebuildError(f"{artifact}: a group folder's bench measures several models; --baseline compares one "
+                             "model's result", hint="bench one model's folder (build/models/<name>/engines/<group>) "
+                                                    "to compare it with a baseline")
     before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
     if device_url:
         result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=report)

@@ -51,7 +51,7 @@ def test_the_camera_box_builds_two_groups_each_carrying_exactly_its_models(camer
         carried = {p.split("/")[1] for p in payload if p.startswith("models/")}
         assert carried == set(group["models"]), payload  # each bundle: exactly its group's models
         assert "group.json" in payload and all(f"models/{m}/reference.npz" in payload for m in group["models"])
-        context = camera_box / "build" / group["container"]
+        context = camera_box / group["container"]
         assert (context / "model" / "group.json").is_file()
         assert {p.name for p in (context / "model" / "models").iterdir()} == set(group["models"])
     page = (camera_box / "build/report/index.html").read_text()
@@ -229,3 +229,18 @@ def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(camer
         assert client.request("GET", "/v2/models/shapes-detector/ready")[0] == 200  # the other model is fine
     finally:
         running.stop()
+
+
+def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(camera_box: Path) -> None:
+    folder = _compiled_group(camera_box)
+    out = camera_box / "bench.json"
+    done = CliRunner().invoke(main, ["bench", str(folder), "--duration", "0.5", "--batch", "1", "--json", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "every model at once" in done.output and "slowdown" in done.output, done.output
+    result = json.loads(out.read_text())
+    assert result["schema"] == "edgebuild.bench-group/1" and result["group"] == "yard-cams"
+    assert set(result["alone"]) == set(result["together"]["models"]) == {"shapes-detector", "digits-classifier"}
+    for row in result["together"]["models"].values():
+        assert row["iterations"] > 0 and row["latency"]["p99_ms"] >= row["latency"]["p50_ms"] > 0
+        assert row["alone_p50_ms"] > 0 and row["slowdown"] > 0
+    assert result["together"]["memory"]["peak_rss_bytes"] > 0
