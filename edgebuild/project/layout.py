@@ -93,6 +93,9 @@ class BuildLayout:
     def triton(self, group: str) -> Path:
         return self.root / "triton" / group
 
+    def deepstream(self, group: str) -> Path:
+        return self.root / "deepstream" / group
+
     @property
     def packages(self) -> Path:
         return self.root / "packages"

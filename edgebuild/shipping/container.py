@@ -425,6 +425,8 @@ class ContainerRecord:
     context: str  # the build context, relative to the build folder
     notes: list[str]
     triton: dict[str, Any] | None = None  # the Triton model repository (shipping.triton.TritonRecord), if asked for
+    #: the DeepStream configs (shipping.deepstream.DeepStreamRecord) of a recipe with a task: written or why not
+    deepstream: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -495,7 +497,18 @@ def write_group_container(project: Any, group: SelectedGroup, model_folder: Path
                + (f", FROM {record.image}" if record.image else "") + ")")
         for note in record.notes:
             report(f"{group.name}: Triton: {note}")
+    deepstream = None
+    if recipe.task is not None:
+        from edgebuild.shipping.deepstream import write_deepstream
+
+        ds = write_deepstream(folder, layout.deepstream(group.name), build_dir=project.build_dir, recipe=recipe)
+        deepstream = ds.as_dict()
+        report(f"{group.name}: " + (f"wrote the DeepStream {ds.deepstream} configs {ds.folder}" if ds.written
+                                    else f"no DeepStream config: {ds.reason}"))
+        for note in ds.notes:
+            report(f"{group.name}: DeepStream: {note}")
     return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
                            base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
-                           notes=written["notes"], triton=triton)
+                           notes=written["notes"], triton=triton,
+                           deepstream=deepstream)

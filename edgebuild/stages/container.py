@@ -3,7 +3,9 @@
 Reads: the group's model folder (the engine stage's record names it), the Dockerfile templates,
 the device-side code and the group's limit preset. Writes ``build/containers/<group>[-cpu]/``
 (Dockerfile, entry point, run.sh, compose.yaml, a systemd unit on cgroup v2) and, with
-``[runtime] server = "triton"|"both"``, ``build/triton/<group>/``; its record is a ``ContainerRecord``.
+``[runtime] server = "triton"|"both"``, ``build/triton/<group>/``, and for a recipe with a task the
+DeepStream configs in ``build/deepstream/<group>/`` (or the reason there are none); its record is a
+``ContainerRecord``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def _key(inputs: StageInputs) -> dict[str, str]:
             "limits": digest(inputs.group.limits.as_dict()),
             "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or "",
             "server": inputs.project.runtime.server,
-            "triton_releases": tree_sha256(data_dir("profiles") / "triton", "*.toml")}
+            "triton_releases": tree_sha256(data_dir("profiles") / "triton", "*.toml"),
+            "deepstream_tables": tree_sha256(data_dir("profiles") / "deepstream", "*.toml")}
 
 
 def _run(inputs: StageInputs) -> ContainerRecord:
@@ -53,17 +56,28 @@ def _run(inputs: StageInputs) -> ContainerRecord:
 
 def _outputs(inputs: StageInputs, record: ContainerRecord) -> list[Path]:
     build = inputs.project.build_dir
-    return [build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])
+    deepstream = record.deepstream or {}
+    return ([build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])
+            + ([build / deepstream["folder"]] if deepstream.get("written") else []))
 
 
 def _describe(record: ContainerRecord) -> str:
     return (f"FROM {record.base_image} ({'engine' if record.ships_engine else 'recipe'}, limits "
             f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''}"
-            + (f"; Triton {record.triton['platform']} repository" if record.triton else "") + ")")
+            + (f"; Triton {record.triton['platform']} repository" if record.triton else "")
+            + _describe_deepstream(record.deepstream) + ")")
+
+
+def _describe_deepstream(deepstream: dict | None) -> str:
+    if not deepstream:
+        return ""
+    if deepstream["written"]:
+        return f"; DeepStream {deepstream['deepstream']} configs written"
+    return f"; no DeepStream config: {deepstream['reason']}"
 
 
 CONTAINER = Stage(
-    name="container", version=4,
+    name="container", version=5,
     summary="runtime container build context and cgroup-limited run specs (docker run, compose, systemd)",
     record=ContainerRecord, after=("engine",), per_group=True, key=_key, run=_run, outputs=_outputs,
     describe=_describe)
