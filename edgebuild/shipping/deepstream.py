@@ -16,6 +16,11 @@ The container stage writes ``build/deepstream/<group>/`` for every group whose r
                                   start into the same name and reuses it after
     int8.calib                    an INT8 model only: see ``INT8_NOTE``
 
+A fleet group that runs several models (a group folder, ``edgebuild.runtime.group``) gets one set:
+its detector as the primary model (``config_infer_primary.txt``) and each classifier as a secondary
+model on the detector's objects (``config_infer_<model>.txt``, ``labels_<model>.txt``, its ONNX),
+as DeepStream runs a detector and a classifier of its crops; the app config names them all.
+
 A detector needs NMS inside the model (``[task.postprocess] in_model = true``): its four outputs are
 what DeepStream's stock ``NvDsInferParseYoloV5CustomBatchedNMSTLT`` reads (docs/detections.md). A
 raw-head detector gets no config, and the record says why. Every key written is checked against
@@ -218,8 +223,10 @@ def _preprocess_notes(pre: dict[str, Any]) -> list[str]:
     return notes
 
 
-def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size: int = 1) -> tuple[str, list[str]]:
-    """``config_infer_primary.txt`` for a recipe whose task DeepStream can run, and its notes."""
+def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size: int = 1, labels: str = LABELS,
+                 unique_id: int = 1, operate_on: int | None = None) -> tuple[str, list[str]]:
+    """``config_infer_primary.txt`` for a recipe whose task DeepStream can run, and its notes; with
+    ``operate_on``, a secondary model's config, run on the objects of the model with that gie-unique-id."""
     task = recipe.task
     assert task is not None and task.outputs != "raw_head"
     pre = task.preprocess
@@ -229,8 +236,9 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
     channels = 1 if pre["channel_order"] == "GRAY" else 3
     letterbox = pre["resize"] == "letterbox"
     props: list[tuple[str, str]] = [
-        ("gpu-id", "0"), ("gie-unique-id", "1"), ("process-mode", "1"),
-        ("onnx-file", onnx_file), ("model-engine-file", engine_file), ("labelfile-path", LABELS),
+        ("gpu-id", "0"), ("gie-unique-id", str(unique_id)), ("process-mode", "1" if operate_on is None else "2"),
+        *([("operate-on-gie-id", str(operate_on))] if operate_on is not None else []),
+        ("onnx-file", onnx_file), ("model-engine-file", engine_file), ("labelfile-path", labels),
         ("batch-size", str(batch_size)), ("network-mode", str(NETWORK_MODES[recipe.precision])),
         ("infer-dims", f"{channels};{height};{width}"),
         ("net-scale-factor", repr(scale)), ("offsets", ";".join(_number(o) for o in offsets)),
@@ -268,9 +276,21 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
     return "\n".join(lines) + "\n", notes
 
 
-def app_config(recipe: Recipe, batch_size: int = 1) -> str:
+def app_config(recipe: Recipe, batch_size: int = 1, secondaries: tuple[tuple[int, str, str], ...] = ()) -> str:
     """``deepstream_app_config.txt``: one source (a video file or an RTSP camera), the model, on-screen
-    boxes and a fake sink with the frame rate printed; a file sink to turn on."""
+    boxes and a fake sink with the frame rate printed; a file sink to turn on. ``secondaries``: (gie-unique-id,
+    config file, model name) of models run on the primary's objects."""
+    second = "".join(f"""
+# {name}, on every object the primary model finds
+[secondary-gie{i}]
+enable=1
+gpu-id=0
+gie-unique-id={unique_id}
+operate-on-gie-id=1
+batch-size=16
+nvbuf-memory-type=0
+config-file={config}
+""" for i, (unique_id, config, name) in enumerate(secondaries))
     return f"""# deepstream-app config for {recipe.model_name} ({recipe.group}); written by edgebuild.
 # Run on the device: deepstream-app -c {APP_CONFIG}
 # Set [source0] uri to your video: file:///absolute/path/video.mp4 or rtsp://user:pass@camera/stream
@@ -307,7 +327,7 @@ gpu-id=0
 gie-unique-id=1
 nvbuf-memory-type=0
 config-file={INFER_CONFIG}
-
+{second}
 [osd]
 enable=1
 gpu-id=0
@@ -376,10 +396,6 @@ def _not_written(reason: str, out: Path) -> DeepStreamRecord:
 
 
 def _why_not(recipe: Recipe, folder: Path) -> str | None:
-    from edgebuild.runtime.group import is_group_folder
-
-    if is_group_folder(folder):
-        return "the group serves several models; a DeepStream config is written for a one-model group"
     task = recipe.task
     if task is None:
         return "the recipe records no task (an older edgebuild wrote it)"
@@ -418,6 +434,10 @@ def _engine_fits(recipe: Recipe, folder: Path) -> str | None:
 def write_deepstream(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> DeepStreamRecord:
     """``out`` (``build/deepstream/<group>``): the nvinfer and deepstream-app configs, labels and model, or a
     record saying why DeepStream cannot run the group's model (and no folder)."""
+    from edgebuild.runtime.group import is_group_folder
+
+    if is_group_folder(folder):
+        return _write_group(folder, out, build_dir)
     recipe = recipe or Recipe.load(folder)
     reason = _why_not(recipe, folder)
     if reason is not None:
@@ -453,3 +473,59 @@ def write_deepstream(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
     return DeepStreamRecord(written=True, folder=str(out.relative_to(build_dir)), files=files,
                             deepstream=release.deepstream, engine_file=engine_file, ships_engine=no_engine is None,
                             notes=notes)
+
+
+def _write_group(folder: Path, out: Path, build_dir: Path) -> DeepStreamRecord:
+    """One config set for a group's models: its detector primary, each classifier secondary on its objects."""
+    from edgebuild.runtime.group import model_folders
+
+    models = {name: (path, Recipe.load(path)) for name, path in model_folders(folder).items()}
+    for name, (path, recipe) in models.items():
+        reason = _why_not(recipe, path)
+        if reason is not None:
+            return _not_written(f"model {name}: {reason}", out)
+    detectors = [n for n, (_, r) in models.items() if r.task is not None and r.task.kind == "detection"]
+    if len(detectors) > 1:
+        return _not_written(f"models {', '.join(detectors)} are all detectors: a DeepStream pipeline has one primary "
+                            "detector, and edgebuild writes secondary models for classifiers only", out)
+    primary = detectors[0] if detectors else next(iter(models))
+    if not detectors and len(models) > 1:
+        return _not_written("no model of the group is a detector: a secondary classifier runs on a detector's "
+                            "objects", out)
+    release = deepstream_release(models[primary][1].jetpack)
+    assert release is not None
+    written: dict[str, str] = {}
+    files, notes, secondaries, texts = [], [], [], []
+    for index, (name, (path, recipe)) in enumerate([(primary, models[primary])]
+                                                   + [(n, m) for n, m in models.items() if n != primary]):
+        onnx_file, is_primary = onnx_file_name(recipe), name == primary
+        config, labels = (INFER_CONFIG, LABELS) if is_primary else (f"config_infer_{name}.txt", f"labels_{name}.txt")
+        text, model_notes = infer_config(recipe, onnx_file=onnx_file, engine_file=engine_file_name(onnx_file, recipe),
+                                         labels=labels, unique_id=index + 1, operate_on=None if is_primary else 1)
+        texts.append(text)
+        notes += [f"{name}: {n}" for n in model_notes]
+        if not is_primary:
+            secondaries.append((index + 1, config, name))
+        written[config], written[labels] = text, labels_text(recipe)
+        files += [config, labels, onnx_file] + ([INT8_CALIB] if recipe.precision == "int8" else [])
+        notes.append(f"{name}: " + (_engine_fits(recipe, path) or "its engine is shipped"))
+    app = app_config(models[primary][1], secondaries=tuple(secondaries))
+    problems = [p for t in texts for p in check_config(t)] + check_config(app, app=True)
+    if problems:
+        raise EdgebuildError(f"the DeepStream configs of {folder.name} have keys the nvinfer property table does not "
+                             "accept: " + "; ".join(problems))
+    with atomic_output_dir(out) as staging:
+        for name, text in written.items():
+            (staging / name).write_text(text)
+        (staging / APP_CONFIG).write_text(app)
+        for path, recipe in models.values():
+            shutil.copyfile(path / recipe.onnx, staging / onnx_file_name(recipe))
+            if recipe.precision == "int8":
+                (staging / INT8_CALIB).write_text("")
+            if _engine_fits(recipe, path) is None:
+                engine = engine_file_name(onnx_file_name(recipe), recipe)
+                shutil.copyfile(path / ENGINE_FILE, staging / engine)
+                files.append(engine)
+    return DeepStreamRecord(written=True, folder=str(out.relative_to(build_dir)),
+                            files=[APP_CONFIG, *dict.fromkeys(files)], deepstream=release.deepstream,
+                            engine_file=None, ships_engine=False, notes=notes)

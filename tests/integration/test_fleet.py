@@ -244,3 +244,31 @@ def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(camera_box: 
         assert row["iterations"] > 0 and row["latency"]["p99_ms"] >= row["latency"]["p50_ms"] > 0
         assert row["alone_p50_ms"] > 0 and row["slowdown"] > 0
     assert result["together"]["memory"]["peak_rss_bytes"] > 0
+
+
+def test_a_group_gets_one_deepstream_set_its_detector_primary_and_its_classifier_on_the_objects(
+        camera_box: Path) -> None:
+    from edgebuild.shipping.deepstream import check_config
+
+    detector = camera_box.parent / "shapes-detector" / "edgebuild.toml"
+    detector.write_text(detector.read_text().replace("max_detections = 100", "max_detections = 100\nin_model = true"))
+    _compiled_group(camera_box)
+    folder = camera_box / "build/deepstream/yard-cams"
+    primary = (folder / "config_infer_primary.txt").read_text()
+    secondary = (folder / "config_infer_digits-classifier.txt").read_text()
+    app = (folder / "deepstream_app_config.txt").read_text()
+    assert "parse-bbox-func-name=NvDsInferParseYoloV5CustomBatchedNMSTLT" in primary and "process-mode=1" in primary
+    assert "process-mode=2" in secondary and "operate-on-gie-id=1" in secondary and "network-type=1" in secondary
+    assert "gie-unique-id=2" in secondary and "labelfile-path=labels_digits-classifier.txt" in secondary
+    assert "[secondary-gie0]" in app and "config-file=config_infer_digits-classifier.txt" in app
+    assert check_config(primary) == check_config(secondary) == check_config(app, app=True) == []
+    assert (folder / "labels_digits-classifier.txt").read_text().strip() == ";".join(str(d) for d in range(10))
+    assert (folder / "labels.txt").read_text().split() == ["circle", "square", "triangle"]
+
+
+def test_a_group_whose_detector_has_a_raw_head_gets_no_deepstream_set_and_the_reason(camera_box: Path) -> None:
+    done = CliRunner().invoke(main, ["compile", "--target", "yard-cams", "-p", str(camera_box), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "no DeepStream config: model shapes-detector: DeepStream needs task.postprocess.in_model = true" \
+        in done.output
+    assert not (camera_box / "build/deepstream/yard-cams").exists()
