@@ -24,6 +24,23 @@ def camera_box(example_copy) -> Path:
     return example_copy("camera-box")
 
 
+@pytest.fixture(scope="module")
+def yard_cams(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The camera box compiled once for yard-cams (its group folder and the compile's output), for the tests
+    that read it without changing it."""
+    import shutil
+
+    from tests.support.project import EXAMPLES
+
+    root = tmp_path_factory.mktemp("fleet")
+    for name in ("shapes-detector", "digits-classifier", "camera-box"):
+        shutil.copytree(EXAMPLES / name, root / name, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
+    done = CliRunner().invoke(main, ["compile", "--target", "yard-cams", "-p", str(root / "camera-box"),
+                                     "--no-progress"])
+    assert done.exit_code == 0, done.output
+    return root / "camera-box/build/groups/yard-cams", done.output
+
+
 def _payload(bundle: Path) -> set[str]:
     with tarfile.open(bundle, mode="r:gz") as tar:
         return {m.name.removeprefix("payload/") for m in tar.getmembers() if m.name.startswith("payload/")}
@@ -166,13 +183,13 @@ def _serving(folder: Path):
     return running
 
 
-def test_one_server_answers_every_model_of_the_group_after_each_is_warm_and_accepted(camera_box: Path) -> None:
+def test_one_server_answers_every_model_of_the_group_after_each_is_warm_and_accepted(yard_cams) -> None:
     import tritonclient.http as httpclient
     from prometheus_client.parser import text_string_to_metric_families
 
     from tests.support.runtime_artifacts import Client
 
-    running = _serving(_compiled_group(camera_box))
+    running = _serving(yard_cams[0])
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{running.port}")
         assert client.is_server_ready()
@@ -195,7 +212,7 @@ def test_one_server_answers_every_model_of_the_group_after_each_is_warm_and_acce
         running.stop()
 
 
-def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(camera_box: Path, tmp_path: Path) -> None:
+def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(yard_cams, tmp_path: Path) -> None:
     import dataclasses
     import shutil
 
@@ -206,7 +223,7 @@ def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(camer
     from edgebuild.runtime.recipe import Recipe
     from tests.support.runtime_artifacts import Client
 
-    group = shutil.copytree(_compiled_group(camera_box), tmp_path / "group")
+    group = shutil.copytree(yard_cams[0], tmp_path / "group")
     classifier = group / "models/classifier"
     recipe = Recipe.load(classifier)  # no fallback: a failing engine has nothing to fall back to
     dataclasses.replace(recipe, fallback=None, fallback_sha256=None).save(classifier)
@@ -231,9 +248,9 @@ def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(camer
         running.stop()
 
 
-def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(camera_box: Path) -> None:
-    folder = _compiled_group(camera_box)
-    out = camera_box / "bench.json"
+def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(yard_cams, tmp_path: Path) -> None:
+    folder = yard_cams[0]
+    out = tmp_path / "bench.json"
     done = CliRunner().invoke(main, ["bench", str(folder), "--duration", "0.5", "--batch", "1", "--json", str(out)])
     assert done.exit_code == 0, done.output
     assert "every model at once" in done.output and "slowdown" in done.output, done.output
@@ -266,9 +283,7 @@ def test_a_group_gets_one_deepstream_set_its_detector_primary_and_its_classifier
     assert (folder / "labels.txt").read_text().split() == ["circle", "square", "triangle"]
 
 
-def test_a_group_whose_detector_has_a_raw_head_gets_no_deepstream_set_and_the_reason(camera_box: Path) -> None:
-    done = CliRunner().invoke(main, ["compile", "--target", "yard-cams", "-p", str(camera_box), "--no-progress"])
-    assert done.exit_code == 0, done.output
-    assert "no DeepStream config: model shapes-detector: DeepStream needs task.postprocess.in_model = true" \
-        in done.output
-    assert not (camera_box / "build/deepstream/yard-cams").exists()
+def test_a_group_whose_detector_has_a_raw_head_gets_no_deepstream_set_and_the_reason(yard_cams) -> None:
+    folder, output = yard_cams
+    assert "no DeepStream config: model shapes-detector: DeepStream needs task.postprocess.in_model = true" in output
+    assert not (folder.parent.parent / "deepstream/yard-cams").exists()
