@@ -1,27 +1,48 @@
-"""edgebuild's INT8 gate against NNCF's accuracy-controlled quantization, in one run.
+"""edgebuild's INT8 gate against NNCF's accuracy-controlled quantization (and Ultralytics' INT8 exports), in one run.
 
-Both start from the same FP32 ONNX (edgebuild's export of the project), the same calibration
-images, the same validation images, the same metric (edgebuild's decode and COCO mAP / top-1)
-and the same threshold (``accuracy.min_retention`` as NNCF's relative ``max_drop``):
+Every route starts from the same FP32 model, the same calibration images, the same validation
+images, the same metric code (edgebuild's decode and COCO mAP / top-1, the Scorer) and the same
+threshold (``accuracy.min_retention``, NNCF's relative ``max_drop``):
 
-- edgebuild: `edgebuild validate --force --json` (the whole command: Python start-up, every
-  candidate measured again, the INT8 fallback if plain INT8 fails);
-- NNCF: `nncf.quantize_with_accuracy_control` on the ONNX model (its default INT8 PTQ, then
-  reverting quantized layers until the drop is within max_drop), timed in this process.
+- edgebuild: ``edgebuild validate --force --json`` (the whole command: Python start-up, every
+  candidate measured again, the INT8 fallback if plain INT8 fails), after ``data prepare`` and
+  ``export`` (shared inputs, not timed);
+- NNCF ``quantize_with_accuracy_control`` on the project's FP32 ONNX, twice: with TensorRT-compatible
+  settings (preset PERFORMANCE: symmetric weights and activations; no overflow fix, so full-range
+  weights) and with NNCF's defaults, timed in this process;
+- for an Ultralytics model: Ultralytics' own ``export(format="onnx"|"openvino", quantize=8)``,
+  calibrated on the same train split (``--ultralytics`` picks which; OpenVINO needs ``openvino``).
 
-Prints, for both: wall time, the selected model's metric and retention, weighted layers (Conv,
-ConvTranspose, Gemm, MatMul) left in float, weighted layers with quantized weights; and the
-ratios. Both final models are scored by the same evaluation code.
+Two modes:
 
-    pip install 'nncf>=2.14'      # benchmark-only (the `bench` extra), never a runtime dependency
-    python benchmarks/gate_vs_nncf.py [PROJECT_DIR]   (default: examples/shapes-detector)
+    python benchmarks/gate_vs_nncf.py [PROJECT ...]           (default: examples/shapes-detector)
+    python benchmarks/gate_vs_nncf.py --models yolov8n,resnet18
+
+``--models`` trains real architectures on generated data first (YOLOv8n by Ultralytics, a torchvision
+ResNet-18 or MobileNetV3-small; ``benchmarks/_trained_models.py``), cached under
+``build/bench-models/`` so later runs reuse them, and makes each an edgebuild project as a user would
+(``edgebuild init --model best.onnx --data data.yaml``; ``source = "torchvision:resnet18"`` with its
+state_dict and class folders), with ``accuracy.min_retention`` set to ``--min-retention``.
+
+``--measure-best 10`` adds a row: the same ``validate --force`` with ``quantize.measure_best = 10``
+(every INT8 variant measured by the metric, not only the best 3 by output SQNR).
+
+Prints one table per model: wall time, the model each route produced, its metric and retention,
+weighted layers left in float (a layer runs in INT8 only when its weight and its data input are both
+quantized, TensorRT's rule; counted in the saved graph) and with INT8 weights, and the operations
+NNCF's accuracy control reverted (weighted or not); then the targets of issue 27 for edgebuild's
+INT8: retention >= --target-retention (0.99), >= NNCF's (TensorRT-compatible) retention - 0.005, no
+more layers in float than it, and ``validate --force`` no slower than its accuracy control. Exits 1
+when a target is missed (``--no-fail``: report only).
+
+    pip install 'nncf>=2.14' openvino   # benchmark only (the `bench` extra), never runtime dependencies
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,129 +52,228 @@ from pathlib import Path
 
 import numpy as np
 
-from edgebuild.project.schema import WEIGHTED_OPS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _quant_routes import (  # noqa: E402 (sibling modules of this script)
+    Route,
+    Scorer,
+    calibration_items,
+    float_layers,
+    run_nncf,
+    run_ultralytics_export,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+LAUNCHER = Path(__file__).resolve().parent / "_cpu_torchvision.py"  # edgebuild, with torchvision made importable
+KNOWN_CANDIDATE_KEYS = {"precision", "onnx", "metric", "value", "retention", "passed", "selectable", "backend",
+                        "latency_ms", "kept_fp32", "note", "rejected_by"}
 
 
-def weighted_layers(model) -> tuple[int, int]:
-    """(weighted layers whose weight comes through DequantizeLinear, weighted layers in all)."""
-    produced = {out: node.op_type for node in model.graph.node for out in node.output}
-    weighted = [n for n in model.graph.node if n.op_type in WEIGHTED_OPS]
-    quantized = [n for n in weighted if len(n.input) > 1 and produced.get(n.input[1]) == "DequantizeLinear"]
-    return len(quantized), len(weighted)
+def edgebuild(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(LAUNCHER), *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        sys.exit(f"edgebuild {' '.join(args)} failed ({done.returncode}):\n"
+                 f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return done
 
 
 def run_edgebuild(project: Path) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "edgebuild", "validate", "--project", str(project), "--force", "--json",
-           "--no-progress"]
+    args = ["validate", "--project", str(project), "--force", "--json", "--no-progress"]
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = edgebuild(*args, check=False)
     seconds = time.perf_counter() - started
     if done.returncode not in (0, 11):
-        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        sys.exit(f"edgebuild {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return seconds, json.loads(done.stdout)
 
 
-class Scorer:
-    """The project's metric on any subset of the validation set, with edgebuild's evaluation code."""
-
-    def __init__(self, project) -> None:
-        from edgebuild.accuracy.evaluate import ValidationSet
-
-        self.project = project
-        self.data = ValidationSet(project, batch_size=1)
-        self.items = list(self.data.batches())  # (samples, batch, transforms), one image each
-
-    def __call__(self, onnx_model, items) -> float:
-        import onnxruntime as ort
-
-        from edgebuild.accuracy.evaluate import _ClassificationCollector, _DetectionCollector
-
-        session = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        outputs = [o.name for o in session.get_outputs()]
-        items = list(items)
-        detection = self.project.task.kind == "detection"
-        collect = (_DetectionCollector if detection else _ClassificationCollector)(self.project, self.data)
-        for samples, batch, transforms in items:
-            collect.add(samples, transforms, dict(zip(outputs, session.run(outputs, {name: batch}))))
-        if detection:  # mAP over just these images
-            from edgebuild.accuracy.metrics import coco_detection_metrics
-
-            ids = {s.image_id for samples, _, _ in items for s in samples}
-            gt = copy.deepcopy(self.data.coco.ground_truth)
-            gt["images"] = [i for i in gt["images"] if i["id"] in ids]
-            gt["annotations"] = [a for a in gt["annotations"] if a["image_id"] in ids]
-            return coco_detection_metrics(gt, collect.results)[self.project.metric]
-        return collect.metrics()[self.project.metric]
+def set_setting(root: Path, table: str, key: str, value: object) -> str:
+    """Set ``[table] key = value`` in the project file (the line a user edits); returns the file as it was."""
+    path = root / "edgebuild.toml"
+    before = path.read_text()
+    lines, at, inside = before.splitlines(), None, False
+    for i, line in enumerate(lines):
+        if line.strip().startswith("["):
+            inside = line.strip() == f"[{table}]"
+            at = i if inside else at
+        elif inside and line.split("=")[0].strip() == key:
+            lines[i] = ""
+    if at is None:
+        lines += ["", f"[{table}]"]
+        at = len(lines) - 1
+    lines.insert(at + 1, f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return before
 
 
-def run_nncf(project, onnx_path: Path) -> tuple[float, object, float]:
-    import nncf
+def edgebuild_route(root: Path, seconds: float, gate: dict, label: str = "") -> tuple[Route, float]:
+    """edgebuild's INT8 as a Route (the selected one, else the best INT8 it measured), and its FP32 value."""
     import onnx
 
-    from edgebuild.accuracy.quantize import _CalibrationImages
+    candidates = gate["candidates"]
+    fp32 = next(c for c in candidates if c["precision"] == "fp32")["value"]
+    int8 = [c for c in candidates if c["precision"].startswith("int8")]
+    chosen = next((c for c in int8 if c["precision"] == gate["selected"]), None)
+    shown = chosen or max(int8, key=lambda c: c["value"])
+    int8, weights, total = float_layers(onnx.load(str(root / "build" / "gate" / shown["onnx"])))
+    notes = [f"selected {gate['selected']} ({gate['selection_rule']})"]
+    if chosen is None:
+        notes.append(f"shown: its best INT8 ({shown['precision']}), not selected")
+    if gate.get("int8_choice", {}).get("why"):
+        notes.append(f"INT8 variant {gate['int8_choice']['variant']}: {gate['int8_choice']['why']}")
+    if shown.get("note"):
+        notes.append(f"note: {shown['note']}")
+    extra = {k: v for k, v in shown.items() if k not in KNOWN_CANDIDATE_KEYS}
+    notes += [f"{k}: {v}" for k, v in extra.items()]  # fields a newer gate adds (e.g. the calibration method)
+    notes += [f"gate {k}: {gate[k]}" for k in ("calibration", "calibration_method", "method") if k in gate]
+    notes.append(f"{len(candidates)} candidates, {gate.get('measured', '?')} measured [{gate['backend']}]")
+    route = Route(f"edgebuild validate --force{label}", seconds, shown["precision"], shown["value"],
+                  shown["value"] / fp32, total - int8, weights, notes, f"edgebuild{label}")
+    route.selected_int8 = chosen is not None  # type: ignore[attr-defined]
+    return route, fp32
 
-    model = onnx.load(str(onnx_path))
-    scorer = Scorer(project)
-    reader = _CalibrationImages(project, progress=False)
-    calibration = [item for item in iter(reader.get_next, None)]
+
+def print_table(title: str, metric: str, routes: list[Route]) -> None:
+    print(f"\n{title}\n")
+    print(f"  {'route':<62} {'wall s':>7} {'model':>14} {metric:>9} {'retention':>9} {'in float':>8} "
+          f"{'INT8 weights':>12}")
+    for r in routes:
+        print(f"  {r.name:<62} {r.seconds:7.1f} {r.model[:14]:>14} {r.value:9.4f} {r.retention:9.3f} "
+              f"{r.in_float:8d} {r.quantized:12d}")
+    for r in routes:
+        for note in r.notes:
+            print(f"    {r.short:<32} {note}")
+
+
+def check_targets(ours: Route, nncf_trt: Route | None, target: float) -> list[tuple[str, bool]]:
+    """Issue 27's targets for edgebuild's INT8, each (what, met)."""
+    results = [(f"edgebuild selects an INT8 with retention >= {target} (selected INT8: "
+                f"{'yes' if ours.selected_int8 else 'no'}, {ours.retention:.3f})",  # type: ignore[attr-defined]
+                ours.selected_int8 and ours.retention >= target)]  # type: ignore[attr-defined]
+    if nncf_trt is not None:
+        results += [
+            (f"retention >= NNCF TRT-compatible - 0.005 ({ours.retention:.3f} vs {nncf_trt.retention - 0.005:.3f})",
+             ours.retention >= nncf_trt.retention - 0.005),
+            (f"layers in float <= NNCF TRT-compatible's ({ours.in_float} vs {nncf_trt.in_float})",
+             ours.in_float <= nncf_trt.in_float),
+            (f"validate --force wall <= NNCF accuracy control wall ({ours.seconds:.1f} s vs {nncf_trt.seconds:.1f} s)",
+             ours.seconds <= nncf_trt.seconds)]
+    return results
+
+
+def benchmark(root: Path, args: argparse.Namespace, trained=None) -> list[tuple[str, bool]]:  # noqa: ANN001
+    """All routes on the project in ``root`` (a fresh copy, built here); prints its table and targets."""
+    from edgebuild.project.config import load_project
+
     started = time.perf_counter()
-    quantized = nncf.quantize_with_accuracy_control(
-        model, nncf.Dataset(calibration), nncf.Dataset(scorer.items), scorer,
-        max_drop=1 - project.accuracy.min_retention, drop_type=nncf.DropType.RELATIVE,
-        subset_size=len(calibration))
-    seconds = time.perf_counter() - started
-    return seconds, quantized, scorer(quantized, scorer.items)
+    for command in (["data", "prepare"], ["export"]):  # shared inputs, not timed
+        edgebuild(*command, "--project", str(root))
+    prepared_s = time.perf_counter() - started
+    project = load_project(root)
+    onnx_path = next((root / "build" / "export").glob("opset*/model.onnx"))
+    ours_s, gate = run_edgebuild(root)
+    ours, gate_fp32 = edgebuild_route(root, ours_s, gate)
+    extra_ours = []
+    for count in args.measure_best:  # the same command with more INT8 variants measured by the metric
+        before = set_setting(root, "quantize", "measure_best", count)
+        seconds, more = run_edgebuild(root)
+        extra_ours.append(edgebuild_route(root, seconds, more, f" (quantize.measure_best = {count})")[0])
+        (root / "edgebuild.toml").write_text(before)
+    scorer = Scorer(project)
+    calibration = calibration_items(project)
+    import onnx
+
+    fp32 = scorer(onnx.load(str(onnx_path)), scorer.items)
+    routes = [ours, *extra_ours]
+    nncf_trt = None
+    if not args.no_nncf:
+        nncf_trt = run_nncf(project, onnx_path, scorer, calibration, fp32, trt=True)
+        routes.append(nncf_trt)
+        if not args.no_nncf_defaults:
+            routes.append(run_nncf(project, onnx_path, scorer, calibration, fp32, trt=False))
+    if trained is not None and trained.checkpoint is not None:
+        for fmt in args.ultralytics:
+            try:
+                routes.append(run_ultralytics_export(trained.checkpoint, trained.dataset, project.task.preprocess
+                                                     .input_size[0], fmt, scorer, fp32, root / "ultralytics" / fmt))
+            except Exception as exc:  # an export that does not run here is reported, not fatal
+                print(f"  Ultralytics {fmt} INT8 export failed: {type(exc).__name__}: {str(exc)[:300]}")
+    weighted = ours.in_float + ours.quantized
+    what = f"{project.project.name}"
+    if trained is not None:
+        facts = trained.facts
+        what += (f" (trained here: {facts.get('epochs')} epochs in {facts.get('train_s', 0) / 60:.1f} min"
+                 f"{', reused from the cache' if facts.get('reused') else ''}; {facts.get('trainer_metric')})")
+    title = (f"{what}\n  {project.metric}: FP32 {gate_fp32:.4f} in edgebuild's gate, {fp32:.4f} by the Scorer; "
+             f"min_retention {project.accuracy.min_retention}; {gate['images']} validation images, "
+             f"{len(calibration)} calibration images; {weighted} weighted layers; data prepare + export "
+             f"{prepared_s:.1f} s (not timed)")
+    print_table(title, project.metric, routes)
+    if abs(gate_fp32 - fp32) > 1e-4:
+        print(f"  note: the gate's FP32 {gate_fp32:.4f} and the Scorer's {fp32:.4f} differ; each route's retention "
+              "is against its own scorer's FP32")
+    if any(np.isnan(r.value) for r in routes):
+        sys.exit("a route's model could not be scored")
+    targets = check_targets(ours, nncf_trt, args.target_retention)
+    print("\n  targets (issue 27):")
+    for text, met in targets:
+        print(f"    [{'met' if met else 'MISSED'}] {text}")
+    return [(f"{project.project.name}: {t}", m) for t, m in targets]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("project", nargs="?", default=str(ROOT / "examples/shapes-detector"))
+    parser.add_argument("projects", nargs="*", help="project folders (default: examples/shapes-detector unless "
+                                                    "--models is given)")
+    parser.add_argument("--models", default="", help="trained here and cached: comma-separated from yolov8n, "
+                                                     "resnet18, mobilenet_v3_small (e.g. yolov8n,resnet18)")
+    parser.add_argument("--min-retention", type=float, default=0.99,
+                        help="accuracy.min_retention of the trained models' projects, NNCF's max_drop = 1 - it "
+                             "(default 0.99); a project folder keeps its own")
+    parser.add_argument("--target-retention", type=float, default=0.99, help="the retention target (default 0.99)")
+    parser.add_argument("--ultralytics", default="onnx,openvino",
+                        help="Ultralytics INT8 export formats for a YOLO model (default onnx,openvino; '' for none)")
+    parser.add_argument("--measure-best", default="",
+                        help="also run validate --force with quantize.measure_best set to each of these "
+                             "(comma-separated, e.g. 10: every INT8 variant measured by the metric); extra rows, "
+                             "the targets stay on the project's own settings")
+    parser.add_argument("--no-nncf", action="store_true", help="skip NNCF (edgebuild and Ultralytics only)")
+    parser.add_argument("--no-nncf-defaults", action="store_true", help="skip NNCF's run with its default settings")
+    parser.add_argument("--no-fail", action="store_true", help="exit 0 even when a target is missed")
     args = parser.parse_args()
-    try:
-        import nncf  # noqa: F401
-    except ImportError:
-        sys.exit("NNCF is not installed: pip install 'nncf>=2.14' (benchmark only)")
-    import onnx
+    args.ultralytics = [f for f in args.ultralytics.split(",") if f]
+    args.measure_best = [int(n) for n in args.measure_best.split(",") if n]
+    if not args.no_nncf:
+        try:
+            import nncf  # noqa: F401
+        except ImportError:
+            sys.exit("NNCF is not installed: pip install 'nncf>=2.14' (benchmark only)")
+    models = [m for m in args.models.split(",") if m]
+    projects = args.projects or ([] if models else [str(ROOT / "examples/shapes-detector")])
+    import _trained_models
 
-    from edgebuild.project.config import load_project
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "project"
-        shutil.copytree(args.project, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-        for command in (["data", "prepare"], ["export"]):  # shared inputs, not timed
-            subprocess.run([sys.executable, "-m", "edgebuild", *command, "--project", str(root)], check=True,
-                           capture_output=True)
-        project = load_project(root)
-        onnx_path = next((root / "build" / "export").glob("opset*/model.onnx"))
-        ours_s, gate = run_edgebuild(root)
-        fp32 = next(c for c in gate["candidates"] if c["precision"] == "fp32")["value"]
-        chosen = next((c for c in gate["candidates"] if c["precision"] == gate["selected"]), None)
-        int8 = next((c for c in reversed(gate["candidates"]) if c["precision"].startswith("int8")), None)
-        shown = int8 if chosen is None or not chosen["precision"].startswith("int8") else chosen
-        ours_model = onnx.load(str(root / "build" / "gate" / shown["onnx"]))
-        nncf_s, nncf_model, nncf_value = run_nncf(project, onnx_path)
-    ours_q, total = weighted_layers(ours_model)
-    nncf_q, _ = weighted_layers(nncf_model)
-    rows = [("edgebuild validate --force", ours_s, shown["precision"], shown["value"], shown["value"] / fp32,
-             total - ours_q, ours_q),
-            ("NNCF quantize_with_accuracy_control", nncf_s, "int8", nncf_value, nncf_value / fp32,
-             total - nncf_q, nncf_q)]
-    print(f"{project.project.name}: FP32 {project.metric} {fp32:.4f}, min retention {project.accuracy.min_retention},"
-          f" {gate['images']} validation images, {total} weighted layers (Conv/ConvTranspose/Gemm/MatMul)\n")
-    print(f"{'':<38} {'wall s':>7} {'model':>10} {project.metric:>9} {'retention':>9} {'in float':>8} "
-          f"{'quantized':>9}")
-    for name, seconds, what, value, retention, in_float, quantized in rows:
-        print(f"{name:<38} {seconds:7.2f} {what:>10} {value:9.4f} {retention:9.3f} {in_float:8d} {quantized:9d}")
-    print(f"\nwall time edgebuild/NNCF: {ours_s / nncf_s:.2f}x; retention edgebuild - NNCF: "
-          f"{shown['value'] / fp32 - nncf_value / fp32:+.3f}; layers in float edgebuild - NNCF: "
-          f"{(total - ours_q) - (total - nncf_q):+d}")
-    print(f"edgebuild selected {gate['selected']} ({gate['selection_rule']}) [{gate['backend']}]")
-    if np.isnan(nncf_value):
-        sys.exit("NNCF's model could not be scored")
+    unknown = [m for m in models if m not in _trained_models.MODELS]
+    if unknown:
+        sys.exit(f"unknown model(s) {unknown}: choose from {', '.join(_trained_models.MODELS)}")
+    targets: list[tuple[str, bool]] = []
+    with tempfile.TemporaryDirectory(prefix="gate-vs-nncf-") as tmp:
+        for name in models:
+            started = time.perf_counter()
+            trained = _trained_models.trained(name)
+            print(f"{name}: model ready in {time.perf_counter() - started:.1f} s "
+                  f"({'cache' if trained.facts.get('reused') else 'trained now'}: {trained.folder})", flush=True)
+            root = _trained_models.make_project(trained, Path(tmp) / name, args.min_retention)
+            targets += benchmark(root, args, trained)
+        for path in projects:
+            root = Path(tmp) / Path(path).name
+            shutil.copytree(path, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+            targets += benchmark(root, args)
+    missed = [t for t, met in targets if not met]
+    print(f"\n{len(targets) - len(missed)} of {len(targets)} targets met" + ("" if not missed else ":  missed:\n  "
+                                                                            + "\n  ".join(missed)))
+    if missed and not args.no_fail:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TQDM_DISABLE", "1")
     main()
