@@ -102,7 +102,6 @@ def power_mode(result: dict[str, Any]) -> str:
 def table(result: dict[str, Any]) -> str:
     """The run as text: where and what, cold start, one row per configuration, memory and power
     (a group folder's: each model's run alone, then the models at once)."""
-    from edgebuild.targets.limits import human_size
 
     if result.get("schema") == GROUP_SCHEMA:
         return group_table(result)
@@ -135,11 +134,7 @@ def table(result: dict[str, Any]) -> str:
     if not stages:
         lines.append(f"  copy/compute split: not available on {result['backend']} (TensorRT only)")
     lines += request_lines(result.get("request"))
-    memory = result["memory"]
-    cgroup = memory.get("cgroup") or {}
-    lines.append(f"  peak memory: RSS {human_size(memory['peak_rss_bytes'])}" + (
-        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
-        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup"))
+    lines.append(_memory_line("peak memory", result["memory"]))
     tegra = result.get("tegrastats") or {}
     if tegra.get("available"):
         rail = tegra.get("input_rail")
@@ -158,7 +153,6 @@ GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench_group
 
 def group_table(result: dict[str, Any]) -> str:
     """A group's bench: every model alone (its own table), then every model at once."""
-    from edgebuild.targets.limits import human_size
 
     lines = [f"bench of group {result['group']} ({result['target']}, fleet {result['fleet']} {result['version']}) on "
              f"{result.get('ran_on', '?')}: {len(result['alone'])} models alone, then at once", ""]
@@ -177,15 +171,21 @@ def group_table(result: dict[str, Any]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths)) + "   (latency in ms)")
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
-    memory = together["memory"]
-    cgroup = memory.get("cgroup") or {}
-    lines.append(f"  peak memory of the set: RSS {human_size(memory['peak_rss_bytes'])}" + (
-        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
-        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup"))
+    lines.append(_memory_line("peak memory of the set", together["memory"]))
     tegra = together.get("tegrastats") or {}
     lines.append(f"  tegrastats: RAM max {tegra.get('ram_used_mb', {}).get('max', '?')} MB" if tegra.get("available")
                  else f"  tegrastats: {tegra.get('reason', 'not sampled')}")
     return "\n".join(lines)
+
+
+def _memory_line(label: str, memory: dict[str, Any]) -> str:
+    """The process's peak RSS, and its cgroup's peak and limit where it runs in a memory-limited one."""
+    from edgebuild.targets.limits import human_size
+
+    cgroup = memory.get("cgroup") or {}
+    return f"  {label}: RSS {human_size(memory['peak_rss_bytes'])}" + (
+        f", cgroup peak {human_size(cgroup['peak_bytes'])} of {human_size(cgroup['limit_bytes'])}"
+        if cgroup.get("limited") and cgroup.get("peak_bytes") else ", not in a memory-limited cgroup")
 
 
 #: the per-request stages in the order a request passes them: (JSON key, row label)

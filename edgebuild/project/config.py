@@ -43,17 +43,22 @@ def _find_project_file(location: str | Path) -> Path:
     return path
 
 
+def read_toml(source: Path) -> dict[str, Any]:
+    """The TOML of a project or fleet file, or ConfigError saying why it cannot be read."""
+    try:
+        return tomllib.loads(source.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+
+
 def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Project:
     """Read, parse and validate a project file (or the edgebuild.toml in a folder)."""
     from edgebuild.targets.profiles import load_catalog
 
     source = _find_project_file(location)
-    try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+    raw = read_toml(source)
     if "models" in raw:
         raise ConfigError(f"{source}: a fleet file ([models] names the model projects it composes), not a model "
                           "project", hint="`edgebuild compile` builds a fleet file; the other commands take one "

@@ -152,16 +152,17 @@ def is_fleet_file(location: str | Path) -> bool:
 
 def load_fleet(location: str | Path = ".") -> Fleet:
     """Read and check a fleet file and every model project it names; every problem at once."""
-    from edgebuild.project.config import _find_project_file, _format_problems, _format_validation_error, load_project
+    from edgebuild.project.config import (
+        _find_project_file,
+        _format_problems,
+        _format_validation_error,
+        load_project,
+        read_toml,
+    )
     from edgebuild.targets.profiles import load_catalog
 
     source = _find_project_file(location)
-    try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+    raw = read_toml(source)
     try:
         file = FleetFile.model_validate(raw)
     except ValidationError as exc:

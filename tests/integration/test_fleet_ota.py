@@ -13,11 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgebuild.cli import main
-from tests.support.mender import MenderDevice
+from tests.support.mender import signed_device
 
 pytestmark = pytest.mark.mender_client
 
@@ -33,23 +31,11 @@ def box(example_copy, tmp_path: Path):
     for name in ("shapes-detector", "digits-classifier"):
         example_copy(name)
     root = example_copy("camera-box")
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = root / "fleet.pem", tmp_path / "fleet.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private = root / "fleet.pem"
     toml = root / "edgebuild.toml"
     toml.write_text(toml.read_text().replace('[ota]\nversion = "1.0.0"\n', '[ota]\nversion = "1.0.0"\nsigning_key = '
                                              f'"fleet.pem"\ndevice_types = {{"orin-nano-8gb" = ["{DEVICE_TYPE}"]}}\n'))
-    l4t = load_catalog().parse_target(PROFILE).release.l4t
-    device = MenderDevice(tmp_path / "device", PROFILE, DEVICE_TYPE, public)
-    base = tmp_path / "rootfs.mender"
-    made = subprocess.run(["mender-artifact", "write", "module-image", "-T", "l4t-base", "-n", f"l4t-{l4t}",
-                           "-t", DEVICE_TYPE, "-p", f"edgebuild.l4t:{l4t}", "-k", str(private), "-o", str(base)],
-                          capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    device.ok("install", str(base))
+    device = signed_device(tmp_path, private, PROFILE, DEVICE_TYPE, load_catalog().parse_target(PROFILE).release.l4t)
     return root, device, private
 
 

@@ -9,16 +9,14 @@ the next one (which depends on ``edgebuild.l4t``) is still accepted.
 from __future__ import annotations
 
 import io
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.support.mender import MenderDevice
+from tests.support.mender import signed_device
 
 pytestmark = pytest.mark.mender_client
 
@@ -34,26 +32,14 @@ def fleet(tiny_project: Path, tmp_path: Path):
     from edgebuild.targets.profiles import load_catalog
     from tests.support.runtime_artifacts import recipe_for, write_artifact
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = tiny_project / "fleet.pem", tmp_path / "fleet.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private = tiny_project / "fleet.pem"
+    device = signed_device(tmp_path, private, PROFILE, DEVICE_TYPE, L4T)
     toml = tiny_project / "edgebuild.toml"
     toml.write_text(toml.read_text() + '\n[ota]\nversion = "1.0.0"\nsigning_key = "fleet.pem"\n'
                     f'device_types = {{"agx-orin-64gb" = ["{DEVICE_TYPE}"]}}\n')
     project = load_project(tiny_project)
     folder = write_artifact(project.build_dir / "engines" / "dock")
     recipe_for(folder, load_catalog().parse_target(PROFILE).id, group="dock").save(folder)
-    device = MenderDevice(tmp_path / "device", PROFILE, DEVICE_TYPE, public)
-    base = tmp_path / "rootfs.mender"
-    made = subprocess.run(["mender-artifact", "write", "module-image", "-T", "l4t-base", "-n", f"l4t-{L4T}",
-                           "-t", DEVICE_TYPE, "-p", f"edgebuild.l4t:{L4T}", "-k", str(private), "-o", str(base)],
-                          capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    device.ok("install", str(base))
-    assert device.provides().get("edgebuild.l4t") == L4T
     return tiny_project, device, private
 
 

@@ -83,3 +83,29 @@ class MenderDevice:
         from edgebuild.runtime.ota import active_version
 
         return active_version(self.install_root)
+
+
+def signed_device(folder: Path, private: Path, profile: str, device_type: str, l4t: str) -> MenderDevice:
+    """A device trusting a fresh ECDSA P-256 key (written, SEC1 PEM, to ``private``: what mender-artifact signs
+    with), with a rootfs-style artifact installed that provides ``edgebuild.l4t`` = ``l4t``, as a fleet's
+    rootfs image does."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = folder / "fleet.pub"
+    folder.mkdir(parents=True, exist_ok=True)
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    device = MenderDevice(folder / "device", profile, device_type, public)
+    base = folder / "rootfs.mender"
+    made = subprocess.run(["mender-artifact", "write", "module-image", "-T", "l4t-base", "-n", f"l4t-{l4t}",
+                           "-t", device_type, "-p", f"edgebuild.l4t:{l4t}", "-k", str(private), "-o", str(base)],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    device.ok("install", str(base))
+    assert device.provides().get("edgebuild.l4t") == l4t
+    return device
+
