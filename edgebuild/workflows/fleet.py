@@ -67,9 +67,12 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
                   report: Report = lambda _: None, on_stage: Callable[[Any], None] = lambda _: None) -> FleetCompiled:
     """Compile the groups ``selector`` picks of the fleet file at ``fleet_dir``, with every model they run.
     ``package_since``: an earlier bundle or packages folder; each group's bundle is a delta over it."""
+    from dataclasses import replace
+
     from edgebuild.pipeline.runner import Options, plan_compile, run_stages
     from edgebuild.project.fleet import load_fleet
     from edgebuild.stages import MODEL_STAGES, STAGES
+    from edgebuild.stages.engine import ENGINE
     from edgebuild.stages.session import CompileSession
     from edgebuild.targets.profiles import load_catalog, select_groups
 
@@ -97,9 +100,7 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
         fitting = [g for g in plan.groups if any(o.name == g.name and o.error is None for o in groups)]
         if fitting:
             report(f"== engines of {name}: {', '.join(g.name for g in fitting)}")
-            from dataclasses import replace
-
-            reports[name] = run_stages(replace(plan, groups=tuple(fitting)), STAGES[: STAGES.index(_engine()) + 1],
+            reports[name] = run_stages(replace(plan, groups=tuple(fitting)), STAGES[: STAGES.index(ENGINE) + 1],
                                        options=options, report=report, on_stage=on_stage, session=sessions[name])
     for outcome in groups:
         if outcome.error is None:
@@ -120,12 +121,6 @@ def _write_reports(fleet: Any, plans: dict[str, Any], reports: dict[str, Any]) -
         write_last_compile(compiled)
         write_report(plans[name].project.build_dir)
     write_fleet_report(fleet.build_dir)
-
-
-def _engine() -> Any:
-    from edgebuild.stages.engine import ENGINE
-
-    return ENGINE
 
 
 def _plan_group(fleet: Any, group: Any, plans: dict[str, Any], reports: dict[str, Any],
