@@ -48,8 +48,8 @@ from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench_request import measure_request
 from edgebuild.runtime.recipe import Recipe
 
-__all__ = ["SCHEMA", "TegrastatsSampler", "cgroup_memory", "ci_width_pct", "input_shapes", "jetson_state", "median_ci",
-           "parse_nvpmodel", "parse_tegrastats", "run_bench", "summarize_tegrastats"]
+__all__ = ["SCHEMA", "TegrastatsSampler", "cgroup_memory", "ci_width_pct", "input_shapes", "jetson_state",
+           "measure_latency", "median_ci", "parse_nvpmodel", "parse_tegrastats", "run_bench", "summarize_tegrastats"]
 
 SCHEMA = "edgebuild.bench/1"
 Z_95 = 1.96
@@ -318,17 +318,20 @@ def input_shapes(profiles: Dict[str, List[List[int]]], batch: int, overrides: Op
     return shapes
 
 
-def _measure(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
-             duration_s: Optional[float], ci_pct: float, budget_s: float, min_iterations: int,
-             report: Callable[[str], None]) -> Dict[str, Any]:
-    """Latency samples from len(runners) threads, each calling its runner in a loop."""
+def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
+                    duration_s: Optional[float], ci_pct: float, budget_s: float, min_iterations: int,
+                    report: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+    """Latency samples from len(runners) threads, each calling its runner in a loop.
+
+    Every duration (a run, a round, the budget) is read from ``clock`` (seconds), so the stopping
+    rule depends on the samples alone: a test drives it with a clock its runner advances.
+    """
     samples = []  # type: List[float]
     lock = threading.Lock()
     concurrency = len(runners)
 
     def loop(runner: Any, count: Optional[int], until: float, out: List[float]) -> None:
         done = 0
-        clock = time.perf_counter
         while (count is not None and done < count) or (count is None and clock() < until):
             started = clock()
             runner.run(inputs)
@@ -338,7 +341,7 @@ def _measure(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: O
     def round_of(count: Optional[int], seconds: Optional[float]) -> float:
         outs = [[] for _ in runners]  # type: List[List[float]]
         per_thread = None if count is None else max(1, int(math.ceil(count / concurrency)))
-        began = time.perf_counter()
+        began = clock()
         until = began + (seconds or 0.0)
         threads = [threading.Thread(target=loop, args=(r, per_thread, until, outs[i])) for i, r in enumerate(runners)]
         for t in threads:
@@ -348,7 +351,7 @@ def _measure(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: O
         with lock:
             for out in outs:
                 samples.extend(out)
-        return time.perf_counter() - began
+        return clock() - began
 
     if iterations is not None:
         wall, stop = round_of(iterations, None), "iterations"
@@ -420,8 +423,9 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
             report("batch {}, concurrency {}: {} warm-up runs".format(batch, threads, warmup))
             for _ in range(warmup):
                 runner.run(inputs)
-            measured = _measure(runners, inputs, iterations=iterations, duration_s=duration_s, ci_pct=ci_pct,
-                                budget_s=budget_s, min_iterations=min_iterations, report=report)
+            measured = measure_latency(runners, inputs, iterations=iterations, duration_s=duration_s,
+                                       ci_pct=ci_pct, budget_s=budget_s, min_iterations=min_iterations,
+                                       report=report)
             samples = measured.pop("samples")
             config = {"batch": batch, "concurrency": threads, "shapes": batch_shapes, "iterations": len(samples),
                       "latency": latency_stats(samples),

@@ -47,14 +47,16 @@ def test_bench_here_writes_table_json_and_plot(tmp_path: Path) -> None:
 
 
 def test_the_stopping_rule_says_why_it_stopped(tmp_path: Path) -> None:
+    """A real model through run_bench: the result says which rule stopped it. Which one fires on this machine
+    depends on how busy it is, so only the rule's word and its numbers are asserted here; the rule itself is
+    tested on samples with a clock the runner advances (tests/unit/runtime/test_bench.py)."""
     folder = write_artifact(tmp_path / "yard")
     quiet = dict(report=lambda _: None, warmup=2, batches=[1])
-    loose = run_bench(folder, ci_pct=80.0, budget_s=30, min_iterations=30, **quiet)["configs"][0]
-    assert loose["stopped_by"] == "ci" and loose["p50_ci_width_pct"] <= 80.0 and loose["wall_s"] < 30
-    strict = run_bench(folder, ci_pct=0.001, budget_s=0.5, min_iterations=20, **quiet)["configs"][0]
-    assert strict["stopped_by"] == "budget" and strict["p50_ci_width_pct"] > 0.001
+    ruled = run_bench(folder, ci_pct=5.0, budget_s=2.0, min_iterations=20, **quiet)["configs"][0]
+    assert ruled["stopped_by"] in ("ci", "budget") and ruled["iterations"] >= 20
+    assert ruled["stopped_by"] == "budget" or ruled["p50_ci_width_pct"] <= 5.0
     timed = run_bench(folder, duration_s=0.3, **quiet)["configs"][0]
-    assert timed["stopped_by"] == "duration" and 0.25 < timed["wall_s"] < 5
+    assert timed["stopped_by"] == "duration" and timed["wall_s"] >= 0.3
 
 
 def test_compare_against_a_baseline(tmp_path: Path) -> None:

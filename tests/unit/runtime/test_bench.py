@@ -17,6 +17,7 @@ from edgebuild.runtime.bench import (
     ci_width_pct,
     input_shapes,
     jetson_state,
+    measure_latency,
     median_ci,
     parse_nvpmodel,
     parse_tegrastats,
@@ -155,3 +156,43 @@ def test_shapes_outside_the_profile_are_refused() -> None:
         input_shapes(profiles, 8)
     with pytest.raises(ConfigError, match="names inputs \\['pixels'\\]"):
         input_shapes(profiles, 1, {"pixels": [3, 8, 8]})
+
+
+class _ClockedRunner:
+    """A runner whose every run takes the next of ``durations_ms`` on a clock it owns: the stopping rule then
+    depends on the samples alone, not on how busy the machine is."""
+
+    def __init__(self, durations_ms: list[float]) -> None:
+        self.now, self.durations, self.runs = 0.0, durations_ms, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, _inputs: object) -> None:
+        self.now += self.durations[self.runs % len(self.durations)] / 1000.0
+        self.runs += 1
+
+
+def _measured(durations_ms: list[float], **settings: object) -> dict:
+    runner = _ClockedRunner(durations_ms)
+    rule = {"iterations": None, "duration_s": None, "ci_pct": 1.0, "budget_s": 30.0, "min_iterations": 20, **settings}
+    return measure_latency([runner], {}, report=lambda _: None, clock=runner.clock, **rule)  # type: ignore[arg-type]
+
+
+def test_the_stopping_rule_stops_when_the_p50_interval_is_narrow_enough() -> None:
+    steady = _measured([10.0, 10.02, 9.98, 10.01], ci_pct=1.0, min_iterations=20)
+    assert steady["stopped_by"] == "ci" and steady["p50_ci_width_pct"] <= 1.0
+    assert len(steady["samples"]) == 20 and steady["wall_s"] == pytest.approx(0.2, rel=1e-3)
+
+
+def test_the_stopping_rule_stops_at_the_budget_when_the_interval_stays_wide() -> None:
+    noisy = _measured([5.0, 15.0, 10.0, 20.0, 1.0], ci_pct=0.001, budget_s=0.5, min_iterations=20)
+    assert noisy["stopped_by"] == "budget" and noisy["p50_ci_width_pct"] > 0.001
+    assert 0.5 <= noisy["wall_s"] < 0.5 + 20 * 0.02  # the round that crossed the budget finishes
+
+
+def test_a_duration_or_a_count_stops_by_itself() -> None:
+    timed = _measured([10.0], duration_s=0.3)
+    assert timed["stopped_by"] == "duration" and len(timed["samples"]) == 30
+    counted = _measured([10.0], iterations=7)
+    assert counted["stopped_by"] == "iterations" and len(counted["samples"]) == 7
