@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from edgebuild.datasets.formats import misplaced
-from edgebuild.datasets.images import CocoSet, Sample, cap, spread
+from edgebuild.datasets.images import IMAGE_SUFFIXES, CocoSet, Sample, cap, image_size, spread
 from edgebuild.errors import DataError
 
-__all__ = ["read_coco"]
+__all__ = ["coco_beside", "read_coco"]
 
 
 def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int | None = None,
               key: str = "data.validation.annotations") -> CocoSet:
     """A COCO validation set, its images in order of id; ``limit`` keeps that many, evenly spread over
     them by file name (``images.spread``). Categories are matched to ``classes`` by name: every class
-    must be a category (a category the task lacks is allowed)."""
+    must be a category (a category the task lacks is allowed).
+
+    Refused, naming the file and the id: an image id or annotation id twice, an annotation of an image
+    or category the file does not have, a bbox that is not 4 finite numbers or has a negative size, an
+    image whose width/height disagree with its file. A box reaching past the image is clipped to it and
+    one of zero width or height dropped, each counted in the set's notes."""
     try:
-        gt = json.loads(ann_path.read_text(encoding="utf-8"))
+        gt = json.loads(ann_path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise DataError(f"{key}: file not found: {ann_path}") from None
     except IsADirectoryError:
@@ -29,25 +37,23 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
     sections = ("images", "annotations", "categories")
     if not isinstance(gt, dict) or not all(isinstance(gt.get(k), list) for k in sections):
         raise DataError(f"{key}: {ann_path} is not COCO format: needs lists 'images', 'annotations', 'categories'")
-    try:
-        by_name = {c["name"]: int(c["id"]) for c in gt["categories"]}
-        entries = [(int(im["id"]), str(im["file_name"])) for im in gt["images"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{key}: {ann_path}: malformed image or category entry: {exc!r}") from None
+    where = f"{key}: {ann_path}"
+    by_name, category_ids = _categories(gt["categories"], where)
+    entries = _images(gt["images"], where)
     unknown = [n for n in classes if n not in by_name]
     if unknown:
         raise DataError(
             f"{key}: task.classes {unknown} are not categories of {ann_path} "
             f"(categories: {sorted(by_name)})"
         )
+    image_ids = {image_id for image_id, _ in entries}
+    annotations = _annotations(gt["annotations"], image_ids, category_ids, where)
     entries.sort()
     available = len(entries)
     most = cap(limit)
     if most and most < available:
         entries = spread(entries, most, lambda entry: Path(entry[1]).stem)
-        kept = {i for i, _ in entries}
-        gt = {**gt, "images": [im for im in gt["images"] if int(im["id"]) in kept],
-              "annotations": [a for a in gt["annotations"] if int(a["image_id"]) in kept]}
+    kept = {i for i, _ in entries}
     samples = [Sample(images_dir / name, image_id) for image_id, name in entries]
     missing = [s.path.name for s in samples if not s.path.is_file()]
     if missing:
@@ -57,4 +63,158 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
         )
     if not samples:
         raise DataError(f"{key}: {ann_path} lists no images")
-    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes], available=available)
+    images = [dict(im) for im in gt["images"] if int(im["id"]) in kept]
+    sizes = _sizes(images, {s.image_id: s.path for s in samples}, where, "data.validation.images")
+    tally: Counter[str] = Counter()
+    fitted = [a for a in (_fit(a, sizes[int(a["image_id"])], tally) for a in annotations if int(a["image_id"]) in kept)
+              if a is not None]
+    said = {"clipped": "box(es) reach past the image edge: clipped to the image",
+            "zero-area": "box(es) of zero width or height: dropped (no detection can match them)"}
+    notes = tuple(f"{ann_path.name}: {tally[k]} {text}" for k, text in said.items() if tally.get(k))
+    gt = {**gt, "images": images, "annotations": fitted}
+    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes], available=available, notes=notes)
+
+
+def coco_beside(path: Path, key: str = "--data") -> tuple[list[str], Path, Path]:
+    """A COCO JSON found alone (``init --data``): its category names in id order, the images folder beside it
+    that holds its first image, and a calibration (or train) folder of images near it."""
+    try:
+        gt = json.loads(path.read_text(encoding="utf-8-sig"))
+        names = [str(c["name"]) for c in sorted(gt["categories"], key=lambda c: c["id"])]
+        first = gt["images"][0]["file_name"] if gt["images"] else None
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise DataError(f"{key}: {path} is not a COCO JSON file edgebuild reads ({type(exc).__name__}: {exc})") \
+            from None
+    stem = path.stem.removeprefix("instances_")
+    here, up = path.parent, path.parent.parent
+    candidates = [here / "images", here / stem, up / "images" / stem, up / stem, up / "images", here]
+    images = next((c for c in candidates if _has_images(c) and (first is None or (c / first).is_file())), None)
+    if images is None:
+        raise DataError(f"{key}: no images folder for {path.name} found next to it (looked in "
+                        f"{', '.join(str(c) for c in candidates[:4])})",
+                        hint="put the images in an images/ folder beside the JSON, or write [data.validation] by hand")
+    calibration = next((c for c in (here / "calibration", up / "calibration", here / "train", up / "train",
+                                    up / "images" / "train", up / "train2017") if c != images and _has_images(c)),
+                       None)
+    if calibration is None:
+        raise DataError(f"{key}: {path.name} is one annotated set (validation); no calibration images found next "
+                        f"to it (a calibration/ or train/ folder of images in {here} or {up})",
+                        hint="put a few hundred training images in a calibration/ folder beside it")
+    return names, images, calibration
+
+
+def _has_images(folder: Path) -> bool:
+    return folder.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
+
+
+def _categories(categories: list[Any], where: str) -> tuple[dict[str, int], set[int]]:
+    by_name: dict[str, int] = {}
+    ids: set[int] = set()
+    for index, category in enumerate(categories):
+        try:
+            name, category_id = str(category["name"]), _whole(category["id"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{where}: categories[{index}] needs a whole-number 'id' and a 'name': "
+                            f"{_missing(exc)} in {category!r}") from None
+        if category_id in ids:
+            raise DataError(f"{where}: category id {category_id} appears more than once")
+        if name in by_name:
+            raise DataError(f"{where}: category name {name!r} appears more than once (ids {by_name[name]} and "
+                            f"{category_id})")
+        ids.add(category_id)
+        by_name[name] = category_id
+    return by_name, ids
+
+
+def _images(images: list[Any], where: str) -> list[tuple[int, str]]:
+    entries: list[tuple[int, str]] = []
+    seen: dict[int, str] = {}
+    for index, image in enumerate(images):
+        try:
+            image_id, name = _whole(image["id"]), str(image["file_name"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{where}: images[{index}] needs a whole-number 'id' and a 'file_name': "
+                            f"{_missing(exc)} in {image!r}") from None
+        if image_id in seen:
+            raise DataError(f"{where}: image id {image_id} appears more than once ({seen[image_id]} and {name})",
+                            hint="give every image its own id; annotations name their image by it")
+        seen[image_id] = name
+        entries.append((image_id, name))
+    return entries
+
+
+def _annotations(annotations: list[Any], image_ids: set[int], category_ids: set[int],
+                 where: str) -> list[dict[str, Any]]:
+    checked: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for index, annotation in enumerate(annotations):
+        try:
+            ann_id = _whole(annotation["id"])
+            image_id, category_id = _whole(annotation["image_id"]), _whole(annotation["category_id"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{where}: annotations[{index}] needs whole-number 'id', 'image_id' and 'category_id': "
+                            f"{_missing(exc)}") from None
+        said = f"{where}: annotation id {ann_id}"
+        if ann_id in seen:
+            raise DataError(f"{said} appears more than once", hint="give every annotation its own id")
+        seen.add(ann_id)
+        if image_id not in image_ids:
+            raise DataError(f"{said}: its image_id {image_id} is not an image of the file")
+        if category_id not in category_ids:
+            raise DataError(f"{said}: its category_id {category_id} is not a category of the file")
+        box = annotation.get("bbox")
+        if not (isinstance(box, list) and len(box) == 4 and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in box)):
+            raise DataError(f"{said}: bbox must be 4 numbers [x, y, width, height], found {box!r}")
+        if box[2] < 0 or box[3] < 0:
+            raise DataError(f"{said}: bbox {box} has a negative width or height (COCO boxes are [x, y, width, "
+                            "height], not corners)")
+        checked.append(annotation)
+    return checked
+
+
+def _sizes(images: list[dict[str, Any]], paths: dict[int, Path], where: str, key: str) -> dict[int, tuple[int, int]]:
+    """Each image's (width, height) from its file; a width/height the JSON gives must agree."""
+    sizes = {}
+    for image in images:
+        image_id = int(image["id"])
+        path = paths[image_id]
+        size = image_size(path, key)
+        given = (image.get("width"), image.get("height"))
+        if given != (None, None) and given != size:
+            raise DataError(f"{where}: image id {image_id} ({path.name}) says width/height {given[0]}x{given[1]}, "
+                            f"but the file is {size[0]}x{size[1]}: the boxes were drawn on another version of it",
+                            hint="fix its width and height, or annotate the image that is there")
+        image["width"], image["height"] = size
+        sizes[image_id] = size
+    return sizes
+
+
+def _fit(annotation: dict[str, Any], size: tuple[int, int], tally: Counter[str]) -> dict[str, Any] | None:
+    """The annotation with its box clipped to the image (counted), or None for a box of zero area (counted)."""
+    x, y, w, h = (float(v) for v in annotation["bbox"])
+    x1, y1 = min(max(x, 0.0), size[0]), min(max(y, 0.0), size[1])
+    x2, y2 = min(max(x + w, 0.0), size[0]), min(max(y + h, 0.0), size[1])
+    if (x1, y1, x2, y2) != (x, y, x + w, y + h):
+        tally["clipped"] += 1
+    if x2 - x1 <= 0 or y2 - y1 <= 0:
+        tally["zero-area"] += 1
+        return None
+    if (x1, y1, x2 - x1, y2 - y1) == (x, y, w, h):
+        return annotation
+    return {**annotation, "bbox": [x1, y1, x2 - x1, y2 - y1]}
+
+
+def _whole(value: Any) -> int:
+    try:
+        whole = not isinstance(value, bool) and isinstance(value, int | float | str) \
+            and float(value) == int(float(value))
+    except (ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise ValueError(f"not a whole number: {value!r}")
+    return int(float(value))
+
+
+def _missing(exc: Exception) -> str:
+    return f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)

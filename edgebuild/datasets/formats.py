@@ -15,6 +15,7 @@ takes it (``misplaced``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,9 +107,13 @@ def _yolo_yaml(path: Path) -> bool:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        text = path.read_text(encoding="utf-8-sig")
+    except (UnicodeDecodeError, OSError):
         return False
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:  # a data.yaml with a syntax error is still one: its reader names the line
+        return sum(bool(re.search(rf"^\s*{k}\s*:", text, re.MULTILINE)) for k in _YOLO_KEYS) >= 2
     return isinstance(data, dict) and sum(k in data for k in _YOLO_KEYS) >= 2
 
 

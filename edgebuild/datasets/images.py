@@ -24,8 +24,8 @@ import numpy as np
 
 from edgebuild.errors import DataError
 
-__all__ = ["IMAGE_SUFFIXES", "CocoSet", "Sample", "cap", "image_size", "image_stem", "list_images", "read_image",
-           "refuse_duplicate_stems", "relative_name", "spread", "unreadable_images"]
+__all__ = ["IMAGE_SUFFIXES", "CocoSet", "Sample", "cap", "decode_traits", "image_size", "image_stem", "list_images",
+           "read_image", "refuse_duplicate_stems", "relative_name", "spread"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 _T = TypeVar("_T")
@@ -54,39 +54,97 @@ class CocoSet:
     format: str = "coco"
     files: tuple[Path, ...] = ()
     available: int = 0  # the images of the set before a cap kept ``samples`` of them (0: not counted)
+    notes: tuple[str, ...] = ()  # what reading it did that a user must hear (boxes clipped or dropped, ...)
+
+
+#: the EXIF orientations that turn the image a quarter (its width and height swap)
+_QUARTER_TURNS = (5, 6, 7, 8)
+#: PIL modes of more than 8 bits a channel: 16-bit PNG/TIFF greys
+_WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def _open_upright(image: Any) -> tuple[Any, set[str]]:
+    """``image`` as Ultralytics' ``cv2.imread`` sees it (EXIF orientation applied, 16-bit scaled to 8 bits
+    by its high byte, never clipped), and what about it needed doing: ``exif``, ``16-bit``, ``alpha``,
+    ``palette``, ``gray``."""
+    from PIL import Image, ImageOps
+
+    traits: set[str] = set()
+    if any(";16" in str(getattr(tile, "args", "")) for tile in getattr(image, "tile", ())):
+        traits.add("16-bit")  # a 16-bit RGB(A) PNG: PIL itself keeps the high byte, as cv2.imread does
+    if image.getexif().get(0x0112, 1) not in (1, None):
+        traits.add("exif")
+        image = ImageOps.exif_transpose(image)
+    if image.mode in _WIDE_MODES:
+        traits.add("16-bit")
+        pixels = np.asarray(image).astype(np.int64) >> 8  # cv2.imread keeps the high byte
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "L")
+    if image.mode == "P":
+        traits.add("palette")
+        if "transparency" in image.info:
+            traits.add("alpha")
+    elif image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        traits.add("alpha")  # dropped, not blended: cv2.imread(IMREAD_COLOR) drops it
+    if image.mode in ("L", "LA", "1", "I;16", "I", "La"):
+        traits.add("gray")
+    return image, traits
 
 
 def read_image(path: Path, gray: bool = False) -> np.ndarray:
-    """Decode an image file to HxWx3 RGB uint8 (or HxW for gray)."""
+    """Decode an image file to HxWx3 RGB uint8 (or HxW for gray) as Ultralytics reads it (``cv2.imread``):
+    the EXIF orientation applied, a 16-bit image scaled to 8 bits (its high byte), alpha dropped, a palette
+    or grey image expanded to RGB."""
+    return _decode(path, gray)[0]
+
+
+def _decode(path: Path, gray: bool = False) -> tuple[np.ndarray, set[str]]:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
-            return np.asarray(image.convert("L" if gray else "RGB"))
-    except (UnidentifiedImageError, OSError) as exc:
+            upright, traits = _open_upright(image)
+            if upright.mode == "P" or upright.mode in ("RGBA", "LA", "PA"):
+                upright = upright.convert("RGBA").convert("RGB")  # alpha dropped, as cv2.imread drops it
+            return np.asarray(upright.convert("L" if gray else "RGB")), traits
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read image: {_said(exc, path)}") from None
+    except Image.DecompressionBombError as exc:
         raise DataError(f"{path}: cannot read image: {exc}") from None
 
 
-def image_size(path: Path, key: str) -> tuple[int, int]:
-    """(width, height) of an image as ``read_image`` decodes it, from its header (the pixels are not decoded).
+def _said(exc: Exception, path: Path) -> str:
+    text = str(exc).replace(f"{str(path)!r}", "").replace(str(path), "").strip(" :")
+    if isinstance(exc, OSError) and "truncated" in text.lower():
+        return text if "file is truncated" in text else f"the file is truncated ({text})"
+    if path.is_file() and path.stat().st_size == 0:
+        return "the file is empty"
+    return text or type(exc).__name__
 
-    Pixels are used as stored: an EXIF orientation is not applied (as ``read_image`` does not), so
-    an image whose EXIF says it is shown rotated is refused rather than measured in the wrong frame.
-    """
+
+def decode_traits(path: Path) -> tuple[tuple[int, int], set[str]]:
+    """Decode every pixel of ``path`` (a DataError when it cannot be): (its (width, height) as read, upright;
+    what about it needed doing, ``_open_upright``)."""
+    pixels, traits = _decode(path)
+    return (int(pixels.shape[1]), int(pixels.shape[0])), traits
+
+
+def image_size(path: Path, key: str) -> tuple[int, int]:
+    """(width, height) of an image as ``read_image`` decodes it, from its header (the pixels are not decoded):
+    with an EXIF orientation that turns it a quarter, width and height swap, as Ultralytics' ``exif_size``
+    and ``cv2.imread`` take it (boxes are drawn on the upright view by labelling tools, which show the
+    image as a browser does, EXIF applied)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
-            size = image.size
-            orientation = image.getexif().get(0x0112, 1) if image.format in ("JPEG", "WEBP", "TIFF", "MPO") else 1
-    except (UnidentifiedImageError, OSError) as exc:
-        raise DataError(f"{key}: {path}: cannot read image: {exc}") from None
-    if orientation not in (1, None):
-        raise DataError(f"{key}: {path}: its EXIF orientation ({orientation}) says it is shown rotated or mirrored; "
-                        "edgebuild reads pixels as stored, so boxes drawn on the rotated view would not fit",
-                        hint="write the images upright (e.g. PIL.ImageOps.exif_transpose) before labelling or "
-                             "converting them")
-    return size
+            width, height = image.size
+            try:
+                orientation = image.getexif().get(0x0112, 1)
+            except (OSError, SyntaxError, ValueError):  # a broken file past its header: decoding says so
+                orientation = 1
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{key}: {path}: cannot read image: {_said(exc, path)}") from None
+    return (height, width) if orientation in _QUARTER_TURNS else (width, height)
 
 
 def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
@@ -96,22 +154,6 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
     if not images:
         raise DataError(f"{key}: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
     return spread(images, limit, image_stem)
-
-
-def unreadable_images(paths: list[Path], gray: bool = False, sample: int = 4) -> tuple[int, list[str]]:
-    """Decode up to ``sample`` of ``paths``, spread over the list: (how many it tried, the problems)."""
-    if len(paths) <= sample:
-        tried = list(paths)
-    else:
-        tried = [paths[round(i * (len(paths) - 1) / (sample - 1))] for i in range(sample)] if sample > 1 \
-            else paths[:1]
-    problems = []
-    for path in tried:
-        try:
-            read_image(path, gray)
-        except DataError as exc:
-            problems.append(exc.message)
-    return len(tried), problems
 
 
 def image_stem(path: Path) -> str:

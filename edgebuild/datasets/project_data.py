@@ -28,7 +28,6 @@ from edgebuild.datasets.images import (
     read_image,
     relative_name,
     spread,
-    unreadable_images,
 )
 from edgebuild.datasets.voc import load_voc_folder, load_voc_root, voc_split_images
 from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
@@ -39,12 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["IMAGE_SUFFIXES", "CocoSet", "DataSummary", "Sample", "calibration_digest", "calibration_images",
            "data_format", "describe_data", "list_images", "load_class_folder_set", "load_coco_set",
-           "load_validation_set", "missing_data", "prepare_data", "read_image", "unreadable_images",
-           "validation_digest"]
+           "load_validation_set", "missing_data", "prepare_data", "read_image", "validation_digest"]
 
 #: what the YOLO and VOC readers make of the same files: bump it when that changes, so the stages
 #: that read the data run again
-READER_VERSION = 1
+READER_VERSION = 2
 
 
 # -- the validation set ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from edgebuild.datasets.images import (
 )
 from edgebuild.errors import DataError
 
-__all__ = ["VocObject", "load_voc_folder", "load_voc_root", "read_voc_xml", "voc_split_images"]
+__all__ = ["VocObject", "load_voc_folder", "load_voc_root", "read_voc_xml", "voc_object_files", "voc_split_images"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,16 @@ def _split_ids(root: Path, split: str, key: str) -> tuple[list[str], Path]:
     return ids, listing
 
 
+def voc_object_files(root: Path, split: str, key: str = "data.dataset") -> dict[str, Path]:
+    """Every object name of a split's XML files, with the first file that uses it."""
+    first: dict[str, Path] = {}
+    for image_id in _split_ids(root, split, key)[0]:
+        xml = root / "Annotations" / f"{image_id}.xml"
+        for obj in read_voc_xml(xml, key).objects if xml.is_file() else ():
+            first.setdefault(obj.name, xml)
+    return first
+
+
 def voc_split_images(root: Path, split: str, key: str = "data.dataset") -> tuple[list[Path], Path]:
     """The images of a split of a VOC root (its XML files are not read), and the split list."""
     ids, listing = _split_ids(root, split, key)
@@ -183,6 +194,7 @@ def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: l
     """The COCO form of (XML file, its image by id if found) pairs; <filename> finds an image not found by id."""
     category = {name: i + 1 for i, name in enumerate(classes)}
     records, annotations, samples, unknown = [], [], [], {}
+    tally: Counter[str] = Counter()
     for image_id, (xml, image) in enumerate(entries, 1):
         parsed = read_voc_xml(xml, key)
         if image is None and parsed.filename and (images_dir / parsed.filename).is_file():
@@ -199,9 +211,11 @@ def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: l
             if obj.name not in category:
                 unknown.setdefault(obj.name, xml)
                 continue
+            box = _clip(obj.box, width, height, tally)
+            if box is None:
+                continue
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": category[obj.name],
-                                "bbox": list(obj.box), "area": obj.box[2] * obj.box[3],
-                                "iscrowd": int(obj.difficult)})
+                                "bbox": box, "area": box[2] * box[3], "iscrowd": int(obj.difficult)})
     if unknown:
         shown = ", ".join(f"{name!r} ({xml.name})" for name, xml in sorted(unknown.items())[:8])
         raise DataError(f"{key}: objects of classes that are not in task.classes {classes}: {shown}",
@@ -211,5 +225,22 @@ def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: l
     refuse_duplicate_stems([s.path for s in samples], key, str(described_by))
     ground_truth = {"images": records, "annotations": annotations,
                     "categories": [{"id": i + 1, "name": n} for i, n in enumerate(classes)]}
+    said = {"clipped": "box(es) reach past the image edge: clipped to the image",
+            "zero-area": "box(es) of zero width or height after clipping: dropped (no detection can match them)"}
+    notes = tuple(f"{described_by.name}: {tally[k]} {text}" for k, text in said.items() if tally.get(k))
     return CocoSet(described_by, ground_truth, samples, list(range(1, len(classes) + 1)), "voc",
-                   (*extra_files, *(xml for xml, _ in entries)), available)
+                   (*extra_files, *(xml for xml, _ in entries)), available, notes)
+
+
+def _clip(box: tuple[float, float, float, float], width: int, height: int,
+          tally: Counter[str]) -> list[float] | None:
+    """A COCO box clipped to the image (counted), or None where nothing of it is left (counted)."""
+    x, y, w, h = box
+    x1, y1 = min(max(x, 0.0), width), min(max(y, 0.0), height)
+    x2, y2 = min(max(x + w, 0.0), width), min(max(y + h, 0.0), height)
+    if (x1, y1, x2, y2) != (x, y, x + w, y + h):
+        tally["clipped"] += 1
+    if x2 - x1 <= 0 or y2 - y1 <= 0:
+        tally["zero-area"] += 1
+        return None
+    return [x1, y1, x2 - x1, y2 - y1]

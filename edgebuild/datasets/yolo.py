@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,14 @@ from typing import Any
 from edgebuild.datasets.images import CocoSet, Sample, image_size, image_stem, refuse_duplicate_stems, spread
 from edgebuild.errors import DataError
 
-__all__ = ["IMG_FORMATS", "YoloData", "label_path", "load_yolo_set", "read_data_yaml", "read_labels", "split_images"]
+__all__ = ["IMG_FORMATS", "YoloData", "label_path", "load_yolo_set", "read_data_yaml", "read_labels",
+           "split_images"]
 
 #: the suffixes Ultralytics takes as images (ultralytics.data.utils.IMG_FORMATS)
 IMG_FORMATS = {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
 _SPLIT_KEYS = ("train", "val", "test", "minival")
+#: how far outside [0, 1] Ultralytics takes a coordinate (``verify_image_label``: 1%)
+_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,13 @@ def read_data_yaml(path: Path, key: str = "data.dataset") -> YoloData:
         data = yaml.safe_load(text)
     except FileNotFoundError:
         raise DataError(f"{key}: file not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{key}: {path} is a folder, not a YOLO data.yaml") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise DataError(f"{key}: {path} is not valid YAML{at}: {exc.problem or exc.context}",
+                        hint="fix the YAML syntax there (indentation, a ':' after each key, quotes)") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DataError(f"{key}: {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -172,11 +183,15 @@ def label_path(image: Path) -> Path:
     return Path(labels.join(str(image).rsplit(images, 1)).rsplit(".", 1)[0] + ".txt")
 
 
-def read_labels(path: Path, classes: int, extra_fields: int = 0,
-                key: str = "data.dataset") -> list[tuple[int, float, float, float, float]]:
-    """(class, cx, cy, w, h) of each line, normalised; exact duplicate lines once (as Ultralytics keeps them)."""
+def read_labels(path: Path, classes: int, extra_fields: int = 0, key: str = "data.dataset",
+                tally: Counter[str] | None = None) -> list[tuple[int, float, float, float, float]]:
+    """(class, cx, cy, w, h) of each line, normalised, clipped to the image; exact duplicate lines once (as
+    Ultralytics keeps them). Coordinates within Ultralytics' 1% tolerance outside [0, 1] are taken; a box
+    reaching past the image edge is clipped to it, one of zero width or height dropped; ``tally`` counts
+    each (``clipped``, ``zero-area``, ``duplicate``) for the set's notes."""
+    tally = Counter() if tally is None else tally
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as exc:
         raise DataError(f"{key}: {path}: not a UTF-8 label file: {exc}") from None
     boxes: list[tuple[int, float, float, float, float]] = []
@@ -194,25 +209,48 @@ def read_labels(path: Path, classes: int, extra_fields: int = 0,
             values = [float(v) for v in fields]
         except ValueError:
             raise DataError(f"{where}: not numbers: {line.strip()!r}") from None
+        if not all(math.isfinite(v) for v in values):
+            raise DataError(f"{where}: not finite numbers: {line.strip()!r}")
         if tuple(values) in seen:
+            tally["duplicate"] += 1
             continue
         seen.add(tuple(values))
         label = values[0]
-        if not math.isfinite(label) or label != int(label) or not 0 <= label < classes:
+        if label != int(label) or not 0 <= label < classes:
             raise DataError(f"{where}: class {fields[0]} is out of range: the data.yaml names {classes} classes "
                             f"(0..{classes - 1})")
         coords = values[1:] if polygon else values[1:5]
-        outside = [v for v in coords if not 0.0 <= v <= 1.0]
+        outside = [v for v in coords if not -_TOLERANCE <= v <= 1.0 + _TOLERANCE]
         if outside:
             raise DataError(f"{where}: coordinates must be normalised to [0, 1] by the image size, found "
-                            f"{', '.join(f'{v:g}' for v in outside)} in {line.strip()!r}")
+                            f"{', '.join(f'{v:g}' for v in outside)} in {line.strip()!r} (Ultralytics drops the "
+                            "whole image as corrupt)")
         if polygon:
             xs, ys = coords[0::2], coords[1::2]
             x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
-            boxes.append((int(label), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1))
         else:
-            boxes.append((int(label), *coords))  # type: ignore[arg-type]
+            cx, cy, w, h = coords
+            if w < 0 or h < 0:
+                raise DataError(f"{where}: a negative width or height: {line.strip()!r}")
+            x1, x2, y1, y2 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
+        clipped = [min(max(v, 0.0), 1.0) for v in (x1, x2, y1, y2)]
+        if clipped != [x1, x2, y1, y2]:
+            tally["clipped"] += 1
+            x1, x2, y1, y2 = clipped
+        if x2 - x1 <= 0 or y2 - y1 <= 0:
+            tally["zero-area"] += 1
+            continue
+        boxes.append((int(label), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1))
     return boxes
+
+
+def _box_notes(tally: Counter[str], where: str) -> tuple[str, ...]:
+    """What reading the labels did, with counts: boxes clipped to the image, dropped, lines counted once."""
+    said = {"clipped": "box(es) reach past the image edge: clipped to the image",
+            "zero-area": "box(es) of zero width or height: dropped (no detection can match them)",
+            "duplicate": "label line(s) repeated exactly: counted once, as Ultralytics does",
+            "orphan": "label file(s) without an image: not read (as Ultralytics does)"}
+    return tuple(f"{where}: {tally[k]} {text}" for k, text in said.items() if tally.get(k))
 
 
 def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | None = None,
@@ -225,9 +263,11 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
                         "predicts task.classes in order, and a YOLO model the names of the data.yaml it was trained on",
                         hint="make task.classes the data.yaml's names, in their order")
     images, lists = split_images(data, split, key)
-    available = len(images)
+    _refuse_without_labels(data, split, images, key)
+    available, every = len(images), images
     images = spread(images, limit, image_stem)
     records, annotations, read = [], [], []
+    tally: Counter[str] = Counter()
     for image_id, image in enumerate(images, 1):
         width, height = image_size(image, key)
         records.append({"id": image_id, "file_name": image.name, "width": width, "height": height})
@@ -235,12 +275,44 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
         if not labels.is_file():
             continue  # no label file: an image without objects
         read.append(labels)
-        for label, cx, cy, w, h in read_labels(labels, len(data.names), data.extra_fields, key):
+        for label, cx, cy, w, h in read_labels(labels, len(data.names), data.extra_fields, key, tally):
             box = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": label + 1,
                                 "bbox": box, "area": box[2] * box[3], "iscrowd": 0})
+    tally["orphan"] = _orphans(every)
     ground_truth = {"images": records, "annotations": annotations,
                     "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
     samples = [Sample(image, i) for i, image in enumerate(images, 1)]
     return CocoSet(yaml_path, ground_truth, samples, list(range(1, len(classes) + 1)), "yolo",
-                   tuple([*lists, *read]), available)
+                   tuple([*lists, *read]), available, _box_notes(tally, f"{yaml_path.name} {split}"))
+
+
+def _refuse_without_labels(data: YoloData, split: str, images: list[Path], key: str) -> None:
+    """A split none of whose images has a label file: most likely no labels/ folder beside images/."""
+    if any(label_path(image).is_file() for image in images):
+        return
+    expected = label_path(images[0])
+    folder = expected.parent
+    if f"{os.sep}images{os.sep}" not in str(images[0]):
+        why = (f"its images are not under an images/ folder ({images[0].parent}), so Ultralytics looks for each "
+               "image's labels beside it")
+    elif not folder.is_dir():
+        why = f"there is no labels folder {folder} (the images' path with /images/ replaced by /labels/)"
+    else:
+        why = f"{folder} holds no label file of them (e.g. {expected.name})"
+    raise DataError(f"{key}: {data.where(split)}: none of its {len(images)} images has a label file: {why}",
+                    hint="put one .txt label file per image in a labels/ folder beside images/ "
+                         "(images/val/a.jpg -> labels/val/a.txt)")
+
+
+def _orphans(images: list[Path]) -> int:
+    """Label files in the images' label folders that no image of the split reads."""
+    wanted = {label_path(image) for image in images}
+    folders = {path.parent for path in wanted if path.parent.is_dir()}
+    labels, images_of = f"{os.sep}labels{os.sep}", f"{os.sep}images{os.sep}"
+    count = 0
+    for folder in folders:
+        beside = Path(images_of.join(f"{folder}{os.sep}".rsplit(labels, 1)).rstrip(os.sep))
+        stems = {p.stem for p in beside.iterdir() if p.suffix[1:].lower() in IMG_FORMATS} if beside.is_dir() else set()
+        count += sum(1 for path in folder.glob("*.txt") if path not in wanted and path.stem not in stems)
+    return count

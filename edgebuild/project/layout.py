@@ -17,6 +17,7 @@
       bench/<name>.json, bench/fleet.json       benchmark results (edgebuild bench)
       farm/<command>.json         the device farm's jobs of the last validate/bench --farm
       report/                     the build report (index.html, summary.md, junit.xml)
+      .cache/decoded-images.json  what `check` found decoding each image, by content (datasets.decoded)
 
 A stage writes only under its own folders; a later stage reads the folders its input records
 name (an ``EngineRecord.folder``, a ``ContainerRecord.context``), which are these.
@@ -118,3 +119,8 @@ class BuildLayout:
     @property
     def report(self) -> Path:
         return self.root / "report"
+
+    @property
+    def decoded_images(self) -> Path:
+        """What ``check`` found decoding each data image, by its bytes' SHA-256 (``datasets.decoded``)."""
+        return self.root / ".cache" / "decoded-images.json"

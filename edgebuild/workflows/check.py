@@ -1,9 +1,12 @@
 """What ``edgebuild check`` verifies beyond the project file: the code and the data it names.
 
 The entry points are imported (``importlib`` and ``getattr``), never called: no model is built and
-``data.prepare`` does not run. The data folders are listed and a few images of each decoded with
-the reader every stage uses, so a mistyped module, a missing class folder or an empty calibration
-folder is reported here, in a second, instead of by the stage that first reads it.
+``data.prepare`` does not run. The data is read with the readers every stage uses: every label and
+annotation parsed, every image the stages will read decoded (``edgebuild.datasets.decoded``: once per
+content, remembered in the build folder, so a second ``check`` is instant), so a mistyped module, a
+missing class folder, a bad label or a broken image is reported here instead of by the stage that
+first reads it; and what the readers did to the data (boxes clipped or dropped, EXIF orientation
+applied, 16-bit images scaled, alpha dropped) is said, with counts.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from edgebuild.errors import DataError, EdgebuildError, ModelError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["Finding", "check_code_and_data", "raise_for_problems"]
+__all__ = ["Finding", "check_code_and_data", "raise_for_problems", "refuse_data"]
 
-#: images decoded per folder: enough to catch a folder of broken files, few enough to stay instant
-SAMPLE = 4
+#: broken images listed one by one; the rest are counted
+SHOWN = 5
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,26 @@ def check_code_and_data(project: Project) -> list[Finding]:
         else []
     if project.data.prepare:
         findings += _entry_point(project, project.data.prepare, "data.prepare")
-    findings += _calibration(project)
-    findings += _validation(project)
-    return findings
+    return findings + _check_data(project)
+
+
+def _check_data(project: Project) -> list[Finding]:
+    """Problems and notes about the project's data: every label read, every image decoded (``init`` can run it
+    on its draft so that it never writes a project ``check`` refuses)."""
+    return _calibration(project) + _validation(project)
+
+
+def refuse_data(project: Project, flag: str = "--data") -> None:
+    """Raise what ``check`` refuses of the data, said of ``flag`` (``init``'s option), not of a project file
+    ``init`` has not written: so ``init`` never writes a project whose data ``check`` refuses."""
+    problems = [f for f in _check_data(project) if f.is_problem]
+    if not problems:
+        return
+    said = [p.message for p in problems]  # each names its file; the keys are of a file not written yet
+    message = f"{flag}: {said[0]}" if len(said) == 1 else \
+        f"{flag}: {len(said)} problems\n" + "\n".join(f"  - {line}" for line in said)
+    hints = [p.hint for p in problems if p.hint]
+    raise problems[0].error(message, hint="; ".join(dict.fromkeys(hints)) or None)  # type: ignore[misc]
 
 
 def raise_for_problems(project: Project, findings: list[Finding]) -> None:
@@ -84,16 +104,34 @@ def _gray(project: Project) -> bool:
     return project.task.preprocess.channel_order == "GRAY"
 
 
-def _folder_images(key: str, folder: Path, gray: bool, sample: int = SAMPLE) -> tuple[list[Finding], int, int]:
-    """A folder that must hold readable images: (problems, images found, images decoded)."""
-    from edgebuild.datasets.project_data import list_images, unreadable_images
+def _decoded(project: Project, key: str, paths: list[Path], what: str) -> tuple[list[Finding], str]:
+    """Decode every one of ``paths`` (the cache in the build folder knows the unchanged ones): (the broken
+    images as problems, or what the reader did to them as notes; ``N decoded`` for the summary line)."""
+    from edgebuild.datasets.decoded import decode_all
+    from edgebuild.project.layout import BuildLayout
+
+    decoded = decode_all(paths, BuildLayout.of(project).decoded_images, desc=f"check {what}")
+    if decoded.problems:
+        more = len(decoded.problems) - SHOWN
+        findings = [Finding(key, message, DataError) for message in decoded.problems[:SHOWN]]
+        if more > 0:
+            findings.append(Finding(key, f"and {more} more images of {what} cannot be read", DataError))
+        return findings, ""
+    cached = len(set(paths)) - decoded.decoded_now
+    said = f"{decoded.images} decoded" + (f" ({cached} known by their content from an earlier check)" if cached else "")
+    return [Finding(key, f"{what}: {note}") for note in decoded.notes(_gray(project))], said
+
+
+def _folder_images(key: str, folder: Path, project: Project, what: str) -> tuple[list[Finding], int, str]:
+    """A folder that must hold readable images: (problems or notes, images found, ``N decoded``)."""
+    from edgebuild.datasets.project_data import list_images
 
     try:
         images = list_images(folder, key)
     except DataError as exc:
-        return [Finding(key, exc.message.removeprefix(f"{key}: "), DataError)], 0, 0
-    tried, broken = unreadable_images(images, gray, sample)
-    return [Finding(key, message, DataError) for message in broken], len(images), tried
+        return [Finding(key, exc.message.removeprefix(f"{key}: "), DataError)], 0, ""
+    findings, said = _decoded(project, key, images, what)
+    return findings, len(images), said
 
 
 def _calibration(project: Project) -> list[Finding]:
@@ -102,8 +140,10 @@ def _calibration(project: Project) -> list[Finding]:
     key, folder = "data.calibration_images", project.path(project.data.calibration_images)
     if _missing_for_prepare(project, folder):
         return []
-    problems, found, tried = _folder_images(key, folder, _gray(project))
-    return problems or [Finding(key, f"{found} images in {folder}, {tried} decoded")]
+    findings, found, said = _folder_images(key, folder, project, "calibration images")
+    if any(f.is_problem for f in findings):
+        return findings
+    return [Finding(key, f"{found} images in {folder}, {said}"), *findings]
 
 
 def _validation(project: Project) -> list[Finding]:
@@ -119,49 +159,55 @@ def _validation(project: Project) -> list[Finding]:
     return _class_folders(project, key, root)
 
 
+def _refused(exc: DataError, key: str) -> list[Finding]:
+    found, _, message = exc.message.partition(": ")
+    if message and (found.startswith(("data.", "task.")) or found == key):
+        return [Finding(found, message, DataError, exc.hint)]
+    return [Finding(key, exc.message, DataError, exc.hint)]
+
+
 def _dataset(project: Project) -> list[Finding]:
-    """``[data] dataset`` (a YOLO data.yaml, a VOC root, split folders): what it is, and a few images of each split."""
-    from edgebuild.datasets.project_data import (
-        calibration_images,
-        describe_data,
-        load_validation_set,
-        unreadable_images,
-    )
+    """``[data] dataset`` (a YOLO data.yaml, a VOC root, split folders): what it is, every label read and
+    every image of the validation and calibration sets decoded."""
+    from edgebuild.datasets.project_data import calibration_images, describe_data, load_validation_set
 
     key = "data.dataset"
     if _missing_for_prepare(project, project.path(project.data.dataset)):
         return []
     try:
         summary = describe_data(project)
-        splits = [[s.path for s in load_validation_set(project)[1]], calibration_images(project)]
+        coco, samples = load_validation_set(project)
+        calibration = calibration_images(project)
     except DataError as exc:
-        found, _, message = exc.message.partition(": ")
-        return [Finding(found, message, DataError, exc.hint) if message else Finding(key, exc.message, DataError,
-                                                                                      exc.hint)]
-    tried, problems = 0, []
-    for images in splits:
-        count, broken = unreadable_images(images, _gray(project), SAMPLE)
-        tried, problems = tried + count, problems + [Finding(key, m, DataError) for m in broken]
-    return problems or [Finding(key, f"{summary}, {tried} decoded")]
+        return _refused(exc, key)
+    notes = [Finding(key, note) for note in (coco.notes if coco is not None else ())]
+    validation, said = _decoded(project, key, [s.path for s in samples], "validation images")
+    more, said_more = _decoded(project, key, calibration, "calibration images")
+    problems = [f for f in [*validation, *more] if f.is_problem]
+    if problems:
+        return problems
+    return [Finding(key, f"{summary}; validation {said}, calibration {said_more}"), *notes, *validation, *more]
 
 
 def _detection_set(project: Project, key: str) -> list[Finding]:
-    from edgebuild.datasets.project_data import load_coco_set, unreadable_images
+    from edgebuild.datasets.project_data import load_coco_set
 
     try:
         coco = load_coco_set(project)
     except DataError as exc:
-        wrong = exc.message.split(": ", 1)
-        return [Finding(wrong[0], wrong[1], DataError)] if len(wrong) == 2 else [Finding(key, exc.message, DataError)]
-    tried, broken = unreadable_images([s.path for s in coco.samples], _gray(project), SAMPLE)
-    if broken:
-        return [Finding(key, message, DataError) for message in broken]
+        return _refused(exc, key)
+    findings, said = _decoded(project, key, [s.path for s in coco.samples], "validation images")
+    if any(f.is_problem for f in findings):
+        return findings
+    notes = [Finding(key, note) for note in coco.notes]
     return [Finding(key, f"{len(coco.samples)} images in {project.path(project.data.validation.images)} "
-                         f"({coco.annotations_path.name}), {tried} decoded")]
+                         f"({coco.annotations_path.name}), {said}"), *notes, *findings]
 
 
 def _class_folders(project: Project, key: str, root: Path) -> list[Finding]:
     """Classification: one sub-folder of readable images per task.classes entry."""
+    from edgebuild.datasets.project_data import list_images
+
     if not root.is_dir():
         return [Finding(key, f"not a folder: {root}", DataError)]
     present = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -176,13 +222,16 @@ def _class_folders(project: Project, key: str, root: Path) -> list[Finding]:
     elif extra:
         findings.append(Finding(key, f"folders {extra} in {root} are not in task.classes; their images are "
                                      "not evaluated"))
-    # every class folder is listed; the decoding budget is shared, at least one image per class
-    per_class = min(SAMPLE, max(1, 4 * SAMPLE // len(classes)))
-    found = tried = 0
+    images: list[Path] = []
     for name in (c for c in classes if c in present):
-        problems, count, decoded = _folder_images(key, root / name, _gray(project), per_class)
-        findings += problems
-        found, tried = found + count, tried + decoded
-    if not any(f.is_problem for f in findings):
-        findings.append(Finding(key, f"{len(classes)} class folders, {found} images in {root}, {tried} decoded"))
-    return findings
+        try:
+            images += list_images(root / name, f"{key} ({name})")
+        except DataError as exc:
+            findings.append(Finding(key, exc.message.removeprefix(f"{key} ({name}): "), DataError))
+    if any(f.is_problem for f in findings):
+        return findings
+    decoded, said = _decoded(project, key, images, "validation images")
+    if any(f.is_problem for f in decoded):
+        return decoded
+    return [*findings, Finding(key, f"{len(classes)} class folders, {len(images)} images in {root}, {said}"),
+            *decoded]

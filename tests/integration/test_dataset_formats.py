@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -132,6 +133,51 @@ def test_one_validation_set_in_three_formats_gives_the_same_map(shapes) -> None:
     for name in ("yolo", "voc"):
         for metric, value in results[name].metrics.items():
             assert value == pytest.approx(coco[metric], abs=1e-9), (name, metric)
+
+
+def _wide_and_turned(source: Path, target: Path) -> tuple[int, int]:
+    """``target``: the YOLO set at ``source`` with its val images rewritten, each the same picture: every
+    even one a 16-bit PNG (the 8-bit values times 257), every odd one stored turned a quarter with an EXIF
+    orientation that turns it back (as a phone writes a photo)."""
+    from PIL import Image
+
+    cv2 = pytest.importorskip("cv2")
+    shutil.copytree(source, target)
+    wide = turned = 0
+    for n, path in enumerate(sorted((target / "images" / "val").iterdir())):
+        with Image.open(path) as image:
+            upright = image.convert("RGB")
+        if n % 2 == 0:
+            pixels = np.asarray(upright)[..., ::-1].astype(np.uint16) * 257  # BGR for cv2, 16 bits a channel
+            assert cv2.imwrite(str(path), pixels)
+            wide += 1
+        else:
+            exif = Image.Exif()
+            exif[0x0112] = 6  # shown turned a quarter clockwise: stored turned a quarter the other way
+            upright.transpose(Image.Transpose.ROTATE_90).save(path, exif=exif)
+            turned += 1
+    return wide, turned
+
+
+def test_16_bit_and_exif_turned_images_score_as_their_plain_originals(shapes, tmp_path: Path) -> None:
+    """Issue 34: a 16-bit PNG read all white scored FP32 0.0; an EXIF-turned image was refused. Read as
+    Ultralytics reads them, the same pictures give the same mAP to 1e-9, and ``check`` says what it did."""
+    root, onnx_path = shapes
+    wide, turned = _wide_and_turned(root / "data" / "formats" / "yolo", root / "data" / "formats" / "yolo-wide")
+    runner = OnnxRuntimeRunner(onnx_path)
+    scores = {}
+    for name in ("yolo", "yolo-wide"):
+        project = load_project(_with_data(root, name, f'[data]\ndataset = "data/formats/{name}/data.yaml"\n'))
+        scores[name] = evaluate(project, runner, progress=False).metrics
+    assert scores["yolo"]["mAP50-95"] > 0.4
+    for metric, value in scores["yolo-wide"].items():
+        assert value == pytest.approx(scores["yolo"][metric], abs=1e-9), metric
+    checked = CliRunner().invoke(main, ["check", "-p", str(_with_data(root, "yolo-wide",
+                                                                       '[data]\ndataset = "data/formats/yolo-wide/'
+                                                                       'data.yaml"\n'))])
+    assert checked.exit_code == 0, checked.output
+    assert f"{wide} of 200 images are 16-bit, scaled to 8 bits" in checked.output, checked.output
+    assert f"{turned} of 200 images have an EXIF orientation, applied" in checked.output, checked.output
 
 
 def test_validate_runs_the_gate_on_a_yolo_data_yaml(shapes) -> None:
