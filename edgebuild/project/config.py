@@ -10,6 +10,7 @@ Each problem names the file, the key, what was found and what is allowed. Loadin
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ def _find_project_file(location: str | Path) -> Path:
     path = Path(location)
     if path.is_dir():
         path = path / PROJECT_FILE
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a project file", hint="remove the folder, or run `edgebuild init`")
     if not path.is_file():
         raise ConfigError(
             f"{path}: project file not found",
@@ -46,11 +49,41 @@ def _find_project_file(location: str | Path) -> Path:
 def read_toml(source: Path) -> dict[str, Any]:
     """The TOML of a project or fleet file, or ConfigError saying why it cannot be read."""
     try:
-        return tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        text = source.read_text(encoding="utf-8-sig")  # a UTF-8 BOM (Windows editors write one) is no TOML
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: a folder, not a project file") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(_toml_error(source, text, exc)) from None
+
+
+_LISTS_OF_TABLES = {"fleet": "device group", "model.inputs": "model input"}
+
+
+def _toml_error(source: Path, text: str, exc: Exception) -> str:
+    """A TOML syntax error with its line: ``file: line N: not valid TOML: what`` and the line as written."""
+    import re
+
+    found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+    if not found:
+        return f"{source}: not valid TOML: {exc}"
+    number, column = int(found.group(1)), int(found.group(2))
+    lines = text.splitlines()
+    what = str(exc)[:found.start()].strip()
+    shown = lines[number - 1] if 0 < number <= len(lines) else ""
+    hint = ""
+    table = re.match(r"\s*\[\[?\s*([\w.]+)\s*\]", shown)
+    if table and table.group(1) in _LISTS_OF_TABLES:
+        name = table.group(1)
+        hint = (f" ([{name}] is a list of tables, one per {_LISTS_OF_TABLES[name]}: write [[{name}]], two pairs of "
+                "brackets, above each)")
+    elif what.startswith("Cannot declare") or what.startswith("Cannot overwrite"):
+        hint = " (a key or table written twice: keep one)"
+    return (f"{source}: line {number}, column {column}: not valid TOML: {what}{hint}\n"
+            f"    {number} | {shown}\n    {' ' * len(str(number))} | {' ' * max(0, column - 1)}^")
 
 
 def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Project:
@@ -130,8 +163,16 @@ def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, 
         key = _key_path(loc)
         kind = err["type"]
         if kind == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(loc, raw, top))
-            lines.append(f"{key}: unknown key (allowed here: {allowed})")
+            allowed = _allowed_keys(loc, raw, top)
+            lines.append(f"{key}: unknown key{_close_match(str(loc[-1]), allowed, loc, top)} "
+                         f"(allowed here: {', '.join(allowed)})")
+        elif kind == "list_type" and isinstance(err.get("input"), dict):
+            table = key.split("[")[0]
+            lines.append(f"{key}: written as one table [{table}]; it is a list of tables: write [[{table}]] (two "
+                         f"pairs of brackets) above each entry's keys, one [[{table}]] per entry")
+        elif kind in ("model_type", "dict_type", "model_attributes_type") and isinstance(err.get("input"), list):
+            lines.append(f"{key}: written as a list of tables [[{key}]]; it is one table: write [{key}] (one pair "
+                         "of brackets)")
         elif kind == "missing":
             lines.append(f"{key}: required key is missing")
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -143,8 +184,25 @@ def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, 
             if kind.startswith(("value_error", "assertion_error")) or isinstance(found, dict):
                 lines.append(f"{key}: {message}")
             else:
-                lines.append(f"{key}: {message}, found {found!r}")
+                shown = repr(found)
+                lines.append(f"{key}: {message}, found {shown if len(shown) <= 120 else shown[:117] + '...'}")
     return _format_problems(source, lines)
+
+
+def _close_match(name: str, allowed: list[str], loc: tuple[Any, ...], top: Any) -> str:
+    """`` (did you mean 'x'?)`` for a typo, or where a top-level key belongs under a table; else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.7)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if len(loc) == 1:  # a key written above every table, or in the wrong one
+        homes = [section for section, field in top.model_fields.items()
+                 if isinstance(getattr(field.annotation, "model_fields", None), dict)
+                 and name in field.annotation.model_fields]
+        if homes:
+            return f" (a key of [{homes[0]}]: write it under that table)"
+    return ""
 
 
 def _format_problems(source: Path, problems: list[str]) -> str:
@@ -223,7 +281,11 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
         return "hub", "its name (library:model)"
     if model.kind is not None:
         return model.kind, "model.kind"
+    if not model.source.strip():
+        return None, 'model.source: empty: name the model file (e.g. "model.onnx")'
     path = project.path(model.source)
+    if path.is_dir():
+        return None, f"model.source: {path} is a folder, not a model file (name the model file in it)"
     if path.suffix.lower() == ".onnx":
         return "onnx", "its .onnx suffix"
     try:
@@ -231,8 +293,13 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
             head = handle.read(4)
     except OSError as exc:
         return None, f"model.source: cannot read {path}: {exc.strerror or exc}"
+    if not head:
+        return None, f"model.source: {path} is empty (0 bytes): a download or copy that failed? Copy it again"
     if len(head) > 1 and head[0] == 0x08 and 0 < head[1] < 64:  # a ModelProto starts with ir_version (field 1)
         return "onnx", "its content (an ONNX ModelProto)"
+    if head == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        return None, (f"model.source: {path} is a truncated or damaged zip archive (its table of contents at the end "
+                      "is missing): a download or copy that did not finish? Copy it again")
     if head == b"PK\x03\x04":
         from edgebuild.project.ultralytics_facts import facts_from_checkpoint
 
@@ -253,8 +320,6 @@ def _source_kind(project: Project) -> tuple[str | None, str]:
 
 def is_torchscript_archive(path: Path) -> bool:
     """Whether ``path`` is a zip archive that TorchScript wrote (``torch.jit.save``: ``constants.pkl``, ``code/``)."""
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -427,4 +492,20 @@ def _check_paths_exist(project: Project) -> list[str]:
     problems = [f"{key}: path does not exist: {path}" for key, path in missing.items()]
     if project.model.source and "model.source" not in missing and _source_kind(project)[0] is None:
         problems.append(_source_kind(project)[1])
+    if project.ota.signing_key and not project.path(project.ota.signing_key).is_file():
+        key = project.path(project.ota.signing_key)
+        problems.append(f"ota.signing_key: {'a folder, not a key file' if key.is_dir() else 'file not found'}: {key}")
+    problems += _check_build_dir(project)
     return problems
+
+
+def _check_build_dir(project: Project) -> list[str]:
+    """``project.build_dir``: a folder, or a path one can be made at (no file on the way)."""
+    build = project.build_dir
+    for path in (build, *build.parents):
+        if path.exists():
+            if path.is_dir():
+                return []
+            what = "is a file" if path == build else f"cannot be made: {path} is a file"
+            return [f"project.build_dir: {build} {what}, not a folder (every stage writes its outputs there)"]
+    return []

@@ -272,6 +272,9 @@ class AccuracySection(_Section):
     # false: a dry run of an untrained model (`compile --no-gate`): a candidate is selected without
     # checking its accuracy, and package refuses it unless --ship-ungated
     gate: bool = True
+    # the FP32 baseline is judged before any candidate (against chance and the metric the model file records;
+    # edgebuild.accuracy.baseline): "check" refuses a wrong one, "accept" says the number is known and right
+    baseline: Literal["check", "accept"] = "check"
 
     @field_validator("min_retention")
     @classmethod

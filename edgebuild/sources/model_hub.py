@@ -85,6 +85,12 @@ def _library(project: Project, library: str) -> Any:
         raise CapabilityMissing(f"{project.source}: model.source {project.model.source!r} needs the {library} "
                                 f"package, which is not importable here: {exc}",
                                 hint=f"pip install {library}") from None
+    except Exception as exc:  # installed, but broken: e.g. torchvision built for another torch
+        raise CapabilityMissing(f"{project.source}: model.source {project.model.source!r} needs the {library} "
+                                f"package, which is installed but fails to import ({type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}): a version built for another "
+                                f"torch ({tool_versions('torch').get('torch', '?')})?",
+                                hint=f"pip install the {library} release that matches your torch") from None
 
 
 def _names(module: Any, library: str) -> list[str]:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OUTPUTS_HINT", "default_opset", "describe_ultralytics", "dynamic_axis_names", "external_locations",
            "graph_inputs", "graph_output_dims", "load_structure", "metadata", "opset_error", "parameter_count",
-           "raise_for_checker", "raise_for_inputs", "raise_for_output_names", "raise_for_ultralytics_head",
-           "ultralytics_summary"]
+           "raise_for_checker", "raise_for_inputs", "raise_for_output_names", "raise_for_stride",
+           "raise_for_ultralytics_head", "model_stride", "ultralytics_summary"]
 
 OUTPUTS_HINT = ("the ONNX file must output exactly what the task reads: export it again with such outputs, or "
                 "build the model in Python with a wrapper torch.nn.Module that reshapes them and name it with "
@@ -51,11 +51,20 @@ def load_structure(project: Project, path: Path) -> onnx.ModelProto:
 
     if not path.is_file():
         raise ModelError(f"{project.source}: model.source: file not found: {path}")
+    from edgebuild.sources.file_kinds import content_kind
+
     try:
-        return onnx.load(str(path), load_external_data=False)
+        proto = onnx.load(str(path), load_external_data=False)
+        if not proto.graph.node and not proto.graph.output:
+            raise ValueError("no graph")
+        return proto
     except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX model
-        raise ModelError(f"{_where(project, path)} is not a readable ONNX model ({type(exc).__name__}: "
-                         f"{first_line(exc)})",
+        found, words = content_kind(path)
+        what = (f"starts as an ONNX model but does not parse: truncated or damaged ({path.stat().st_size:,} bytes, "
+                f"{type(exc).__name__}: {first_line(exc)})" if found == "onnx"
+                else words.removeprefix(f"{path.name} ") if found in ("empty", "truncated")
+                else f"is not an ONNX model: its bytes are {words}")
+        raise ModelError(f"{_where(project, path)} {what}",
                          hint="a truncated copy or a download that failed? Export or copy the file again") from None
 
 
@@ -263,12 +272,20 @@ def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> No
                 problems.append(f"{key}: {label} is fixed at {size} in the file {shown}, the profile asks for "
                                 f"{profile[0]}")
     if problems:
+        hints = []
+        if any("declare" in p or "not an input of the file" in p for p in problems):
+            hints.append(f"model.inputs names the file's inputs, {list(real)}, one [[model.inputs]] each")
+        if any(": dtype " in p for p in problems):
+            hints.append("model.inputs[].dtype is the file's input type")
+        if any(" rank " in p or " axis " in p for p in problems) or not hints:
+            hints.append("export the file with the axes the profile varies dynamic (Ultralytics: dynamic=True; "
+                         "torch.onnx.export: dynamic_axes or dynamic_shapes), or make min_shape, opt_shape and "
+                         "max_shape equal the file's size on a fixed axis (a fixed batch of 1 also needs "
+                         "runtime.max_batch_size = 1)")
         raise ModelError(
             f"{_where(project, path)}: its inputs do not fit model.inputs ({len(problems)} problem"
             f"{'s' if len(problems) > 1 else ''}):\n" + "\n".join(f"  - {p}" for p in problems),
-            hint="export the file with the axes the profile varies dynamic (Ultralytics: dynamic=True; "
-                 "torch.onnx.export: dynamic_axes or dynamic_shapes), or make min_shape, opt_shape and max_shape "
-                 "equal the file's size on a fixed axis (a fixed batch of 1 also needs runtime.max_batch_size = 1)")
+            hint="; ".join(hints))
 
 
 def raise_for_output_names(project: Project, path: Path, proto: onnx.ModelProto) -> None:
@@ -292,3 +309,56 @@ def dynamic_axis_names(project: Project, proto: onnx.ModelProto) -> dict[str, di
         names[spec.name] = {str(a): (dims[a].dim_param if a < len(dims) and dims[a].dim_param else
                                      readable.get(a, f"{spec.name}_dim{a}")) for a in spec.dynamic_axes}
     return names
+
+
+# -- the stride -------------------------------------------------------------------------------------
+
+#: a detector's feature-map strides, tried in turn against its anchor count: one level, then the usual pyramids
+_STRIDE_SETS = ((8,), (16,), (32,), (64,), (8, 16, 32), (8, 16, 32, 64), (16, 32, 64), (8, 16), (16, 32),
+                (32, 64))
+
+
+def model_stride(project: Project, summary: dict[str, Any], dims: dict[str, list[int | None]],
+                 size: Sequence[int] | None = None) -> tuple[int, str] | None:
+    """(the model's largest stride, what says it): Ultralytics' metadata, or a detector's anchor count A at
+    ``size`` (default: the profile's opt size) from its boxes [N, A, 4] (A = sum over its strides s of
+    H/s * W/s); None where nothing says."""
+    stride = summary.get("stride") if summary else None
+    if isinstance(stride, (list, tuple)) and stride and all(isinstance(v, (int, float)) for v in stride):
+        stride = max(stride)
+    if isinstance(stride, (int, float)) and not isinstance(stride, bool) and stride > 0:
+        return int(stride), "its Ultralytics metadata"
+    if project.task.kind != "detection" or len(project.model.inputs[0].opt_shape) != 4:
+        return None
+    boxes = dims.get(project.task.postprocess.boxes_output) or []
+    anchors = boxes[1] if len(boxes) == 3 and boxes[2] == 4 else None
+    height, width = size or project.model.inputs[0].opt_shape[2:]
+    if not anchors:
+        return None
+    for strides in _STRIDE_SETS:
+        if all(height % s == 0 and width % s == 0 for s in strides) and \
+                sum((height // s) * (width // s) for s in strides) == anchors:
+            levels = f"stride {strides[0]}" if len(strides) == 1 else f"strides {', '.join(map(str, strides))}"
+            return max(strides), f"its {anchors} anchors at {height}x{width}: feature maps at {levels}"
+    return None
+
+
+def raise_for_stride(project: Project, path: Path, found: tuple[int, str] | None) -> None:
+    """Every image size of the profile a multiple of the model's stride: a detector's feature maps at another size
+    do not line up (ONNX Runtime fails with a broadcast error, or the boxes come out shifted)."""
+    if found is None:
+        return
+    stride, said = found
+    spec = project.model.inputs[0]
+    off = [f"{which} {getattr(spec, which)}" for which in ("min_shape", "opt_shape", "max_shape")
+           if len(getattr(spec, which)) == 4 and any(size % stride for size in getattr(spec, which)[2:])]
+    if off:
+        raise ModelError(f"{_where(project, path)}: model.inputs[0] ({spec.name!r}) image size is not a multiple of "
+                         f"the model's stride {stride} ({said}): {', '.join(off)}",
+                         hint=f"make the height and width of min_shape, opt_shape, max_shape (and "
+                              f"task.preprocess.input_size) multiples of {stride}, e.g. "
+                              f"{_multiple(spec.opt_shape[2], stride)}x{_multiple(spec.opt_shape[3], stride)}")
+
+
+def _multiple(size: int, stride: int) -> int:
+    return max(stride, round(size / stride) * stride)

@@ -220,13 +220,14 @@ def model_check_key_parts(project: Project, groups: Sequence[SelectedGroup]) -> 
 # -- the model stage --------------------------------------------------------------------------------
 
 def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
-                     report: _Report = lambda _: None) -> OnnxModelRecord:
+                     report: _Report = lambda _: None, run: bool = True) -> OnnxModelRecord:
     """Every check an ONNX file passes before the pipeline uses it as the model; raises ModelError.
 
     In order: it loads, the full checker and strict shape inference pass, its opset is one every
     selected target's TensorRT parses, an Ultralytics raw head is named, the inputs fit
-    ``[model.inputs]`` and the profile, the outputs are ``model.outputs``, and ONNX Runtime's outputs
-    at the min, opt and max shapes are what the task reads.
+    ``[model.inputs]`` and the profile, the outputs are ``model.outputs``, the profile's image sizes
+    are multiples of the model's stride, and ONNX Runtime's outputs at the min, opt and max shapes
+    are what the task reads (``run=False``: all but that run, for ``edgebuild check`` of a big file).
     """
     from edgebuild.project.config import model_source_kind
     from edgebuild.sources import onnx_checks as checks
@@ -268,15 +269,36 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
                 "the min/opt/max profile")
     checks.raise_for_output_names(project, path, proto)
+    stride = checks.model_stride(project, ultralytics, checks.graph_output_dims(proto))
+    checks.raise_for_stride(project, path, stride)
+    if stride:
+        done.append(f"image sizes multiples of the model's stride {stride[0]} ({stride[1]})")
+
+    def record(shapes: dict[str, dict[str, list[int]]]) -> OnnxModelRecord:
+        return OnnxModelRecord(
+            entry_point=project.model.source, parameters=checks.parameter_count(proto), output_shapes=shapes,
+            seconds=round(time.perf_counter() - started, 3), kind=kind, told_by=told_by, path=str(path), files=files,
+            opset=opset, fleet_opset=ceiling, producer=f"{proto.producer_name} {proto.producer_version}".strip(),
+            metadata={k: v[:200] for k, v in metadata.items()}, ultralytics=ultralytics, checks=done)
+
+    if not run:
+        return record({})
     runner = onnx_runner(project)
     runs = {}
-    for which in SHAPES:
+    for which in ("opt_shape", "min_shape", "max_shape"):  # opt first: the size the model is made for
         inputs = example_inputs(project, which, seed=SHAPES.index(which))
         try:
             outputs = runner.run(inputs)
         except EdgebuildError as exc:
+            checks.raise_for_stride(project, path, _probed_stride(project, runner, ultralytics))
             raise ModelError(f"{project.source}: model.source: {exc.message}") from None
         runs[which] = (inputs, {name: outputs[name] for name in project.model.outputs})
+        if which == "opt_shape" and stride is None:  # a detector's anchors tell its stride
+            stride = checks.model_stride(project, ultralytics, {n: list(a.shape) for n, a in outputs.items()})
+            checks.raise_for_stride(project, path, stride)
+            if stride:
+                done.append(f"image sizes multiples of the model's stride {stride[0]} ({stride[1]})")
+    runs = {which: runs[which] for which in SHAPES}
     checks.raise_for_ultralytics_head(project, path, ultralytics,
                                       {n: list(a.shape) for n, a in runs["opt_shape"][1].items()})
     try:
@@ -285,13 +307,28 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
         raise ModelError(exc.message, hint=checks.OUTPUTS_HINT) from None
     done.append(f"outputs {list(project.model.outputs)} against the {project.task.kind} task, run with "
                 f"{runner.backend} at the min/opt/max shapes")
-    shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
-              for which, (_, outputs) in runs.items()}
-    return OnnxModelRecord(
-        entry_point=project.model.source, parameters=checks.parameter_count(proto), output_shapes=shapes,
-        seconds=round(time.perf_counter() - started, 3), kind=kind, told_by=told_by, path=str(path), files=files,
-        opset=opset, fleet_opset=ceiling, producer=f"{proto.producer_name} {proto.producer_version}".strip(),
-        metadata={k: v[:200] for k, v in metadata.items()}, ultralytics=ultralytics, checks=done)
+    return record({which: {name: list(array.shape) for name, array in outputs.items()}
+                   for which, (_, outputs) in runs.items()})
+
+
+def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: dict[str, Any]) -> tuple[int, str] | None:
+    """A detector that fails to run at the profile's size: its stride, from its anchors at a size that is a
+    multiple of 64 near the opt size (None where it says nothing or fails there too)."""
+    from edgebuild.sources import onnx_checks as checks
+    from edgebuild.sources.model import example_inputs
+
+    if project.task.kind != "detection" or len(project.model.inputs) != 1 or \
+            len(project.model.inputs[0].opt_shape) != 4:
+        return checks.model_stride(project, ultralytics, {})
+    spec = project.model.inputs[0]
+    size = [max(64, round(side / 64) * 64) for side in spec.opt_shape[2:]]
+    inputs = example_inputs(project.model_copy(update={"model": project.model.model_copy(update={"inputs": [
+        spec.model_copy(update={"opt_shape": [spec.min_shape[0], spec.opt_shape[1], *size]})]})}))
+    try:
+        outputs = runner.run(inputs)
+    except EdgebuildError:
+        return None
+    return checks.model_stride(project, ultralytics, {n: list(a.shape) for n, a in outputs.items()}, size)
 
 
 def describe_model(record: OnnxModelRecord) -> str:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
+    from edgebuild.targets.profiles import SelectedGroup
     from edgebuild.workflows.check import Finding
 
-__all__ = ["check_project", "prepare_project_data", "profile_catalog", "profile_records"]
+__all__ = ["check_project", "model_file_findings", "prepare_project_data", "profile_catalog", "profile_records"]
 
 Report = Callable[[str], None]
 
@@ -36,10 +37,32 @@ def check_project(project_dir: Path) -> Checked:
 
     project = load_project(project_dir)
     plan = plan_compile(project, "all")
-    findings = check_code_and_data(project)
+    findings = model_file_findings(project, plan.groups) + check_code_and_data(project)
     raise_for_problems(project, findings)
     to_prepare = sorted(missing_data(project)) if project.data.prepare else []
     return Checked(project, [g.describe() for g in plan.groups], findings, to_prepare)
+
+
+def model_file_findings(project: Project, groups: Sequence[SelectedGroup] | None = None) -> list[Finding]:
+    """``[model] source`` checked as validate's model stage checks it, without exporting
+    (``edgebuild.sources.model_file_checks``): its problems and what was checked, as ``model.source`` findings.
+    ``groups``: the fleet groups whose TensorRT the opset must fit (default: every group)."""
+    from edgebuild.sources.model_file_checks import check_model_file
+    from edgebuild.workflows.check import Finding
+
+    if groups is None:
+        from edgebuild.pipeline.runner import plan_compile
+
+        groups = plan_compile(project, "all").groups
+    checked = check_model_file(project, groups)
+    key = "model.source"
+    return [Finding(key, _without_prefix(project, key, e.message), type(e), e.hint) for e in checked.problems] + \
+        [Finding(key, note) for note in checked.notes]
+
+
+def _without_prefix(project: Project, key: str, message: str) -> str:
+    """A message as a finding holds it: raise_for_problems names the project file, the finding its key."""
+    return message.removeprefix(f"{project.source}: ").removeprefix(f"{key}: ").removeprefix(f"{key} ")
 
 
 def prepare_project_data(project_dir: Path, *, report: Report = lambda _: None) -> str | None:

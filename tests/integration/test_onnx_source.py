@@ -6,10 +6,12 @@ project names that ONNX file as its model and compiles through the same CLI.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -141,8 +143,15 @@ def test_the_onnx_route_never_imports_torch(exported: Path, tmp_path: Path) -> N
 
 def test_check_and_export_show_a_model_file_without_importing_it_as_code(exported: Path, tmp_path: Path) -> None:
     root = _onnx_project(tmp_path / "digits-onnx", exported)
+    # check judges the file against the whole fleet, as validate and compile without --target do: the
+    # line-cams group's TensorRT (JetPack 5.1.2) takes up to opset 17, the file is opset 20
+    refused = _invoke("check", "-p", str(root))
+    assert refused.exit_code == 6 and "model.onnx is ONNX opset 20" in refused.output, refused.output
+    assert "line-cams (xavier-nx@5.1.2: TensorRT 8.5.2.2 takes up to opset 17)" in refused.output
+    (root / "edgebuild.toml").write_text(digits_model_file_toml(exported, 'source = "model.onnx"'))  # Orin only
     checked = _invoke("check", "-p", str(root))
     assert checked.exit_code == 0 and "valid (classification, 10 classes" in checked.output, checked.output
+    assert "model.source: model.onnx: ONNX opset 20" in checked.output  # checked as the model stage does
     shown = _invoke("export", "-p", str(root), "--target", ORIN)
     assert shown.exit_code == 0 and "parity vs PyTorch" not in shown.output, shown.output
     assert "an imported model file: no PyTorch to compare with" in shown.output
@@ -199,8 +208,10 @@ def test_an_output_name_the_file_lacks_is_named(exported: Path, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"\x08\x09garbage that is not a protobuf" * 3, "is not a readable ONNX model"),
-    ("truncated", "not a readable ONNX model|the ONNX checker refuses"),
+    (b"\x08\x09garbage that is not a protobuf" * 3, "truncated or damaged"),
+    ("truncated", "truncated or damaged|the ONNX checker refuses"),
+    (b"<html>404</html>" * 8, "is not an ONNX model: its bytes are neither ONNX"),
+    (b"", "model.onnx is empty (0 bytes)"),
 ])
 def test_a_corrupt_file_is_a_model_error_naming_it(exported: Path, tmp_path: Path, content, words: str) -> None:
     if content == "truncated":
@@ -249,10 +260,15 @@ def test_the_kind_is_told_by_suffix_content_or_model_kind(exported: Path, tmp_pa
     by_key = _onnx_project(tmp_path / "b", exported, b"PK\x03\x04 a zip", name="digits.pt",
                            model='source = "digits.pt"\nkind = "onnx"')
     assert model_source_kind(load_project(by_key)) == ("onnx", "model.kind")
-    zipped = _onnx_project(tmp_path / "c", exported, b"PK\x03\x04 a zip", name="digits.pt",
-                           model='source = "digits.pt"')
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as written:
+        written.writestr("digits/data.pkl", b"\x80\x02N.")
+    zipped = _onnx_project(tmp_path / "c", exported, archive.getvalue(), name="digits.pt", model='source = "digits.pt"')
     with pytest.raises(ConfigError, match=r"a zip archive that is neither TorchScript nor an Ultralytics checkpoint"):
         load_project(zipped)
+    cut = _onnx_project(tmp_path / "e", exported, b"PK\x03\x04 a zip", name="digits.pt", model='source = "digits.pt"')
+    with pytest.raises(ConfigError, match=r"digits.pt is a truncated or damaged zip archive"):
+        load_project(cut)
     missing = _onnx_project(tmp_path / "d", exported, model='source = "other.onnx"')
     with pytest.raises(ConfigError, match=r"model.source: path does not exist: .*other.onnx"):
         load_project(missing)

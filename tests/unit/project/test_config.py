@@ -176,3 +176,65 @@ def test_init_writes_a_file_that_parses(tmp_path: Path) -> None:
     assert project.task.kind == "detection" and len(project.fleet) == 2
     again = CliRunner().invoke(main, ["init", str(tmp_path)])
     assert again.exit_code == 3 and "already exists" in again.output
+
+
+# (case id, edit of the valid file, what the error must say): issue 34's words for what is wrong
+SAID = [
+    ("fleet-as-one-table", lambda t: t.split("[[fleet]]")[0] + "[fleet]" + t.split("[[fleet]]")[1],
+     "fleet: written as one table [fleet]; it is a list of tables: write [[fleet]]"),
+    ("every-group-as-one-table", lambda t: t.replace("[[fleet]]", "[fleet]"),
+     "([fleet] is a list of tables, one per device group: write [[fleet]], two pairs of brackets, above each)"),
+    ("inputs-as-one-table", lambda t: t.replace("[[model.inputs]]", "[model.inputs]"),
+     "write [[model.inputs]] (two pairs of brackets)"),
+    ("task-as-a-list-of-tables", lambda t: t.replace("[task]", "[[task]]"),
+     "task: written as a list of tables [[task]]; it is one table: write [task]"),
+    ("typo-names-the-close-key", lambda t: t.replace("min_retention", "min_retension"),
+     "accuracy.min_retension: unknown key (did you mean 'min_retention'?)"),
+    ("top-level-key-of-a-table", lambda t: 'build_dir = "out"\n' + t,
+     "build_dir: unknown key (a key of [project]: write it under that table)"),
+    ("toml-syntax-names-the-line", lambda t: t.replace("min_retention = 0.92", "min_retention = = 0.92"),
+     "not valid TOML: Invalid value"),
+    ("toml-key-twice", lambda t: t.replace("min_retention = 0.92", "min_retention = 0.92\nmin_retention = 0.9"),
+     "(a key or table written twice: keep one)"),
+    ("build-dir-a-file", lambda t: t.replace('name = "tiny"', 'name = "tiny"\nbuild_dir = "notes.txt"'),
+     "notes.txt is a file, not a folder"),
+    ("signing-key-missing", lambda t: t + '\n[ota]\nsigning_key = "keys/none.pem"\n',
+     "ota.signing_key: file not found"),
+]
+
+
+@pytest.mark.parametrize("case, edit, words", SAID, ids=[c[0] for c in SAID])
+def test_what_is_wrong_is_said_in_words(tmp_path: Path, case, edit, words) -> None:
+    write_tiny_project(tmp_path, edit(TINY_TOML))
+    (tmp_path / "notes.txt").write_text("a file")
+    with pytest.raises(ConfigError) as caught:
+        load_project(tmp_path)
+    assert str(caught.value).startswith(str(tmp_path / "edgebuild.toml") + ":")
+    assert words in str(caught.value), str(caught.value)
+
+
+def test_a_toml_syntax_error_shows_the_line_and_column(tmp_path: Path) -> None:
+    text = TINY_TOML.replace("min_retention = 0.92", "min_retention = = 0.92")
+    write_tiny_project(tmp_path, text)
+    number = text.splitlines().index("min_retention = = 0.92") + 1
+    with pytest.raises(ConfigError, match=rf"line {number}, column 17: not valid TOML") as caught:
+        load_project(tmp_path)
+    assert f"{number} | min_retention = = 0.92" in str(caught.value)
+
+
+def test_a_utf8_bom_is_not_toml_and_is_skipped(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML)
+    path = tmp_path / "edgebuild.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_project(tmp_path).project.name == "tiny"
+
+
+def test_a_folder_as_the_model_or_the_project_file_is_said(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace('entry_point = "tinydet.model:build_model"',
+                                                   'source = "weights"'))
+    (tmp_path / "weights").mkdir()
+    with pytest.raises(ConfigError, match="model.source: .*weights is a folder, not a model file"):
+        load_project(tmp_path)
+    (tmp_path / "other" / "edgebuild.toml").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="edgebuild.toml: a folder, not a project file"):
+        load_project(tmp_path / "other")
