@@ -13,6 +13,10 @@ When it still fails, the layers are ranked by the quantization error of their ac
 (per-channel SQNR in one run of the INT8 graph), the worst are kept in floating point one more
 at a time and re-evaluated, until the gate passes or quantize.max_kept_layers is reached.
 
+Before any candidate is decided, the FP32 baseline itself is judged (``edgebuild.accuracy.baseline``:
+against chance and against the metric the model file records); a wrong one stops the gate with its likely
+causes unless ``accuracy.baseline = "accept"``, and with the gate off it is reported, not enforced.
+
 Measurements are kept apart from the decision (``edgebuild.accuracy.measurements``): each is
 stored by a key of what it depends on, never on ``min_retention``, ``select`` or ``precisions``.
 Changing only those re-decides from the stored measurements; a measurement the new decision
@@ -24,10 +28,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
 from edgebuild.accuracy.measurements import (
     INT8_CHOICE_SETTINGS,
     Measurement,
@@ -48,10 +53,10 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.sources.export import ExportRecord
 
-__all__ = ["GateResult", "PRECISION_ORDER", "decision_settings", "gate_dir", "measurement_key_parts", "require_pass",
-           "run_gate", "tensorrt_rejections", "verdict"]
+__all__ = ["GateResult", "PRECISION_ORDER", "check_baseline", "decision_settings", "gate_dir", "measurement_key_parts",
+           "require_pass", "run_gate", "tensorrt_rejections", "verdict"]
 
-STAGE_VERSION = "gate/4"
+STAGE_VERSION = "gate/5"
 RECORD_FILE = "gate.json"
 #: lowest precision first: the order "lowest-precision" selection walks
 PRECISION_ORDER = ("int8", "int8-mixed", "fp16", "fp32")
@@ -95,6 +100,8 @@ class GateResult:
     int8_choice: dict[str, Any] = field(default_factory=dict)
     # NMS inside the model: its FP32 candidate against the host's decode of the head (evaluate.nms_parity)
     nms_parity: dict[str, Any] = field(default_factory=dict)
+    # the FP32 baseline judged (None: a record written before the check existed)
+    baseline: BaselineCheck | None = None
 
     @property
     def metric(self) -> str:
@@ -129,6 +136,8 @@ class GateResult:
         data["folder"] = folder  # the project may have moved since
         data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
         data["policy"] = AccuracyPolicy.from_dict(data["policy"])
+        if data.get("baseline") is not None:
+            data["baseline"] = BaselineCheck.from_dict(data["baseline"])
         return cls(**data)
 
     @classmethod
@@ -149,6 +158,7 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
 def decision_settings(project: Project) -> dict[str, Any]:
     """The settings only the decision reads: changing them re-decides from stored measurements."""
     return {**AccuracyPolicy.of(project).as_dict(), "select": project.accuracy.select,
+            "baseline": project.accuracy.baseline,
             "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
 
 
@@ -176,7 +186,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
             hint="set model.weights to its state_dict (torch.save(model.state_dict(), path)); to try the later "
                  "stages with an untrained model: `edgebuild compile --no-gate`")
     fp32 = store.candidate("fp32")
-    if fp32.value <= 0 and policy.gated:
+    baseline = check_baseline(project, fp32, report)  # a wrong FP32 stops here, before any candidate
+    if fp32.value <= 0 and policy.gated:  # accepted, but retention is undefined
         raise AccuracyGateError(
             f"{project.source}: the FP32 model scores {fp32.metric} {fp32.value:.4f} on the validation set "
             f"[{fp32.backend}], so retention cannot be measured",
@@ -209,9 +220,23 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
                 measured.append(mixed)
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
                      seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity)
+    result = replace(result, baseline=baseline)
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
     return result
+
+
+def check_baseline(project: Project, fp32: Measurement, report: Report) -> BaselineCheck:
+    """The FP32 measurement judged before any candidate: a wrong baseline stops the gate (exit 11) naming the
+    numbers and the likely causes, unless accuracy.baseline = "accept"; with the gate off it is only said."""
+    check = judge_project_baseline(project, fp32.value, backend=fp32.backend, images=fp32.images)
+    report(f"gate: {check.line()}")
+    if check.refuses:
+        raise AccuracyGateError(
+            check.message(str(project.source)),
+            hint="fix the first cause that applies (`edgebuild init` measures the usual preprocessing conventions "
+                 "when a model file says none); if the number is right, set accuracy.baseline = \"accept\"")
+    return check
 
 
 #: NMS inside the model scores what the host's decode of its head scores, to this (issue 28's bar)

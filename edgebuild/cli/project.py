@@ -22,6 +22,16 @@ def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
+def _floats(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        return [float(v) for v in value.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give numbers separated by commas, e.g. 0.485,0.456,0.406 "
+                                 "(one for a GRAY model)") from None
+
+
 @click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing edgebuild.toml.")
@@ -42,19 +52,36 @@ def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--name", "name", default=None, help="The project name (default: the folder's name).")
 @click.option("--trust-checkpoint", is_flag=True,
               help="A .pt checkpoint (a pickle) may be loaded: writes [model] trust_checkpoint = true.")
+@click.option("--mean", "mean", default=None, metavar="M[,M,M]", callback=_floats,
+              help="The normalization mean the model was trained with (after pixels / 255). Without it, for a "
+                   "model file that says none, init measures the usual conventions on the validation set.")
+@click.option("--std", "std", default=None, metavar="S[,S,S]", callback=_floats,
+              help="The normalization std the model was trained with (0.00392157 for 0-255 pixels).")
+@click.option("--channel-order", "channel_order", type=click.Choice(["RGB", "BGR", "GRAY"]), default=None,
+              help="The channel order the model was trained with (default: measured, or what the file says).")
+@click.option("--resize", "resize", type=click.Choice(["letterbox", "resize"]), default=None,
+              help="How images were fitted to the input size in training (default: measured for a detector "
+                   "whose file says nothing; resize for a classifier).")
 def init(directory: Path, force: bool, model: str | None, data: Path | None, weights: Path | None,
-         input_size: list[int] | None, fleet: str | None, name: str | None, trust_checkpoint: bool) -> None:
+         input_size: list[int] | None, fleet: str | None, name: str | None, trust_checkpoint: bool,
+         mean: list[float] | None, std: list[float] | None, channel_order: str | None, resize: str | None) -> None:
     """Write an edgebuild.toml into DIRECTORY.
 
     With --model and --data, a complete, commented project file from what the model and the
     dataset say, which `edgebuild compile` runs as it is; without them, a commented starter to fill in.
     A TorchScript file or a model by name is loaded and run once per profile shape, as compile's
-    model stage runs it, before the file is written.
+    model stage runs it, before the file is written. For a model file that says nothing of its
+    preprocessing (an ONNX file without Ultralytics metadata, a TorchScript file), the FP32 metric is
+    measured on up to 64 validation images under the usual conventions (0-1, ImageNet mean/std,
+    0-255, the images' own mean/std; RGB and BGR; letterbox and resize for a detector) and the best
+    is written; --mean, --std, --channel-order and --resize fix what you know.
     """
+    given = {"mean": mean, "std": std, "channel_order": channel_order, "resize": resize}
     if model is None and data is None:
-        if fleet is not None or name is not None or trust_checkpoint or weights is not None or input_size:
-            raise click.UsageError("--fleet, --name, --weights, --input-size and --trust-checkpoint go with "
-                                   "--model and --data")
+        if fleet is not None or name is not None or trust_checkpoint or weights is not None or input_size or \
+                any(v is not None for v in given.values()):
+            raise click.UsageError("--fleet, --name, --weights, --input-size, --trust-checkpoint, --mean, --std, "
+                                   "--channel-order and --resize go with --model and --data")
         from edgebuild.project.template import write_starter
 
         path = write_starter(directory, force=force)
@@ -65,7 +92,8 @@ def init(directory: Path, force: bool, model: str | None, data: Path | None, wei
     from edgebuild.workflows.init import init_from_files
 
     result = init_from_files(directory, model=model, data=data, fleet=fleet, name=name, force=force,
-                             trust_checkpoint=trust_checkpoint, input_size=input_size, weights=weights)
+                             trust_checkpoint=trust_checkpoint, input_size=input_size, weights=weights,
+                             preprocess={k: v for k, v in given.items() if v is not None})
     for line in result.found:
         click.echo(line)
     click.echo(f"wrote {result.path}; next: {result.next_command}")
@@ -78,8 +106,12 @@ def check(project_dir: Path, as_json: bool) -> None:
     """Validate the project file, its code and data, and list the fleet groups.
 
     The entry points are imported, not called (no model is built, data.prepare does not run),
-    class folders are checked against task.classes, and a few images of each data folder are
-    decoded. A fleet file is checked with every model project it names (each as above), and
+    class folders are checked against task.classes, every label is read and every image decoded
+    (remembered by content in the build folder, so a second check is instant). A model file
+    ([model] source) gets the model stage's checks without the export: its bytes against its kind,
+    the ONNX checker, its opset against every group's TensorRT, its inputs, outputs and stride (run
+    with ONNX Runtime), an Ultralytics checkpoint's trust_checkpoint. A fleet file is
+    checked with every model project it names (each as above), and
     its groups are listed with the models they run.
     """
     from edgebuild.project.fleet import is_fleet_file

@@ -13,9 +13,9 @@ from typing import Any
 from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.text import table
 
-__all__ = ["as_json", "catalog_text", "check_text", "compile_header", "compile_summary", "container_text",
-           "device_validation_text", "doctor_text", "export_text", "farm_status_text", "gate_text", "package_text",
-           "profile_text", "report_line", "stage_line"]
+__all__ = ["as_json", "baseline_lines", "catalog_text", "check_text", "compile_header", "compile_summary",
+           "container_text", "device_validation_text", "doctor_text", "export_text", "farm_status_text", "gate_text",
+           "package_text", "profile_text", "report_line", "stage_line"]
 
 
 def as_json(data: Any) -> str:
@@ -103,6 +103,8 @@ def compile_summary(report: Any) -> str:
     if not policy.gated:
         lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
                      "checked, and package refuses it unless --ship-ungated ***")
+    if gate is not None:
+        lines += ["", *baseline_lines(gate)]
     engine = report.outcome("engine")
     if engine is not None:
         lines.append("\nengines:")
@@ -191,6 +193,7 @@ def gate_text(result: Any, groups: list[str], reused: bool) -> str:
                                                   else " (not allowed)"),
              f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
     lines.append(table(rows, ["precision", result.metric, "retention", "gate", "latency ms", "backend", "notes"]))
+    lines += baseline_lines(result)
     for c in result.candidates:
         for rejection in c.rejected_by:
             lines.append(f"{c.precision}: TensorRT would reject it: {rejection}")
@@ -227,7 +230,7 @@ def device_validation_text(done: Any, *, farm: bool = False) -> str:
         head = (f"on {done.where} ({board}, "
                 f"L4T {facts.get('l4t') or '-'}, TensorRT {facts.get('tensorrt') or 'none'}): {gate.metric} of each "
                 f"group's model folder, {against}")
-    lines = [head, evaluation_table(done.records, gate.metric, boards=farm)]
+    lines = [head, evaluation_table(done.records, gate.metric, boards=farm), *baseline_lines(gate)]
     lines += [f"{j.group}: {j.retried_from} stopped answering; ran on {j.board or 'no board'}"
               for j in done.jobs if j.retried_from]
     return "\n".join(lines)
@@ -253,3 +256,17 @@ def farm_status_text(status: Any) -> str:
     lines += [f"{name}: no place tagged {' '.join(f'{k}={v}' for k, v in tags.items())}"
               for name, tags in status.unserved.items()]
     return "\n".join(lines)
+
+
+def baseline_lines(gate: Any) -> list[str]:
+    """The FP32 baseline check beside the gate table: its line, and what is wrong with it where something is."""
+    check = getattr(gate, "baseline", None)
+    if check is None:
+        return ["baseline: not judged (a gate record written before edgebuild judged the FP32 baseline; the next "
+                "compile or validate judges it)"]
+    lines = [check.line()]
+    if check.finding:
+        lines.append(f"  the FP32 baseline {check.finding}; likely causes, most likely first:")
+        lines += [f"    {n}. {c}" for n, c in enumerate(check.causes, 1)]
+    return lines
+

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
            "facts_for_source", "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults",
            "is_ultralytics_checkpoint", "peek_checkpoint", "project_defaults", "project_problems", "read_literal",
-           "source_facts"]
+           "recorded_metric", "recorded_metric_of", "source_facts"]
 
 TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
@@ -325,3 +325,64 @@ def _facts_for_source(name: str, mtime_ns: int, size: int) -> UltralyticsFacts |
     except Exception:  # the model stage says what is wrong with it
         return None
     return facts_from_props({p.key: p.value for p in proto.metadata_props})
+
+
+# -- the validation metric a model file records for itself -----------------------------------------
+
+#: Ultralytics' names of its validation metrics (a checkpoint's ``train_metrics``) -> edgebuild's metric names
+RECORDED_KEYS = {"metrics/mAP50-95(B)": "mAP50-95", "metrics/mAP50(B)": "mAP50", "metrics/accuracy_top1": "top-1",
+                 "metrics/accuracy_top5": "top-5"}
+#: an ONNX file's ``metadata_props`` key for a metric in edgebuild's names (docs/accuracy.md): ``val_metric.top-1``
+ONNX_METRIC_PREFIX = "val_metric."
+
+
+def recorded_metric(project: Project) -> tuple[str, float, str] | None:
+    """The project's metric as ``model.source`` records it: (metric, value, where), or None."""
+    if project.model.source is None:
+        return None
+    path = project.path(project.model.source)
+    if not path.is_file():
+        return None
+    return recorded_metric_of(path).get(project.metric)
+
+
+def recorded_metric_of(path: Path) -> dict[str, tuple[str, float, str]]:
+    """Every validation metric a checkpoint (``train_metrics``, read without running it) or an ONNX file
+    (``metadata_props``: Ultralytics' key names or ``val_metric.<metric>``) records, by edgebuild's metric name."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    return _recorded(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _recorded(name: str, mtime_ns: int, size: int) -> dict[str, tuple[str, float, str]]:
+    path = Path(name)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return {}
+    if head == b"PK\x03\x04":
+        metrics = peek_checkpoint(path).get("train_metrics")
+        where = f"{path.name} train_metrics"
+        values = metrics if isinstance(metrics, dict) else {}
+    elif path.suffix.lower() == ".onnx" or (len(head) > 1 and head[0] == 0x08):
+        import onnx
+
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception:  # the model stage says what is wrong with it
+            return {}
+        where = f"{path.name} metadata_props"
+        values = {p.key: read_literal(p.value) for p in proto.metadata_props}
+    else:
+        return {}
+    found: dict[str, tuple[str, float, str]] = {}
+    for key, value in values.items():
+        metric = RECORDED_KEYS.get(key) or (key[len(ONNX_METRIC_PREFIX):] if isinstance(key, str) and
+                                            key.startswith(ONNX_METRIC_PREFIX) else None)
+        if metric and isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1:
+            found[metric] = (metric, float(value), f"{where}[{key!r}]")
+    return found

@@ -195,6 +195,10 @@ def _html_gate(report: BuildReport) -> str:
     table_html = _html_table(["candidate", gate.metric, "retention", "passes", "selectable", "latency ms (host)",
                               "kept in float", "note", "rejected by"], rows, numeric={1, 2, 5})
     extra = ""
+    if gate.baseline is not None:
+        extra += (f"<p class='small'>{_badge('passed' if gate.baseline.ok else 'failed')} {_e(gate.baseline.line())}"
+                  "</p>" + ("<ol>" + "".join(f"<li>{_e(c)}</li>" for c in gate.baseline.causes) + "</ol>"
+                            if gate.baseline.causes else ""))
     choice = gate.int8_choice
     if len(choice.get("variants", [])) > 1:
         looked = [[_e(v["variant"]) + (" &#9733;" if v["variant"] == choice["variant"] else ""),

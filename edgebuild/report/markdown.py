@@ -80,6 +80,9 @@ def _md_gate(report: BuildReport) -> list[str]:
              ", ".join(c.kept_fp32) or "-", c.note] for c in gate.candidates]
     lines += _md_table(["candidate", gate.metric, "retention", "passes", "selectable", "latency ms", "kept in float",
                         "note"], rows)
+    if gate.baseline is not None:
+        lines += ["", gate.baseline.line()]
+        lines += [f"- likely cause {n}: {c}" for n, c in enumerate(gate.baseline.causes, 1)]
     choice = gate.int8_choice
     if len(choice.get("variants", [])) > 1:
         lines += ["", f"INT8 variant: **{choice['variant']}**, {choice['why']}", ""]

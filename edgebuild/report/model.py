@@ -267,6 +267,8 @@ def _candidates_text(gate: Any) -> str:
     lines += [f"{c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}, "
               f"{'passes' if c.passed else 'FAILS'}{'' if c.selectable else ', not selectable'}"
               for c in gate.candidates]
+    if getattr(gate, "baseline", None) is not None:
+        lines.append(gate.baseline.line())
     return "\n".join(lines)
 
 

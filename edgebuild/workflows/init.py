@@ -23,6 +23,8 @@ from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.schema import NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
+from edgebuild.workflows.init_preprocess import given_preprocess as _given_preprocess
+from edgebuild.workflows.init_preprocess import measured_preprocess as _measured_preprocess
 from edgebuild.workflows.init_torch import DEFAULT_SIZES, DETECTOR_ADVICE, check_loaded, read_torch_model, torch_kind
 
 __all__ = ["InitResult", "init_from_files", "parse_fleet", "parse_input_size"]
@@ -81,25 +83,12 @@ def _size_given(name: str, size: list[int], said: str, input_size: list[int] | N
 
 
 def _read_model(path: Path, input_size: list[int] | None) -> _Model:
-    if not path.is_file():
-        raise ModelError(f"--model: file not found: {path}",
-                         hint="a model by name is torchvision:<name> or timm:<name>" if ":" in str(path) else None)
-    with open(path, "rb") as handle:
-        head = handle.read(4)
-    if path.suffix.lower() in (".pt", ".pth") or head == b"PK\x03\x04":
-        return _checkpoint_model(path, input_size)
-    import onnx
+    from edgebuild.sources.model_file_checks import onnx_proto, raise_for_unreadable
 
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-        if not proto.graph.node and not proto.graph.output:
-            raise ValueError("no graph")
-    except Exception:
-        raise ModelError(f"--model: {path} is not a model file edgebuild init reads: not an ONNX file "
-                         "(.onnx), an Ultralytics checkpoint (.pt) or a TorchScript file (torch.jit.save)",
-                         hint="pass the model as ONNX (torch.onnx.export, or Ultralytics: yolo export format=onnx "
-                              "dynamic=True)") from None
-    return _onnx_model(path, proto, input_size)
+    found, words = raise_for_unreadable(path, "--model")  # missing, a folder, empty, truncated
+    if found != "onnx" and (path.suffix.lower() in (".pt", ".pth") or found in ("zip", "ultralytics")):
+        return _checkpoint_model(path, input_size)
+    return _onnx_model(path, onnx_proto(path, found, words), input_size)
 
 
 def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
@@ -315,17 +304,19 @@ def _read_data(path: Path) -> _Data:
 
 
 def _yolo(path: Path) -> _Data:
-    from edgebuild.datasets.yolo import read_data_yaml
+    from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
 
     if path.is_dir():
         path = next(p for p in sorted(path.iterdir()) if p.suffix.lower() in (".yaml", ".yml") and p.is_file())
     data = read_data_yaml(path, key="--data")
+    load_yolo_set(path, "val", data.names, key="--data")  # what `check` reads: every val label, train's images
+    split_images(data, "train", key="--data")
     return _Data("detection", "YOLO data.yaml", data.names, f"from {path.name}",
                  {"dataset": str(path), "calibration_split": "train", "validation_split": "val"}, {})
 
 
 def _voc(root: Path) -> _Data:
-    from edgebuild.datasets.voc import read_voc_xml
+    from edgebuild.datasets.voc import load_voc_root, voc_object_files, voc_split_images
 
     lists = root / "ImageSets" / "Main"
     missing = [s for s in ("train", "val") if not (lists / f"{s}.txt").is_file()]
@@ -333,61 +324,36 @@ def _voc(root: Path) -> _Data:
         raise DataError(f"--data: {root} is a Pascal VOC root without the split list(s) "
                         f"{', '.join(f'ImageSets/Main/{s}.txt' for s in missing)}",
                         hint="write the image ids of each split there, one a line")
-    names: list[str] = []
-    for line in (lists / "val.txt").read_text(encoding="utf-8-sig").split():
-        xml = root / "Annotations" / f"{line}.xml"
-        if xml.is_file():
-            names += [o.name for o in read_voc_xml(xml, "--data").objects]
-    names = sorted(set(names))
+    names = sorted(voc_object_files(root, "val", "--data"))
+    load_voc_root(root, "val", names, key="--data")  # what `check` reads: every XML file of val, train's images
+    voc_split_images(root, "train", key="--data")
     return _Data("detection", "Pascal VOC root", names,
                  f"the object names of {root.name}'s val split, sorted", {"dataset": str(root),
                  "calibration_split": "train", "validation_split": "val"}, {})
 
 
-def _has_images(folder: Path) -> bool:
-    from edgebuild.datasets.images import IMAGE_SUFFIXES
-
-    return folder.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
-
-
 def _coco(path: Path) -> _Data:
-    import json
+    from edgebuild.datasets.coco import coco_beside, read_coco
 
-    try:
-        gt = json.loads(path.read_text(encoding="utf-8"))
-        categories = sorted(gt["categories"], key=lambda c: c["id"])
-        names = [str(c["name"]) for c in categories]
-        first = gt["images"][0]["file_name"] if gt["images"] else None
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise DataError(f"--data: {path} is not a COCO JSON file edgebuild reads ({type(exc).__name__}: {exc})") \
-            from None
-    stem = path.stem.removeprefix("instances_")
-    here, up = path.parent, path.parent.parent
-    candidates = [here / "images", here / stem, up / "images" / stem, up / stem, up / "images", here]
-    images = next((c for c in candidates if _has_images(c) and (first is None or (c / first).is_file())), None)
-    if images is None:
-        raise DataError(f"--data: no images folder for {path.name} found next to it (looked in "
-                        f"{', '.join(str(c) for c in candidates[:4])})",
-                        hint="put the images in an images/ folder beside the JSON, or write [data.validation] by hand")
-    calibration = next((c for c in (here / "calibration", up / "calibration", here / "train", up / "train",
-                                    up / "images" / "train", up / "train2017") if c != images and _has_images(c)),
-                       None)
-    if calibration is None:
-        raise DataError(f"--data: {path.name} is one annotated set (validation); no calibration images found next "
-                        f"to it (a calibration/ or train/ folder of images in {here} or {up})",
-                        hint="put a few hundred training images in a calibration/ folder beside it")
+    names, images, calibration = coco_beside(path, "--data")
+    read_coco(path, images, names, key="--data")  # what `check` reads: every image and annotation entry
     return _Data("detection", "COCO JSON", names, f"the categories of {path.name}",
                  {"calibration_images": str(calibration)},
                  {"annotations": str(path), "images": str(images)})
 
 
 def _split_folders(root: Path) -> _Data:
+    from edgebuild.datasets.folders import load_class_folders
+    from edgebuild.datasets.images import list_images
+
     missing = [s for s in ("train", "val") if not (root / s).is_dir()]
     if missing:
         present = sorted(p.name for p in root.iterdir() if p.is_dir())
         raise DataError(f"--data: {root} has no {' or '.join(repr(m) for m in missing)} split folder "
                         f"(found: {present})", hint="name the split folders train/ and val/")
     names = sorted(p.name for p in (root / "val").iterdir() if p.is_dir() and not p.name.startswith("."))
+    load_class_folders(root / "val", names, key="--data")  # what `check` reads: images in every class, in train
+    list_images(root / "train", "--data")
     return _Data("classification", "split folders of class folders", names,
                  f"the class folders of {root.name}/val, sorted",
                  {"dataset": str(root), "calibration_split": "train", "validation_split": "val"}, {})
@@ -440,6 +406,18 @@ def _relative(path: Path, directory: Path) -> str:
 
 
 def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], str]:
+    from dataclasses import replace
+
+    voc = data.title == "Pascal VOC root"
+    if voc and model.classes and set(data.names) <= set(model.classes):
+        data = replace(data, names=list(model.classes))  # a val split that lacks a class is still the model's
+    if voc and model.classes and set(data.names) - set(model.classes):
+        from edgebuild.datasets.voc import voc_object_files
+
+        first = voc_object_files(Path(data.data["dataset"]), "val", "--data")
+        shown = ", ".join(f"{n!r} ({first[n]})" for n in sorted(set(data.names) - set(model.classes))[:8])
+        raise DataError(f"--data: objects of classes that {model_name} does not have ({model.classes}): {shown}",
+                        hint="pass the dataset the model was trained on, or rename those objects to its classes")
     if model.classes and model.classes != data.names:
         raise DataError(f"--data: the dataset's class names ({data.names_said}) {data.names} differ from "
                         f"{model_name}'s {model.classes}: a model predicts the names it was trained on, in order",
@@ -457,9 +435,11 @@ def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], st
 
 def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: str | None = None,
                     name: str | None = None, force: bool = False, trust_checkpoint: bool = False,
-                    input_size: list[int] | None = None, weights: Path | None = None) -> InitResult:
+                    input_size: list[int] | None = None, weights: Path | None = None,
+                    preprocess: dict[str, Any] | None = None) -> InitResult:
     """Write ``directory/edgebuild.toml`` from the model (a file, or a torchvision/timm name) and the dataset;
-    raise before writing anything."""
+    raise before writing anything. ``preprocess``: the user's --mean/--std/--channel-order/--resize (they win);
+    where the model file says nothing of its preprocessing the rest is measured (``init_preprocess``)."""
     target = directory / PROJECT_FILE
     if target.exists() and not force:
         raise ConfigError(f"{target}: already exists", hint="pass --force to overwrite it")
@@ -507,30 +487,42 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
         validation={k: _relative(Path(v), directory) for k, v in found_data.validation.items()},
         data_said=f"From the {found_data.title} ({_relative(data, directory)}).", fleet=groups,
         notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None)
+    given = {k: v for k, v in (preprocess or {}).items() if v is not None}
+    project = _given_preprocess(project, given)
+    measure = not ultra and found_model.mean is None and found_model.in_pytorch != "hub"
     text = render_project(project)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     draft = directory / f".{PROJECT_FILE}.init-draft"
     loaded_said: list[str] = []
+    had_build = (directory / "build").exists()
     try:
         draft.write_text(text, encoding="utf-8")
         try:
             loaded = load_project(draft)
             if found_model.in_pytorch:
                 loaded_said = check_loaded(loaded)
-            elif not found_model.checkpoint:
+            else:
                 _check_model_file(loaded)
-        except EdgebuildError as exc:  # say it of the file it would have been
-            raise type(exc)(exc.message.replace(str(draft), str(target)), hint=exc.hint) from None
+            from edgebuild.workflows.check import refuse_data
+
+            refuse_data(loaded)  # what `edgebuild check` refuses of the data (every image decoded), said of --data
+        except EdgebuildError as exc:  # say it of the file it would have been, which is not written
+            said = exc.message.replace(str(draft), str(target))
+            raise type(exc)(f"not written: {said}" if said != exc.message else said, hint=exc.hint) from None
+        project, preprocess_lines = _measured_preprocess(loaded, project, given, draft, target) if measure \
+            else (project, [])
         os.replace(draft, target)
     except BaseException:
         draft.unlink(missing_ok=True)
+        _forget_build(directory, had_build)
         if created:
             try:
                 directory.rmdir()
             except OSError:
                 pass
         raise
+    _forget_build(directory, had_build)
     lines = [f"model: {found_model.said}",
              f"  input {found_model.inputs[0].name} {found_model.inputs[0].dtype} "
              f"min {found_model.inputs[0].min_shape} opt {found_model.inputs[0].opt_shape} "
@@ -549,9 +541,10 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     if found_model.mean is not None:
         lines.append(f"note: preprocessing is the library's for its pretrained weights (mean {found_model.mean}, "
                      f"std {found_model.std}): check [task.preprocess] against how your weights were trained")
-    elif not ultra:
+    elif not ultra and not preprocess_lines:
         lines.append("note: preprocessing is edgebuild's default (the model file does not say): check "
                      "[task.preprocess]")
+    lines += preprocess_lines
     from edgebuild.targets.profiles import load_catalog
 
     families = {load_catalog().modules[g.module].family for g in groups}
@@ -562,15 +555,18 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     return InitResult(target, lines, f"edgebuild compile{option}{where}")
 
 
-def _check_model_file(project: Any) -> None:
-    """The ONNX checks that need no run: the file's inputs fit the profile (and, but for Ultralytics' raw
-    head, which the adapter reads as boxes and scores, its outputs are model.outputs)."""
-    from edgebuild.sources.onnx_checks import load_structure, raise_for_inputs, raise_for_output_names
+def _forget_build(directory: Path, had_build: bool) -> None:
+    """The build folder the model check made (an adapted copy under build/sources/): init leaves only the file."""
+    if not had_build:
+        import shutil
 
-    path = project.path(project.model.source or "")
-    proto = load_structure(project, path)
-    raise_for_inputs(project, path, proto)
-    if [o.name for o in proto.graph.output] != ["boxes", "scores"] and project.model.outputs == ["boxes", "scores"] \
-            and len(proto.graph.output) == 1:
-        return  # the raw head
-    raise_for_output_names(project, path, proto)
+        shutil.rmtree(directory / "build", ignore_errors=True)
+
+
+def _check_model_file(project: Any) -> None:
+    """The model file checked as `edgebuild check` checks it (``edgebuild.workflows.project.model_file_findings``:
+    the model stage's checks but the export), so init never writes a project that check refuses."""
+    from edgebuild.workflows.check import raise_for_problems
+    from edgebuild.workflows.project import model_file_findings
+
+    raise_for_problems(project, model_file_findings(project))

@@ -143,5 +143,6 @@ def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, j
         project, gate, g, folders[g.name], board.url, data, report), max_jobs=jobs or project.farm.jobs)
     records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
     path = write_jobs_file(BuildLayout.of(project).farm_jobs("validate"), results,
-                           {"reference_value": gate.reference_value, "groups": records})
+                           {"reference_value": gate.reference_value, "groups": records,
+                            "baseline": gate.baseline.as_dict() if gate.baseline else None})
     return DeviceValidation(farm.coordinator, gate, len(data), records, results, path)

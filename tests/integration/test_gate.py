@@ -137,6 +137,10 @@ def test_digits_candidates_reuse_and_report(example_copy) -> None:
     assert report["reused"] is True and report["selected"] == "int8"
     fp32 = next(c for c in report["candidates"] if c["precision"] == "fp32")
     assert fp32["value"] > 0.95 and fp32["retention"] == 1.0
+    # the baseline judged beside the table, and carried in gate.json (issue 34)
+    assert report["baseline"]["verdict"] == "ok" and report["baseline"]["chance"] == pytest.approx(0.1)
+    assert report["baseline"]["value"] == fp32["value"] and report["baseline"]["causes"] == []
+    assert "baseline: OK: FP32 top-1 " in result.output and "chance 0.100 (10 classes), floor 0.150" in result.output
 
 
 def test_tensorrt_backend_without_tensorrt_stops_before_measuring(tiny_project: Path) -> None:
@@ -163,6 +167,7 @@ def test_changing_only_the_decision_settings_measures_nothing_again(example_copy
     assert "min_retention = 0.92" in text
     for changed, selected in ((text.replace("min_retention = 0.92", "min_retention = 0.9"), "int8"),
                               (text.replace("[accuracy]", '[accuracy]\nselect = "fastest"'), None),
+                              (text.replace("[accuracy]", '[accuracy]\nbaseline = "accept"'), "int8"),
                               (text.replace("[fleet]", "[fleet]", 1).replace(
                                   "[accuracy]", '[quantize]\nprecisions = ["fp16", "fp32"]\n\n[accuracy]'), "fp16")):
         toml.write_text(changed)

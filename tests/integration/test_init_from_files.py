@@ -96,9 +96,20 @@ def test_a_classifier_and_class_folders_compile_with_no_edit(digits, tmp_path) -
     assert written["data"]["dataset"].endswith("data/split")
     assert written["fleet"][0]["module"] == "orin-nano-8gb"
     text = (project / "edgebuild.toml").read_text()
-    assert "from model.onnx" in text and "CHECK" in text
+    assert "from model.onnx" in text and "measured by init (the model file does not say)" in text
+    print(output)
+    # the file says no preprocessing: init measured the conventions on 64 images and chose one far above
+    # chance (the digits were trained with mean 0.31 std 0.32; 0-1 scored about 0.10 before issue 34)
+    scores = dict(re.findall(r"^  (\S+ GRAY)\s+mean .*: ([\d.]+)", output, re.M))
+    assert set(scores) == {"0-1 GRAY", "ImageNet GRAY", "0-255 GRAY", "data GRAY"}, output
+    assert "on 64 validation images" in output and "<- chosen" in output
+    chosen = written["task"]["preprocess"]
+    assert chosen["mean"] != [0.0] and max(float(v) for v in scores.values()) > 0.5, output
     code, output = _run("compile", "--target", "orin", "-p", str(project))
     assert code == 0, output
+    fp32 = float(re.search(r"baseline: OK: FP32 top-1 ([\d.]+)", output).group(1))
+    print(f"FP32 top-1 with init's choice {chosen['mean']} / {chosen['std']}: {fp32}")
+    assert fp32 > 0.5, output
 
 
 def test_a_torchscript_classifier_and_class_folders_compile_with_no_edit(digits, tmp_path) -> None:
@@ -145,8 +156,15 @@ def test_a_detector_and_a_yolo_data_yaml_compile_with_no_edit(shapes, tmp_path) 
     assert written["task"]["classes"] == ["circle", "square", "triangle"]
     assert [(g["name"], g["jetpack"]) for g in written["fleet"]] == [("cams", "6.2"), ("dock", "5.1.2")]
     assert "from data.yaml" in (project / "edgebuild.toml").read_text()
+    print(output)  # what init measured: 8 conventions at letterbox, then the best one resized
+    measured = re.findall(r"^  (\S+ (?:RGB|BGR) (?:letterbox|resize))\s+mean .*: ([\d.]+)", output, re.M)
+    assert len(measured) == 9 and {c.rsplit(" ", 1)[1] for c, _ in measured} == {"letterbox", "resize"}, output
+    # trained with mean 0.5 std 0.25: the data's own (about 0.48 / 0.26) scores best (0-1 about 0.57, 0-255 0.005)
+    assert "chosen data RGB letterbox" in output and "<- chosen" in output, output
+    assert max(abs(m - 0.5) for m in written["task"]["preprocess"]["mean"]) < 0.05, output
     code, output = _run("compile", "--target", "orin", "-p", str(project))
     assert code == 0, output
+    assert "baseline: OK: FP32 mAP50-95" in output, output
     # the same data as a COCO JSON with its images beside it: [data.validation] + calibration_images
     coco = data_yaml.parents[2] / "val" / "annotations.json"
     code, output = _run("init", "--model", str(model), "--data", str(coco), str(tmp_path / "coco"))

@@ -157,3 +157,26 @@ def test_no_recorded_compile_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         write_report(tmp_path)
     assert "run `edgebuild compile` first" in str(caught.value)
+
+
+def test_the_baseline_check_is_shown_beside_the_gate_table_and_an_old_record_loads_without_it() -> None:
+    from edgebuild.accuracy.baseline import judge_baseline
+
+    assert _report().gate.baseline is None  # a gate.json from before issue 34
+    check = judge_baseline(0.6, metric="mAP50-95", classes=3, backend="onnxruntime-cpu 1.32.0", images=200,
+                           dataset="data.yaml (split 'val')", accept=True, causes=["ignored: the verdict is ok"])
+    data = copy.deepcopy(LAST_COMPILE)
+    data["stages"][2]["runs"][0]["record"]["baseline"] = check.as_dict()
+    report = from_compile(data)
+    assert report.gate.baseline == check
+    line = "baseline: OK: FP32 mAP50-95 0.6000 on 200 images [onnxruntime-cpu 1.32.0]; floor 0.020"
+    assert line in to_markdown(report) and line in to_html(report)
+    wrong = judge_baseline(0.001, metric="mAP50-95", classes=3, backend="onnxruntime-cpu 1.32.0", images=200,
+                           dataset="data.yaml (split 'val')", enforced=False,
+                           causes=["normalization: task.preprocess.mean = [0.0, 0.0, 0.0] <&>"])
+    data["stages"][2]["runs"][0]["record"]["baseline"] = wrong.as_dict()
+    report = from_compile(data)
+    markdown, page = to_markdown(report), to_html(report)
+    assert "AT CHANCE (gate off: reported, not enforced)" in markdown
+    assert "- likely cause 1: normalization: task.preprocess.mean = [0.0, 0.0, 0.0]" in markdown
+    assert "<li>normalization: task.preprocess.mean = [0.0, 0.0, 0.0] &lt;&amp;&gt;</li>" in page

@@ -113,7 +113,7 @@ def test_a_traced_classifier_says_its_task_size_channels_and_classes(tmp_path: P
     preprocess = written["task"]["preprocess"]
     assert (preprocess["input_size"], preprocess["channel_order"], preprocess["resize"]) == ([16, 16], "GRAY", "resize")
     text = (tmp_path / "p" / "edgebuild.toml").read_text()
-    assert "traced at [2, 1, 16, 16]" in text and "CHECK: edgebuild's defaults" in text
+    assert "traced at [2, 1, 16, 16]" in text and "measured by init (the model file does not say)" in text
 
 
 def test_a_traced_detector_and_a_yolo_data_yaml(tmp_path: Path) -> None:

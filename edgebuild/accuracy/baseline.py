@@ -1,0 +1,204 @@
+"""The FP32 baseline judged: retention is a ratio, only as true as the number under it.
+
+Every candidate is measured against FP32 on the same images, so an FP32 that is wrong (the most
+common cause: preprocessing that is not the training's) makes every candidate "keep" a wrong
+number. Before any candidate is decided, the FP32 value is judged twice:
+
+- against chance: a classifier at or below ``CHANCE_FACTOR`` x k/classes (top-k), a detector
+  below ``DETECTION_FLOORS`` (docs/accuracy.md says why these numbers);
+- against the metric its source records, where it records one (an Ultralytics checkpoint's
+  ``train_metrics``; ONNX ``metadata_props``, ``edgebuild.project.ultralytics_facts.recorded_metric``):
+  an FP32 here below ``RECORDED_FRACTION`` of it is refused naming both.
+
+``judge_baseline`` gives a ``BaselineCheck`` record, carried in the gate's result and shown by the
+report, the compile summary and ``validate``. The gate refuses on it unless the project says
+``accuracy.baseline = "accept"``; with the gate off it is reported, not enforced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+
+__all__ = ["CHANCE_FACTOR", "DETECTION_FLOORS", "RECORDED_FRACTION", "BaselineCheck", "RecordedMetric",
+           "baseline_causes", "chance_level", "judge_baseline", "judge_project_baseline"]
+
+#: a classifier scoring at most this many times chance (k/classes for top-k) is at chance
+CHANCE_FACTOR = 1.5
+#: a detector below these scores finds nothing it was trained to find (docs/accuracy.md: random boxes
+#: score about 0.001-0.005 mAP50-95; trained detectors on their own data score 0.1 and up)
+DETECTION_FLOORS = {"mAP50-95": 0.02, "mAP50": 0.05}
+#: an FP32 here below this fraction of what the source records for itself is far below it
+RECORDED_FRACTION = 0.5
+
+VERDICTS = ("ok", "chance", "below-recorded", "accepted")
+
+
+@dataclass(frozen=True)
+class RecordedMetric:
+    """A validation metric the model's own file records (what its training measured)."""
+
+    metric: str  # edgebuild's name: mAP50-95, mAP50, top-1, top-5
+    value: float
+    where: str  # e.g. "best.pt train_metrics['metrics/mAP50-95(B)']"
+
+
+@dataclass(frozen=True)
+class BaselineCheck:
+    """The FP32 baseline against chance and against what the source records."""
+
+    metric: str
+    value: float  # the FP32 value measured here
+    backend: str
+    images: int
+    classes: int
+    chance: float  # chance level (classification: k/classes); 0 for detection
+    floor: float  # at or below (classification) / below (detection) this is "at chance"
+    dataset: str
+    verdict: str  # ok | chance | below-recorded | accepted
+    finding: str = ""  # what is wrong ("" when ok): kept when accepted or with the gate off
+    recorded: float | None = None  # the metric the source records, if any
+    recorded_from: str = ""
+    causes: list[str] = field(default_factory=list)  # most likely first, each with its project key
+    enforced: bool = True  # False: the gate is off, the check is reported only
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("ok", "accepted")
+
+    @property
+    def refuses(self) -> bool:
+        """Whether this check stops the gate."""
+        return self.enforced and not self.ok
+
+    def line(self) -> str:
+        """One line for tables and summaries."""
+        head = f"FP32 {self.metric} {self.value:.4f} on {self.images} images [{self.backend}]"
+        bound = (f"chance {self.chance:.3f} ({self.classes} classes), floor {self.floor:.3f}" if self.chance
+                 else f"floor {self.floor:.3f}")
+        recorded = f"; the source records {self.recorded:.4f} ({self.recorded_from})" if self.recorded is not None \
+            else ""
+        said = {"ok": "OK", "chance": "AT CHANCE", "below-recorded": "FAR BELOW WHAT THE SOURCE RECORDS",
+                "accepted": "ACCEPTED (accuracy.baseline = \"accept\")"}[self.verdict]
+        if not self.enforced and self.verdict != "ok":
+            said += " (gate off: reported, not enforced)"
+        return f"baseline: {said}: {head}; {bound}{recorded}"
+
+    def message(self, source: str) -> str:
+        """The refusal: the numbers, then the causes, most likely first."""
+        so = ("so retention cannot be measured (an untrained model, or validation data or preprocessing that does "
+              "not match it)" if self.value <= 0 else
+              "so as the baseline it would make every candidate's retention a wrong number")
+        return (f"{source}: the FP32 model {self.finding}, {so}; likely causes, most likely first:\n"
+                + "\n".join(f"  {n}. {c}" for n, c in enumerate(self.causes, 1)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BaselineCheck:
+        return cls(**data)
+
+
+def chance_level(metric: str, classes: int) -> float:
+    """k/classes for top-k (capped at 1); 0 for a detection metric (no chance level: a floor instead)."""
+    if metric.startswith("top-"):
+        return min(1.0, int(metric.split("-", 1)[1]) / max(classes, 1))
+    return 0.0
+
+
+def judge_baseline(value: float, *, metric: str, classes: int, backend: str, images: int, dataset: str,
+                   recorded: RecordedMetric | None = None, accept: bool = False, enforced: bool = True,
+                   causes: list[str] | None = None) -> BaselineCheck:
+    """The verdict on an FP32 value: "chance", "below-recorded", "accepted" (one of those, but the project
+    says it knows) or "ok". ``causes`` (most likely first) are kept where the verdict is not ok."""
+    chance = chance_level(metric, classes)
+    if chance:
+        floor = min(1.0, CHANCE_FACTOR * chance)
+        # top-k with k >= classes is always 1: nothing can be told from chance then
+        at_chance = chance < 1.0 and value <= floor
+    else:
+        floor = DETECTION_FLOORS.get(metric, DETECTION_FLOORS["mAP50-95"])
+        at_chance = value < floor
+    finding = ""
+    if at_chance:
+        finding = (f"scores {metric} {value:.4f} on {dataset} ({images} images, {backend}): at chance "
+                   + (f"(chance is {chance:.3f} for {classes} classes; at most {CHANCE_FACTOR}x that, {floor:.3f}, "
+                      "is chance-level)" if chance else f"(below the floor {floor:.3f} a detector that finds what "
+                                                        "it was trained on scores above)"))
+        if recorded is not None and recorded.metric == metric:
+            finding += f"; its source records {recorded.value:.4f} ({recorded.where})"
+        verdict = "chance"
+    elif recorded is not None and recorded.metric == metric and value < RECORDED_FRACTION * recorded.value:
+        finding = (f"scores {metric} {value:.4f} on {dataset} ({images} images, {backend}), far below the "
+                   f"{recorded.value:.4f} its source records ({recorded.where}; less than "
+                   f"{RECORDED_FRACTION:.0%} of it)")
+        verdict = "below-recorded"
+    else:
+        verdict = "ok"
+    if verdict != "ok" and accept:
+        verdict = "accepted"
+    shown = recorded if recorded is not None and recorded.metric == metric else None
+    return BaselineCheck(metric=metric, value=float(value), backend=backend, images=images, classes=classes,
+                         chance=chance, floor=floor, dataset=dataset, verdict=verdict, finding=finding,
+                         recorded=shown.value if shown else None, recorded_from=shown.where if shown else "",
+                         causes=list(causes or []) if finding else [], enforced=enforced)
+
+
+# -- a project's baseline ----------------------------------------------------------------------------
+
+def baseline_causes(project: Project, recorded: bool = False) -> list[str]:
+    """The likely causes of a wrong FP32, most likely first, each naming its key and the value it has now."""
+    pre = project.task.preprocess
+    gray = pre.channel_order == "GRAY"
+    imagenet = "[0.449] and [0.226]" if gray else "[0.485, 0.456, 0.406] and [0.229, 0.224, 0.225]"
+    causes = [f"normalization: task.preprocess.mean = {pre.mean}, std = {pre.std}: they must be the training's "
+              f"(ImageNet's are {imagenet}; a model trained on its own data often uses that data's)"]
+    if gray:
+        causes.append("channels: task.preprocess.channel_order = \"GRAY\": a model trained on colour images "
+                      "wants \"RGB\" or \"BGR\"")
+    else:
+        other = "BGR" if pre.channel_order == "RGB" else "RGB"
+        causes.append(f"channel order: task.preprocess.channel_order = {pre.channel_order!r}: a model trained "
+                      f"with OpenCV reads {other!r}" if other == "BGR" else
+                      f"channel order: task.preprocess.channel_order = {pre.channel_order!r}: most training "
+                      "(PyTorch, PIL, Ultralytics) reads \"RGB\"")
+    if project.task.kind == "detection":
+        other = "resize" if pre.resize == "letterbox" else "letterbox"
+        causes.append(f"resizing: task.preprocess.resize = {pre.resize!r}: a detector trained with {other!r} "
+                      f"(Ultralytics: letterbox, pad 114) sees shifted, scaled boxes")
+    causes.append(f"pixel range: pixels are scaled to 0-1 before mean/std (std now {pre.std}); a model trained "
+                  "on 0-255 wants std = " + str([round(1 / 255, 8)] * pre.channels) + " (mean 0)")
+    shown = ", ".join(repr(c) for c in project.task.classes[:6]) + (", ..." if len(project.task.classes) > 6
+                                                                     else "")
+    causes.append(f"class order: task.classes = [{shown}] must be in the model's output order (class folders "
+                  "are read in sorted order; a data.yaml's names in its order)")
+    if recorded:
+        causes.append("the data: the validation set here is not the one the source was measured on "
+                      "(another split, other labels)")
+    causes.append("if this number is right (an untrained or deliberately weak model): accuracy.baseline = "
+                  "\"accept\"; to dry-run the later stages: `edgebuild compile --no-gate`")
+    return causes
+
+
+def dataset_name(project: Project) -> str:
+    """How messages name the validation data: the dataset and its split, or the images folder."""
+    data = project.data
+    if data.dataset:
+        return f"{data.dataset} (split {data.validation_split!r})"
+    return str(data.validation.images or data.validation.annotations or "the validation set")
+
+
+def judge_project_baseline(project: Project, value: float, *, backend: str, images: int) -> BaselineCheck:
+    """The project's FP32 value judged, with what its source records and its accuracy.baseline / gate keys."""
+    from edgebuild.project.ultralytics_facts import recorded_metric
+
+    found = recorded_metric(project)
+    recorded = RecordedMetric(*found) if found is not None else None
+    return judge_baseline(value, metric=project.metric, classes=len(project.task.classes), backend=backend,
+                          images=images, dataset=dataset_name(project), recorded=recorded,
+                          accept=project.accuracy.baseline == "accept", enforced=project.accuracy.gate,
+                          causes=baseline_causes(project, recorded is not None))

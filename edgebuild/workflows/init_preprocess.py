@@ -1,0 +1,244 @@
+"""``edgebuild init``: the preprocessing of a model whose file says none, chosen by measuring.
+
+An ONNX file without Ultralytics metadata or a TorchScript file says nothing of how its pixels were
+prepared, and a wrong guess scores a wrong FP32 that every candidate then "keeps". So init measures
+the FP32 metric on a small, evenly spread sample of the validation set (``SAMPLE_IMAGES``) under the
+usual conventions and writes the best:
+
+- pixel scale and normalization: 0-1 (mean 0, std 1), ImageNet's mean/std (the gray equivalent for
+  a one-channel model), 0-255 (std 1/255), and the sample's own mean/std (what a model trained on
+  its own data usually normalizes with);
+- channel order: RGB and BGR (not for a one-channel model);
+- detectors: letterbox and resize, tried with the best of the above.
+
+A flag the user gave (``--mean``, ``--std``, ``--channel-order``, ``--resize``) is kept and only the
+rest is measured. What each convention scored, and why the best was chosen, is said in init's output
+and written as a comment above ``[task.preprocess]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.project.template import FoundProject
+
+__all__ = ["SAMPLE_IMAGES", "Convention", "Measured", "conventions", "given_preprocess", "measure_conventions",
+           "measured_preprocess"]
+
+#: validation images each convention is measured on (evenly spread over the set; class folders: balanced)
+SAMPLE_IMAGES = 64
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+GRAY_IMAGENET_MEAN, GRAY_IMAGENET_STD = [0.449], [0.226]  # the mean of ImageNet's three channels
+PIXELS_255 = round(1 / 255, 8)
+
+
+@dataclass(frozen=True)
+class Convention:
+    name: str  # "0-1", "ImageNet", "0-255"
+    mean: list[float]
+    std: list[float]
+    channel_order: str
+    resize: str
+
+    def label(self, detection: bool) -> str:
+        return f"{self.name} {self.channel_order}" + (f" {self.resize}" if detection else "")
+
+    def keys(self) -> dict[str, Any]:
+        return {"mean": self.mean, "std": self.std, "channel_order": self.channel_order, "resize": self.resize}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Every convention measured and the one chosen, with the lines that say so."""
+
+    chosen: Convention
+    scores: list[tuple[Convention, float]]
+    metric: str
+    images: int
+    said: str  # the comment above [task.preprocess]
+    lines: list[str]  # init's output
+
+
+def _scales(order: str, stats: dict[str, tuple[list[float], list[float]]]) -> list[tuple[str, list[float],
+                                                                                       list[float]]]:
+    if order == "GRAY":
+        scales = [("0-1", [0.0], [1.0]), ("ImageNet", GRAY_IMAGENET_MEAN, GRAY_IMAGENET_STD),
+                  ("0-255", [0.0], [PIXELS_255])]
+    else:
+        scales = [("0-1", [0.0] * 3, [1.0] * 3), ("ImageNet", IMAGENET_MEAN, IMAGENET_STD),
+                  ("0-255", [0.0] * 3, [PIXELS_255] * 3)]
+    if order in stats:
+        scales.append(("data", *stats[order]))
+    return scales
+
+
+def conventions(channels: int, resize: str, given: dict[str, Any],
+                stats: dict[str, tuple[list[float], list[float]]] | None = None) -> list[Convention]:
+    """The conventions to measure at ``resize``, in order of preference on a tie (edgebuild's default first);
+    a key in ``given`` (the user's flags) is fixed. ``stats``: the sample's own mean and std by channel order."""
+    orders = ["GRAY"] if channels == 1 else ["RGB", "BGR"]
+    if given.get("channel_order"):
+        orders = [given["channel_order"]]
+    found = []
+    for order in orders:
+        for name, mean, std in _scales(order, stats or {}):
+            if given.get("mean") is not None or given.get("std") is not None:
+                mean, std = given.get("mean") or mean, given.get("std") or std
+                name = "given"
+            convention = Convention(name, list(mean), list(std), order, given.get("resize") or resize)
+            if convention not in found:
+                found.append(convention)
+    return found
+
+
+def _with(project: Project, convention: Convention) -> Project:
+    pre = project.task.preprocess.model_copy(update=convention.keys())
+    return project.model_copy(update={"task": project.task.model_copy(update={"preprocess": pre})})
+
+
+def _runner(project: Project) -> Any:
+    from edgebuild.project.config import model_source_kind
+
+    if model_source_kind(project)[0] == "onnx":
+        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(project.path(project.model.source or ""))
+    from edgebuild.sources.torch_source import source_runner
+
+    return source_runner(project)
+
+
+def sample_statistics(project: Project, images: int) -> dict[str, tuple[list[float], list[float]]]:
+    """The validation sample's own per-channel mean and std of pixels / 255, by channel order."""
+    import numpy as np
+
+    from edgebuild.datasets.project_data import load_validation_set, read_image
+
+    gray = project.task.preprocess.channel_order == "GRAY"
+    total, squares, count = 0.0, 0.0, 0
+    for sample in load_validation_set(project, images)[1]:
+        pixels = read_image(sample.path, gray).astype(np.float64) / 255.0
+        pixels = pixels.reshape(-1, 1 if gray else 3)
+        total, squares, count = total + pixels.sum(0), squares + (pixels ** 2).sum(0), count + len(pixels)
+    if not count:
+        return {}
+    mean = np.asarray(total) / count
+    std = np.sqrt(np.maximum(np.asarray(squares) / count - mean ** 2, 1e-6))
+    rgb = ([round(float(v), 3) for v in mean], [max(round(float(v), 3), 0.001) for v in std])  # std > 0
+    if gray:
+        return {"GRAY": rgb}
+    return {"RGB": rgb, "BGR": (rgb[0][::-1], rgb[1][::-1])}
+
+
+def _score(project: Project, runner: Any, convention: Convention, images: int) -> tuple[float, int]:
+    from edgebuild.accuracy.evaluate import ValidationSet, evaluate
+
+    variant = _with(project, convention)
+    data = ValidationSet(variant, limit=images)
+    result = evaluate(variant, runner, data=data, progress=False)
+    return float(result.value), len(data)
+
+
+def measure_conventions(project: Project, given: dict[str, Any], images: int = SAMPLE_IMAGES) -> Measured:
+    """FP32 on ``images`` validation images under each convention; the best (earliest on a tie) chosen."""
+    detection = project.task.kind == "detection"
+    pre = project.task.preprocess
+    runner = _runner(project)
+    scores: list[tuple[Convention, float]] = []
+    count = 0
+    stats = sample_statistics(project, images)
+    for convention in conventions(pre.channels, pre.resize, given, stats):
+        value, count = _score(project, runner, convention, images)
+        scores.append((convention, value))
+    best = max(scores, key=lambda s: s[1])[0]
+    if detection and not given.get("resize"):
+        other = "resize" if best.resize == "letterbox" else "letterbox"
+        alternative = Convention(best.name, best.mean, best.std, best.channel_order, other)
+        value, count = _score(project, runner, alternative, images)
+        scores.append((alternative, value))
+        best = max(scores, key=lambda s: s[1])[0]
+    metric = project.metric
+    table = ", ".join(f"{c.label(detection)} {v:.3f}" for c, v in scores)
+    top = next(v for c, v in scores if c == best)
+    runner_up = max((v for c, v in scores if c != best), default=None)
+    margin = f", {top - runner_up:+.3f} over the next best" if runner_up is not None else ""
+    given_keys = ", ".join(f"--{k.replace('_', '-')}" for k in ("mean", "std", "channel_order", "resize")
+                           if given.get(k) is not None)
+    why = (f"the highest FP32 {metric} ({top:.3f}{margin})" + (f"; kept as given: {given_keys}" if given_keys
+                                                                 else ""))
+    said = (f"measured by init (the model file does not say): FP32 {metric} on {count} validation images under "
+            f"each convention (data: the images' own mean/std): {table}; chosen {best.label(detection)} "
+            f"({best.mean} / {best.std}): {why}. Check it against how the model was trained")
+    lines = [f"preprocessing: the model file does not say; FP32 {metric} measured on {count} validation images "
+             "(data: the images' own mean/std):"]
+    lines += [f"  {c.label(detection):<24} mean {c.mean} std {c.std}: {v:.4f}" + ("  <- chosen" if c == best else "")
+              for c, v in scores]
+    lines.append(f"  chosen {best.label(detection)}: {why}")
+    from edgebuild.accuracy.baseline import judge_baseline
+
+    check = judge_baseline(top, metric=metric, classes=len(project.task.classes), backend=str(runner.backend),
+                           images=count, dataset="the sample")
+    if check.verdict == "chance":
+        said += (f". Even the best is at chance ({metric} {top:.3f}, floor {check.floor:.3f}): the model may be "
+                 "untrained, or its classes or data differ; validate refuses it unless accuracy.baseline = \"accept\"")
+        lines.append(f"  note: even the best is at chance ({metric} {top:.3f}; at or below {check.floor:.3f} is "
+                     "chance-level): the model may be untrained, or its classes or data differ; `edgebuild validate` "
+                     "refuses it unless accuracy.baseline = \"accept\"")
+    elif len(scores) > 1 and runner_up is not None and top - runner_up < 0.01:
+        lines.append("  note: the best conventions score within 0.01 of each other: check [task.preprocess] "
+                     "against how the model was trained")
+    return Measured(chosen=best, scores=scores, metric=metric, images=count, said=said, lines=lines)
+
+
+# -- init's use of it ----------------------------------------------------------------------------------
+
+GIVEN_KEYS = ("mean", "std", "channel_order", "resize")
+
+
+def given_preprocess(found: FoundProject, given: dict[str, Any]) -> FoundProject:
+    """The project init found with the user's --mean/--std/--channel-order/--resize in it (they win)."""
+    keys = {k: given[k] for k in GIVEN_KEYS if given.get(k) is not None}
+    if not keys:
+        return found
+    order = keys.get("channel_order", found.channel_order)
+    channels = 1 if order == "GRAY" else 3
+    for key in ("mean", "std"):
+        if key in keys and len(keys[key]) != channels:
+            from edgebuild.errors import ConfigError
+
+            raise ConfigError(f"--{key}: {keys[key]} has {len(keys[key])} value(s); the model takes {channels} "
+                              f"channel(s) ({order})", hint=f"give {channels} value(s) separated by commas")
+    shown = ", ".join(f"{k} {v}" for k, v in keys.items())
+    return replace(found, **keys, preprocess_said=f"{found.preprocess_said}; given to init: {shown}")
+
+
+def measured_preprocess(loaded: Project, found: FoundProject, given: dict[str, Any], draft: Path,
+                        target: Path) -> tuple[FoundProject, list[str]]:
+    """Measure the conventions on the loaded draft (the model file says no preprocessing), rewrite the draft
+    with the best, and return the project and what init says of it. Nothing to measure when every key is given."""
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.project.template import render_project
+
+    keys = [k for k in GIVEN_KEYS if given.get(k) is None]
+    if loaded.task.kind != "detection":
+        keys = [k for k in keys if k != "resize"]
+    if not keys:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        return found, [f"preprocessing: as given ({flags}), not measured"]
+    from edgebuild.datasets.project_data import load_validation_set
+
+    try:
+        if not load_validation_set(loaded, SAMPLE_IMAGES)[1]:
+            return found, ["note: preprocessing not measured (the validation set has no images): edgebuild's "
+                           "defaults are written; check [task.preprocess]"]
+        measured = measure_conventions(loaded, given)
+    except EdgebuildError as exc:  # say it of the file it would have been, which is not written
+        said = exc.message.replace(str(draft), str(target))
+        raise type(exc)(f"not written: {said}" if said != exc.message else said, hint=exc.hint) from None
+    chosen = replace(found, **measured.chosen.keys(), preprocess_said=measured.said)
+    draft.write_text(render_project(chosen), encoding="utf-8")
+    return chosen, measured.lines
