@@ -16,6 +16,10 @@ __all__ = ["balanced", "balanced_images", "load_class_folders", "split_folder"]
 
 
 def split_folder(root: Path, split: str, key: str = "data.dataset") -> Path:
+    if not root.is_dir():
+        raise DataError(f"{key}: {root} is {'a file' if root.exists() else 'missing'}: split folders of class folders "
+                        "are a folder holding train/<class>/ and val/<class>/",
+                        hint="point it at that folder, or set [data] format to what the file is")
     folder = root / split
     if not folder.is_dir():
         present = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -535,9 +535,6 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
              "fleet: " + ", ".join(f"{g.name} = {g.module}@{g.jetpack}" for g in groups),
              *(f"loaded: {said}" for said in loaded_said),
              *(f"note: {n}" for n in found_model.notes)]
-    if found_model.checkpoint and not trust_checkpoint:
-        lines.append(f"note: {shown} is a pickle: compile loads it only with [model] trust_checkpoint = true "
-                     "(init --trust-checkpoint writes that, if you trust who made it)")
     if found_model.mean is not None:
         lines.append(f"note: preprocessing is the library's for its pretrained weights (mean {found_model.mean}, "
                      f"std {found_model.std}): check [task.preprocess] against how your weights were trained")
@@ -556,11 +553,18 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
 
 
 def _forget_build(directory: Path, had_build: bool) -> None:
-    """The build folder the model check made (an adapted copy under build/sources/): init leaves only the file."""
-    if not had_build:
-        import shutil
+    """What the model check made in a build folder that was not there (an adapted copy under build/sources/):
+    init leaves the project file and the decoded-image cache (so the first `check` decodes nothing again)."""
+    if had_build:
+        return
+    import shutil
 
-        shutil.rmtree(directory / "build", ignore_errors=True)
+    from edgebuild.project.layout import BuildLayout
+
+    cache = BuildLayout(directory / "build").decoded_images.parent
+    for made in (directory / "build").glob("*"):
+        if made != cache:
+            shutil.rmtree(made, ignore_errors=True) if made.is_dir() else made.unlink(missing_ok=True)
 
 
 def _check_model_file(project: Any) -> None:

@@ -322,7 +322,9 @@ def test_an_existing_project_file_is_kept_without_force(tmp_path) -> None:
     assert (tmp_path / "p" / "edgebuild.toml").read_text() == "# mine\n"
     code, output = _run("init", "--model", str(model), "--data", str(data), "--force", str(tmp_path / "p"))
     assert code == 0 and load_project(tmp_path / "p").task.classes == names, output
-    assert [p.name for p in (tmp_path / "p").iterdir()] == ["edgebuild.toml"]  # no draft left behind
+    # no draft left behind; only the cache of the images init decoded (so the first `check` decodes none again)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["build", "edgebuild.toml"]
+    assert [p.name for p in (tmp_path / "p" / "build").iterdir()] == [".cache"]
 
 
 def test_init_without_model_and_data_still_writes_the_starter(tmp_path) -> None:
