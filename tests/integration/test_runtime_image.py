@@ -36,7 +36,7 @@ from edgebuild.shipping.container import (
 )
 from edgebuild.targets.limits import fit_to_host, load_preset
 from edgebuild.targets.profiles import load_catalog
-from tests.support.runtime_artifacts import Client, check_answers_match_the_host, write_artifact
+from tests.support.runtime_artifacts import Client, check_answers_match_the_host, free_port, write_artifact
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -135,7 +135,7 @@ def runtime_image(base_image, tmp_path_factory):
 
 def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> None:
     plan, folder = runtime_image
-    port = 19000 + os.getpid() % 1000
+    port = free_port()
     name = start_container(plan, engine="podman", publish=f"127.0.0.1:{port}:{plan.port}")
     try:
         client = Client(port)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from tests.support.runtime_artifacts import (
     TARGET,
     Client,
     check_answers_match_the_host,
+    free_port,
     infer_body,
     recipe_for,
     write_artifact,
@@ -288,7 +288,7 @@ def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> N
     """The server in a real cgroup with the Orin Nano 8GB preset: no failed request, memory within it."""
     folder = write_artifact(tmp_path / "yard")
     report = tmp_path / "run.json"
-    port = 18000 + os.getpid() % 1000
+    port = free_port()
     run = subprocess.Popen([sys.executable, "-m", "edgebuild", "run", "--limits", "orin-nano-8gb", "--report",
                             str(report), "--", sys.executable, "-m", "edgebuild", "serve", str(folder), "--host",
                             "127.0.0.1", "--port", str(port)], stderr=subprocess.PIPE, text=True)

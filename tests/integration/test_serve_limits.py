@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from edgebuild.runtime.server import HTTP_LIMITS, Server
-from tests.support.runtime_artifacts import SHAPES, Client, infer_body, write_artifact
+from tests.support.runtime_artifacts import SHAPES, Client, free_port, infer_body, write_artifact
 
 CONNECTIONS = 1000
 PARTIAL_HEAD = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\n"
@@ -233,7 +233,7 @@ def test_the_limits_have_defaults() -> None:
 def test_a_thousand_slow_connections_under_the_preset(tmp_path: Path) -> None:
     """The server in a real cgroup with the Orin Nano 8GB preset (256 tasks) and its default limits."""
     folder = write_artifact(tmp_path / "yard")
-    port = 19000 + os.getpid() % 1000
+    port = free_port()
     run = subprocess.Popen([sys.executable, "-m", "edgebuild", "run", "--limits", "orin-nano-8gb", "--",
                             sys.executable, "-m", "edgebuild", "serve", str(folder), "--host", "127.0.0.1",
                             "--port", str(port)], stderr=subprocess.PIPE, text=True)

@@ -26,6 +26,16 @@ SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]
 TARGET = "orin-nano-8gb@6.2"
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on now (the OS picks it), for a server a test starts in another process:
+    unlike a port derived from the pid, two test workers never get the same one at once."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def write_artifact(folder: Path) -> Path:
     """A small dynamic-shape model (per-channel means and a scaled image) and its recipe, as compile writes them."""
     folder.mkdir(parents=True, exist_ok=True)
