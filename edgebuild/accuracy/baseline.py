@@ -17,14 +17,16 @@ report, the compile summary and ``validate``. The gate refuses on it unless the 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["CHANCE_FACTOR", "DETECTION_FLOORS", "RECORDED_FRACTION", "BaselineCheck", "RecordedMetric",
-           "baseline_causes", "chance_level", "judge_baseline", "judge_project_baseline"]
+__all__ = ["BaselineCheck", "judge_baseline"]
 
 #: a classifier scoring at most this many times chance (k/classes for top-k) is at chance
 CHANCE_FACTOR = 1.5
@@ -64,6 +66,12 @@ class BaselineCheck:
     recorded_from: str = ""
     causes: list[str] = field(default_factory=list)  # most likely first, each with its project key
     enforced: bool = True  # False: the gate is off, the check is reported only
+    majority: float = 0.0  # the k most common classes' share of the images, where above k/classes (else 0)
+
+    @property
+    def judged(self) -> bool:
+        """False where no score can be told from chance (a classifier whose floor reaches 1)."""
+        return not self.chance or self.floor < 1.0
 
     @property
     def ok(self) -> bool:
@@ -77,8 +85,10 @@ class BaselineCheck:
     def line(self) -> str:
         """One line for tables and summaries."""
         head = f"FP32 {self.metric} {self.value:.4f} on {self.images} images [{self.backend}]"
-        bound = (f"chance {self.chance:.3f} ({self.classes} classes), floor {self.floor:.3f}" if self.chance
-                 else f"floor {self.floor:.3f}")
+        common = f"; the most common class(es): {self.majority:.0%} of the images" if self.majority else ""
+        bound = (f"chance {self.chance:.3f} ({self.classes} classes{common}), floor {self.floor:.3f}" if self.judged
+                 and self.chance else f"floor {self.floor:.3f}" if self.judged else
+                 f"chance not judged ({self.metric} of {self.classes} classes: {CHANCE_FACTOR} x chance reaches 1)")
         recorded = f"; the source records {self.recorded:.4f} ({self.recorded_from})" if self.recorded is not None \
             else ""
         said = {"ok": "OK", "chance": "AT CHANCE", "below-recorded": "FAR BELOW WHAT THE SOURCE RECORDS",
@@ -95,11 +105,11 @@ class BaselineCheck:
         return (f"{source}: the FP32 model {self.finding}, {so}; likely causes, most likely first:\n"
                 + "\n".join(f"  {n}. {c}" for n, c in enumerate(self.causes, 1)))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BaselineCheck:
+    def from_dict(cls, data: JsonObject) -> BaselineCheck:
         return cls(**data)
 
 
@@ -110,25 +120,52 @@ def chance_level(metric: str, classes: int) -> float:
     return 0.0
 
 
+def majority_share(labels: list[int], k: int = 1) -> float:
+    """The share of ``labels`` in its ``k`` most common classes: what always answering those scores (0: no labels)."""
+    if not labels:
+        return 0.0
+    counts = sorted(Counter(labels).values(), reverse=True)
+    return sum(counts[:k]) / len(labels)
+
+
 def judge_baseline(value: float, *, metric: str, classes: int, backend: str, images: int, dataset: str,
                    recorded: RecordedMetric | None = None, accept: bool = False, enforced: bool = True,
-                   causes: list[str] | None = None) -> BaselineCheck:
+                   causes: list[str] | None = None, majority: float = 0.0, majority_said: str = "") -> BaselineCheck:
     """The verdict on an FP32 value: "chance", "below-recorded", "accepted" (one of those, but the project
-    says it knows) or "ok". ``causes`` (most likely first) are kept where the verdict is not ok."""
-    chance = chance_level(metric, classes)
-    if chance:
-        floor = min(1.0, CHANCE_FACTOR * chance)
-        # top-k with k >= classes is always 1: nothing can be told from chance then
-        at_chance = chance < 1.0 and value <= floor
+    says it knows) or "ok". ``causes`` (most likely first) are kept where the verdict is not ok.
+
+    ``majority`` (classification): the share of the validation images in the k most common classes, what a
+    model that always answers those scores (``majority_said`` names them). A value at most ``CHANCE_FACTOR``
+    x k/classes is at or near chance; on a set imbalanced enough that the majority share is above that floor,
+    a value at most the majority share is (chance is then that share).
+    Where neither floor is below 1 (top-5 of 6 classes: 1.5 x 5/6; a one-class set) nothing can be told: not
+    judged."""
+    uniform = chance_level(metric, classes)
+    chance, said = uniform, ""
+    if uniform:
+        floors = [f for f in (min(1.0, CHANCE_FACTOR * uniform),) if f < 1.0]
+        # the majority counts where it raises the floor (a slightly imbalanced set keeps k/classes)
+        if max(floors, default=uniform) < majority < 1.0:
+            floors.append(majority)
+            chance = majority
+        else:
+            majority = 0.0
+        floor = max(floors, default=1.0)
+        at_chance = bool(floors) and value <= floor + 1e-6  # a float32 mean of 9 of 11 is not above 9/11
+        if at_chance and majority and majority == floor:  # the majority share is the higher floor
+            said = (f"always answering {majority_said or 'the most common class'} scores {majority:.3f} on this "
+                    f"imbalanced set, and {value:.4f} is no better")
+        elif at_chance:
+            said = (f"chance is {uniform:.3f} for {classes} classes and {value:.4f} is at most {CHANCE_FACTOR}x "
+                    f"that ({floor:.3f})")
     else:
         floor = DETECTION_FLOORS.get(metric, DETECTION_FLOORS["mAP50-95"])
         at_chance = value < floor
+        said = f"below the floor {floor:.3f} a detector that finds what it was trained on scores above"
     finding = ""
     if at_chance:
-        finding = (f"scores {metric} {value:.4f} on {dataset} ({images} images, {backend}): at chance "
-                   + (f"(chance is {chance:.3f} for {classes} classes; at most {CHANCE_FACTOR}x that, {floor:.3f}, "
-                      "is chance-level)" if chance else f"(below the floor {floor:.3f} a detector that finds what "
-                                                        "it was trained on scores above)"))
+        finding = (f"scores {metric} {value:.4f} on {dataset} ({images} images, {backend}): "
+                   + (f"at or near chance ({said})" if uniform else f"at chance ({said})"))
         if recorded is not None and recorded.metric == metric:
             finding += f"; its source records {recorded.value:.4f} ({recorded.where})"
         verdict = "chance"
@@ -145,13 +182,22 @@ def judge_baseline(value: float, *, metric: str, classes: int, backend: str, ima
     return BaselineCheck(metric=metric, value=float(value), backend=backend, images=images, classes=classes,
                          chance=chance, floor=floor, dataset=dataset, verdict=verdict, finding=finding,
                          recorded=shown.value if shown else None, recorded_from=shown.where if shown else "",
-                         causes=list(causes or []) if finding else [], enforced=enforced)
+                         causes=list(causes or []) if finding else [], enforced=enforced,
+                         majority=majority)
 
 
 # -- a project's baseline ----------------------------------------------------------------------------
 
-def baseline_causes(project: Project, recorded: bool = False) -> list[str]:
-    """The likely causes of a wrong FP32, most likely first, each naming its key and the value it has now."""
+def baseline_causes(project: Project, recorded: bool = False, from_metadata: bool | None = None) -> list[str]:
+    """The likely causes of a wrong FP32, most likely first, each naming its key and the value it has now.
+
+    ``from_metadata``: the preprocessing was read from the model's own metadata (an Ultralytics model; None:
+    asked of ``model.source``). Then it is rarely the cause and the data comes first: its labels or
+    annotations, the class order, an empty or wrong validation set."""
+    if from_metadata is None:
+        from edgebuild.project.ultralytics_facts import source_facts
+
+        from_metadata = source_facts(project) is not None
     pre = project.task.preprocess
     gray = pre.channel_order == "GRAY"
     imagenet = "[0.449] and [0.226]" if gray else "[0.485, 0.456, 0.406] and [0.229, 0.224, 0.225]"
@@ -174,8 +220,17 @@ def baseline_causes(project: Project, recorded: bool = False) -> list[str]:
                   "on 0-255 wants std = " + str([round(1 / 255, 8)] * pre.channels) + " (mean 0)")
     shown = ", ".join(repr(c) for c in project.task.classes[:6]) + (", ..." if len(project.task.classes) > 6
                                                                      else "")
-    causes.append(f"class order: task.classes = [{shown}] must be in the model's output order (class folders "
-                  "are read in sorted order; a data.yaml's names in its order)")
+    order = (f"class order: task.classes = [{shown}] must be in the model's output order (class folders "
+             "are read in sorted order; a data.yaml's names in its order)")
+    if from_metadata:
+        data = (f"the data: the labels or annotations of {dataset_name(project)} must be the ones the model was "
+                "trained for: an empty validation set (every label file empty, no annotations, every object "
+                "iscrowd or difficult) or another split or label set scores 0 whatever the preprocessing")
+        note = " (read from the model's own metadata: rarely the cause)"
+        return [data, order] + [c.replace(": ", note + ": ", 1) for c in causes] + [
+            "if this number is right (an untrained or deliberately weak model): accuracy.baseline = "
+            "\"accept\"; to dry-run the later stages: `edgebuild compile --no-gate`"]
+    causes.append(order)
     if recorded:
         causes.append("the data: the validation set here is not the one the source was measured on "
                       "(another split, other labels)")
@@ -198,7 +253,30 @@ def judge_project_baseline(project: Project, value: float, *, backend: str, imag
 
     found = recorded_metric(project)
     recorded = RecordedMetric(*found) if found is not None else None
+    majority, said = validation_majority(project)
     return judge_baseline(value, metric=project.metric, classes=len(project.task.classes), backend=backend,
                           images=images, dataset=dataset_name(project), recorded=recorded,
                           accept=project.accuracy.baseline == "accept", enforced=project.accuracy.gate,
-                          causes=baseline_causes(project, recorded is not None))
+                          causes=baseline_causes(project, recorded is not None), majority=majority,
+                          majority_said=said)
+
+
+def validation_majority(project: Project, limit: int | None = None) -> tuple[float, str]:
+    """A classifier's validation set: the share of its images in the k most common classes (top-k), and
+    those classes named with their counts; (0, "") for detection or where the set cannot be read (the
+    measurement that preceded says what is wrong with it). Reads file names only, not images."""
+    if not project.metric.startswith("top-"):
+        return 0.0, ""
+    from edgebuild.datasets.project_data import load_validation_set
+    from edgebuild.errors import EdgebuildError
+
+    try:
+        labels = [s.label for s in load_validation_set(project, limit)[1]]
+    except (EdgebuildError, OSError, ValueError):
+        return 0.0, ""
+    k = int(project.metric.split("-", 1)[1])
+    top = Counter(labels).most_common(k)
+    names = project.task.classes
+    said = ", ".join(f"{names[c]!r}" if 0 <= c < len(names) else str(c) for c, _ in top)
+    count = sum(n for _, n in top)
+    return majority_share(labels, k), f"{said} ({count} of {len(labels)} images)"

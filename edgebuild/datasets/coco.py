@@ -11,6 +11,7 @@ from typing import Any
 from edgebuild.datasets.formats import misplaced
 from edgebuild.datasets.images import IMAGE_SUFFIXES, CocoSet, Sample, cap, image_size, spread
 from edgebuild.errors import DataError
+from edgebuild.jsontypes import JsonObject
 
 __all__ = ["coco_beside", "read_coco"]
 
@@ -46,6 +47,13 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
             f"{key}: task.classes {unknown} are not categories of {ann_path} "
             f"(categories: {sorted(by_name)})"
         )
+    in_file = [n for n, _ in sorted(by_name.items(), key=lambda item: item[1]) if n in classes]
+    if in_file != list(classes):
+        raise DataError(f"{key}: {ann_path}: its categories in id order name task.classes as {in_file}, but "
+                        f"task.classes is {list(classes)}: the model predicts task.classes in order, and a COCO "
+                        "file's categories in id order are the classes a model trained on it predicts; names "
+                        "swapped in the file would score every box against another class",
+                        hint="make task.classes the categories' names in id order, or fix the names in the file")
     image_ids = {image_id for image_id, _ in entries}
     annotations = _annotations(gt["annotations"], image_ids, category_ids, where)
     entries.sort()
@@ -80,6 +88,10 @@ def coco_beside(path: Path, key: str = "--data") -> tuple[list[str], Path, Path]
     that holds its first image, and a calibration (or train) folder of images near it."""
     try:
         gt = json.loads(path.read_text(encoding="utf-8-sig"))
+        if not isinstance(gt, dict):
+            raise DataError(f"{key}: {path} is not a COCO JSON file edgebuild reads: its top level is a JSON "
+                            f"{type(gt).__name__}, expected an object with lists 'images', 'annotations' and "
+                            "'categories'")
         names = [str(c["name"]) for c in sorted(gt["categories"], key=lambda c: c["id"])]
         first = gt["images"][0]["file_name"] if gt["images"] else None
     except (ValueError, KeyError, TypeError, IndexError) as exc:
@@ -88,10 +100,13 @@ def coco_beside(path: Path, key: str = "--data") -> tuple[list[str], Path, Path]
     stem = path.stem.removeprefix("instances_")
     here, up = path.parent, path.parent.parent
     candidates = [here / "images", here / stem, up / "images" / stem, up / stem, up / "images", here]
-    images = next((c for c in candidates if _has_images(c) and (first is None or (c / first).is_file())), None)
+    # a file_name may name a sub-folder ("val/a0.png" under images/): the folder is the one that holds it
+    images = next((c for c in candidates if ((c / first).is_file() if first is not None else _has_images(c))),
+                  None)
     if images is None:
         raise DataError(f"{key}: no images folder for {path.name} found next to it (looked in "
-                        f"{', '.join(str(c) for c in candidates[:4])})",
+                        f"{', '.join(str(c) for c in candidates[:4])}"
+                        + (f" for its first image {first!r})" if first is not None else ")"),
                         hint="put the images in an images/ folder beside the JSON, or write [data.validation] by hand")
     calibration = next((c for c in (here / "calibration", up / "calibration", here / "train", up / "train",
                                     up / "images" / "train", up / "train2017") if c != images and _has_images(c)),
@@ -129,6 +144,7 @@ def _categories(categories: list[Any], where: str) -> tuple[dict[str, int], set[
 def _images(images: list[Any], where: str) -> list[tuple[int, str]]:
     entries: list[tuple[int, str]] = []
     seen: dict[int, str] = {}
+    named: dict[str, int] = {}
     for index, image in enumerate(images):
         try:
             image_id, name = _whole(image["id"]), str(image["file_name"])
@@ -138,14 +154,19 @@ def _images(images: list[Any], where: str) -> list[tuple[int, str]]:
         if image_id in seen:
             raise DataError(f"{where}: image id {image_id} appears more than once ({seen[image_id]} and {name})",
                             hint="give every image its own id; annotations name their image by it")
+        if name in named:
+            raise DataError(f"{where}: file_name {name!r} is image id {named[name]} and again image id {image_id}: "
+                            "one image scored twice (its boxes under one id, missed under the other)",
+                            hint="list every image once; remove the second entry")
         seen[image_id] = name
+        named[name] = image_id
         entries.append((image_id, name))
     return entries
 
 
 def _annotations(annotations: list[Any], image_ids: set[int], category_ids: set[int],
-                 where: str) -> list[dict[str, Any]]:
-    checked: list[dict[str, Any]] = []
+                 where: str) -> list[JsonObject]:
+    checked: list[JsonObject] = []
     seen: set[int] = set()
     for index, annotation in enumerate(annotations):
         try:
@@ -173,7 +194,7 @@ def _annotations(annotations: list[Any], image_ids: set[int], category_ids: set[
     return checked
 
 
-def _sizes(images: list[dict[str, Any]], paths: dict[int, Path], where: str, key: str) -> dict[int, tuple[int, int]]:
+def _sizes(images: list[JsonObject], paths: dict[int, Path], where: str, key: str) -> dict[int, tuple[int, int]]:
     """Each image's (width, height) from its file; a width/height the JSON gives must agree."""
     sizes = {}
     for image in images:
@@ -190,7 +211,7 @@ def _sizes(images: list[dict[str, Any]], paths: dict[int, Path], where: str, key
     return sizes
 
 
-def _fit(annotation: dict[str, Any], size: tuple[int, int], tally: Counter[str]) -> dict[str, Any] | None:
+def _fit(annotation: JsonObject, size: tuple[int, int], tally: Counter[str]) -> JsonObject | None:
     """The annotation with its box clipped to the image (counted), or None for a box of zero area (counted)."""
     x, y, w, h = (float(v) for v in annotation["bbox"])
     x1, y1 = min(max(x, 0.0), size[0]), min(max(y, 0.0), size[1])

@@ -21,7 +21,7 @@ from pathlib import Path
 from edgebuild.datasets.images import decode_traits
 from edgebuild.errors import DataError
 
-__all__ = ["Decoded", "decode_all"]
+__all__ = ["decode_all"]
 
 #: bump when what a decode records changes, so an old cache is not trusted
 CACHE_VERSION = 1

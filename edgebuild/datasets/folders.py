@@ -12,7 +12,7 @@ from pathlib import Path
 from edgebuild.datasets.images import Sample, image_stem, list_images, spread
 from edgebuild.errors import DataError
 
-__all__ = ["balanced", "balanced_images", "load_class_folders", "split_folder"]
+__all__ = ["load_class_folders", "refuse_other_classes"]
 
 
 def split_folder(root: Path, split: str, key: str = "data.dataset") -> Path:
@@ -39,9 +39,28 @@ def load_class_folders(root: Path, classes: list[str], limit: int | None = None,
             f"{key}: {root} needs one folder per class; missing {missing} "
             f"(found: {present})"
         )
+    refuse_other_classes(root, classes, key)
     per_class = balanced([list_images(root / name, f"{key} ({name})") for name in classes], limit)
     return [Sample(path, i, label) for i, (label, path) in
             enumerate((label, path) for label, images in enumerate(per_class) for path in images)]
+
+
+def refuse_other_classes(root: Path, classes: list[str], key: str) -> None:
+    """Folders beside the class folders that hold images but are not in ``classes`` are refused (as ``init``
+    refuses a class folder the model does not predict): their images would be dropped unsaid. An empty
+    one is no set's business."""
+    extra = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                   and p.name not in classes and _images_in(p))
+    if extra:
+        raise DataError(f"{key}: {root}: folders {extra} hold images but are not in task.classes {classes}: the "
+                        "model predicts task.classes only, so their images cannot be scored",
+                        hint="remove those folders from the split, or add the class (a model trained on it)")
+
+
+def _images_in(folder: Path) -> list[Path]:
+    from edgebuild.datasets.images import IMAGE_SUFFIXES
+
+    return [p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
 
 
 def balanced(groups: list[list[Path]], limit: int | None) -> list[list[Path]]:

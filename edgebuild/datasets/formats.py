@@ -26,7 +26,7 @@ from edgebuild.errors import DataError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["TITLES", "DataFormat", "data_format", "misplaced", "what_is"]
+__all__ = ["what_is"]
 
 TITLES = {"yolo": "YOLO data.yaml", "coco": "COCO JSON", "voc": "Pascal VOC", "folders": "class folders"}
 _YAML = (".yaml", ".yml")
@@ -176,6 +176,11 @@ def _dataset_format(path: Path, declared: str | None, task: str) -> DataFormat:
     if not path.exists():
         raise DataError(f"{key}: path does not exist: {path}")
     kind, description = what_is(path)
+    nested = sorted(c.name for c in path.iterdir() if (c / "Annotations").is_dir()) \
+        if kind in (None, "split-folders", "class-folders") and path.is_dir() else []
+    if nested:  # VOCdevkit/ named for VOCdevkit/VOC2012/
+        raise DataError(f"{key}: {path} holds the Pascal VOC root(s) {nested}, not a dataset itself",
+                        hint=f"point data.dataset at the VOC root: {path / nested[0]}")
     found = {"yolo": "yolo", "voc-root": "voc", "split-folders": "folders", "class-folders": "folders"}.get(kind or "")
     if kind == "yolo" and path.is_dir():
         path = next(p for p in sorted(path.iterdir()) if p.suffix.lower() in _YAML and p.is_file())

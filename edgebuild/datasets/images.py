@@ -23,11 +23,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from edgebuild.errors import DataError
+from edgebuild.jsontypes import JsonObject
 
-__all__ = ["IMAGE_SUFFIXES", "CocoSet", "Sample", "cap", "decode_traits", "image_size", "image_stem", "list_images",
-           "read_image", "refuse_duplicate_stems", "relative_name", "spread"]
+__all__ = ["IMAGE_SUFFIXES", "CocoSet", "list_images", "non_images"]
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+#: what Ultralytics takes as images (ultralytics.data.utils.IMG_FORMATS), so a set reads the same files there
+#: and here; one PIL cannot decode (HEIC without a plugin) is refused by name, not skipped
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".avif", ".dng", ".heic", ".heif",
+                  ".jp2", ".mpo")
 _T = TypeVar("_T")
 
 
@@ -48,7 +51,7 @@ class CocoSet:
     """
 
     annotations_path: Path
-    ground_truth: dict[str, Any]
+    ground_truth: JsonObject
     samples: list[Sample]
     category_ids: list[int]  # category_ids[class_index] = COCO category id
     format: str = "coco"
@@ -154,6 +157,14 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[Path]:
     if not images:
         raise DataError(f"{key}: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
     return spread(images, limit, image_stem)
+
+
+def non_images(folder: Path) -> list[Path]:
+    """The files under ``folder`` that ``list_images`` skips (not hidden ones): what ``check`` counts."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() not in IMAGE_SUFFIXES
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def image_stem(path: Path) -> str:

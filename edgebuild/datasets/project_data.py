@@ -13,13 +13,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.datasets.coco import read_coco
 from edgebuild.datasets.folders import balanced_images, load_class_folders, split_folder
 from edgebuild.datasets.formats import DataFormat, data_format
 from edgebuild.datasets.images import (
-    IMAGE_SUFFIXES,
     CocoSet,
     Sample,
     cap,
@@ -32,12 +31,12 @@ from edgebuild.datasets.images import (
 from edgebuild.datasets.voc import load_voc_folder, load_voc_root, voc_split_images
 from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
 from edgebuild.errors import DataError
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["IMAGE_SUFFIXES", "CocoSet", "DataSummary", "Sample", "calibration_digest", "calibration_images",
-           "data_format", "describe_data", "list_images", "load_class_folder_set", "load_coco_set",
+__all__ = ["Sample", "calibration_digest", "calibration_images", "describe_data", "list_images", "load_coco_set",
            "load_validation_set", "missing_data", "prepare_data", "read_image", "validation_digest"]
 
 #: what the YOLO and VOC readers make of the same files: bump it when that changes, so the stages
@@ -220,7 +219,7 @@ class DataSummary:
                 f"{self.classes} classes; calibration: {calibration}, {self.calibration_images} images)"
                 + (f"; capped, evenly spread by file name: {', '.join(capped)}" if capped else ""))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"format": self.format, "source": str(self.source), "told": self.told, "classes": self.classes,
                 "validation_images": self.validation_images, "validation_split": self.validation_split,
                 "calibration_images": self.calibration_images, "calibration_split": self.calibration_split,

@@ -32,7 +32,7 @@ from edgebuild.datasets.images import (
 )
 from edgebuild.errors import DataError
 
-__all__ = ["VocObject", "load_voc_folder", "load_voc_root", "read_voc_xml", "voc_object_files", "voc_split_images"]
+__all__ = ["load_voc_root", "voc_object_files", "voc_split_images"]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ The splits are resolved as Ultralytics' ``check_det_dataset`` and ``img2label_pa
   starting ``../`` that does not exist there is tried without it;
 - an image's labels are in the file found by replacing the last ``/images/`` of its path with
   ``/labels/`` and its suffix with ``.txt``; no label file means no objects;
-- ``names`` is a list or a dict {id: name} with ids 0..n-1 (``nc`` alone names them class_0...).
+- ``names`` is a list or a dict {id: name} with ids 0..n-1 (``nc`` alone: the model's names where
+  it has them, as Ultralytics takes them, else class_0...).
 
 A label line is ``class cx cy w h``, normalised to [0, 1] by the image's width and height (a
 polygon ``class x1 y1 x2 y2 ...`` counts as its bounding box; with ``kpt_shape`` the keypoints
@@ -22,15 +23,14 @@ import glob
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from edgebuild.datasets.images import CocoSet, Sample, image_size, image_stem, refuse_duplicate_stems, spread
 from edgebuild.errors import DataError
+from edgebuild.jsontypes import JsonObject
 
-__all__ = ["IMG_FORMATS", "YoloData", "label_path", "load_yolo_set", "read_data_yaml", "read_labels",
-           "split_images"]
+__all__ = ["load_yolo_set", "read_data_yaml", "split_images"]
 
 #: the suffixes Ultralytics takes as images (ultralytics.data.utils.IMG_FORMATS)
 IMG_FORMATS = {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
@@ -46,6 +46,7 @@ class YoloData:
     names: list[str]
     splits: dict[str, list[Path]]  # split -> the folders and .txt lists it names, resolved
     extra_fields: int  # keypoint values after the box on every label line (kpt_shape), else 0
+    names_given: bool = True  # False: only 'nc' (names are class_0...; Ultralytics then takes the model's)
 
     def where(self, split: str) -> str:
         return f"{self.path}: {split}"
@@ -103,10 +104,10 @@ def read_data_yaml(path: Path, key: str = "data.dataset") -> YoloData:
         if not (isinstance(kpt, list) and len(kpt) == 2 and all(isinstance(v, int) and v > 0 for v in kpt)):
             raise DataError(f"{key}: {path}: 'kpt_shape' must be [keypoints, 2 or 3], found {kpt!r}")
         extra = kpt[0] * kpt[1]
-    return YoloData(path, root, names, splits, extra)
+    return YoloData(path, root, names, splits, extra, data.get("names") is not None)
 
 
-def _names(data: dict[str, Any], path: Path, key: str) -> list[str]:
+def _names(data: JsonObject, path: Path, key: str) -> list[str]:
     names, nc = data.get("names"), data.get("nc")
     if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int | float) or nc != int(nc) or nc < 1):
         raise DataError(f"{key}: {path}: 'nc' must be a whole number of classes, found {nc!r}")
@@ -258,6 +259,9 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
     """A split of a YOLO dataset in COCO form; its names must be ``classes``, in order. ``limit`` keeps
     that many images, evenly spread over the split by file name (``images.spread``)."""
     data = read_data_yaml(yaml_path, key)
+    unnamed = not data.names_given and len(data.names) == len(classes)
+    if unnamed:  # only nc: Ultralytics names the classes by the model's names; so do task.classes
+        data = replace(data, names=list(classes))
     if data.names != list(classes):
         raise DataError(f"{key}: {yaml_path} names {data.names} differ from task.classes {list(classes)}: the model "
                         "predicts task.classes in order, and a YOLO model the names of the data.yaml it was trained on",
@@ -283,8 +287,12 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
     ground_truth = {"images": records, "annotations": annotations,
                     "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
     samples = [Sample(image, i) for i, image in enumerate(images, 1)]
+    notes = _box_notes(tally, f"{yaml_path.name} {split}")
+    if unnamed:
+        notes = (f"{yaml_path.name}: no 'names', only nc: {len(classes)}: its classes are taken as task.classes "
+                 f"{list(classes)} (as Ultralytics takes the model's names)", *notes)
     return CocoSet(yaml_path, ground_truth, samples, list(range(1, len(classes) + 1)), "yolo",
-                   tuple([*lists, *read]), available, _box_notes(tally, f"{yaml_path.name} {split}"))
+                   tuple([*lists, *read]), available, notes)
 
 
 def _refuse_without_labels(data: YoloData, split: str, images: list[Path], key: str) -> None:

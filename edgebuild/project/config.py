@@ -10,9 +10,10 @@ Each problem names the file, the key, what was found and what is allowed. Loadin
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -28,6 +29,9 @@ from edgebuild.project.schema import (
     DetectionTask,
     Project,
 )
+
+if TYPE_CHECKING:
+    from edgebuild.targets.profiles import Catalog
 
 __all__ = ["PROJECT_FILE", "Project", "data_paths", "is_torchscript_archive", "load_project", "model_source_kind"]
 
@@ -213,7 +217,7 @@ def _format_problems(source: Path, problems: list[str]) -> str:
 
 # -- pass 2: meaning ---------------------------------------------------------------------
 
-def _check_meaning(project: Project, catalog: Any) -> list[str]:
+def _check_meaning(project: Project, catalog: Catalog) -> list[str]:
     """Problems that need more than one key, or the profile catalog, to see."""
     problems: list[str] = []
     problems += _check_fleet(project, catalog)
@@ -221,7 +225,27 @@ def _check_meaning(project: Project, catalog: Any) -> list[str]:
     problems += _check_data(project)
     problems += _check_model_source(project)
     problems += _check_batching(project)
+    problems += _check_build_location(project)
     return problems
+
+
+def _check_build_location(project: Project) -> list[str]:
+    """``project.build_dir`` is a folder of its own: stages write and clear files under it, so it must not
+    be the project folder, one of its parents, or a filesystem root."""
+    build, root = project.build_dir, project.root.resolve()
+    given = project.project.build_dir
+    if not given.strip():
+        what = "is empty, which is the project folder itself"
+    elif build == root:
+        what = f"is the project folder itself ({build})"
+    elif build == Path(build.anchor):
+        what = f"is a filesystem root ({build})"
+    elif build in root.parents:
+        what = f"is {build}, a parent of the project folder {root}"
+    else:
+        return []
+    return [f"project.build_dir: {given!r} {what}: every stage writes and replaces its outputs there; "
+            'name a folder of its own (the default is "build")']
 
 
 def _with_model_defaults(source: Path, raw: dict[str, Any]) -> dict[str, Any]:
@@ -338,7 +362,7 @@ def _check_batching(project: Project) -> list[str]:
             for spec in project.model.inputs if spec.max_shape[0] < size]
 
 
-def _check_fleet(project: Project, catalog: Any) -> list[str]:
+def _check_fleet(project: Project, catalog: Catalog) -> list[str]:
     problems: list[str] = []
     first_seen: dict[str, int] = {}
     for i, group in enumerate(project.fleet):
@@ -404,6 +428,13 @@ def _check_model_against_task(project: Project) -> list[str]:
         )
     if len(set(task.classes)) != len(task.classes):
         problems.append(f"task.classes: class names must be unique, found {task.classes}")
+    top_k = re.fullmatch(r"top-(\d+)", project.metric)
+    if top_k and task.kind == "classification" and int(top_k.group(1)) >= len(task.classes) > 0:
+        problems.append(
+            f"accuracy.metric: {project.metric!r} with {len(task.classes)} classes in task.classes: the right "
+            f"class is always among the top {top_k.group(1)}, so it scores 1.0 and the gate can never fail; "
+            "use \"top-1\""
+        )
     image_input = project.model.inputs[0]
     if len(image_input.opt_shape) != 4:
         problems.append(
@@ -415,6 +446,9 @@ def _check_model_against_task(project: Project) -> list[str]:
             problems.append(
                 f"model.inputs[0]: {image_input.opt_shape[1]} channels, but task.preprocess.channel_order "
                 f"{pre.channel_order!r} gives {pre.channels}"
+                + (f" (opt_shape {image_input.opt_shape} looks channels-last, NHWC; edgebuild feeds images "
+                   "[N, C, H, W]: export the model with an NCHW input)"
+                   if image_input.opt_shape[3] == pre.channels else "")
             )
         for axis, size in zip((2, 3), pre.input_size):
             lo, hi = image_input.min_shape[axis], image_input.max_shape[axis]

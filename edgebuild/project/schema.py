@@ -15,36 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgebuild.runtime.vision import DetectionParams
 
-__all__ = [
-    "CLASSIFICATION_METRICS",
-    "DETECTION_METRICS",
-    "DATA_FORMATS",
-    "DTYPES",
-    "HUB_SOURCE",
-    "MODEL_SOURCE_KINDS",
-    "NAME_PATTERN",
-    "PROJECT_FILE",
-    "WEIGHTED_OPS",
-    "AccuracySection",
-    "ClassificationPostprocess",
-    "ClassificationTask",
-    "DataSection",
-    "DetectionPostprocess",
-    "DetectionTask",
-    "ExportSection",
-    "FarmSection",
-    "FleetGroup",
-    "InputSpec",
-    "ModelSection",
-    "OtaSection",
-    "PositiveInt",
-    "PreprocessSection",
-    "Project",
-    "ProjectSection",
-    "QuantizeSection",
-    "RuntimeSection",
-    "ValidationData",
-]
+__all__ = ["HUB_SOURCE", "NAME_PATTERN", "WEIGHTED_OPS", "FleetGroup", "OtaSection", "ProjectSection", "RuntimeSection"]
 
 PROJECT_FILE = "edgebuild.toml"
 
@@ -275,6 +246,13 @@ class AccuracySection(_Section):
     # the FP32 baseline is judged before any candidate (against chance and the metric the model file records;
     # edgebuild.accuracy.baseline): "check" refuses a wrong one, "accept" says the number is known and right
     baseline: Literal["check", "accept"] = "check"
+
+    @field_validator("min_retention", mode="before")
+    @classmethod
+    def _retention_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # TOML true/false would otherwise read as 1.0/0.0
+            raise ValueError(f"must be a number in (0, 1], such as 0.92; found the boolean {str(value).lower()}")
+        return value
 
     @field_validator("min_retention")
     @classmethod

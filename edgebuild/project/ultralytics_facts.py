@@ -19,25 +19,25 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.jsontypes import JsonObject
+
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project
 
-__all__ = ["CLASSIFY_PREPROCESS", "PREPROCESS", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
-           "facts_for_source", "facts_from_checkpoint", "facts_from_props", "fill_raw_defaults",
-           "is_ultralytics_checkpoint", "peek_checkpoint", "project_defaults", "project_problems", "read_literal",
-           "recorded_metric", "recorded_metric_of", "source_facts"]
+__all__ = ["TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts", "facts_from_checkpoint",
+           "facts_from_props", "project_problems", "read_literal", "recorded_metric", "source_facts"]
 
 TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
                  "PoseModel": "pose", "OBBModel": "obb", "WorldModel": "detect", "YOLOEModel": "detect",
                  "RTDETRDetectionModel": "detect"}
 # Ultralytics' preprocessing: letterbox padded with 114, RGB, pixels / 255, no normalisation
-PREPROCESS: dict[str, Any] = {"resize": "letterbox", "pad_value": 114, "channel_order": "RGB",
+PREPROCESS: JsonObject = {"resize": "letterbox", "pad_value": 114, "channel_order": "RGB",
                               "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
-CLASSIFY_PREPROCESS: dict[str, Any] = {"resize": "resize", "channel_order": "RGB",
+CLASSIFY_PREPROCESS: JsonObject = {"resize": "resize", "channel_order": "RGB",
                                        "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
 # Ultralytics' validation settings (`yolo val`: conf 0.001, iou 0.7, max_det 300) for edgebuild's knobs
-VAL_DEFAULTS: dict[str, Any] = {"score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300}
+VAL_DEFAULTS: JsonObject = {"score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300}
 # Ultralytics' NMS takes at most the 30000 best (box, class) candidates (its max_nms) into NMS; not a
 # project key: edgebuild's decode takes it for an Ultralytics detector (``source_facts``), 1000 otherwise
 VAL_PRE_NMS_TOP_K = 30000
@@ -56,7 +56,7 @@ class UltralyticsFacts:
     told_by: str = ""  # "checkpoint" or "ONNX metadata"
     model_class: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"task": self.task, "classes": self.classes, "imgsz": self.imgsz, "stride": self.stride,
                 "version": self.version, "told_by": self.told_by, "model_class": self.model_class}
 
@@ -120,7 +120,7 @@ class _Peeker(pickle.Unpickler):
 
 
 @lru_cache(maxsize=8)
-def _peek(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+def _peek(path: str, mtime_ns: int, size: int) -> JsonObject:
     with zipfile.ZipFile(path) as archive:
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
         if not pickles:
@@ -130,7 +130,7 @@ def _peek(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def peek_checkpoint(path: Path) -> dict[str, Any]:
+def peek_checkpoint(path: Path) -> JsonObject:
     """A PyTorch zip checkpoint's top-level dict with every object a ``_Stub`` ({} if it is not one)."""
     try:
         stat = path.stat()
@@ -139,7 +139,7 @@ def peek_checkpoint(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _model_stub(checkpoint: dict[str, Any]) -> _Stub | None:
+def _model_stub(checkpoint: JsonObject) -> _Stub | None:
     for key in ("ema", "model"):
         value = checkpoint.get(key)
         if isinstance(value, _Stub) and value._name.startswith("ultralytics."):
@@ -214,7 +214,7 @@ def read_literal(text: str | None) -> Any:
 
 # -- the facts against the project -----------------------------------------------------------------
 
-def project_defaults(facts: UltralyticsFacts) -> dict[str, Any]:
+def project_defaults(facts: UltralyticsFacts) -> JsonObject:
     """What the model says, as the ``[task]`` keys a project may leave out."""
     kind = TASKS.get(facts.task)
     if kind is None:
@@ -222,7 +222,7 @@ def project_defaults(facts: UltralyticsFacts) -> dict[str, Any]:
     preprocess = dict(PREPROCESS if kind == "detection" else CLASSIFY_PREPROCESS)
     if facts.imgsz:
         preprocess["input_size"] = list(facts.imgsz)
-    task: dict[str, Any] = {"kind": kind, "preprocess": preprocess}
+    task: JsonObject = {"kind": kind, "preprocess": preprocess}
     if facts.classes:
         task["classes"] = list(facts.classes)
     if kind == "detection":
@@ -230,7 +230,7 @@ def project_defaults(facts: UltralyticsFacts) -> dict[str, Any]:
     return task
 
 
-def fill_raw_defaults(raw: dict[str, Any], facts: UltralyticsFacts) -> dict[str, Any]:
+def fill_raw_defaults(raw: JsonObject, facts: UltralyticsFacts) -> JsonObject:
     """The project file's dict with what it leaves out taken from the model (what it states is kept)."""
     defaults = project_defaults(facts)
     task = raw.get("task")
@@ -383,6 +383,13 @@ def _recorded(name: str, mtime_ns: int, size: int) -> dict[str, tuple[str, float
     for key, value in values.items():
         metric = RECORDED_KEYS.get(key) or (key[len(ONNX_METRIC_PREFIX):] if isinstance(key, str) and
                                             key.startswith(ONNX_METRIC_PREFIX) else None)
-        if metric and isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1:
+        percent = isinstance(value, str) and value.strip().endswith("%")  # "76.1%"
+        if percent:
+            value = read_literal(value.strip()[:-1])
+        if not metric or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if 0 < value <= 1 and not percent:
             found[metric] = (metric, float(value), f"{where}[{key!r}]")
+        elif 0 < value <= 100 and (percent or value > 1):  # a percentage (76.1 for 0.761): read as one, said so
+            found[metric] = (metric, float(value) / 100, f"{where}[{key!r}] = {value}, read as a percentage")
     return found

@@ -22,16 +22,18 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.errors import ConfigError, EdgebuildError, ModelError
 from edgebuild.sources.file_kinds import KIND_WORDS, content_kind
 
 if TYPE_CHECKING:
+    import onnx
+
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["RUN_LIMIT", "ModelFileCheck", "check_model_file", "content_kind", "onnx_proto", "raise_for_unreadable"]
+__all__ = ["check_model_file", "not_a_model_file", "onnx_proto", "raise_for_unreadable"]
 
 #: bytes (the file and its external data): an ONNX file up to this size is run with ONNX Runtime by ``check``
 RUN_LIMIT = 256 * 2**20
@@ -60,7 +62,20 @@ def raise_for_unreadable(path: Path, where: str) -> tuple[str, str]:
     return found, words
 
 
-def onnx_proto(path: Path, found: str, words: str) -> Any:
+def not_a_model_file(name: str) -> ModelError:
+    """``edgebuild init --model``: a PyTorch zip that is neither an Ultralytics checkpoint nor TorchScript."""
+    return ModelError(f"--model: {name} is not a model file edgebuild init reads: not an Ultralytics checkpoint (a "
+                      "PyTorch zip whose 'model' is an Ultralytics DetectionModel or ClassificationModel) nor a "
+                      "TorchScript file; a plain PyTorch checkpoint (a state_dict, a dict holding one, or a pickled "
+                      "nn.Module) needs your model's code to run",
+                      hint="save the model as TorchScript (torch.jit.trace(model, example).save('model.ts')) and "
+                           "pass that; or export it to ONNX (torch.onnx.export(model, example, 'model.onnx', "
+                           "dynamic_axes={'images': {0: 'batch'}})) and pass that; or write `edgebuild init` without "
+                           "--model and name the function that builds the model with model.entry_point and "
+                           f"{name} with model.weights (docs/bring-your-own-model.md)")
+
+
+def onnx_proto(path: Path, found: str, words: str) -> onnx.ModelProto:
     """``edgebuild init --model``: the file's ONNX graph (without external data), or ModelError saying what it is."""
     import onnx
 
@@ -155,7 +170,8 @@ def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, r
 
 def _check_checkpoint(project: Project, path: Path) -> str:
     """The checkpoint's facts against the project (read without unpickling), then what loading it needs."""
-    from edgebuild.sources.ultralytics import TRUST_HINT, facts_from_checkpoint, project_problems, raise_for_task
+    from edgebuild.project.ultralytics_facts import project_problems
+    from edgebuild.sources.ultralytics import TRUST_HINT, facts_from_checkpoint, raise_for_task
 
     where = f"{project.source}: model.source: {path.name}"
     facts = facts_from_checkpoint(path)

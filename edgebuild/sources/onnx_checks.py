@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.ultralytics_facts import facts_from_props, read_literal
 from edgebuild.sources.tool_output import first_line
 
@@ -26,10 +27,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["OUTPUTS_HINT", "default_opset", "describe_ultralytics", "dynamic_axis_names", "external_locations",
-           "graph_inputs", "graph_output_dims", "load_structure", "metadata", "opset_error", "parameter_count",
-           "raise_for_checker", "raise_for_inputs", "raise_for_output_names", "raise_for_stride",
-           "raise_for_ultralytics_head", "model_stride", "ultralytics_summary"]
+__all__ = ["graph_inputs", "graph_output_dims", "metadata", "ultralytics_summary"]
 
 OUTPUTS_HINT = ("the ONNX file must output exactly what the task reads: export it again with such outputs, or "
                 "build the model in Python with a wrapper torch.nn.Module that reshapes them and name it with "
@@ -158,21 +156,26 @@ def metadata(proto: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in proto.metadata_props}
 
 
-def ultralytics_summary(props: dict[str, str]) -> dict[str, Any]:
+def ultralytics_summary(props: dict[str, str]) -> JsonObject:
     """What an Ultralytics export says of itself (task, class names, imgsz, stride), or {} for another file."""
     facts = facts_from_props(props)
     if facts is None:
         return {}
     summary = {"task": facts.task, "classes": facts.classes, "imgsz": read_literal(props.get("imgsz")),
                "stride": read_literal(props.get("stride")), "version": facts.version}
+    if not facts.classes and props.get("names"):  # said, but not a dict or list of names
+        summary["names_unread"] = props["names"][:60]
     summary["summary"] = describe_ultralytics(summary)
     return summary
 
 
-def describe_ultralytics(summary: dict[str, Any]) -> str:
+def describe_ultralytics(summary: JsonObject) -> str:
     classes = summary["classes"]
     shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
     version = f" {summary['version']}" if summary.get("version") else ""
+    if summary.get("names_unread"):
+        return (f"Ultralytics{version} export: task {summary['task']}, class names unreadable "
+                f"(names = {summary['names_unread']!r}), imgsz {summary['imgsz']}, stride {summary['stride']}")
     return (f"Ultralytics{version} export: task {summary['task']}, {len(classes)} classes ({shown}), "
             f"imgsz {summary['imgsz']}, stride {summary['stride']}")
 
@@ -194,7 +197,7 @@ def graph_output_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
     return found
 
 
-def raise_for_ultralytics_head(project: Project, path: Path, summary: dict[str, Any],
+def raise_for_ultralytics_head(project: Project, path: Path, summary: JsonObject,
                                dims: dict[str, list[int | None]]) -> None:
     """An Ultralytics detection head [N, 4+C, A] (before NMS) is not what the task reads: say so, and what to do."""
     if not summary:
@@ -230,6 +233,23 @@ def graph_inputs(proto: onnx.ModelProto) -> list[Any]:
     return [i for i in proto.graph.input if i.name not in initializers]
 
 
+def image_dtype_problem(name: str, dtype: str) -> str | None:
+    """The image input (model.inputs[0]) takes what edgebuild feeds it: float32 pixels scaled and normalized by
+    task.preprocess (the gate, calibration and the device runtime all feed float32). Another dtype: why not."""
+    if dtype == "float32":
+        return None
+    why = ("edgebuild does not feed raw uint8 pixels: it scales and normalizes them (task.preprocess) into float32"
+           if dtype == "uint8" else
+           "a float16 input is not needed for FP16: edgebuild builds FP16 and INT8 engines from a float32 model"
+           if dtype == "float16" else "an image input is float pixels")
+    return (f"image input {name!r} is {dtype} (model.inputs[0].dtype {dtype!r}); edgebuild feeds the image "
+            f"input float32 [N, C, H, W]: {why}; export the model with a float32 image input")
+
+
+FLOAT_HINT = ("export the float32 model (Ultralytics: without half=True; torch: model.float() before "
+               "torch.onnx.export) and let edgebuild choose FP16 or INT8")
+
+
 def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> None:
     """Every way the file's inputs miss ``[model.inputs]``, in one error."""
     from onnx.helper import tensor_dtype_to_np_dtype
@@ -250,6 +270,8 @@ def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> No
             dtype = f"ONNX type {tensor.elem_type}"
         if dtype != spec.dtype:
             problems.append(f"{key}: dtype {spec.dtype}, the file's input is {dtype}")
+        elif index == 0 and image_dtype_problem(spec.name, dtype):
+            problems.append(f"{key}: {image_dtype_problem(spec.name, dtype)}")
         dims = list(tensor.shape.dim)
         shown = "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
                                 for d in dims) + "]"
@@ -277,6 +299,8 @@ def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> No
             hints.append(f"model.inputs names the file's inputs, {list(real)}, one [[model.inputs]] each")
         if any(": dtype " in p for p in problems):
             hints.append("model.inputs[].dtype is the file's input type")
+        if any("feeds the image input float32" in p for p in problems):
+            hints.append(FLOAT_HINT)
         if any(" rank " in p or " axis " in p for p in problems) or not hints:
             hints.append("export the file with the axes the profile varies dynamic (Ultralytics: dynamic=True; "
                          "torch.onnx.export: dynamic_axes or dynamic_shapes), or make min_shape, opt_shape and "
@@ -318,7 +342,7 @@ _STRIDE_SETS = ((8,), (16,), (32,), (64,), (8, 16, 32), (8, 16, 32, 64), (16, 32
                 (32, 64))
 
 
-def model_stride(project: Project, summary: dict[str, Any], dims: dict[str, list[int | None]],
+def model_stride(project: Project, summary: JsonObject, dims: dict[str, list[int | None]],
                  size: Sequence[int] | None = None) -> tuple[int, str] | None:
     """(the model's largest stride, what says it): Ultralytics' metadata, or a detector's anchor count A at
     ``size`` (default: the profile's opt size) from its boxes [N, A, 4] (A = sum over its strides s of

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 from edgebuild.errors import DataError, EdgebuildError, ModelError
 
 if TYPE_CHECKING:
+    from edgebuild.datasets.images import CocoSet
     from edgebuild.project.config import Project
 
-__all__ = ["Finding", "check_code_and_data", "raise_for_problems", "refuse_data"]
+__all__ = []
 
 #: broken images listed one by one; the rest are counted
 SHOWN = 5
@@ -143,7 +144,8 @@ def _calibration(project: Project) -> list[Finding]:
     findings, found, said = _folder_images(key, folder, project, "calibration images")
     if any(f.is_problem for f in findings):
         return findings
-    return [Finding(key, f"{found} images in {folder}, {said}"), *findings]
+    return [Finding(key, f"{found} images in {folder}, {said}"), *_skipped(key, [folder], "calibration images"),
+            *findings]
 
 
 def _validation(project: Project) -> list[Finding]:
@@ -180,7 +182,13 @@ def _dataset(project: Project) -> list[Finding]:
         calibration = calibration_images(project)
     except DataError as exc:
         return _refused(exc, key)
+    if coco is not None and (nothing := _nothing_to_score(coco, key)):
+        return nothing
     notes = [Finding(key, note) for note in (coco.notes if coco is not None else ())]
+    if summary.format == "folders":
+        notes += _skipped(key, [summary.source / project.data.validation_split], "validation images")
+        if summary.calibration_split:
+            notes += _skipped(key, [summary.source / summary.calibration_split], "calibration images")
     validation, said = _decoded(project, key, [s.path for s in samples], "validation images")
     more, said_more = _decoded(project, key, calibration, "calibration images")
     problems = [f for f in [*validation, *more] if f.is_problem]
@@ -196,12 +204,29 @@ def _detection_set(project: Project, key: str) -> list[Finding]:
         coco = load_coco_set(project)
     except DataError as exc:
         return _refused(exc, key)
+    if nothing := _nothing_to_score(coco, "data.validation.annotations"):
+        return nothing
     findings, said = _decoded(project, key, [s.path for s in coco.samples], "validation images")
     if any(f.is_problem for f in findings):
         return findings
     notes = [Finding(key, note) for note in coco.notes]
     return [Finding(key, f"{len(coco.samples)} images in {project.path(project.data.validation.images)} "
                          f"({coco.annotations_path.name}), {said}"), *notes, *findings]
+
+
+def _nothing_to_score(coco: CocoSet, key: str) -> list[Finding]:
+    """A detection set without one object that can be scored (every box ignored as iscrowd/difficult, or
+    none at all) is refused: mAP over it is 0 whatever the model does, and validate would blame the model."""
+    annotations = coco.ground_truth.get("annotations") or []
+    if any(not a.get("iscrowd") for a in annotations):
+        return []
+    images = len(coco.samples)
+    why = (f"all {len(annotations)} of its objects are crowd regions (COCO iscrowd=1, Pascal VOC difficult=1), "
+           "which the evaluation ignores" if annotations else "it holds no object (no annotation, label line or "
+           "<object> of task.classes)")
+    return [Finding(key, f"{coco.annotations_path}: the {images} validation images have no object that can be "
+                         f"scored: {why}; mAP over them is 0 whatever the model detects", DataError,
+                    "validate on a split with labelled objects of task.classes")]
 
 
 def _class_folders(project: Project, key: str, root: Path) -> list[Finding]:
@@ -220,8 +245,13 @@ def _class_folders(project: Project, key: str, root: Path) -> list[Finding]:
                                      + (f", and {extra} are not in task.classes" if extra else "")
                                      + f" (found: {present})", DataError))
     elif extra:
-        findings.append(Finding(key, f"folders {extra} in {root} are not in task.classes; their images are "
-                                     "not evaluated"))
+        from edgebuild.datasets.folders import refuse_other_classes
+
+        try:  # one holding images is refused (init refuses it too); an empty one is said
+            refuse_other_classes(root, list(classes), key)
+            findings.append(Finding(key, f"folders {extra} in {root} are not in task.classes; they hold no images"))
+        except DataError as exc:
+            findings.append(Finding(key, exc.message.removeprefix(f"{key}: "), DataError, exc.hint))
     images: list[Path] = []
     for name in (c for c in classes if c in present):
         try:
@@ -234,4 +264,16 @@ def _class_folders(project: Project, key: str, root: Path) -> list[Finding]:
     if any(f.is_problem for f in decoded):
         return decoded
     return [*findings, Finding(key, f"{len(classes)} class folders, {len(images)} images in {root}, {said}"),
-            *decoded]
+            *_skipped(key, [root / c for c in classes], "validation"), *decoded]
+
+
+def _skipped(key: str, folders: list[Path], what: str) -> list[Finding]:
+    """A note counting the files in ``folders`` that are not images (by suffix) and so not read."""
+    from edgebuild.datasets.images import IMAGE_SUFFIXES, non_images
+
+    skipped = [p for folder in folders for p in non_images(folder)]
+    if not skipped:
+        return []
+    suffixes = sorted({p.suffix.lower() or "(none)" for p in skipped})
+    return [Finding(key, f"{what}: {len(skipped)} file(s) that are not images skipped ({', '.join(suffixes[:6])}; "
+                         f"e.g. {skipped[0]}); images are {', '.join(IMAGE_SUFFIXES)}")]

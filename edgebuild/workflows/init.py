@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.schema import NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
@@ -27,7 +28,7 @@ from edgebuild.workflows.init_preprocess import given_preprocess as _given_prepr
 from edgebuild.workflows.init_preprocess import measured_preprocess as _measured_preprocess
 from edgebuild.workflows.init_torch import DEFAULT_SIZES, DETECTOR_ADVICE, check_loaded, read_torch_model, torch_kind
 
-__all__ = ["InitResult", "init_from_files", "parse_fleet", "parse_input_size"]
+__all__ = ["init_from_files", "parse_input_size"]
 
 DEFAULT_MODULE = "orin-nano-8gb"
 DEFAULT_SIZE = 640  # an Ultralytics checkpoint's image size where it says no imgsz
@@ -57,8 +58,8 @@ class _Model:
     num_classes: int | None  # from the graph, where it says
     input_size: list[int]
     channels: int
-    ultralytics: dict[str, Any]
-    postprocess: dict[str, Any]
+    ultralytics: JsonObject
+    postprocess: JsonObject
     notes: list[str]
     checkpoint: bool = False  # an Ultralytics checkpoint, not an ONNX file
     in_pytorch: str | None = None  # "torchscript" or "hub": a model PyTorch loads, checked by running it
@@ -103,12 +104,9 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
                          hint=export) from None
     facts = facts_from_checkpoint(path)
     if facts is None:
-        raise ModelError(f"--model: {name} is not a model file edgebuild init reads: not an Ultralytics checkpoint "
-                         "(a PyTorch zip whose 'model' is an Ultralytics DetectionModel or ClassificationModel) nor "
-                         "a TorchScript file",
-                         hint="save the model as TorchScript (torch.jit.trace(model, example).save('model.ts')) and "
-                              "pass that; or, built in Python, write `edgebuild init` without --model and name the "
-                              "function with model.entry_point; or " + export)
+        from edgebuild.sources.model_file_checks import not_a_model_file
+
+        raise not_a_model_file(name)
     raise_for_task(f"--model: {name}", facts)
     task = TASKS[facts.task]
     notes = []
@@ -153,6 +151,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     from onnx.helper import tensor_dtype_to_np_dtype
 
     from edgebuild.sources.onnx_checks import graph_inputs, graph_output_dims, metadata, ultralytics_summary
+    from edgebuild.sources.onnx_init_checks import metadata_classes_note, raise_for_image_input
 
     name = path.name
     inputs = graph_inputs(proto)
@@ -169,11 +168,13 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     if len(dims) != 4:
         raise ModelError(f"--model: {name}: input {graph_input.name!r} {_shown(dims)} is not an image batch "
                          "[N, C, H, W]", hint="export the model with a batched NCHW image input")
+    raise_for_image_input(f"--model: {name}", graph_input.name, dims, dtype)
     ultra = ultralytics_summary(metadata(proto))
     outputs = [o.name for o in proto.graph.output]
     out_dims = graph_output_dims(proto)
     task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
-    notes: list[str] = []
+    notes = metadata_classes_note(name, ultra, num_classes,
+                                  ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs))
     channels = dims[1] or 3
     if dims[2] and dims[3]:
         size, size_said = [dims[2], dims[3]], f"fixed in {name}"
@@ -225,7 +226,7 @@ def _torch_model(kind: str, source: str, data: _Data, input_size: list[int] | No
                   mean=found.mean, std=found.std, preprocess_said=found.preprocess_said)
 
 
-def _val_defaults() -> dict[str, Any]:
+def _val_defaults() -> JsonObject:
     """Ultralytics' `yolo val` settings for edgebuild's postprocess keys, where that module is there."""
     try:
         from edgebuild.sources.ultralytics import VAL_DEFAULTS
@@ -235,8 +236,10 @@ def _val_defaults() -> dict[str, Any]:
 
 
 def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
-          ultra: dict[str, Any]) -> tuple[str, str, dict[str, str], int | None]:
+          ultra: JsonObject) -> tuple[str, str, dict[str, str], int | None]:
     """(task, where it came from, the postprocess keys, the number of classes the graph says)."""
+    from edgebuild.sources.onnx_init_checks import raise_for_metadata_task
+
     utask = ultra.get("task") if ultra else None
     if utask in ("segment", "pose", "obb"):
         raise ModelError(f"--model: {name} is an Ultralytics {utask} model: edgebuild builds detection and "
@@ -260,6 +263,7 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
         said = f"from {name}'s metadata (task classify)" if utask == "classify" else \
             f"{name} has one [N, C] output"
         return "classification", said, {"logits_output": outputs[0]}, dims[outputs[0]][1]
+    raise_for_metadata_task(f"--model: {name}", str(utask), {o: _shown(dims.get(o, [])) for o in outputs})
     raise ModelError(f"--model: {name}: cannot tell its task from its outputs "
                      f"{ {o: _shown(dims.get(o, [])) for o in outputs} }: edgebuild init knows detection (outputs "
                      "boxes [N, A, 4] and scores [N, A, C], or Ultralytics' detection head) and classification "
@@ -286,6 +290,11 @@ def _read_data(path: Path) -> _Data:
     if not path.exists():
         raise DataError(f"--data: path does not exist: {path}")
     kind, description = what_is(path)
+    roots = sorted(c for c in path.iterdir() if c.is_dir() and (c / "Annotations").is_dir()) \
+        if kind in (None, "split-folders", "class-folders") and path.is_dir() else []
+    if roots:  # VOCdevkit/ given for VOCdevkit/VOC2012/
+        raise DataError(f"--data: {path} holds the Pascal VOC root(s) {[r.name for r in roots]}, not a dataset "
+                        "itself", hint=f"pass the VOC root: --data {roots[0]}")
     if kind == "yolo":
         return _yolo(path)
     if kind == "voc-root":
@@ -311,7 +320,8 @@ def _yolo(path: Path) -> _Data:
     data = read_data_yaml(path, key="--data")
     load_yolo_set(path, "val", data.names, key="--data")  # what `check` reads: every val label, train's images
     split_images(data, "train", key="--data")
-    return _Data("detection", "YOLO data.yaml", data.names, f"from {path.name}",
+    said = f"from {path.name}" if data.names_given else f"{path.name} has only nc: {len(data.names)}, no names"
+    return _Data("detection", "YOLO data.yaml", data.names, said,
                  {"dataset": str(path), "calibration_split": "train", "validation_split": "val"}, {})
 
 
@@ -418,6 +428,11 @@ def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], st
         shown = ", ".join(f"{n!r} ({first[n]})" for n in sorted(set(data.names) - set(model.classes))[:8])
         raise DataError(f"--data: objects of classes that {model_name} does not have ({model.classes}): {shown}",
                         hint="pass the dataset the model was trained on, or rename those objects to its classes")
+    if model.classes and data.title == "YOLO data.yaml" and len(model.classes) == len(data.names) \
+            and data.names_said.endswith(", no names"):
+        # only nc: Ultralytics takes the model's names, and so do task.classes
+        data = replace(data, names=list(model.classes),
+                       names_said=f"{data.names_said}: the model's names taken, as Ultralytics takes them")
     if model.classes and model.classes != data.names:
         raise DataError(f"--data: the dataset's class names ({data.names_said}) {data.names} differ from "
                         f"{model_name}'s {model.classes}: a model predicts the names it was trained on, in order",
@@ -436,7 +451,7 @@ def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], st
 def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: str | None = None,
                     name: str | None = None, force: bool = False, trust_checkpoint: bool = False,
                     input_size: list[int] | None = None, weights: Path | None = None,
-                    preprocess: dict[str, Any] | None = None) -> InitResult:
+                    preprocess: JsonObject | None = None) -> InitResult:
     """Write ``directory/edgebuild.toml`` from the model (a file, or a torchvision/timm name) and the dataset;
     raise before writing anything. ``preprocess``: the user's --mean/--std/--channel-order/--resize (they win);
     where the model file says nothing of its preprocessing the rest is measured (``init_preprocess``)."""

@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgebuild.jsontypes import JsonObject
+
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.project.template import FoundProject
 
-__all__ = ["SAMPLE_IMAGES", "Convention", "Measured", "conventions", "given_preprocess", "measure_conventions",
-           "measured_preprocess"]
+__all__ = []
 
 #: validation images each convention is measured on (evenly spread over the set; class folders: balanced)
 SAMPLE_IMAGES = 64
@@ -47,7 +48,7 @@ class Convention:
     def label(self, detection: bool) -> str:
         return f"{self.name} {self.channel_order}" + (f" {self.resize}" if detection else "")
 
-    def keys(self) -> dict[str, Any]:
+    def keys(self) -> JsonObject:
         return {"mean": self.mean, "std": self.std, "channel_order": self.channel_order, "resize": self.resize}
 
 
@@ -76,7 +77,7 @@ def _scales(order: str, stats: dict[str, tuple[list[float], list[float]]]) -> li
     return scales
 
 
-def conventions(channels: int, resize: str, given: dict[str, Any],
+def conventions(channels: int, resize: str, given: JsonObject,
                 stats: dict[str, tuple[list[float], list[float]]] | None = None) -> list[Convention]:
     """The conventions to measure at ``resize``, in order of preference on a tie (edgebuild's default first);
     a key in ``given`` (the user's flags) is fixed. ``stats``: the sample's own mean and std by channel order."""
@@ -86,13 +87,49 @@ def conventions(channels: int, resize: str, given: dict[str, Any],
     found = []
     for order in orders:
         for name, mean, std in _scales(order, stats or {}):
-            if given.get("mean") is not None or given.get("std") is not None:
+            has_mean, has_std = given.get("mean") is not None, given.get("std") is not None
+            if has_mean or has_std:  # the given key fixed, the other one named by the convention it comes from
                 mean, std = given.get("mean") or mean, given.get("std") or std
-                name = "given"
+                name = ("given" if has_mean and has_std else f"{name} std, given mean" if has_mean
+                        else f"{name} mean, given std")
             convention = Convention(name, list(mean), list(std), order, given.get("resize") or resize)
-            if convention not in found:
+            if all(c.keys() != convention.keys() for c in found):  # one given key: the same values, once
                 found.append(convention)
     return found
+
+
+#: conventions preferred where scores tie (edgebuild's default and the commonest training convention)
+CONVENTIONAL = ("0-1", "ImageNet", "given")
+
+
+def tie_margin(images: int) -> float:
+    """How far apart two conventions' scores on ``images`` images must be to tell them apart: the larger of
+    0.01 and two images' worth (2/images; a one- or two-image difference is noise on a small sample)."""
+    return max(0.01, 2.0 / max(images, 1))
+
+
+def choose(scores: list[tuple[Convention, float]], images: int, detection: bool = False) -> tuple[Convention, str]:
+    """The convention to write and a note where the choice is not clear: where others come within
+    ``tie_margin`` of the best score, the note says the scores do not tell them apart.
+
+    A classifier's top-k counts images, so a win by one or two images is noise: among the conventions
+    within the margin a conventional one (0-1, ImageNet, or the flags given; the highest of those) is
+    preferred. A detector's mAP moves continuously, and a small difference there is often systematic
+    (the data's own mean/std against ImageNet's), so it keeps the best; conventional only on an equal score."""
+    top = max(v for _, v in scores)
+    margin = tie_margin(images)
+    tied = [(c, v) for c, v in scores if top - v <= (1e-9 if detection else margin + 1e-9)]
+    conventional = [(c, v) for c, v in tied if c.name.split()[0] in CONVENTIONAL]
+    chosen, picked = max(conventional or tied, key=lambda s: s[1])  # the earliest of equal scores
+    near = [(c, v) for c, v in scores if c != chosen and top - v <= margin + 1e-9]
+    if not near:
+        return chosen, ""
+    others = ", ".join(f"{c.label(detection)} {v:.3f}" for c, v in near)
+    reason = ("the conventional one among them" if picked < top - 1e-9
+              else "the highest, conventional" if conventional else "the highest")
+    return chosen, (f"{len(near) + 1} conventions score within {margin:.3f} ({max(1, round(margin * images))} "
+                    f"of {images} images) of the best {top:.3f}, not a meaningful margin on {images} images: "
+                    f"chosen {chosen.label(detection)} {picked:.3f} ({reason}) over {others}")
 
 
 def _with(project: Project, convention: Convention) -> Project:
@@ -143,7 +180,7 @@ def _score(project: Project, runner: Any, convention: Convention, images: int) -
     return float(result.value), len(data)
 
 
-def measure_conventions(project: Project, given: dict[str, Any], images: int = SAMPLE_IMAGES) -> Measured:
+def measure_conventions(project: Project, given: JsonObject, images: int = SAMPLE_IMAGES) -> Measured:
     """FP32 on ``images`` validation images under each convention; the best (earliest on a tie) chosen."""
     detection = project.task.kind == "detection"
     pre = project.task.preprocess
@@ -160,7 +197,7 @@ def measure_conventions(project: Project, given: dict[str, Any], images: int = S
         alternative = Convention(best.name, best.mean, best.std, best.channel_order, other)
         value, count = _score(project, runner, alternative, images)
         scores.append((alternative, value))
-        best = max(scores, key=lambda s: s[1])[0]
+    best, tie_note = choose(scores, count, detection)
     metric = project.metric
     table = ", ".join(f"{c.label(detection)} {v:.3f}" for c, v in scores)
     top = next(v for c, v in scores if c == best)
@@ -168,8 +205,10 @@ def measure_conventions(project: Project, given: dict[str, Any], images: int = S
     margin = f", {top - runner_up:+.3f} over the next best" if runner_up is not None else ""
     given_keys = ", ".join(f"--{k.replace('_', '-')}" for k in ("mean", "std", "channel_order", "resize")
                            if given.get(k) is not None)
-    why = (f"the highest FP32 {metric} ({top:.3f}{margin})" + (f"; kept as given: {given_keys}" if given_keys
-                                                                 else ""))
+    lead = f"the highest FP32 {metric} ({top:.3f}{margin})"
+    if runner_up is not None and runner_up > top:  # a conventional one within noise of the best
+        lead = f"conventional, and within noise of the highest FP32 {metric} ({top:.3f}, {top - runner_up:+.3f})"
+    why = lead + (f"; kept as given: {given_keys}" if given_keys else "")
     said = (f"measured by init (the model file does not say): FP32 {metric} on {count} validation images under "
             f"each convention (data: the images' own mean/std): {table}; chosen {best.label(detection)} "
             f"({best.mean} / {best.std}): {why}. Check it against how the model was trained")
@@ -178,19 +217,21 @@ def measure_conventions(project: Project, given: dict[str, Any], images: int = S
     lines += [f"  {c.label(detection):<24} mean {c.mean} std {c.std}: {v:.4f}" + ("  <- chosen" if c == best else "")
               for c, v in scores]
     lines.append(f"  chosen {best.label(detection)}: {why}")
-    from edgebuild.accuracy.baseline import judge_baseline
+    from edgebuild.accuracy.baseline import judge_baseline, validation_majority
 
-    check = judge_baseline(top, metric=metric, classes=len(project.task.classes), backend=str(runner.backend),
-                           images=count, dataset="the sample")
+    majority, majority_said = validation_majority(project, images)
+    highest = max(v for _, v in scores)
+    check = judge_baseline(highest, metric=metric, classes=len(project.task.classes), backend=str(runner.backend),
+                           images=count, dataset="the sample", majority=majority, majority_said=majority_said)
     if check.verdict == "chance":
-        said += (f". Even the best is at chance ({metric} {top:.3f}, floor {check.floor:.3f}): the model may be "
+        said += (f". Even the best is at chance ({metric} {highest:.3f}, floor {check.floor:.3f}): the model may be "
                  "untrained, or its classes or data differ; validate refuses it unless accuracy.baseline = \"accept\"")
-        lines.append(f"  note: even the best is at chance ({metric} {top:.3f}; at or below {check.floor:.3f} is "
+        lines.append(f"  note: even the best is at chance ({metric} {highest:.3f}; at or below {check.floor:.3f} is "
                      "chance-level): the model may be untrained, or its classes or data differ; `edgebuild validate` "
                      "refuses it unless accuracy.baseline = \"accept\"")
-    elif len(scores) > 1 and runner_up is not None and top - runner_up < 0.01:
-        lines.append("  note: the best conventions score within 0.01 of each other: check [task.preprocess] "
-                     "against how the model was trained")
+    if tie_note:
+        lines.append(f"  note: {tie_note}: check [task.preprocess] against how the model was trained")
+        said += f". Note: {tie_note}"
     return Measured(chosen=best, scores=scores, metric=metric, images=count, said=said, lines=lines)
 
 
@@ -199,7 +240,7 @@ def measure_conventions(project: Project, given: dict[str, Any], images: int = S
 GIVEN_KEYS = ("mean", "std", "channel_order", "resize")
 
 
-def given_preprocess(found: FoundProject, given: dict[str, Any]) -> FoundProject:
+def given_preprocess(found: FoundProject, given: JsonObject) -> FoundProject:
     """The project init found with the user's --mean/--std/--channel-order/--resize in it (they win)."""
     keys = {k: given[k] for k in GIVEN_KEYS if given.get(k) is not None}
     if not keys:
@@ -216,7 +257,7 @@ def given_preprocess(found: FoundProject, given: dict[str, Any]) -> FoundProject
     return replace(found, **keys, preprocess_said=f"{found.preprocess_said}; given to init: {shown}")
 
 
-def measured_preprocess(loaded: Project, found: FoundProject, given: dict[str, Any], draft: Path,
+def measured_preprocess(loaded: Project, found: FoundProject, given: JsonObject, draft: Path,
                         target: Path) -> tuple[FoundProject, list[str]]:
     """Measure the conventions on the loaded draft (the model file says no preprocessing), rewrite the draft
     with the best, and return the project and what init says of it. Nothing to measure when every key is given."""

@@ -29,7 +29,7 @@ from edgebuild.project.template import FoundInput
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["DEFAULT_SIZES", "DETECTOR_ADVICE", "TorchModel", "check_loaded", "read_torch_model", "torch_kind"]
+__all__ = []
 
 DEFAULT_SIZES = {"classification": 224, "detection": 640}  # an image size the model does not say
 _IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
@@ -199,6 +199,14 @@ def _torchscript_facts(path: Path, data_task: str, input_size: list[int] | None)
                          hint="pass the image size it was trained at: --input-size H,W; or trace the model "
                               "(torch.jit.trace keeps the example's shape, which init reads)") from None
     task, classes, outputs = _read_outputs(result)
+    wanted = {"classification": 1, "detection": 2}.get(data_task)
+    if task is None and isinstance(result, (tuple, list)) and len(result) != wanted:
+        raise ModelError(f"--model: {name}: forward returns {len(result)} values ({outputs.split(' ', 2)[-1]} at "
+                         f"[1, {channels}, {size[0]}, {size[1]}]); a classifier returns one [N, C] tensor (logits), "
+                         "a detector two (boxes [N, A, 4], scores [N, A, C]), and the dataset is "
+                         f"{data_task} data",
+                         hint="save a wrapper whose forward returns only the class logits (e.g. return "
+                              "self.model(x)[0]) with torch.jit.trace, and pass that")
     said = f"{name}: TorchScript" + (f", traced at {traced}" if traced else ", not traced") + \
         f", {outputs} at [1, {channels}, {size[0]}, {size[1]}]"
     task_said = f"{name}'s {outputs}: a {task} model of {classes} classes" if task else \

@@ -379,3 +379,102 @@ def _save_copy_to(source: Path, target: Path) -> None:
 
 
 CASES: list[Case] = [*YOLO, *COCO, *VOC, *FOLDERS]
+
+
+# -- review of issue 34 (data2-): silent drops, nothing to score, names -----------------------------
+
+def _swap_coco_names(gt: dict) -> None:
+    first, second = gt["categories"][0], gt["categories"][1]
+    first["name"], second["name"] = second["name"], first["name"]
+
+
+def _to_tif(folder: Path, stems: list[str]) -> None:
+    from PIL import Image
+
+    for stem in stems:
+        with Image.open(folder / f"{stem}.png") as png:
+            png.save(folder / f"{stem}.tif")
+        (folder / f"{stem}.png").unlink()
+
+
+def _coco_in_subfolder(root: Path) -> None:
+    (root / "images" / "val").mkdir()
+    for stem in ("a0", "a1", "a2", "a3"):
+        (root / "images" / f"{stem}.png").rename(root / "images" / "val" / f"{stem}.png")
+
+
+def _coco_file_names_in(gt: dict) -> None:
+    for entry in gt["images"]:
+        entry["file_name"] = f"val/{entry['file_name']}"
+
+
+def _voc_every_xml(root: Path, old: str, new: str) -> None:
+    for stem in ("a0", "a1", "a2", "a3"):
+        xml = root / "Annotations" / f"{stem}.xml"
+        xml.write_text(xml.read_text().replace(old, new))
+
+
+def _voc_no_objects(root: Path) -> None:
+    for stem in ("a0", "a1", "a2", "a3"):
+        _replace_xml(root, stem, voc_xml(f"{stem}.jpg", []))
+
+
+def _voc_nested(kit: Kit, folder: Path) -> Inputs:
+    devkit = folder / "VOCdevkit"
+    kit.copy(kit.voc, folder).rename(devkit.with_name("tmp"))
+    devkit.mkdir()
+    devkit.with_name("tmp").rename(devkit / "VOC2012")
+    return Inputs(model=kit.detector, data=devkit)
+
+
+def _voc_pushed_down(root: Path) -> None:
+    """The VOC root's contents moved into root/VOC2012: data.dataset now names a VOCdevkit-like folder."""
+    inner = root / "VOC2012"
+    inner.mkdir()
+    for entry in [p for p in root.iterdir() if p != inner]:
+        entry.rename(inner / entry.name)
+
+
+NOTHING = "no object that can be scored"
+
+REVIEW = [
+    Case("data2-coco-names-swapped-after-init", _after_init("coco", lambda r: _json_edit(r / "annotations.json",
+                                                                                         _swap_coco_names)),
+         "check", DATA, ("annotations.json", "id order", "['square', 'circle', 'triangle']"),
+         "names of categories 1 and 2 swapped after init: every box would score against another class"),
+    Case("data2-folders-new-val-class-after-init",
+         _after_init("folders", lambda r: _save_copy_to(r / "val" / "cat" / "cat0.png", r / "val" / "wolf" / "w.png")),
+         "check", DATA, ("['wolf']", "not in task.classes"), "a class folder added after init: not dropped unsaid"),
+    Case("data2-folders-tif-images", _folders(lambda r: (_to_tif(r / "val" / "dog", ["dog0", "dog1"]),
+                                                         _write(r / "val" / "dog" / "notes.txt", "x"))),
+         "note", 0, ("9 images", "1 file(s) that are not images skipped", "notes.txt"),
+         "TIFF images read (as Ultralytics reads them), a text file counted as skipped"),
+    Case("data2-folders-all-tif-class", _folders(lambda r: _to_tif(r / "val" / "dog", ["dog0", "dog1", "dog2"])),
+         "note", 0, ("9 images",), "a class folder holding only TIFF images"),
+    Case("data2-coco-same-file-two-ids",
+         _coco(lambda gt: gt["images"].append({"id": 99, "file_name": "a0.png", "width": SIZE, "height": SIZE})),
+         "init", DATA, ("annotations.json", "'a0.png'", "image id 1", "image id 99"), "one file under two ids"),
+    Case("data2-yolo-every-label-empty", _yolo(lambda r: [_label(r, "", s) for s in ("a0", "a1", "a2", "a3")]),
+         "init", DATA, ("data.yaml", NOTHING), "every YOLO label file empty"),
+    Case("data2-coco-no-annotations", _coco(lambda gt: gt.update(annotations=[])), "init", DATA,
+         ("annotations.json", NOTHING), "COCO annotations: []"),
+    Case("data2-coco-all-iscrowd", _coco(lambda gt: [a.update(iscrowd=1) for a in gt["annotations"]]), "init",
+         DATA, ("annotations.json", NOTHING, "crowd"), "every COCO annotation iscrowd=1"),
+    Case("data2-voc-all-difficult", _voc(lambda r: _voc_every_xml(r, "<difficult>0", "<difficult>1")), "init", DATA,
+         ("val.txt", NOTHING, "difficult"), "every VOC object difficult"),
+    Case("data2-voc-no-objects", _voc(_voc_no_objects), "init", DATA, ("val.txt", NOTHING),
+         "VOC XML files without <object>"),
+    Case("data2-yolo-names-missing-nc", _yolo(lambda r: _yaml(r, "path: .\ntrain: images/train\nval: images/val\n"
+                                                                 "nc: 3\n")),
+         "note", 0, ("only nc: 3", "circle"), "a data.yaml with nc and no names: the model's names taken"),
+    Case("data2-coco-file-name-subfolder", _coco(_coco_file_names_in, files=_coco_in_subfolder), "note", 0,
+         ("annotations.json", "4 images"), "file_name val/a0.png with the image in images/val/"),
+    Case("data2-coco-json-a-list", _coco(text=lambda t: f"[{t}]"), "init", DATA,
+         ("annotations.json", "expected an object", "'images'"), "a COCO file whose top level is a list"),
+    Case("data2-voc-nested-root", _voc_nested, "init", DATA, ("VOCdevkit", "VOC2012"),
+         "VOCdevkit/ given for VOCdevkit/VOC2012/"),
+    Case("data2-voc-nested-root-after-init", _after_init("voc", _voc_pushed_down), "check", DATA,
+         ("data.dataset", "VOC2012"), "data.dataset naming the folder that holds the VOC root"),
+]
+
+CASES += REVIEW

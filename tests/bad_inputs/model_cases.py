@@ -250,6 +250,60 @@ def _half(data: bytes) -> bytes:
     return data[:len(data) // 2]
 
 
+def _input_type(elem_type: str) -> Callable:
+    """The image input of another ONNX element type, cast to float inside the graph (a valid model ONNX Runtime
+    runs when fed that type)."""
+    def change(proto) -> None:
+        from onnx import TensorProto, helper
+
+        image = proto.graph.input[0]
+        for node in proto.graph.node:
+            node.input[:] = [f"{image.name}_float" if n == image.name else n for n in node.input]
+        proto.graph.node.insert(0, helper.make_node("Cast", [image.name], [f"{image.name}_float"],
+                                                    to=TensorProto.FLOAT))
+        image.type.tensor_type.elem_type = getattr(TensorProto, elem_type)
+    return change
+
+
+def _channels_last(proto) -> None:
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    dims[1].dim_value, dims[3].dim_value = dims[3].dim_value, 3
+
+
+def _float16_file_and_key(kit: Kit, folder: Path) -> Inputs:
+    """model.inputs[0].dtype and the file's input agree on float16 (edited after init): check still refuses."""
+    return _init_then_edit(_sub(r'^dtype = "float32"', 'dtype = "float16"'),
+                           model_edit=lambda p: _resave(p, _input_type("FLOAT16")))(kit, folder)
+
+
+def _state_dict(kit: Kit, folder: Path) -> Inputs:
+    import torch
+
+    path = folder / "models" / "state_dict.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"conv.weight": torch.zeros(3, 3, 3, 3), "fc.weight": torch.zeros(3, 3)}, path)
+    return Inputs(model=path, data=kit.folders)
+
+
+def _torchscript_tuple(kit: Kit, folder: Path) -> Inputs:
+    """A TorchScript classifier whose forward returns (logits, features): 2 values, one [N, C] expected."""
+    import torch
+
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 3, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            pooled = self.conv(x).mean(dim=(2, 3))
+            return pooled, pooled * 2
+
+    path = folder / "models" / "two.ts"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.trace(Two().eval(), torch.zeros(1, 3, 32, 32)).save(str(path))
+    return Inputs(model=path, data=kit.folders)
+
+
 CASES: list[Case] = [
     # -- the file itself: empty, truncated, a folder, missing ------------------------------------------
     Case("model-empty-onnx", _file("model.onnx", b""), "init", 6, ("model.onnx", "empty")),
@@ -323,5 +377,23 @@ CASES: list[Case] = [
     Case("model-checkpoint-untrusted", _checkpoint(), "init", 6, ("best.pt", "trust_checkpoint", "--trust-checkpoint")),
     Case("model-checkpoint-untrusted-after-init", _checkpoint_then_untrust, "check", 6,
          ("best.pt", "trust_checkpoint")),
+    # -- review of issue 34: the input's layout and type, metadata against the graph, other PyTorch files ---
+    Case("model2-nhwc-input", _onnx(_channels_last), "init", 6, ("model.onnx", "'images'", "channels-last", "NCHW")),
+    Case("model2-float16-input", _onnx(_input_type("FLOAT16")), "init", 6,
+         ("model.onnx", "'images'", "float16", "model.inputs[0].dtype", "float32")),
+    Case("model2-uint8-input", _onnx(_input_type("UINT8")), "init", 6, ("model.onnx", "'images'", "uint8", "float32")),
+    Case("model2-float16-input-file-and-key", _float16_file_and_key, "check", 6,
+         ("model.onnx", "model.inputs[0]", "float16", "feeds the image input float32")),
+    Case("model2-meta-task-classify-on-detect-head", _onnx(_metadata(task="classify"), of="detector",
+                                                           name="best.onnx"), "init", 6,
+         ("best.onnx", "task classify", "[?, 7, ", "contradicts")),
+    Case("model2-meta-names-4-head-3", _onnx(_metadata(names=str(dict(enumerate([*DETECTOR_CLASSES, "star"])))),
+                                             of="detector", name="best.onnx"), "init", 6,
+         ("best.onnx", "model error", "4 classes", "predict 3", "contradicts itself")),
+    Case("model2-meta-names-unreadable", _onnx(_metadata(names="{0: circle, 1: square"), of="detector",
+                                               name="best.onnx"), "note", 0,
+         ("best.onnx", "class names could not be read", "not checked")),
+    Case("model2-state-dict-pt", _state_dict, "init", 6, ("state_dict.pt", "torch.onnx.export", "model.entry_point")),
+    Case("model2-torchscript-tuple-output", _torchscript_tuple, "init", 6, ("two.ts", "returns 2 values", "[N, C]")),
 ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from edgebuild.accuracy.baseline import (
@@ -12,7 +14,10 @@ from edgebuild.accuracy.baseline import (
     RecordedMetric,
     chance_level,
     judge_baseline,
+    majority_share,
 )
+from edgebuild.project.ultralytics_facts import recorded_metric_of
+from edgebuild.workflows.init_preprocess import Convention, choose, conventions, tie_margin
 
 CAUSES = ["normalization: task.preprocess.mean = [0.0], std = [1.0]", "class order: task.classes"]
 
@@ -81,3 +86,121 @@ def test_the_record_round_trips() -> None:
     check = _judge(0.1, recorded=RecordedMetric("top-1", 0.97, "digits.onnx metadata_props['val_metric.top-1']"))
     assert BaselineCheck.from_dict(check.as_dict()) == check
     assert "AT CHANCE" in check.line() and "0.9700" in check.line()
+
+
+# -- review of issue 34 ------------------------------------------------------------------------------
+
+def test_a_majority_predictor_on_an_imbalanced_set_is_at_chance() -> None:
+    """Item 7: 9 of 10 images in one class; always answering it scores 0.9, which is chance here."""
+    assert majority_share([0] * 9 + [1]) == pytest.approx(0.9)
+    assert majority_share([0, 0, 1, 2], k=2) == pytest.approx(0.75) and majority_share([]) == 0.0
+    at = _judge(0.9, classes=2, majority=0.9, majority_said="'a_red' (9 of 10 images)")
+    assert at.verdict == "chance" and at.chance == pytest.approx(0.9) and at.floor == pytest.approx(0.9)
+    assert "always answering 'a_red' (9 of 10 images) scores 0.900" in at.finding, at.finding
+    assert "90% of the images" in at.line()
+    assert _judge(0.95, classes=2, majority=0.9).verdict == "ok"
+    # a balanced set, or a majority below 1.5 x 1/classes: the uniform rule decides as before
+    for share in (0.1, 0.103, 0.15):
+        balanced = _judge(0.12, majority=share)
+        assert balanced.verdict == "chance" and balanced.floor == pytest.approx(0.15) and balanced.majority == 0.0
+        assert balanced.chance == pytest.approx(0.1) and "chance is 0.100 for 10 classes" in balanced.finding
+    # top-5 of 6 classes (1.5 x 5/6 >= 1) on a set whose five most common classes hold 90%: judged by the majority
+    assert _judge(0.85, "top-5", classes=6, majority=0.9).verdict == "chance"
+    assert _judge(1.0, "top-1", classes=3, majority=1.0).verdict == "ok"  # a one-class set: nothing told
+
+
+def test_where_the_chance_floor_reaches_one_nothing_is_judged() -> None:
+    """Item 17: top-5 over 6 or 7 classes: 1.5 x 5/6 > 1, so every top-5 was refused; now not judged."""
+    for classes in (6, 7):
+        check = _judge(1.0, "top-5", classes=classes)
+        assert check.verdict == "ok" and not check.judged, check
+        assert "chance not judged (top-5 of" in check.line() and "floor" not in check.line()
+    assert _judge(0.1, "top-5", classes=6).verdict == "ok"
+    assert _judge(0.74, "top-5", classes=10).judged
+
+
+def test_a_binary_classifier_at_0_6_is_said_at_or_near_chance_with_the_numbers() -> None:
+    """Item 18: the issue's 1.5x rule is kept; the words say "at or near" and give the numbers and images."""
+    check = _judge(0.6, classes=2)
+    assert check.verdict == "chance"
+    for said in ("at or near chance", "chance is 0.500 for 2 classes", "0.6000 is at most 1.5x that (0.750)",
+                 "200 images"):
+        assert said in check.finding, (said, check.finding)
+
+
+def _onnx_with(path: Path, props: dict[str, str]) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph)
+    for key, value in props.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_recorded_percentage_is_read_as_one_and_said_so(tmp_path: Path) -> None:
+    """Item 8: ``val_metric.top-1 = "76.1"`` was dropped (only (0, 1] kept); now 0.761, said as a percentage."""
+    path = _onnx_with(tmp_path / "m.onnx", {"val_metric.top-1": "76.1", "val_metric.top-5": "93%",
+                                            "metrics/mAP50(B)": "0.5", "val_metric.mAP50-95": "250"})
+    found = recorded_metric_of(path)
+    assert found["top-1"] == ("top-1", pytest.approx(0.761),
+                              "m.onnx metadata_props['val_metric.top-1'] = 76.1, read as a percentage")
+    assert found["top-5"][1] == pytest.approx(0.93) and "read as a percentage" in found["top-5"][2]
+    assert found["mAP50"] == ("mAP50", 0.5, "m.onnx metadata_props['metrics/mAP50(B)']")
+    assert "mAP50-95" not in found  # 250 is no metric
+
+
+def test_preprocessing_from_the_model_s_metadata_puts_the_data_first(tmp_path: Path) -> None:
+    """Items 12-15: for an Ultralytics model (preprocessing read from its metadata) the data comes first."""
+    from edgebuild.accuracy.baseline import baseline_causes
+    from edgebuild.project.config import load_project
+    from tests.support.project import write_tiny_project
+
+    project = load_project(write_tiny_project(tmp_path / "tiny"))
+    own = baseline_causes(project, from_metadata=False)
+    assert own[0].startswith("normalization: task.preprocess.mean")
+    meta = baseline_causes(project, from_metadata=True)
+    assert meta[0].startswith("the data: the labels or annotations of ") and "empty validation set" in meta[0]
+    assert meta[1].startswith("class order: task.classes")
+    assert meta[2].startswith("normalization (read from the model's own metadata: rarely the cause): ")
+    assert meta[-1].startswith("if this number is right") and len(meta) == len(own) + 1
+
+
+def _convention(name: str, order: str = "RGB") -> Convention:
+    return Convention(name, [0.0] * 3, [1.0] * 3, order, "letterbox")
+
+
+def test_init_prefers_a_conventional_normalization_where_the_scores_do_not_tell_them_apart() -> None:
+    """init chose "0-255" on 10 images by one image, with no note (the note came only within 0.01)."""
+    scores = [(_convention("0-1"), 0.3), (_convention("ImageNet"), 0.6), (_convention("0-255"), 0.7),
+              (_convention("data"), 0.2)]
+    chosen, note = choose(scores, 10)
+    assert chosen.name == "ImageNet" and "not a meaningful margin on 10 images" in note, note
+    assert "2 conventions score within 0.200 (2 of 10 images) of the best 0.700" in note, note
+    assert "chosen ImageNet RGB 0.600 (the conventional one among them) over 0-255 RGB 0.700" in note, note
+    chosen, note = choose(scores, 100)  # 0.1 is 10 images of 100: a real difference
+    assert chosen.name == "0-255" and note == ""
+    assert tie_margin(10) == pytest.approx(0.2) and tie_margin(1000) == pytest.approx(0.01)
+    chosen, note = choose([(_convention("0-255"), 0.7), (_convention("data"), 0.69)], 64)  # none conventional
+    assert chosen.name == "0-255" and "(the highest)" in note, note
+    # a detector's mAP: the best kept within the margin (a small difference is often systematic), noted
+    chosen, note = choose([(_convention("ImageNet"), 0.781), (_convention("data"), 0.789)], 64, detection=True)
+    assert chosen.name == "data" and "(the highest)" in note, note
+    equal = [(_convention("data"), 0.7), (_convention("0-255"), 0.7), (_convention("ImageNet", "BGR"), 0.7)]
+    chosen, note = choose(equal, 64, detection=True)  # an equal score: the conventional one
+    assert (chosen.name, chosen.channel_order) == ("ImageNet", "BGR") and "(the highest, conventional)" in note, note
+
+
+def test_only_mean_given_labels_each_std_by_where_it_comes_from() -> None:
+    """With only --mean given, every std variant was labelled "given"."""
+    names = [c.name for c in conventions(3, "letterbox", {"mean": [0.5] * 3, "channel_order": "RGB"})]
+    assert names == ["0-1 std, given mean", "ImageNet std, given mean", "0-255 std, given mean"], names
+    both = conventions(3, "letterbox", {"mean": [0.5] * 3, "std": [0.5] * 3})
+    assert {c.name for c in both} == {"given"} and len(both) == 2  # RGB and BGR
+    only_std = conventions(1, "letterbox", {"std": [0.5]})
+    assert [c.name for c in only_std] == ["0-1 mean, given std", "ImageNet mean, given std"]

@@ -161,3 +161,60 @@ def test_a_coco_error_names_the_file_and_the_id(tmp_path: Path, annotations: lis
     with pytest.raises(DataError) as caught:
         read_coco(path, tmp_path / "images", ["x"])
     assert str(path) in caught.value.message and says in caught.value.message, caught.value.message
+
+
+def test_one_coco_file_name_under_two_ids_is_refused_naming_both(tmp_path: Path) -> None:
+    path = _coco_set(tmp_path, [_ann(1)], [{"id": 1, "file_name": "a.png"}, {"id": 99, "file_name": "a.png"}])
+    with pytest.raises(DataError, match=r"file_name 'a\.png' is image id 1 and again image id 99"):
+        read_coco(path, tmp_path / "images", ["x"])
+
+
+def test_coco_categories_in_another_order_than_task_classes_are_refused(tmp_path: Path) -> None:
+    path = _coco_set(tmp_path, [_ann(1)])
+    gt = json.loads(path.read_text(encoding="utf-8-sig"))
+    gt["categories"] = [{"id": 1, "name": "y"}, {"id": 2, "name": "other"}, {"id": 3, "name": "x"}]
+    path.write_text(json.dumps(gt))
+    assert read_coco(path, tmp_path / "images", ["y", "x"]).category_ids == [1, 3]  # a category more is fine
+    with pytest.raises(DataError, match=r"in id order name task.classes as \['y', 'x'\], but task.classes is "
+                                        r"\['x', 'y'\]"):
+        read_coco(path, tmp_path / "images", ["x", "y"])
+
+
+def test_tiff_images_are_images_and_other_files_are_counted(tmp_path: Path) -> None:
+    from edgebuild.datasets.images import list_images, non_images
+
+    Image.fromarray(_rgb()).save(tmp_path / "a.tif")
+    Image.fromarray(_rgb()).save(tmp_path / "b.png")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / ".hidden").write_text("x")
+    assert [p.name for p in list_images(tmp_path, "k")] == ["a.tif", "b.png"]
+    assert [p.name for p in non_images(tmp_path)] == ["notes.txt"]
+    assert read_image(tmp_path / "a.tif").shape == (24, 32, 3)
+
+
+def test_a_data_yaml_with_only_nc_takes_task_classes(tmp_path: Path) -> None:
+    from edgebuild.datasets.yolo import load_yolo_set
+
+    (tmp_path / "images" / "val").mkdir(parents=True)
+    (tmp_path / "labels" / "val").mkdir(parents=True)
+    Image.fromarray(_rgb()).save(tmp_path / "images" / "val" / "a.png")
+    (tmp_path / "labels" / "val" / "a.txt").write_text("1 0.5 0.5 0.2 0.2\n")
+    (tmp_path / "data.yaml").write_text("path: .\ntrain: images/val\nval: images/val\nnc: 2\n")
+    coco = load_yolo_set(tmp_path / "data.yaml", "val", ["cat", "dog"])
+    assert [c["name"] for c in coco.ground_truth["categories"]] == ["cat", "dog"]
+    assert any("only nc: 2" in note for note in coco.notes), coco.notes
+    with pytest.raises(DataError, match="differ from task.classes"):
+        load_yolo_set(tmp_path / "data.yaml", "val", ["cat", "dog", "fox"])
+
+
+def test_a_class_folder_not_in_task_classes_holding_images_is_refused(tmp_path: Path) -> None:
+    from edgebuild.datasets.folders import load_class_folders
+
+    for name in ("cat", "dog", "wolf"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(_rgb()).save(tmp_path / name / "0.png")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"folders \['wolf'\] hold images but are not in task.classes"):
+        load_class_folders(tmp_path, ["cat", "dog"])
+    (tmp_path / "wolf" / "0.png").unlink()
+    assert len(load_class_folders(tmp_path, ["cat", "dog"])) == 2  # empty extra folders are no set's business
