@@ -35,10 +35,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from edgebuild.accuracy.evaluate import ValidationSet, detection_settings, device_inputs
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.engine import ENGINE
+    from edgebuild.workflows.plan import plan_compile
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
@@ -47,7 +49,7 @@ def main() -> None:
         report = compile_plan(plan_compile(project, args.target), until="engine", options=Options(progress=False))
         if not report.ok:
             sys.exit(f"compile failed: {report.error}")
-        folder = project.build_dir / report.record("engine", args.target).folder
+        folder = project.build_dir / report.record(ENGINE, args.target).folder
         data = ValidationSet(project)
         inputs = Path(tmp) / "inputs.npz"
         inputs.write_bytes(device_inputs(project, data))

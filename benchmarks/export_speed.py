@@ -103,9 +103,11 @@ def _bare_export(root: Path, exporter: str, opset: int) -> dict[str, float]:
 
 def _stage(root: Path, selector: str) -> dict:
     """One forced export stage, timed, with where its time went (from its own messages)."""
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.workflows.plan import plan_compile
 
     plan = plan_compile(load_project(root), selector)
     started = time.perf_counter()
@@ -113,7 +115,7 @@ def _stage(root: Path, selector: str) -> dict:
     done = compile_plan(plan, until="export", options=Options(force=frozenset({"export"}), progress=False),
                         report=lambda m: marks.append((time.perf_counter() - started, m)))
     end = time.perf_counter() - started
-    outcome = done.outcome("export")
+    outcome = done.outcome(EXPORT)
     if outcome.error is not None:
         sys.exit(f"{root.name}: the export stage failed: {outcome.error}")
     record = outcome.record()
@@ -147,12 +149,14 @@ def _child(*args: str) -> dict:
 
 
 def measure(root: Path, selector: str) -> dict:
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.model import MODEL
+    from edgebuild.workflows.plan import plan_compile
 
     first = compile_plan(plan_compile(load_project(root), selector), until="model",
-                         options=Options(progress=False)).outcome("model")
+                         options=Options(progress=False)).outcome(MODEL)
     if first.error is not None:
         sys.exit(f"{root.name}: the model stage failed: {first.error}")
     row = {"project": root.name.removeprefix("zoo_"), **_child("stage", str(root), selector)}

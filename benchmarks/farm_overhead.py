@@ -37,9 +37,11 @@ def main() -> None:
     from edgebuild.accuracy.evaluate import ValidationSet
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.devices.farm import Farm, run_on_board
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.engine import ENGINE
+    from edgebuild.workflows.plan import plan_compile
     from tests.support.farm import LabgridFarm
 
     tags = {"module": "orin-nano-8gb", "jetpack": "6.2"}
@@ -55,7 +57,7 @@ def main() -> None:
         report = compile_plan(plan, until="engine", options=Options(progress=False))
         if not report.ok:
             raise SystemExit(f"compile failed: {report.error}")
-        folder = project.build_dir / report.record("engine", "yard-cams").folder
+        folder = project.build_dir / report.record(ENGINE, "yard-cams").folder
         data = ValidationSet(project)
         farm_env = LabgridFarm(Path(tmp) / "farm", {"orin-nano-1": ("orin-nano-8gb@6.2", tags)},
                                extra_pythonpath=Path(numpy.__file__).parent.parent)

@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ActivationStatistics", "Int8Variant", "LEVELS", "activation_shifts", "calibration_tensors",
-           "collect_statistics", "correct_biases", "method_names", "thresholds", "write_ranges_cache"]
+from edgebuild.jsontypes import JsonObject
+
+__all__ = []
 
 #: symmetric signed INT8 as TensorRT runs it: q in [-127, 127], scale = threshold / 127
 LEVELS = 127
@@ -370,7 +371,7 @@ def correct_biases(int8_path: Path, float_path: Path, stats: ActivationStatistic
     return corrected
 
 
-def _dequantized(node: Any, inits: dict[str, Any]) -> np.ndarray | None:
+def _dequantized(node: Any, inits: JsonObject) -> np.ndarray | None:
     from onnx import helper, numpy_helper
 
     if any(name not in inits for name in node.input[:2]):
@@ -410,7 +411,7 @@ def _output_shift(node: Any, w: np.ndarray, wq: np.ndarray, mu: np.ndarray, delt
     return (w_sum * mu_g).sum(axis=1) - (wq_sum * delta_g).sum(axis=1)
 
 
-def _add_to_bias(model: Any, node: Any, inits: dict[str, Any], shift: np.ndarray) -> bool:
+def _add_to_bias(model: Any, node: Any, inits: JsonObject, shift: np.ndarray) -> bool:
     """The node reads a new bias initializer: its old one plus ``shift`` (the old one is dropped when
     nothing else reads it). False when the old bias is not a per-channel vector."""
     from onnx import helper, numpy_helper

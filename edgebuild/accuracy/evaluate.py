@@ -18,6 +18,7 @@ import numpy as np
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, source_facts
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
-           "detection_settings", "device_inputs", "evaluate", "nms_parity", "preprocess_spec",
-           "score_device_results"]
+           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
 
 #: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
 CACHE_BUDGET_BYTES = 1 << 30
@@ -146,7 +146,7 @@ class _DetectionCollector:
         if raw_head:
             self.settings["in_model"] = False
         self.coco, self.data = data.coco, data
-        self.results: list[dict[str, Any]] = []
+        self.results: list[JsonObject] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
         boxes, scores = self.settings["boxes_output"], self.settings["scores_output"]
@@ -171,7 +171,7 @@ class _DetectionCollector:
         return coco_detection_metrics(self.data.ground_truth, self.results, self.settings["max_detections"])
 
 
-def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> dict[str, Any]:
+def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> JsonObject:
     """NMS inside the model against the host's decode of its raw head, on every validation image.
 
     ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
@@ -250,7 +250,7 @@ def device_inputs(project: Project, data: ValidationSet) -> bytes:
     return buffer.getvalue()
 
 
-def detection_settings(project: Project) -> dict[str, Any] | None:
+def detection_settings(project: Project) -> JsonObject | None:
     """What the device needs to decode detections as the host does (None: not a detection task).
 
     ``pre_nms_top_k`` is not a project key: Ultralytics' 30000 (its max_nms) for an Ultralytics
@@ -323,7 +323,7 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     inputs = acceptance.unpack_inputs(packed, scale, offset)
     name, batch = project.model.inputs[0].name, evaluation_batch_size(project)
     fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
-    settings: dict[str, Any] = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
+    settings: JsonObject = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
                                 "inputs_offset": np.float64(offset), "threshold": np.float64(0.0)}
     decode = detection_settings(project)
     if decode is not None:

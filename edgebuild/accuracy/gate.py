@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
 from edgebuild.accuracy.measurements import (
@@ -40,21 +40,24 @@ from edgebuild.accuracy.measurements import (
     float_key_parts,
     int8_key_parts,
     int8_variants,
-    tensorrt_rejections,
 )
 from edgebuild.accuracy.policy import AccuracyPolicy
 from edgebuild.content import digest
 from edgebuild.errors import AccuracyGateError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import HUB_SOURCE
 from edgebuild.runtime.files import atomic_write_text
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from edgebuild.accuracy.calibration import Int8Variant
     from edgebuild.project.config import Project
     from edgebuild.sources.export import ExportRecord
+    from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["GateResult", "PRECISION_ORDER", "check_baseline", "decision_settings", "gate_dir", "measurement_key_parts",
-           "require_pass", "run_gate", "tensorrt_rejections", "verdict"]
+__all__ = ["GateResult", "PRECISION_ORDER", "decision_settings", "measurement_key_parts", "run_gate", "verdict"]
 
 STAGE_VERSION = "gate/5"
 RECORD_FILE = "gate.json"
@@ -90,16 +93,16 @@ class GateResult:
     candidates: list[CandidateResult]
     selected: str | None
     selection_rule: str
-    sensitivity: list[dict[str, Any]]
+    sensitivity: list[JsonObject]
     next_steps: list[str]
     notes: list[str]
     measured: int  # measurements taken in this run (the rest were stored)
     stored: int  # measurements reused from earlier runs
     seconds: float
     # how the INT8 candidate was made: its variant, why, and every variant looked at
-    int8_choice: dict[str, Any] = field(default_factory=dict)
+    int8_choice: JsonObject = field(default_factory=dict)
     # NMS inside the model: its FP32 candidate against the host's decode of the head (evaluate.nms_parity)
-    nms_parity: dict[str, Any] = field(default_factory=dict)
+    nms_parity: JsonObject = field(default_factory=dict)
     # the FP32 baseline judged (None: a record written before the check existed)
     baseline: BaselineCheck | None = None
 
@@ -123,7 +126,7 @@ class GateResult:
         """The decision and every candidate it names (what the gate stage's record vouches for)."""
         return [self.folder / RECORD_FILE, *sorted({self.folder / c.onnx for c in self.candidates})]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["folder"] = str(self.folder)
         data["policy"] = self.policy.as_dict()
@@ -131,7 +134,7 @@ class GateResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], folder: Path) -> GateResult:
+    def from_dict(cls, data: JsonObject, folder: Path) -> GateResult:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["folder"] = folder  # the project may have moved since
         data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
@@ -155,15 +158,16 @@ def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, s
             "int8_choice": digest(project.quantize.model_dump(include=set(INT8_CHOICE_SETTINGS)))}
 
 
-def decision_settings(project: Project) -> dict[str, Any]:
+def decision_settings(project: Project) -> JsonObject:
     """The settings only the decision reads: changing them re-decides from stored measurements."""
     return {**AccuracyPolicy.of(project).as_dict(), "select": project.accuracy.select,
             "baseline": project.accuracy.baseline,
             "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
 
 
-def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] = (), force: bool = False,
-             progress: bool = True, report: Report = lambda _: None, trt: Any = None, memory: Any = None) -> GateResult:
+def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGroup, ...] = (), force: bool = False,
+             progress: bool = True, report: Report = lambda _: None, trt: ModuleType | None = None,
+             memory: object = None) -> GateResult:
     """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
 
     ``groups`` are the fleet groups the candidates are for: a candidate one of their TensorRT
@@ -200,8 +204,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[Any, ...] 
     wanted = project.quantize.precisions
     if "fp16" in wanted:
         measured.append(store.candidate("fp16"))
-    sensitivity: list[dict[str, Any]] = []
-    choice: dict[str, Any] = {}
+    sensitivity: list[JsonObject] = []
+    choice: JsonObject = {}
     if "int8" in wanted and store.plan.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
                      "(quantize.op_types), so TensorRT would run nothing in INT8")
@@ -243,7 +247,7 @@ def check_baseline(project: Project, fp32: Measurement, report: Report) -> Basel
 NMS_PARITY_METRIC_TOLERANCE = 1e-6
 
 
-def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Report) -> dict[str, Any]:
+def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Report) -> JsonObject:
     """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
     parity = store.nms_parity(fp32)
     line = _parity_line(parity)
@@ -258,14 +262,14 @@ def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measureme
     return parity
 
 
-def _parity_line(parity: dict[str, Any]) -> str:
+def _parity_line(parity: JsonObject) -> str:
     return (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
             f"FP32 head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
             f"{parity['images']} images")
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-                 report: Report) -> tuple[Measurement, dict[str, Any]]:
+                 report: Report) -> tuple[Measurement, JsonObject]:
     """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal."""
     variants = int8_variants(project)
     if len(variants) == 1:
@@ -309,7 +313,7 @@ def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementSto
 
 
 def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-            worst_first: list[str], variant: Any) -> Measurement | None:
+            worst_first: list[str], variant: Int8Variant | None) -> Measurement | None:
     """Keep the worst-ranked layers in float, one more at a time, until the gate passes.
 
     Only the candidates the ranking proposes are measured, each graph once; the search stops at
@@ -328,9 +332,9 @@ def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, f
     return last
 
 
-def _decide(project: Project, measured: list[Measurement], sensitivity: list[dict[str, Any]], *,
-            groups: tuple[Any, ...], notes: list[str], store: MeasurementStore, seconds: float,
-            int8_choice: dict[str, Any] | None = None, nms_parity: dict[str, Any] | None = None) -> GateResult:
+def _decide(project: Project, measured: list[Measurement], sensitivity: list[JsonObject], *,
+            groups: tuple[SelectedGroup, ...], notes: list[str], store: MeasurementStore, seconds: float,
+            int8_choice: JsonObject | None = None, nms_parity: JsonObject | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     policy = AccuracyPolicy.of(project)
     reference = measured[0].value

@@ -26,22 +26,27 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgebuild.accuracy.calibration import Int8Variant
 from edgebuild.content import atomic_output_dir, digest, tool_versions
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.calibration import ActivationStatistics
+    from edgebuild.accuracy.evaluate import ValidationSet
+    from edgebuild.accuracy.quantize import Candidate, QuantizationPlan
     from edgebuild.project.config import Project
+    from edgebuild.runtime.backends import Runner
     from edgebuild.sources.export import ExportRecord
+    from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["INT8_CHOICE_SETTINGS", "Measurement", "MeasurementStore", "float_key_parts", "int8_key_parts",
-           "int8_variants", "tensorrt_rejections"]
+__all__ = []
 
 MEASURED_DIR = "measured"
 #: NMS inside: a candidate's file with the decode appended, beside its raw-head model.onnx
@@ -121,7 +126,7 @@ def int8_variants(project: Project) -> list[Int8Variant]:
             for c in corrections]
 
 
-def _latency_ms(runner: Any, inputs: dict, budget_s: float = 2.0, runs: int = 30) -> float:
+def _latency_ms(runner: Runner, inputs: dict[str, np.ndarray], budget_s: float = 2.0, runs: int = 30) -> float:
     """Median wall time of one inference at the opt shape, after warm-up (indicative only)."""
     for _ in range(3):
         runner.run(inputs)
@@ -156,7 +161,7 @@ class MeasurementStore:
     """The stored measurements of one exported model, taken on demand."""
 
     def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Report,
-                 trt: Any = None, memory: Any = None) -> None:
+                 trt: ModuleType | None = None, memory: object = None) -> None:
         self.project, self.export, self.force = project, export, force
         self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
         self.float_parts = float_key_parts(project, export)
@@ -165,9 +170,9 @@ class MeasurementStore:
         self.root = self.gate / MEASURED_DIR / export.content_sha256[:12]
         self.measured = 0
         self.stored = 0
-        self._data: Any = None
-        self._latency_inputs: Any = None
-        self._plan: Any = None
+        self._data: ValidationSet | None = None
+        self._latency_inputs: dict[str, np.ndarray] | None = None
+        self._plan: QuantizationPlan | None = None
         self._statistics: ActivationStatistics | None = None
         self._thresholds: dict[str, np.ndarray] = {}
         self._shifts: dict[str, dict[str, np.ndarray]] = {}
@@ -178,10 +183,10 @@ class MeasurementStore:
 
     # -- keys and stored files ---------------------------------------------------------------------
 
-    def _key(self, spec: dict[str, Any], int8: bool = True) -> str:
+    def _key(self, spec: JsonObject, int8: bool = True) -> str:
         return digest({**(self.int8_parts if int8 else self.float_parts), "spec": spec})[:16]
 
-    def _stored(self, path: Path, what: str) -> Any:
+    def _stored(self, path: Path, what: str) -> Any:  # JSON in
         """A stored measurement file's content, or None (and why, said once) when it must be taken."""
         if (self.force and path.parent not in self._made and path not in self._made) or not path.is_file():
             return None
@@ -192,7 +197,7 @@ class MeasurementStore:
             return None
 
     @property
-    def data(self) -> Any:
+    def data(self) -> ValidationSet:
         if self._data is None:
             from edgebuild.accuracy.evaluate import ValidationSet
 
@@ -221,7 +226,7 @@ class MeasurementStore:
         return out
 
     @property
-    def plan(self) -> Any:
+    def plan(self) -> QuantizationPlan:
         """Which nodes TensorRT would run in INT8 (``edgebuild.accuracy.quantize.quantization_plan``)."""
         if self._plan is None:
             from edgebuild.accuracy.quantize import QuantizationPlan, quantization_plan
@@ -400,7 +405,7 @@ class MeasurementStore:
         self._say(measurement, "measured")
         return measurement
 
-    def _make(self, precision: str, kept: tuple[str, ...], variant: Int8Variant | None, out: Path) -> Any:
+    def _make(self, precision: str, kept: tuple[str, ...], variant: Int8Variant | None, out: Path) -> Candidate:
         from edgebuild.accuracy.quantize import Candidate, fp16_candidate, int8_candidate
 
         if precision == "fp32":
@@ -467,7 +472,7 @@ class MeasurementStore:
             self._reference = [runner.run({self.project.model.inputs[0].name: b}) for b in self._signal_batches()]
         return self._reference
 
-    def nms_parity(self, fp32: Measurement) -> dict[str, Any]:
+    def nms_parity(self, fp32: Measurement) -> JsonObject:
         """NMS inside the FP32 candidate against the host's decode of its head (stored beside it)."""
         path = (self.gate / fp32.onnx).with_name("nms-parity.json")
         stored = self._stored(path, "NMS parity")
@@ -494,7 +499,7 @@ class MeasurementStore:
             self._latency_inputs = example_inputs(self.project, "opt_shape")
         return self._latency_inputs
 
-    def rejections(self, measurement: Measurement, groups: tuple[Any, ...]) -> list[str]:
+    def rejections(self, measurement: Measurement, groups: tuple[SelectedGroup, ...]) -> list[str]:
         """``tensorrt_rejections`` of a measured candidate, kept beside it per set of targets and parser tables."""
         if not groups:
             return []
@@ -509,7 +514,7 @@ class MeasurementStore:
         atomic_write_text(path, json.dumps(found))
         return found
 
-    def _runner(self, candidate: _Built, folder: Path) -> Any:
+    def _runner(self, candidate: _Built, folder: Path) -> Runner:
         """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
         if self.project.accuracy.backend == "onnxruntime":
             from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
@@ -527,7 +532,7 @@ class MeasurementStore:
             report=self.report), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
-    def ranking(self, int8: Measurement) -> list[dict[str, Any]]:
+    def ranking(self, int8: Measurement) -> list[JsonObject]:
         """The INT8 candidate's layers by the quantization error of their inputs, worst first
         (``edgebuild.accuracy.quantize.layer_errors`` on ``quantize.sensitivity_images`` validation images)."""
         settings = self.project.quantize
@@ -556,7 +561,7 @@ class MeasurementStore:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-def tensorrt_rejections(path: Path, groups: tuple[Any, ...]) -> list[str]:
+def tensorrt_rejections(path: Path, groups: tuple[SelectedGroup, ...]) -> list[str]:
     """Why the TensorRT parser of each group's JetPack would reject this candidate (empty: none would)."""
     from edgebuild.targets.preflight import check_target, load_graph
 

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.vision import top_k
 
-__all__ = ["coco_detection_metrics", "coco_ground_truth", "top_k_accuracy"]
+__all__ = ["coco_detection_metrics"]
 
 
-def coco_ground_truth(ground_truth: dict[str, Any]) -> Any:
+def coco_ground_truth(ground_truth: JsonObject) -> Any:
     """The COCO index of a ground-truth dict, built once and reused for every candidate's detections."""
     from faster_coco_eval import COCO
 
@@ -35,7 +36,7 @@ def coco_ground_truth(ground_truth: dict[str, Any]) -> Any:
         return COCO(gt)
 
 
-def coco_detection_metrics(ground_truth: Any, detections: list[dict[str, Any]],
+def coco_detection_metrics(ground_truth: Any, detections: list[JsonObject],
                            max_detections: int = 100) -> dict[str, float]:
     """mAP50-95 and mAP50 (COCO's stats[0] and stats[1]) of ``detections`` against ``ground_truth``
     (a COCO dict, or its index from ``coco_ground_truth``), scoring up to ``max_detections`` (at

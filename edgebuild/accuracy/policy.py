@@ -13,7 +13,9 @@ result, and read from there by the gate's decision, the engine stage's acceptanc
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -54,10 +56,10 @@ class AccuracyPolicy:
             return f"GATE OFF (min_retention {self.min_retention} of the FP32 {self.metric} not enforced)"
         return f"retention >= {self.min_retention} of the FP32 {self.metric}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AccuracyPolicy:
+    def from_dict(cls, data: JsonObject) -> AccuracyPolicy:
         return cls(metric=str(data["metric"]), min_retention=float(data["min_retention"]),
                    gated=bool(data.get("gated", True)))

@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.errors import ExportError
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["Candidate", "QuantizationPlan", "calibration_feeds", "calibration_tensors_of", "check_calibration",
-           "fp16_candidate", "graph_digest", "int8_candidate", "layer_errors", "prepare_for_quantization",
-           "quantization_plan"]
+__all__ = []
 
 Report = Callable[[str], None]
 
@@ -270,7 +269,7 @@ def check_calibration(project: Project, report: Report) -> None:
                "ranges fitted to the images the gate measures on inflate INT8's retention (use the training split)")
 
 
-def layer_errors(int8_path: Path, batches: list[np.ndarray], input_name: str) -> list[dict[str, Any]]:
+def layer_errors(int8_path: Path, batches: list[np.ndarray], input_name: str) -> list[JsonObject]:
     """How much quantizing each layer's inputs loses, worst first, in one pass over ``batches``.
 
     For every activation Q/DQ pair of the INT8 graph the tensor before quantization is compared

@@ -7,7 +7,7 @@ an error the result carries is raised after it is shown (``_Group`` prints it wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,9 +16,11 @@ from edgebuild.cli.context import CliContext, farm_usage, pass_cli
 from edgebuild.cli.options import farm_options, json_option, project_option, target_option
 
 if TYPE_CHECKING:
+    from edgebuild.pipeline.runner import StageOutcome
+    from edgebuild.workflows.plan import CompilePlan
     from edgebuild.workflows.validate import DeviceValidation
 
-__all__ = ["COMMANDS"]
+__all__ = []
 
 #: the stages, for --help without importing them (tests/unit/cli/test_cli.py checks it against edgebuild.stages)
 _STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
@@ -107,11 +109,11 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
         _compile_fleet(cli, project_dir, selector, forced, no_gate, ship_ungated, no_progress, as_json)
         return
 
-    def show_plan(plan: Any) -> None:
+    def show_plan(plan: CompilePlan) -> None:
         if not as_json:
             click.echo(render.compile_header(plan))
 
-    def show_stage(outcome: Any) -> None:
+    def show_stage(outcome: StageOutcome) -> None:
         if not as_json:
             click.echo(render.stage_line(outcome))
 
@@ -136,7 +138,7 @@ def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: fr
 
     from edgebuild.workflows.fleet import compile_fleet, fleet_summary
 
-    def show_stage(outcome: Any) -> None:
+    def show_stage(outcome: StageOutcome) -> None:
         if not as_json:
             click.echo(render.stage_line(outcome))
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import click
 
-__all__ = ["CliContext", "farm_usage", "pass_cli"]
+__all__ = []
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ import click
 import edgebuild.cli.render as render
 from edgebuild.cli.context import CliContext, farm_usage, pass_cli
 from edgebuild.cli.options import click_options, farm_options, json_option, project_option, target_option
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime import options as device_options
 
-__all__ = ["COMMANDS"]
+__all__ = []
 
 
 @click.command("bench")
@@ -91,7 +92,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
 
 
 def _bench_on_farm(cli: CliContext, project_dir: Path, selector: str, address: str, jobs: int | None,
-                   timeout_s: float | None, options: dict[str, Any], json_file: Path | None,
+                   timeout_s: float | None, options: JsonObject, json_file: Path | None,
                    plot_file: Path | None) -> None:
     """``bench --farm``: each selected group's model folder benchmarked on a board of its profile."""
     from edgebuild.devices.bench import fleet_plot, fleet_table

@@ -16,7 +16,7 @@ import click
 
 from edgebuild.runtime.options import Option
 
-__all__ = ["click_options", "farm_options", "json_option", "project_option", "target_option"]
+__all__ = []
 
 F = TypeVar("F", bound=Callable[..., Any])
 

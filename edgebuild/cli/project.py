@@ -10,7 +10,7 @@ import edgebuild.cli.render as render
 from edgebuild.cli.context import CliContext, pass_cli
 from edgebuild.cli.options import json_option, project_option
 
-__all__ = ["COMMANDS"]
+__all__ = []
 
 
 def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:

@@ -8,30 +8,42 @@ itself, such as preflight findings and bench tables, are printed with that layer
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.accuracy.policy import AccuracyPolicy
+from edgebuild.jsontypes import JsonObject
 from edgebuild.text import table
 
-__all__ = ["as_json", "baseline_lines", "catalog_text", "check_text", "compile_header", "compile_summary",
-           "container_text", "device_validation_text", "doctor_text", "export_text", "farm_status_text", "gate_text",
-           "package_text", "profile_text", "report_line", "stage_line"]
+if TYPE_CHECKING:
+    from edgebuild.accuracy.baseline import BaselineCheck
+    from edgebuild.accuracy.gate import GateResult
+    from edgebuild.devices.engines import EngineRecord
+    from edgebuild.pipeline.runner import CompileReport, StageOutcome, UnitOutcome
+    from edgebuild.workflows.build import Exported
+    from edgebuild.workflows.doctor import Check
+    from edgebuild.workflows.farm import FarmStatus
+    from edgebuild.workflows.plan import CompilePlan
+    from edgebuild.workflows.project import Checked
+    from edgebuild.workflows.validate import DeviceValidation
+
+__all__ = []
 
 
-def as_json(data: Any) -> str:
+def as_json(data: Any) -> str:  # JSON in: anything json.dumps takes
     return json.dumps(data, indent=2, default=str)
 
 
 # -- the project ----------------------------------------------------------------------------------
 
-def fleet_table(units: list[dict]) -> str:
+def fleet_table(units: list[JsonObject]) -> str:
     rows = [[u["group"] + ("" if u["in_fleet"] else " (not in fleet)"), u["target"], u["jetpack"],
              "R" + u["l4t"], u["tensorrt"], u["cuda"], f"sm {u['compute_capability']}",
              str(u["max_onnx_opset"]), u.get("limits", "-")] for u in units]
     return table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "limits"])
 
 
-def check_text(checked: Any) -> str:
+def check_text(checked: Checked) -> str:
     project = checked.project
     lines = [f"{project.source}: valid ({project.task.kind}, {len(project.task.classes)} classes, "
              f"metric {project.metric}, min retention {AccuracyPolicy.of(project).min_retention})"]
@@ -43,7 +55,7 @@ def check_text(checked: Any) -> str:
     return "\n".join(lines)
 
 
-def catalog_text(catalog: dict[str, list[dict[str, Any]]]) -> str:
+def catalog_text(catalog: dict[str, list[JsonObject]]) -> str:
     rows = [[r["jetpack"], "R" + r["l4t"], r["ubuntu"], r["cuda"], r["tensorrt"], r["python"], r["cgroup"],
              str(r["max_onnx_opset"]), ", ".join(r["modules"])] for r in catalog["jetpack"]]
     releases = table(rows, ["JetPack", "L4T", "Ubuntu", "CUDA", "TensorRT", "Python", "cgroup", "opset", "modules"])
@@ -74,7 +86,7 @@ def profile_text(kind: str, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def doctor_text(checks: list[Any]) -> str:
+def doctor_text(checks: list[Check]) -> str:
     lines = []
     for c in checks:
         lines.append(f"{'ok ' if c.ok else '-- '} {c.name:<16} {c.found}")
@@ -85,27 +97,30 @@ def doctor_text(checks: list[Any]) -> str:
 
 # -- the compile ----------------------------------------------------------------------------------
 
-def compile_header(plan: Any) -> str:
+def compile_header(plan: CompilePlan) -> str:
     project = plan.project
     return (f"edgebuild compile: {project.project.name} ({project.source})\n"
             f"target {plan.selector!r}: {len(plan.groups)} of {len(project.fleet)} fleet group(s)\n\n"
             + fleet_table([g.describe() for g in plan.groups]) + "\nstages:")
 
 
-def stage_line(outcome: Any) -> str:
+def stage_line(outcome: StageOutcome) -> str:
     return f"  {outcome.stage.name:<10} {outcome.status:<8} {outcome.detail}"
 
 
-def compile_summary(report: Any) -> str:
+def compile_summary(report: CompileReport) -> str:
+    from edgebuild.stages.engine import ENGINE
+    from edgebuild.stages.gate import GATE
+
     lines = []
-    gate = report.record("gate")
+    gate = report.record(GATE)
     policy = gate.policy if gate is not None else AccuracyPolicy.of(report.plan.project)
     if not policy.gated:
         lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
                      "checked, and package refuses it unless --ship-ungated ***")
     if gate is not None:
         lines += ["", *baseline_lines(gate)]
-    engine = report.outcome("engine")
+    engine = report.outcome(ENGINE)
     if engine is not None:
         lines.append("\nengines:")
         for unit in engine.units:
@@ -119,7 +134,7 @@ def compile_summary(report: Any) -> str:
     return "\n".join(lines)
 
 
-def _engine_lines(unit: Any) -> list[str]:
+def _engine_lines(unit: UnitOutcome[EngineRecord]) -> list[str]:
     record = unit.record
     if record is None:
         shown = "FAILED" if unit.status == "failed" else unit.status
@@ -142,13 +157,13 @@ def _engine_lines(unit: Any) -> list[str]:
     return lines
 
 
-def report_line(written: dict[str, Any]) -> str:
+def report_line(written: dict[str, Path]) -> str:
     return f"report: {written['html']} (and {written['markdown'].name}, {written['junit'].name})"
 
 
 # -- single stages --------------------------------------------------------------------------------
 
-def export_text(exported: Any) -> str:
+def export_text(exported: Exported) -> str:
     record = exported.record
     rows = [[p.shape, " ".join(f"{n}{s}" for n, s in p.input_shapes.items()), p.output, f"{p.max_abs:.3g}",
              f"{p.max_rel:.3g}", "ok" if p.ok else "MISMATCH"] for p in record.parity]
@@ -165,7 +180,7 @@ def export_text(exported: Any) -> str:
     ])
 
 
-def container_text(records: dict[str, dict[str, Any]]) -> str:
+def container_text(records: dict[str, JsonObject]) -> str:
     rows = [[r["group"], r["target"], r["base_image"], r["limits"]["name"], "engine" if r["ships_engine"] else "recipe",
              r["context"] + (f" -> {r['built']}" if r.get("built") else "")] for r in records.values()]
     lines = [table(rows, ["group", "target", "FROM", "limits", "ships", "context"])]
@@ -173,7 +188,7 @@ def container_text(records: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def package_text(fleet: dict[str, Any]) -> str:
+def package_text(fleet: JsonObject) -> str:
     rows = [[g, d["target"], d["bundle"]["path"], str(d["bundle"]["size"]), "yes" if d["signed"] else "NO",
              d["delta_over"] or "-"] for g, d in fleet["groups"].items()]
     lines = [table(rows, ["group", "target", "bundle", "bytes", "signed", "delta over"])]
@@ -183,7 +198,7 @@ def package_text(fleet: dict[str, Any]) -> str:
 
 # -- accuracy -------------------------------------------------------------------------------------
 
-def gate_text(result: Any, groups: list[str], reused: bool) -> str:
+def gate_text(result: GateResult, groups: list[str], reused: bool) -> str:
     stored = f"; {result.measured} measurement(s) taken, {result.stored} stored"
     lines = [f"accuracy gate for {', '.join(groups)}: {result.metric}, min retention {result.threshold} "
              f"of FP32 {result.reference_value:.4f}, {result.images} validation images"
@@ -216,7 +231,7 @@ def gate_text(result: Any, groups: list[str], reused: bool) -> str:
     return "\n".join(lines)
 
 
-def device_validation_text(done: Any, *, farm: bool = False) -> str:
+def device_validation_text(done: DeviceValidation, *, farm: bool = False) -> str:
     """``validate --device`` / ``--farm``: what was measured where, and a row per group."""
     gate, policy = done.gate, done.gate.policy
     against = (f"min retention {policy.min_retention} of FP32 {gate.reference_value:.4f} [{gate.backend}], "
@@ -236,7 +251,7 @@ def device_validation_text(done: Any, *, farm: bool = False) -> str:
     return "\n".join(lines)
 
 
-def evaluation_table(records: list[dict[str, Any]], metric: str, boards: bool = False) -> str:
+def evaluation_table(records: list[JsonObject], metric: str, boards: bool = False) -> str:
     rows = [([r["group"]] + ([r.get("board", "")] if boards else []) +
              [r["candidate"], f"{r['value']:.4f}", f"{r['retention']:.3f}", "pass" if r["passed"] else "FAIL",
               r["backend"], f"{r['inference_s']:.2f}"]) for r in records]
@@ -248,7 +263,7 @@ def evaluation_table(records: list[dict[str, Any]], metric: str, boards: bool = 
 
 # -- the farm -------------------------------------------------------------------------------------
 
-def farm_status_text(status: Any) -> str:
+def farm_status_text(status: FarmStatus) -> str:
     rows = [[p["place"], " ".join(f"{k}={v}" for k, v in sorted(p["tags"].items())) or "-",
              ", ".join(p["serves"]) or "-", p["held_by"] or "free"] for p in status.places]
     lines = [f"farm at {status.coordinator}: {len(status.places)} place(s)",
@@ -258,9 +273,9 @@ def farm_status_text(status: Any) -> str:
     return "\n".join(lines)
 
 
-def baseline_lines(gate: Any) -> list[str]:
+def baseline_lines(gate: GateResult) -> list[str]:
     """The FP32 baseline check beside the gate table: its line, and what is wrong with it where something is."""
-    check = getattr(gate, "baseline", None)
+    check: BaselineCheck | None = getattr(gate, "baseline", None)
     if check is None:
         return ["baseline: not judged (a gate record written before edgebuild judged the FP32 baseline; the next "
                 "compile or validate judges it)"]

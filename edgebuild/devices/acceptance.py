@@ -11,9 +11,11 @@ second run measures nothing and a refused engine is not built again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, file_sha256
 from edgebuild.devices.engines import (
@@ -32,6 +34,7 @@ from edgebuild.runtime.files import atomic_write_bytes
 from edgebuild.runtime.recipe import ENGINE_JSON, Recipe
 
 if TYPE_CHECKING:
+    from edgebuild.accuracy.evaluate import Evaluation, ValidationSet
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.project.config import Project
     from edgebuild.runtime.device import DeviceFacts
@@ -41,9 +44,11 @@ __all__ = ["build_and_accept", "device_needed", "validation_key"]
 
 
 def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
-                     build_on: str | None = None, force: bool = False, acceptance: Any = None,
-                     evaluate_remote: Any = None, evaluate_local: Any = None, trt: Any = None,
-                     report: Any = lambda _: None) -> EngineRecord:
+                     build_on: str | None = None, force: bool = False,
+                     acceptance: Callable[[str], bytes] | None = None,
+                     evaluate_remote: Callable[..., tuple[Evaluation, object]] | None = None,
+                     evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None = None,
+                     trt: ModuleType | None = None, report: Callable[[str], None] = lambda _: None) -> EngineRecord:
     """The group's engine (``plan_engine``), measured on its device when it ships, with fallback.
 
     An engine built on a device (``local``, ``ssh://``) is run over the validation set there
@@ -133,7 +138,9 @@ def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candi
 
 
 def _measure(project: Project, record: EngineRecord, gate: GateResult, store: EngineStateStore, validation: str, *,
-             remeasure: bool, evaluate_remote: Any, evaluate_local: Any, report: Any) -> Acceptance:
+             remeasure: bool, evaluate_remote: Callable[..., tuple[Evaluation, object]] | None,
+             evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None,
+             report: Callable[[str], None]) -> Acceptance:
     """The engine's metric on its device: the stored measurement of this plan, else measured now."""
     folder = project.build_dir / record.folder
     # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again
@@ -186,7 +193,7 @@ def _record_acceptance(folder: Path, measured: Acceptance) -> None:
         replace(recipe, accepted=shown).save(folder)
 
 
-def _evaluate_here(project: Project, folder: Path, data: Any) -> Any:
+def _evaluate_here(project: Project, folder: Path, data: ValidationSet) -> Evaluation:
     from edgebuild.accuracy.evaluate import evaluate
     from edgebuild.runtime.backends.select import load_backend
 

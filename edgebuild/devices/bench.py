@@ -16,34 +16,34 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime import options as device_options
 from edgebuild.runtime.bench import SCHEMA
 from edgebuild.runtime.files import sha256_bytes
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
 __all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",
-           "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "power_mode", "request_lines",
-           "table"]
+           "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "table"]
 
 #: figures --compare shows, with the direction that is better
 COMPARED = (("p50_ms", "lower"), ("p90_ms", "lower"), ("p99_ms", "lower"), ("mean_ms", "lower"),
             ("throughput_ips", "higher"))
 
 
-def device_args(options: dict[str, Any]) -> list[str]:
+def device_args(options: JsonObject) -> list[str]:
     """The bench options (by parameter name) as ``edgebuild-device bench`` arguments."""
     return device_options.as_argv(device_options.BENCH, options)
 
 
-def bench_here(artifact: Path, options: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+def bench_here(artifact: Path, options: JsonObject, *, timeout_s: float | None = None) -> JsonObject:
     """Run the bench in a fresh Python process on this machine (progress passes through to stderr)."""
     command = [sys.executable, "-m", "edgebuild.runtime", "bench", str(artifact), *device_args(options)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout_s)
     return _answer(done.stdout, done.returncode, "this host")
 
 
-def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report: Callable[[str], None] = print,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, report: Callable[[str], None] = print,
+                   timeout_s: float | None = None) -> JsonObject:
     """Copy the artifact to the device (once per content) and run the device-side bench there."""
     from edgebuild.devices.ssh import SshDevice
 
@@ -63,7 +63,7 @@ def bench_over_ssh(url: str, artifact: Path, options: dict[str, Any], *, report:
     return result
 
 
-def _answer(stdout: str, code: int, where: str) -> dict[str, Any]:
+def _answer(stdout: str, code: int, where: str) -> JsonObject:
     lines = stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1])
@@ -81,7 +81,7 @@ def _answer(stdout: str, code: int, where: str) -> dict[str, Any]:
 
 # -- reading results ------------------------------------------------------------------------------
 
-def load_result(path: Path) -> dict[str, Any]:
+def load_result(path: Path) -> JsonObject:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -92,14 +92,14 @@ def load_result(path: Path) -> dict[str, Any]:
     return data
 
 
-def power_mode(result: dict[str, Any]) -> str:
+def power_mode(result: JsonObject) -> str:
     mode = (result.get("jetson") or {}).get("power_mode") or {}
     if not mode.get("available"):
         return "none (not a Jetson)"
     return mode.get("name") or f"mode {mode.get('id')}"
 
 
-def table(result: dict[str, Any]) -> str:
+def table(result: JsonObject) -> str:
     """The run as text: where and what, cold start, one row per configuration, memory and power
     (a group folder's: each model's run alone, then the models at once)."""
 
@@ -151,7 +151,7 @@ def table(result: dict[str, Any]) -> str:
 GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench_group
 
 
-def group_table(result: dict[str, Any]) -> str:
+def group_table(result: JsonObject) -> str:
     """A group's bench: every model alone (its own table), then every model at once."""
 
     lines = [f"bench of group {result['group']} ({result['target']}, fleet {result['fleet']} {result['version']}) on "
@@ -178,7 +178,7 @@ def group_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _memory_line(label: str, memory: dict[str, Any]) -> str:
+def _memory_line(label: str, memory: JsonObject) -> str:
     """The process's peak RSS, and its cgroup's peak and limit where it runs in a memory-limited one."""
     from edgebuild.targets.limits import human_size
 
@@ -193,7 +193,7 @@ REQUEST_STAGES = (("preprocess", "preprocess"), ("inference", "inference"), ("po
                   ("end_to_end", "end to end"))
 
 
-def request_lines(request: dict[str, Any] | None) -> list[str]:
+def request_lines(request: JsonObject | None) -> list[str]:
     """The per-request breakdown: one row per stage with p50 and p99, and what each stage was."""
     if not request:
         return ["  per request: not measured (a result from an edgebuild before the per-stage breakdown)"]
@@ -235,7 +235,7 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
-def plot(result: dict[str, Any], path: Path) -> Path:
+def plot(result: JsonObject, path: Path) -> Path:
     """A PNG: the latency distribution per configuration, and throughput against batch size."""
     if result.get("schema") == GROUP_SCHEMA:  # several models: each model's own run is plotted
         from edgebuild.errors import ConfigError
@@ -265,11 +265,11 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 # -- the fleet (bench --farm) ---------------------------------------------------------------------
 
-def fleet_summary(results: list[Any]) -> dict[str, Any]:
+def fleet_summary(results: list[Any]) -> JsonObject:
     """One row per group from the farm's job results: board, backend, cold start, each configuration."""
     groups = []
     for r in results:
-        row: dict[str, Any] = {"group": r.group, "board": r.board, "url": r.url, "retried_from": r.retried_from,
+        row: JsonObject = {"group": r.group, "board": r.board, "url": r.url, "retried_from": r.retried_from,
                                "error": str(r.error) if r.error else None}
         if r.error is None:
             result = r.result
@@ -283,7 +283,7 @@ def fleet_summary(results: list[Any]) -> dict[str, Any]:
     return {"schema": "edgebuild.bench-fleet/1", "groups": groups}
 
 
-def fleet_table(summary: dict[str, Any]) -> str:
+def fleet_table(summary: JsonObject) -> str:
     headers = ["group", "board", "target", "precision", "backend", "power mode", "cold s", "batch", "conc",
                "p50 ms", "p99 ms", "img/s"]
     rows = []
@@ -301,7 +301,7 @@ def fleet_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
+def fleet_plot(summary: JsonObject, path: Path) -> Path:
     """A PNG: p50 and p99 latency per group (batch 1 where measured, else the first configuration)."""
     plt = _pyplot()
     measured = [g for g in summary["groups"] if not g["error"]]
@@ -319,7 +319,7 @@ def fleet_plot(summary: dict[str, Any], path: Path) -> Path:
 
 # -- comparing ------------------------------------------------------------------------------------
 
-def compare(current: dict[str, Any], baseline: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
+def compare(current: JsonObject, baseline: JsonObject, *, force: bool = False) -> JsonObject:
     """Per configuration both runs have, the change in each figure; refuses unlike runs unless forced."""
     problems = []
     if current["artifact"]["files"] != baseline["artifact"]["files"]:
@@ -352,7 +352,7 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], *, force: bool = 
     return {"forced_over": problems, "rows": rows}
 
 
-def comparison_table(comparison: dict[str, Any]) -> str:
+def comparison_table(comparison: JsonObject) -> str:
     lines = []
     if comparison["forced_over"]:
         lines.append("compared with --force over: " + "; ".join(comparison["forced_over"]))

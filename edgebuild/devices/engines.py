@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, file_sha256
 from edgebuild.devices.placement import decide_placement, fallback_candidate, shippable
 from edgebuild.devices.recipes import acceptance_payload, check_engine_memory, write_recipe
 from edgebuild.errors import RemoteError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.device import DeviceFacts, build_from_recipe, require_match
 from edgebuild.runtime.files import atomic_write_bytes
@@ -31,8 +34,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["Acceptance", "BuiltEngine", "EngineRecord", "EngineState", "EngineStateStore", "build_over_ssh",
-           "engine_build_key", "engine_kept", "plan_engine"]
+__all__ = ["EngineRecord", "EngineStateStore"]
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,14 @@ class Acceptance:
     reference: float  # FP32's metric on the same images (the gate's, unless accuracy.device_images caps them)
     retention: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Acceptance:
+    def from_dict(cls, data: JsonObject) -> Acceptance:
         return cls(**data)
 
-    def shown(self) -> dict[str, Any]:
+    def shown(self) -> JsonObject:
         """What the recipe, engine.json and the bundle's manifest say of it (not the keys it is stored by)."""
         return {k: v for k, v in self.as_dict().items() if k not in ("build_key", "validation")}
 
@@ -89,13 +91,13 @@ class EngineRecord:
         """An engine that ships: it is measured on its device before it is packaged."""
         return self.built and shippable(self.placement)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["refused"] = [r.as_dict() for r in self.refused]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineRecord:
+    def from_dict(cls, data: JsonObject) -> EngineRecord:
         data = dict(data)
         data["host"] = DeviceFacts.from_dict(data["host"])
         data["accepted"] = Acceptance.from_dict(data["accepted"]) if data.get("accepted") else None
@@ -103,7 +105,7 @@ class EngineRecord:
         return cls(**data)
 
 
-def engine_build_key(recipe: Any, placement: str, host: DeviceFacts | None = None) -> str:
+def engine_build_key(recipe: Recipe, placement: str, host: DeviceFacts | None = None) -> str:
     """What a built engine depends on: the ONNX, the builder settings, module, L4T and TensorRT.
 
     Not the model version, the runtime settings or the limits beyond the memory pool: changing
@@ -184,7 +186,7 @@ class EngineStateStore:
         return self._write(replace(state, measured={**state.measured, measured.build_key: measured}))
 
 
-def build_over_ssh(recipe_path: Path, url: str, *, report: Any = lambda _: None,
+def build_over_ssh(recipe_path: Path, url: str, *, report: Callable[[str], None] = lambda _: None,
                    timeout_s: float = 3 * 3600) -> Path:
     """Build a recipe's engine on the Jetson at ``url``; returns the local ``engine.json``.
 
@@ -261,7 +263,8 @@ def engine_kept(state: EngineState, folder: Path, key: str) -> bool:
 
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
                 build_on: str | None = None, candidate: str | None = None, force: bool = False,
-                acceptance: bytes | None = None, trt: Any = None, report: Any = lambda _: None) -> EngineRecord:
+                acceptance: bytes | None = None, trt: ModuleType | None = None,
+                report: Callable[[str], None] = lambda _: None) -> EngineRecord:
     """Write the group's recipe for ``candidate`` (default: the gate's selection), decide where its
     engine is built, and build it unless deferred.
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.evaluate import (
     Evaluation,
@@ -23,6 +23,7 @@ from edgebuild.accuracy.evaluate import (
 )
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ __all__ = ["evaluate_on_device"]
 
 def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
                        backend: str = "auto", report: Callable[[str], None] = lambda _: None) -> tuple[Evaluation,
-                                                                                                     dict[str, Any]]:
+                                                                                                     JsonObject]:
     """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
 
     The model folder and the validation inputs are each copied once per content hash (a second

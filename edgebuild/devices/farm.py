@@ -33,10 +33,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.devices.labgrid import COORDINATOR_ENV, Place, connect, profiles_of
 from edgebuild.errors import ConfigError, DeviceUnreachable, EdgebuildError, RemoteError
+from edgebuild.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["Farm", "JobResult", "NoCoordinator", "fan_out_groups", "open_farm", "release_on_exit", "run_on_board",
            "target_tags", "write_jobs_file"]
@@ -54,7 +60,7 @@ class Board:
     token: str
 
 
-def target_tags(group: Any) -> dict[str, str]:
+def target_tags(group: SelectedGroup) -> dict[str, str]:
     """The place tags a fleet group's board must have: module, jetpack, power_mode if the group names one."""
     tags = {"module": group.target.module.id, "jetpack": group.target.release.jetpack}
     if getattr(group, "power_mode", None):
@@ -62,7 +68,7 @@ def target_tags(group: Any) -> dict[str, str]:
     return tags
 
 
-def coordinator_address(project: Any = None, given: str | None = None) -> str | None:
+def coordinator_address(project: Project | None = None, given: str | None = None) -> str | None:
     """``--farm ADDRESS``, else ``[farm] coordinator``, else ``$LG_COORDINATOR`` (host:port)."""
     farm = getattr(project, "farm", None)
     return given or (farm.coordinator if farm else None) or os.environ.get(COORDINATOR_ENV) or None
@@ -72,7 +78,7 @@ class NoCoordinator(ConfigError):
     """A farm command with no coordinator to ask (the command line makes this a usage error)."""
 
 
-def open_farm(project: Any, address: str | None = None, timeout_s: float | None = None, *,
+def open_farm(project: Project, address: str | None = None, timeout_s: float | None = None, *,
               report: Report = lambda _: None) -> Farm:
     """The project's farm: ``address`` (bare ``--farm`` gives ""), else ``[farm] coordinator``, else
     ``$LG_COORDINATOR``; a job waits ``timeout_s`` for a busy board, else ``[farm] timeout_s``."""
@@ -217,7 +223,7 @@ class JobResult:
     retried_from: str | None = None
     log: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["error"] = str(self.error) if self.error else None
         data.pop("result")
@@ -266,7 +272,7 @@ def fan_out(farm: Farm, jobs: list[tuple[str, dict[str, str], Callable[[Board], 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def fan_out_groups(farm: Farm, groups: Iterable[Any], job: Callable[[Any, Board], Any], *,
+def fan_out_groups(farm: Farm, groups: Iterable[SelectedGroup], job: Callable[[SelectedGroup, Board], object], *,
                    max_jobs: int | None = None) -> list[JobResult]:
     """``job(group, board)`` for every fleet group on a board tagged for it (:func:`target_tags`), as
     :func:`fan_out` runs them; the farm is disconnected afterwards. What ``validate --farm`` and
@@ -277,7 +283,7 @@ def fan_out_groups(farm: Farm, groups: Iterable[Any], job: Callable[[Any, Board]
         farm.disconnect()
 
 
-def write_jobs_file(path: Path, results: list[JobResult], extra: dict[str, Any] | None = None) -> Path:
+def write_jobs_file(path: Path, results: list[JobResult], extra: JsonObject | None = None) -> Path:
     """``build/farm/<command>.json``: every job's board, start and end, error, and the command's records."""
     import json
 
@@ -293,7 +299,7 @@ def write_jobs_file(path: Path, results: list[JobResult], extra: dict[str, Any] 
 def release_on_exit(farm: Farm) -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt here (in the main thread) so that, like Ctrl-C, it ends in
     ``farm.close``: no reservation or acquired place of ours is left in the coordinator."""
-    def terminate(signum: int, frame: Any) -> None:
+    def terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = None

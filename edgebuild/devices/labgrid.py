@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.errors import CapabilityMissing, ConfigError, RemoteError
+from edgebuild.jsontypes import JsonObject
 
-__all__ = ["COORDINATOR_ENV", "Place", "connect", "labgrid_tool", "profiles_of"]
+__all__ = []
 
 COORDINATOR_ENV = "LG_COORDINATOR"
 Report = Callable[[str], None]
@@ -93,7 +94,7 @@ class _LabgridCli:
         return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
     def places(self, user: str) -> list[Place]:
-        found: list[dict[str, Any]] = []
+        found: list[JsonObject] = []
         for line in self.run("-v", "places", user=user).stdout.splitlines():
             start = re.match(r"^Place '(.+)':$", line)
             if start:
@@ -164,7 +165,7 @@ class _LabgridApi:
 
         self.calls = 0
         self._loop = asyncio.new_event_loop()
-        started: dict[str, Any] = {}
+        started: JsonObject = {}
         ready = threading.Event()
 
         def serve() -> None:
@@ -324,7 +325,7 @@ def _ssh_url(place: str, shown: str) -> str:
     return _service_url(place, services)
 
 
-def _service_url(place: str, services: list[dict[str, Any]]) -> str:
+def _service_url(place: str, services: list[JsonObject]) -> str:
     """ssh://user@address:port of the first of a place's NetworkService params that has an address."""
     for params in services:
         user, address, port = params.get("username"), params.get("address"), params.get("port")

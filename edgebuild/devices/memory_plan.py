@@ -23,12 +23,12 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from edgebuild.errors import LimitError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.targets.limits import LimitPreset, human_size
 
-__all__ = ["MemoryPlan", "ModelMemory", "estimate_model_memory", "plan_group_memory"]
+__all__ = ["MemoryPlan", "estimate_model_memory", "plan_group_memory"]
 
 #: bytes a value takes in an engine of each precision (INT8 engines keep some layers in FP16:
 #: their activations are counted at 2 bytes, their weights at 1)
@@ -91,13 +91,13 @@ class MemoryPlan:
                      "memory + engine device memory)")
         return "\n".join(lines)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"group": self.group, "preset": self.preset, "budget": self.budget, "runtime": self.runtime,
                 "models": [asdict(m) for m in self.models], "build_workspace": self.build_workspace,
                 "total": self.total, "fits": self.fits}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryPlan:
+    def from_dict(cls, data: JsonObject) -> MemoryPlan:
         return cls(data["group"], data["preset"], data["budget"], data["runtime"],
                    tuple(ModelMemory(**m) for m in data["models"]))
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import Target
 
-__all__ = ["candidate_order", "decide_placement", "fallback_candidate", "shippable"]
+__all__ = ["candidate_order", "decide_placement"]
 
 
 def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = None) -> tuple[str, str]:

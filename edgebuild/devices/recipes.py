@@ -12,11 +12,12 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.content import file_sha256
 from edgebuild.devices.placement import fallback_candidate, shippable
 from edgebuild.errors import LimitError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.acceptance import ACCEPTANCE_FILE
 from edgebuild.runtime.files import atomic_write_bytes, atomic_writer
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup, Target
 
-__all__ = ["V2_DATATYPES", "acceptance_payload", "builder_settings", "check_engine_memory", "onnx_outputs",
-           "write_recipe"]
+__all__ = ["acceptance_payload"]
 
 
 def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,
@@ -140,7 +140,7 @@ def onnx_outputs(path: Path) -> dict[str, TensorSpec]:
     return found
 
 
-def builder_settings(project: Project, group: SelectedGroup, candidate: str) -> dict[str, Any]:
+def builder_settings(project: Project, group: SelectedGroup, candidate: str) -> JsonObject:
     """The recipe's TensorRT builder settings for a candidate (what ``engine_build_key`` reads besides the ONNX)."""
     return {"precision": "int8" if candidate.startswith("int8") else candidate,
             "profiles": {s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)]
@@ -182,7 +182,7 @@ def check_engine_memory(engine_json: Path, limits: LimitPreset) -> None:
             hint="lower the max shape of the optimization profile, or use a preset with a larger engine budget")
 
 
-def _module_facts(target: Target) -> dict[str, Any]:
+def _module_facts(target: Target) -> JsonObject:
     module = target.module
     return {"id": module.id, "name": module.name, "compute_capability": module.compute_capability,
             "compatible": module.compatible}

@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from edgebuild import errors
 from edgebuild.errors import CapabilityMissing, DeviceUnreachable, EdgebuildError, RemoteError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.addresses import parse_ssh_url
 
-__all__ = ["SshDevice", "device_tool_archive", "device_tool_files"]
+__all__ = ["device_tool_archive"]
 
 SSH_CONFIG_ENV = "EDGEBUILD_SSH_CONFIG"
 WORKDIR = '"${EDGEBUILD_DEVICE_WORKDIR:-$HOME/.cache/edgebuild}"'
@@ -152,7 +152,7 @@ class SshDevice:
 
     # -- the device-side tool ------------------------------------------------------------------------
 
-    def device_tool(self, args: list[str], *, timeout_s: float | None = None) -> dict[str, Any]:
+    def device_tool(self, args: list[str], *, timeout_s: float | None = None) -> JsonObject:
         """Run ``edgebuild-device.pyz ARGS`` on the device (uploading it first if needed).
 
         Returns its JSON answer; a device-side EdgebuildError comes back as the same class, its

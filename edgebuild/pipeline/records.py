@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from edgebuild import __version__
 from edgebuild.content import changed_parts, digest, file_sha256
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
-__all__ = ["StageRecord", "load_stage_record", "record_path", "stale_because", "stamp_outputs", "write_stage_record"]
+__all__ = ["load_stage_record"]
 
 RECORD_FORMAT = "edgebuild.stage-record/1"
 
@@ -54,9 +54,9 @@ class StageRecord:
     project: str
     key_parts: dict[str, str]
     outputs: dict[str, FileStamp]  # path relative to the build folder -> stamp
-    result: dict[str, Any]  # the stage's typed record, as its to_dict() wrote it
+    result: JsonObject  # the stage's typed record, as its to_dict() wrote it
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return {"stage": self.stage, "project": self.project, "edgebuild": __version__,
                 "key_parts": self.key_parts, "result": self.result,
                 "outputs": {k: vars(v) for k, v in sorted(self.outputs.items())}}

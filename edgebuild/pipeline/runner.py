@@ -1,4 +1,4 @@
-"""The stage protocol: plan the compile, run the stages in order, skip what is up to date.
+"""The stage protocol: run the stages in order over the units a plan names, skip what is up to date.
 
 A :class:`Stage` declares its name and version, the stages whose records it reads, whether it
 runs once or once per fleet group, and two functions: ``key`` (the inputs it reads: content
@@ -10,7 +10,11 @@ reads it. Records are written atomically after the stage's outputs, so a compile
 point leaves every earlier record valid; and a lock on the build folder keeps two compiles of
 one project from interleaving.
 
-The stages themselves (what each one reads and does) are in ``edgebuild.stages``.
+The runner knows nothing of the domain: it runs the stages it is given over the units a
+:class:`Plan` names (fleet groups, to the compile), with what the caller's stages share
+(``session``). What a compile works on (targets, limit presets, data) is decided above it, in
+``edgebuild.workflows.plan``; the stages themselves (what each one reads and does) are in
+``edgebuild.stages``.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from edgebuild import __version__
 from edgebuild.errors import BuildLocked, EdgebuildError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.pipeline.records import (
     StageRecord,
     load_stage_record,
@@ -36,83 +41,81 @@ from edgebuild.pipeline.records import (
 )
 from edgebuild.project.config import Project
 from edgebuild.project.layout import BuildLayout
-from edgebuild.targets.profiles import Catalog, SelectedGroup, load_catalog, select_groups
 
-__all__ = ["CompileReport", "Options", "Plan", "Stage", "StageInputs", "StageOutcome", "build_lock", "plan_compile",
-           "run_stages", "write_last_compile"]
+__all__ = ["CompileReport", "Options", "Plan", "Stage", "StageInputs", "StageOutcome", "UnitOutcome", "run_stages",
+           "write_last_compile"]
 
-Report = Callable[[str], None]
+Progress = Callable[[str], None]
 R = TypeVar("R")
 
 
+class Unit(Protocol):
+    """What a per-group stage runs once for (to the compile: a fleet group, ``SelectedGroup``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def describe(self) -> dict[str, object]: ...
+
+
+U = TypeVar("U", bound=Unit)
+S = TypeVar("S")  # what the caller's stages share (edgebuild.stages.session.CompileSession)
+
+
 @dataclass(frozen=True)
-class Plan:
-    """What a compile works on: the project and the fleet groups the target selects."""
+class Plan(Generic[U]):
+    """What a compile works on: the project, the selector as written, and the units it selects.
+
+    Built above the runner (``edgebuild.workflows.plan.plan_compile``), which resolves targets and
+    limit presets; the runner only runs each per-group stage once per unit.
+    """
 
     project: Project
     selector: str
-    groups: tuple[SelectedGroup, ...]
-
-    @property
-    def releases(self) -> list:
-        """The JetPack release of every group (what the export's opset must fit)."""
-        return [g.target.release for g in self.groups]
-
-
-def plan_compile(project: Project, selector: str, catalog: Catalog | None = None) -> Plan:
-    """Select the groups and resolve each one's limit preset once (checked against its module)."""
-    from edgebuild.targets.limits import check_against_module, preset_for_group
-
-    catalog = catalog or load_catalog()
-    groups = []
-    for group in select_groups(selector, project.fleet, catalog):
-        preset = preset_for_group(project, group)
-        check_against_module(preset, group.target.module)
-        groups.append(replace(group, limits=preset))
-    return Plan(project, selector, tuple(groups))
+    groups: tuple[U, ...]
 
 
 @dataclass(frozen=True)
 class Options:
-    """How a compile runs, beyond the project file."""
+    """How the runner runs: what to run again, progress bars, how many units at once."""
 
     force: frozenset[str] = frozenset()  # stage names to run again (with what depends on them)
-    build_on: str | None = None  # --build-on: an ssh:// build device for every selected group
     progress: bool = True
-    container_flavor: str = "jetson"
-    base_image: str | None = None
-    package_since: Path | None = None
-    farm: Any = None  # an edgebuild.devices.farm.Farm: groups without a build device build on its boards
     jobs: int = 1  # per-group stages marked concurrent run this many groups at once
-    ship_ungated: bool = False  # package a candidate selected with the gate off (accuracy.gate = false)
 
 
 @dataclass
-class StageInputs:
+class StageInputs(Generic[U, S]):
     """What one stage run sees: the plan, its group (per-group stages), the records it reads."""
 
-    plan: Plan
+    plan: Plan[U]
     options: Options
-    report: Report
-    group: SelectedGroup | None
-    records: dict[str, Any]  # stage name -> typed record (this group's for per-group stages): read with record()
-    previous: Any = None  # the stage's last record whatever its key (per-group stages: this group's)
+    report: Progress
+    group: U | None
+    records: dict[str, object]  # stage name -> typed record (this group's for per-group stages): read with record()
+    previous: object = None  # the stage's last record whatever its key (per-group stages: this group's)
     forced: bool = False  # named in --force: also ignore the stage's own stores (measurements, kept engines)
-    #: what the compile's stages share (expensive objects made once: the PyTorch model, the host's facts);
-    #: given to run_stages by the caller, which knows its type (edgebuild.stages.session.CompileSession)
-    session: Any = None
+    #: what the compile's stages share (their settings, expensive objects made once): given to run_stages
+    #: by the caller, which knows its type (edgebuild.stages.session.CompileSession)
+    session: S = None  # type: ignore[assignment]  # a toy run's stages share nothing
 
     @property
     def project(self) -> Project:
         return self.plan.project
 
+    @property
+    def unit(self) -> U:
+        """The group of a per-group stage (a once-per-project stage has none: a bug to ask)."""
+        assert self.group is not None, "a once-per-project stage has no group"
+        return self.group
+
     def record(self, stage: Stage[R]) -> R:
         """The record of ``stage`` (this group's, where both are per group)."""
-        return self.records[stage.name]
+        return cast(R, self.records[stage.name])
 
     def group_records(self, stage: Stage[R]) -> dict[str, R]:
         """A once-per-project stage reading a per-group one: the record of every group it succeeded for."""
-        return self.records[stage.name]
+        return cast("dict[str, R]", self.records[stage.name])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,41 +139,41 @@ class Stage(Generic[R]):
     outputs: Callable[[StageInputs, R], list[Path]] = lambda inputs, record: []  # the files its record vouches for
     describe: Callable[[R], str]
     #: reads a stored dict where ``record.from_dict`` needs more than the dict
-    from_dict: Callable[[dict[str, Any]], R] | None = None
+    from_dict: Callable[[JsonObject], R] | None = None
     relocate: Callable[[StageInputs, R], R] | None = None
     #: a record can be valid and still stop what comes after (a gate nobody passes, a blocked target):
     #: the record is stored, so the next run re-decides without measuring, and the error is raised
     verdict: Callable[[StageInputs, R], EdgebuildError | None] | None = None
-    needs_data: bool = False
     #: its groups may run at once (``Options.jobs``): each waits on a device, not on this host
     concurrent: bool = False
 
-    def dump(self, record: R) -> dict[str, Any]:
-        return record.as_dict() if hasattr(record, "as_dict") else asdict(record)
+    def dump(self, record: R) -> JsonObject:
+        as_dict = getattr(record, "as_dict", None)
+        return cast("JsonObject", as_dict()) if as_dict is not None else asdict(cast(Any, record))
 
-    def load(self, data: dict[str, Any]) -> R:
+    def load(self, data: JsonObject) -> R:
         """The typed record of a stored dict; raises (TypeError, KeyError, ValueError) when it is not one."""
         loader = self.from_dict or getattr(self.record, "from_dict", None)
-        return loader(data) if loader is not None else self.record(**data)
+        return cast(R, loader(data)) if loader is not None else self.record(**data)
 
 
 @dataclass(frozen=True)
-class UnitOutcome:
+class UnitOutcome(Generic[R]):
     """One run of a stage: for the project, or for one group."""
 
     group: str | None
     status: str  # "ran", "reused", "failed", "not run"
     detail: str
     why: str = ""  # why it ran (what changed) or was not run
-    record: Any = None
+    record: R | None = None
     error: EdgebuildError | None = None
     seconds: float = 0.0  # wall time of this run (key, reuse check, run, record)
 
 
 @dataclass(frozen=True)
-class StageOutcome:
-    stage: Stage
-    units: tuple[UnitOutcome, ...]
+class StageOutcome(Generic[R]):
+    stage: Stage[R]
+    units: tuple[UnitOutcome[R], ...]
 
     @property
     def status(self) -> str:
@@ -187,7 +190,7 @@ class StageOutcome:
                              f"{u.group}: {u.detail}" for u in self.units)
         return self.units[0].detail if self.units else ""
 
-    def record(self, group: str | None = None) -> Any:
+    def record(self, group: str | None = None) -> R | None:
         return next((u.record for u in self.units if u.group == group), None)
 
     @property
@@ -209,14 +212,16 @@ class CompileReport:
         """The error of the first stage that failed, if one did."""
         return next((o.error for o in self.stages if o.error is not None), None)
 
-    def outcome(self, name: str) -> StageOutcome | None:
-        return next((o for o in self.stages if o.stage.name == name), None)
+    def outcome(self, stage: Stage[R]) -> StageOutcome[R] | None:
+        """What ``stage`` did in this compile (None when it was not run)."""
+        return next((o for o in self.stages if o.stage.name == stage.name), None)
 
-    def record(self, stage: str, group: str | None = None) -> Any:
+    def record(self, stage: Stage[R], group: str | None = None) -> R | None:
+        """The record ``stage`` ran or reused (for ``group``, a per-group stage's), or None."""
         outcome = self.outcome(stage)
         return outcome.record(group) if outcome else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         project = self.plan.project
         return {
             "project": project.project.name,
@@ -262,7 +267,8 @@ def dependents(names: set[str], stages: tuple[Stage, ...]) -> set[str]:
 def dependencies(name: str, stages: tuple[Stage, ...]) -> set[str]:
     """``name`` and every stage it reads, directly or not."""
     by_name = {s.name: s for s in stages}
-    wanted, todo = set(), [name]
+    wanted: set[str] = set()
+    todo = [name]
     while todo:
         current = todo.pop()
         if current not in wanted:
@@ -295,16 +301,17 @@ def build_lock(build_dir: Path) -> Iterator[None]:
         handle.close()  # closing releases the lock
 
 
-def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = None, options: Options = Options(),
-               report: Report = lambda _: None, on_stage: Callable[[StageOutcome], None] | None = None,
-               session: Any = None) -> CompileReport:
+def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = None,
+               options: Options = Options(), report: Progress = lambda _: None,
+               on_stage: Callable[[StageOutcome], None] | None = None, session: object = None,
+               prepare: Callable[[tuple[Stage, ...]], None] | None = None) -> CompileReport:
     """Run ``stages`` (in dependency order; or ``until`` and what it reads), reusing what is up to date.
 
     A failed stage stops what reads it: for a per-group stage only that group's later stages.
-    The compile's stages are ``edgebuild.stages.STAGES``.
+    ``prepare`` is called once, under the build lock, with the stages that will run, before the
+    first of them; an EdgebuildError it raises fails the first stage (the compile passes the data
+    preparation, ``edgebuild.stages.compile_plan``). The compile's stages are ``edgebuild.stages.STAGES``.
     """
-    from edgebuild.datasets.project_data import prepare_data
-
     every = stages
     unknown = set(options.force) - {s.name for s in every} - {"all"}
     if unknown:
@@ -318,16 +325,16 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
     project = plan.project
     done: list[StageOutcome] = []
     with build_lock(project.build_dir):
-        if any(s.needs_data for s in stages):
+        if prepare is not None:
             try:
-                prepare_data(project, report)
+                prepare(stages)
             except EdgebuildError as exc:
                 outcome = StageOutcome(stages[0], (UnitOutcome(None, "failed", exc.message.splitlines()[0],
                                                                error=exc),))
                 return CompileReport(plan, (outcome,))
         for stage in stages:
-            scopes: list[SelectedGroup | None] = list(plan.groups) if stage.per_group else [None]
-            def unit(scope: SelectedGroup | None, stage: Stage = stage) -> UnitOutcome:
+            scopes: list[U | None] = list(plan.groups) if stage.per_group else [None]
+            def unit(scope: U | None, stage: Stage = stage) -> UnitOutcome:
                 return _run_unit(stage, scope, plan, options, report, done, session, stage.name in forced,
                                  stage.name in named)
 
@@ -343,9 +350,10 @@ def run_stages(plan: Plan, stages: tuple[Stage, ...], *, until: str | None = Non
     return CompileReport(plan, tuple(done))
 
 
-def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome]) -> tuple[dict[str, Any], str]:
+def _upstream(stage: Stage, group: Unit | None,
+              done: list[StageOutcome]) -> tuple[dict[str, object], str]:
     """The records ``stage`` reads for ``group``, or why it cannot run."""
-    records = {}
+    records: dict[str, object] = {}
     for outcome in done:
         if outcome.stage.name not in stage.after:
             continue
@@ -365,22 +373,23 @@ def _upstream(stage: Stage, group: SelectedGroup | None, done: list[StageOutcome
     return records, ""
 
 
-def _run_unit(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
-              done: list[StageOutcome], session: Any, forced: bool, named: bool) -> UnitOutcome:
+def _run_unit(stage: Stage[R], group: U | None, plan: Plan[U], options: Options, report: Progress,
+              done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     started = time.perf_counter()
     outcome = _run_unit_timed(stage, group, plan, options, report, done, session, forced, named)
     return replace(outcome, seconds=time.perf_counter() - started)
 
 
-def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, options: Options, report: Report,
-                    done: list[StageOutcome], session: Any, forced: bool, named: bool) -> UnitOutcome:
+def _run_unit_timed(stage: Stage[R], group: U | None, plan: Plan[U], options: Options, report: Progress,
+                    done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
     if missing:
         return UnitOutcome(name, "not run", missing, why=missing)
     project = plan.project
     record_name = f"{stage.name}/{group.name}" if group else stage.name
-    inputs = StageInputs(plan, options, report, group, records, forced=named, session=session)
+    inputs: StageInputs[U, object] = StageInputs(plan, options, report, group, records, forced=named,
+                                                 session=session)
     try:
         key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
         # the record is read once: as the previous run (a kept engine) and, unless forced, for reuse
@@ -394,8 +403,9 @@ def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, optio
             why = stale_because(project.build_dir, stored, key) or ""
             if not why:
                 report(f"{record_name}: didn't change, reusing")
-                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(inputs.previous),
-                                                          why="up to date", record=inputs.previous))
+                previous = cast(R, inputs.previous)
+                return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(previous),
+                                                          why="up to date", record=previous))
         report(f"{record_name}: {why}")
         typed = stage.run(inputs)
         outputs = stamp_outputs(project.build_dir, stage.outputs(inputs, typed))
@@ -406,15 +416,15 @@ def _run_unit_timed(stage: Stage, group: SelectedGroup | None, plan: Plan, optio
         return UnitOutcome(name, "failed", exc.message.splitlines()[0], error=exc)
 
 
-def _judged(stage: Stage, inputs: StageInputs, outcome: UnitOutcome) -> UnitOutcome:
-    error = stage.verdict(inputs, outcome.record) if stage.verdict else None
+def _judged(stage: Stage[R], inputs: StageInputs, outcome: UnitOutcome[R]) -> UnitOutcome[R]:
+    error = stage.verdict(inputs, cast(R, outcome.record)) if stage.verdict else None
     if error is None:
         return outcome
     return replace(outcome, status="failed", detail=f"{outcome.detail}; {error.message.splitlines()[0]}",
                    error=error)
 
 
-def _load(stage: Stage, inputs: StageInputs, stored: StageRecord) -> Any:
+def _load(stage: Stage[R], inputs: StageInputs, stored: StageRecord) -> R | None:
     """The typed record of a stored run, or None when it no longer reads as one (the stage re-runs)."""
     try:
         record = stage.load(stored.result)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -47,7 +47,10 @@ from edgebuild.project.schema import (
     _Section,
 )
 
-__all__ = ["Fleet", "FleetFile", "is_fleet_file", "load_fleet"]
+if TYPE_CHECKING:
+    from edgebuild.targets.profiles import Catalog
+
+__all__ = ["Fleet", "is_fleet_file", "load_fleet"]
 
 #: the key that makes an edgebuild.toml a fleet file
 MODELS_KEY = "models"
@@ -188,7 +191,7 @@ def load_fleet(location: str | Path = ".") -> Fleet:
     return Fleet(file, root, source, models)
 
 
-def _check_targets(file: FleetFile, catalog: Any) -> list[str]:
+def _check_targets(file: FleetFile, catalog: Catalog) -> list[str]:
     from edgebuild.project.config import _check_fleet
 
     return _check_fleet(file, catalog)  # modules, releases, DLA, device types, the preset name

@@ -11,12 +11,12 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from edgebuild.errors import ConfigError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE
 
-__all__ = ["STARTER", "FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
+__all__ = ["FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
 
 STARTER = """\
 # edgebuild project file. Paths are relative to this file's folder.
@@ -165,7 +165,7 @@ class FoundProject:
     mean: list[float]
     std: list[float]
     preprocess_said: str
-    postprocess: dict[str, Any]  # boxes_output/scores_output (+ score_threshold, ...) or logits_output
+    postprocess: JsonObject  # boxes_output/scores_output (+ score_threshold, ...) or logits_output
     data: dict[str, str]  # [data] keys
     validation: dict[str, str]  # [data.validation] keys
     data_said: str

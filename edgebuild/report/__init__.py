@@ -32,10 +32,9 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.report.html import to_html
 from edgebuild.report.junit import to_junit
 from edgebuild.report.markdown import to_markdown
-from edgebuild.report.model import BuildReport, Check, Run, checks, from_compile, load
+from edgebuild.report.model import load
 
-__all__ = ["BuildReport", "Check", "Run", "checks", "from_compile", "load", "to_html", "to_junit", "to_markdown",
-           "write_report"]
+__all__ = ["write_report"]
 
 
 def write_report(build_dir: Path) -> dict[str, Path]:

@@ -9,16 +9,63 @@ linked from the fleet's page.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from edgebuild.devices.memory_plan import MemoryPlan
 from edgebuild.errors import ConfigError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.report.html import _CSS, _badge, _e, _html_table
 from edgebuild.targets.limits import human_size
 
-__all__ = ["fleet_html", "fleet_markdown", "write_fleet_report"]
+__all__ = ["FLEET_RECORD", "FleetGroupRecord", "FleetRecord", "write_fleet_report"]
 
 FLEET_RECORD = "fleet.json"
+#: what a shipped group wrote (paths from the fleet file's folder; ``signed`` whether its bundle is)
+WRITTEN = ("folder", "container", "bundle", "mender", "signed")
+
+
+@dataclass(frozen=True)
+class FleetGroupRecord:
+    """A fleet group in ``build/fleet.json``: its models' candidates, memory plan, what was written, or why not."""
+
+    group: str
+    target: str
+    models: tuple[str, ...]
+    candidates: dict[str, str] = field(default_factory=dict)  # model -> selected candidate
+    memory_plan: MemoryPlan | None = None
+    written: dict[str, str | bool] = field(default_factory=dict)  # WRITTEN keys
+    error: str | None = None
+
+    def as_dict(self) -> JsonObject:
+        return {"group": self.group, "target": self.target, "models": list(self.models), "candidates": self.candidates,
+                "memory_plan": self.memory_plan.as_dict() if self.memory_plan else None, **self.written,
+                "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> FleetGroupRecord:
+        plan = data.get("memory_plan")
+        return cls(data["group"], data["target"], tuple(data["models"]), dict(data.get("candidates") or {}),
+                   MemoryPlan.from_dict(plan) if plan else None, {k: data[k] for k in WRITTEN if data.get(k)},
+                   data.get("error"))
+
+
+@dataclass(frozen=True)
+class FleetRecord:
+    """``build/fleet.json``: what a fleet file's compile did per group (failed groups included)."""
+
+    fleet: str
+    groups: tuple[FleetGroupRecord, ...]
+    finished: str = ""
+
+    def as_dict(self) -> JsonObject:
+        return {"fleet": self.fleet, "finished": self.finished, "groups": [g.as_dict() for g in self.groups]}
+
+    @classmethod
+    def load(cls, path: Path) -> FleetRecord:
+        data = json.loads(path.read_text())
+        return cls(data["fleet"], tuple(FleetGroupRecord.from_dict(g) for g in data["groups"]),
+                   data.get("finished", ""))
 
 
 def write_fleet_report(build_dir: Path) -> dict[str, Path]:
@@ -27,71 +74,71 @@ def write_fleet_report(build_dir: Path) -> dict[str, Path]:
     path = Path(build_dir) / FLEET_RECORD
     if not path.is_file():
         raise ConfigError(f"{path}: no fleet compile recorded here", hint="run `edgebuild compile` of the fleet file")
-    record = json.loads(path.read_text())
+    record = FleetRecord.load(path)
     out = Path(build_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "index.html", "markdown": out / "summary.md"}
-    atomic_write_text(paths["html"], fleet_html(record))
-    atomic_write_text(paths["markdown"], fleet_markdown(record))
+    atomic_write_text(paths["html"], _fleet_html(record))
+    atomic_write_text(paths["markdown"], _fleet_markdown(record))
     return paths
 
 
-def _plan_rows(plan: dict[str, Any]) -> list[list[str]]:
-    rows = [["runtime (one server, one CUDA context)", "", "", "", human_size(plan["runtime"]), ""]]
-    for m in plan["models"]:
-        rows.append([m["model"], m["precision"], human_size(m["weights"]), human_size(m["activations"]),
-                     human_size(m["workspace"]) + ("" if m["built_on_device"] else " (built elsewhere)"), m["source"]])
+def _plan_rows(plan: MemoryPlan) -> list[list[str]]:
+    rows = [["runtime (one server, one CUDA context)", "", "", "", human_size(plan.runtime), ""]]
+    for m in plan.models:
+        rows.append([m.model, m.precision, human_size(m.weights), human_size(m.activations),
+                     human_size(m.workspace) + ("" if m.built_on_device else " (built elsewhere)"), m.source])
     return rows
 
 
 _PLAN_HEADERS = ["what", "precision", "weights", "activations", "workspace / size", "from"]
 
 
-def fleet_html(record: dict[str, Any]) -> str:
-    ok = all(g["error"] is None for g in record["groups"])
-    parts = [f"<h1>edgebuild compile: fleet {_e(record['fleet'])}<span class='status'>"
+def _fleet_html(record: FleetRecord) -> str:
+    ok = all(g.error is None for g in record.groups)
+    parts = [f"<h1>edgebuild compile: fleet {_e(record.fleet)}<span class='status'>"
              f"{_badge('passed' if ok else 'failed')}</span></h1>",
-             f"<div class='meta'>finished {_e(record.get('finished', ''))}</div>"]
-    rows = [[f"<b>{_e(g['group'])}</b>", _e(g["target"]),
-             "<br>".join(f"{_e(m)}: {_e(g['candidates'].get(m, '-'))} (<a href='../models/{_e(m)}/report/index.html'>"
-                         "report</a>)" for m in g["models"]),
-             _e(f"{human_size(g['memory_plan']['total'])} of {human_size(g['memory_plan']['budget'])}")
-             if g.get("memory_plan") else "-", _badge("failed" if g["error"] else "passed")] for g in record["groups"]]
+             f"<div class='meta'>finished {_e(record.finished)}</div>"]
+    rows = [[f"<b>{_e(g.group)}</b>", _e(g.target),
+             "<br>".join(f"{_e(m)}: {_e(g.candidates.get(m, '-'))} (<a href='../models/{_e(m)}/report/index.html'>"
+                         "report</a>)" for m in g.models),
+             _e(f"{human_size(g.memory_plan.total)} of {human_size(g.memory_plan.budget)}")
+             if g.memory_plan else "-", _badge("failed" if g.error else "passed")] for g in record.groups]
     parts.append("<h2>Groups</h2>" + _html_table(["group", "target", "models and candidates", "memory", "status"],
                                                  rows))
-    for g in record["groups"]:
-        parts.append(f"<h2>{_e(g['group'])}</h2>")
-        plan = g.get("memory_plan")
+    for g in record.groups:
+        parts.append(f"<h2>{_e(g.group)}</h2>")
+        plan = g.memory_plan
         if plan:
-            parts.append(f"<h3>Memory plan (preset {_e(plan['preset'])}: budget {_e(human_size(plan['budget']))}, "
-                         f"total {_e(human_size(plan['total']))}{'' if plan['fits'] else ', DOES NOT FIT'})</h3>")
+            parts.append(f"<h3>Memory plan (preset {_e(plan.preset)}: budget {_e(human_size(plan.budget))}, "
+                         f"total {_e(human_size(plan.total))}{'' if plan.fits else ', DOES NOT FIT'})</h3>")
             parts.append(_html_table(_PLAN_HEADERS, [[_e(c) for c in row] for row in _plan_rows(plan)]))
-        written = [f"<li>{_e(k)}: <code>{_e(g[k])}</code></li>" for k in ("folder", "container", "bundle", "mender")
-                   if g.get(k)]
+        written = [f"<li>{_e(k)}: <code>{_e(g.written[k])}</code></li>" for k in ("folder", "container", "bundle",
+                                                                                  "mender") if g.written.get(k)]
         if written:
             parts.append("<ul>" + "".join(written) + "</ul>")
-        if g["error"]:
-            parts.append(f"<section class='failure'><pre>{_e(g['error'])}</pre></section>")
+        if g.error:
+            parts.append(f"<section class='failure'><pre>{_e(g.error)}</pre></section>")
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>edgebuild: fleet {_e(record['fleet'])}</title><style>{_CSS}</style></head><body><main>"
+            f"<title>edgebuild: fleet {_e(record.fleet)}</title><style>{_CSS}</style></head><body><main>"
             f"{''.join(parts)}<footer>Generated by edgebuild from build/fleet.json. Self-contained: nothing on "
             "this page is loaded from anywhere.</footer></main></body></html>\n")
 
 
-def fleet_markdown(record: dict[str, Any]) -> str:
-    lines = [f"# edgebuild compile: fleet {record['fleet']}", "", "| group | target | models and candidates | memory "
+def _fleet_markdown(record: FleetRecord) -> str:
+    lines = [f"# edgebuild compile: fleet {record.fleet}", "", "| group | target | models and candidates | memory "
              "| status |", "|---|---|---|---|---|"]
-    for g in record["groups"]:
-        plan = g.get("memory_plan")
-        memory = f"{human_size(plan['total'])} of {human_size(plan['budget'])}" if plan else "-"
-        models = "; ".join(f"{m}: {g['candidates'].get(m, '-')}" for m in g["models"])
-        lines.append(f"| {g['group']} | {g['target']} | {models} | {memory} | {'FAILED' if g['error'] else 'ok'} |")
-    for g in record["groups"]:
-        plan = g.get("memory_plan")
+    for g in record.groups:
+        plan = g.memory_plan
+        memory = f"{human_size(plan.total)} of {human_size(plan.budget)}" if plan else "-"
+        models = "; ".join(f"{m}: {g.candidates.get(m, '-')}" for m in g.models)
+        lines.append(f"| {g.group} | {g.target} | {models} | {memory} | {'FAILED' if g.error else 'ok'} |")
+    for g in record.groups:
+        plan = g.memory_plan
         if plan:
-            lines += ["", f"## {g['group']}: memory plan (preset {plan['preset']})", "",
+            lines += ["", f"## {g.group}: memory plan (preset {plan.preset})", "",
                       "| " + " | ".join(_PLAN_HEADERS) + " |", "|" + "---|" * len(_PLAN_HEADERS)]
             lines += ["| " + " | ".join(row) + " |" for row in _plan_rows(plan)]
-        if g["error"]:
-            lines += ["", f"**{g['group']} failed:** " + g["error"].splitlines()[0]]
+        if g.error:
+            lines += ["", f"**{g.group} failed:** " + g.error.splitlines()[0]]
     return "\n".join(lines) + "\n"

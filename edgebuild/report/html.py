@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgebuild.report.model import (
     BENCH_HEADERS,
@@ -17,8 +17,17 @@ from edgebuild.report.model import (
     engine_state_text,
     error_kind,
     group_summary,
+    run_for,
     status_line,
 )
+from edgebuild.stages.container import CONTAINER
+from edgebuild.stages.engine import ENGINE
+from edgebuild.stages.gate import GATE
+from edgebuild.stages.package import PACKAGE
+from edgebuild.stages.preflight import PREFLIGHT
+
+if TYPE_CHECKING:
+    from edgebuild.accuracy.gate import GateResult
 
 __all__ = ["to_html"]
 
@@ -46,7 +55,7 @@ footer{margin-top:32px;font-size:12px;color:#8a909a}
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -106,7 +115,7 @@ def _html_stages(report: BuildReport) -> str:
         if runs and runs[0].group is None:
             rows.append(f"<tr><th>{_e(name)}</th><td colspan='{max(1, len(groups))}'>{cell(runs[0])}</td></tr>")
         else:
-            rows.append(f"<tr><th>{_e(name)}</th>" + "".join(f"<td>{cell(report.run(name, g))}</td>" for g in groups)
+            rows.append(f"<tr><th>{_e(name)}</th>" + "".join(f"<td>{cell(run_for(runs, g))}</td>" for g in groups)
                         + "</tr>")
     head = "<tr><th>stage</th>" + "".join(f"<th>{_e(g)}</th>" for g in groups) + "</tr>"
     times = [(name, sum(r.seconds for r in runs), _COLOURS[_worst(runs)]) for name, runs in report.stages]
@@ -140,7 +149,7 @@ def _svg_bars(items: list[tuple[str, float, str]], *, unit: str) -> str:
     return "".join(out) + "</svg>"
 
 
-def _svg_retention(gate: Any) -> str:
+def _svg_retention(gate: GateResult) -> str:
     """One bar per candidate, retention on an axis zoomed to where they and the threshold are, the threshold a line."""
     values = [c.retention for c in gate.candidates] + [gate.threshold]
     low = max(0.0, int((min(values) - 0.02) * 20) / 20)  # down to a 0.05 step
@@ -179,7 +188,7 @@ def _svg_retention(gate: Any) -> str:
 
 
 def _html_gate(report: BuildReport) -> str:
-    gate, run = report.gate, report.run("gate")
+    gate, run = report.gate, report.run(GATE)
     if gate is None:
         why = (run.error or run.why or run.detail) if run else "the gate did not run"
         return f"<h2>Accuracy gate</h2><p>not measured: {_e(why)}</p>"
@@ -221,7 +230,7 @@ def _html_gate(report: BuildReport) -> str:
 
 def _html_preflight(report: BuildReport) -> str:
     parts = ["<h2>Preflight per target</h2>"]
-    for run in report.runs("preflight"):
+    for run in report.runs(PREFLIGHT):
         record = run.record
         if record is None:
             parts.append(f"<h3>{_e(run.group)} {_badge(run.status)}</h3>"
@@ -243,7 +252,7 @@ def _html_preflight(report: BuildReport) -> str:
 def _html_placement(report: BuildReport) -> str:
     rows = []
     for group in report.groups:
-        run = report.run("engine", group)
+        run = report.run(ENGINE, group)
         record = run.record if run else None
         if record is None:
             rows.append([_e(group), _badge(run.status) if run else "-", _e(run.why if run else ""), "", "", "", "", ""])
@@ -262,7 +271,7 @@ def _html_placement(report: BuildReport) -> str:
 def _html_packaged(report: BuildReport) -> str:
     rows = []
     for group in report.groups:
-        container, package = report.run("container", group), report.run("package", group)
+        container, package = report.run(CONTAINER, group), report.run(PACKAGE, group)
         c = container.record if container else None
         p = package.record if package else None
         if c is None and p is None:

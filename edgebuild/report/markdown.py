@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from edgebuild.report.model import (
     BENCH_HEADERS,
     BuildReport,
@@ -12,14 +10,18 @@ from edgebuild.report.model import (
     bench_rows,
     engine_state_text,
     group_summary,
+    run_for,
     status_line,
 )
+from edgebuild.stages.engine import ENGINE
+from edgebuild.stages.gate import GATE
+from edgebuild.stages.preflight import PREFLIGHT
 
 __all__ = ["to_markdown"]
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(value: Any) -> str:
+    def cell(value: object) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 
     return ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers),
@@ -49,7 +51,7 @@ def to_markdown(report: BuildReport) -> str:
     for name, runs in report.stages:
         whole = runs[0] if runs and runs[0].group is None else None  # a stage run once for the project
         stage_rows.append([name, _md_run(whole) if whole else "·",
-                           *("·" if whole else _md_run(report.run(name, g)) for g in report.groups)])
+                           *("·" if whole else _md_run(run_for(runs, g)) for g in report.groups)])
     lines += _md_table(["stage", "project", *report.groups], stage_rows)
     lines += _md_gate(report)
     lines += _md_preflight(report)
@@ -69,7 +71,7 @@ def _md_run(run: Run | None) -> str:
 def _md_gate(report: BuildReport) -> list[str]:
     gate = report.gate
     if gate is None:
-        run = report.run("gate")
+        run = report.run(GATE)
         return ["### Accuracy gate", "", f"not measured: {run.why or run.detail}" if run else "did not run", ""]
     lines = ["### Accuracy gate", "",
              f"FP32 {gate.metric} **{gate.reference_value:.4f}** on {gate.images} images [{gate.backend}]; "
@@ -96,11 +98,11 @@ def _md_gate(report: BuildReport) -> list[str]:
 
 def _md_preflight(report: BuildReport) -> list[str]:
     rows = []
-    for run in report.runs("preflight"):
+    for run in report.runs(PREFLIGHT):
         for f in getattr(run.record, "findings", ()) or ():
             rows.append([run.group, f.severity, f.node, f.op_type, f.problem, f.fix])
     if not rows:
-        ran = [r for r in report.runs("preflight") if r.status in ("ran", "reused")]
+        ran = [r for r in report.runs(PREFLIGHT) if r.status in ("ran", "reused")]
         return ["### Preflight", "", f"no findings ({len(ran)} of {len(report.units)} targets checked)", ""]
     return ["### Preflight", "", *_md_table(["group", "severity", "node", "op", "problem", "fix"], rows)]
 
@@ -108,7 +110,7 @@ def _md_preflight(report: BuildReport) -> list[str]:
 def _md_placement(report: BuildReport) -> list[str]:
     rows = []
     for group in report.groups:
-        run = report.run("engine", group)
+        run = report.run(ENGINE, group)
         record = run.record if run else None
         if record is None:
             rows.append([group, run.status if run else "-", "", "", "", "", ""])

@@ -13,13 +13,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from edgebuild.errors import ConfigError, EdgebuildError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.stages.engine import ENGINE
+from edgebuild.stages.gate import GATE
+from edgebuild.stages.preflight import PREFLIGHT
 
-__all__ = ["BENCH_HEADERS", "BuildReport", "Check", "Run", "SUITES", "acceptance_text", "bench_rows", "checks",
-           "engine_state_text", "error_kind", "from_compile", "group_summary", "load", "status_line"]
+if TYPE_CHECKING:
+    from edgebuild.accuracy.gate import GateResult
+    from edgebuild.devices.engines import EngineRecord
+    from edgebuild.pipeline.runner import Stage
+
+R = TypeVar("R")
+
+__all__ = ["load"]
 
 #: the largest bench PNG embedded in index.html (a data URI makes the page that much bigger)
 MAX_EMBEDDED_PNG = 4 * 1024 * 1024
@@ -29,7 +39,7 @@ SUITES = ("preflight", "gate", "stages")
 # -- the last compile, typed ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Run:
+class Run(Generic[R]):
     """One run of a stage in the last compile: for the project (group None) or one group."""
 
     stage: str
@@ -39,7 +49,7 @@ class Run:
     why: str
     seconds: float
     error: str | None
-    record: Any  # the stage's typed record (its Stage.record type), None when there is none or it does not read
+    record: R | None  # the stage's typed record (its Stage.record), None when there is none or it does not read
 
 
 @dataclass(frozen=True)
@@ -63,10 +73,10 @@ class BuildReport:
     finished: str
     exit_code: int
     error: str | None
-    units: tuple[dict[str, Any], ...]  # the fleet groups (SelectedGroup.describe())
+    units: tuple[JsonObject, ...]  # the fleet groups (SelectedGroup.describe())
     stages: tuple[tuple[str, tuple[Run, ...]], ...]  # stage name -> its runs, in compile order
-    bench: tuple[dict[str, Any], ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
-    fleet_bench: dict[str, Any] | None = None  # build/bench/fleet.json (bench --farm)
+    bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
+    fleet_bench: JsonObject | None = None  # build/bench/fleet.json (bench --farm)
     bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
 
     @property
@@ -77,18 +87,18 @@ class BuildReport:
     def groups(self) -> list[str]:
         return [u["group"] for u in self.units]
 
-    def runs(self, stage: str) -> tuple[Run, ...]:
-        return next((runs for name, runs in self.stages if name == stage), ())
+    def runs(self, stage: Stage[R]) -> tuple[Run[R], ...]:
+        """The runs of ``stage`` in the last compile (one per group for a per-group stage)."""
+        return next((runs for name, runs in self.stages if name == stage.name), ())
 
-    def run(self, stage: str, group: str | None = None) -> Run | None:
-        runs = self.runs(stage)
-        return next((r for r in runs if r.group == group), None) or (runs[0] if runs and runs[0].group is None
-                                                                     else None)
+    def run(self, stage: Stage[R], group: str | None = None) -> Run[R] | None:
+        """The run of ``stage`` for ``group`` (a once-per-project stage: its one run)."""
+        return run_for(self.runs(stage), group)
 
     @property
-    def gate(self) -> Any:
+    def gate(self) -> GateResult | None:
         """The gate's GateResult, if the gate ran (or was reused) in the last compile."""
-        run = self.run("gate")
+        run = self.run(GATE)
         return run.record if run else None
 
     @property
@@ -96,7 +106,13 @@ class BuildReport:
         return checks(self)
 
 
-def _typed(stage: str, data: dict[str, Any]) -> Any:
+def run_for(runs: tuple[Run[R], ...], group: str | None) -> Run[R] | None:
+    """Of one stage's ``runs``, the one for ``group``; a once-per-project stage's one run for any group."""
+    return next((r for r in runs if r.group == group), None) or (runs[0] if runs and runs[0].group is None
+                                                                 else None)
+
+
+def _typed(stage: str, data: JsonObject) -> object:
     """A stage record's typed form, read by the stage's own loader (``edgebuild.stages``); None when
     it does not read as one (written by another edgebuild: the run is shown without it)."""
     from edgebuild.stages import STAGES
@@ -108,7 +124,7 @@ def _typed(stage: str, data: dict[str, Any]) -> Any:
         return None
 
 
-def from_compile(data: dict[str, Any], build_dir: Path | None = None) -> BuildReport:
+def from_compile(data: JsonObject, build_dir: Path | None = None) -> BuildReport:
     """The report of a ``last-compile.json`` (its dict); ``build_dir`` adds stored records and bench results."""
     stages = []
     for stage in data.get("stages", []):
@@ -141,14 +157,14 @@ def load(build_dir: Path) -> BuildReport:
     return from_compile(data, Path(build_dir))
 
 
-def _stored_record(build_dir: Path, stage: str, group: str | None, project: str) -> dict[str, Any] | None:
+def _stored_record(build_dir: Path, stage: str, group: str | None, project: str) -> JsonObject | None:
     from edgebuild.pipeline.records import load_stage_record
 
     stored, _ = load_stage_record(build_dir, f"{stage}/{group}" if group else stage, project)
     return stored.result if stored is not None else None
 
 
-def _bench(build_dir: Path) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, tuple]:
+def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], JsonObject | None, tuple]:
     from edgebuild.runtime.bench import SCHEMA
 
     folder = BuildLayout(build_dir).bench
@@ -183,7 +199,7 @@ def _preflight_checks(report: BuildReport) -> list[Check]:
     found = []
     for unit in report.units:
         name = f"{unit['group']} ({unit['target']})"
-        run = report.run("preflight", unit["group"])
+        run = report.run(PREFLIGHT, unit["group"])
         if run is None or run.status == "not run":
             found.append(Check("preflight", name, "skipped", run.why if run else "preflight did not run",
                                group=unit["group"]))
@@ -201,11 +217,11 @@ def _preflight_checks(report: BuildReport) -> list[Check]:
 
 
 def _gate_checks(report: BuildReport) -> list[Check]:
-    gate_run, gate = report.run("gate"), report.gate
+    gate_run, gate = report.run(GATE), report.gate
     found = []
     for unit in report.units:
         name = f"{unit['group']} ({unit['target']})"
-        engine = report.run("engine", unit["group"])
+        engine = report.run(ENGINE, unit["group"])
         if gate_run is None or gate_run.status == "not run":
             found.append(Check("gate", name, "skipped", gate_run.why if gate_run else "the gate did not run",
                                group=unit["group"]))
@@ -231,13 +247,13 @@ def _gate_checks(report: BuildReport) -> list[Check]:
 def _stage_checks(report: BuildReport) -> list[Check]:
     found = []
     for stage, runs in report.stages:
-        if stage in ("preflight", "gate"):
+        if stage in (PREFLIGHT.name, GATE.name):
             continue
         for run in runs:
             name = f"{stage}/{run.group}" if run.group else stage
             if run.status == "not run":
                 found.append(Check("stages", name, "skipped", run.why or run.detail))
-            elif run.status == "failed" and stage == "engine" and _refused_on_device(run):
+            elif run.status == "failed" and stage == ENGINE.name and _refused_on_device(run):
                 found.append(Check("stages", name, "skipped", "refused on the device: counted in the gate suite"))
             elif run.status == "failed":
                 found.append(Check("stages", name, "failed", _first_line(run.error or run.detail),
@@ -247,19 +263,19 @@ def _stage_checks(report: BuildReport) -> list[Check]:
     return found
 
 
-def _refused_on_device(run: Run) -> bool:
+def _refused_on_device(run: Run[object]) -> bool:
     """An engine run that failed because its device refused every engine it built (the engine verdict)."""
     record = run.record
     return (run.status == "failed" and getattr(record, "needs_acceptance", False)
             and getattr(record, "accepted", True) is None)
 
 
-def _refusals_text(record: Any) -> str:
+def _refusals_text(record: EngineRecord) -> str:
     return "\n".join(f"{r.candidate}: {r.metric} {r.value:.4f}, retention {r.retention:.3f} [{r.backend}]"
                      for r in record.refused)
 
 
-def _candidates_text(gate: Any) -> str:
+def _candidates_text(gate: GateResult | None) -> str:
     if gate is None:
         return ""
     lines = [f"FP32 {gate.metric} {gate.reference_value:.4f} on {gate.images} images [{gate.backend}], "
@@ -291,7 +307,7 @@ def error_kind(exit_code: int) -> str:
 def group_summary(report: BuildReport, group: str) -> dict[str, str]:
     """One fleet row's outcome columns: preflight, gate and placement of ``group``."""
     by_check = {(c.suite, c.group): c for c in checks(report) if c.group is not None}
-    engine = report.run("engine", group)
+    engine = report.run(ENGINE, group)
     record = engine.record if engine else None
     placement = getattr(record, "placement", "") or (engine.status if engine else "")
     if record is not None and getattr(record, "candidate", ""):
@@ -331,13 +347,13 @@ def status_line(report: BuildReport) -> str:
     return f"FAILED (exit {report.exit_code}, {error_kind(report.exit_code)})"
 
 
-def engine_state_text(record: Any) -> str:
+def engine_state_text(record: EngineRecord) -> str:
     if not record.built:
         return "built on the device at first start" if record.placement == "deferred" else "not built"
     return ("kept" if record.kept else "built") + (f" on board {record.board}" if record.board else "")
 
 
-def acceptance_text(record: Any) -> str:
+def acceptance_text(record: EngineRecord) -> str:
     a = record.accepted
     if not a:
         return "-"

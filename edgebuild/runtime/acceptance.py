@@ -25,7 +25,7 @@ import numpy as np
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE
 from edgebuild.runtime.vision import decode_outputs
 
-__all__ = ["ACCEPTANCE_FILE", "agreement_of", "check", "pack_found", "pack_inputs", "run_outputs", "unpack_inputs"]
+__all__ = ["ACCEPTANCE_FILE"]
 
 Found = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes [K, 4], scores [K], labels [K]
 

@@ -48,8 +48,7 @@ from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench_request import measure_request
 from edgebuild.runtime.recipe import Recipe
 
-__all__ = ["SCHEMA", "TegrastatsSampler", "cgroup_memory", "ci_width_pct", "input_shapes", "jetson_state",
-           "measure_latency", "median_ci", "parse_nvpmodel", "parse_tegrastats", "run_bench", "summarize_tegrastats"]
+__all__ = ["SCHEMA", "input_shapes", "run_bench"]
 
 SCHEMA = "edgebuild.bench/1"
 Z_95 = 1.96

@@ -36,7 +36,7 @@ from edgebuild.runtime.bench import (
 from edgebuild.runtime.group import GroupManifest, model_folders
 from edgebuild.runtime.recipe import Recipe
 
-__all__ = ["GROUP_SCHEMA", "run_group_bench"]
+__all__ = []
 
 GROUP_SCHEMA = "edgebuild.bench-group/1"
 #: seconds every model runs at once when no duration is given

@@ -20,7 +20,7 @@ import numpy as np
 from edgebuild.runtime import vision
 from edgebuild.runtime.recipe import Recipe, RecipeTask
 
-__all__ = ["FRAME_SIZE", "JpegCodec", "jpeg_codec", "measure_request", "postprocess_step", "synthetic_frame"]
+__all__ = []
 
 #: the camera frame the bench encodes when it measures preprocessing: 720p, as most Jetson cameras give
 FRAME_SIZE = (720, 1280)

@@ -30,9 +30,8 @@ from typing import Any, Dict, Optional
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError
 from edgebuild.runtime import device
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "MANIFEST", "PAYLOAD", "REFERENCE", "SIGNATURE", "BundleReader",
-           "VerifyKey", "check_compatible", "load_public_key", "load_verify_key", "parse_manifest", "verified_head",
-           "verify", "walk_payload"]
+__all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "MANIFEST", "PAYLOAD", "REFERENCE", "SIGNATURE", "load_public_key",
+           "parse_manifest", "verify"]
 
 BUNDLE_FORMAT = "edgebuild-bundle"
 BUNDLE_VERSION = 1

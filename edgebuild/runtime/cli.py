@@ -21,7 +21,7 @@ from edgebuild.runtime import device, options
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON
 
-__all__ = ["main", "parser"]
+__all__ = []
 
 
 def _progress(message: str) -> None:

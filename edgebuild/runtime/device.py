@@ -31,8 +31,7 @@ from edgebuild.runtime.recipe import (
     recipe_of,
 )
 
-__all__ = ["ROOT_ENV", "DeviceFacts", "build_from_recipe", "mismatches", "module_matches", "parse_nv_tegra_release",
-           "probe", "read_identity", "require_match"]
+__all__ = ["DeviceFacts", "build_from_recipe", "module_matches", "probe", "require_match"]
 
 ROOT_ENV = "EDGEBUILD_DEVICE_ROOT"
 

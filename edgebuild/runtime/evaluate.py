@@ -28,7 +28,7 @@ from edgebuild.runtime.files import atomic_write_bytes, sha256_file
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.vision import decode_outputs
 
-__all__ = ["evaluate_folder"]
+__all__ = []
 
 
 def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "auto",

@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator, Union
 
-__all__ = ["CHUNK", "atomic_write_bytes", "atomic_write_text", "atomic_writer", "fsync_dir", "sha256_bytes",
-           "sha256_file"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer", "sha256_bytes", "sha256_file"]
 
 CHUNK = 1 << 20
 PathLike = Union[str, os.PathLike]

@@ -27,7 +27,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.files import atomic_write_text
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
 
-__all__ = ["GROUP_FILE", "GROUP_SCHEMA", "GroupManifest", "GroupModel", "is_group_folder", "model_folders"]
+__all__ = ["GROUP_FILE", "GroupManifest", "GroupModel", "is_group_folder", "model_folders"]
 
 GROUP_FILE = "group.json"
 GROUP_SCHEMA = "edgebuild.group/1"

@@ -32,7 +32,7 @@ import time
 from http import HTTPStatus
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["MAX_HEAD_BYTES", "Answer", "HTTPServer", "Request", "error"]
+__all__ = []
 
 #: what a request head may take at most (request line and headers)
 MAX_HEAD_BYTES = 64 * 1024

@@ -18,8 +18,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
 
-__all__ = ["BENCH", "OTA_INSTALL", "OTA_INSTALL_DEVICE", "OTA_ROLLBACK", "OTA_VERIFY", "SERVE", "Option",
-           "add_arguments", "as_argv"]
+__all__ = ["Option"]
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ from edgebuild.runtime import semver
 from edgebuild.runtime.bundle import MANIFEST, REFERENCE, BundleReader, check_compatible, verified_head, walk_payload
 from edgebuild.runtime.files import atomic_write_text, fsync_dir, sha256_file
 
-__all__ = ["InstallBusy", "active_version", "check_newer", "health_check", "install", "install_lock",
-           "read_installed", "rollback", "rollback_recorded"]
+__all__ = ["install"]
 
 DEFERRED_BUILD_S = 1800  # the longest a health check waits for a deferred engine build
 INSTALLED = "installed.json"  # the newest installed version, sequence and manifest sha256

@@ -26,8 +26,7 @@ import numpy as np
 
 from edgebuild import __version__
 
-__all__ = ["DATATYPES", "HEADER_LENGTH", "SERVER_METADATA", "AnswerForms", "BadRequest", "Inference", "InputSpec",
-           "encode_response", "header_length", "model_metadata", "parse_inference", "platform"]
+__all__ = []
 
 #: KServe v2 datatypes for the numpy types a vision model takes and returns
 DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,

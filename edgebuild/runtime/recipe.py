@@ -23,9 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Union, get_args, get_orig
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
 
-__all__ = ["ACCEPTANCE_FILE", "ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "PRECISIONS", "RECIPE_FILE",
-           "OUTPUT_FORMS", "RECIPE_SCHEMA", "Recipe", "RecipeModule", "RecipeTask", "RuntimeSettings", "TensorSpec",
-           "recipe_of"]
+__all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeModule",
+           "RecipeTask", "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"

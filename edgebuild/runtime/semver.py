@@ -14,7 +14,7 @@ Python 3.8, standard library only.
 import re
 from typing import Optional, Tuple, Union
 
-__all__ = ["compare", "parse"]
+__all__ = []
 
 _NUMBER = r"(?:0|[1-9][0-9]*)"
 _PRE_ID = r"(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"

@@ -41,7 +41,7 @@ from edgebuild.runtime.httpd import Answer, HTTPServer, Request, error
 from edgebuild.runtime.protocol import BadRequest
 from edgebuild.runtime.service import ModelService
 
-__all__ = ["HTTP_LIMITS", "Server", "serve"]
+__all__ = ["serve"]
 
 
 def _log(message: str) -> None:

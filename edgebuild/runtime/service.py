@@ -43,7 +43,7 @@ from edgebuild.runtime.protocol import DATATYPES, AnswerForms, InputSpec, model_
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe, RecipeTask
 from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
 
-__all__ = ["STAGES", "ModelService", "detection_tensors"]
+__all__ = []
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 #: where a request spends its time in the server outside the backend, in the order it passes them:

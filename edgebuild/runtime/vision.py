@@ -12,8 +12,7 @@ import numpy as np
 from edgebuild.errors import ModelError
 
 __all__ = ["NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs",
-           "check_nms_outputs", "class_aware_nms", "decode_detections", "decode_outputs", "nms", "preprocess",
-           "resize_bilinear", "split_detections", "stack_batch", "top_k"]
+           "decode_detections", "decode_outputs", "preprocess", "stack_batch", "top_k"]
 
 RESIZE_MODES = ("letterbox", "resize")
 #: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.nms_graph) answers

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -41,14 +41,16 @@ from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.devices.ssh import device_tool_archive
 from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 
-__all__ = ["ContainerRecord", "ENGINE_CACHE", "RUNTIME_UID", "build_image", "docker_size", "group_container_plan",
-           "inspect_container", "plan_container", "remove_container", "run_args", "run_once", "start_container",
-           "tensorrt_base_image", "write_container", "write_group_container"]
+if TYPE_CHECKING:
+    from edgebuild.shipping.ota import Shipped
+
+__all__ = ["ContainerRecord", "build_image", "group_container_plan", "write_group_container"]
 
 FLAVORS = ("jetson", "cpu")
 #: the cpu flavor's default base: Debian bookworm's Python, where pip can add numpy and ONNX Runtime
@@ -194,8 +196,8 @@ def run_args(plan: ContainerPlan, *, detach: bool = True, publish: str | None = 
     return args
 
 
-def compose_spec(plan: ContainerPlan) -> dict[str, Any]:
-    service: dict[str, Any] = {"image": plan.image, "build": {"context": ".", "dockerfile": "Dockerfile"}}
+def compose_spec(plan: ContainerPlan) -> JsonObject:
+    service: JsonObject = {"image": plan.image, "build": {"context": ".", "dockerfile": "Dockerfile"}}
     if plan.flavor == "jetson":
         service["runtime"] = "nvidia"
         service["group_add"] = ["video"]
@@ -267,7 +269,7 @@ def _run_script(plan: ContainerPlan) -> str:
 # -- writing a context -----------------------------------------------------------------------
 
 def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
-                    recipe: Recipe | None = None) -> dict[str, Any]:
+                    recipe: Recipe | None = None) -> JsonObject:
     """Write the build context and run specs of one group; returns what ``container.json`` holds.
 
     ``recipe`` is the folder's recipe where the caller has read it already."""
@@ -376,7 +378,7 @@ def start_container(plan: ContainerPlan, *, engine: str | None = None, publish: 
     return name
 
 
-def inspect_container(name: str, *, engine: str | None = None) -> dict[str, Any]:
+def inspect_container(name: str, *, engine: str | None = None) -> JsonObject:
     tool = container_engine(engine)
     done = _engine_run(tool, ["inspect", "--type", "container", name])
     if done.returncode != 0:
@@ -420,19 +422,19 @@ class ContainerRecord:
     image: str
     base_image: str
     ships_engine: bool
-    limits: dict[str, Any]
+    limits: JsonObject
     systemd_unit: str | None
     context: str  # the build context, relative to the build folder
     notes: list[str]
-    triton: dict[str, Any] | None = None  # the Triton model repository (shipping.triton.TritonRecord), if asked for
+    triton: JsonObject | None = None  # the Triton model repository (shipping.triton.TritonRecord), if asked for
     #: the DeepStream configs (shipping.deepstream.DeepStreamRecord) of a recipe with a task: written or why not
-    deepstream: dict[str, Any] | None = None
+    deepstream: JsonObject | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ContainerRecord:
+    def from_dict(cls, data: JsonObject) -> ContainerRecord:
         return cls(**data)
 
 
@@ -474,7 +476,7 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
     return plan_container(recipe, group.target, group.limits, flavor=flavor, base_image=base_image)
 
 
-def write_group_container(project: Any, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
+def write_group_container(project: Shipped, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                           base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
     recipe = _first_recipe(model_folder)

@@ -33,16 +33,15 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from edgebuild._compat import tomllib
 from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import EdgebuildError, ProfileDataError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.recipe import ENGINE_FILE, Recipe
 
-__all__ = ["APP_CONFIG", "INFER_CONFIG", "LABELS", "DeepStreamRecord", "DeepStreamRelease", "check_config",
-           "deepstream_release", "engine_file_name", "infer_config", "nvinfer_table", "write_deepstream"]
+__all__ = []
 
 INFER_CONFIG = "config_infer_primary.txt"
 APP_CONFIG = "deepstream_app_config.txt"
@@ -67,7 +66,7 @@ LOGITS_NOTE = ("the model answers logits, and nvinfer's default classifier parse
 
 # -- the data tables -------------------------------------------------------------------------------
 
-def _table(name: str) -> dict[str, Any]:
+def _table(name: str) -> JsonObject:
     path = data_dir("profiles") / "deepstream" / name
     try:
         return tomllib.loads(path.read_text())
@@ -75,7 +74,7 @@ def _table(name: str) -> dict[str, Any]:
         raise ProfileDataError(f"{path}: cannot read it: {exc}") from None
 
 
-def nvinfer_table() -> dict[str, Any]:
+def nvinfer_table() -> JsonObject:
     """Gst-nvinfer's documented keys (``profiles/deepstream/nvinfer-properties.toml``)."""
     return _table("nvinfer-properties.toml")
 
@@ -111,7 +110,7 @@ def stock_parser() -> dict[str, str]:
 
 # -- checking a written config ---------------------------------------------------------------------
 
-def _value_problem(value: str, spec: dict[str, Any]) -> str | None:
+def _value_problem(value: str, spec: JsonObject) -> str | None:
     kind = spec.get("type", "string")
     items = [v for v in value.split(";") if v] if kind in ("ints", "floats", "strings") else [value]
     try:
@@ -151,7 +150,7 @@ def _sections(text: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def check_config(text: str, *, app: bool = False, table: dict[str, Any] | None = None) -> list[str]:
+def check_config(text: str, *, app: bool = False, table: JsonObject | None = None) -> list[str]:
     """Every key of an nvinfer config (``app``: a deepstream-app config) that the property table does not
     document, or whose value it does not accept; empty when all are."""
     table = table or nvinfer_table()
@@ -188,7 +187,7 @@ def onnx_file_name(recipe: Recipe) -> str:
     return f"{recipe.model_name or recipe.group}-{recipe.group}-trt{recipe.tensorrt}.onnx"
 
 
-def scale_and_offsets(preprocess: dict[str, Any]) -> tuple[float, list[float], list[str]]:
+def scale_and_offsets(preprocess: JsonObject) -> tuple[float, list[float], list[str]]:
     """nvinfer's ``net-scale-factor`` and ``offsets`` for edgebuild's ``(pixel / 255 - mean) / std``,
     and what cannot be exact.
 
@@ -212,7 +211,7 @@ def _number(x: float) -> str:
     return repr(float(x)) if x != int(x) else str(int(x))
 
 
-def _preprocess_notes(pre: dict[str, Any]) -> list[str]:
+def _preprocess_notes(pre: JsonObject) -> list[str]:
     notes = []
     if pre.get("resize") == "letterbox" and int(pre.get("pad_value", 0)) != 0:
         notes.append(f"nvinfer pads the letterbox with black (0) where edgebuild pads with {pre['pad_value']}: "
@@ -385,7 +384,7 @@ class DeepStreamRecord:
     reason: str | None = None  # why nothing was written
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 

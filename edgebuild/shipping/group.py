@@ -12,33 +12,40 @@ fleet those writers read.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgebuild.content import atomic_output_dir
 from edgebuild.runtime.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
 from edgebuild.runtime.recipe import Recipe
 
-__all__ = ["FleetShipping", "ship_group", "write_group_folder"]
+if TYPE_CHECKING:
+    from edgebuild.devices.memory_plan import MemoryPlan
+    from edgebuild.project.fleet import Fleet
+    from edgebuild.project.schema import OtaSection, ProjectSection, RuntimeSection
+    from edgebuild.targets.profiles import SelectedGroup
+
+__all__ = ["ship_group"]
 
 
 @dataclass(frozen=True)
 class FleetShipping:
     """The fleet as the container and package writers read a project: its name, folders, [ota] and [runtime]."""
 
-    fleet: Any  # edgebuild.project.fleet.Fleet
+    fleet: Fleet
 
     @property
-    def project(self) -> Any:
+    def project(self) -> ProjectSection:
         return self.fleet.file.project
 
     @property
-    def ota(self) -> Any:
+    def ota(self) -> OtaSection:
         return self.fleet.file.ota
 
     @property
-    def runtime(self) -> Any:
+    def runtime(self) -> RuntimeSection:
         return self.fleet.file.runtime
 
     @property
@@ -53,7 +60,7 @@ class FleetShipping:
         return (self.fleet.root / relative).resolve()
 
 
-def write_group_folder(fleet: Any, group: str, target: str, folders: dict[str, Path], memory: Any) -> Path:
+def write_group_folder(fleet: Fleet, group: str, target: str, folders: dict[str, Path], memory: MemoryPlan) -> Path:
     """``build/groups/<group>/``: ``group.json`` and every model's folder, written as one unit."""
     out = fleet.build_dir / "groups" / group
     models = []
@@ -74,10 +81,13 @@ def write_group_folder(fleet: Any, group: str, target: str, folders: dict[str, P
     return out
 
 
-def ship_group(fleet: Any, group: Any, folders: dict[str, Path], memory: Any, *, options: Any, report: Any,
-               ungated: tuple[str, ...] = ()) -> dict[str, Any]:
+def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], memory: MemoryPlan, *,
+               flavor: str = "jetson", base_image: str | None = None, package_since: Path | None = None,
+               ship_ungated: bool = False, report: Callable[[str], None],
+               ungated: tuple[str, ...] = ()) -> dict[str, str | bool]:
     """The group folder, its container and its bundle; returns what was written (paths from the fleet).
-    ``ungated``: models whose candidate was selected with the gate off (not packaged without --ship-ungated)."""
+    ``ungated``: models whose candidate was selected with the gate off (not packaged without ``ship_ungated``,
+    --ship-ungated); ``package_since`` an earlier bundle the group's is a delta over."""
     from edgebuild.errors import AccuracyGateError
     from edgebuild.shipping.container import write_group_container
     from edgebuild.shipping.ota import package_group
@@ -85,13 +95,13 @@ def ship_group(fleet: Any, group: Any, folders: dict[str, Path], memory: Any, *,
     view = FleetShipping(fleet)
     folder = write_group_folder(fleet, group.name, group.target.id, folders, memory)
     report(f"{group.name}: wrote {folder.relative_to(fleet.root)} ({', '.join(folders)})")
-    container = write_group_container(view, group, folder, flavor=options.container_flavor,
-                                      base_image=options.base_image, report=report)
-    if ungated and not options.ship_ungated:
+    container = write_group_container(view, group, folder, flavor=flavor,
+                                      base_image=base_image, report=report)
+    if ungated and not ship_ungated:
         raise AccuracyGateError(f"{group.name}: not packaged: {', '.join(ungated)} selected with the gate off",
                                 hint="compile with the gate on, or pass --ship-ungated")
     package = package_group(view, group, model_folder=folder, context=fleet.build_dir / container.context,
-                            since=options.package_since, report=report)
+                            since=package_since, report=report)
     return {"folder": str(folder.relative_to(fleet.root)),
             "container": str((fleet.build_dir / container.context).relative_to(fleet.root)),
             "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}

@@ -34,22 +34,33 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from edgebuild.runtime.recipe import Recipe
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+    from edgebuild.project.config import Project
+    from edgebuild.shipping.group import FleetShipping
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["PackageRecord", "bundle_payload", "load_bundle_key", "load_signing_key", "mender_artifact", "mender_keys",
-           "package_group", "read_bundle_manifest", "reference_outputs", "write_bundle", "write_fleet_manifest"]
+    #: what packages: a model project, or a fleet file's view for a group with several models
+    Shipped = Project | FleetShipping
+    MenderKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+    BundleKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+__all__ = ["PackageRecord", "bundle_payload", "package_group", "read_bundle_manifest", "write_bundle",
+           "write_fleet_manifest"]
 
 FORMAT_VERSION = 3
 #: the payload type of our update module (the device's ``/usr/share/mender/modules/v3/edgebuild-model``)
 PAYLOAD_TYPE = "edgebuild-model"
 
 
-def _private_key(path: Path) -> Any:
+def _private_key(path: Path) -> PrivateKeyTypes:
     """A PEM private key without a passphrase, or a ConfigError that names the file."""
     from cryptography.hazmat.primitives import serialization
 
@@ -59,7 +70,7 @@ def _private_key(path: Path) -> Any:
         raise ConfigError(f"{path}: not a PEM private key without a passphrase ({exc})") from None
 
 
-def load_signing_key(path: Path) -> Any:
+def load_signing_key(path: Path) -> MenderKey:
     """A PEM private key (ECDSA P-256 or RSA) for signing Mender artifacts."""
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -71,7 +82,7 @@ def load_signing_key(path: Path) -> Any:
     return key
 
 
-def sign_manifest(key: Any, manifest: bytes) -> bytes:
+def sign_manifest(key: MenderKey, manifest: bytes) -> bytes:
     """``manifest.sig``: base64 of the signature Mender checks (raw r||s for ECDSA)."""
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec, padding
@@ -107,7 +118,7 @@ def _json(value: Any) -> bytes:
 def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mapping[str, bytes | Path],
                     payload_type: str = PAYLOAD_TYPE, provides: Mapping[str, str] | None = None,
                     clears_provides: list[str] | None = None, depends: Mapping[str, Any] | None = None,
-                    meta_data: Mapping[str, Any] | None = None, signing_key: Any = None) -> bytes:
+                    meta_data: Mapping[str, Any] | None = None, signing_key: MenderKey | None = None) -> bytes:
     """The bytes of a format-3 Mender artifact with one payload.
 
     ``provides``/``depends`` are the payload's own keys (``type-info``), e.g. the model version
@@ -131,7 +142,7 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
     version = _json({"format": "mender", "version": FORMAT_VERSION})
     header_info = {"payloads": [{"type": payload_type}], "artifact_provides": {"artifact_name": artifact_name},
                    "artifact_depends": {"device_type": list(device_types)}}
-    type_info: dict[str, Any] = {"type": payload_type}
+    type_info: JsonObject = {"type": payload_type}
     if provides:
         type_info["artifact_provides"] = dict(provides)
     if clears_provides:
@@ -157,7 +168,7 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
 BUNDLE_SUFFIX = ".edgebundle"
 
 
-def load_bundle_key(path: Path) -> Any:
+def load_bundle_key(path: Path) -> BundleKey:
     """A PEM private key for native bundles: Ed25519, ECDSA P-256 or RSA."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
@@ -170,7 +181,7 @@ def load_bundle_key(path: Path) -> Any:
                       + (f" on {key.curve.name}" if isinstance(key, ec.EllipticCurvePrivateKey) else ""))
 
 
-def sign_bundle_manifest(key: Any, manifest: bytes) -> bytes:
+def sign_bundle_manifest(key: BundleKey, manifest: bytes) -> bytes:
     """``manifest.sig`` of a native bundle: {"algorithm", "signature" (base64)} as JSON."""
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
@@ -184,12 +195,12 @@ def sign_bundle_manifest(key: Any, manifest: bytes) -> bytes:
     return json.dumps({"algorithm": algorithm, "signature": base64.b64encode(signature).decode()}).encode()
 
 
-def _file_entry(path: str, data: bytes) -> dict[str, Any]:
+def _file_entry(path: str, data: bytes) -> JsonObject:
     return {"path": path, "size": len(data), "sha256": sha256_bytes(data)}
 
 
-def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, bytes], signing_key: Any = None,
-                 base: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_bundle(out: Path, *, manifest: JsonObject, files: Mapping[str, bytes],
+                 signing_key: BundleKey | None = None, base: JsonObject | None = None) -> JsonObject:
     """Write a native bundle; returns its manifest.
 
     ``manifest`` holds model, version, group, target and compatibility; the file list is added
@@ -219,7 +230,7 @@ def write_bundle(out: Path, *, manifest: dict[str, Any], files: Mapping[str, byt
     return full
 
 
-def read_bundle_manifest(path: Path) -> dict[str, Any]:
+def read_bundle_manifest(path: Path) -> JsonObject:
     """The manifest of a bundle (its first member), for ``--since``; the signature is checked on install."""
     from edgebuild.errors import BundleError
     from edgebuild.runtime.bundle import MANIFEST, parse_manifest
@@ -294,7 +305,7 @@ def _model_payload(artifact: Path, hint: str | None) -> tuple[Recipe, dict[str, 
     return recipe, files
 
 
-def _signing_keys(project: Any) -> tuple[Any, Any, list[str]]:
+def _signing_keys(project: Shipped) -> tuple[BundleKey | None, MenderKey | None, list[str]]:
     """(native bundle key, Mender key, notes) from ``[ota] signing_key``."""
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
@@ -313,28 +324,28 @@ class PackageRecord:
 
     group: str
     target: str
-    bundle: dict[str, Any]  # path, size, sha256
-    mender: dict[str, Any]
+    bundle: JsonObject  # path, size, sha256
+    mender: JsonObject
     signed: bool
     delta_over: str | None
     files: int
     carried: int  # files in the bundle itself (a delta leaves the unchanged ones out)
     notes: list[str]
     #: the accept stage's measurement of a device-built engine (where, backend, metric, retention), if any
-    accepted: dict[str, Any] | None = None
+    accepted: JsonObject | None = None
     #: a fleet group's models (name, served_as, version, precision), switched together
-    models: list[dict[str, Any]] | None = None
+    models: list[JsonObject] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PackageRecord:
+    def from_dict(cls, data: JsonObject) -> PackageRecord:
         return cls(**data)
 
 
-def mender_keys(project: Any, name: str, version: str, group: str, l4t: str,
-                models: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def mender_keys(project: Shipped, name: str, version: str, group: str, l4t: str,
+                models: list[JsonObject] | None = None) -> JsonObject:
     """What a model artifact provides, clears and depends on in the device's Mender provides.
 
     It provides ``edgebuild.model.<name>.version`` and ``.group`` and clears only
@@ -351,7 +362,7 @@ def mender_keys(project: Any, name: str, version: str, group: str, l4t: str,
     return {"provides": provides, "clears_provides": [f"{prefix}.*"], "depends": {l4t_key: l4t} if l4t_key else None}
 
 
-def _group_models(folder: Path | None) -> list[dict[str, Any]]:
+def _group_models(folder: Path | None) -> list[JsonObject]:
     """A group folder's models as the bundle manifest and fleet.json list them (empty: a model folder)."""
     from edgebuild.runtime.group import GroupManifest, is_group_folder
 
@@ -361,7 +372,7 @@ def _group_models(folder: Path | None) -> list[dict[str, Any]]:
             for m in GroupManifest.load(folder).models]
 
 
-def _base_manifest(since: Path, group: str) -> dict[str, Any]:
+def _base_manifest(since: Path, group: str) -> JsonObject:
     previous = Path(since)
     if previous.is_dir():
         previous = next(iter(sorted((previous / group).glob(f"*{BUNDLE_SUFFIX}"))), previous / group)
@@ -371,7 +382,7 @@ def _base_manifest(since: Path, group: str) -> dict[str, Any]:
     return base
 
 
-def package_group(project: Any, group: SelectedGroup, *, model_folder: Path | None = None,
+def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path | None = None,
                   context: Path | None = None, since: Path | None = None, accepted: dict | None = None,
                   report: Callable[[str], None] = print) -> PackageRecord:
     """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json.
@@ -416,13 +427,13 @@ def package_group(project: Any, group: SelectedGroup, *, model_folder: Path | No
     return record
 
 
-def write_fleet_manifest(project: Any, records: list[PackageRecord]) -> dict[str, Any]:
+def write_fleet_manifest(project: Shipped, records: list[PackageRecord]) -> JsonObject:
     """``build/packages/fleet.json`` (which artifact each group gets) with these groups' lines updated,
     and the Mender update module beside it. Groups packaged earlier and not named here keep their lines."""
     layout = BuildLayout.of(project)
     path = layout.fleet_manifest
     name, version = project.ota.artifact_name or project.project.name, project.ota.version
-    groups: dict[str, Any] = {}
+    groups: JsonObject = {}
     if path.is_file():
         try:
             previous = json.loads(path.read_text())
@@ -443,7 +454,7 @@ def write_fleet_manifest(project: Any, records: list[PackageRecord]) -> dict[str
     return fleet
 
 
-def _described(path: Path, root: Path) -> dict[str, Any]:
+def _described(path: Path, root: Path) -> JsonObject:
     try:
         shown = str(path.relative_to(root))
     except ValueError:

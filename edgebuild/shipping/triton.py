@@ -29,15 +29,15 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from edgebuild._compat import tomllib
 from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError, ProfileDataError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.recipe import ENGINE_FILE, Recipe
 
-__all__ = ["config_pbtxt", "triton_release", "write_repository"]
+__all__ = []
 
 #: KServe v2 datatypes as Triton's model-config data types
 TRITON_TYPES = {"FP32": "TYPE_FP32", "FP16": "TYPE_FP16", "FP64": "TYPE_FP64", "INT64": "TYPE_INT64",
@@ -146,7 +146,7 @@ class TritonRecord:
     triton: str | None
     notes: list[str]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 

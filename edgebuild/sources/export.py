@@ -24,6 +24,7 @@ import numpy as np
 
 from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import ExportError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export_advice import export_failure
 from edgebuild.sources.export_checks import (
@@ -45,19 +46,10 @@ if TYPE_CHECKING:
     import torch
 
     from edgebuild.project.config import Project
+    from edgebuild.sources.model import TorchRunner
     from edgebuild.targets.profiles import JetPackRelease, SelectedGroup
 
-__all__ = [
-    "AUTO_ORDER",
-    "MODEL_FILE",
-    "RECORD_FILE",
-    "STAGE_VERSION",
-    "ExportRecord",
-    "cache_key_parts",
-    "choose_opset",
-    "export_dir",
-    "export_model",
-]
+__all__ = ["ExportRecord", "choose_opset"]
 
 STAGE_VERSION = "export/2"
 MODEL_FILE = "model.onnx"
@@ -86,7 +78,7 @@ class ExportRecord:
     exporter_note: str
     simplified: bool
     simplify_note: str
-    inputs: list[dict[str, Any]]
+    inputs: list[JsonObject]
     outputs: list[str]
     dynamic_axes: dict[str, dict[str, str]]
     atol: float
@@ -111,14 +103,14 @@ class ExportRecord:
     def external_data(self) -> bool:
         return len(self.files) > 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["onnx_path"] = str(self.onnx_path)
         data["stage"] = STAGE_VERSION
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], folder: Path) -> ExportRecord:
+    def from_dict(cls, data: JsonObject, folder: Path) -> ExportRecord:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["onnx_path"] = folder / MODEL_FILE  # the folder may have moved since
         data["parity"] = [OutputParity(**p) for p in data["parity"]]
@@ -147,7 +139,7 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
     return requested, f"export.opset in the project file (every target's TensorRT parser takes up to {ceiling})"
 
 
-def _parsers(releases: Any) -> str:
+def _parsers(releases: Sequence[JetPackRelease]) -> str:
     """'JetPack 5.1.2 (TensorRT 8.5.2.2), JetPack 6.2 (TensorRT 10.3.0.30)', each release once."""
     return ", ".join(sorted({f"JetPack {r.jetpack} (TensorRT {r.tensorrt})" for r in releases}))
 
@@ -184,7 +176,7 @@ def export_dir(project: Project, opset: int) -> Path:
 # -- export --------------------------------------------------------------------------------
 
 def export_model(project: Project, opset: int, opset_reason: str, *, report: _Report = lambda _: None,
-                 torch_runner: Any = None, groups: Sequence[SelectedGroup] | None = None,
+                 torch_runner: TorchRunner | None = None, groups: Sequence[SelectedGroup] | None = None,
                  key_parts: dict[str, str] | None = None, source_note: str = "") -> ExportRecord:
     """Export the project's model as ONNX at ``opset``; raises on any mismatch.
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["export_failure"]
+__all__ = []
 
 
 def export_failure(project: Project, opset: int, refused: list[Refused], groups: Sequence[SelectedGroup] | None,

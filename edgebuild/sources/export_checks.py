@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,22 +24,9 @@ if TYPE_CHECKING:
     import onnx
 
     from edgebuild.project.config import Project
+    from edgebuild.runtime.backends import Runner
 
-__all__ = [
-    "SHAPES",
-    "OutputParity",
-    "ParityError",
-    "Refused",
-    "checker_problem",
-    "exported_problem",
-    "mismatch_lines",
-    "one_file_bytes",
-    "parity_results",
-    "reference_outputs",
-    "save_onnx",
-    "simplify",
-    "verify_onnx",
-]
+__all__ = ["save_onnx"]
 
 SHAPES = ("min_shape", "opt_shape", "max_shape")
 _PROTOBUF_LIMIT = 1_800_000_000  # bytes; above this the weights must go to external data
@@ -149,7 +136,7 @@ def _checker_refusal(model: Path | bytes) -> tuple[str, str] | None:
 
 # -- parity ----------------------------------------------------------------------------------
 
-def reference_outputs(project: Project, runner: Any) -> dict[str, tuple[dict, dict]]:
+def reference_outputs(project: Project, runner: Runner) -> dict[str, tuple[dict, dict]]:
     """{shape: (inputs, PyTorch's outputs)} at the min, opt and max shapes, run with a TorchRunner."""
     from edgebuild.sources.model import example_inputs
 
@@ -157,7 +144,7 @@ def reference_outputs(project: Project, runner: Any) -> dict[str, tuple[dict, di
             for which in SHAPES for inputs in [example_inputs(project, which, seed=SHAPES.index(which))]}
 
 
-def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Any) -> list[OutputParity]:
+def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Runner) -> list[OutputParity]:
     """Every output at every shape against atol + rtol * |torch|, run with an OnnxRuntimeRunner."""
     atol, rtol = project.export.atol, project.export.rtol
     results = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-__all__ = ["KIND_WORDS", "content_kind"]
+__all__ = []
 
 KIND_WORDS = {"onnx": "an ONNX model", "ultralytics": "an Ultralytics checkpoint", "torchscript": "a TorchScript file",
               "zip": "a zip archive (a PyTorch checkpoint?)", "pickle": "a Python pickle (a PyTorch checkpoint?)"}

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
     from edgebuild.project.config import Project
 
-__all__ = ["ModelRecord", "TorchRunner", "call_entry_point", "check_model", "example_inputs", "load_model",
-           "loaded_file_parts", "model_key_parts", "model_source_digest", "outputs_by_name", "resolve_entry_point"]
+__all__ = ["ModelRecord", "TorchRunner", "call_entry_point", "example_inputs", "load_model", "resolve_entry_point"]
 
 
 @contextmanager

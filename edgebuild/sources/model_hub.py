@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from edgebuild.project.config import Project
 
-__all__ = ["HUB_NAME", "LIBRARIES", "files", "is_hub_name", "key_parts", "load", "split_name"]
+__all__ = ["split_name"]
 
 LIBRARIES = ("torchvision", "timm")
 HUB_NAME = re.compile(r"^(torchvision|timm):([A-Za-z0-9_.\-]+)$")

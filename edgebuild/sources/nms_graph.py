@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import NMS_OUTPUTS, DetectionParams, split_detections
+from edgebuild.runtime.vision import NMS_OUTPUTS, DetectionParams
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["MAX_DETECTIONS", "MIN_OPSET", "MIN_TENSORRT", "NMS_OUTPUTS", "PREFIX", "NmsSettings", "append_nms",
-           "check_nms_settings", "is_nms_node", "nms_target_problem", "split_detections"]
+__all__ = ["PREFIX", "append_nms", "check_nms_settings", "nms_target_problem"]
 
 PREFIX = "edgebuild_nms/"
 #: NMS_OUTPUTS (runtime/vision.py): the order DeepStream's parser reads them (by index): count, boxes, scores, classes

@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import EdgebuildError, ModelError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export_checks import SHAPES
 from edgebuild.sources.model import ModelRecord
@@ -46,8 +47,7 @@ if TYPE_CHECKING:
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["IMPORTER", "OnnxModelRecord", "check_onnx_model", "fleet_opset", "import_key_parts", "import_onnx",
-           "model_check_key_parts", "onnx_key_parts", "onnx_runner", "read_model_record", "source_files"]
+__all__ = ["read_model_record"]
 
 IMPORTER = "import"  # ExportRecord.exporter of an imported ONNX
 _TOOLS = ("onnx", "onnxruntime")
@@ -67,11 +67,11 @@ class OnnxModelRecord(ModelRecord):
     fleet_opset: int = 0  # the highest opset every selected target's TensorRT parser takes
     producer: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # metadata_props, values cut to 200 characters
-    ultralytics: dict[str, Any] = field(default_factory=dict)  # task, classes, imgsz, stride: where it says so
+    ultralytics: JsonObject = field(default_factory=dict)  # task, classes, imgsz, stride: where it says so
     checks: list[str] = field(default_factory=list)  # what was checked, in order
 
 
-def read_model_record(data: dict[str, Any]) -> ModelRecord:
+def read_model_record(data: JsonObject) -> ModelRecord:
     """A stored model record of any route (an entry point's has no ``kind``)."""
     if data.get("kind") == "ultralytics":
         from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord
@@ -311,7 +311,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
                    for which, (_, outputs) in runs.items()})
 
 
-def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: dict[str, Any]) -> tuple[int, str] | None:
+def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: JsonObject) -> tuple[int, str] | None:
     """A detector that fails to run at the profile's size: its stride, from its anchors at a size that is a
     multiple of 64 near the opt size (None where it says nothing or fails there too)."""
     from edgebuild.sources import onnx_checks as checks

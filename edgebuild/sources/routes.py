@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, tool_versions
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from edgebuild.sources.model import ModelRecord, TorchRunner
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["ModelRoute", "route_for"]
+__all__ = ["route_for"]
 
 Report = Callable[[str], None]
 Groups = Sequence["SelectedGroup"]
@@ -136,7 +136,7 @@ def route_for(project: Project) -> ModelRoute:
     return _entry_point()
 
 
-def describe_model(record: Any) -> str:
+def describe_model(record: ModelRecord) -> str:
     """The model stage's summary line for any route's record."""
     kind = getattr(record, "kind", None)
     if kind == "ultralytics":

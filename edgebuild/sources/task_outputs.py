@@ -19,7 +19,7 @@ from edgebuild.errors import ModelError
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["raise_for_task_outputs", "task_output_mismatches", "task_outputs_key"]
+__all__ = []
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import io
 import logging
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-__all__ = ["first_line", "hide_path", "native_output_dropped", "quiet"]
+__all__ = ["quiet"]
 
 
 def first_line(exc: BaseException) -> str:
@@ -34,7 +34,7 @@ def hide_path(text: str, path: Path) -> str:
 
 
 @contextlib.contextmanager
-def quiet() -> Any:
+def quiet() -> Iterator[None]:
     """The exporters print progress and warnings; keep the user's terminal for ours."""
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()), native_output_dropped():
@@ -47,7 +47,7 @@ def quiet() -> Any:
 
 
 @contextlib.contextmanager
-def native_output_dropped() -> Any:
+def native_output_dropped() -> Iterator[None]:
     """File descriptors 1 and 2 into a scratch file: the TorchScript exporter's C++ log writes there
     directly (the whole Torch IR graph when an operator fails), past any Python redirect."""
     import os

@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from edgebuild.sources.model import TorchRunner
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["KINDS", "TorchSourceModelRecord", "check_source", "describe_source", "export_key_parts",
-           "export_source", "source_key_parts", "source_kind", "source_runner"]
+__all__ = ["check_source", "source_runner"]
 
 KINDS = ("torchscript", "hub")
 _EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")

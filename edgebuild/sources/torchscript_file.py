@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, file_sha256
 from edgebuild.errors import ModelError
-from edgebuild.project.config import is_torchscript_archive
 
 if TYPE_CHECKING:
     import torch
 
     from edgebuild.project.config import Project
 
-__all__ = ["files", "is_torchscript_archive", "key_parts", "load"]
+__all__ = []
 
 
 def _path(project: Project) -> Path:

@@ -30,15 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
 from edgebuild.project.ultralytics_facts import (
-    PREPROCESS,
     TASKS,
     VAL_DEFAULTS,
     UltralyticsFacts,
-    facts_for_source,
     facts_from_checkpoint,
-    is_ultralytics_checkpoint,
-    peek_checkpoint,
-    project_problems,
 )
 
 if TYPE_CHECKING:
@@ -47,10 +42,7 @@ if TYPE_CHECKING:
 
     from edgebuild.project.config import Project
 
-__all__ = ["PREPROCESS", "TASKS", "VAL_DEFAULTS", "UltralyticsFacts", "adapter_module", "append_detection_adapter",
-           "facts_for_source", "facts_from_checkpoint", "head_to_boxes_scores",
-           "is_ultralytics_checkpoint", "load_trusted", "peek_checkpoint", "project_problems", "raise_for_task",
-           "raw_head_output"]
+__all__ = ["TASKS", "VAL_DEFAULTS", "facts_from_checkpoint", "raise_for_task"]
 
 TRUST_HINT = ("a .pt checkpoint is a Python pickle: loading it runs whatever code it names, so edgebuild loads "
               "one only when told to. If you made it (yolo train) or trust who did, set [model] "

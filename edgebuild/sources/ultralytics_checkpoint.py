@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, file_sha256, tool_versions
 from edgebuild.errors import ModelError
+from edgebuild.jsontypes import JsonObject
 from edgebuild.sources.model import ModelRecord
 
 if TYPE_CHECKING:
@@ -35,8 +36,7 @@ if TYPE_CHECKING:
     from edgebuild.sources.ultralytics import UltralyticsFacts
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["KIND", "UltralyticsModelRecord", "check_checkpoint", "checkpoint_key_parts", "checkpoint_runner",
-           "describe_checkpoint", "export_checkpoint", "export_key_parts", "is_checkpoint"]
+__all__ = []
 
 KIND = "ultralytics"
 _EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")
@@ -52,7 +52,7 @@ class UltralyticsModelRecord(ModelRecord):
     told_by: str = ""
     path: str = ""
     files: dict[str, str] = field(default_factory=dict)  # the checkpoint's name -> sha256
-    ultralytics: dict[str, Any] = field(default_factory=dict)  # UltralyticsFacts.as_dict()
+    ultralytics: JsonObject = field(default_factory=dict)  # UltralyticsFacts.as_dict()
     checks: list[str] = field(default_factory=list)
 
 
@@ -129,8 +129,8 @@ def checkpoint_runner(project: Project) -> TorchRunner:
 def check_checkpoint(project: Project, *, report: _Report = lambda _: None) -> UltralyticsModelRecord:
     """The checkpoint's facts, then its wrapped model at the min/opt/max shapes against the task."""
     from edgebuild.project.config import model_source_kind
+    from edgebuild.project.ultralytics_facts import project_problems
     from edgebuild.sources.model import check_model
-    from edgebuild.sources.ultralytics import project_problems
 
     started = time.perf_counter()
     path = _path(project)

@@ -13,9 +13,9 @@ comes after every stage it reads.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from edgebuild.pipeline.runner import CompileReport, Plan, Stage, run_stages
+from edgebuild.pipeline.runner import CompileReport, Options, Plan, Stage, StageOutcome, run_stages
 from edgebuild.stages.container import CONTAINER
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.export import EXPORT
@@ -24,13 +24,16 @@ from edgebuild.stages.model import MODEL
 from edgebuild.stages.package import PACKAGE
 from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.stages.reference import REFERENCE
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileSession, CompileSettings
+from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["MODEL_STAGES", "STAGES", "compile_plan", "stage", "stage_names"]
+__all__ = ["MODEL_STAGES", "STAGES", "compile_plan", "stage_names"]
 
 STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, ENGINE, CONTAINER, PACKAGE)
 #: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet)
 MODEL_STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE)
+#: the stages that read the validation data: the project's ``data.prepare`` runs once before the first of them
+READS_DATA = frozenset({REFERENCE.name, GATE.name, ENGINE.name})
 
 
 def stage_names() -> list[str]:
@@ -42,6 +45,21 @@ def stage(name: str) -> Stage:
     return next(s for s in STAGES if s.name == name)
 
 
-def compile_plan(plan: Plan, **options: Any) -> CompileReport:
-    """Run the compile's stages for ``plan`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages)."""
-    return run_stages(plan, STAGES, session=CompileSession(), **options)
+def compile_plan(plan: Plan[SelectedGroup], *, stages: tuple[Stage, ...] = STAGES, until: str | None = None,
+                 options: Options = Options(), settings: CompileSettings = CompileSettings(),
+                 session: CompileSession | None = None, report: Callable[[str], None] = lambda _: None,
+                 on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
+    """Run the compile's ``stages`` for ``plan`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages).
+
+    ``settings`` are the command's flags the stages read; ``session`` what several runs for one
+    model share (a fleet's model: its gate, then its engines); the project's data is prepared
+    first when a stage that runs reads it.
+    """
+    from edgebuild.datasets.project_data import prepare_data
+
+    def prepare(running: tuple[Stage, ...]) -> None:
+        if any(s.name in READS_DATA for s in running):
+            prepare_data(plan.project, report)
+
+    return run_stages(plan, stages, until=until, options=options, report=report, on_stage=on_stage,
+                      session=session or CompileSession(settings), prepare=prepare)

@@ -14,16 +14,17 @@ from pathlib import Path
 
 from edgebuild.content import digest, file_sha256, tree_sha256
 from edgebuild.datafiles import data_dir
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.pipeline.runner import Stage
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.stages.engine import model_folder
+from edgebuild.stages.session import CompileInputs
 
-__all__ = ["CONTAINER", "folder_key", "model_folder_key"]
+__all__ = ["CONTAINER"]
 
 RUNTIME_PACKAGE = Path(__file__).resolve().parents[1] / "runtime"  # the device-side code the image carries
 
 
-def model_folder_key(inputs: StageInputs) -> dict[str, str]:
+def model_folder_key(inputs: CompileInputs) -> dict[str, str]:
     """The sha256 of every file of the group's model folder (recipe, ONNX, acceptance set, engine where built)."""
     from edgebuild.runtime.recipe import Recipe
 
@@ -36,25 +37,25 @@ def folder_key(folder: Path) -> dict[str, str]:
     return {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder.is_dir() else {}
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     return {"model_folder": digest(model_folder_key(inputs)), "templates": tree_sha256(data_dir("docker"), "*"),
             "device_tool": tree_sha256(RUNTIME_PACKAGE),
-            "limits": digest(inputs.group.limits.as_dict()),
-            "flavor": inputs.options.container_flavor, "base_image": inputs.options.base_image or "",
+            "limits": digest(inputs.unit.limits.as_dict()),
+            "flavor": inputs.session.settings.container_flavor, "base_image": inputs.session.settings.base_image or "",
             "server": inputs.project.runtime.server,
             "triton_releases": tree_sha256(data_dir("profiles") / "triton", "*.toml"),
             "deepstream_tables": tree_sha256(data_dir("profiles") / "deepstream", "*.toml")}
 
 
-def _run(inputs: StageInputs) -> ContainerRecord:
+def _run(inputs: CompileInputs) -> ContainerRecord:
     from edgebuild.shipping.container import write_group_container
 
-    return write_group_container(inputs.project, inputs.group, model_folder(inputs),
-                                 flavor=inputs.options.container_flavor, base_image=inputs.options.base_image,
-                                 report=inputs.report)
+    settings = inputs.session.settings
+    return write_group_container(inputs.project, inputs.unit, model_folder(inputs), flavor=settings.container_flavor,
+                                 base_image=settings.base_image, report=inputs.report)
 
 
-def _outputs(inputs: StageInputs, record: ContainerRecord) -> list[Path]:
+def _outputs(inputs: CompileInputs, record: ContainerRecord) -> list[Path]:
     build = inputs.project.build_dir
     deepstream = record.deepstream or {}
     return ([build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])

@@ -21,31 +21,31 @@ from edgebuild.accuracy.gate import GateResult
 from edgebuild.content import digest, file_sha256
 from edgebuild.devices.engines import EngineRecord, EngineStateStore
 from edgebuild.errors import AccuracyGateError
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.pipeline.runner import Stage
 from edgebuild.stages.gate import GATE
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileInputs
 
-__all__ = ["ENGINE", "model_folder", "refusal"]
+__all__ = ["ENGINE"]
 
 
-def _build_on(inputs: StageInputs) -> str | None:
+def _build_on(inputs: CompileInputs) -> str | None:
     """The build device: ``--build-on``, the group's ``build_on``, or ``farm:module=...,jetpack=...`` for
     a group the device farm builds (the key names the profile, not the board, which changes from run to run)."""
-    if inputs.options.build_on or inputs.group.build_on:
-        return inputs.options.build_on or inputs.group.build_on
-    if inputs.options.farm is None:
+    if inputs.session.settings.build_on or inputs.unit.build_on:
+        return inputs.session.settings.build_on or inputs.unit.build_on
+    if inputs.session.settings.farm is None:
         return None
     from edgebuild.devices.farm import target_tags
 
-    return "farm:" + ",".join(f"{k}={v}" for k, v in target_tags(inputs.group).items())
+    return "farm:" + ",".join(f"{k}={v}" for k, v in target_tags(inputs.unit).items())
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     from edgebuild.devices.acceptance import validation_key
     from edgebuild.devices.placement import candidate_order, decide_placement
 
-    project, group, gate = inputs.project, inputs.group, inputs.record(GATE)
-    session: CompileSession = inputs.session
+    project, group, gate = inputs.project, inputs.unit, inputs.record(GATE)
+    session = inputs.session
     order = [gate.candidate(name) for name in candidate_order(gate)]
     state = EngineStateStore.of(project, group.name).read()
     build_on = _build_on(inputs)
@@ -69,20 +69,20 @@ def _key(inputs: StageInputs) -> dict[str, str]:
     }
 
 
-def _run(inputs: StageInputs) -> EngineRecord:
+def _run(inputs: CompileInputs) -> EngineRecord:
     from edgebuild.devices.acceptance import build_and_accept, device_needed
 
-    project, group, gate = inputs.project, inputs.group, inputs.record(GATE)
-    session: CompileSession = inputs.session
+    project, group, gate = inputs.project, inputs.unit, inputs.record(GATE)
+    session = inputs.session
 
     def build(build_on: str | None) -> EngineRecord:
         return build_and_accept(project, group, gate, host=session.host(), build_on=build_on, force=inputs.forced,
                                 acceptance=lambda name: session.acceptance_payload(project, gate, name),
                                 report=inputs.report)
 
-    farm = inputs.options.farm
-    if farm is None or inputs.options.build_on or group.build_on:
-        return build(inputs.options.build_on)
+    farm = inputs.session.settings.farm
+    if farm is None or inputs.session.settings.build_on or group.build_on:
+        return build(inputs.session.settings.build_on)
     if not inputs.forced and not device_needed(project, group, gate, session.host()):
         inputs.report(f"engine: {group.name}: the engine a farm board built is current and accepted; no board needed")
         return build(EngineStateStore.of(project, group.name).read().built.placement)
@@ -128,9 +128,9 @@ ENGINE = Stage(
             "measured there (accept) and, below the threshold, replaced by the next passing candidate",
     record=EngineRecord, after=("gate", "preflight"), per_group=True, key=_key, run=_run,
     outputs=lambda inputs, r: [inputs.project.build_dir / r.folder], describe=_describe,
-    verdict=lambda inputs, record: refusal(record, inputs.record(GATE)), needs_data=True, concurrent=True)
+    verdict=lambda inputs, record: refusal(record, inputs.record(GATE)), concurrent=True)
 
 
-def model_folder(inputs: StageInputs) -> Path:
+def model_folder(inputs: CompileInputs) -> Path:
     """The group's model folder, as the engine stage's record names it (what later stages read)."""
     return inputs.project.build_dir / inputs.record(ENGINE).folder

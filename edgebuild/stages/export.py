@@ -12,43 +12,43 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.jsontypes import JsonObject
+from edgebuild.pipeline.runner import Stage
 from edgebuild.project.layout import BuildLayout
 from edgebuild.sources.export import ExportRecord
 from edgebuild.sources.routes import route_for
 from edgebuild.stages.model import MODEL
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileInputs
 
 __all__ = ["EXPORT"]
 
 
-def _opset(inputs: StageInputs) -> tuple[int, str]:
+def _opset(inputs: CompileInputs) -> tuple[int, str]:
     from edgebuild.sources.export import choose_opset
 
-    return choose_opset(inputs.project, inputs.plan.releases)
+    return choose_opset(inputs.project, [g.target.release for g in inputs.plan.groups])
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     route = route_for(inputs.project)
     opset = _opset(inputs)[0] if route.needs_opset else 0
     return route.export_key(inputs.project, inputs.record(MODEL), opset)
 
 
-def _run(inputs: StageInputs) -> ExportRecord:
-    session: CompileSession = inputs.session
+def _run(inputs: CompileInputs) -> ExportRecord:
+    session = inputs.session
     route = route_for(inputs.project)
     opset, reason = _opset(inputs) if route.needs_opset else (0, "")
     return route.export(inputs.project, inputs.record(MODEL), opset, reason, inputs.plan.groups,
                         session.loaded_torch_runner, inputs.report)
 
 
-def _from_dict(data: dict[str, Any]) -> ExportRecord:
+def _from_dict(data: JsonObject) -> ExportRecord:
     return ExportRecord.from_dict(data, Path(data["onnx_path"]).parent)
 
 
-def _relocate(inputs: StageInputs, record: ExportRecord) -> ExportRecord:
+def _relocate(inputs: CompileInputs, record: ExportRecord) -> ExportRecord:
     """The project may have moved since the record was written: its ONNX is in this build folder."""
     return replace(record, onnx_path=BuildLayout.of(inputs.project).export(record.opset) / record.onnx_path.name)
 

@@ -11,27 +11,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.content import digest
 from edgebuild.errors import AccuracyGateError
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.jsontypes import JsonObject
+from edgebuild.pipeline.runner import Stage
 from edgebuild.project.layout import BuildLayout
 from edgebuild.stages.export import EXPORT
 from edgebuild.stages.preflight import PREFLIGHT
+from edgebuild.stages.session import CompileInputs
 from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["GATE"]
 
 
-def cleared_groups(inputs: StageInputs) -> tuple[SelectedGroup, ...]:
+def cleared_groups(inputs: CompileInputs) -> tuple[SelectedGroup, ...]:
     """The selected groups whose preflight passed (a blocked group is skipped, not the whole fleet)."""
     cleared = inputs.group_records(PREFLIGHT)
     return tuple(g for g in inputs.plan.groups if g.name in cleared)
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     from edgebuild.accuracy.gate import decision_settings, measurement_key_parts
     from edgebuild.targets.preflight import rules_digest
 
@@ -42,18 +43,18 @@ def _key(inputs: StageInputs) -> dict[str, str]:
             "parser_tables": rules_digest()}
 
 
-def _run(inputs: StageInputs) -> GateResult:
+def _run(inputs: CompileInputs) -> GateResult:
     from edgebuild.accuracy.gate import run_gate
 
     return run_gate(inputs.project, inputs.record(EXPORT), groups=cleared_groups(inputs), force=inputs.forced,
                     progress=inputs.options.progress, report=inputs.report)
 
 
-def _from_dict(data: dict[str, Any]) -> GateResult:
+def _from_dict(data: JsonObject) -> GateResult:
     return GateResult.from_dict(data, Path(data["folder"]))
 
 
-def _relocate(inputs: StageInputs, record: GateResult) -> GateResult:
+def _relocate(inputs: CompileInputs, record: GateResult) -> GateResult:
     return replace(record, folder=BuildLayout.of(inputs.project).gate)  # the project may have moved since
 
 
@@ -64,7 +65,7 @@ def _describe(result: GateResult) -> str:
             f"[{result.backend}; {result.measured} measured, {result.stored} stored]")
 
 
-def _verdict(inputs: StageInputs, result: GateResult) -> AccuracyGateError | None:
+def _verdict(inputs: CompileInputs, result: GateResult) -> AccuracyGateError | None:
     from edgebuild.accuracy.gate import verdict
 
     return verdict(inputs.project, result)
@@ -75,4 +76,4 @@ GATE = Stage(
     summary="FP16 and calibrated INT8 (Q/DQ) candidates, accuracy retention against FP32, INT8 fallback, "
             "selection (measurements stored apart from the decision)",
     record=GateResult, after=("export", "preflight"), key=_key, run=_run, outputs=lambda inputs, r: r.files,
-    describe=_describe, from_dict=_from_dict, relocate=_relocate, verdict=_verdict, needs_data=True)
+    describe=_describe, from_dict=_from_dict, relocate=_relocate, verdict=_verdict)

@@ -9,27 +9,26 @@ every profile shape.
 
 from __future__ import annotations
 
-from typing import Any
-
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.jsontypes import JsonObject
+from edgebuild.pipeline.runner import Stage
 from edgebuild.sources.model import ModelRecord
 from edgebuild.sources.routes import describe_model, route_for
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileInputs
 
 __all__ = ["MODEL"]
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     return route_for(inputs.project).model_key(inputs.project, inputs.plan.groups)
 
 
-def _run(inputs: StageInputs) -> ModelRecord:
-    session: CompileSession = inputs.session
+def _run(inputs: CompileInputs) -> ModelRecord:
+    session = inputs.session
     return route_for(inputs.project).check(inputs.project, inputs.plan.groups,
                                            lambda: session.torch_runner(inputs.project), inputs.report)
 
 
-def _from_dict(data: dict[str, Any]) -> ModelRecord:
+def _from_dict(data: JsonObject) -> ModelRecord:
     from edgebuild.sources.onnx_file import read_model_record
 
     return read_model_record(data)

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from edgebuild.content import digest, file_sha256, tree_sha256
 from edgebuild.errors import AccuracyGateError
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.pipeline.runner import Stage
 from edgebuild.shipping.ota import PackageRecord
 from edgebuild.stages.container import CONTAINER, folder_key, model_folder_key
 from edgebuild.stages.engine import ENGINE, model_folder
 from edgebuild.stages.gate import GATE
+from edgebuild.stages.session import CompileInputs
 
 __all__ = ["PACKAGE"]
 
@@ -24,38 +25,38 @@ __all__ = ["PACKAGE"]
 SHOWN_ACCEPTANCE = ("candidate", "where", "backend", "metric", "value", "retention", "images")
 
 
-def _context(inputs: StageInputs) -> Path:
+def _context(inputs: CompileInputs) -> Path:
     return inputs.project.build_dir / inputs.record(CONTAINER).context
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     project = inputs.project
     ota = project.ota
     key = project.path(ota.signing_key) if ota.signing_key else None
-    since = inputs.options.package_since
+    since = inputs.session.settings.package_since
     return {"model_folder": digest(model_folder_key(inputs)), "gated": str(inputs.record(GATE).policy.gated),
-            "ship_ungated": str(inputs.options.ship_ungated),
+            "ship_ungated": str(inputs.session.settings.ship_ungated),
             "run_specs": digest(folder_key(_context(inputs))),
             "ota": digest(ota.model_dump(exclude={"signing_key"})), "project": project.project.name,
             "signing_key": file_sha256(key) if key and key.is_file() else "none",
             "since": (file_sha256(since) if since.is_file() else tree_sha256(since, "*")) if since else ""}
 
 
-def _run(inputs: StageInputs) -> PackageRecord:
+def _run(inputs: CompileInputs) -> PackageRecord:
     from edgebuild.shipping.ota import package_group
 
-    if not inputs.record(GATE).policy.gated and not inputs.options.ship_ungated:
+    if not inputs.record(GATE).policy.gated and not inputs.session.settings.ship_ungated:
         raise AccuracyGateError(
-            f"{inputs.group.name}: not packaged: the candidate was selected with the gate off (--no-gate, "
+            f"{inputs.unit.name}: not packaged: the candidate was selected with the gate off (--no-gate, "
             "accuracy.gate = false), so nothing says it keeps the model's accuracy",
             hint="train the model and compile with the gate on, or pass --ship-ungated to package it anyway")
     accepted = inputs.record(ENGINE).accepted
     shown = {k: v for k, v in accepted.as_dict().items() if k in SHOWN_ACCEPTANCE} if accepted else None
-    return package_group(inputs.project, inputs.group, model_folder=model_folder(inputs), context=_context(inputs),
-                         since=inputs.options.package_since, accepted=shown, report=inputs.report)
+    return package_group(inputs.project, inputs.unit, model_folder=model_folder(inputs), context=_context(inputs),
+                         since=inputs.session.settings.package_since, accepted=shown, report=inputs.report)
 
 
-def _outputs(inputs: StageInputs, record: PackageRecord) -> list[Path]:
+def _outputs(inputs: CompileInputs, record: PackageRecord) -> list[Path]:
     root = inputs.project.root
     return [root / record.bundle["path"], root / record.mender["path"]]
 

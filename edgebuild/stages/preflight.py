@@ -14,37 +14,37 @@ from dataclasses import replace
 
 from edgebuild.content import digest
 from edgebuild.errors import PreflightError
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.pipeline.runner import Stage
 from edgebuild.stages.export import EXPORT
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileInputs
 from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, Finding, TargetPreflight
 
 __all__ = ["PREFLIGHT"]
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     from edgebuild.targets.preflight import rules_digest
 
-    group = inputs.group
+    group = inputs.unit
     post = inputs.project.task.postprocess
     return {"onnx": inputs.record(EXPORT).content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
             "parser_tables": rules_digest(),
             "nms_in_model": digest(post.model_dump()) if getattr(post, "in_model", False) else "no"}
 
 
-def _run(inputs: StageInputs) -> TargetPreflight:
+def _run(inputs: CompileInputs) -> TargetPreflight:
     from edgebuild.targets.preflight import check_target
 
-    session: CompileSession = inputs.session
+    session = inputs.session
     graph = session.onnx_graph(inputs.record(EXPORT).onnx_path)
     post = inputs.project.task.postprocess
     if not getattr(post, "in_model", False):
-        return check_target(graph, inputs.group)
+        return check_target(graph, inputs.unit)
     from edgebuild.sources.nms_graph import append_nms, check_nms_settings
 
     found = check_target(append_nms(graph, check_nms_settings("detection", post.model_dump()),
-                                       len(inputs.project.task.classes)), inputs.group)
-    return replace(found, findings=found.findings + tuple(_nms_findings(inputs.group)))
+                                       len(inputs.project.task.classes)), inputs.unit)
+    return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
 
 
 def _nms_findings(group) -> list[Finding]:  # noqa: ANN001 (a SelectedGroup)
@@ -72,7 +72,7 @@ def _describe(record: TargetPreflight) -> str:
     return f"clean for TensorRT {record.tensorrt}, {len(record.findings)} warning(s)"
 
 
-def _verdict(inputs: StageInputs, record: TargetPreflight) -> PreflightError | None:
+def _verdict(inputs: CompileInputs, record: TargetPreflight) -> PreflightError | None:
     from edgebuild.targets.preflight import preflight_text
 
     if not record.blocking:

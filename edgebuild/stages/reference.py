@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.evaluate import Evaluation
 from edgebuild.content import digest, tool_versions
-from edgebuild.pipeline.runner import Stage, StageInputs
+from edgebuild.pipeline.runner import Stage
 from edgebuild.sources.routes import route_for
-from edgebuild.stages.session import CompileSession
+from edgebuild.stages.session import CompileInputs
 
 if TYPE_CHECKING:
     pass
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["REFERENCE"]
 
 
-def _key(inputs: StageInputs) -> dict[str, str]:
+def _key(inputs: CompileInputs) -> dict[str, str]:
     from edgebuild.datasets.project_data import validation_digest
 
     project = inputs.project
@@ -33,10 +33,10 @@ def _key(inputs: StageInputs) -> dict[str, str]:
             "tools": digest(tool_versions(*route.reference_tools, "faster-coco-eval"))}
 
 
-def _run(inputs: StageInputs) -> Evaluation:
+def _run(inputs: CompileInputs) -> Evaluation:
     from edgebuild.accuracy.evaluate import ValidationSet, evaluate
 
-    session: CompileSession = inputs.session
+    session = inputs.session
     data = ValidationSet(inputs.project)
     runner, what = route_for(inputs.project).reference_runner(inputs.project,
                                                               lambda: session.torch_runner(inputs.project))
@@ -55,4 +55,4 @@ def _describe(record: Evaluation) -> str:
 REFERENCE = Stage(
     name="reference", version=2, summary="FP32 accuracy of the model (PyTorch, or a model file with ONNX Runtime) "
                                          "on the validation set",
-    record=Evaluation, after=("model",), key=_key, run=_run, describe=_describe, needs_data=True)
+    record=Evaluation, after=("model",), key=_key, run=_run, describe=_describe)

@@ -1,27 +1,46 @@
-"""What the stages of one compile share: objects that are expensive to make, made once, by the
-first stage that needs them (and only if one does)."""
+"""What the stages of one compile share: the settings it was given beyond the project file, and
+objects that are expensive to make, made once, by the first stage that needs them (and only if one does)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgebuild.pipeline.runner import StageInputs
+from edgebuild.targets.profiles import SelectedGroup
 
 if TYPE_CHECKING:
+    import onnx
+
     from edgebuild.accuracy.gate import GateResult
+    from edgebuild.devices.farm import Farm
     from edgebuild.project.config import Project
     from edgebuild.runtime.device import DeviceFacts
     from edgebuild.sources.model import TorchRunner
 
-__all__ = ["CompileSession"]
+__all__ = ["CompileSession", "CompileSettings"]
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """How this compile's stages work, beyond the project file (the command's flags)."""
+
+    build_on: str | None = None  # --build-on: an ssh:// build device for every selected group
+    container_flavor: str = "jetson"
+    base_image: str | None = None
+    package_since: Path | None = None
+    farm: Farm | None = None  # groups without a build device build on its boards
+    ship_ungated: bool = False  # package a candidate selected with the gate off (accuracy.gate = false)
 
 
 @dataclass
 class CompileSession:
+    settings: CompileSettings = field(default_factory=CompileSettings)
     _torch_runner: TorchRunner | None = None
     _host: DeviceFacts | None = None
-    _graphs: dict[Path, Any] = field(default_factory=dict)
+    _graphs: dict[Path, onnx.ModelProto] = field(default_factory=dict)
     _acceptance: dict[str, bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # per-group stages may run at once
 
@@ -47,7 +66,7 @@ class CompileSession:
                 self._host = probe()
             return self._host
 
-    def onnx_graph(self, path: Path) -> Any:
+    def onnx_graph(self, path: Path) -> onnx.ModelProto:
         """An ONNX graph as preflight reads it, loaded once for every group."""
         from edgebuild.targets.preflight import load_graph
 
@@ -64,3 +83,7 @@ class CompileSession:
             if candidate not in self._acceptance:
                 self._acceptance[candidate] = acceptance_payload(project, gate, candidate)
             return self._acceptance[candidate]
+
+
+#: what a compile stage's ``key``, ``run``, ... see: a fleet group as the unit, this session as what is shared
+CompileInputs = StageInputs[SelectedGroup, CompileSession]

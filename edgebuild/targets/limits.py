@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -29,8 +29,12 @@ from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import CapabilityMissing, ConfigError, LimitError
 
-__all__ = ["CgroupV2", "LimitPreset", "available_presets", "check_against_module", "fit_to_host", "host_cgroup",
-           "human_size", "load_preset", "parse_size", "preset_for_group", "preset_path", "run_limited"]
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project  # typing only: the project layer is above this one
+    from edgebuild.targets.profiles import Module, SelectedGroup
+
+__all__ = ["LimitPreset", "check_against_module", "human_size", "load_preset", "parse_size", "preset_for_group",
+           "run_limited"]
 
 #: the share of a module's DRAM that one server's RAM plus its engine may take together
 MAX_SHARE_OF_MODULE = 0.75
@@ -132,7 +136,7 @@ class LimitPreset:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "limit preset") -> LimitPreset:
+    def from_dict(cls, data: Any, source: str = "limit preset") -> LimitPreset:  # JSON in
         """A preset from its ``as_dict()`` (the ``limits`` a recipe carries); ``source`` names where it came from."""
         try:
             return TypeAdapter(cls).validate_json(json.dumps(data), strict=True)  # JSON mode: from a dict, strictly
@@ -220,7 +224,7 @@ def load_preset(name: str, project_root: Path | None = None) -> LimitPreset:
     return preset
 
 
-def check_against_module(preset: LimitPreset, module: Any) -> None:
+def check_against_module(preset: LimitPreset, module: Module) -> None:
     """A preset must be for the group's module and leave the rest of the DRAM to the system."""
     if preset.module != module.id:
         raise ConfigError(f"limit preset {preset.name!r} is for {preset.module}, not {module.id}",
@@ -235,7 +239,7 @@ def check_against_module(preset: LimitPreset, module: Any) -> None:
             hint="the system, the camera stack and other services need the rest; lower one of them")
 
 
-def preset_for_group(project: Any, group: Any) -> LimitPreset:
+def preset_for_group(project: Project, group: SelectedGroup) -> LimitPreset:
     """The group's preset: its own ``cgroup_preset``, else ``[runtime] cgroup_preset``, else its module's."""
     name = group.cgroup_preset or project.runtime.cgroup_preset or group.target.module.id
     return load_preset(name, project.root)

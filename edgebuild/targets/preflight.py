@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ExportError, ProfileDataError
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     import onnx
 
-    from edgebuild.targets.profiles import SelectedGroup
+    from edgebuild.targets.profiles import JetPackRelease, SelectedGroup
 
-__all__ = ["Finding", "TargetPreflight", "check_target", "group_findings", "load_graph", "parser_table", "preflight",
-           "preflight_text", "rules_digest", "version_matches"]
+__all__ = ["Finding", "TargetPreflight", "check_target", "load_graph", "preflight", "preflight_text", "rules_digest"]
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 BLOCKING, WARNING, DLA_FALLBACK = "blocking", "warning", "dla-fallback"
@@ -53,13 +53,13 @@ class TargetPreflight:
     def blocking(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == BLOCKING]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["blocking"] = len(self.blocking)
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TargetPreflight:
+    def from_dict(cls, data: JsonObject) -> TargetPreflight:
         return cls(data["group"], data["target"], data["tensorrt"], data["parser_table"],
                    tuple(Finding(**f) for f in data["findings"]))
 
@@ -70,7 +70,7 @@ def _tensorrt_dir() -> Path:
     return data_dir("profiles") / "tensorrt"
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> JsonObject:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -85,7 +85,7 @@ def rules_digest() -> str:
     return tree_sha256(_tensorrt_dir(), "*.toml")
 
 
-def parser_table(tensorrt_version: str) -> dict[str, Any]:
+def parser_table(tensorrt_version: str) -> JsonObject:
     """The operator table of the TensorRT release ``major.minor`` of ``tensorrt_version``."""
     major_minor = ".".join(tensorrt_version.split(".")[:2])
     path = _tensorrt_dir() / f"onnx-parser-{major_minor}.toml"
@@ -100,12 +100,12 @@ def parser_table(tensorrt_version: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def restrictions() -> dict[str, Any]:
+def restrictions() -> JsonObject:
     return _read_toml(_tensorrt_dir() / "known-restrictions.toml")
 
 
 @lru_cache(maxsize=1)
-def dla_table() -> dict[str, Any]:
+def dla_table() -> JsonObject:
     return _read_toml(_tensorrt_dir() / "dla.toml")
 
 
@@ -172,7 +172,7 @@ def _constant_value(model: onnx.ModelProto, name: str) -> list[float] | None:
     return None
 
 
-def _rule_hits(rule: dict[str, Any], node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+def _rule_hits(rule: JsonObject, node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
     if "attribute_not_in" in rule:
         cond = rule["attribute_not_in"]
         value = _attribute(node, cond["name"])
@@ -231,8 +231,8 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, str]:
     return types
 
 
-def _dtype_finding(name: str, node: onnx.NodeProto, entry: dict[str, Any], found: str | None, release: Any,
-                   settings: dict[str, Any]) -> Finding | None:
+def _dtype_finding(name: str, node: onnx.NodeProto, entry: JsonObject, found: str | None, release: Any,
+                   settings: JsonObject) -> Finding | None:
     """The node's data input against the op's Supported Types column, or None when it fits (or is unknown)."""
     aliases = settings.get("aliases", {})
     listed = {aliases.get(t, t) for t in entry.get("dtypes", []) if t.isupper() and " " not in t}
@@ -317,8 +317,8 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
     return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
 
 
-def _unsupported(name: str, op_type: str, listed: bool, release: Any, opset: int, parser_source: str,
-                 rules: dict[str, Any]) -> Finding:
+def _unsupported(name: str, op_type: str, listed: bool, release: JetPackRelease, opset: int, parser_source: str,
+                 rules: JsonObject) -> Finding:
     """A node the parser has no importer for, with the fixes that exist: a lower opset, a later TensorRT."""
     later = _first_supporting_release(op_type)
     fixes = []

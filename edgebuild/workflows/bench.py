@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from edgebuild.jsontypes import JsonObject
 from edgebuild.workflows.plan import compiled_artifact, compiled_folders, is_compiled, load_plan
 
 if TYPE_CHECKING:
@@ -22,12 +23,12 @@ Report = Callable[[str], None]
 @dataclass(frozen=True)
 class Benched:
     artifact: Path
-    result: dict[str, Any]  # schema edgebuild.bench/1
-    comparison: dict[str, Any] | None = None  # against the baseline, when one was given and comparable
+    result: JsonObject  # schema edgebuild.bench/1
+    comparison: JsonObject | None = None  # against the baseline, when one was given and comparable
     error: EdgebuildError | None = None  # why the baseline was not compared, raised after the result is shown
 
 
-def bench_artifact(artifact: Path | None, options: dict[str, Any], *, project_dir: Path, selector: str,
+def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: Path, selector: str,
                    device_url: str | None = None, baseline: Path | None = None, force: bool = False,
                    report: Report = lambda _: None) -> Benched:
     """``artifact`` (else the one compiled group ``selector`` selects) benchmarked here in a fresh
@@ -64,7 +65,7 @@ def bench_artifact(artifact: Path | None, options: dict[str, Any], *, project_di
 @dataclass(frozen=True)
 class FleetBench:
     results: Path  # build/bench: <group>.json per group measured
-    summary: dict[str, Any]  # schema edgebuild.bench-fleet/1
+    summary: JsonObject  # schema edgebuild.bench-fleet/1
     summary_path: Path
     jobs: list[JobResult]
 
@@ -77,7 +78,7 @@ class FleetBench:
         return self.failed_jobs[0].error if self.failed_jobs else None
 
 
-def bench_on_farm(project_dir: Path, selector: str, address: str | None, options: dict[str, Any], *,
+def bench_on_farm(project_dir: Path, selector: str, address: str | None, options: JsonObject, *,
                   jobs: int | None = None, timeout_s: float | None = None, summary_file: Path | None = None,
                   report: Report = lambda _: None) -> FleetBench:
     """``bench --farm``: each selected group's model folder benchmarked on a board of its profile, in

@@ -10,16 +10,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from edgebuild.workflows.plan import load_plan, run_until
+from edgebuild.jsontypes import JsonObject
+from edgebuild.stages.container import CONTAINER
+from edgebuild.stages.engine import ENGINE
+from edgebuild.stages.export import EXPORT
+from edgebuild.stages.package import PACKAGE
+from edgebuild.stages.preflight import PREFLIGHT
+from edgebuild.stages.session import CompileSettings
+from edgebuild.workflows.plan import load_plan, ran, run_until
 
 if TYPE_CHECKING:
     from edgebuild.errors import PreflightError
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.preflight import TargetPreflight
 
-__all__ = ["export_model", "package_fleet", "preflight_targets", "rebuild_report", "write_containers"]
+__all__ = ["Exported", "export_model", "package_fleet", "preflight_targets", "rebuild_report", "write_containers"]
 
 Report = Callable[[str], None]
 
@@ -33,10 +40,11 @@ class Exported:
 def export_model(project_dir: Path, selector: str, *, force: bool = False,
                  report: Report = lambda _: None) -> Exported:
     """The model exported to ONNX for every selected target's parser (reused when nothing changed)."""
-    outcome = run_until(load_plan(project_dir, selector), "export", force=force, report=report).outcome("export")
-    if outcome.error:
-        raise outcome.error
-    return Exported(outcome.record(), outcome.status == "reused")
+    outcome = ran(run_until(load_plan(project_dir, selector), EXPORT, force=force, report=report), EXPORT)
+    record = outcome.record()
+    if outcome.error or record is None:
+        raise outcome.error or AssertionError("the export neither ran nor failed")
+    return Exported(record, outcome.status == "reused")
 
 
 @dataclass(frozen=True)
@@ -67,32 +75,38 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
     plan = load_plan(project_dir, selector)
     if onnx_path is not None:
         return Preflighted(onnx_path, preflight(onnx_path, list(plan.groups)))
-    done = run_until(plan, "preflight", report=report)
-    outcome = done.outcome("preflight")
+    done = run_until(plan, PREFLIGHT, report=report)
+    outcome = ran(done, PREFLIGHT)
     failed = next((u.error for u in outcome.units if u.record is None and u.error), None)
     if failed is not None:
         raise failed
-    return Preflighted(done.record("export").onnx_path, [u.record for u in outcome.units if u.record is not None])
+    export = done.record(EXPORT)
+    assert export is not None, "preflight ran without the export"
+    return Preflighted(export.onnx_path, [u.record for u in outcome.units if u.record is not None])
 
 
 def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson", base_image: str | None = None,
                      build: bool = False, engine: str | None = None, pull: bool = True,
-                     report: Report = lambda _: None) -> dict[str, dict[str, Any]]:
+                     report: Report = lambda _: None) -> dict[str, JsonObject]:
     """Each selected group's container build context (the container stage), and with ``build`` its
     image built with podman or docker: the container records by group, ``context`` an absolute path
     and ``built`` the image tag."""
     from edgebuild.shipping.container import build_image, group_container_plan
 
     plan = load_plan(project_dir, selector)
-    done = run_until(plan, "container", container_flavor=flavor, base_image=base_image, report=report)
-    outcome = done.outcome("container")
+    done = run_until(plan, CONTAINER, settings=CompileSettings(container_flavor=flavor, base_image=base_image),
+                     report=report)
+    outcome = ran(done, CONTAINER)
     if outcome.error:
         raise outcome.error
     build_dir = plan.project.build_dir
-    records = {u.group: {**u.record.as_dict(), "context": str(build_dir / u.record.context)} for u in outcome.units}
+    records = {u.group: {**u.record.as_dict(), "context": str(build_dir / u.record.context)}
+               for u in outcome.units if u.group is not None and u.record is not None}
     if build:
         for group in plan.groups:
-            model_folder = build_dir / done.record("engine", group.name).folder
+            engine = done.record(ENGINE, group.name)
+            assert engine is not None, "the container stage ran without the engine"
+            model_folder = build_dir / engine.folder
             container = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
             records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
                                                        engine=engine, pull=pull, report=report)
@@ -100,7 +114,7 @@ def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson"
 
 
 def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None, ship_ungated: bool = False,
-                  report: Report = lambda _: None) -> dict[str, Any]:
+                  report: Report = lambda _: None) -> JsonObject:
     """Each selected group's OTA artifacts (the package stage) and ``build/packages/fleet.json``,
     which this returns."""
     import json
@@ -116,11 +130,11 @@ def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None
             raise done.error
         return json.loads((done.fleet.build_dir / "packages" / "fleet.json").read_text())
     plan = load_plan(project_dir, selector)
-    outcome = run_until(plan, "package", package_since=since, ship_ungated=ship_ungated,
-                        report=report).outcome("package")
+    outcome = ran(run_until(plan, PACKAGE, settings=CompileSettings(package_since=since, ship_ungated=ship_ungated),
+                            report=report), PACKAGE)
     if outcome.error:
         raise outcome.error
-    return write_fleet_manifest(plan.project, [u.record for u in outcome.units])
+    return write_fleet_manifest(plan.project, [u.record for u in outcome.units if u.record is not None])
 
 
 def rebuild_report(project_dir: Path) -> dict[str, Path]:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgebuild.errors import EdgebuildError
-    from edgebuild.pipeline.runner import CompileReport, Plan, StageOutcome
+    from edgebuild.pipeline.runner import CompileReport, StageOutcome
+    from edgebuild.workflows.plan import CompilePlan
 
 __all__ = ["compile_project"]
 
@@ -36,7 +37,7 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
                     build_on: str | None = None, farm_address: str | None = None, jobs: int | None = None,
                     farm_timeout: float | None = None, gate: bool = True, ship_ungated: bool = False,
                     progress: bool = False, report: Report = lambda _: None, farm_report: Report | None = None,
-                    on_plan: Callable[[Plan], None] = lambda _: None,
+                    on_plan: Callable[[CompilePlan], None] = lambda _: None,
                     on_stage: Callable[[StageOutcome], None] = lambda _: None) -> Compiled:
     """Compile ``selector``'s groups of the project at ``project_dir``.
 
@@ -47,10 +48,12 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
     the plan before anything runs, ``on_stage`` each stage as it ends.
     """
     from edgebuild.devices.farm import open_farm, release_on_exit
-    from edgebuild.pipeline.runner import Options, plan_compile, write_last_compile
+    from edgebuild.pipeline.runner import Options, write_last_compile
     from edgebuild.project.config import load_project
     from edgebuild.report import write_report
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.session import CompileSettings
+    from edgebuild.workflows.plan import plan_compile
 
     project = load_project(project_dir)
     if not gate:
@@ -60,16 +63,17 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
     farm = None
     if farm_address is not None or (project.farm.coordinator and not build_on):
         farm = open_farm(project, farm_address, farm_timeout, report=farm_report or report)
-    options = Options(force=force, build_on=build_on, progress=progress, farm=farm,
-                      jobs=(jobs or project.farm.jobs or len(plan.groups)) if farm else 1, ship_ungated=ship_ungated)
+    options = Options(force=force, progress=progress,
+                      jobs=(jobs or project.farm.jobs or len(plan.groups)) if farm else 1)
+    settings = CompileSettings(build_on=build_on, farm=farm, ship_ungated=ship_ungated)
     if farm is not None:
         try:
             with release_on_exit(farm):
-                done = compile_plan(plan, options=options, report=report, on_stage=on_stage)
+                done = compile_plan(plan, options=options, settings=settings, report=report, on_stage=on_stage)
         finally:
             farm.disconnect()
     else:
-        done = compile_plan(plan, options=options, report=report, on_stage=on_stage)
+        done = compile_plan(plan, options=options, settings=settings, report=report, on_stage=on_stage)
     write_last_compile(done)
     written = write_report(project.build_dir)  # a failed compile gets its report too
     return Compiled(done, written)

@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["run_checks"]
+__all__ = ["Check", "run_checks"]
 
 
 @dataclass(frozen=True)

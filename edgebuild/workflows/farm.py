@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-__all__ = ["farm_status"]
+from edgebuild.jsontypes import JsonObject
+
+__all__ = ["FarmStatus", "farm_status"]
 
 Report = Callable[[str], None]
 
@@ -18,14 +19,14 @@ Report = Callable[[str], None]
 @dataclass(frozen=True)
 class FarmStatus:
     coordinator: str
-    places: list[dict[str, Any]]  # place, tags, serves (fleet groups), held_by, reservation
+    places: list[JsonObject]  # place, tags, serves (fleet groups), held_by, reservation
     unserved: dict[str, dict[str, str]]  # fleet groups no place can serve -> the tags a board for them needs
 
 
 def farm_status(project_dir: Path, address: str | None = None, *, report: Report = lambda _: None) -> FarmStatus:
     from edgebuild.devices.farm import open_farm, target_tags
-    from edgebuild.pipeline.runner import plan_compile
     from edgebuild.project.config import load_project
+    from edgebuild.workflows.plan import plan_compile
 
     project = load_project(project_dir)
     farm = open_farm(project, address, report=report)

@@ -14,19 +14,26 @@ model's folder), one container and one bundle with every model (``edgebuild.ship
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgebuild.errors import EdgebuildError
 
-__all__ = ["FleetCompiled", "GroupOutcome", "compile_fleet"]
+if TYPE_CHECKING:
+    from edgebuild.devices.memory_plan import MemoryPlan
+    from edgebuild.pipeline.runner import CompileReport, StageOutcome
+    from edgebuild.project.fleet import Fleet
+    from edgebuild.project.schema import FleetGroup
+    from edgebuild.report.fleet import FleetGroupRecord
+    from edgebuild.stages.session import CompileSession, CompileSettings
+    from edgebuild.workflows.plan import CompilePlan
 
-Report = Callable[[str], None]
-FLEET_RECORD = "fleet.json"
+__all__ = ["compile_fleet", "fleet_summary"]
+
+Progress = Callable[[str], None]
 
 
 @dataclass
@@ -37,20 +44,22 @@ class GroupOutcome:
     target: str
     models: list[str]
     candidates: dict[str, str] = field(default_factory=dict)  # model -> selected candidate
-    memory: Any = None  # edgebuild.devices.memory_plan.MemoryPlan
-    written: dict[str, Any] = field(default_factory=dict)  # folder, container, bundle, ... (relative paths)
+    memory: MemoryPlan | None = None
+    written: dict[str, str | bool] = field(default_factory=dict)  # folder, container, bundle, ... (relative paths)
     error: EdgebuildError | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"group": self.name, "target": self.target, "models": self.models, "candidates": self.candidates,
-                "memory_plan": self.memory.as_dict() if self.memory else None, **self.written,
-                "error": str(self.error) if self.error else None}
+    def record(self) -> FleetGroupRecord:
+        """The group's line in ``build/fleet.json``."""
+        from edgebuild.report.fleet import FleetGroupRecord
+
+        return FleetGroupRecord(self.name, self.target, tuple(self.models), self.candidates, self.memory,
+                                self.written, str(self.error) if self.error else None)
 
 
 @dataclass
 class FleetCompiled:
-    fleet: Any  # edgebuild.project.fleet.Fleet
-    models: dict[str, Any]  # model -> its CompileReport
+    fleet: Fleet
+    models: dict[str, CompileReport]  # model -> its compile
     groups: list[GroupOutcome]
     record: Path
 
@@ -62,85 +71,103 @@ class FleetCompiled:
         return next((g.error for g in self.groups if g.error is not None), None)
 
 
+@dataclass
+class _Model:
+    """One model of the fleet as it compiles: its plan (its project, the selected groups that run it),
+    what its stages share, and its compile so far."""
+
+    plan: CompilePlan
+    session: CompileSession
+    compiled: CompileReport
+
+
 def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = frozenset(), gate: bool = True,
                   ship_ungated: bool = False, package_since: Path | None = None, progress: bool = False,
-                  report: Report = lambda _: None, on_stage: Callable[[Any], None] = lambda _: None) -> FleetCompiled:
+                  report: Progress = lambda _: None,
+                  on_stage: Callable[[StageOutcome], None] = lambda _: None) -> FleetCompiled:
     """Compile the groups ``selector`` picks of the fleet file at ``fleet_dir``, with every model they run.
     ``package_since``: an earlier bundle or packages folder; each group's bundle is a delta over it."""
     from dataclasses import replace
 
-    from edgebuild.pipeline.runner import Options, plan_compile, run_stages
+    from edgebuild.pipeline.runner import Options
     from edgebuild.project.fleet import load_fleet
-    from edgebuild.stages import MODEL_STAGES, STAGES
+    from edgebuild.report.fleet import FLEET_RECORD
+    from edgebuild.stages import MODEL_STAGES, STAGES, compile_plan
     from edgebuild.stages.engine import ENGINE
-    from edgebuild.stages.session import CompileSession
-    from edgebuild.targets.profiles import load_catalog, select_groups
+    from edgebuild.stages.session import CompileSession, CompileSettings
+    from edgebuild.targets.profiles import load_catalog
+    from edgebuild.workflows.plan import plan_compile, select
 
     fleet = load_fleet(fleet_dir)
     catalog = load_catalog()
-    selected = {g.name for g in select_groups(selector, fleet.file.fleet, catalog)}
-    options = Options(force=force, progress=progress, ship_ungated=ship_ungated, package_since=package_since)
-    plans, reports, sessions = {}, {}, {}
+    selection = select(selector, fleet.file.fleet, catalog)  # parsed once, for every model's project
+    options = Options(force=force, progress=progress)
+    settings = CompileSettings(ship_ungated=ship_ungated, package_since=package_since)
+    models: dict[str, _Model] = {}
     for name in fleet.models:
-        if not any(g.name in selected for g in fleet.groups_running(name)):
+        if not any(g.name in selection.names for g in fleet.groups_running(name)):
             continue
         project = fleet.model_project(name)
         if not gate:
             project = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"gate": False})})
-        plan = plan_compile(project, ",".join(g.name for g in project.fleet if g.name in selected), catalog)
-        plans[name], sessions[name] = plan, CompileSession()  # a session holds one model
+        plan = plan_compile(project, selection, catalog)
+        session = CompileSession(settings)  # a session holds one model
         report(f"== model {name} ({project.source.parent.name}): {', '.join(g.name for g in plan.groups)}")
-        reports[name] = run_stages(plan, MODEL_STAGES, options=options, report=report, on_stage=on_stage,
-                                   session=sessions[name])
-    groups = [_plan_group(fleet, g, plans, reports, selected) for g in fleet.file.fleet if g.name in selected]
+        models[name] = _Model(plan, session, compile_plan(plan, stages=MODEL_STAGES, options=options, report=report,
+                                                          on_stage=on_stage, session=session))
+    groups = [_plan_group(fleet, g, models) for g in fleet.file.fleet if g.name in selection.names]
     for outcome in groups:
-        if outcome.error is None:
+        if outcome.error is None and outcome.memory is not None:
             report(f"memory plan {outcome.name}:\n{outcome.memory.table()}")
-    for name, plan in plans.items():  # engines for the groups whose memory plan fits
-        fitting = [g for g in plan.groups if any(o.name == g.name and o.error is None for o in groups)]
+    for name, model in models.items():  # engines for the groups whose memory plan fits
+        fitting = [g for g in model.plan.groups if any(o.name == g.name and o.error is None for o in groups)]
         if fitting:
             report(f"== engines of {name}: {', '.join(g.name for g in fitting)}")
-            reports[name] = run_stages(replace(plan, groups=tuple(fitting)), STAGES[: STAGES.index(ENGINE) + 1],
-                                       options=options, report=report, on_stage=on_stage, session=sessions[name])
+            model.compiled = compile_plan(replace(model.plan, groups=tuple(fitting)),
+                                          stages=STAGES[: STAGES.index(ENGINE) + 1], options=options,
+                                          report=report, on_stage=on_stage, session=model.session)
     for outcome in groups:
         if outcome.error is None:
-            _ship_group(fleet, outcome, plans, reports, options, report)
+            _ship_group(fleet, outcome, models, settings, report)
     record = fleet.build_dir / FLEET_RECORD
     _write_record(fleet, groups, record)
-    _write_reports(fleet, plans, reports)
-    return FleetCompiled(fleet, reports, groups, record)
+    _write_reports(fleet, models)
+    return FleetCompiled(fleet, {name: m.compiled for name, m in models.items()}, groups, record)
 
 
-def _write_reports(fleet: Any, plans: dict[str, Any], reports: dict[str, Any]) -> None:
+def _write_reports(fleet: Fleet, models: dict[str, _Model]) -> None:
     """Each model's own build report (its stages, gate, preflight) and the fleet's page linking them."""
     from edgebuild.pipeline.runner import write_last_compile
     from edgebuild.report import write_report
     from edgebuild.report.fleet import write_fleet_report
 
-    for name, compiled in reports.items():
-        write_last_compile(compiled)
-        write_report(plans[name].project.build_dir)
+    for model in models.values():
+        write_last_compile(model.compiled)
+        write_report(model.plan.project.build_dir)
     write_fleet_report(fleet.build_dir)
 
 
-def _plan_group(fleet: Any, group: Any, plans: dict[str, Any], reports: dict[str, Any],
-                selected: set[str]) -> GroupOutcome:
+def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> GroupOutcome:
     """The group's memory plan from each model's gate selection (before any engine is built)."""
     from edgebuild.devices.memory_plan import estimate_model_memory, plan_group_memory
     from edgebuild.errors import LimitError
+    from edgebuild.project.layout import BuildLayout
+    from edgebuild.stages.gate import GATE
+    from edgebuild.stages.preflight import PREFLIGHT
     from edgebuild.targets.limits import parse_size
 
     outcome = GroupOutcome(group.name, group.target_id, list(group.models or []))
     memory = []
     for name in outcome.models:
-        plan = plans[name]
-        gate = reports[name].record("gate")
-        preflight = reports[name].record("preflight", group.name)
+        plan, compiled = models[name].plan, models[name].compiled
+        gate = compiled.record(GATE)
+        preflight = compiled.record(PREFLIGHT, group.name)
         if gate is None or preflight is None or gate.selected is None:
-            failed = reports[name].error
+            failed = compiled.error
             outcome.error = failed or LimitError(f"{group.name}: model {name} has no candidate for this group")
             return outcome
         selected_group = next(g for g in plan.groups if g.name == group.name)
+        assert selected_group.limits is not None, "plan_compile resolves every group's limit preset"
         candidate = gate.candidate(gate.selected)
         outcome.candidates[name] = f"{candidate.precision} (retention {candidate.retention:.3f})"
         project = plan.project
@@ -148,42 +175,51 @@ def _plan_group(fleet: Any, group: Any, plans: dict[str, Any], reports: dict[str
         memory.append(estimate_model_memory(
             name, gate.folder / candidate.onnx, precision, {s.name: list(s.max_shape) for s in project.model.inputs},
             selected_group.limits.tensorrt_workspace, built_on_device=not group.build_on,
-            engine_json=project.build_dir / "engines" / group.name / "engine.json"))
-    first = next(g for g in plans[outcome.models[0]].groups if g.name == group.name)
+            engine_json=BuildLayout.of(project).engine(group.name) / "engine.json"))
+    first = next(g for g in models[outcome.models[0]].plan.groups if g.name == group.name)
+    assert first.limits is not None, "plan_compile resolves every group's limit preset"
     outcome.memory = plan_group_memory(group.name, first.limits, parse_size(fleet.file.runtime.footprint), memory)
     if not outcome.memory.fits:
         outcome.error = outcome.memory.refusal()
     return outcome
 
 
-def _ship_group(fleet: Any, outcome: GroupOutcome, plans: dict[str, Any], reports: dict[str, Any], options: Any,
-                report: Report) -> None:
+def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], settings: CompileSettings,
+                report: Progress) -> None:
     """The group folder with every model, its container and its bundle."""
     from edgebuild.shipping.group import ship_group
+    from edgebuild.stages.engine import ENGINE
+    from edgebuild.stages.gate import GATE
 
     folders = {}
     for name in outcome.models:
-        engine = reports[name].record("engine", outcome.name)
+        engine = models[name].compiled.record(ENGINE, outcome.name)
         if engine is None:
-            outcome.error = reports[name].error or EdgebuildError(f"{outcome.name}: model {name} has no engine folder")
+            outcome.error = models[name].compiled.error or EdgebuildError(
+                f"{outcome.name}: model {name} has no engine folder")
             return
-        folders[name] = plans[name].project.build_dir / engine.folder
-    group = next(g for g in plans[outcome.models[0]].groups if g.name == outcome.name)
-    ungated = tuple(m for m in outcome.models if not reports[m].record("gate").policy.gated)
+        folders[name] = models[name].plan.project.build_dir / engine.folder
+    group = next(g for g in models[outcome.models[0]].plan.groups if g.name == outcome.name)
+    ungated = tuple(m for m in outcome.models if (gate := models[m].compiled.record(GATE)) and not gate.policy.gated)
+    assert outcome.memory is not None, "a group is shipped after its memory plan fits"
     try:
-        outcome.written = ship_group(fleet, group, folders, outcome.memory, options=options, report=report,
-                                     ungated=ungated)
+        outcome.written = ship_group(fleet, group, folders, outcome.memory, flavor=settings.container_flavor,
+                                     base_image=settings.base_image, package_since=settings.package_since,
+                                     ship_ungated=settings.ship_ungated, report=report, ungated=ungated)
     except EdgebuildError as exc:
         outcome.error = exc
 
 
-def _write_record(fleet: Any, groups: list[GroupOutcome], path: Path) -> None:
+def _write_record(fleet: Fleet, groups: list[GroupOutcome], path: Path) -> None:
+    import json
+
+    from edgebuild.report.fleet import FleetRecord
     from edgebuild.runtime.files import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps({"fleet": fleet.name, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                       time.gmtime()),
-                                        "groups": [g.as_dict() for g in groups]}, indent=2, default=str))
+    record = FleetRecord(fleet.name, tuple(g.record() for g in groups),
+                         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    atomic_write_text(path, json.dumps(record.as_dict(), indent=2, default=str))
 
 
 def fleet_summary(compiled: FleetCompiled) -> str:

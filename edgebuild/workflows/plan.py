@@ -1,6 +1,9 @@
 """The plan and the partial compile every command beside ``compile`` starts from.
 
-``load_plan`` is a project and the fleet groups a ``--target`` selects; ``run_until`` runs one
+``plan_compile`` is what the compile works on, decided above the stage runner (which knows
+nothing of targets): the fleet groups a ``--target`` selector selects, parsed once
+(:class:`Selection`), each with its limit preset resolved and checked against its module.
+``load_plan`` is that for the project in a folder; ``run_until`` runs one
 stage and what it reads, reusing what is up to date: a single-stage command (``export``,
 ``validate``, ``container``, ...) is this, so the pipeline decides what is up to date, never the
 command. ``compiled_artifact`` is the one model folder ``bench`` measures when given none.
@@ -9,44 +12,99 @@ command. ``compiled_artifact`` is the one model folder ``bench`` measures when g
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
+
+from edgebuild.pipeline.runner import Plan
+from edgebuild.stages.session import CompileSettings
+from edgebuild.targets.profiles import SelectedGroup
 
 if TYPE_CHECKING:
-    from edgebuild.pipeline.runner import CompileReport, Plan
+    from edgebuild.pipeline.runner import CompileReport, Stage, StageOutcome
+    from edgebuild.project.config import Project
+    from edgebuild.project.schema import FleetGroup
+    from edgebuild.targets.profiles import Catalog
 
-__all__ = ["compiled_artifact", "compiled_folders", "is_compiled", "load_plan", "run_until"]
+__all__ = ["CompilePlan", "plan_compile"]
 
-Report = Callable[[str], None]
+Progress = Callable[[str], None]
+R = TypeVar("R")
+#: what a compile works on: the project and its selected fleet groups (limit presets resolved)
+CompilePlan = Plan[SelectedGroup]
 
 
-def load_plan(project_dir: Path, selector: str) -> Plan:
+@dataclass(frozen=True)
+class Selection:
+    """A ``--target`` selector parsed once: the text as written and the fleet groups it names."""
+
+    text: str
+    names: tuple[str, ...]  # in fleet order
+
+
+def select(selector: str, fleet: list[FleetGroup], catalog: Catalog | None = None) -> Selection:
+    """Parse ``selector`` against ``fleet`` (the project's, or a fleet file's, groups)."""
+    from edgebuild.targets.profiles import load_catalog, select_groups
+
+    return Selection(selector, tuple(g.name for g in select_groups(selector, fleet, catalog or load_catalog())))
+
+
+def plan_compile(project: Project, selector: str | Selection, catalog: Catalog | None = None) -> CompilePlan:
+    """Select the groups and resolve each one's limit preset once (checked against its module).
+
+    ``selector`` is a ``--target`` as written, or a :class:`Selection` already parsed (a fleet
+    file's, of which this model's project runs some groups).
+    """
+    from edgebuild.targets.limits import check_against_module, preset_for_group
+    from edgebuild.targets.profiles import load_catalog, select_groups
+
+    catalog = catalog or load_catalog()
+    if isinstance(selector, Selection):
+        text, chosen = selector.text, [g for g in select_groups("all", project.fleet, catalog)
+                                       if g.name in selector.names]
+    else:
+        text, chosen = selector, select_groups(selector, project.fleet, catalog)
+    groups = []
+    for group in chosen:
+        preset = preset_for_group(project, group)
+        check_against_module(preset, group.target.module)
+        groups.append(replace(group, limits=preset))
+    return Plan(project, text, tuple(groups))
+
+
+def load_plan(project_dir: Path, selector: str) -> CompilePlan:
     """The project at ``project_dir`` and the fleet groups ``selector`` selects."""
-    from edgebuild.pipeline.runner import plan_compile
     from edgebuild.project.config import load_project
 
     return plan_compile(load_project(project_dir), selector)
 
 
-def run_until(plan: Plan, stage: str, *, report: Report, force: bool = False, progress: bool = False,
-              **options: Any) -> CompileReport:
+def run_until(plan: CompilePlan, stage: Stage[R], *, report: Progress, force: bool = False, progress: bool = False,
+              settings: CompileSettings = CompileSettings()) -> CompileReport:
     """Run ``stage`` and what it reads (reusing what is up to date); raises what failed before ``stage``.
 
-    ``force`` runs ``stage`` again (and nothing before it); ``options`` are further
-    ``pipeline.runner.Options`` (container flavor, package_since, ...).
+    ``force`` runs ``stage`` again (and nothing before it); ``settings`` are the command's flags
+    the stages read (container flavor, package_since, ...).
     """
     from edgebuild.pipeline.runner import Options
     from edgebuild.stages import compile_plan
 
-    done = compile_plan(plan, until=stage, options=Options(force=frozenset({stage} if force else ()),
-                                                          progress=progress, **options), report=report)
-    earlier = next((o.error for o in done.stages if o.stage.name != stage and o.error), None)
+    done = compile_plan(plan, until=stage.name, options=Options(force=frozenset({stage.name} if force else ()),
+                                                               progress=progress), settings=settings, report=report)
+    earlier = next((o.error for o in done.stages if o.stage.name != stage.name and o.error), None)
     if earlier is not None:
         raise earlier
     return done
 
 
-def compiled_folders(plan: Plan) -> dict[str, Path]:
+def ran(done: CompileReport, stage: Stage[R]) -> StageOutcome[R]:
+    """What ``stage`` did in ``done`` (which ran it: a bug otherwise)."""
+    outcome = done.outcome(stage)
+    assert outcome is not None, f"{stage.name} was not run"
+    return outcome
+
+
+def compiled_folders(plan: CompilePlan) -> dict[str, Path]:
     """Each selected group's model folder (``build/engines/<group>``), compiled or not."""
     from edgebuild.project.layout import BuildLayout
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgebuild.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
     from edgebuild.workflows.check import Finding
 
-__all__ = ["check_project", "model_file_findings", "prepare_project_data", "profile_catalog", "profile_records"]
+__all__ = ["Checked", "check_project", "prepare_project_data", "profile_catalog", "profile_records"]
 
 Report = Callable[[str], None]
 
@@ -20,7 +22,7 @@ Report = Callable[[str], None]
 @dataclass(frozen=True)
 class Checked:
     project: Project
-    fleet: list[dict[str, Any]]  # every fleet group described (SelectedGroup.describe)
+    fleet: list[JsonObject]  # every fleet group described (SelectedGroup.describe)
     findings: list[Finding]  # notes only: a problem is raised
     to_prepare: list[str]  # data paths data.prepare will make
 
@@ -31,9 +33,9 @@ def check_project(project_dir: Path) -> Checked:
     The entry points are imported, not called; data.prepare does not run.
     """
     from edgebuild.datasets.project_data import missing_data
-    from edgebuild.pipeline.runner import plan_compile
     from edgebuild.project.config import load_project
     from edgebuild.workflows.check import check_code_and_data, raise_for_problems
+    from edgebuild.workflows.plan import plan_compile
 
     project = load_project(project_dir)
     plan = plan_compile(project, "all")
@@ -51,7 +53,7 @@ def model_file_findings(project: Project, groups: Sequence[SelectedGroup] | None
     from edgebuild.workflows.check import Finding
 
     if groups is None:
-        from edgebuild.pipeline.runner import plan_compile
+        from edgebuild.workflows.plan import plan_compile
 
         groups = plan_compile(project, "all").groups
     checked = check_model_file(project, groups)
@@ -74,7 +76,7 @@ def prepare_project_data(project_dir: Path, *, report: Report = lambda _: None) 
     return str(project.data.prepare) if prepare_data(project, report) else None
 
 
-def profile_records(name: str) -> dict[str, Any]:
+def profile_records(name: str) -> JsonObject:
     """A target (MODULE@JETPACK), module or JetPack release from the catalog: ``target``, ``module``
     and ``jetpack`` records as they apply; TargetError for anything else."""
     from edgebuild.errors import TargetError
@@ -95,7 +97,7 @@ def profile_records(name: str) -> dict[str, Any]:
     )
 
 
-def profile_catalog() -> dict[str, list[dict[str, Any]]]:
+def profile_catalog() -> dict[str, list[JsonObject]]:
     """Every JetPack release and module of the catalog, as records."""
     from edgebuild.targets.profiles import load_catalog
 

@@ -12,20 +12,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from edgebuild.workflows.plan import load_plan, run_until
+from edgebuild.jsontypes import JsonObject
+from edgebuild.stages.engine import ENGINE
+from edgebuild.stages.gate import GATE
+from edgebuild.workflows.plan import CompilePlan, load_plan, ran, run_until
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import ValidationSet
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.devices.farm import JobResult
     from edgebuild.errors import EdgebuildError
-    from edgebuild.pipeline.runner import Plan
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["DeviceValidation", "evaluate_group", "validate_here", "validate_on_device", "validate_on_farm"]
+__all__ = ["DeviceValidation"]
 
 Report = Callable[[str], None]
 
@@ -34,7 +36,7 @@ Report = Callable[[str], None]
 
 @dataclass(frozen=True)
 class GateRun:
-    plan: Plan
+    plan: CompilePlan
     result: GateResult
     reused: bool  # nothing changed since the gate last decided
     error: EdgebuildError | None  # the gate's refusal (nothing selectable passes), raised after it is shown
@@ -46,9 +48,10 @@ def validate_here(project_dir: Path, selector: str, *, force: bool = False, back
     plan = load_plan(project_dir, selector)
     if backend:
         plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
-    outcome = run_until(plan, "gate", force=force, progress=progress, report=report).outcome("gate")
+    outcome = ran(run_until(plan, GATE, force=force, progress=progress, report=report), GATE)
     result = outcome.record()
     if result is None:
+        assert outcome.error is not None, "the gate neither decided nor failed"
         raise outcome.error
     return GateRun(plan, result, outcome.status == "reused", outcome.error)
 
@@ -62,7 +65,7 @@ class DeviceValidation:
     where: str  # the device's ssh:// URL, or the farm's coordinator
     gate: GateResult  # the FP32 reference and the policy every row was judged by
     images: int  # validation images
-    records: list[dict[str, Any]]
+    records: list[JsonObject]
     jobs: list[JobResult] = field(default_factory=list)  # --farm: every job, failed ones included
     jobs_file: Path | None = None  # --farm: build/farm/validate.json
 
@@ -87,7 +90,7 @@ class DeviceValidation:
 
 
 def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, folder: Path, url: str,
-                   data: ValidationSet, report: Report = lambda _: None) -> dict[str, Any]:
+                   data: ValidationSet, report: Report = lambda _: None) -> JsonObject:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.runtime.recipe import Recipe
@@ -101,17 +104,20 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
             "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
 
 
-def _engines(plan: Plan, report: Report) -> tuple[GateResult, dict[str, Path], ValidationSet]:
+def _engines(plan: CompilePlan, report: Report) -> tuple[GateResult, dict[str, Path], ValidationSet]:
     """The engine stage run as needed: the gate's result, each group's model folder, the validation set."""
     from edgebuild.accuracy.evaluate import ValidationSet
 
-    done = run_until(plan, "engine", report=report)
-    failed = next((u.error for u in done.outcome("engine").units if u.record is None and u.error), None)
+    done = run_until(plan, ENGINE, report=report)
+    engines = {u.group: u.record for u in ran(done, ENGINE).units}
+    failed = next((u.error for u in ran(done, ENGINE).units if u.record is None and u.error), None)
     if failed is not None:  # a group with no model folder to measure
         raise failed
+    gate = done.record(GATE)
+    assert gate is not None, "the engine stage ran without the gate"
     build = plan.project.build_dir
-    folders = {g.name: build / done.record("engine", g.name).folder for g in plan.groups}
-    return done.record("gate"), folders, ValidationSet(plan.project)
+    folders = {g.name: build / engine.folder for g in plan.groups if (engine := engines.get(g.name)) is not None}
+    return gate, folders, ValidationSet(plan.project)
 
 
 def validate_on_device(project_dir: Path, selector: str, url: str, *,

@@ -98,8 +98,10 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
 
     from edgebuild.accuracy.gate import run_gate
     from edgebuild.datasets.project_data import prepare_data
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.stages import compile_plan
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.workflows.plan import plan_compile
     from tests.support.project import EXAMPLES
 
     root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
@@ -107,7 +109,7 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
     project = load_project(root)
     prepare_data(project)
     outcome = compile_plan(plan_compile(project, "orin"), until="export",
-                           options=Options(progress=False)).outcome("export")  # as `edgebuild export` runs it
+                           options=Options(progress=False)).outcome(EXPORT)  # as `edgebuild export` runs it
     assert outcome.error is None, outcome.error
     record = outcome.record()
     return project, record, run_gate(project, record, progress=False)

@@ -19,13 +19,14 @@ import pytest
 from onnx import numpy_helper
 
 from edgebuild.errors import BundleError
-from edgebuild.pipeline.runner import Options, plan_compile
+from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
 from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.ota import health_check
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.server import Server
 from edgebuild.stages import compile_plan
+from edgebuild.workflows.plan import plan_compile
 from tests.support.project import EXAMPLES
 from tests.support.runtime_artifacts import Client
 

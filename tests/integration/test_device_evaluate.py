@@ -62,8 +62,9 @@ def test_a_model_folder_changed_after_compile_is_refused_on_the_device(example_c
 
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.errors import BundleError
-    from edgebuild.pipeline.runner import Options, plan_compile
+    from edgebuild.pipeline.runner import Options
     from edgebuild.stages import compile_plan
+    from edgebuild.workflows.plan import plan_compile
 
     jetson = loopback_jetson("orin-nano-4gb@6.2", extra_pythonpath=Path(numpy.__file__).parent.parent)
     root = _shapes(example_copy)

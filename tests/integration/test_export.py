@@ -13,14 +13,16 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.errors import ExportError, ModelError
-from edgebuild.pipeline.runner import Options, plan_compile
+from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.export import choose_opset, export_dir, export_model
 from edgebuild.sources.export_checks import ParityError, verify_onnx
 from edgebuild.sources.model import load_model
 from edgebuild.stages import compile_plan
+from edgebuild.stages.export import EXPORT
 from edgebuild.targets.profiles import load_catalog
+from edgebuild.workflows.plan import plan_compile
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
@@ -140,7 +142,7 @@ def _export_stage(project_dir: Path) -> tuple[object, str, list[str]]:
     messages: list[str] = []
     plan = plan_compile(load_project(project_dir), "orin")
     outcome = compile_plan(plan, until="export", options=Options(progress=False),
-                           report=messages.append).outcome("export")
+                           report=messages.append).outcome(EXPORT)
     assert outcome.error is None, outcome.error
     return outcome.record(), outcome.status, [m for m in messages if m.startswith("export: ")]
 
@@ -390,7 +392,8 @@ def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_pat
 
     # the advice works: the JetPack 6.2 group alone exports at 20
     alone = plan_compile(project, "yard-cams")
-    record = export_model(project, *choose_opset(project, alone.releases), groups=alone.groups)
+    releases = [g.target.release for g in alone.groups]
+    record = export_model(project, *choose_opset(project, releases), groups=alone.groups)
     assert record.opset == 20 and record.exporter == "torchscript" and record.failed_attempts == []
 
 

@@ -239,14 +239,14 @@ def gate_dir_of(root: Path) -> Path:
 
 
 def _fleet_groups(root: Path) -> list[SelectedGroup]:
-    from edgebuild.pipeline.runner import plan_compile
     from edgebuild.project.config import load_project
+    from edgebuild.workflows.plan import plan_compile
 
     return list(plan_compile(load_project(root), "all").groups)
 
 
 def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path) -> None:
-    from edgebuild.accuracy.gate import tensorrt_rejections
+    from edgebuild.accuracy.measurements import tensorrt_rejections
 
     path = tmp_path / "int32-bias.onnx"
     onnx.save(_qdq_model(data_type=TensorProto.INT32), str(path))

@@ -21,9 +21,9 @@ from edgebuild.cli import main
 from edgebuild.devices.engines import build_over_ssh, plan_engine
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
-from edgebuild.pipeline.runner import plan_compile
 from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
+from edgebuild.workflows.plan import plan_compile
 from tests.fakes.tensorrt_double import PLAN
 from tests.support.project import EXAMPLES, REPO
 

@@ -69,7 +69,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild", "edgebuild.errors", "edgebuild._compat"),  # shared with the device
     ("edgebuild.runtime",),  # the device side: Python 3.8 + numpy
-    ("edgebuild.content", "edgebuild.datafiles", "edgebuild.text"),  # build-host support
+    ("edgebuild.content", "edgebuild.datafiles", "edgebuild.jsontypes", "edgebuild.text"),  # build-host support
     ("edgebuild.targets",),
     ("edgebuild.project",),
     ("edgebuild.sources", "edgebuild.datasets"),  # what models and data are
@@ -125,6 +125,42 @@ def test_no_import_cycles_between_edgebuild_modules() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: what the stage runner must not know: it runs stages over the units it is given; targets, limit presets,
+#: data and devices are decided above it (edgebuild.workflows.plan, edgebuild.stages)
+DOMAIN = ("edgebuild.accuracy", "edgebuild.datasets", "edgebuild.targets", "edgebuild.devices")
+
+
+def _all_imports(path: Path, known: set[str]) -> set[str]:
+    """Every edgebuild module ``path`` names in an import, ``if TYPE_CHECKING:`` ones included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {n for n in found if n in known or n.startswith("edgebuild.")}
+
+
+def domain_imports(imports: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} imports {target}" for module, targets in imports.items()
+                  if module == "edgebuild.pipeline" or module.startswith("edgebuild.pipeline.")
+                  for target in targets if any(target == d or target.startswith(d + ".") for d in DOMAIN))
+
+
+def test_the_pipeline_knows_nothing_of_the_domain() -> None:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    imports = {name: _all_imports(path, set(files)) for name, path in files.items()}
+    assert "edgebuild.pipeline.runner" in imports
+    found = domain_imports(imports)
+    assert not found, "the pipeline runs stages only; move this up (workflows/plan.py, stages/):\n" + "\n".join(found)
+
+
+def test_the_domain_check_finds_a_domain_import() -> None:
+    assert domain_imports({"edgebuild.pipeline.runner": {"edgebuild.targets.profiles", "edgebuild.project.config"},
+                           "edgebuild.stages.gate": {"edgebuild.accuracy.gate"}}) == [
+        "edgebuild.pipeline.runner imports edgebuild.targets.profiles"]
 
 
 def test_loading_a_project_runs_no_user_code() -> None:

@@ -25,7 +25,7 @@ from edgebuild.runtime import device
 from edgebuild.runtime.files import atomic_write_bytes
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
 
-__all__ = ["BACKENDS", "ENGINE_CACHE_ENV", "load_backend"]
+__all__ = ["load_backend"]
 
 BACKENDS = ("auto", "tensorrt", "onnxruntime")
 ENGINE_CACHE_ENV = "EDGEBUILD_ENGINE_CACHE"

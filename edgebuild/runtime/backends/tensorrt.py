@@ -29,8 +29,7 @@ from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, Target
 from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
 from edgebuild.runtime.recipe import PRECISIONS
 
-__all__ = ["BuildSettings", "TensorRTRunner", "build_engine", "check_engine_compatible", "default_memory",
-           "import_tensorrt"]
+__all__ = ["BuildSettings", "TensorRTRunner", "build_engine", "import_tensorrt"]
 
 Shape = Tuple[int, ...]
 ShapeRange = Tuple[Shape, Shape, Shape]

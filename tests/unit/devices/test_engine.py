@@ -13,10 +13,10 @@ from edgebuild.cli import main
 from edgebuild.devices.engines import plan_engine
 from edgebuild.devices.placement import decide_placement
 from edgebuild.errors import LimitError
-from edgebuild.pipeline.runner import plan_compile
 from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
 from edgebuild.targets.profiles import load_catalog
+from edgebuild.workflows.plan import plan_compile
 from tests.fakes.tensorrt_double import make_tensorrt
 
 

@@ -15,8 +15,9 @@ import pytest
 from edgebuild.content import digest, file_sha256
 from edgebuild.errors import BuildLocked, ModelError
 from edgebuild.pipeline.records import record_path
-from edgebuild.pipeline.runner import Options, Stage, build_lock, plan_compile, run_stages
+from edgebuild.pipeline.runner import Options, Stage, build_lock, run_stages
 from edgebuild.project.config import load_project
+from edgebuild.workflows.plan import plan_compile
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ import pytest
 from junitparser import JUnitXml
 
 from edgebuild.errors import ConfigError
-from edgebuild.report import from_compile, to_html, to_junit, to_markdown, write_report
+from edgebuild.report import write_report
+from edgebuild.report.html import to_html
+from edgebuild.report.junit import to_junit
+from edgebuild.report.markdown import to_markdown
+from edgebuild.report.model import from_compile
 
 FINDING = {"node": "/head/NonMaxSuppression", "op_type": "NonMaxSuppression", "severity": "blocking",
            "problem": "not in TensorRT 8.5's ONNX parser <& \x1b[31m>", "fix": "move NMS out of the graph",

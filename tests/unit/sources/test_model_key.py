@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgebuild.pipeline.runner import Options, plan_compile
+from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
 from edgebuild.sources.model import TorchRunner, check_model, model_key_parts, model_source_digest
 from edgebuild.stages import compile_plan
+from edgebuild.workflows.plan import plan_compile
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')

@@ -13,7 +13,14 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import ImageTransform, PreprocessSpec, decode_outputs, preprocess, stack_batch
+from edgebuild.runtime.vision import (
+    ImageTransform,
+    PreprocessSpec,
+    decode_outputs,
+    preprocess,
+    split_detections,
+    stack_batch,
+)
 from edgebuild.sources.nms_graph import (
     MAX_DETECTIONS,
     NMS_OUTPUTS,
@@ -23,7 +30,6 @@ from edgebuild.sources.nms_graph import (
     check_nms_settings,
     is_nms_node,
     nms_target_problem,
-    split_detections,
 )
 from edgebuild.targets.preflight import BLOCKING, check_target, parser_table
 from edgebuild.targets.profiles import SelectedGroup, load_catalog
