@@ -33,8 +33,9 @@ lint: $(STAMP)
 docs: $(STAMP)  ## the documentation site (docs/, mkdocs.yml), strictly: any warning fails; built outside the repo
 	$(BIN)/mkdocs build --strict --site-dir "$${TMPDIR:-/tmp}/edgebuild-site"
 
+PYTEST_WORKERS ?= 2
 test: lint docs  ## lint, build the docs, then every test (marked tests skip only when their resource is missing)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV) build examples/*/build .pytest_cache .ruff_cache
