@@ -72,8 +72,8 @@ def _bare_export(root: Path, exporter: str, opset: int) -> dict[str, float]:
     from torch.export import Dim
 
     from edgebuild.project.config import load_project
+    from edgebuild.sources.entry_point import load_model
     from edgebuild.sources.export import _dynamic_axis_names, _example_args, _outputs_in_order
-    from edgebuild.sources.model import load_model
     from edgebuild.sources.tool_output import quiet
 
     project = load_project(root)

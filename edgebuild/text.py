@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["table"]
+from collections.abc import Callable
+
+__all__ = ["Progress", "table"]
+
+#: where a library function says what it is doing, a line at a time (the CLI prints it to stderr);
+#: the progress callback, not the build report
+Progress = Callable[[str], None]
 
 
 def table(rows: list[list[str]], headers: list[str]) -> str:

@@ -53,7 +53,7 @@ AUTO_PERCENTILES = (99.99, 99.999)
 #: thresholds each search-based method (entropy, mse) evaluates per tensor
 SEARCH_STEPS = 256
 
-Progress = Callable[[int], None]
+Advance = Callable[[int], None]  # images done so far (drives a progress bar)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _run(session: Any, fetch: list[str], feed: dict[str, np.ndarray]) -> dict[st
 
 def collect_statistics(model_path: Path, tensors: list[str], weighted_inputs: list[str],
                        batches: Iterable[dict[str, np.ndarray]], *, bins: int, quantized: Iterable[str] | None = None,
-                       progress: Progress = lambda _: None) -> ActivationStatistics:
+                       progress: Advance = lambda _: None) -> ActivationStatistics:
     """One FP32 pass over ``batches``: the absolute maximum of every tensor, the ``|x|`` histogram
     of those in ``quantized`` (default: all; the rest are never quantized, their range is their
     maximum), channel means of ``weighted_inputs``."""

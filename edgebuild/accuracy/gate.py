@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +47,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import HUB_SOURCE
 from edgebuild.runtime.files import atomic_write_text
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -64,7 +64,6 @@ RECORD_FILE = "gate.json"
 #: lowest precision first: the order "lowest-precision" selection walks
 PRECISION_ORDER = ("int8", "int8-mixed", "fp16", "fp32")
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ def decision_settings(project: Project) -> JsonObject:
 
 
 def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGroup, ...] = (), force: bool = False,
-             progress: bool = True, report: Report = lambda _: None, trt: ModuleType | None = None,
+             progress: bool = True, report: Progress = lambda _: None, trt: ModuleType | None = None,
              memory: object = None) -> GateResult:
     """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
 
@@ -230,7 +229,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
     return result
 
 
-def check_baseline(project: Project, fp32: Measurement, report: Report) -> BaselineCheck:
+def check_baseline(project: Project, fp32: Measurement, report: Progress) -> BaselineCheck:
     """The FP32 measurement judged before any candidate: a wrong baseline stops the gate (exit 11) naming the
     numbers and the likely causes, unless accuracy.baseline = "accept"; with the gate off it is only said."""
     check = judge_project_baseline(project, fp32.value, backend=fp32.backend, images=fp32.images)
@@ -247,7 +246,7 @@ def check_baseline(project: Project, fp32: Measurement, report: Report) -> Basel
 NMS_PARITY_METRIC_TOLERANCE = 1e-6
 
 
-def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Report) -> JsonObject:
+def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Progress) -> JsonObject:
     """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
     parity = store.nms_parity(fp32)
     line = _parity_line(parity)
@@ -269,7 +268,7 @@ def _parity_line(parity: JsonObject) -> str:
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-                 report: Report) -> tuple[Measurement, JsonObject]:
+                 report: Progress) -> tuple[Measurement, JsonObject]:
     """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal."""
     variants = int8_variants(project)
     if len(variants) == 1:

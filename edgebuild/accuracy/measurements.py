@@ -23,7 +23,7 @@ import json
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +36,7 @@ from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.calibration import ActivationStatistics
@@ -54,7 +55,6 @@ DETECTIONS_FILE = "detections.onnx"
 #: quantize settings that choose among INT8 variants (each variant is keyed by its own method)
 INT8_CHOICE_SETTINGS = frozenset({"calibration_method", "percentile", "bias_correction", "measure_best"})
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class SameGraph(Exception):
 class MeasurementStore:
     """The stored measurements of one exported model, taken on demand."""
 
-    def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Report,
+    def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Progress,
                  trt: ModuleType | None = None, memory: object = None) -> None:
         self.project, self.export, self.force = project, export, force
         self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
@@ -494,7 +494,7 @@ class MeasurementStore:
 
     def _latency(self) -> dict:
         if self._latency_inputs is None:
-            from edgebuild.sources.model import example_inputs
+            from edgebuild.sources.entry_point import example_inputs
 
             self._latency_inputs = example_inputs(self.project, "opt_shape")
         return self._latency_inputs

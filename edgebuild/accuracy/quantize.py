@@ -17,7 +17,7 @@ import io
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,13 +26,13 @@ import numpy as np
 
 from edgebuild.errors import ExportError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = []
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def graph_digest(path: Path) -> str:
     return hashlib.sha256(model.graph.SerializeToString()).hexdigest()
 
 
-def check_calibration(project: Project, report: Report) -> None:
+def check_calibration(project: Project, report: Progress) -> None:
     """Refuse calibration data that cannot give INT8 ranges; warn about data too small or too close
     to the validation set to trust."""
     from edgebuild.content import file_sha256

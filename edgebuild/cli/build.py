@@ -95,7 +95,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     then build/groups/<group>/ with every model, one container and one bundle per group, and
     build/fleet.json (docs/fleets.md).
     """
-    from edgebuild.project.fleet import is_fleet_file
+    from edgebuild.project.fleet_file import is_fleet_file
     from edgebuild.workflows.compile import compile_project
 
     forced = _parse_force(force)
@@ -136,7 +136,7 @@ def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: fr
                    ship_ungated: bool, no_progress: bool, as_json: bool) -> None:
     import json
 
-    from edgebuild.workflows.fleet import compile_fleet, fleet_summary
+    from edgebuild.workflows.fleet_compile import compile_fleet
 
     def show_stage(outcome: StageOutcome) -> None:
         if not as_json:
@@ -149,11 +149,7 @@ def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: fr
         click.echo(render.as_json({"fleet": json.loads(done.record.read_text()),
                                    "models": {name: r.as_dict() for name, r in done.models.items()}}))
     else:
-        for name, report in done.models.items():
-            click.echo(f"\nmodel {name}:")
-            click.echo(render.compile_summary(report))
-        click.echo("\n" + fleet_summary(done))
-        click.echo(f"fleet record: {done.record}; report: {done.fleet.build_dir / 'report' / 'index.html'}")
+        click.echo(render.fleet_compile_text(done))
     if done.error:
         raise done.error
 
@@ -271,8 +267,7 @@ def _show_device_validation(done: DeviceValidation, *, farm: bool, as_json: bool
     else:
         click.echo(render.device_validation_text(done, farm=farm))
     if len(done.failed_jobs) > 1:
-        for job in done.failed_jobs:
-            click.echo(f"{job.group}: FAILED: {job.error}", err=True)
+        click.echo(render.failed_jobs_text(done.failed_jobs), err=True)
     if done.error:
         raise done.error
 
@@ -293,8 +288,7 @@ def report_command(project_dir: Path) -> None:
     """
     from edgebuild.workflows.build import rebuild_report
 
-    for kind, path in rebuild_report(project_dir).items():
-        click.echo(f"{kind}: {path}")
+    click.echo(render.written_text(rebuild_report(project_dir)))
 
 
 @click.command("container")
@@ -307,13 +301,13 @@ def report_command(project_dir: Path) -> None:
               help="Build FROM this image instead (jetson: an image of that JetPack with TensorRT's Python bindings).")
 @click.option("--build", "build_images", is_flag=True,
               help="Also build each image with podman or docker (jetson images need an arm64 host or qemu binfmt).")
-@click.option("--engine", type=click.Choice(["podman", "docker"]), default=None,
-              help="Container engine for --build (default: podman, else docker).")
+@click.option("--engine", "tool", type=click.Choice(["podman", "docker"]), default=None,
+              help="Container runtime for --build (default: podman, else docker).")
 @click.option("--no-pull", is_flag=True, help="With --build: use only local images (the base must be there).")
 @json_option
 @pass_cli
 def container_command(cli: CliContext, project_dir: Path, selector: str, flavor: str, base_image: str | None,
-                      build_images: bool, engine: str | None, no_pull: bool, as_json: bool) -> None:
+                      build_images: bool, tool: str | None, no_pull: bool, as_json: bool) -> None:
     """Write a runtime container build context and run specs per fleet group.
 
     \b
@@ -333,7 +327,7 @@ def container_command(cli: CliContext, project_dir: Path, selector: str, flavor:
     from edgebuild.workflows.build import write_containers
 
     records = write_containers(project_dir, selector, flavor=flavor, base_image=base_image, build=build_images,
-                               engine=engine, pull=not no_pull, report=cli.report)
+                               tool=tool, pull=not no_pull, report=cli.report)
     if as_json:
         click.echo(render.as_json({"containers": list(records.values())}))
     else:

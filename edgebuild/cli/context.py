@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import click
+
+from edgebuild.text import Progress
 
 __all__ = []
 
@@ -25,7 +27,7 @@ class CliContext:
         """A progress line: to stderr, so stdout stays the result (a table, JSON)."""
         click.echo(message, err=True)
 
-    def reporter(self, *, quiet: bool = False) -> Callable[[str], None]:
+    def reporter(self, *, quiet: bool = False) -> Progress:
         """Where a library function's progress lines go: stderr, or nowhere (``--json``)."""
         return (lambda _: None) if quiet else self.report
 

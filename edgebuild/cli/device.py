@@ -60,7 +60,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
     reserved from the labgrid farm, in parallel across boards: build/bench/<group>.json per
     group, and a fleet-wide table, build/bench/fleet.json (or --json) and a plot (--plot).
     """
-    from edgebuild.devices.bench import parse_int_list
+    from edgebuild.devices.remote_bench import parse_int_list
 
     if options["iterations"] is not None and options["duration"] is not None:
         raise click.UsageError("give --iterations or --duration, not both")
@@ -72,7 +72,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
             raise click.UsageError("--farm benchmarks the groups --target selects: no ARTIFACT, --device or --compare")
         _bench_on_farm(cli, project_dir, selector, farm_address, jobs, farm_timeout, options, json_file, plot_file)
         return
-    from edgebuild.devices.bench import comparison_table, plot, table
+    from edgebuild.devices.remote_bench import comparison_table, plot, table
     from edgebuild.workflows.bench import bench_artifact
 
     done = bench_artifact(artifact, options, project_dir=project_dir, selector=selector, device_url=device_url,
@@ -95,7 +95,7 @@ def _bench_on_farm(cli: CliContext, project_dir: Path, selector: str, address: s
                    timeout_s: float | None, options: JsonObject, json_file: Path | None,
                    plot_file: Path | None) -> None:
     """``bench --farm``: each selected group's model folder benchmarked on a board of its profile."""
-    from edgebuild.devices.bench import fleet_plot, fleet_table
+    from edgebuild.devices.remote_bench import fleet_plot, fleet_table
     from edgebuild.workflows.bench import bench_on_farm
 
     with farm_usage():
@@ -146,7 +146,7 @@ def run_command(cli: CliContext, preset_name: str, memory: str | None, cpus: flo
     """Run COMMAND on this host inside a real cgroup with a preset's limits.
 
     \b
-    Tries a module's limits without a container engine, e.g.
+    Tries a module's limits without a container runtime, e.g.
       edgebuild run --limits orin-nano-8gb -- python3 my_server.py
     The cgroup (v2 where the host has it, else v1) is created for the run, the limits are read
     back from its files and printed, and it is removed afterwards. A command killed by the

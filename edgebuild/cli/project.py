@@ -114,7 +114,7 @@ def check(project_dir: Path, as_json: bool) -> None:
     checked with every model project it names (each as above), and
     its groups are listed with the models they run.
     """
-    from edgebuild.project.fleet import is_fleet_file
+    from edgebuild.project.fleet_file import is_fleet_file
     from edgebuild.workflows.project import check_project
 
     if is_fleet_file(project_dir):
@@ -130,7 +130,7 @@ def check(project_dir: Path, as_json: bool) -> None:
 
 
 def _check_fleet(project_dir: Path, as_json: bool) -> None:
-    from edgebuild.project.fleet import load_fleet
+    from edgebuild.project.fleet_file import load_fleet
     from edgebuild.workflows.project import check_project
 
     fleet = load_fleet(project_dir)

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.baseline import BaselineCheck
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.devices.engines import EngineRecord
+    from edgebuild.devices.farm import JobResult
     from edgebuild.pipeline.runner import CompileReport, StageOutcome, UnitOutcome
     from edgebuild.workflows.build import Exported
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
+    from edgebuild.workflows.fleet_compile import FleetCompiled
     from edgebuild.workflows.plan import CompilePlan
     from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation
@@ -161,6 +163,43 @@ def report_line(written: dict[str, Path]) -> str:
     return f"report: {written['html']} (and {written['markdown'].name}, {written['junit'].name})"
 
 
+def written_text(written: dict[str, Path]) -> str:
+    """``<kind>: <path>`` per file written."""
+    return "\n".join(f"{kind}: {path}" for kind, path in written.items())
+
+
+# -- a fleet file's compile -----------------------------------------------------------------------
+
+def fleet_compile_text(done: FleetCompiled) -> str:
+    """Each model's compile summary, the fleet's per group, and where its record and report are."""
+    from edgebuild.project.layout import BuildLayout
+
+    lines: list[str] = []
+    for name, report in done.models.items():
+        lines += [f"\nmodel {name}:", compile_summary(report)]
+    lines += ["\n" + fleet_summary(done),
+              f"fleet record: {done.record}; report: {BuildLayout(done.fleet.build_dir).report / 'index.html'}"]
+    return "\n".join(lines)
+
+
+def fleet_summary(compiled: FleetCompiled) -> str:
+    """Per group: its models and their candidates, the memory plan, what was written or why not."""
+    lines = [f"fleet {compiled.fleet.name}:"]
+    for group in compiled.groups:
+        lines.append(f"  {group.name} ({group.target}): " + ", ".join(
+            f"{m} {group.candidates.get(m, '-')}" for m in group.models))
+        if group.memory is not None:
+            plan = group.memory
+            lines.append(f"    memory {plan.total / (1 << 20):.0f} MiB of {plan.budget / (1 << 20):.0f} MiB "
+                         f"({plan.preset})" + ("" if plan.fits else ": DOES NOT FIT"))
+        for key in ("folder", "container", "bundle", "mender"):
+            if key in group.written:
+                lines.append(f"    {key}: {group.written[key]}")
+        if group.error is not None:
+            lines.append(f"    FAILED: {group.error.message.splitlines()[0]}")
+    return "\n".join(lines)
+
+
 # -- single stages --------------------------------------------------------------------------------
 
 def export_text(exported: Exported) -> str:
@@ -229,6 +268,10 @@ def gate_text(result: GateResult, groups: list[str], reused: bool) -> str:
         lines.append("selected: nothing passes. Try:")
         lines += [f"  - {step}" for step in result.next_steps]
     return "\n".join(lines)
+
+
+def failed_jobs_text(jobs: list[JobResult]) -> str:
+    return "\n".join(f"{job.group}: FAILED: {job.error}" for job in jobs)
 
 
 def device_validation_text(done: DeviceValidation, *, farm: bool = False) -> str:

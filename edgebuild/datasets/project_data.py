@@ -10,7 +10,6 @@ the same thing: for detection a ``CocoSet`` (COCO ground truth, samples, categor
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from edgebuild.datasets.voc import load_voc_folder, load_voc_root, voc_split_ima
 from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
 from edgebuild.errors import DataError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -265,7 +265,7 @@ def missing_data(project: Project) -> dict[str, Path]:
     return {k: p for k, p in data_paths(project).items() if k.startswith("data.") and not p.exists()}
 
 
-def prepare_data(project: Project, report: Callable[[str], None] | None = None) -> bool:
+def prepare_data(project: Project, report: Progress | None = None) -> bool:
     """Run ``data.prepare`` when a data path is missing; True if it ran. Given ``report``, it then says
     what the data is (``data: YOLO data.yaml (val: 60 images, 3 classes; ...)``) where it can be read.
 
@@ -279,7 +279,7 @@ def prepare_data(project: Project, report: Callable[[str], None] | None = None) 
         if not project.data.prepare:
             raise DataError("; ".join(f"{key}: path does not exist: {path}" for key, path in missing.items()),
                             hint="add the data, or name a function that makes it with data.prepare")
-        from edgebuild.sources.model import call_entry_point
+        from edgebuild.sources.entry_point import call_entry_point
 
         say(f"data: {', '.join(missing)} missing; running data.prepare ({project.data.prepare})")
         call_entry_point(project, project.data.prepare, "data.prepare", str(project.root))

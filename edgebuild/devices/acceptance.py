@@ -32,6 +32,7 @@ from edgebuild.devices.recipes import acceptance_payload, builder_settings
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_bytes
 from edgebuild.runtime.recipe import ENGINE_JSON, Recipe
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import Evaluation, ValidationSet
@@ -48,7 +49,7 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
                      acceptance: Callable[[str], bytes] | None = None,
                      evaluate_remote: Callable[..., tuple[Evaluation, object]] | None = None,
                      evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None = None,
-                     trt: ModuleType | None = None, report: Callable[[str], None] = lambda _: None) -> EngineRecord:
+                     trt: ModuleType | None = None, report: Progress = lambda _: None) -> EngineRecord:
     """The group's engine (``plan_engine``), measured on its device when it ships, with fallback.
 
     An engine built on a device (``local``, ``ssh://``) is run over the validation set there
@@ -140,7 +141,7 @@ def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candi
 def _measure(project: Project, record: EngineRecord, gate: GateResult, store: EngineStateStore, validation: str, *,
              remeasure: bool, evaluate_remote: Callable[..., tuple[Evaluation, object]] | None,
              evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None,
-             report: Callable[[str], None]) -> Acceptance:
+             report: Progress) -> Acceptance:
     """The engine's metric on its device: the stored measurement of this plan, else measured now."""
     folder = project.build_dir / record.folder
     # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +26,7 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.device import DeviceFacts, build_from_recipe, require_match
 from edgebuild.runtime.files import atomic_write_bytes
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
@@ -186,7 +186,7 @@ class EngineStateStore:
         return self._write(replace(state, measured={**state.measured, measured.build_key: measured}))
 
 
-def build_over_ssh(recipe_path: Path, url: str, *, report: Callable[[str], None] = lambda _: None,
+def build_over_ssh(recipe_path: Path, url: str, *, report: Progress = lambda _: None,
                    timeout_s: float = 3 * 3600) -> Path:
     """Build a recipe's engine on the Jetson at ``url``; returns the local ``engine.json``.
 
@@ -264,7 +264,7 @@ def engine_kept(state: EngineState, folder: Path, key: str) -> bool:
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
                 build_on: str | None = None, candidate: str | None = None, force: bool = False,
                 acceptance: bytes | None = None, trt: ModuleType | None = None,
-                report: Callable[[str], None] = lambda _: None) -> EngineRecord:
+                report: Progress = lambda _: None) -> EngineRecord:
     """Write the group's recipe for ``candidate`` (default: the gate's selection), decide where its
     engine is built, and build it unless deferred.
 

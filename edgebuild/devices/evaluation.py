@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -33,7 +33,7 @@ __all__ = ["evaluate_on_device"]
 
 
 def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
-                       backend: str = "auto", report: Callable[[str], None] = lambda _: None) -> tuple[Evaluation,
+                       backend: str = "auto", report: Progress = lambda _: None) -> tuple[Evaluation,
                                                                                                      JsonObject]:
     """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
 

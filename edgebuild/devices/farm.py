@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.devices.labgrid import COORDINATOR_ENV, Place, connect, profiles_of
 from edgebuild.errors import ConfigError, DeviceUnreachable, EdgebuildError, RemoteError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -48,7 +49,6 @@ __all__ = ["Farm", "JobResult", "NoCoordinator", "fan_out_groups", "open_farm", 
            "target_tags", "write_jobs_file"]
 
 DEFAULT_TIMEOUT_S = 600.0
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class NoCoordinator(ConfigError):
 
 
 def open_farm(project: Project, address: str | None = None, timeout_s: float | None = None, *,
-              report: Report = lambda _: None) -> Farm:
+              report: Progress = lambda _: None) -> Farm:
     """The project's farm: ``address`` (bare ``--farm`` gives ""), else ``[farm] coordinator``, else
     ``$LG_COORDINATOR``; a job waits ``timeout_s`` for a busy board, else ``[farm] timeout_s``."""
     found = coordinator_address(project, address or None)
@@ -92,7 +92,7 @@ def open_farm(project: Project, address: str | None = None, timeout_s: float | N
 class Farm:
     """The labgrid coordinator at ``coordinator``, as this process sees it."""
 
-    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, report: Report = lambda _: None,
+    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, report: Progress = lambda _: None,
                  client: str | None = None) -> None:
         self.coordinator = coordinator
         self.timeout_s = timeout_s

@@ -30,7 +30,6 @@ from edgebuild.jsontypes import JsonObject
 __all__ = []
 
 COORDINATOR_ENV = "LG_COORDINATOR"
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

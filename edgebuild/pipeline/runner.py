@@ -41,11 +41,11 @@ from edgebuild.pipeline.records import (
 )
 from edgebuild.project.config import Project
 from edgebuild.project.layout import BuildLayout
+from edgebuild.text import Progress
 
 __all__ = ["CompileReport", "Options", "Plan", "Stage", "StageInputs", "StageOutcome", "UnitOutcome", "run_stages",
            "write_last_compile"]
 
-Progress = Callable[[str], None]
 R = TypeVar("R")
 
 

@@ -15,6 +15,9 @@
       triton/<group>/             Triton model repository (container stage, [runtime] server = triton|both)
       packages/<group>/, packages/fleet.json    OTA bundle and Mender artifact per group (package stage)
       bench/<name>.json, bench/fleet.json       benchmark results (edgebuild bench)
+      fleet.json                  a fleet file's compile: per group its models, candidates, memory plan
+      models/<model>/             a fleet model's own build folder (the layout above, again)
+      groups/<group>/             a fleet group's folder: group.json and every model's folder
       farm/<command>.json         the device farm's jobs of the last validate/bench --farm
       report/                     the build report (index.html, summary.md, junit.xml)
       .cache/decoded-images.json  what `check` found decoding each image, by content (datasets.decoded)
@@ -42,6 +45,11 @@ class BuildLayout:
     @classmethod
     def of(cls, project: Project) -> BuildLayout:
         return cls(project.build_dir)
+
+    @classmethod
+    def default(cls, project_dir: Path) -> BuildLayout:
+        """The build folder of a project at ``project_dir`` that keeps the default ``build_dir``."""
+        return cls(project_dir / "build")
 
     # -- the pipeline's own files
     @property
@@ -108,10 +116,28 @@ class BuildLayout:
     def fleet_manifest(self) -> Path:
         return self.packages / "fleet.json"
 
+    # -- a fleet file's compile
+    @property
+    def fleet_record(self) -> Path:
+        """What a fleet file's compile did per group (``report.fleet.FleetRecord``)."""
+        return self.root / "fleet.json"
+
+    def fleet_model(self, model: str) -> Path:
+        """A fleet model's own build folder."""
+        return self.root / "models" / model
+
+    def fleet_group(self, group: str) -> Path:
+        return self.root / "groups" / group
+
     # -- what commands beside the compile write
     @property
     def bench(self) -> Path:
         return self.root / "bench"
+
+    @property
+    def bench_summary(self) -> Path:
+        """The fleet-wide table of ``bench --farm``."""
+        return self.bench / "fleet.json"
 
     def farm_jobs(self, command: str) -> Path:
         return self.root / "farm" / f"{command}.json"

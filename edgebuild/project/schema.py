@@ -270,7 +270,7 @@ class FleetGroup(_Section):
     build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
     cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
     power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
-    models: list[str] | None = None  # a fleet file's group: the models it runs (edgebuild.project.fleet)
+    models: list[str] | None = None  # a fleet file's group: the models it runs (edgebuild.project.fleet_file)
 
     @field_validator("build_on")
     @classmethod

@@ -29,10 +29,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgebuild.project.layout import BuildLayout
+from edgebuild.report.build_report import load
 from edgebuild.report.html import to_html
 from edgebuild.report.junit import to_junit
 from edgebuild.report.markdown import to_markdown
-from edgebuild.report.model import load
 
 __all__ = ["write_report"]
 

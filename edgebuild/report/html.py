@@ -7,7 +7,7 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
-from edgebuild.report.model import (
+from edgebuild.report.build_report import (
     BENCH_HEADERS,
     BuildReport,
     Run,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from edgebuild.report.model import SUITES, BuildReport, checks
+from edgebuild.report.build_report import SUITES, BuildReport, checks
 
 __all__ = ["to_junit"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgebuild.report.model import (
+from edgebuild.report.build_report import (
     BENCH_HEADERS,
     BuildReport,
     Run,

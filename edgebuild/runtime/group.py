@@ -1,6 +1,6 @@
 """A group folder: every model a fleet group runs, as one unit the device serves and updates.
 
-A fleet file's compile (``edgebuild.workflows.fleet``) writes ``build/groups/<group>/``::
+A fleet file's compile (``edgebuild.workflows.fleet_compile``) writes ``build/groups/<group>/``::
 
     group.json              this manifest: the group, its target, its models and their folders,
                             the memory plan the compile made for them

@@ -29,7 +29,6 @@ import shutil
 import string
 import subprocess
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.shipping.ota import Shipped
@@ -316,12 +316,12 @@ def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
 
 # -- building an image -----------------------------------------------------------------------
 
-def container_engine(preferred: str | None = None) -> str:
+def container_tool(preferred: str | None = None) -> str:
     """``podman`` or ``docker``, whichever this host has (``preferred`` first)."""
     for name in ([preferred] if preferred else ["podman", "docker"]):
         if shutil.which(name):
             return name
-    raise CapabilityMissing(f"no container engine here ({preferred or 'podman or docker'} not found)",
+    raise CapabilityMissing(f"no container runtime here ({preferred or 'podman or docker'} not found)",
                             hint="install podman (apt-get install podman buildah) or docker, or copy the "
                                  "build context to a host that has one")
 
@@ -330,8 +330,8 @@ def _can_build_arm64() -> bool:
     return platform.machine() in ("aarch64", "arm64") or Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
 
 
-def build_image(context: Path, plan: ContainerPlan, *, engine: str | None = None,
-                pull: bool = True, report: Callable[[str], None] = print) -> str:
+def build_image(context: Path, plan: ContainerPlan, *, tool: str | None = None,
+                pull: bool = True, report: Progress = print) -> str:
     """Build the image of a written context with podman or docker; returns the image tag."""
     if plan.flavor == "jetson" and not _can_build_arm64():
         raise CapabilityMissing(
@@ -339,7 +339,7 @@ def build_image(context: Path, plan: ContainerPlan, *, engine: str | None = None
             "qemu-user-static binfmt",
             hint=f"build it on the device or an arm64 builder: copy {context} there and run "
                  f"`docker build -t {plan.image} .`")
-    tool = container_engine(engine)
+    tool = container_tool(tool)
     command = [tool, "build", "--tag", plan.image, "--file", str(context / "Dockerfile")]
     if tool == "podman":
         command += ["--format", "docker"]  # OCI images drop HEALTHCHECK
@@ -357,52 +357,52 @@ def build_image(context: Path, plan: ContainerPlan, *, engine: str | None = None
 
 # -- running an image on this host ----------------------------------------------------------
 
-def _engine_run(tool: str, args: list[str], timeout_s: float | None = None) -> subprocess.CompletedProcess:
+def _run_tool(tool: str, args: list[str], timeout_s: float | None = None) -> subprocess.CompletedProcess:
     # from an empty folder: podman's conmon can leave files (an "oom" marker) in its working directory
     try:
-        with tempfile.TemporaryDirectory(prefix="edgebuild-engine-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="edgebuild-container-") as scratch:
             return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout_s, cwd=scratch)
     except subprocess.TimeoutExpired:
         raise ContainerError(f"`{tool} {' '.join(args[:2])} ...` did not finish in {timeout_s:.0f} s") from None
 
 
-def start_container(plan: ContainerPlan, *, engine: str | None = None, publish: str | None = None,
+def start_container(plan: ContainerPlan, *, tool: str | None = None, publish: str | None = None,
                     name: str | None = None) -> str:
     """Start the plan's image detached with its limits (an old container of that name is replaced)."""
-    tool = container_engine(engine)
+    tool = container_tool(tool)
     name = name or plan.container_name
-    _engine_run(tool, ["rm", "--force", name])
-    done = _engine_run(tool, run_args(plan, publish=publish, name=name), timeout_s=300)
+    _run_tool(tool, ["rm", "--force", name])
+    done = _run_tool(tool, run_args(plan, publish=publish, name=name), timeout_s=300)
     if done.returncode != 0:
         raise ContainerError(f"{tool} run of {plan.image} failed (exit {done.returncode}): {done.stderr.strip()}")
     return name
 
 
-def inspect_container(name: str, *, engine: str | None = None) -> JsonObject:
-    tool = container_engine(engine)
-    done = _engine_run(tool, ["inspect", "--type", "container", name])
+def inspect_container(name: str, *, tool: str | None = None) -> JsonObject:
+    tool = container_tool(tool)
+    done = _run_tool(tool, ["inspect", "--type", "container", name])
     if done.returncode != 0:
         raise ContainerError(f"no container {name}: {done.stderr.strip()}")
     return json.loads(done.stdout)[0]
 
 
-def remove_container(name: str, *, engine: str | None = None) -> None:
-    tool = container_engine(engine)
-    _engine_run(tool, ["rm", "--force", "--time", "10", name], timeout_s=120)
+def remove_container(name: str, *, tool: str | None = None) -> None:
+    tool = container_tool(tool)
+    _run_tool(tool, ["rm", "--force", "--time", "10", name], timeout_s=120)
 
 
-def run_once(plan: ContainerPlan, command: list[str], *, engine: str | None = None,
+def run_once(plan: ContainerPlan, command: list[str], *, tool: str | None = None,
              timeout_s: float = 600) -> int:
     """Run ``command`` in the plan's image under its limits, to completion; an OOM kill is a LimitError."""
-    tool = container_engine(engine)
+    tool = container_tool(tool)
     name = f"{plan.container_name}-once-{os.getpid()}"
     args = run_args(plan, detach=False, restart=False, name=name)
     args[-1:] = ["--entrypoint", command[0], plan.image, *command[1:]]
     try:
-        done = _engine_run(tool, args, timeout_s=timeout_s)
-        state = inspect_container(name, engine=tool).get("State", {})
+        done = _run_tool(tool, args, timeout_s=timeout_s)
+        state = inspect_container(name, tool=tool).get("State", {})
     finally:
-        remove_container(name, engine=tool)
+        remove_container(name, tool=tool)
     if state.get("OOMKilled") or done.returncode == 137:
         raise LimitError(f"{' '.join(command)} in {plan.image} was killed by the OOM killer at the memory limit "
                          f"{human_size(plan.preset.memory)} of preset {plan.preset.name} (exit {done.returncode})",
@@ -477,7 +477,7 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
 
 
 def write_group_container(project: Shipped, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
-                          base_image: str | None = None, report: Callable[[str], None] = print) -> ContainerRecord:
+                          base_image: str | None = None, report: Progress = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
     recipe = _first_recipe(model_folder)
     plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)

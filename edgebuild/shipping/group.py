@@ -12,18 +12,19 @@ fleet those writers read.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.content import atomic_output_dir
+from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
 from edgebuild.runtime.recipe import Recipe
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.devices.memory_plan import MemoryPlan
-    from edgebuild.project.fleet import Fleet
+    from edgebuild.project.fleet_file import Fleet
     from edgebuild.project.schema import OtaSection, ProjectSection, RuntimeSection
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -62,7 +63,7 @@ class FleetShipping:
 
 def write_group_folder(fleet: Fleet, group: str, target: str, folders: dict[str, Path], memory: MemoryPlan) -> Path:
     """``build/groups/<group>/``: ``group.json`` and every model's folder, written as one unit."""
-    out = fleet.build_dir / "groups" / group
+    out = BuildLayout(fleet.build_dir).fleet_group(group)
     models = []
     with atomic_output_dir(out) as staging:
         for name, folder in folders.items():
@@ -83,7 +84,7 @@ def write_group_folder(fleet: Fleet, group: str, target: str, folders: dict[str,
 
 def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], memory: MemoryPlan, *,
                flavor: str = "jetson", base_image: str | None = None, package_since: Path | None = None,
-               ship_ungated: bool = False, report: Callable[[str], None],
+               ship_ungated: bool = False, report: Progress,
                ungated: tuple[str, ...] = ()) -> dict[str, str | bool]:
     """The group folder, its container and its bundle; returns what was written (paths from the fleet).
     ``ungated``: models whose candidate was selected with the gate off (not packaged without ``ship_ungated``,

@@ -27,7 +27,7 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from edgebuild.runtime.recipe import Recipe
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -384,7 +385,7 @@ def _base_manifest(since: Path, group: str) -> JsonObject:
 
 def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path | None = None,
                   context: Path | None = None, since: Path | None = None, accepted: dict | None = None,
-                  report: Callable[[str], None] = print) -> PackageRecord:
+                  report: Progress = print) -> PackageRecord:
     """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json.
 
     ``model_folder`` and ``context`` are the folders the engine and container stages' records

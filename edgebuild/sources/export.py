@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,13 +40,14 @@ from edgebuild.sources.export_checks import (
     simplify,
 )
 from edgebuild.sources.tool_output import first_line, hide_path, native_output_dropped, quiet
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     import onnx
     import torch
 
     from edgebuild.project.config import Project
-    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.targets.profiles import JetPackRelease, SelectedGroup
 
 __all__ = ["ExportRecord", "choose_opset"]
@@ -55,7 +56,6 @@ STAGE_VERSION = "export/2"
 MODEL_FILE = "model.onnx"
 RECORD_FILE = "export.json"
 
-_Report = Callable[[str], None]
 _IN_MEMORY_LIMIT = 1_500_000_000  # weight bytes; above this the TorchScript exporter writes to a file
 
 # export.exporter = "auto": the TorchScript exporter first, the dynamo exporter if its model fails a
@@ -159,7 +159,7 @@ def _ceiling_reason(releases: list[JetPackRelease], ceiling: int) -> str:
 
 def cache_key_parts(project: Project, opset: int) -> dict[str, str]:
     """What an export depends on: the model, the opset, the export settings and the tools."""
-    from edgebuild.sources.model import model_key_parts
+    from edgebuild.sources.entry_point import model_key_parts
 
     return {
         **model_key_parts(project),
@@ -175,7 +175,7 @@ def export_dir(project: Project, opset: int) -> Path:
 
 # -- export --------------------------------------------------------------------------------
 
-def export_model(project: Project, opset: int, opset_reason: str, *, report: _Report = lambda _: None,
+def export_model(project: Project, opset: int, opset_reason: str, *, report: Progress = lambda _: None,
                  torch_runner: TorchRunner | None = None, groups: Sequence[SelectedGroup] | None = None,
                  key_parts: dict[str, str] | None = None, source_note: str = "") -> ExportRecord:
     """Export the project's model as ONNX at ``opset``; raises on any mismatch.
@@ -187,7 +187,7 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: _Re
     ``torch_runner``, its own ``key_parts`` and a ``source_note`` (where the model came from).
     """
     started = time.perf_counter()
-    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.entry_point import TorchRunner
 
     torch_runner = torch_runner or TorchRunner(project)
     reference = reference_outputs(project, torch_runner)  # a forward that raises stops here
@@ -240,7 +240,7 @@ def _example_args(project: Project) -> tuple[torch.Tensor, ...]:
     """Inputs at the opt shape, with dynamic axes of size 1 made 2 so no exporter specialises them."""
     import torch
 
-    from edgebuild.sources.model import example_inputs
+    from edgebuild.sources.entry_point import example_inputs
 
     arrays = example_inputs(project, "opt_shape")
     args = []
@@ -300,7 +300,7 @@ class _Passed:
 
 
 def _export_checked(project: Project, model: torch.nn.Module, reference: dict, opset: int, path: Path,
-                    report: _Report, *, simplify_model: bool) -> _Passed:
+                    report: Progress, *, simplify_model: bool) -> _Passed:
     """Each exporter in turn until one's model passes every check; why each earlier one did not."""
     choice = project.export.exporter
     attempts = AUTO_ORDER if choice == "auto" else (choice,)
@@ -322,7 +322,7 @@ def _export_checked(project: Project, model: torch.nn.Module, reference: dict, o
 
 
 def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tuple, reference: dict, opset: int,
-             path: Path, report: _Report, simplify_model: bool) -> tuple[list[OutputParity], bool, str]:
+             path: Path, report: Progress, simplify_model: bool) -> tuple[list[OutputParity], bool, str]:
     """One exporter's model, written to ``path`` and checked, cheapest check first; raises Refused.
 
     The checks: the exporter's own result (opset actually written, inputs, outputs), the full ONNX

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from edgebuild.errors import ExportError
 from edgebuild.sources.export_checks import ParityError, Refused
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -20,7 +21,7 @@ __all__ = []
 
 
 def export_failure(project: Project, opset: int, refused: list[Refused], groups: Sequence[SelectedGroup] | None,
-                   report: Callable[[str], None], probe: Callable[[int], str | None]) -> ExportError:
+                   report: Progress, probe: Callable[[int], str | None]) -> ExportError:
     """One error listing why every attempt was refused, and what to try (another exporter, opset, fleet split).
 
     ``groups`` are the targets the opset was chosen for (None: the project's fleet); ``probe``
@@ -49,7 +50,7 @@ def export_failure(project: Project, opset: int, refused: list[Refused], groups:
 
 
 def _opset_advice(project: Project, opset: int, groups: Sequence[SelectedGroup] | None,
-                  report: Callable[[str], None], probe: Callable[[int], str | None]) -> tuple[str, str | None]:
+                  report: Progress, probe: Callable[[int], str | None]) -> tuple[str, str | None]:
     """Would a higher opset work? Tries, lowest first, the highest opset of each target above ``opset``.
 
     Returns a sentence for the error (which targets cap the opset, the highest each takes) and a

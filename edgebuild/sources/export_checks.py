@@ -10,7 +10,6 @@ replaces it only if it passes the same checks; then only that one runs in ONNX R
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ import numpy as np
 
 from edgebuild.errors import ExportError
 from edgebuild.sources.tool_output import first_line, hide_path, quiet
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     import onnx
@@ -31,7 +31,6 @@ __all__ = ["save_onnx"]
 SHAPES = ("min_shape", "opt_shape", "max_shape")
 _PROTOBUF_LIMIT = 1_800_000_000  # bytes; above this the weights must go to external data
 
-_Report = Callable[[str], None]
 
 
 class ParityError(ExportError):
@@ -138,7 +137,7 @@ def _checker_refusal(model: Path | bytes) -> tuple[str, str] | None:
 
 def reference_outputs(project: Project, runner: Runner) -> dict[str, tuple[dict, dict]]:
     """{shape: (inputs, PyTorch's outputs)} at the min, opt and max shapes, run with a TorchRunner."""
-    from edgebuild.sources.model import example_inputs
+    from edgebuild.sources.entry_point import example_inputs
 
     return {which: (inputs, runner.run(inputs))
             for which in SHAPES for inputs in [example_inputs(project, which, seed=SHAPES.index(which))]}
@@ -198,7 +197,7 @@ def _compare(which: str, shapes: dict, name: str, want: np.ndarray, got: np.ndar
 
 # -- onnxslim --------------------------------------------------------------------------------
 
-def simplify(project: Project, reference: dict, path: Path, report: _Report,
+def simplify(project: Project, reference: dict, path: Path, report: Progress,
              exported: onnx.ModelProto | None = None) -> tuple[str, list[OutputParity] | None]:
     """onnxslim's version of the model at ``path`` replaces it if it passes every check itself.
 

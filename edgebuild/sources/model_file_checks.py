@@ -19,13 +19,14 @@ Only what needs the export itself (TensorRT's operator support, the export's par
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.errors import ConfigError, EdgebuildError, ModelError
 from edgebuild.sources.file_kinds import KIND_WORDS, content_kind
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     import onnx
@@ -38,7 +39,6 @@ __all__ = ["check_model_file", "not_a_model_file", "onnx_proto", "raise_for_unre
 #: bytes (the file and its external data): an ONNX file up to this size is run with ONNX Runtime by ``check``
 RUN_LIMIT = 256 * 2**20
 
-_Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def onnx_proto(path: Path, found: str, words: str) -> onnx.ModelProto:
 
 
 def check_model_file(project: Project, groups: Sequence[SelectedGroup], *,
-                     report: _Report = lambda _: None) -> ModelFileCheck:
+                     report: Progress = lambda _: None) -> ModelFileCheck:
     """Every problem of ``[model] source`` that validate's model stage would find (none for an entry point)."""
     source = project.model.source
     if source is None:
@@ -128,7 +128,7 @@ def check_model_file(project: Project, groups: Sequence[SelectedGroup], *,
     return _in_pytorch(project, path.name, report)
 
 
-def _in_pytorch(project: Project, name: str, report: _Report) -> ModelFileCheck:
+def _in_pytorch(project: Project, name: str, report: Progress) -> ModelFileCheck:
     """A TorchScript file or a model by name: loaded (no pickle runs) and run at the profile's shapes, as the model
     stage does."""
     from edgebuild.sources.torch_source import check_source
@@ -155,7 +155,7 @@ _WHAT_TO_DO = {
 }
 
 
-def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, report: _Report) -> str:
+def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, report: Progress) -> str:
     from edgebuild.sources.onnx_file import check_onnx_model, source_files
 
     size = sum((path.parent / name).stat().st_size for name, sha in source_files(path).items() if sha != "missing")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -36,8 +36,9 @@ from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versi
 from edgebuild.errors import EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.sources.entry_point import ModelRecord
 from edgebuild.sources.export_checks import SHAPES
-from edgebuild.sources.model import ModelRecord
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     import onnx
@@ -52,7 +53,6 @@ __all__ = ["read_model_record"]
 IMPORTER = "import"  # ExportRecord.exporter of an imported ONNX
 _TOOLS = ("onnx", "onnxruntime")
 
-_Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def model_check_key_parts(project: Project, groups: Sequence[SelectedGroup]) -> 
 # -- the model stage --------------------------------------------------------------------------------
 
 def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
-                     report: _Report = lambda _: None, run: bool = True) -> OnnxModelRecord:
+                     report: Progress = lambda _: None, run: bool = True) -> OnnxModelRecord:
     """Every check an ONNX file passes before the pipeline uses it as the model; raises ModelError.
 
     In order: it loads, the full checker and strict shape inference pass, its opset is one every
@@ -231,7 +231,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     """
     from edgebuild.project.config import model_source_kind
     from edgebuild.sources import onnx_checks as checks
-    from edgebuild.sources.model import example_inputs
+    from edgebuild.sources.entry_point import example_inputs
     from edgebuild.sources.task_outputs import raise_for_task_outputs
 
     started = time.perf_counter()
@@ -315,7 +315,7 @@ def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: Jso
     """A detector that fails to run at the profile's size: its stride, from its anchors at a size that is a
     multiple of 64 near the opt size (None where it says nothing or fails there too)."""
     from edgebuild.sources import onnx_checks as checks
-    from edgebuild.sources.model import example_inputs
+    from edgebuild.sources.entry_point import example_inputs
 
     if project.task.kind != "detection" or len(project.model.inputs) != 1 or \
             len(project.model.inputs[0].opt_shape) != 4:
@@ -361,7 +361,7 @@ def import_key_parts(project: Project, model: OnnxModelRecord) -> dict[str, str]
 
 
 def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[SelectedGroup], *,
-                report: _Report = lambda _: None) -> ExportRecord:
+                report: Progress = lambda _: None) -> ExportRecord:
     """Copy the checked file into ``build/export/opset<N>/model.onnx`` and say so in an ``ExportRecord``.
 
     The copy is the file as given; a file with external data is written again with its data in

@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, tool_versions
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.runtime.backends import Runner
+    from edgebuild.sources.entry_point import ModelRecord, TorchRunner
     from edgebuild.sources.export import ExportRecord
-    from edgebuild.sources.model import ModelRecord, TorchRunner
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["route_for"]
 
-Report = Callable[[str], None]
 Groups = Sequence["SelectedGroup"]
 
 
@@ -36,7 +36,7 @@ class ModelRoute:
     #: the model stage's key: every file and setting the model is made from
     model_key: Callable[[Project, Groups], dict[str, str]]
     #: load and check the model at the min/opt/max shapes; ``torch_runner`` gives the project's PyTorch model
-    check: Callable[[Project, Groups, Callable[[], TorchRunner], Report], ModelRecord]
+    check: Callable[[Project, Groups, Callable[[], TorchRunner], Progress], ModelRecord]
     #: what the reference's FP32 number depends on, and the tools it runs with
     reference_key: Callable[[Project], dict[str, str]]
     reference_tools: tuple[str, ...]
@@ -44,7 +44,7 @@ class ModelRoute:
     reference_runner: Callable[[Project, Callable[[], TorchRunner]], tuple[Runner, str]]
     #: the export stage's key and its run (``torch_runner``: the PyTorch model if a stage loaded it already)
     export_key: Callable[[Project, ModelRecord, int], dict[str, str]]
-    export: Callable[[Project, ModelRecord, int, str, Groups, TorchRunner | None, Report], ExportRecord]
+    export: Callable[[Project, ModelRecord, int, str, Groups, TorchRunner | None, Progress], ExportRecord]
     #: the export stage runs at the fleet's opset (an import keeps the file's own)
     needs_opset: bool = True
 
@@ -56,13 +56,13 @@ def _with_task(parts: dict[str, str], project: Project) -> dict[str, str]:
 
 
 def _entry_point() -> ModelRoute:
-    from edgebuild.sources import export, model
+    from edgebuild.sources import entry_point, export
 
     return ModelRoute(
         kind="entry point",
-        model_key=lambda project, groups: _with_task(model.model_key_parts(project), project),
-        check=lambda project, groups, torch_runner, report: model.check_model(project, torch_runner()),
-        reference_key=model.model_key_parts, reference_tools=("torch",),
+        model_key=lambda project, groups: _with_task(entry_point.model_key_parts(project), project),
+        check=lambda project, groups, torch_runner, report: entry_point.check_model(project, torch_runner()),
+        reference_key=entry_point.model_key_parts, reference_tools=("torch",),
         reference_runner=lambda project, torch_runner: (torch_runner(), "the PyTorch model"),
         export_key=lambda project, record, opset: export.cache_key_parts(project, opset),
         export=lambda project, record, opset, reason, groups, loaded, report: export.export_model(

@@ -16,25 +16,25 @@ module gives the three stages what the Ultralytics checkpoint route gives them:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, tool_versions
-from edgebuild.sources.model import ModelRecord
+from edgebuild.sources.entry_point import ModelRecord
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
+    from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.sources.export import ExportRecord
-    from edgebuild.sources.model import TorchRunner
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["check_source", "source_runner"]
 
 KINDS = ("torchscript", "hub")
 _EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")
-_Report = Callable[[str], None]
 _runners: dict[str, tuple[TorchRunner, list[str]]] = {}  # key digest -> (runner, load notes)
 
 
@@ -75,7 +75,7 @@ def source_key_parts(project: Project) -> dict[str, str]:
 
 
 def _loaded(project: Project) -> tuple[TorchRunner, list[str]]:
-    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.entry_point import TorchRunner
 
     key = digest(source_key_parts(project))
     if key not in _runners:
@@ -92,10 +92,10 @@ def source_runner(project: Project) -> TorchRunner:
     return _loaded(project)[0]
 
 
-def check_source(project: Project, *, report: _Report = lambda _: None) -> TorchSourceModelRecord:
+def check_source(project: Project, *, report: Progress = lambda _: None) -> TorchSourceModelRecord:
     """Load the model, then run it at the min/opt/max shapes against the task."""
     from edgebuild.project.config import model_source_kind
-    from edgebuild.sources.model import check_model
+    from edgebuild.sources.entry_point import check_model
 
     started = time.perf_counter()
     runner, notes = _loaded(project)
@@ -124,7 +124,7 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 
 
 def export_source(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
-                  report: _Report = lambda _: None) -> ExportRecord:
+                  report: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the loaded model, recorded under this route's key."""
     from edgebuild.sources.export import export_model
 

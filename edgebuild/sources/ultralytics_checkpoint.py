@@ -18,7 +18,7 @@ What this source yields to the pipeline, stage by stage:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 from edgebuild.content import digest, file_sha256, tool_versions
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.sources.model import ModelRecord
+from edgebuild.sources.entry_point import ModelRecord
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
+    from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.sources.export import ExportRecord
-    from edgebuild.sources.model import TorchRunner
     from edgebuild.sources.ultralytics import UltralyticsFacts
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -40,7 +41,6 @@ __all__ = []
 
 KIND = "ultralytics"
 _EXPORT_TOOLS = ("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")
-_Report = Callable[[str], None]
 _runners: dict[tuple[str, str, tuple[str, ...]], TorchRunner] = {}  # (path, sha256, outputs) -> runner
 
 
@@ -111,7 +111,7 @@ def _outputs(project: Project) -> list[str]:
 
 def checkpoint_runner(project: Project) -> TorchRunner:
     """The checkpoint's model with edgebuild's outputs, on the CPU; loaded once per checkpoint content."""
-    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.sources.ultralytics import adapter_module, load_trusted
 
     path = _path(project)
@@ -126,11 +126,11 @@ def checkpoint_runner(project: Project) -> TorchRunner:
     return runner
 
 
-def check_checkpoint(project: Project, *, report: _Report = lambda _: None) -> UltralyticsModelRecord:
+def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> UltralyticsModelRecord:
     """The checkpoint's facts, then its wrapped model at the min/opt/max shapes against the task."""
     from edgebuild.project.config import model_source_kind
     from edgebuild.project.ultralytics_facts import project_problems
-    from edgebuild.sources.model import check_model
+    from edgebuild.sources.entry_point import check_model
 
     started = time.perf_counter()
     path = _path(project)
@@ -170,7 +170,7 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 
 
 def export_checkpoint(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
-                      report: _Report = lambda _: None) -> ExportRecord:
+                      report: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the wrapped checkpoint, recorded under this route's key."""
     from edgebuild.sources.export import export_model
 

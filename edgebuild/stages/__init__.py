@@ -26,11 +26,12 @@ from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.stages.reference import REFERENCE
 from edgebuild.stages.session import CompileSession, CompileSettings
 from edgebuild.targets.profiles import SelectedGroup
+from edgebuild.text import Progress
 
 __all__ = ["MODEL_STAGES", "STAGES", "compile_plan", "stage_names"]
 
 STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, ENGINE, CONTAINER, PACKAGE)
-#: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet)
+#: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet_compile)
 MODEL_STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE)
 #: the stages that read the validation data: the project's ``data.prepare`` runs once before the first of them
 READS_DATA = frozenset({REFERENCE.name, GATE.name, ENGINE.name})
@@ -47,7 +48,7 @@ def stage(name: str) -> Stage:
 
 def compile_plan(plan: Plan[SelectedGroup], *, stages: tuple[Stage, ...] = STAGES, until: str | None = None,
                  options: Options = Options(), settings: CompileSettings = CompileSettings(),
-                 session: CompileSession | None = None, report: Callable[[str], None] = lambda _: None,
+                 session: CompileSession | None = None, report: Progress = lambda _: None,
                  on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
     """Run the compile's ``stages`` for ``plan`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.pipeline.runner import Stage
-from edgebuild.sources.model import ModelRecord
+from edgebuild.sources.entry_point import ModelRecord
 from edgebuild.sources.routes import describe_model, route_for
 from edgebuild.stages.session import CompileInputs
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from edgebuild.devices.farm import Farm
     from edgebuild.project.config import Project
     from edgebuild.runtime.device import DeviceFacts
-    from edgebuild.sources.model import TorchRunner
+    from edgebuild.sources.entry_point import TorchRunner
 
 __all__ = ["CompileSession", "CompileSettings"]
 
@@ -47,7 +47,7 @@ class CompileSession:
     def torch_runner(self, project: Project) -> TorchRunner:
         """The project's PyTorch model, loaded once per compile."""
         if self._torch_runner is None:
-            from edgebuild.sources.model import TorchRunner
+            from edgebuild.sources.entry_point import TorchRunner
 
             self._torch_runner = TorchRunner(project)
         return self._torch_runner

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import CapabilityMissing, ConfigError, LimitError
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project  # typing only: the project layer is above this one
@@ -425,7 +426,7 @@ def host_cgroup(name: str) -> CgroupV1 | CgroupV2:
                             f"{', '.join(missing)} controller(s)", hint="run on a Linux host with cgroups mounted")
 
 
-def fit_to_host(preset: LimitPreset, warn: Callable[[str], None]) -> LimitPreset:
+def fit_to_host(preset: LimitPreset, warn: Progress) -> LimitPreset:
     """Keep the preset's cores and quota possible on this host, saying what changed."""
     online = sorted(os.sched_getaffinity(0))
     fitted = preset
@@ -464,7 +465,7 @@ class LimitedRun:
         return asdict(self)
 
 
-def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Callable[[str], None] = print,
+def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Progress = print,
                 report_file: Path | None = None, env: dict[str, str] | None = None) -> LimitedRun:
     """Run ``command`` inside a new cgroup with the preset's limits; the cgroup is removed afterwards.
 

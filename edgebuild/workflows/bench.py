@@ -3,12 +3,12 @@ group's on a board of its profile reserved from the farm (``--farm``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 from edgebuild.workflows.plan import compiled_artifact, compiled_folders, is_compiled, load_plan
 
 if TYPE_CHECKING:
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 __all__ = ["bench_artifact", "bench_on_farm"]
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,11 @@ class Benched:
 
 def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: Path, selector: str,
                    device_url: str | None = None, baseline: Path | None = None, force: bool = False,
-                   report: Report = lambda _: None) -> Benched:
+                   report: Progress = lambda _: None) -> Benched:
     """``artifact`` (else the one compiled group ``selector`` selects) benchmarked here in a fresh
     process, or on the device at ``device_url``; compared with ``baseline`` (``force``: even an
     unlike run)."""
-    from edgebuild.devices.bench import bench_here, bench_over_ssh, check_remote_url, compare, load_result
+    from edgebuild.devices.remote_bench import bench_here, bench_over_ssh, check_remote_url, compare, load_result
     from edgebuild.errors import EdgebuildError
     from edgebuild.runtime.group import is_group_folder
     from edgebuild.runtime.recipe import Recipe
@@ -80,14 +79,14 @@ class FleetBench:
 
 def bench_on_farm(project_dir: Path, selector: str, address: str | None, options: JsonObject, *,
                   jobs: int | None = None, timeout_s: float | None = None, summary_file: Path | None = None,
-                  report: Report = lambda _: None) -> FleetBench:
+                  report: Progress = lambda _: None) -> FleetBench:
     """``bench --farm``: each selected group's model folder benchmarked on a board of its profile, in
     parallel: ``build/bench/<group>.json``, the fleet summary (``summary_file``, else
     ``build/bench/fleet.json``) and the jobs (``build/farm/bench.json``)."""
     import json
 
-    from edgebuild.devices.bench import bench_over_ssh, fleet_summary
     from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file
+    from edgebuild.devices.remote_bench import bench_over_ssh, fleet_summary
     from edgebuild.errors import ConfigError
     from edgebuild.project.layout import BuildLayout
     from edgebuild.runtime.files import atomic_write_text
@@ -109,7 +108,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
         if r.error is None:
             atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
     summary = fleet_summary(results)
-    summary_path = summary_file or out / "fleet.json"
+    summary_path = summary_file or layout.bench_summary
     atomic_write_text(summary_path, json.dumps(summary, indent=2))
     write_jobs_file(layout.farm_jobs("bench"), results)
     return FleetBench(out, summary, summary_path, results)

@@ -7,18 +7,19 @@ here, except where the command shows its result first (``Preflighted.error``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.project.layout import BuildLayout
 from edgebuild.stages.container import CONTAINER
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.export import EXPORT
 from edgebuild.stages.package import PACKAGE
 from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.stages.session import CompileSettings
+from edgebuild.text import Progress
 from edgebuild.workflows.plan import load_plan, ran, run_until
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Exported", "export_model", "package_fleet", "preflight_targets", "rebuild_report", "write_containers"]
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Exported:
 
 
 def export_model(project_dir: Path, selector: str, *, force: bool = False,
-                 report: Report = lambda _: None) -> Exported:
+                 report: Progress = lambda _: None) -> Exported:
     """The model exported to ONNX for every selected target's parser (reused when nothing changed)."""
     outcome = ran(run_until(load_plan(project_dir, selector), EXPORT, force=force, report=report), EXPORT)
     record = outcome.record()
@@ -67,7 +67,7 @@ class Preflighted:
 
 
 def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None = None, *,
-                      report: Report = lambda _: None) -> Preflighted:
+                      report: Progress = lambda _: None) -> Preflighted:
     """The project's export (the preflight stage, run as needed), or ``onnx_path``, checked against
     each selected group's TensorRT parser."""
     from edgebuild.targets.preflight import preflight
@@ -86,8 +86,8 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
 
 
 def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson", base_image: str | None = None,
-                     build: bool = False, engine: str | None = None, pull: bool = True,
-                     report: Report = lambda _: None) -> dict[str, JsonObject]:
+                     build: bool = False, tool: str | None = None, pull: bool = True,
+                     report: Progress = lambda _: None) -> dict[str, JsonObject]:
     """Each selected group's container build context (the container stage), and with ``build`` its
     image built with podman or docker: the container records by group, ``context`` an absolute path
     and ``built`` the image tag."""
@@ -109,26 +109,26 @@ def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson"
             model_folder = build_dir / engine.folder
             container = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
             records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
-                                                       engine=engine, pull=pull, report=report)
+                                                       tool=tool, pull=pull, report=report)
     return records
 
 
 def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None, ship_ungated: bool = False,
-                  report: Report = lambda _: None) -> JsonObject:
+                  report: Progress = lambda _: None) -> JsonObject:
     """Each selected group's OTA artifacts (the package stage) and ``build/packages/fleet.json``,
     which this returns."""
     import json
 
-    from edgebuild.project.fleet import is_fleet_file
+    from edgebuild.project.fleet_file import is_fleet_file
     from edgebuild.shipping.ota import write_fleet_manifest
 
     if is_fleet_file(project_dir):  # several models: the fleet's compile packages each group with all of them
-        from edgebuild.workflows.fleet import compile_fleet
+        from edgebuild.workflows.fleet_compile import compile_fleet
 
         done = compile_fleet(project_dir, selector, package_since=since, ship_ungated=ship_ungated, report=report)
         if done.error:
             raise done.error
-        return json.loads((done.fleet.build_dir / "packages" / "fleet.json").read_text())
+        return json.loads(BuildLayout(done.fleet.build_dir).fleet_manifest.read_text())
     plan = load_plan(project_dir, selector)
     outcome = ran(run_until(plan, PACKAGE, settings=CompileSettings(package_since=since, ship_ungated=ship_ungated),
                             report=report), PACKAGE)

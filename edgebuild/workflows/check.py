@@ -85,7 +85,7 @@ def raise_for_problems(project: Project, findings: list[Finding]) -> None:
 
 
 def _entry_point(project: Project, spec: str, key: str) -> list[Finding]:
-    from edgebuild.sources.model import resolve_entry_point
+    from edgebuild.sources.entry_point import resolve_entry_point
 
     try:
         resolve_entry_point(project, spec, key)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgebuild.text import Progress
+
 if TYPE_CHECKING:
     from edgebuild.errors import EdgebuildError
     from edgebuild.pipeline.runner import CompileReport, StageOutcome
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_project"]
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Compiled:
 def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] = frozenset(),
                     build_on: str | None = None, farm_address: str | None = None, jobs: int | None = None,
                     farm_timeout: float | None = None, gate: bool = True, ship_ungated: bool = False,
-                    progress: bool = False, report: Report = lambda _: None, farm_report: Report | None = None,
+                    progress: bool = False, report: Progress = lambda _: None, farm_report: Progress | None = None,
                     on_plan: Callable[[CompilePlan], None] = lambda _: None,
                     on_stage: Callable[[StageOutcome], None] = lambda _: None) -> Compiled:
     """Compile ``selector``'s groups of the project at ``project_dir``.

@@ -5,15 +5,14 @@ The fan-out both ``validate --farm`` and ``bench --farm`` run is ``devices.farm.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 
 __all__ = ["FarmStatus", "farm_status"]
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class FarmStatus:
     unserved: dict[str, dict[str, str]]  # fleet groups no place can serve -> the tags a board for them needs
 
 
-def farm_status(project_dir: Path, address: str | None = None, *, report: Report = lambda _: None) -> FarmStatus:
+def farm_status(project_dir: Path, address: str | None = None, *, report: Progress = lambda _: None) -> FarmStatus:
     from edgebuild.devices.farm import open_farm, target_tags
     from edgebuild.project.config import load_project
     from edgebuild.workflows.plan import plan_compile

@@ -22,6 +22,7 @@ from typing import Any
 from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE, load_project
+from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
 from edgebuild.workflows.init_preprocess import given_preprocess as _given_preprocess
@@ -510,7 +511,7 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     directory.mkdir(parents=True, exist_ok=True)
     draft = directory / f".{PROJECT_FILE}.init-draft"
     loaded_said: list[str] = []
-    had_build = (directory / "build").exists()
+    had_build = BuildLayout.default(directory).root.exists()
     try:
         draft.write_text(text, encoding="utf-8")
         try:
@@ -574,10 +575,10 @@ def _forget_build(directory: Path, had_build: bool) -> None:
         return
     import shutil
 
-    from edgebuild.project.layout import BuildLayout
 
-    cache = BuildLayout(directory / "build").decoded_images.parent
-    for made in (directory / "build").glob("*"):
+    layout = BuildLayout.default(directory)
+    cache = layout.decoded_images.parent
+    for made in layout.root.glob("*"):
         if made != cache:
             shutil.rmtree(made, ignore_errors=True) if made.is_dir() else made.unlink(missing_ok=True)
 

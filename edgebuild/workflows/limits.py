@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from edgebuild.text import Progress
 
 __all__ = ["run_with_limits"]
 
-Report = Callable[[str], None]
 
 
 def run_with_limits(preset_name: str, command: Sequence[str], *, memory: str | None = None,
                     cpus: float | None = None, cpuset: str | None = None, pids: int | None = None,
-                    report_file: Path | None = None, report: Report = lambda _: None) -> int:
+                    report_file: Path | None = None, report: Progress = lambda _: None) -> int:
     """Run ``command`` under the preset (a module id, or a preset file) with these overrides; its exit
     status: the command's own, 128 + the signal that ended it, or LimitError (13) for an OOM kill."""
     from edgebuild.targets.limits import load_preset, run_limited

@@ -11,7 +11,6 @@ command. ``compiled_artifact`` is the one model folder ``bench`` measures when g
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from edgebuild.pipeline.runner import Plan
 from edgebuild.stages.session import CompileSettings
 from edgebuild.targets.profiles import SelectedGroup
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.pipeline.runner import CompileReport, Stage, StageOutcome
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CompilePlan", "plan_compile"]
 
-Progress = Callable[[str], None]
 R = TypeVar("R")
 #: what a compile works on: the project and its selected fleet groups (limit presets resolved)
 CompilePlan = Plan[SelectedGroup]

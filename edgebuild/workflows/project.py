@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Checked", "check_project", "prepare_project_data", "profile_catalog", "profile_records"]
 
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def _without_prefix(project: Project, key: str, message: str) -> str:
     return message.removeprefix(f"{project.source}: ").removeprefix(f"{key}: ").removeprefix(f"{key} ")
 
 
-def prepare_project_data(project_dir: Path, *, report: Report = lambda _: None) -> str | None:
+def prepare_project_data(project_dir: Path, *, report: Progress = lambda _: None) -> str | None:
     """Run the project's data.prepare when a data path is missing: what ran, or None when nothing had to."""
     from edgebuild.datasets.project_data import prepare_data
     from edgebuild.project.config import load_project

@@ -9,7 +9,6 @@ caller raises after showing them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from edgebuild.jsontypes import JsonObject
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
+from edgebuild.text import Progress
 from edgebuild.workflows.plan import CompilePlan, load_plan, ran, run_until
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceValidation"]
 
-Report = Callable[[str], None]
 
 
 # -- on this host: the gate ----------------------------------------------------------------------
@@ -43,7 +42,7 @@ class GateRun:
 
 
 def validate_here(project_dir: Path, selector: str, *, force: bool = False, backend: str | None = None,
-                  progress: bool = False, report: Report = lambda _: None) -> GateRun:
+                  progress: bool = False, report: Progress = lambda _: None) -> GateRun:
     """The gate's candidates measured on this host (``backend`` overrides accuracy.backend)."""
     plan = load_plan(project_dir, selector)
     if backend:
@@ -90,7 +89,7 @@ class DeviceValidation:
 
 
 def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, folder: Path, url: str,
-                   data: ValidationSet, report: Report = lambda _: None) -> JsonObject:
+                   data: ValidationSet, report: Progress = lambda _: None) -> JsonObject:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.runtime.recipe import Recipe
@@ -104,7 +103,7 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
             "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
 
 
-def _engines(plan: CompilePlan, report: Report) -> tuple[GateResult, dict[str, Path], ValidationSet]:
+def _engines(plan: CompilePlan, report: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
     """The engine stage run as needed: the gate's result, each group's model folder, the validation set."""
     from edgebuild.accuracy.evaluate import ValidationSet
 
@@ -121,9 +120,9 @@ def _engines(plan: CompilePlan, report: Report) -> tuple[GateResult, dict[str, P
 
 
 def validate_on_device(project_dir: Path, selector: str, url: str, *,
-                       report: Report = lambda _: None) -> DeviceValidation:
+                       report: Progress = lambda _: None) -> DeviceValidation:
     """``validate --device``: each group's model folder measured on the device at ``url``."""
-    from edgebuild.devices.bench import check_remote_url
+    from edgebuild.devices.remote_bench import check_remote_url
 
     plan = load_plan(project_dir, selector)
     url = check_remote_url(url)
@@ -133,7 +132,7 @@ def validate_on_device(project_dir: Path, selector: str, url: str, *,
 
 
 def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, jobs: int | None = None,
-                     timeout_s: float | None = None, report: Report = lambda _: None) -> DeviceValidation:
+                     timeout_s: float | None = None, report: Progress = lambda _: None) -> DeviceValidation:
     """``validate --farm``: each group's model folder measured on a board of its profile, in parallel;
     the jobs and rows are written to ``build/farm/validate.json``."""
     from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file

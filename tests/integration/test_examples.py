@@ -13,7 +13,7 @@ from edgebuild.accuracy.evaluate import evaluate
 from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.project.config import load_project
-from edgebuild.sources.model import TorchRunner, resolve_entry_point
+from edgebuild.sources.entry_point import TorchRunner, resolve_entry_point
 
 
 def test_shapes_detector_fp32_map_is_at_least_half(example_copy) -> None:

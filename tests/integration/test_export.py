@@ -16,9 +16,9 @@ from edgebuild.errors import ExportError, ModelError
 from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
 from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.sources.entry_point import load_model
 from edgebuild.sources.export import choose_opset, export_dir, export_model
 from edgebuild.sources.export_checks import ParityError, verify_onnx
-from edgebuild.sources.model import load_model
 from edgebuild.stages import compile_plan
 from edgebuild.stages.export import EXPORT
 from edgebuild.targets.profiles import load_catalog

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.errors import ConfigError
-from edgebuild.project.fleet import load_fleet
+from edgebuild.project.fleet_file import load_fleet
 from edgebuild.runtime.group import GroupManifest, model_folders
 
 
@@ -131,7 +131,7 @@ def test_a_model_project_command_on_a_fleet_file_says_what_it_is(camera_box: Pat
 def test_the_fleet_report_renders_in_chromium_and_no_request_leaves_the_file(tmp_path: Path) -> None:
     from PIL import Image
 
-    from edgebuild.report.fleet import write_fleet_report
+    from edgebuild.report.fleet_report import write_fleet_report
     from tests.integration.test_report import _chromium, _page_requests
 
     model = {"precision": "int8", "weights": 1 << 20, "activations": 3 << 20, "workspace": 512 << 20,

@@ -77,7 +77,7 @@ def _with_broken_model(root: Path, artifact: Path, model: str, private: Path) ->
                                      "models")}
     write_bundle(bundle, manifest=keep, files=files, signing_key=key)
     broken = artifact.with_name("broken.mender")
-    from edgebuild.project.fleet import load_fleet
+    from edgebuild.project.fleet_file import load_fleet
     from edgebuild.shipping.group import FleetShipping
     from edgebuild.shipping.ota import mender_keys
 

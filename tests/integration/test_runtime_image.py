@@ -128,7 +128,7 @@ def runtime_image(base_image, tmp_path_factory):
     plan = plan_container(recipe, target, preset, flavor="cpu", base_image=base_image,
                           image=f"localhost/edgebuild-test-runtime:{os.getpid()}")
     write_container(folder, root / "context", plan)
-    build_image(root / "context", plan, engine="podman", pull=False)
+    build_image(root / "context", plan, tool="podman", pull=False)
     yield plan, folder
     subprocess.run(["podman", "rmi", "--force", plan.image], capture_output=True)
 
@@ -136,14 +136,14 @@ def runtime_image(base_image, tmp_path_factory):
 def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> None:
     plan, folder = runtime_image
     port = free_port()
-    name = start_container(plan, engine="podman", publish=f"127.0.0.1:{port}:{plan.port}")
+    name = start_container(plan, tool="podman", publish=f"127.0.0.1:{port}:{plan.port}")
     try:
         client = Client(port)
         ready = client.wait_ready(timeout=120)
         assert ready["warmup"]["runs"] >= 1
         check_answers_match_the_host(client, folder)  # the host-side evaluation of the same model
         # the limits as podman set them, and as the kernel has them inside the container
-        info = inspect_container(name, engine="podman")
+        info = inspect_container(name, tool="podman")
         host = info["HostConfig"]
         assert host["Memory"] == plan.preset.memory and host["PidsLimit"] == plan.preset.pids
         assert host["NanoCpus"] == int(plan.preset.cpus * 1e9) and host["CpusetCpus"] == plan.preset.cpuset
@@ -162,7 +162,7 @@ def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> Non
         assert subprocess.run(["podman", "healthcheck", "run", name], capture_output=True).returncode == 0
     finally:
         logs = subprocess.run(["podman", "logs", name], capture_output=True, text=True)
-        remove_container(name, engine="podman")
+        remove_container(name, tool="podman")
         subprocess.run(["podman", "volume", "rm", "--force", plan.volume], capture_output=True)
     assert "ready:" in logs.stderr + logs.stdout
 
@@ -170,6 +170,6 @@ def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> Non
 def test_a_process_over_the_memory_limit_is_oom_killed_and_reported(runtime_image) -> None:
     plan, _ = runtime_image
     small = dataclasses.replace(plan, preset=plan.preset.with_overrides(memory="96M"))
-    assert run_once(small, ["python3", "-c", "x = bytearray(16 << 20)"], engine="podman") == 0
+    assert run_once(small, ["python3", "-c", "x = bytearray(16 << 20)"], tool="podman") == 0
     with pytest.raises(LimitError, match="killed by the OOM killer at the memory limit 96.0 MiB"):
-        run_once(small, ["python3", "-c", "x = bytearray(400 << 20)"], engine="podman")
+        run_once(small, ["python3", "-c", "x = bytearray(400 << 20)"], tool="podman")

@@ -164,7 +164,7 @@ def test_the_domain_check_finds_a_domain_import() -> None:
 
 
 def test_loading_a_project_runs_no_user_code() -> None:
-    assert "edgebuild.sources.model" not in _graph()["edgebuild.project.config"]
+    assert "edgebuild.sources.entry_point" not in _graph()["edgebuild.project.config"]
 
 
 #: one job per module: a module that grows past this is doing more than one (docs/architecture.md)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.devices.bench import compare, request_lines
+from edgebuild.devices.remote_bench import compare, request_lines
 from edgebuild.errors import ConfigError
 from edgebuild.runtime import vision
 from edgebuild.runtime.bench_request import jpeg_codec, measure_request, synthetic_frame

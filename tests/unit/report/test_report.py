@@ -15,10 +15,10 @@ from junitparser import JUnitXml
 
 from edgebuild.errors import ConfigError
 from edgebuild.report import write_report
+from edgebuild.report.build_report import from_compile
 from edgebuild.report.html import to_html
 from edgebuild.report.junit import to_junit
 from edgebuild.report.markdown import to_markdown
-from edgebuild.report.model import from_compile
 
 FINDING = {"node": "/head/NonMaxSuppression", "op_type": "NonMaxSuppression", "severity": "blocking",
            "problem": "not in TensorRT 8.5's ONNX parser <& \x1b[31m>", "fix": "move NMS out of the graph",

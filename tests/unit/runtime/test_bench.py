@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.devices.bench import power_mode
+from edgebuild.devices.remote_bench import power_mode
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.bench import (
     TegrastatsSampler,

@@ -15,7 +15,13 @@ from edgebuild.errors import ModelError
 from edgebuild.project.config import Project, load_project
 from edgebuild.project.schema import ClassificationTask
 from edgebuild.runtime.vision import decode_outputs
-from edgebuild.sources.model import TorchRunner, check_model, model_key_parts, model_source_digest, outputs_by_name
+from edgebuild.sources.entry_point import (
+    TorchRunner,
+    check_model,
+    model_key_parts,
+    model_source_digest,
+    outputs_by_name,
+)
 from edgebuild.sources.task_outputs import task_output_mismatches
 from tests.support.project import (
     TINY_CLASSIFIER_TOML,

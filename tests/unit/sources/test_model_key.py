@@ -14,7 +14,7 @@ import torch
 
 from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
-from edgebuild.sources.model import TorchRunner, check_model, model_key_parts, model_source_digest
+from edgebuild.sources.entry_point import TorchRunner, check_model, model_key_parts, model_source_digest
 from edgebuild.stages import compile_plan
 from edgebuild.workflows.plan import plan_compile
 from tests.support.project import TINY_TOML, write_tiny_project
@@ -179,7 +179,7 @@ def test_an_entry_point_package_outside_python_path_is_hashed(tmp_path: Path, mo
 def test_an_entry_point_in_an_installed_distribution_counts_by_its_version(tmp_path: Path) -> None:
     import importlib.metadata
 
-    from edgebuild.sources.model import _outside_package_entries
+    from edgebuild.sources.entry_point import _outside_package_entries
 
     write_tiny_project(tmp_path, TINY_TOML.replace("tinydet.model:build_model", "torch.nn:Identity"))
     project = load_project(tmp_path)
@@ -188,7 +188,7 @@ def test_an_entry_point_in_an_installed_distribution_counts_by_its_version(tmp_p
 
 @pytest.mark.parametrize("mode", ["w", "a", "r+"])
 def test_files_opened_for_writing_are_not_recorded(tmp_path: Path, mode: str) -> None:
-    from edgebuild.sources.model import _files_opened
+    from edgebuild.sources.entry_point import _files_opened
 
     target = tmp_path / "f.bin"
     target.write_bytes(b"x")

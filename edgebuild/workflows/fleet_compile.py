@@ -2,7 +2,7 @@
 
 The model-level stages (model, reference, export, preflight, gate, and the engine per group that
 runs the model) run per model, each in its own build folder (``build/models/<name>/``) with the
-project view :meth:`edgebuild.project.fleet.Fleet.model_project` gives it, through the same stage
+project view :meth:`edgebuild.project.fleet_file.Fleet.model_project` gives it, through the same stage
 protocol as a one-model compile, so a second compile reuses what did not change. Between the gate
 and the engines each group's memory plan is made from the gates' selections; a group whose models
 do not fit is refused there, before any of its engines is built, and the other groups go on.
@@ -21,19 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.errors import EdgebuildError
+from edgebuild.project.layout import BuildLayout
+from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.devices.memory_plan import MemoryPlan
     from edgebuild.pipeline.runner import CompileReport, StageOutcome
-    from edgebuild.project.fleet import Fleet
+    from edgebuild.project.fleet_file import Fleet
     from edgebuild.project.schema import FleetGroup
-    from edgebuild.report.fleet import FleetGroupRecord
+    from edgebuild.report.fleet_report import FleetGroupRecord
     from edgebuild.stages.session import CompileSession, CompileSettings
     from edgebuild.workflows.plan import CompilePlan
 
-__all__ = ["compile_fleet", "fleet_summary"]
+__all__ = ["compile_fleet"]
 
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -50,7 +51,7 @@ class GroupOutcome:
 
     def record(self) -> FleetGroupRecord:
         """The group's line in ``build/fleet.json``."""
-        from edgebuild.report.fleet import FleetGroupRecord
+        from edgebuild.report.fleet_report import FleetGroupRecord
 
         return FleetGroupRecord(self.name, self.target, tuple(self.models), self.candidates, self.memory,
                                 self.written, str(self.error) if self.error else None)
@@ -90,8 +91,7 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
     from dataclasses import replace
 
     from edgebuild.pipeline.runner import Options
-    from edgebuild.project.fleet import load_fleet
-    from edgebuild.report.fleet import FLEET_RECORD
+    from edgebuild.project.fleet_file import load_fleet
     from edgebuild.stages import MODEL_STAGES, STAGES, compile_plan
     from edgebuild.stages.engine import ENGINE
     from edgebuild.stages.session import CompileSession, CompileSettings
@@ -129,7 +129,7 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
     for outcome in groups:
         if outcome.error is None:
             _ship_group(fleet, outcome, models, settings, report)
-    record = fleet.build_dir / FLEET_RECORD
+    record = BuildLayout(fleet.build_dir).fleet_record
     _write_record(fleet, groups, record)
     _write_reports(fleet, models)
     return FleetCompiled(fleet, {name: m.compiled for name, m in models.items()}, groups, record)
@@ -139,7 +139,7 @@ def _write_reports(fleet: Fleet, models: dict[str, _Model]) -> None:
     """Each model's own build report (its stages, gate, preflight) and the fleet's page linking them."""
     from edgebuild.pipeline.runner import write_last_compile
     from edgebuild.report import write_report
-    from edgebuild.report.fleet import write_fleet_report
+    from edgebuild.report.fleet_report import write_fleet_report
 
     for model in models.values():
         write_last_compile(model.compiled)
@@ -151,7 +151,6 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
     """The group's memory plan from each model's gate selection (before any engine is built)."""
     from edgebuild.devices.memory_plan import estimate_model_memory, plan_group_memory
     from edgebuild.errors import LimitError
-    from edgebuild.project.layout import BuildLayout
     from edgebuild.stages.gate import GATE
     from edgebuild.stages.preflight import PREFLIGHT
     from edgebuild.targets.limits import parse_size
@@ -213,28 +212,10 @@ def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], 
 def _write_record(fleet: Fleet, groups: list[GroupOutcome], path: Path) -> None:
     import json
 
-    from edgebuild.report.fleet import FleetRecord
+    from edgebuild.report.fleet_report import FleetRecord
     from edgebuild.runtime.files import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     record = FleetRecord(fleet.name, tuple(g.record() for g in groups),
                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     atomic_write_text(path, json.dumps(record.as_dict(), indent=2, default=str))
-
-
-def fleet_summary(compiled: FleetCompiled) -> str:
-    """Per group: its models and their candidates, the memory plan, what was written or why not."""
-    lines = [f"fleet {compiled.fleet.name}:"]
-    for group in compiled.groups:
-        lines.append(f"  {group.name} ({group.target}): " + ", ".join(
-            f"{m} {group.candidates.get(m, '-')}" for m in group.models))
-        if group.memory is not None:
-            plan = group.memory
-            lines.append(f"    memory {plan.total / (1 << 20):.0f} MiB of {plan.budget / (1 << 20):.0f} MiB "
-                         f"({plan.preset})" + ("" if plan.fits else ": DOES NOT FIT"))
-        for key in ("folder", "container", "bundle", "mender"):
-            if key in group.written:
-                lines.append(f"    {key}: {group.written[key]}")
-        if group.error is not None:
-            lines.append(f"    FAILED: {group.error.message.splitlines()[0]}")
-    return "\n".join(lines)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from edgebuild.runtime import options as device_options
 from edgebuild.runtime.bench import SCHEMA
 from edgebuild.runtime.files import sha256_bytes
 from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.text import Progress
 
 __all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",
            "fleet_summary", "fleet_table", "load_result", "parse_int_list", "plot", "table"]
@@ -42,7 +42,7 @@ def bench_here(artifact: Path, options: JsonObject, *, timeout_s: float | None =
     return _answer(done.stdout, done.returncode, "this host")
 
 
-def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, report: Callable[[str], None] = print,
+def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, report: Progress = print,
                    timeout_s: float | None = None) -> JsonObject:
     """Copy the artifact to the device (once per content) and run the device-side bench there."""
     from edgebuild.devices.ssh import SshDevice

@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
+from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import (
     NAME_PATTERN,
     PROJECT_FILE,
@@ -120,7 +121,7 @@ class Fleet:
         return [g for g in self.file.fleet if model in (g.models or [])]
 
     def model_build_dir(self, model: str) -> Path:
-        return self.build_dir / "models" / model
+        return BuildLayout(self.build_dir).fleet_model(model)
 
     def model_project(self, model: str) -> Project:
         """The model's project as the fleet compiles it: the fleet's groups that run it (without their

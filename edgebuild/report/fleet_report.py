@@ -15,12 +15,11 @@ from pathlib import Path
 from edgebuild.devices.memory_plan import MemoryPlan
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.project.layout import BuildLayout
 from edgebuild.report.html import _CSS, _badge, _e, _html_table
 from edgebuild.targets.limits import human_size
 
-__all__ = ["FLEET_RECORD", "FleetGroupRecord", "FleetRecord", "write_fleet_report"]
-
-FLEET_RECORD = "fleet.json"
+__all__ = ["FleetGroupRecord", "FleetRecord", "write_fleet_report"]
 #: what a shipped group wrote (paths from the fleet file's folder; ``signed`` whether its bundle is)
 WRITTEN = ("folder", "container", "bundle", "mender", "signed")
 
@@ -71,11 +70,12 @@ class FleetRecord:
 def write_fleet_report(build_dir: Path) -> dict[str, Path]:
     from edgebuild.runtime.files import atomic_write_text
 
-    path = Path(build_dir) / FLEET_RECORD
+    layout = BuildLayout(Path(build_dir))
+    path = layout.fleet_record
     if not path.is_file():
         raise ConfigError(f"{path}: no fleet compile recorded here", hint="run `edgebuild compile` of the fleet file")
     record = FleetRecord.load(path)
-    out = Path(build_dir) / "report"
+    out = layout.report
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "index.html", "markdown": out / "summary.md"}
     atomic_write_text(paths["html"], _fleet_html(record))
