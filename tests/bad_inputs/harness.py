@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,15 @@ class Ran:
     exit_code: int
     output: str
     traceback: str | None  # the exception a command let out (a bug), else None
+
+
+def substitute(pattern: str, replacement: str) -> Callable[[str], str]:
+    """An edit of a project file: the first match of ``pattern`` (multi-line) replaced; it must match."""
+    def edit(text: str) -> str:
+        changed = re.sub(pattern, replacement, text, count=1, flags=re.M)
+        assert changed != text, pattern
+        return changed
+    return edit
 
 
 def invoke(*args: str) -> Ran:

@@ -56,7 +56,7 @@ def make_kit(root: Path) -> Kit:
     root.mkdir(parents=True, exist_ok=True)
     classifier = _classifier_onnx(root / "classifier" / "model.onnx")
     folders = _class_folders(root / "folders")
-    detector = _ultralytics_onnx(root / "detector" / "best.onnx", DETECTOR_CLASSES)
+    detector = ultralytics_onnx(root / "detector" / "best.onnx", DETECTOR_CLASSES)
     yolo = _yolo(root / "yolo")
     coco = _coco(root / "coco")
     voc = _voc(root / "voc")
@@ -94,7 +94,7 @@ def _class_folders(root: Path) -> Path:
     return root
 
 
-def _ultralytics_onnx(path: Path, names: list[str]) -> Path:
+def ultralytics_onnx(path: Path, names: list[str]) -> Path:
     """A tiny graph with Ultralytics' metadata and its raw head [N, 4+C, A] (A = 64 at 64x64)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper

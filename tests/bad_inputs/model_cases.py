@@ -5,7 +5,6 @@ after init, by ``check``: never first by ``validate``."""
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 import zipfile
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.bad_inputs.harness import Case, Inputs, invoke
+from tests.bad_inputs.harness import substitute as _sub
 from tests.bad_inputs.kit import DETECTOR_CLASSES, Kit
 
 # -- ways to break a copy of the kit's models ----------------------------------------------------------
@@ -119,14 +119,6 @@ def _init_then_edit(edit: Callable[[str], str], of: str = "classifier",
             model_edit(model)
         return Inputs(project=project)
     return make
-
-
-def _sub(pattern: str, replacement: str) -> Callable[[str], str]:
-    def edit(text: str) -> str:
-        changed = re.sub(pattern, replacement, text, count=1, flags=re.M)
-        assert changed != text, pattern
-        return changed
-    return edit
 
 
 # -- a detector without metadata whose feature maps at strides 16 and 32 are added: its size must be a

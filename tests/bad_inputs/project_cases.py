@@ -4,11 +4,11 @@ error); a bad ``init`` flag is refused by ``init`` naming the flag."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.bad_inputs.harness import Case, Inputs, invoke
+from tests.bad_inputs.harness import substitute as _sub
 from tests.bad_inputs.kit import Kit
 
 
@@ -27,14 +27,6 @@ def _edit(edit: Callable[[str], str], of: str = "classifier",
             also(project)
         return Inputs(project=project)
     return make
-
-
-def _sub(pattern: str, replacement: str) -> Callable[[str], str]:
-    def edit(text: str) -> str:
-        changed = re.sub(pattern, replacement, text, count=1, flags=re.M)
-        assert changed != text, pattern
-        return changed
-    return edit
 
 
 def _append(extra: str) -> Callable[[str], str]:

@@ -25,6 +25,7 @@ from edgebuild.datasets.project_data import prepare_data
 from edgebuild.project.config import load_project
 from edgebuild.sources.export import choose_opset, export_model
 from edgebuild.targets.profiles import load_catalog
+from tests.bad_inputs.kit import ultralytics_onnx
 from tests.integration.test_dataset_formats import CLASSES, _write_formats
 from tests.support.project import EXAMPLES
 
@@ -180,31 +181,7 @@ def test_a_detector_and_a_yolo_data_yaml_compile_with_no_edit(shapes, tmp_path) 
     assert written["data"]["dataset"].endswith("formats/VOC") and written["task"]["classes"] == list(CLASSES)
 
 
-# -- an Ultralytics export with the raw head, made up with onnx.helper ------------------------------
-
-def _ultralytics_onnx(path: Path, names: list[str]) -> Path:
-    """A tiny graph with Ultralytics' metadata and its raw head [N, 4+C, A] (A = 64 at 64x64)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    channels = 4 + len(names)
-    weight = numpy_helper.from_array(np.random.default_rng(0).normal(size=(channels, 3, 3, 3)).astype(np.float32), "w")
-    shape = numpy_helper.from_array(np.array([0, channels, -1], dtype=np.int64), "shape")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["images", "w"], ["features"], strides=[8, 8], pads=[1, 1, 1, 1]),
-         helper.make_node("Reshape", ["features", "shape"], ["output0"])],
-        "head", [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 64, 64])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", channels, 64])],
-        initializer=[weight, shape])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    for key, value in {"author": "Ultralytics", "task": "detect", "stride": "8", "imgsz": "[64, 64]",
-                       "names": repr(dict(enumerate(names)))}.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
-    return path
-
+# -- an Ultralytics export with the raw head (tests.bad_inputs.kit.ultralytics_onnx) and its YOLO data ---------
 
 def _yolo_set(root: Path, names: list[str]) -> Path:
     from PIL import Image
@@ -223,7 +200,7 @@ def _yolo_set(root: Path, names: list[str]) -> Path:
 
 def test_an_ultralytics_raw_head_is_written_for_the_adapter(tmp_path) -> None:
     names = ["circle", "square", "triangle"]
-    model = _ultralytics_onnx(tmp_path / "best.onnx", names)
+    model = ultralytics_onnx(tmp_path / "best.onnx", names)
     data = _yolo_set(tmp_path / "data", names)
     project = tmp_path / "yolo"
     code, output = _run("init", "--model", str(model), "--data", str(data), str(project))
@@ -282,7 +259,7 @@ def test_an_ultralytics_checkpoint_is_read_without_running_it(tmp_path) -> None:
 # -- bad input: refused, nothing written ------------------------------------------------------------
 
 def test_class_names_that_disagree_are_refused_naming_both(tmp_path) -> None:
-    model = _ultralytics_onnx(tmp_path / "best.onnx", ["circle", "square", "triangle"])
+    model = ultralytics_onnx(tmp_path / "best.onnx", ["circle", "square", "triangle"])
     data = _yolo_set(tmp_path / "data", ["cat", "dog", "fox"])
     code, output = _run("init", "--model", str(model), "--data", str(data), str(tmp_path / "p"))
     assert code == 5, output
@@ -302,7 +279,7 @@ def test_a_model_file_of_an_unknown_kind_is_refused(tmp_path) -> None:
 
 
 def test_a_data_path_that_is_no_dataset_is_refused(tmp_path) -> None:
-    model = _ultralytics_onnx(tmp_path / "best.onnx", ["a", "b"])
+    model = ultralytics_onnx(tmp_path / "best.onnx", ["a", "b"])
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("hello")
     code, output = _run("init", "--model", str(model), "--data", str(tmp_path / "notes"), str(tmp_path / "p"))
@@ -314,7 +291,7 @@ def test_a_data_path_that_is_no_dataset_is_refused(tmp_path) -> None:
 
 def test_an_existing_project_file_is_kept_without_force(tmp_path) -> None:
     names = ["a", "b"]
-    model, data = _ultralytics_onnx(tmp_path / "best.onnx", names), _yolo_set(tmp_path / "data", names)
+    model, data = ultralytics_onnx(tmp_path / "best.onnx", names), _yolo_set(tmp_path / "data", names)
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "edgebuild.toml").write_text("# mine\n")
     code, output = _run("init", "--model", str(model), "--data", str(data), str(tmp_path / "p"))
