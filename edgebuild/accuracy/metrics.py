@@ -12,15 +12,14 @@ them all). With ``max_detections`` up to 100 this is COCOeval's own default.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 from typing import Any
 
 import numpy as np
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.vision import top_k
+from edgebuild.text import python_output_dropped
 
 __all__ = ["coco_detection_metrics"]
 
@@ -32,7 +31,7 @@ def coco_ground_truth(ground_truth: JsonObject) -> Any:
     gt = copy.deepcopy(ground_truth)
     gt.setdefault("info", {})
     gt.setdefault("licenses", [])
-    with contextlib.redirect_stdout(io.StringIO()):
+    with python_output_dropped():
         return COCO(gt)
 
 
@@ -50,7 +49,7 @@ def coco_detection_metrics(ground_truth: Any, detections: list[JsonObject],
     if not detections:
         return {"mAP50-95": 0.0, "mAP50": 0.0}
     coco_gt = coco_ground_truth(ground_truth) if isinstance(ground_truth, dict) else ground_truth
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints progress we do not want
+    with python_output_dropped():  # it prints progress we do not want
         coco_dt = coco_gt.loadRes(detections)
         evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox", print_function=lambda *_: None)
         # stats[0] and [1] are taken at the last maxDets (faster-coco-eval; pycocotools fixes them at 100)

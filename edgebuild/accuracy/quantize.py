@@ -13,7 +13,6 @@ Runtime's quantizer reads each method's ranges from its own calibration cache fo
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import tempfile
@@ -26,7 +25,7 @@ import numpy as np
 
 from edgebuild.errors import ExportError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.text import Progress
+from edgebuild.text import Progress, python_output_dropped
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -45,7 +44,7 @@ class Candidate:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    with contextlib.redirect_stdout(io.StringIO()):
+    with python_output_dropped():
         logging.disable(logging.WARNING)
         try:
             yield

@@ -8,12 +8,13 @@ one line per failure, without the temporary folders the tools wrote in.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+
+from edgebuild.text import python_output_dropped
 
 __all__ = ["quiet"]
 
@@ -36,8 +37,7 @@ def hide_path(text: str, path: Path) -> str:
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """The exporters print progress and warnings; keep the user's terminal for ours."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()), native_output_dropped():
+    with python_output_dropped(stderr=True), warnings.catch_warnings(), native_output_dropped():
         warnings.simplefilter("ignore")
         logging.disable(logging.WARNING)
         try:
