@@ -12,14 +12,13 @@ cache that cannot be read or written is ignored: it only saves time.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebuild.datasets.images import decode_traits
 from edgebuild.errors import DataError
+from edgebuild.runtime.files import atomic_write_text
 
 __all__ = ["decode_all"]
 
@@ -68,15 +67,7 @@ def _load(cache: Path | None) -> dict[str, dict[str, object]]:
 
 def _save(cache: Path, entries: dict[str, dict[str, object]]) -> None:
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{cache.name}.", dir=cache.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump({"version": CACHE_VERSION, "files": entries}, out)
-            os.replace(temporary, cache)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        atomic_write_text(cache, json.dumps({"version": CACHE_VERSION, "files": entries}))
     except OSError:
         pass  # a cache that cannot be written only costs time
 
