@@ -36,7 +36,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["Sample", "calibration_digest", "calibration_images", "describe_data", "list_images", "load_coco_set",
+__all__ = ["Sample", "calibration_digest", "calibration_images", "read_data", "list_images", "load_coco_set",
            "load_validation_set", "missing_data", "prepare_data", "read_image", "validation_digest"]
 
 #: what the YOLO and VOC readers make of the same files: bump it when that changes, so the stages
@@ -243,17 +243,24 @@ def describe_data(project: Project) -> DataSummary:
     """Read the validation set and list the calibration images (capped as the stages cap them), refuse
     what the stages would refuse (a DataError naming the file and key), and say what the data is, and
     how many images of how many a cap took."""
+    return read_data(project)[0]
+
+
+def read_data(project: Project) -> tuple[DataSummary, CocoSet | None, list[Sample], list[Path]]:
+    """``describe_data``'s summary with what it read: the validation set (its COCO form for detection) and the
+    calibration images, so a caller that needs them too reads every label once."""
     fmt = data_format(project)
     coco, samples = load_validation_set(project)
     calibration, calibration_available = _calibration(project)
     _refuse_shared(project, calibration, samples)
     from_split = _from_split(project)
-    return DataSummary(
+    summary = DataSummary(
         fmt.name, fmt.path, fmt.told, len(project.task.classes), len(samples),
         project.data.validation_split if fmt.has_splits else None, len(calibration),
         project.data.calibration_split if from_split else None,
         fmt.path if from_split else project.path(project.data.calibration_images or ""),
         _validation_available(project, coco, len(samples)), calibration_available)
+    return summary, coco, samples, calibration
 
 
 # -- preparation -----------------------------------------------------------------------------------

@@ -171,15 +171,13 @@ def _refused(exc: DataError, key: str) -> list[Finding]:
 def _dataset(project: Project) -> list[Finding]:
     """``[data] dataset`` (a YOLO data.yaml, a VOC root, split folders): what it is, every label read and
     every image of the validation and calibration sets decoded."""
-    from edgebuild.datasets.project_data import calibration_images, describe_data, load_validation_set
+    from edgebuild.datasets.project_data import read_data
 
     key = "data.dataset"
     if _missing_for_prepare(project, project.path(project.data.dataset)):
         return []
     try:
-        summary = describe_data(project)
-        coco, samples = load_validation_set(project)
-        calibration = calibration_images(project)
+        summary, coco, samples, calibration = read_data(project)
     except DataError as exc:
         return _refused(exc, key)
     if coco is not None and (nothing := _nothing_to_score(coco, key)):
