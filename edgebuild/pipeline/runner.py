@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -94,6 +94,7 @@ class StageInputs(Generic[U, S]):
     group: U | None
     records: dict[str, object]  # stage name -> typed record (this group's for per-group stages): read with record()
     previous: object = None  # the stage's last record whatever its key (per-group stages: this group's)
+    previous_key: dict[str, str] = field(default_factory=dict)  # the key ``previous`` was stored under
     forced: bool = False  # named in --force: also ignore the stage's own stores (measurements, kept engines)
     #: what the compile's stages share (their settings, expensive objects made once): given to run_stages
     #: by the caller, which knows its type (edgebuild.stages.session.CompileSession)
@@ -391,12 +392,15 @@ def _run_unit_timed(stage: Stage[R], group: U | None, plan: Plan[U], options: Op
     inputs: StageInputs[U, object] = StageInputs(plan, options, report, group, records, forced=named,
                                                  session=session)
     try:
-        key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
-        # the record is read once: as the previous run (a kept engine) and, unless forced, for reuse
+        # the record is read once, before the key (a key may depend on what the last run found): as
+        # the previous run (a kept engine, the files an entry point read) and, unless forced, for reuse
         stored, why = load_stage_record(project.build_dir, record_name, project.project.name)
         inputs.previous = _load(stage, inputs, stored) if stored is not None else None
         if stored is not None and inputs.previous is None:
             why = f"record {record_name} no longer reads as a {stage.name} record"
+        if stored is not None and inputs.previous is not None:
+            inputs.previous_key = dict(stored.key_parts)
+        key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
         if forced:
             why = "forced (--force)" if named else "forced: it reads a stage forced with --force"
         elif inputs.previous is not None:

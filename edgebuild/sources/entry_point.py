@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,9 +257,10 @@ def _packages_distributions() -> dict[str, list[str]]:
     return dict(importlib.metadata.packages_distributions())
 
 
-def model_key_parts(project: Project) -> dict[str, str]:
+def model_key_parts(project: Project, loaded: Mapping[str, str] | None = None) -> dict[str, str]:
     """What the PyTorch model is: its code, entry point, weights and declared inputs/outputs, and
-    the files the entry point read while it built the model (``loaded:<file>``, see ``loaded_file_parts``)."""
+    ``loaded``: the files the entry point read while it built the model (``loaded:<file>`` parts, see
+    ``loaded_file_parts`` before a run and ``recorded_file_parts`` after one)."""
     from edgebuild.content import digest, file_sha256
 
     weights = project.path(project.model.weights) if project.model.weights else None
@@ -269,7 +269,7 @@ def model_key_parts(project: Project) -> dict[str, str]:
         "entry_point": project.model.entry_point,
         "weights": file_sha256(weights) if weights and weights.is_file() else "none",
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
-        **loaded_file_parts(project),
+        **(loaded or {}),
     }
 
 
@@ -398,23 +398,37 @@ def _model_files(project: Project, opened: Iterable[str]) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def loaded_file_parts(project: Project) -> dict[str, str]:
-    """``loaded:<file>`` -> sha256 now ("missing" if gone), for each file the last model stage run
-    recorded as read by the entry point (``ModelRecord.loaded_files``, in the stored model record).
+@dataclass(frozen=True)
+class LastModelRun:
+    """What the model stage's last run left, as its stage hands it on (``edgebuild.stages.model``):
+    the key parts it was stored under and the files the entry point read, {name: sha256 then}."""
 
-    A part is in the key when the file changed since it was loaded, or when the stored model stage
-    key already has it. The files are known only after a run, so the key that run was stored under
-    lacks them: leaving out a file unchanged since it was loaded keeps that key valid, and once a
-    change has put a file's part in the stored key it stays, with the hash of the file now.
+    key_parts: Mapping[str, str] = field(default_factory=dict)
+    loaded_files: Mapping[str, str] = field(default_factory=dict)
+
+
+def loaded_file_parts(project: Project, last: LastModelRun) -> dict[str, str]:
+    """``loaded:<file>`` -> sha256 now ("missing" if gone), for each file the last model stage run
+    recorded as read by the entry point (``ModelRecord.loaded_files``).
+
+    A part is in the key when the file changed since it was loaded, or when the key the last run was
+    stored under already has it. The files are known only after a run, so the key that run was
+    stored under lacks them: leaving out a file unchanged since it was loaded keeps that key valid,
+    and once a change has put a file's part in the stored key it stays, with the hash of the file now.
     """
-    keyed, loaded = _last_model_run(project)
     parts = {}
-    for name, then in loaded.items():
+    for name, then in last.loaded_files.items():
         part = f"loaded:{name}"
         now = _sha256_now(project, name)
-        if part in keyed or now != then:
+        if part in last.key_parts or now != then:
             parts[part] = now
     return parts
+
+
+def recorded_file_parts(record: ModelRecord) -> dict[str, str]:
+    """``loaded:<file>`` -> sha256 for each file a model stage run read: what a stage after the model
+    stage (reference, export) keys on, so that a retrained checkpoint reruns it too."""
+    return {f"loaded:{name}": sha for name, sha in sorted(record.loaded_files.items())}
 
 
 def _sha256_now(project: Project, name: str) -> str:
@@ -425,23 +439,6 @@ def _sha256_now(project: Project, name: str) -> str:
         return file_sha256(path)
     except OSError:
         return "missing"
-
-
-def _last_model_run(project: Project) -> tuple[dict[str, str], dict[str, str]]:
-    """(the key parts, the loaded files) of the stored model stage record, or empty ones when there
-    is none or it is not intact (then the model stage runs again anyway)."""
-    from edgebuild.content import digest
-    from edgebuild.project.layout import BuildLayout
-
-    try:
-        stored = json.loads(BuildLayout.of(project).record("model").read_text())
-        body = stored["body"]
-        if stored.get("sha256") != digest(body):
-            return {}, {}
-        keyed, loaded = body["key_parts"], body["result"].get("loaded_files") or {}
-        return ({str(k): str(v) for k, v in keyed.items()}, {str(k): str(v) for k, v in loaded.items()})
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}, {}
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import torch
 
     from edgebuild.project.config import Project
-    from edgebuild.sources.entry_point import TorchRunner
+    from edgebuild.sources.entry_point import ModelRecord, TorchRunner
     from edgebuild.targets.profiles import JetPackRelease, SelectedGroup
 
 __all__ = ["ExportRecord", "choose_opset"]
@@ -157,12 +157,13 @@ def _ceiling_reason(releases: list[JetPackRelease], ceiling: int) -> str:
 
 # -- cache key -----------------------------------------------------------------------------
 
-def cache_key_parts(project: Project, opset: int) -> dict[str, str]:
-    """What an export depends on: the model, the opset, the export settings and the tools."""
-    from edgebuild.sources.entry_point import model_key_parts
+def cache_key_parts(project: Project, opset: int, record: ModelRecord | None = None) -> dict[str, str]:
+    """What an export depends on: the model (with the files its entry point read, as the model stage's
+    ``record`` has them), the opset, the export settings and the tools."""
+    from edgebuild.sources.entry_point import model_key_parts, recorded_file_parts
 
     return {
-        **model_key_parts(project),
+        **model_key_parts(project, recorded_file_parts(record) if record is not None else None),
         "opset": str(opset),
         "settings": digest(project.export.model_dump()),
         "tools": digest(tool_versions("torch", "onnx", "onnxruntime", "onnxslim", "onnxscript")),

@@ -21,7 +21,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.runtime.backends import Runner
-    from edgebuild.sources.entry_point import ModelRecord, TorchRunner
+    from edgebuild.sources.entry_point import LastModelRun, ModelRecord, TorchRunner
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -33,12 +33,13 @@ Groups = Sequence["SelectedGroup"]
 @dataclass(frozen=True)
 class ModelRoute:
     kind: str  # "entry point", "onnx", "ultralytics", "torchscript", "hub"
-    #: the model stage's key: every file and setting the model is made from
-    model_key: Callable[[Project, Groups], dict[str, str]]
+    #: the model stage's key: every file and setting the model is made from (``LastModelRun``: what
+    #: the stage's last run found, for a source that learns its files only by running)
+    model_key: Callable[[Project, Groups, LastModelRun], dict[str, str]]
     #: load and check the model at the min/opt/max shapes; ``torch_runner`` gives the project's PyTorch model
     check: Callable[[Project, Groups, Callable[[], TorchRunner], Progress], ModelRecord]
-    #: what the reference's FP32 number depends on, and the tools it runs with
-    reference_key: Callable[[Project], dict[str, str]]
+    #: what the reference's FP32 number depends on (beside the model stage's record), and its tools
+    reference_key: Callable[[Project, ModelRecord], dict[str, str]]
     reference_tools: tuple[str, ...]
     #: the FP32 reference's runner, and how the progress line names it
     reference_runner: Callable[[Project, Callable[[], TorchRunner]], tuple[Runner, str]]
@@ -60,13 +61,17 @@ def _entry_point() -> ModelRoute:
 
     return ModelRoute(
         kind="entry point",
-        model_key=lambda project, groups: _with_task(entry_point.model_key_parts(project), project),
+        model_key=lambda project, groups, last: _with_task(
+            entry_point.model_key_parts(project, entry_point.loaded_file_parts(project, last)), project),
         check=lambda project, groups, torch_runner, report: entry_point.check_model(project, torch_runner()),
-        reference_key=entry_point.model_key_parts, reference_tools=("torch",),
+        reference_key=lambda project, record: entry_point.model_key_parts(
+            project, entry_point.recorded_file_parts(record)),
+        reference_tools=("torch",),
         reference_runner=lambda project, torch_runner: (torch_runner(), "the PyTorch model"),
-        export_key=lambda project, record, opset: export.cache_key_parts(project, opset),
+        export_key=lambda project, record, opset: export.cache_key_parts(project, opset, record),
         export=lambda project, record, opset, reason, groups, loaded, report: export.export_model(
-            project, opset, reason, report=report, torch_runner=loaded, groups=groups))
+            project, opset, reason, report=report, torch_runner=loaded, groups=groups,
+            key_parts=export.cache_key_parts(project, opset, record)))
 
 
 def _onnx_file() -> ModelRoute:
@@ -74,10 +79,10 @@ def _onnx_file() -> ModelRoute:
 
     return ModelRoute(
         kind="onnx",
-        model_key=onnx_file.model_check_key_parts,
+        model_key=lambda project, groups, last: onnx_file.model_check_key_parts(project, groups),
         check=lambda project, groups, torch_runner, report: onnx_file.check_onnx_model(project, groups,
                                                                                         report=report),
-        reference_key=onnx_file.onnx_key_parts, reference_tools=("onnxruntime",),
+        reference_key=lambda project, record: onnx_file.onnx_key_parts(project), reference_tools=("onnxruntime",),
         reference_runner=lambda project, torch_runner: (onnx_file.onnx_runner(project),
                                                         f"the ONNX file {project.model.source}"),
         export_key=lambda project, record, opset: onnx_file.import_key_parts(project, record),
@@ -93,9 +98,9 @@ def _model_file_in_pytorch(kind: str, what: Callable[[Project], str], key_parts:
     """A model file (or name) that its own module loads into PyTorch, checks, runs and exports."""
     return ModelRoute(
         kind=kind,
-        model_key=lambda project, groups: _with_task(key_parts(project), project),
+        model_key=lambda project, groups, last: _with_task(key_parts(project), project),
         check=lambda project, groups, torch_runner, report: check(project, report=report),
-        reference_key=key_parts, reference_tools=("torch",),
+        reference_key=lambda project, record: key_parts(project), reference_tools=("torch",),
         reference_runner=lambda project, torch_runner: (runner(project), what(project)),
         export_key=lambda project, record, opset: export_key(project, opset),
         export=lambda project, record, opset, reason, groups, loaded, report: export(

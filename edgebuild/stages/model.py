@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.pipeline.runner import Stage
-from edgebuild.sources.entry_point import ModelRecord
+from edgebuild.sources.entry_point import LastModelRun, ModelRecord
 from edgebuild.sources.routes import describe_model, route_for
 from edgebuild.stages.session import CompileInputs
 
@@ -19,7 +19,9 @@ __all__ = ["MODEL"]
 
 
 def _key(inputs: CompileInputs) -> dict[str, str]:
-    return route_for(inputs.project).model_key(inputs.project, inputs.plan.groups)
+    previous = inputs.previous if isinstance(inputs.previous, ModelRecord) else None
+    last = LastModelRun(key_parts=inputs.previous_key, loaded_files=previous.loaded_files if previous else {})
+    return route_for(inputs.project).model_key(inputs.project, inputs.plan.groups, last)
 
 
 def _run(inputs: CompileInputs) -> ModelRecord:

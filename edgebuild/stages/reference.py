@@ -9,16 +9,12 @@ ONNX measurement. A detector is scored from its raw head with the host's decode,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from edgebuild.accuracy.evaluate import Evaluation
 from edgebuild.content import digest, tool_versions
 from edgebuild.pipeline.runner import Stage
 from edgebuild.sources.routes import route_for
+from edgebuild.stages.model import MODEL
 from edgebuild.stages.session import CompileInputs
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["REFERENCE"]
 
@@ -28,7 +24,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
 
     project = inputs.project
     route = route_for(project)
-    return {**route.reference_key(project), "validation": validation_digest(project),
+    return {**route.reference_key(project, inputs.record(MODEL)), "validation": validation_digest(project),
             "task": digest(project.task.model_dump()), "metric": project.metric,
             "tools": digest(tool_versions(*route.reference_tools, "faster-coco-eval"))}
 

@@ -14,7 +14,14 @@ import torch
 
 from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
-from edgebuild.sources.entry_point import TorchRunner, check_model, model_key_parts, model_source_digest
+from edgebuild.sources.entry_point import (
+    LastModelRun,
+    TorchRunner,
+    check_model,
+    loaded_file_parts,
+    model_key_parts,
+    model_source_digest,
+)
 from edgebuild.stages import compile_plan
 from edgebuild.workflows.plan import plan_compile
 from tests.support.project import TINY_TOML, write_tiny_project
@@ -90,17 +97,21 @@ def test_a_checkpoint_loaded_from_a_path_in_code_is_recorded_and_hashed_by_the_n
     best = root / "checkpoints" / "best.pt"
     assert record.loaded_files == runner.loaded_files == {"checkpoints/best.pt": _sha256(best)}
 
-    assert "loaded:checkpoints/best.pt" not in model_key_parts(project)  # no model stage record yet
+    assert loaded_file_parts(project, LastModelRun()) == {}  # no model stage run yet
     assert _run(root, "model")["model"][0] == "ran"
     stored = json.loads((root / "build" / ".records" / "model.json").read_text())["body"]
     assert stored["result"]["loaded_files"] == {"checkpoints/best.pt": _sha256(best)}
-    before = model_key_parts(project)
+    last = LastModelRun(key_parts=stored["key_parts"], loaded_files=stored["result"]["loaded_files"])
+    assert loaded_file_parts(project, last) == {}  # unchanged since it was loaded: the stored key stays valid
 
     _checkpoint(best, seed=1)  # retrained: the same name, other weights
-    after = model_key_parts(project)
-    assert after != before and after["loaded:checkpoints/best.pt"] == _sha256(best)
+    assert loaded_file_parts(project, last) == {"loaded:checkpoints/best.pt": _sha256(best)}
     best.unlink()
-    assert model_key_parts(project)["loaded:checkpoints/best.pt"] == "missing"
+    assert loaded_file_parts(project, last) == {"loaded:checkpoints/best.pt": "missing"}
+    # once in the stored key, a file's part stays there, with its hash now
+    keyed = LastModelRun(key_parts={"loaded:checkpoints/best.pt": "old"}, loaded_files=last.loaded_files)
+    _checkpoint(best, seed=0)
+    assert loaded_file_parts(project, keyed) == {"loaded:checkpoints/best.pt": _sha256(best)}
 
 
 def test_a_rewritten_checkpoint_reruns_model_reference_and_export_naming_it_and_nothing_else(tmp_path: Path) -> None:
