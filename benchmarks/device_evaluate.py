@@ -38,15 +38,15 @@ def main() -> None:
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
     from edgebuild.stages.engine import ENGINE
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         shutil.copytree(args.project, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
         project = load_project(root)
-        report = compile_plan(plan_compile(project, args.target), until="engine", options=Options(progress=False))
+        report = compile_work(select_work(project, args.target), until="engine", options=Options(progress=False))
         if not report.ok:
             sys.exit(f"compile failed: {report.error}")
         folder = project.build_dir / report.record(ENGINE, args.target).folder

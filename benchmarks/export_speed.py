@@ -4,8 +4,8 @@ For each project, on a fresh copy: the model stage once (untimed: it leaves the 
 as an earlier compile would); then, each in a fresh Python process that has imported torch and
 nothing else yet, one run of
 
-- the export stage as ``edgebuild export --force`` runs it (``plan_compile`` +
-  ``compile_plan(until="export", force={"export"})``: the model loaded, PyTorch's reference
+- the export stage as ``edgebuild export --force`` runs it (``select_work`` +
+  ``compile_work(until="export", force={"export"})``: the model loaded, PyTorch's reference
   outputs, the export, its checks, onnxslim and its re-check, the record);
 - a bare export as a user's script runs it: the model loaded (its entry point, which imports
   torchvision or Ultralytics where the model needs them, and its weights), then one
@@ -105,14 +105,14 @@ def _stage(root: Path, selector: str) -> dict:
     """One forced export stage, timed, with where its time went (from its own messages)."""
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
     from edgebuild.stages.export import EXPORT
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
-    plan = plan_compile(load_project(root), selector)
+    work = select_work(load_project(root), selector)
     started = time.perf_counter()
     marks: list[tuple[float, str]] = []
-    done = compile_plan(plan, until="export", options=Options(force=frozenset({"export"}), progress=False),
+    done = compile_work(work, until="export", options=Options(force=frozenset({"export"}), progress=False),
                         report=lambda m: marks.append((time.perf_counter() - started, m)))
     end = time.perf_counter() - started
     outcome = done.outcome(EXPORT)
@@ -151,11 +151,11 @@ def _child(*args: str) -> dict:
 def measure(root: Path, selector: str) -> dict:
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
     from edgebuild.stages.model import MODEL
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
-    first = compile_plan(plan_compile(load_project(root), selector), until="model",
+    first = compile_work(select_work(load_project(root), selector), until="model",
                          options=Options(progress=False)).outcome(MODEL)
     if first.error is not None:
         sys.exit(f"{root.name}: the model stage failed: {first.error}")

@@ -39,9 +39,9 @@ def main() -> None:
     from edgebuild.devices.farm import Farm, run_on_board
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
     from edgebuild.stages.engine import ENGINE
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
     from tests.support.farm import LabgridFarm
 
     tags = {"module": "orin-nano-8gb", "jetpack": "6.2"}
@@ -53,8 +53,8 @@ def main() -> None:
         toml.write_text(toml.read_text().replace('images = "data/val/images"',
                                                  'images = "data/val/images"\nmax_images = 48'))
         project = load_project(root)
-        plan = plan_compile(project, "yard-cams")
-        report = compile_plan(plan, until="engine", options=Options(progress=False))
+        work = select_work(project, "yard-cams")
+        report = compile_work(work, until="engine", options=Options(progress=False))
         if not report.ok:
             raise SystemExit(f"compile failed: {report.error}")
         folder = project.build_dir / report.record(ENGINE, "yard-cams").folder

@@ -17,8 +17,8 @@ from edgebuild.cli.options import farm_options, json_option, project_option, tar
 
 if TYPE_CHECKING:
     from edgebuild.pipeline.runner import StageOutcome
-    from edgebuild.workflows.plan import CompilePlan
     from edgebuild.workflows.validate import DeviceValidation
+    from edgebuild.workflows.work import CompileWork
 
 __all__ = []
 
@@ -109,9 +109,9 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
         _compile_fleet(cli, project_dir, selector, forced, no_gate, ship_ungated, no_progress, as_json)
         return
 
-    def show_plan(plan: CompilePlan) -> None:
+    def show_work(work: CompileWork) -> None:
         if not as_json:
-            click.echo(render.compile_header(plan))
+            click.echo(render.compile_header(work))
 
     def show_stage(outcome: StageOutcome) -> None:
         if not as_json:
@@ -122,7 +122,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
             project_dir, selector, force=forced, build_on=build_on, farm_address=farm_address, jobs=jobs,
             farm_timeout=farm_timeout, gate=not no_gate, ship_ungated=ship_ungated,
             progress=cli.progress(no_progress=no_progress, as_json=as_json), report=cli.reporter(quiet=as_json),
-            farm_report=cli.report, on_plan=show_plan, on_stage=show_stage)
+            farm_report=cli.report, on_work=show_work, on_stage=show_stage)
     if as_json:
         click.echo(render.as_json(done.report.as_dict()))
     else:
@@ -251,9 +251,9 @@ def validate_command(cli: CliContext, project_dir: Path, selector: str, force: b
                                   progress=cli.progress(no_progress=no_progress, as_json=as_json))
     if as_json:
         click.echo(render.as_json({**gate.result.as_dict(), "reused": gate.reused,
-                                   "targets": [g.describe() for g in gate.plan.groups]}))
+                                   "targets": [g.describe() for g in gate.work.groups]}))
     else:
-        click.echo(render.gate_text(gate.result, [g.name for g in gate.plan.groups], reused=gate.reused))
+        click.echo(render.gate_text(gate.result, [g.name for g in gate.work.groups], reused=gate.reused))
     if gate.error:
         raise gate.error
 

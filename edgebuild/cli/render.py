@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
-    from edgebuild.workflows.plan import CompilePlan
     from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation
+    from edgebuild.workflows.work import CompileWork
 
 __all__ = []
 
@@ -99,11 +99,11 @@ def doctor_text(checks: list[Check]) -> str:
 
 # -- the compile ----------------------------------------------------------------------------------
 
-def compile_header(plan: CompilePlan) -> str:
-    project = plan.project
+def compile_header(work: CompileWork) -> str:
+    project = work.project
     return (f"edgebuild compile: {project.project.name} ({project.source})\n"
-            f"target {plan.selector!r}: {len(plan.groups)} of {len(project.fleet)} fleet group(s)\n\n"
-            + fleet_table([g.describe() for g in plan.groups]) + "\nstages:")
+            f"target {work.selector!r}: {len(work.groups)} of {len(project.fleet)} fleet group(s)\n\n"
+            + fleet_table([g.describe() for g in work.groups]) + "\nstages:")
 
 
 def stage_line(outcome: StageOutcome) -> str:
@@ -116,7 +116,7 @@ def compile_summary(report: CompileReport) -> str:
 
     lines = []
     gate = report.record(GATE)
-    policy = gate.policy if gate is not None else AccuracyPolicy.of(report.plan.project)
+    policy = gate.policy if gate is not None else AccuracyPolicy.of(report.work.project)
     if not policy.gated:
         lines.append("\n*** GATE OFF (--no-gate / accuracy.gate = false): a dry run; no candidate's accuracy was "
                      "checked, and package refuses it unless --ship-ungated ***")

@@ -1,4 +1,4 @@
-"""The stage protocol: run the stages in order over the units a plan names, skip what is up to date.
+"""The stage protocol: run the stages in order over the units of a compile's work, skip what is up to date.
 
 A :class:`Stage` declares its name and version, the stages whose records it reads, whether it
 runs once or once per fleet group, and two functions: ``key`` (the inputs it reads: content
@@ -11,9 +11,9 @@ point leaves every earlier record valid; and a lock on the build folder keeps tw
 one project from interleaving.
 
 The runner knows nothing of the domain: it runs the stages it is given over the units a
-:class:`Plan` names (fleet groups, to the compile), with what the caller's stages share
+:class:`Work` names (fleet groups, to the compile), with what the caller's stages share
 (``session``). What a compile works on (targets, limit presets, data) is decided above it, in
-``edgebuild.workflows.plan``; the stages themselves (what each one reads and does) are in
+``edgebuild.workflows.work``; the stages themselves (what each one reads and does) are in
 ``edgebuild.stages``.
 """
 
@@ -43,7 +43,7 @@ from edgebuild.project.config import Project
 from edgebuild.project.layout import BuildLayout
 from edgebuild.text import Progress
 
-__all__ = ["CompileReport", "Options", "Plan", "Stage", "StageInputs", "StageOutcome", "UnitOutcome", "run_stages",
+__all__ = ["CompileReport", "Options", "Work", "Stage", "StageInputs", "StageOutcome", "UnitOutcome", "run_stages",
            "write_last_compile"]
 
 R = TypeVar("R")
@@ -63,10 +63,10 @@ S = TypeVar("S")  # what the caller's stages share (edgebuild.stages.session.Com
 
 
 @dataclass(frozen=True)
-class Plan(Generic[U]):
+class Work(Generic[U]):
     """What a compile works on: the project, the selector as written, and the units it selects.
 
-    Built above the runner (``edgebuild.workflows.plan.plan_compile``), which resolves targets and
+    Built above the runner (``edgebuild.workflows.work.select_work``), which resolves targets and
     limit presets; the runner only runs each per-group stage once per unit.
     """
 
@@ -86,9 +86,9 @@ class Options:
 
 @dataclass
 class StageInputs(Generic[U, S]):
-    """What one stage run sees: the plan, its group (per-group stages), the records it reads."""
+    """What one stage run sees: the work, its group (per-group stages), the records it reads."""
 
-    plan: Plan[U]
+    work: Work[U]
     options: Options
     report: Progress
     group: U | None
@@ -102,7 +102,7 @@ class StageInputs(Generic[U, S]):
 
     @property
     def project(self) -> Project:
-        return self.plan.project
+        return self.work.project
 
     @property
     def unit(self) -> U:
@@ -201,7 +201,7 @@ class StageOutcome(Generic[R]):
 
 @dataclass(frozen=True)
 class CompileReport:
-    plan: Plan
+    work: Work
     stages: tuple[StageOutcome, ...]
 
     @property
@@ -223,12 +223,12 @@ class CompileReport:
         return outcome.record(group) if outcome else None
 
     def as_dict(self) -> JsonObject:
-        project = self.plan.project
+        project = self.work.project
         return {
             "project": project.project.name,
             "project_file": str(project.source),
-            "selector": self.plan.selector,
-            "units": [g.describe() for g in self.plan.groups],
+            "selector": self.work.selector,
+            "units": [g.describe() for g in self.work.groups],
             "stages": [
                 {"name": o.stage.name, "status": o.status, "detail": o.detail,
                  "runs": [{"group": u.group, "status": u.status, "detail": u.detail, "why": u.why,
@@ -247,7 +247,7 @@ def write_last_compile(report: CompileReport) -> Path:
 
     from edgebuild.runtime.files import atomic_write_text
 
-    path = BuildLayout.of(report.plan.project).last_compile
+    path = BuildLayout.of(report.work.project).last_compile
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {**report.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "error": str(report.error) if report.error else None,
@@ -302,7 +302,7 @@ def build_lock(build_dir: Path) -> Iterator[None]:
         handle.close()  # closing releases the lock
 
 
-def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = None,
+def run_stages(work: Work[U], stages: tuple[Stage, ...], *, until: str | None = None,
                options: Options = Options(), report: Progress = lambda _: None,
                on_stage: Callable[[StageOutcome], None] | None = None, session: object = None,
                prepare: Callable[[tuple[Stage, ...]], None] | None = None) -> CompileReport:
@@ -311,7 +311,7 @@ def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = 
     A failed stage stops what reads it: for a per-group stage only that group's later stages.
     ``prepare`` is called once, under the build lock, with the stages that will run, before the
     first of them; an EdgebuildError it raises fails the first stage (the compile passes the data
-    preparation, ``edgebuild.stages.compile_plan``). The compile's stages are ``edgebuild.stages.STAGES``.
+    preparation, ``edgebuild.stages.compile_work``). The compile's stages are ``edgebuild.stages.STAGES``.
     """
     every = stages
     unknown = set(options.force) - {s.name for s in every} - {"all"}
@@ -323,7 +323,7 @@ def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = 
     # (the gate's measurements, a kept engine): the others re-decide from content as usual
     named = {s.name for s in every} if "all" in options.force else set(options.force)
     forced = dependents(named, every)
-    project = plan.project
+    project = work.project
     done: list[StageOutcome] = []
     with build_lock(project.build_dir):
         if prepare is not None:
@@ -332,11 +332,11 @@ def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = 
             except EdgebuildError as exc:
                 outcome = StageOutcome(stages[0], (UnitOutcome(None, "failed", exc.message.splitlines()[0],
                                                                error=exc),))
-                return CompileReport(plan, (outcome,))
+                return CompileReport(work, (outcome,))
         for stage in stages:
-            scopes: list[U | None] = list(plan.groups) if stage.per_group else [None]
+            scopes: list[U | None] = list(work.groups) if stage.per_group else [None]
             def unit(scope: U | None, stage: Stage = stage) -> UnitOutcome:
-                return _run_unit(stage, scope, plan, options, report, done, session, stage.name in forced,
+                return _run_unit(stage, scope, work, options, report, done, session, stage.name in forced,
                                  stage.name in named)
 
             if stage.concurrent and options.jobs > 1 and len(scopes) > 1:
@@ -348,7 +348,7 @@ def run_stages(plan: Plan[U], stages: tuple[Stage, ...], *, until: str | None = 
             done.append(outcome)
             if on_stage:
                 on_stage(outcome)
-    return CompileReport(plan, tuple(done))
+    return CompileReport(work, tuple(done))
 
 
 def _upstream(stage: Stage, group: Unit | None,
@@ -374,22 +374,22 @@ def _upstream(stage: Stage, group: Unit | None,
     return records, ""
 
 
-def _run_unit(stage: Stage[R], group: U | None, plan: Plan[U], options: Options, report: Progress,
+def _run_unit(stage: Stage[R], group: U | None, work: Work[U], options: Options, report: Progress,
               done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     started = time.perf_counter()
-    outcome = _run_unit_timed(stage, group, plan, options, report, done, session, forced, named)
+    outcome = _run_unit_timed(stage, group, work, options, report, done, session, forced, named)
     return replace(outcome, seconds=time.perf_counter() - started)
 
 
-def _run_unit_timed(stage: Stage[R], group: U | None, plan: Plan[U], options: Options, report: Progress,
+def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Options, report: Progress,
                     done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
     if missing:
         return UnitOutcome(name, "not run", missing, why=missing)
-    project = plan.project
+    project = work.project
     record_name = f"{stage.name}/{group.name}" if group else stage.name
-    inputs: StageInputs[U, object] = StageInputs(plan, options, report, group, records, forced=named,
+    inputs: StageInputs[U, object] = StageInputs(work, options, report, group, records, forced=named,
                                                  session=session)
     try:
         # the record is read once, before the key (a key may depend on what the last run found): as

@@ -50,7 +50,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.shipping.ota import Shipped
 
-__all__ = ["ContainerRecord", "build_image", "group_container_plan", "write_group_container"]
+__all__ = ["ContainerRecord", "build_image", "group_container_spec", "write_group_container"]
 
 FLAVORS = ("jetson", "cpu")
 #: the cpu flavor's default base: Debian bookworm's Python, where pip can add numpy and ONNX Runtime
@@ -73,7 +73,7 @@ class _AtTemplate(string.Template):
 
 
 @dataclass(frozen=True)
-class ContainerPlan:
+class ContainerSpec:
     """What one group's image and run specs are made of."""
 
     group: str
@@ -127,9 +127,9 @@ def _image_tag(model_name: str, version: str, group: str, flavor: str) -> str:
     return f"edgebuild/{model_name}:{tag[:128]}"
 
 
-def plan_container(recipe: Recipe, target: Target, preset: LimitPreset, *, flavor: str = "jetson",
-                   base_image: str | None = None, image: str | None = None) -> ContainerPlan:
-    """The plan for one group from its recipe (``build/engines/<group>/recipe.json``)."""
+def container_spec(recipe: Recipe, target: Target, preset: LimitPreset, *, flavor: str = "jetson",
+                   base_image: str | None = None, image: str | None = None) -> ContainerSpec:
+    """The container spec of one group from its recipe (``build/engines/<group>/recipe.json``)."""
     if flavor not in FLAVORS:
         raise ConfigError(f"container flavor {flavor!r} is not one of {', '.join(FLAVORS)}")
     if preset.module != target.module.id:
@@ -145,7 +145,7 @@ def plan_container(recipe: Recipe, target: Target, preset: LimitPreset, *, flavo
         notes.append("cpu flavor: ONNX Runtime on the CPU, for trying the runtime on a build host; not for a Jetson")
     model_name = recipe.model_name or recipe.group
     version = recipe.model_version or "1"
-    return ContainerPlan(
+    return ContainerSpec(
         group=recipe.group, target=target, flavor=flavor,
         base_image=base_image or (tensorrt_base_image(target) if flavor == "jetson" else CPU_BASE_IMAGE),
         image=image or _image_tag(model_name, version, recipe.group, flavor), preset=preset,
@@ -180,57 +180,57 @@ def limit_args(preset: LimitPreset) -> list[str]:
     return args
 
 
-def run_args(plan: ContainerPlan, *, detach: bool = True, publish: str | None = None, restart: bool = True,
+def run_args(spec: ContainerSpec, *, detach: bool = True, publish: str | None = None, restart: bool = True,
              name: str | None = None) -> list[str]:
-    """``docker run ...`` for the plan, limits included (``podman run`` takes the same options)."""
-    args = ["run"] + (["--detach"] if detach else []) + ["--name", name or plan.container_name]
+    """``docker run ...`` for the spec, limits included (``podman run`` takes the same options)."""
+    args = ["run"] + (["--detach"] if detach else []) + ["--name", name or spec.container_name]
     if restart:
         args += ["--restart", "unless-stopped"]
-    if plan.flavor == "jetson":
+    if spec.flavor == "jetson":
         # the NVIDIA container runtime mounts the GPU; its device nodes belong to group video
         args += ["--runtime", "nvidia", "--group-add", "video"]
-    args += limit_args(plan.preset)
+    args += limit_args(spec.preset)
     args += ["--read-only", "--tmpfs", "/tmp:rw,size=64m", "--security-opt", "no-new-privileges",
-             "--cap-drop", "ALL", "--volume", f"{plan.volume}:{ENGINE_CACHE}",
-             "--publish", publish or f"{plan.port}:{plan.port}", plan.image]
+             "--cap-drop", "ALL", "--volume", f"{spec.volume}:{ENGINE_CACHE}",
+             "--publish", publish or f"{spec.port}:{spec.port}", spec.image]
     return args
 
 
-def compose_spec(plan: ContainerPlan) -> JsonObject:
-    service: JsonObject = {"image": plan.image, "build": {"context": ".", "dockerfile": "Dockerfile"}}
-    if plan.flavor == "jetson":
+def compose_spec(spec: ContainerSpec) -> JsonObject:
+    service: JsonObject = {"image": spec.image, "build": {"context": ".", "dockerfile": "Dockerfile"}}
+    if spec.flavor == "jetson":
         service["runtime"] = "nvidia"
         service["group_add"] = ["video"]
     service.update({
         "restart": "unless-stopped",
-        "mem_limit": docker_size(plan.preset.memory),
-        "memswap_limit": docker_size(plan.preset.memory_swap),
-        "cpus": plan.preset.cpus,
-        **({"cpuset": plan.preset.cpuset} if plan.preset.cpuset else {}),
-        "pids_limit": plan.preset.pids,
+        "mem_limit": docker_size(spec.preset.memory),
+        "memswap_limit": docker_size(spec.preset.memory_swap),
+        "cpus": spec.preset.cpus,
+        **({"cpuset": spec.preset.cpuset} if spec.preset.cpuset else {}),
+        "pids_limit": spec.preset.pids,
         "read_only": True,
         "tmpfs": ["/tmp:rw,size=64m"],
         "security_opt": ["no-new-privileges:true"],
         "cap_drop": ["ALL"],
         "volumes": [f"engine-cache:{ENGINE_CACHE}"],
-        "ports": [f"{plan.port}:{plan.port}"],
+        "ports": [f"{spec.port}:{spec.port}"],
     })
-    return {"name": plan.container_name, "services": {plan.group: service}, "volumes": {"engine-cache": {}}}
+    return {"name": spec.container_name, "services": {spec.group: service}, "volumes": {"engine-cache": {}}}
 
 
-def _fill(template: str, plan: ContainerPlan, **extra: Any) -> str:
-    target = plan.target
+def _fill(template: str, spec: ContainerSpec, **extra: Any) -> str:
+    target = spec.target
     values = {
-        "group": plan.group, "model_name": plan.model_name, "model_version": plan.model_version,
-        "target": target.id, "flavor": plan.flavor, "backend": plan.backend, "preset": plan.preset.name,
+        "group": spec.group, "model_name": spec.model_name, "model_version": spec.model_version,
+        "target": target.id, "flavor": spec.flavor, "backend": spec.backend, "preset": spec.preset.name,
         "target_line": (f"{target.module.name} with JetPack {target.release.jetpack} (L4T R{target.release.l4t}, "
-                        f"TensorRT {target.release.tensorrt})" if plan.flavor == "jetson"
+                        f"TensorRT {target.release.tensorrt})" if spec.flavor == "jetson"
                         else f"a CPU host (ONNX Runtime), for {target.id}"),
-        "edgebuild_version": __version__, "base_image": plan.base_image, "uid": RUNTIME_UID,
-        "image_root": IMAGE_ROOT, "model_dir": MODEL_DIR, "engine_cache": ENGINE_CACHE, "port": plan.port,
-        "start_period_s": plan.start_period_s, "cuda_major": target.release.cuda.split(".")[0],
-        "build_command": f"docker build -t {plan.image} ." + (" (on an arm64 host: the device or an arm64 builder)"
-                                                              if plan.flavor == "jetson" else ""),
+        "edgebuild_version": __version__, "base_image": spec.base_image, "uid": RUNTIME_UID,
+        "image_root": IMAGE_ROOT, "model_dir": MODEL_DIR, "engine_cache": ENGINE_CACHE, "port": spec.port,
+        "start_period_s": spec.start_period_s, "cuda_major": target.release.cuda.split(".")[0],
+        "build_command": f"docker build -t {spec.image} ." + (" (on an arm64 host: the device or an arm64 builder)"
+                                                              if spec.flavor == "jetson" else ""),
         **extra,
     }
     try:
@@ -239,43 +239,43 @@ def _fill(template: str, plan: ContainerPlan, **extra: Any) -> str:
         raise EdgebuildError(f"template placeholder {exc} has no value (an installation problem in docker/)") from None
 
 
-def dockerfile(plan: ContainerPlan) -> str:
-    return _fill((data_dir("docker") / "Dockerfile.in").read_text(), plan)
+def dockerfile(spec: ContainerSpec) -> str:
+    return _fill((data_dir("docker") / "Dockerfile.in").read_text(), spec)
 
 
-def systemd_unit(plan: ContainerPlan) -> str:
-    preset = plan.preset
-    install_dir = f"{UNIT_INSTALL_ROOT}/{plan.group}"
-    return _fill((data_dir("docker") / "edgebuild.service.in").read_text(), plan,
-                 install_dir=install_dir, unit_name=plan.unit_name, memory=preset.memory,
+def systemd_unit(spec: ContainerSpec) -> str:
+    preset = spec.preset
+    install_dir = f"{UNIT_INSTALL_ROOT}/{spec.group}"
+    return _fill((data_dir("docker") / "edgebuild.service.in").read_text(), spec,
+                 install_dir=install_dir, unit_name=spec.unit_name, memory=preset.memory,
                  swap=max(preset.memory_swap - preset.memory, 0), cpu_quota=round(preset.cpus * 100),
                  allowed_cpus=f"AllowedCPUs={preset.cpuset}" if preset.cpuset else "# AllowedCPUs: any",
                  pids=preset.pids)
 
 
-def _run_script(plan: ContainerPlan) -> str:
-    args = run_args(plan)
+def _run_script(spec: ContainerSpec) -> str:
+    args = run_args(spec)
     parts, i = [f"docker {args[0]}"], 1
     while i < len(args):  # one option per line, with its value
         pair = i + 1 < len(args) - 1 and args[i].startswith("--") and not args[i + 1].startswith("--")
         parts.append(" ".join(shlex.quote(a) for a in args[i:i + 2 if pair else i + 1]))
         i += 2 if pair else 1
     line = " \\\n  ".join(parts)
-    return (f"#!/bin/sh\n# Start the model server of {plan.group} ({plan.target.id}) with the limits of preset "
-            f"{plan.preset.name}:\n# {plan.preset.describe()}\n# Written by edgebuild {__version__}; build the image "
-            f"first: docker build -t {plan.image} .\nset -e\n{line}\n")
+    return (f"#!/bin/sh\n# Start the model server of {spec.group} ({spec.target.id}) with the limits of preset "
+            f"{spec.preset.name}:\n# {spec.preset.describe()}\n# Written by edgebuild {__version__}; build the image "
+            f"first: docker build -t {spec.image} .\nset -e\n{line}\n")
 
 
 # -- writing a context -----------------------------------------------------------------------
 
-def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
+def write_container(artifact_dir: Path, out_dir: Path, spec: ContainerSpec,
                     recipe: Recipe | None = None) -> JsonObject:
     """Write the build context and run specs of one group; returns what ``container.json`` holds.
 
     ``recipe`` is the folder's recipe where the caller has read it already."""
     artifact_dir = Path(artifact_dir)
     recipe = recipe or _first_recipe(artifact_dir)
-    model_files = _served_files(artifact_dir, recipe, plan.ships_engine)
+    model_files = _served_files(artifact_dir, recipe, spec.ships_engine)
     missing = [name for name in model_files if not (artifact_dir / name).is_file()]
     if missing:
         raise ConfigError(f"{artifact_dir}: {', '.join(missing)} missing; rerun `edgebuild compile --force`")
@@ -286,28 +286,28 @@ def write_container(artifact_dir: Path, out_dir: Path, plan: ContainerPlan,
             shutil.copyfile(artifact_dir / name, staging / "model" / name)
         (staging / "edgebuild-device.pyz").write_bytes(device_tool_archive())
         shutil.copyfile(data_dir("docker") / "install-runtime-deps.sh", staging / "install-runtime-deps.sh")
-        (staging / "Dockerfile").write_text(dockerfile(plan))
+        (staging / "Dockerfile").write_text(dockerfile(spec))
         run_sh = staging / "run.sh"
-        run_sh.write_text(_run_script(plan))
+        run_sh.write_text(_run_script(spec))
         run_sh.chmod(0o755)
-        header = (f"# Compose file of {plan.group} ({plan.target.id}), limits of preset {plan.preset.name}; "
+        header = (f"# Compose file of {spec.group} ({spec.target.id}), limits of preset {spec.preset.name}; "
                   f"written by edgebuild {__version__}.\n")
-        (staging / "compose.yaml").write_text(header + yaml.safe_dump(compose_spec(plan), sort_keys=False))
+        (staging / "compose.yaml").write_text(header + yaml.safe_dump(compose_spec(spec), sort_keys=False))
         files = ["Dockerfile", "install-runtime-deps.sh", "edgebuild-device.pyz", "run.sh", "compose.yaml"]
-        if plan.writes_unit:
-            (staging / plan.unit_name).write_text(systemd_unit(plan))
-            files.append(plan.unit_name)
+        if spec.writes_unit:
+            (staging / spec.unit_name).write_text(systemd_unit(spec))
+            files.append(spec.unit_name)
         record = {
-            "group": plan.group, "target": plan.target.id, "flavor": plan.flavor, "image": plan.image,
-            "base_image": plan.base_image, "backend": plan.backend, "ships_engine": plan.ships_engine,
-            "model": {"name": plan.model_name, "version": plan.model_version,
+            "group": spec.group, "target": spec.target.id, "flavor": spec.flavor, "image": spec.image,
+            "base_image": spec.base_image, "backend": spec.backend, "ships_engine": spec.ships_engine,
+            "model": {"name": spec.model_name, "version": spec.model_version,
                       "files": sorted(f"model/{n}" for n in model_files)},
-            "limits": plan.preset.as_dict(), "port": plan.port, "start_period_s": plan.start_period_s,
-            "run": ["docker", *run_args(plan)], "files": files,
-            "systemd_unit": plan.unit_name if plan.writes_unit else None,
-            "notes": list(plan.notes) + ([] if plan.writes_unit or plan.flavor == "cpu" else [
-                f"no systemd unit: JetPack {plan.target.release.jetpack} hosts use cgroup "
-                f"{plan.target.release.cgroup.split(';')[0]}, where AllowedCPUs and MemorySwapMax do nothing; "
+            "limits": spec.preset.as_dict(), "port": spec.port, "start_period_s": spec.start_period_s,
+            "run": ["docker", *run_args(spec)], "files": files,
+            "systemd_unit": spec.unit_name if spec.writes_unit else None,
+            "notes": list(spec.notes) + ([] if spec.writes_unit or spec.flavor == "cpu" else [
+                f"no systemd unit: JetPack {spec.target.release.jetpack} hosts use cgroup "
+                f"{spec.target.release.cgroup.split(';')[0]}, where AllowedCPUs and MemorySwapMax do nothing; "
                 "use run.sh or compose.yaml"]),
         }
         (staging / "container.json").write_text(json.dumps(record, indent=2))
@@ -330,29 +330,29 @@ def _can_build_arm64() -> bool:
     return platform.machine() in ("aarch64", "arm64") or Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
 
 
-def build_image(context: Path, plan: ContainerPlan, *, tool: str | None = None,
+def build_image(context: Path, spec: ContainerSpec, *, tool: str | None = None,
                 pull: bool = True, report: Progress = print) -> str:
     """Build the image of a written context with podman or docker; returns the image tag."""
-    if plan.flavor == "jetson" and not _can_build_arm64():
+    if spec.flavor == "jetson" and not _can_build_arm64():
         raise CapabilityMissing(
-            f"the {plan.group} image is arm64 ({plan.base_image}) and this host is {platform.machine()} without "
+            f"the {spec.group} image is arm64 ({spec.base_image}) and this host is {platform.machine()} without "
             "qemu-user-static binfmt",
             hint=f"build it on the device or an arm64 builder: copy {context} there and run "
-                 f"`docker build -t {plan.image} .`")
+                 f"`docker build -t {spec.image} .`")
     tool = container_tool(tool)
-    command = [tool, "build", "--tag", plan.image, "--file", str(context / "Dockerfile")]
+    command = [tool, "build", "--tag", spec.image, "--file", str(context / "Dockerfile")]
     if tool == "podman":
         command += ["--format", "docker"]  # OCI images drop HEALTHCHECK
         command += ["--pull=missing" if pull else "--pull=never"]
     command.append(str(context))
-    report(f"building {plan.image} with {tool} from {context}")
+    report(f"building {spec.image} with {tool} from {context}")
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BUILDAH_LAYERS": "true"})
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         hint = ("the base image is not on this host; pull it, or build without --no-pull"
                 if "image not known" in tail or "manifest unknown" in tail else None)
-        raise ContainerError(f"{tool} build of {plan.image} failed (exit {done.returncode}):\n{tail}", hint=hint)
-    return plan.image
+        raise ContainerError(f"{tool} build of {spec.image} failed (exit {done.returncode}):\n{tail}", hint=hint)
+    return spec.image
 
 
 # -- running an image on this host ----------------------------------------------------------
@@ -366,15 +366,15 @@ def _run_tool(tool: str, args: list[str], timeout_s: float | None = None) -> sub
         raise ContainerError(f"`{tool} {' '.join(args[:2])} ...` did not finish in {timeout_s:.0f} s") from None
 
 
-def start_container(plan: ContainerPlan, *, tool: str | None = None, publish: str | None = None,
+def start_container(spec: ContainerSpec, *, tool: str | None = None, publish: str | None = None,
                     name: str | None = None) -> str:
-    """Start the plan's image detached with its limits (an old container of that name is replaced)."""
+    """Start the spec's image detached with its limits (an old container of that name is replaced)."""
     tool = container_tool(tool)
-    name = name or plan.container_name
+    name = name or spec.container_name
     _run_tool(tool, ["rm", "--force", name])
-    done = _run_tool(tool, run_args(plan, publish=publish, name=name), timeout_s=300)
+    done = _run_tool(tool, run_args(spec, publish=publish, name=name), timeout_s=300)
     if done.returncode != 0:
-        raise ContainerError(f"{tool} run of {plan.image} failed (exit {done.returncode}): {done.stderr.strip()}")
+        raise ContainerError(f"{tool} run of {spec.image} failed (exit {done.returncode}): {done.stderr.strip()}")
     return name
 
 
@@ -391,21 +391,21 @@ def remove_container(name: str, *, tool: str | None = None) -> None:
     _run_tool(tool, ["rm", "--force", "--time", "10", name], timeout_s=120)
 
 
-def run_once(plan: ContainerPlan, command: list[str], *, tool: str | None = None,
+def run_once(spec: ContainerSpec, command: list[str], *, tool: str | None = None,
              timeout_s: float = 600) -> int:
-    """Run ``command`` in the plan's image under its limits, to completion; an OOM kill is a LimitError."""
+    """Run ``command`` in the spec's image under its limits, to completion; an OOM kill is a LimitError."""
     tool = container_tool(tool)
-    name = f"{plan.container_name}-once-{os.getpid()}"
-    args = run_args(plan, detach=False, restart=False, name=name)
-    args[-1:] = ["--entrypoint", command[0], plan.image, *command[1:]]
+    name = f"{spec.container_name}-once-{os.getpid()}"
+    args = run_args(spec, detach=False, restart=False, name=name)
+    args[-1:] = ["--entrypoint", command[0], spec.image, *command[1:]]
     try:
         done = _run_tool(tool, args, timeout_s=timeout_s)
         state = inspect_container(name, tool=tool).get("State", {})
     finally:
         remove_container(name, tool=tool)
     if state.get("OOMKilled") or done.returncode == 137:
-        raise LimitError(f"{' '.join(command)} in {plan.image} was killed by the OOM killer at the memory limit "
-                         f"{human_size(plan.preset.memory)} of preset {plan.preset.name} (exit {done.returncode})",
+        raise LimitError(f"{' '.join(command)} in {spec.image} was killed by the OOM killer at the memory limit "
+                         f"{human_size(spec.preset.memory)} of preset {spec.preset.name} (exit {done.returncode})",
                          hint="raise [limits] memory in the preset, or make the work smaller")
     return done.returncode
 
@@ -461,9 +461,9 @@ def _served_files(folder: Path, recipe: Recipe, engine: bool) -> list[str]:
     return names
 
 
-def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
-                         base_image: str | None = None, recipe: Recipe | None = None) -> ContainerPlan:
-    """The container plan of one group, from its model folder (the engine stage's record names it).
+def group_container_spec(group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
+                         base_image: str | None = None, recipe: Recipe | None = None) -> ContainerSpec:
+    """The container spec of one group, from its model folder (the engine stage's record names it).
 
     The limits are the group's preset as the compile resolved it (checked against the module,
     and the engine's memory pool was built with it). ``recipe`` is the folder's, where the
@@ -473,22 +473,22 @@ def group_container_plan(group: SelectedGroup, model_folder: Path, *, flavor: st
     if recipe.target != group.target.id:
         raise ConfigError(f"{model_folder}: the recipe is for {recipe.target}, but group {group.name} "
                           f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
-    return plan_container(recipe, group.target, group.limits, flavor=flavor, base_image=base_image)
+    return container_spec(recipe, group.target, group.limits, flavor=flavor, base_image=base_image)
 
 
 def write_group_container(project: Shipped, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
                           base_image: str | None = None, report: Progress = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
     recipe = _first_recipe(model_folder)
-    plan = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)
+    spec = group_container_spec(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)
     if (model_folder / "group.json").is_file():  # several models: the image is the fleet's, not one model's
-        plan = replace(plan, model_name=project.project.name, model_version=project.ota.version,
+        spec = replace(spec, model_name=project.project.name, model_version=project.ota.version,
                        image=_image_tag(project.project.name, project.ota.version, group.name, flavor))
     layout = BuildLayout.of(project)
     out = layout.container(group.name, flavor)
     folder = model_folder
-    written = write_container(folder, out, plan, recipe)
-    report(f"{group.name}: wrote {out} (FROM {plan.base_image}, limits {plan.preset.name})")
+    written = write_container(folder, out, spec, recipe)
+    report(f"{group.name}: wrote {out} (FROM {spec.base_image}, limits {spec.preset.name})")
     triton = None
     if project.runtime.server in ("triton", "both"):
         from edgebuild.shipping.triton import write_repository
@@ -509,8 +509,8 @@ def write_group_container(project: Shipped, group: SelectedGroup, model_folder: 
                                     else f"no DeepStream config: {ds.reason}"))
         for note in ds.notes:
             report(f"{group.name}: DeepStream: {note}")
-    return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=plan.image,
-                           base_image=plan.base_image, ships_engine=plan.ships_engine, limits=written["limits"],
+    return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=spec.image,
+                           base_image=spec.base_image, ships_engine=spec.ships_engine, limits=written["limits"],
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
                            notes=written["notes"], triton=triton,
                            deepstream=deepstream)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from edgebuild.pipeline.runner import CompileReport, Options, Plan, Stage, StageOutcome, run_stages
+from edgebuild.pipeline.runner import CompileReport, Options, Stage, StageOutcome, Work, run_stages
 from edgebuild.stages.container import CONTAINER
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.export import EXPORT
@@ -28,7 +28,7 @@ from edgebuild.stages.session import CompileSession, CompileSettings
 from edgebuild.targets.profiles import SelectedGroup
 from edgebuild.text import Progress
 
-__all__ = ["MODEL_STAGES", "STAGES", "compile_plan", "stage_names"]
+__all__ = ["MODEL_STAGES", "STAGES", "compile_work", "stage_names"]
 
 STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, ENGINE, CONTAINER, PACKAGE)
 #: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet_compile)
@@ -46,11 +46,11 @@ def stage(name: str) -> Stage:
     return next(s for s in STAGES if s.name == name)
 
 
-def compile_plan(plan: Plan[SelectedGroup], *, stages: tuple[Stage, ...] = STAGES, until: str | None = None,
+def compile_work(work: Work[SelectedGroup], *, stages: tuple[Stage, ...] = STAGES, until: str | None = None,
                  options: Options = Options(), settings: CompileSettings = CompileSettings(),
                  session: CompileSession | None = None, report: Progress = lambda _: None,
                  on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
-    """Run the compile's ``stages`` for ``plan`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages).
+    """Run the compile's ``stages`` for ``work`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages).
 
     ``settings`` are the command's flags the stages read; ``session`` what several runs for one
     model share (a fleet's model: its gate, then its engines); the project's data is prepared
@@ -60,7 +60,7 @@ def compile_plan(plan: Plan[SelectedGroup], *, stages: tuple[Stage, ...] = STAGE
 
     def prepare(running: tuple[Stage, ...]) -> None:
         if any(s.name in READS_DATA for s in running):
-            prepare_data(plan.project, report)
+            prepare_data(work.project, report)
 
-    return run_stages(plan, stages, until=until, options=options, report=report, on_stage=on_stage,
+    return run_stages(work, stages, until=until, options=options, report=report, on_stage=on_stage,
                       session=session or CompileSession(settings), prepare=prepare)

@@ -27,7 +27,7 @@ __all__ = ["EXPORT"]
 def _opset(inputs: CompileInputs) -> tuple[int, str]:
     from edgebuild.sources.export import choose_opset
 
-    return choose_opset(inputs.project, [g.target.release for g in inputs.plan.groups])
+    return choose_opset(inputs.project, [g.target.release for g in inputs.work.groups])
 
 
 def _key(inputs: CompileInputs) -> dict[str, str]:
@@ -40,7 +40,7 @@ def _run(inputs: CompileInputs) -> ExportRecord:
     session = inputs.session
     route = route_for(inputs.project)
     opset, reason = _opset(inputs) if route.needs_opset else (0, "")
-    return route.export(inputs.project, inputs.record(MODEL), opset, reason, inputs.plan.groups,
+    return route.export(inputs.project, inputs.record(MODEL), opset, reason, inputs.work.groups,
                         session.loaded_torch_runner, inputs.report)
 
 

@@ -29,7 +29,7 @@ __all__ = ["GATE"]
 def cleared_groups(inputs: CompileInputs) -> tuple[SelectedGroup, ...]:
     """The selected groups whose preflight passed (a blocked group is skipped, not the whole fleet)."""
     cleared = inputs.group_records(PREFLIGHT)
-    return tuple(g for g in inputs.plan.groups if g.name in cleared)
+    return tuple(g for g in inputs.work.groups if g.name in cleared)
 
 
 def _key(inputs: CompileInputs) -> dict[str, str]:

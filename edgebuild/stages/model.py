@@ -21,12 +21,12 @@ __all__ = ["MODEL"]
 def _key(inputs: CompileInputs) -> dict[str, str]:
     previous = inputs.previous if isinstance(inputs.previous, ModelRecord) else None
     last = LastModelRun(key_parts=inputs.previous_key, loaded_files=previous.loaded_files if previous else {})
-    return route_for(inputs.project).model_key(inputs.project, inputs.plan.groups, last)
+    return route_for(inputs.project).model_key(inputs.project, inputs.work.groups, last)
 
 
 def _run(inputs: CompileInputs) -> ModelRecord:
     session = inputs.session
-    return route_for(inputs.project).check(inputs.project, inputs.plan.groups,
+    return route_for(inputs.project).check(inputs.project, inputs.work.groups,
                                            lambda: session.torch_runner(inputs.project), inputs.report)
 
 

@@ -177,7 +177,7 @@ class SelectedGroup:
     """A fleet group (or an ad-hoc target not in the fleet: ``in_fleet`` False) and its target.
 
     The one group type from selection to the last stage. ``limits`` is the group's runtime limit
-    preset, resolved once when the compile is planned (``edgebuild.workflows.plan.plan_compile``).
+    preset, resolved once when the compile's work is selected (``edgebuild.workflows.work.select_work``).
     """
 
     name: str

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.text import Progress
-from edgebuild.workflows.plan import compiled_artifact, compiled_folders, is_compiled, load_plan
+from edgebuild.workflows.work import compiled_artifact, compiled_folders, is_compiled, load_work
 
 if TYPE_CHECKING:
     from edgebuild.devices.farm import JobResult
@@ -91,14 +91,14 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     from edgebuild.project.layout import BuildLayout
     from edgebuild.runtime.files import atomic_write_text
 
-    plan = load_plan(project_dir, selector)
-    project = plan.project
-    folders = compiled_folders(plan)
+    work = load_work(project_dir, selector)
+    project = work.project
+    folders = compiled_folders(work)
     missing = [name for name, folder in folders.items() if not is_compiled(folder)]
     if missing:
         raise ConfigError(f"not compiled: {', '.join(missing)}", hint="run `edgebuild compile` for them first")
     farm = open_farm(project, address, timeout_s, report=report)
-    results = fan_out_groups(farm, plan.groups, lambda g, board: bench_over_ssh(board.url, folders[g.name], options,
+    results = fan_out_groups(farm, work.groups, lambda g, board: bench_over_ssh(board.url, folders[g.name], options,
                                                                                 report=report),
                              max_jobs=jobs or project.farm.jobs)
     layout = BuildLayout.of(project)

@@ -1,6 +1,6 @@
 """The single-stage build commands: ``export``, ``preflight``, ``container``, ``package``, ``report``.
 
-Each runs its stage and what it reads (:func:`edgebuild.workflows.plan.run_until`: what is up to
+Each runs its stage and what it reads (:func:`edgebuild.workflows.work.run_until`: what is up to
 date is reused) and returns what the command shows. An error of the stage itself is raised
 here, except where the command shows its result first (``Preflighted.error``).
 """
@@ -20,7 +20,7 @@ from edgebuild.stages.package import PACKAGE
 from edgebuild.stages.preflight import PREFLIGHT
 from edgebuild.stages.session import CompileSettings
 from edgebuild.text import Progress
-from edgebuild.workflows.plan import load_plan, ran, run_until
+from edgebuild.workflows.work import load_work, ran, run_until
 
 if TYPE_CHECKING:
     from edgebuild.errors import PreflightError
@@ -40,7 +40,7 @@ class Exported:
 def export_model(project_dir: Path, selector: str, *, force: bool = False,
                  report: Progress = lambda _: None) -> Exported:
     """The model exported to ONNX for every selected target's parser (reused when nothing changed)."""
-    outcome = ran(run_until(load_plan(project_dir, selector), EXPORT, force=force, report=report), EXPORT)
+    outcome = ran(run_until(load_work(project_dir, selector), EXPORT, force=force, report=report), EXPORT)
     record = outcome.record()
     if outcome.error or record is None:
         raise outcome.error or AssertionError("the export neither ran nor failed")
@@ -72,10 +72,10 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
     each selected group's TensorRT parser."""
     from edgebuild.targets.preflight import preflight
 
-    plan = load_plan(project_dir, selector)
+    work = load_work(project_dir, selector)
     if onnx_path is not None:
-        return Preflighted(onnx_path, preflight(onnx_path, list(plan.groups)))
-    done = run_until(plan, PREFLIGHT, report=report)
+        return Preflighted(onnx_path, preflight(onnx_path, list(work.groups)))
+    done = run_until(work, PREFLIGHT, report=report)
     outcome = ran(done, PREFLIGHT)
     failed = next((u.error for u in outcome.units if u.record is None and u.error), None)
     if failed is not None:
@@ -91,23 +91,23 @@ def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson"
     """Each selected group's container build context (the container stage), and with ``build`` its
     image built with podman or docker: the container records by group, ``context`` an absolute path
     and ``built`` the image tag."""
-    from edgebuild.shipping.container import build_image, group_container_plan
+    from edgebuild.shipping.container import build_image, group_container_spec
 
-    plan = load_plan(project_dir, selector)
-    done = run_until(plan, CONTAINER, settings=CompileSettings(container_flavor=flavor, base_image=base_image),
+    work = load_work(project_dir, selector)
+    done = run_until(work, CONTAINER, settings=CompileSettings(container_flavor=flavor, base_image=base_image),
                      report=report)
     outcome = ran(done, CONTAINER)
     if outcome.error:
         raise outcome.error
-    build_dir = plan.project.build_dir
+    build_dir = work.project.build_dir
     records = {u.group: {**u.record.as_dict(), "context": str(build_dir / u.record.context)}
                for u in outcome.units if u.group is not None and u.record is not None}
     if build:
-        for group in plan.groups:
+        for group in work.groups:
             engine = done.record(ENGINE, group.name)
             assert engine is not None, "the container stage ran without the engine"
             model_folder = build_dir / engine.folder
-            container = group_container_plan(group, model_folder, flavor=flavor, base_image=base_image)
+            container = group_container_spec(group, model_folder, flavor=flavor, base_image=base_image)
             records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
                                                        tool=tool, pull=pull, report=report)
     return records
@@ -129,12 +129,12 @@ def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None
         if done.error:
             raise done.error
         return json.loads(BuildLayout(done.fleet.build_dir).fleet_manifest.read_text())
-    plan = load_plan(project_dir, selector)
-    outcome = ran(run_until(plan, PACKAGE, settings=CompileSettings(package_since=since, ship_ungated=ship_ungated),
+    work = load_work(project_dir, selector)
+    outcome = ran(run_until(work, PACKAGE, settings=CompileSettings(package_since=since, ship_ungated=ship_ungated),
                             report=report), PACKAGE)
     if outcome.error:
         raise outcome.error
-    return write_fleet_manifest(plan.project, [u.record for u in outcome.units if u.record is not None])
+    return write_fleet_manifest(work.project, [u.record for u in outcome.units if u.record is not None])
 
 
 def rebuild_report(project_dir: Path) -> dict[str, Path]:

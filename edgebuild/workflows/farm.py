@@ -25,11 +25,11 @@ class FarmStatus:
 def farm_status(project_dir: Path, address: str | None = None, *, report: Progress = lambda _: None) -> FarmStatus:
     from edgebuild.devices.farm import open_farm, target_tags
     from edgebuild.project.config import load_project
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
     project = load_project(project_dir)
     farm = open_farm(project, address, report=report)
-    groups = plan_compile(project, "all").groups
+    groups = select_work(project, "all").groups
     try:
         places = farm.places()
     finally:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from edgebuild.project.schema import FleetGroup
     from edgebuild.report.fleet_report import FleetGroupRecord
     from edgebuild.stages.session import CompileSession, CompileSettings
-    from edgebuild.workflows.plan import CompilePlan
+    from edgebuild.workflows.work import CompileWork
 
 __all__ = ["compile_fleet"]
 
@@ -74,10 +74,10 @@ class FleetCompiled:
 
 @dataclass
 class _Model:
-    """One model of the fleet as it compiles: its plan (its project, the selected groups that run it),
+    """One model of the fleet as it compiles: its work (its project, the selected groups that run it),
     what its stages share, and its compile so far."""
 
-    plan: CompilePlan
+    work: CompileWork
     session: CompileSession
     compiled: CompileReport
 
@@ -92,11 +92,11 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
 
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.fleet_file import load_fleet
-    from edgebuild.stages import MODEL_STAGES, STAGES, compile_plan
+    from edgebuild.stages import MODEL_STAGES, STAGES, compile_work
     from edgebuild.stages.engine import ENGINE
     from edgebuild.stages.session import CompileSession, CompileSettings
     from edgebuild.targets.profiles import load_catalog
-    from edgebuild.workflows.plan import plan_compile, select
+    from edgebuild.workflows.work import select, select_work
 
     fleet = load_fleet(fleet_dir)
     catalog = load_catalog()
@@ -110,20 +110,20 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
         project = fleet.model_project(name)
         if not gate:
             project = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"gate": False})})
-        plan = plan_compile(project, selection, catalog)
+        work = select_work(project, selection, catalog)
         session = CompileSession(settings)  # a session holds one model
-        report(f"== model {name} ({project.source.parent.name}): {', '.join(g.name for g in plan.groups)}")
-        models[name] = _Model(plan, session, compile_plan(plan, stages=MODEL_STAGES, options=options, report=report,
+        report(f"== model {name} ({project.source.parent.name}): {', '.join(g.name for g in work.groups)}")
+        models[name] = _Model(work, session, compile_work(work, stages=MODEL_STAGES, options=options, report=report,
                                                           on_stage=on_stage, session=session))
     groups = [_plan_group(fleet, g, models) for g in fleet.file.fleet if g.name in selection.names]
     for outcome in groups:
         if outcome.error is None and outcome.memory is not None:
             report(f"memory plan {outcome.name}:\n{outcome.memory.table()}")
     for name, model in models.items():  # engines for the groups whose memory plan fits
-        fitting = [g for g in model.plan.groups if any(o.name == g.name and o.error is None for o in groups)]
+        fitting = [g for g in model.work.groups if any(o.name == g.name and o.error is None for o in groups)]
         if fitting:
             report(f"== engines of {name}: {', '.join(g.name for g in fitting)}")
-            model.compiled = compile_plan(replace(model.plan, groups=tuple(fitting)),
+            model.compiled = compile_work(replace(model.work, groups=tuple(fitting)),
                                           stages=STAGES[: STAGES.index(ENGINE) + 1], options=options,
                                           report=report, on_stage=on_stage, session=model.session)
     for outcome in groups:
@@ -143,7 +143,7 @@ def _write_reports(fleet: Fleet, models: dict[str, _Model]) -> None:
 
     for model in models.values():
         write_last_compile(model.compiled)
-        write_report(model.plan.project.build_dir)
+        write_report(model.work.project.build_dir)
     write_fleet_report(fleet.build_dir)
 
 
@@ -158,25 +158,25 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
     outcome = GroupOutcome(group.name, group.target_id, list(group.models or []))
     memory = []
     for name in outcome.models:
-        plan, compiled = models[name].plan, models[name].compiled
+        work, compiled = models[name].work, models[name].compiled
         gate = compiled.record(GATE)
         preflight = compiled.record(PREFLIGHT, group.name)
         if gate is None or preflight is None or gate.selected is None:
             failed = compiled.error
             outcome.error = failed or LimitError(f"{group.name}: model {name} has no candidate for this group")
             return outcome
-        selected_group = next(g for g in plan.groups if g.name == group.name)
-        assert selected_group.limits is not None, "plan_compile resolves every group's limit preset"
+        selected_group = next(g for g in work.groups if g.name == group.name)
+        assert selected_group.limits is not None, "select_work resolves every group's limit preset"
         candidate = gate.candidate(gate.selected)
         outcome.candidates[name] = f"{candidate.precision} (retention {candidate.retention:.3f})"
-        project = plan.project
+        project = work.project
         precision = "int8" if candidate.precision.startswith("int8") else candidate.precision
         memory.append(estimate_model_memory(
             name, gate.folder / candidate.onnx, precision, {s.name: list(s.max_shape) for s in project.model.inputs},
             selected_group.limits.tensorrt_workspace, built_on_device=not group.build_on,
             engine_json=BuildLayout.of(project).engine(group.name) / "engine.json"))
-    first = next(g for g in models[outcome.models[0]].plan.groups if g.name == group.name)
-    assert first.limits is not None, "plan_compile resolves every group's limit preset"
+    first = next(g for g in models[outcome.models[0]].work.groups if g.name == group.name)
+    assert first.limits is not None, "select_work resolves every group's limit preset"
     outcome.memory = plan_group_memory(group.name, first.limits, parse_size(fleet.file.runtime.footprint), memory)
     if not outcome.memory.fits:
         outcome.error = outcome.memory.refusal()
@@ -197,8 +197,8 @@ def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], 
             outcome.error = models[name].compiled.error or EdgebuildError(
                 f"{outcome.name}: model {name} has no engine folder")
             return
-        folders[name] = models[name].plan.project.build_dir / engine.folder
-    group = next(g for g in models[outcome.models[0]].plan.groups if g.name == outcome.name)
+        folders[name] = models[name].work.project.build_dir / engine.folder
+    group = next(g for g in models[outcome.models[0]].work.groups if g.name == outcome.name)
     ungated = tuple(m for m in outcome.models if (gate := models[m].compiled.record(GATE)) and not gate.policy.gated)
     assert outcome.memory is not None, "a group is shipped after its memory plan fits"
     try:

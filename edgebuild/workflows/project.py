@@ -35,14 +35,14 @@ def check_project(project_dir: Path) -> Checked:
     from edgebuild.datasets.project_data import missing_data
     from edgebuild.project.config import load_project
     from edgebuild.workflows.check import check_code_and_data, raise_for_problems
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
     project = load_project(project_dir)
-    plan = plan_compile(project, "all")
-    findings = model_file_findings(project, plan.groups) + check_code_and_data(project)
+    work = select_work(project, "all")
+    findings = model_file_findings(project, work.groups) + check_code_and_data(project)
     raise_for_problems(project, findings)
     to_prepare = sorted(missing_data(project)) if project.data.prepare else []
-    return Checked(project, [g.describe() for g in plan.groups], findings, to_prepare)
+    return Checked(project, [g.describe() for g in work.groups], findings, to_prepare)
 
 
 def model_file_findings(project: Project, groups: Sequence[SelectedGroup] | None = None) -> list[Finding]:
@@ -53,9 +53,9 @@ def model_file_findings(project: Project, groups: Sequence[SelectedGroup] | None
     from edgebuild.workflows.check import Finding
 
     if groups is None:
-        from edgebuild.workflows.plan import plan_compile
+        from edgebuild.workflows.work import select_work
 
-        groups = plan_compile(project, "all").groups
+        groups = select_work(project, "all").groups
     checked = check_model_file(project, groups)
     key = "model.source"
     return [Finding(key, _without_prefix(project, key, e.message), type(e), e.hint) for e in checked.problems] + \

@@ -17,7 +17,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.text import Progress
-from edgebuild.workflows.plan import CompilePlan, load_plan, ran, run_until
+from edgebuild.workflows.work import CompileWork, load_work, ran, run_until
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import ValidationSet
@@ -35,7 +35,7 @@ __all__ = ["DeviceValidation"]
 
 @dataclass(frozen=True)
 class GateRun:
-    plan: CompilePlan
+    work: CompileWork
     result: GateResult
     reused: bool  # nothing changed since the gate last decided
     error: EdgebuildError | None  # the gate's refusal (nothing selectable passes), raised after it is shown
@@ -44,15 +44,15 @@ class GateRun:
 def validate_here(project_dir: Path, selector: str, *, force: bool = False, backend: str | None = None,
                   progress: bool = False, report: Progress = lambda _: None) -> GateRun:
     """The gate's candidates measured on this host (``backend`` overrides accuracy.backend)."""
-    plan = load_plan(project_dir, selector)
+    work = load_work(project_dir, selector)
     if backend:
-        plan = replace(plan, project=plan.project.with_accuracy_backend(backend))
-    outcome = ran(run_until(plan, GATE, force=force, progress=progress, report=report), GATE)
+        work = replace(work, project=work.project.with_accuracy_backend(backend))
+    outcome = ran(run_until(work, GATE, force=force, progress=progress, report=report), GATE)
     result = outcome.record()
     if result is None:
         assert outcome.error is not None, "the gate neither decided nor failed"
         raise outcome.error
-    return GateRun(plan, result, outcome.status == "reused", outcome.error)
+    return GateRun(work, result, outcome.status == "reused", outcome.error)
 
 
 # -- on devices ---------------------------------------------------------------------------------
@@ -103,20 +103,20 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
             "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
 
 
-def _engines(plan: CompilePlan, report: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
+def _engines(work: CompileWork, report: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
     """The engine stage run as needed: the gate's result, each group's model folder, the validation set."""
     from edgebuild.accuracy.evaluate import ValidationSet
 
-    done = run_until(plan, ENGINE, report=report)
+    done = run_until(work, ENGINE, report=report)
     engines = {u.group: u.record for u in ran(done, ENGINE).units}
     failed = next((u.error for u in ran(done, ENGINE).units if u.record is None and u.error), None)
     if failed is not None:  # a group with no model folder to measure
         raise failed
     gate = done.record(GATE)
     assert gate is not None, "the engine stage ran without the gate"
-    build = plan.project.build_dir
-    folders = {g.name: build / engine.folder for g in plan.groups if (engine := engines.get(g.name)) is not None}
-    return gate, folders, ValidationSet(plan.project)
+    build = work.project.build_dir
+    folders = {g.name: build / engine.folder for g in work.groups if (engine := engines.get(g.name)) is not None}
+    return gate, folders, ValidationSet(work.project)
 
 
 def validate_on_device(project_dir: Path, selector: str, url: str, *,
@@ -124,10 +124,10 @@ def validate_on_device(project_dir: Path, selector: str, url: str, *,
     """``validate --device``: each group's model folder measured on the device at ``url``."""
     from edgebuild.devices.remote_bench import check_remote_url
 
-    plan = load_plan(project_dir, selector)
+    work = load_work(project_dir, selector)
     url = check_remote_url(url)
-    gate, folders, data = _engines(plan, report)
-    records = [evaluate_group(plan.project, gate, g, folders[g.name], url, data, report) for g in plan.groups]
+    gate, folders, data = _engines(work, report)
+    records = [evaluate_group(work.project, gate, g, folders[g.name], url, data, report) for g in work.groups]
     return DeviceValidation(url, gate, len(data), records)
 
 
@@ -138,13 +138,13 @@ def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, j
     from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file
     from edgebuild.project.layout import BuildLayout
 
-    plan = load_plan(project_dir, selector)
-    project = plan.project
+    work = load_work(project_dir, selector)
+    project = work.project
     farm = open_farm(project, address, timeout_s, report=report)
-    gate, folders, data = _engines(plan, report)
+    gate, folders, data = _engines(work, report)
     for _ in data.batches():  # preprocessed once, before the jobs share it
         pass
-    results = fan_out_groups(farm, plan.groups, lambda g, board: evaluate_group(
+    results = fan_out_groups(farm, work.groups, lambda g, board: evaluate_group(
         project, gate, g, folders[g.name], board.url, data, report), max_jobs=jobs or project.farm.jobs)
     records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
     path = write_jobs_file(BuildLayout.of(project).farm_jobs("validate"), results,

@@ -99,16 +99,16 @@ def shapes_gate(tmp_path_factory: pytest.TempPathFactory):
     from edgebuild.accuracy.gate import run_gate
     from edgebuild.datasets.project_data import prepare_data
     from edgebuild.pipeline.runner import Options
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
     from edgebuild.stages.export import EXPORT
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
     from tests.support.project import EXAMPLES
 
     root = tmp_path_factory.mktemp("shapes") / "shapes-detector"
     shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
     project = load_project(root)
     prepare_data(project)
-    outcome = compile_plan(plan_compile(project, "orin"), until="export",
+    outcome = compile_work(select_work(project, "orin"), until="export",
                            options=Options(progress=False)).outcome(EXPORT)  # as `edgebuild export` runs it
     assert outcome.error is None, outcome.error
     record = outcome.record()

@@ -25,8 +25,8 @@ from edgebuild.runtime.files import sha256_file
 from edgebuild.runtime.ota import health_check
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.server import Server
-from edgebuild.stages import compile_plan
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.stages import compile_work
+from edgebuild.workflows.work import select_work
 from tests.support.project import EXAMPLES
 from tests.support.runtime_artifacts import Client
 
@@ -35,8 +35,8 @@ from tests.support.runtime_artifacts import Client
 def shapes_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("acceptance") / "shapes-detector"
     shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    plan = plan_compile(load_project(root), "yard-cams")
-    report = compile_plan(plan, until="engine", options=Options(progress=False))
+    work = select_work(load_project(root), "yard-cams")
+    report = compile_work(work, until="engine", options=Options(progress=False))
     assert report.ok, report.error
     return root / "build" / "engines" / "yard-cams"
 

@@ -63,13 +63,13 @@ def test_a_model_folder_changed_after_compile_is_refused_on_the_device(example_c
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.errors import BundleError
     from edgebuild.pipeline.runner import Options
-    from edgebuild.stages import compile_plan
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.stages import compile_work
+    from edgebuild.workflows.work import select_work
 
     jetson = loopback_jetson("orin-nano-4gb@6.2", extra_pythonpath=Path(numpy.__file__).parent.parent)
     root = _shapes(example_copy)
     project = load_project(root)
-    compile_plan(plan_compile(project, "yard-cams"), until="engine", options=Options(progress=False))
+    compile_work(select_work(project, "yard-cams"), until="engine", options=Options(progress=False))
     folder = root / "build" / "engines" / "yard-cams"
     (folder / "model.onnx").write_bytes((folder / "model.onnx").read_bytes()[:-1] + b"\1")
     with pytest.raises(BundleError, match="model.onnx does not match the onnx_sha256"):

@@ -19,10 +19,10 @@ from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.entry_point import load_model
 from edgebuild.sources.export import choose_opset, export_dir, export_model
 from edgebuild.sources.export_checks import ParityError, verify_onnx
-from edgebuild.stages import compile_plan
+from edgebuild.stages import compile_work
 from edgebuild.stages.export import EXPORT
 from edgebuild.targets.profiles import load_catalog
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.workflows.work import select_work
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
@@ -140,8 +140,8 @@ def test_an_opset_the_forced_dynamo_exporter_cannot_reach_is_an_error_that_names
 def _export_stage(project_dir: Path) -> tuple[object, str, list[str]]:
     """The export stage through the pipeline: (record, "ran" or "reused", what it said)."""
     messages: list[str] = []
-    plan = plan_compile(load_project(project_dir), "orin")
-    outcome = compile_plan(plan, until="export", options=Options(progress=False),
+    work = select_work(load_project(project_dir), "orin")
+    outcome = compile_work(work, until="export", options=Options(progress=False),
                            report=messages.append).outcome(EXPORT)
     assert outcome.error is None, outcome.error
     return outcome.record(), outcome.status, [m for m in messages if m.startswith("export: ")]
@@ -372,7 +372,7 @@ def test_each_exporter_is_tried_once_and_dynamos_opset_18_is_refused_before_any_
 
 def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_path: Path) -> None:
     project = load_project(_with_model(tmp_path, "folded"))
-    groups = plan_compile(project, "all").groups
+    groups = select_work(project, "all").groups
     opset, reason = choose_opset(project, [g.target.release for g in groups])
     assert opset == 17
     with pytest.raises(ExportError) as caught:
@@ -391,7 +391,7 @@ def test_a_model_that_needs_a_higher_opset_names_the_targets_that_cap_it(tmp_pat
     assert _leftovers(tmp_path) == []
 
     # the advice works: the JetPack 6.2 group alone exports at 20
-    alone = plan_compile(project, "yard-cams")
+    alone = select_work(project, "yard-cams")
     releases = [g.target.release for g in alone.groups]
     record = export_model(project, *choose_opset(project, releases), groups=alone.groups)
     assert record.opset == 20 and record.exporter == "torchscript" and record.failed_attempts == []

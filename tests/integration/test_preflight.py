@@ -240,9 +240,9 @@ def gate_dir_of(root: Path) -> Path:
 
 def _fleet_groups(root: Path) -> list[SelectedGroup]:
     from edgebuild.project.config import load_project
-    from edgebuild.workflows.plan import plan_compile
+    from edgebuild.workflows.work import select_work
 
-    return list(plan_compile(load_project(root), "all").groups)
+    return list(select_work(load_project(root), "all").groups)
 
 
 def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path) -> None:

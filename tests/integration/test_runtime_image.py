@@ -27,8 +27,8 @@ from edgebuild.errors import LimitError
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.shipping.container import (
     build_image,
+    container_spec,
     inspect_container,
-    plan_container,
     remove_container,
     run_once,
     start_container,
@@ -125,18 +125,18 @@ def runtime_image(base_image, tmp_path_factory):
     recipe = Recipe.load(folder)
     target = load_catalog().parse_target(recipe.target)
     preset = fit_to_host(load_preset(target.module.id), print)  # this host has fewer cores than the module
-    plan = plan_container(recipe, target, preset, flavor="cpu", base_image=base_image,
+    spec = container_spec(recipe, target, preset, flavor="cpu", base_image=base_image,
                           image=f"localhost/edgebuild-test-runtime:{os.getpid()}")
-    write_container(folder, root / "context", plan)
-    build_image(root / "context", plan, tool="podman", pull=False)
-    yield plan, folder
-    subprocess.run(["podman", "rmi", "--force", plan.image], capture_output=True)
+    write_container(folder, root / "context", spec)
+    build_image(root / "context", spec, tool="podman", pull=False)
+    yield spec, folder
+    subprocess.run(["podman", "rmi", "--force", spec.image], capture_output=True)
 
 
 def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> None:
-    plan, folder = runtime_image
+    spec, folder = runtime_image
     port = free_port()
-    name = start_container(plan, tool="podman", publish=f"127.0.0.1:{port}:{plan.port}")
+    name = start_container(spec, tool="podman", publish=f"127.0.0.1:{port}:{spec.port}")
     try:
         client = Client(port)
         ready = client.wait_ready(timeout=120)
@@ -145,14 +145,14 @@ def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> Non
         # the limits as podman set them, and as the kernel has them inside the container
         info = inspect_container(name, tool="podman")
         host = info["HostConfig"]
-        assert host["Memory"] == plan.preset.memory and host["PidsLimit"] == plan.preset.pids
-        assert host["NanoCpus"] == int(plan.preset.cpus * 1e9) and host["CpusetCpus"] == plan.preset.cpuset
+        assert host["Memory"] == spec.preset.memory and host["PidsLimit"] == spec.preset.pids
+        assert host["NanoCpus"] == int(spec.preset.cpus * 1e9) and host["CpusetCpus"] == spec.preset.cpuset
         assert host["ReadonlyRootfs"] is True and info["Config"]["User"] == "10001:10001"
         limit = subprocess.run(["podman", "exec", name, "sh", "-c",
                                 "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
                                 "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"],
                                capture_output=True, text=True)
-        assert int(limit.stdout.split()[0]) == plan.preset.memory, limit
+        assert int(limit.stdout.split()[0]) == spec.preset.memory, limit
         user = subprocess.run(["podman", "exec", name, "id", "-u"], capture_output=True, text=True).stdout.strip()
         assert user == "10001"
         # the root filesystem is read-only; the engine cache volume is writable by the server's user
@@ -163,13 +163,13 @@ def test_the_runtime_image_serves_under_the_presets_limits(runtime_image) -> Non
     finally:
         logs = subprocess.run(["podman", "logs", name], capture_output=True, text=True)
         remove_container(name, tool="podman")
-        subprocess.run(["podman", "volume", "rm", "--force", plan.volume], capture_output=True)
+        subprocess.run(["podman", "volume", "rm", "--force", spec.volume], capture_output=True)
     assert "ready:" in logs.stderr + logs.stdout
 
 
 def test_a_process_over_the_memory_limit_is_oom_killed_and_reported(runtime_image) -> None:
-    plan, _ = runtime_image
-    small = dataclasses.replace(plan, preset=plan.preset.with_overrides(memory="96M"))
+    spec, _ = runtime_image
+    small = dataclasses.replace(spec, preset=spec.preset.with_overrides(memory="96M"))
     assert run_once(small, ["python3", "-c", "x = bytearray(16 << 20)"], tool="podman") == 0
     with pytest.raises(LimitError, match="killed by the OOM killer at the memory limit 96.0 MiB"):
         run_once(small, ["python3", "-c", "x = bytearray(400 << 20)"], tool="podman")

@@ -23,7 +23,7 @@ from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.workflows.work import select_work
 from tests.fakes.tensorrt_double import PLAN
 from tests.support.project import EXAMPLES, REPO
 
@@ -45,7 +45,7 @@ def validated_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _planned(root: Path, url: str | None, **kwargs):
     project = load_project(root)
     gate = GateResult.load(gate_dir(project))
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     return plan_engine(project, group, gate, host=NO_TENSORRT_HERE, build_on=url, **kwargs)
 
 

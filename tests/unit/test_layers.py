@@ -128,7 +128,7 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 #: what the stage runner must not know: it runs stages over the units it is given; targets, limit presets,
-#: data and devices are decided above it (edgebuild.workflows.plan, edgebuild.stages)
+#: data and devices are decided above it (edgebuild.workflows.work, edgebuild.stages)
 DOMAIN = ("edgebuild.accuracy", "edgebuild.datasets", "edgebuild.targets", "edgebuild.devices")
 
 
@@ -154,7 +154,7 @@ def test_the_pipeline_knows_nothing_of_the_domain() -> None:
     imports = {name: _all_imports(path, set(files)) for name, path in files.items()}
     assert "edgebuild.pipeline.runner" in imports
     found = domain_imports(imports)
-    assert not found, "the pipeline runs stages only; move this up (workflows/plan.py, stages/):\n" + "\n".join(found)
+    assert not found, "the pipeline runs stages only; move this up (workflows/work.py, stages/):\n" + "\n".join(found)
 
 
 def test_the_domain_check_finds_a_domain_import() -> None:

@@ -16,7 +16,7 @@ from edgebuild.errors import LimitError
 from edgebuild.project.config import load_project
 from edgebuild.runtime.device import DeviceFacts
 from edgebuild.targets.profiles import load_catalog
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.workflows.work import select_work
 from tests.fakes.tensorrt_double import make_tensorrt
 
 
@@ -67,7 +67,7 @@ def _builds(trt) -> int:
 
 def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy) -> None:
     project, gate = _gated(example_copy("digits-classifier"))
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     record = plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
     assert record.placement == "host-check" and record.built and not record.kept
     engine = json.loads((project.build_dir / record.folder / "engine.json").read_text())
@@ -77,7 +77,7 @@ def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy)
 
 def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_copy) -> None:
     project, gate = _gated(example_copy("digits-classifier"))
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     trt = make_tensorrt("10.3.0")
     first = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt)
     plan_file = project.build_dir / first.folder / "engine.plan"
@@ -118,7 +118,7 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
     own_preset = 'name = "sorters"\ncgroup_preset = "small.toml"\n'
     (root / "edgebuild.toml").write_text(text.replace('name = "sorters"\n', own_preset))
     project, gate = _gated(root)
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     # the double's engine reports 12345678 bytes (11.8 MiB) of device memory
     with pytest.raises(LimitError, match="more than the 8.0 MiB preset small allows"):
         plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
@@ -158,7 +158,7 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
     from edgebuild.stages.engine import refusal
 
     project, gate = _gated(example_copy("digits-classifier"))
-    group = replace(plan_compile(project, "sorters").groups[0], build_on="ssh://nvidia@orin-01")
+    group = replace(select_work(project, "sorters").groups[0], build_on="ssh://nvidia@orin-01")
     trt = make_tensorrt("10.3.0")
     _built_there(monkeypatch, trt)
     assert candidate_order(gate) == ["int8", "fp16", "fp32"]
@@ -205,7 +205,7 @@ def test_only_engines_that_ship_are_measured(example_copy) -> None:
     from edgebuild.stages.engine import refusal
 
     project, gate = _gated(example_copy("digits-classifier"))
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     never = lambda *a, **k: pytest.fail("not measured")  # noqa: E731
     deferred = build_and_accept(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()),
                                 evaluate_remote=never, evaluate_local=never)
@@ -221,7 +221,7 @@ def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> Non
     from edgebuild.runtime.recipe import Recipe
 
     project, gate = _gated(example_copy("digits-classifier"))
-    group = plan_compile(project, "sorters").groups[0]
+    group = select_work(project, "sorters").groups[0]
     plan_engine(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
     folder = project.build_dir / "engines" / "sorters"
     recipe = Recipe.load(folder)

@@ -17,7 +17,7 @@ from edgebuild.errors import BuildLocked, ModelError
 from edgebuild.pipeline.records import record_path
 from edgebuild.pipeline.runner import Options, Stage, build_lock, run_stages
 from edgebuild.project.config import load_project
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.workflows.work import select_work
 
 
 @dataclass(frozen=True)
@@ -71,16 +71,16 @@ class _Toy:
 @pytest.fixture
 def toy(tiny_project: Path):
     stages = _Toy()
-    plan = plan_compile(load_project(tiny_project), "yard-cams,dock")
+    work = select_work(load_project(tiny_project), "yard-cams,dock")
 
     def run(**options):
         messages: list[str] = []
         stages.runs.clear()
-        report = run_stages(plan, stages.stages(), options=Options(**options), report=messages.append)
+        report = run_stages(work, stages.stages(), options=Options(**options), report=messages.append)
         return report, messages
 
     stages.run = run
-    stages.plan = plan
+    stages.work = work
     return stages
 
 
@@ -105,7 +105,7 @@ def test_a_changed_input_reruns_that_stage_and_what_reads_its_output(toy) -> Non
     assert toy.runs == ["count", "copy/yard-cams", "copy/dock"]
     assert "count: changed since the last run: setting" in messages
     assert "copy/dock: changed since the last run: count" in messages
-    assert (toy.plan.project.build_dir / "copy-dock.txt").read_text() == "two"
+    assert (toy.work.project.build_dir / "copy-dock.txt").read_text() == "two"
 
 
 def test_force_a_stage_reruns_it_and_its_dependents_only(toy) -> None:
@@ -125,11 +125,11 @@ def test_force_a_stage_reruns_it_and_its_dependents_only(toy) -> None:
 ])
 def test_an_untrusted_record_is_never_reused(toy, damage, why) -> None:
     toy.run()
-    damage(record_path(toy.plan.project.build_dir, "count"))
+    damage(record_path(toy.work.project.build_dir, "count"))
     report, messages = toy.run()
     assert "count" in toy.runs
     assert any(m.startswith("count: ") and why in m for m in messages), messages
-    assert (toy.plan.project.build_dir / "count.txt").read_text() == "one"
+    assert (toy.work.project.build_dir / "count.txt").read_text() == "one"
 
 
 def _rewrite(path: Path, **changes: str) -> None:
@@ -142,7 +142,7 @@ def _rewrite(path: Path, **changes: str) -> None:
 
 def test_an_output_changed_after_the_run_is_rebuilt(toy) -> None:
     toy.run()
-    (toy.plan.project.build_dir / "copy-dock.txt").write_text("edited")
+    (toy.work.project.build_dir / "copy-dock.txt").write_text("edited")
     report, messages = toy.run()
     assert toy.runs == ["copy/dock"]
     assert "copy/dock: output files missing or modified: copy-dock.txt" in messages
@@ -150,7 +150,7 @@ def test_an_output_changed_after_the_run_is_rebuilt(toy) -> None:
 
 def test_a_run_killed_mid_stage_leaves_the_previous_record_valid(toy) -> None:
     toy.run()
-    record = record_path(toy.plan.project.build_dir, "count")
+    record = record_path(toy.work.project.build_dir, "count")
     before = record.read_bytes()
     toy.setting, toy.interrupt = "two", True
     with pytest.raises(KeyboardInterrupt):
@@ -159,7 +159,7 @@ def test_a_run_killed_mid_stage_leaves_the_previous_record_valid(toy) -> None:
     toy.setting, toy.interrupt = "one", False  # the old record's key again, but its output was overwritten
     report, messages = toy.run()
     assert toy.runs[0] == "count" and "count: output files missing or modified: count.txt" in messages
-    assert (toy.plan.project.build_dir / "count.txt").read_text() == "one"
+    assert (toy.work.project.build_dir / "count.txt").read_text() == "one"
 
 
 def test_a_failed_group_stops_only_that_groups_later_stages(toy, monkeypatch) -> None:
@@ -174,7 +174,7 @@ def test_a_failed_group_stops_only_that_groups_later_stages(toy, monkeypatch) ->
 
 
 def test_two_compiles_of_one_project_are_refused(toy) -> None:
-    with build_lock(toy.plan.project.build_dir):
+    with build_lock(toy.work.project.build_dir):
         with pytest.raises(BuildLocked, match="another edgebuild .*pid .* is building this project"):
             toy.run()
     toy.run()  # released

@@ -16,8 +16,8 @@ from edgebuild.runtime.recipe import Recipe
 from edgebuild.shipping.container import (
     ENGINE_CACHE,
     RUNTIME_UID,
+    container_spec,
     docker_size,
-    plan_container,
     run_args,
     tensorrt_base_image,
     write_container,
@@ -44,7 +44,7 @@ def _artifact(tmp_path: Path, target: str, **recipe_changes) -> Path:
 def _plan(folder: Path, **options):
     recipe = Recipe.load(folder)
     target = CATALOG.parse_target(recipe.target)
-    return plan_container(recipe, target, LimitPreset.from_dict(recipe.limits), **options)
+    return container_spec(recipe, target, LimitPreset.from_dict(recipe.limits), **options)
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:
@@ -62,8 +62,8 @@ def _instructions(dockerfile: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("target", sorted(FAMILIES))
 def test_dockerfile_per_jetpack_family(tmp_path: Path, target: str) -> None:
     base, cuda_major, _ = FAMILIES[target]
-    plan = _plan(_artifact(tmp_path, target))
-    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, target))
+    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     steps = _instructions((tmp_path / "ctx" / "Dockerfile").read_text())
     words = [w for w, _ in steps]
     assert steps[0] == ("ARG", f"BASE_IMAGE={base}") and steps[1] == ("FROM", "${BASE_IMAGE}")
@@ -91,39 +91,39 @@ def test_a_built_engine_ships_in_the_image(tmp_path: Path) -> None:
     folder = _artifact(tmp_path, "orin-nano-8gb@6.2", placement="ssh://nvidia@orin-01", shippable_engine=True)
     (folder / "engine.plan").write_bytes(b"serialized engine from the build device")
     (folder / "engine.json").write_text("{}")
-    plan = _plan(folder)
-    assert plan.ships_engine and plan.start_period_s == 5 + 60 and not plan.notes
-    write_container(folder, tmp_path / "ctx", plan)
+    spec = _plan(folder)
+    assert spec.ships_engine and spec.start_period_s == 5 + 60 and not spec.notes
+    write_container(folder, tmp_path / "ctx", spec)
     assert (tmp_path / "ctx" / "model" / "engine.plan").read_bytes() == b"serialized engine from the build device"
     (folder / "engine.plan").unlink()
     with pytest.raises(ConfigError, match="engine.plan missing"):
-        write_container(folder, tmp_path / "ctx", plan)
+        write_container(folder, tmp_path / "ctx", spec)
 
 
 def test_docker_run_line_carries_the_presets_limits(tmp_path: Path) -> None:
-    plan = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"))
-    write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"))
+    write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     script = tmp_path / "ctx" / "run.sh"
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     command = shlex.split(script.read_text().split("set -e\n", 1)[1].replace("\\\n", " "))
-    assert command[:2] == ["docker", "run"] and command[-1] == plan.image
+    assert command[:2] == ["docker", "run"] and command[-1] == spec.image
     options = dict(zip(command[2:-1], command[3:-1]))
     preset = load_preset("orin-nano-8gb")
     assert options["--runtime"] == "nvidia"
     assert options["--memory"] == docker_size(preset.memory) == "2g"
     assert options["--memory-swap"] == "2g" and options["--cpus"] == "4"
     assert options["--cpuset-cpus"] == "2-5" and options["--pids-limit"] == "256"
-    assert "--read-only" in command and options["--volume"] == f"{plan.volume}:{ENGINE_CACHE}"
+    assert "--read-only" in command and options["--volume"] == f"{spec.volume}:{ENGINE_CACHE}"
     assert json.loads((tmp_path / "ctx" / "container.json").read_text())["run"] == command
 
 
 def test_compose_file_carries_the_same_limits(tmp_path: Path) -> None:
-    plan = _plan(_artifact(tmp_path, "agx-orin-64gb@5.1.2"))
-    write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, "agx-orin-64gb@5.1.2"))
+    write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     compose = yaml.safe_load((tmp_path / "ctx" / "compose.yaml").read_text())
     service = compose["services"]["yard"]
     preset = load_preset("agx-orin-64gb")
-    assert service["image"] == plan.image and service["runtime"] == "nvidia"
+    assert service["image"] == spec.image and service["runtime"] == "nvidia"
     assert service["mem_limit"] == docker_size(preset.memory) and service["memswap_limit"] == docker_size(
         preset.memory_swap)
     assert service["cpus"] == preset.cpus and service["cpuset"] == preset.cpuset
@@ -131,7 +131,7 @@ def test_compose_file_carries_the_same_limits(tmp_path: Path) -> None:
     assert service["volumes"] == [f"engine-cache:{ENGINE_CACHE}"] and "engine-cache" in compose["volumes"]
     assert service["build"] == {"context": ".", "dockerfile": "Dockerfile"}
     # compose's own names for the docker run options, so both specs say the same
-    args = run_args(plan)
+    args = run_args(spec)
     flags = dict(zip(args, args[1:]))
     assert flags["--memory"] == service["mem_limit"] and flags["--cpuset-cpus"] == service["cpuset"]
 
@@ -146,8 +146,8 @@ def _verify(unit: Path) -> str:
 
 
 def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
-    plan = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"))
-    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"))
+    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     unit = tmp_path / "ctx" / record["systemd_unit"]
     assert _verify(unit) == ""
     text = unit.read_text()
@@ -161,21 +161,21 @@ def test_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 
 def test_no_systemd_unit_on_cgroup_v1_releases(tmp_path: Path) -> None:
-    plan = _plan(_artifact(tmp_path, "agx-orin-64gb@5.1.2"))
-    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, "agx-orin-64gb@5.1.2"))
+    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     assert record["systemd_unit"] is None and not list((tmp_path / "ctx").glob("*.service"))
     assert any("cgroup v1" in note for note in record["notes"])
 
 
 def test_cpu_flavor_uses_onnx_runtime_and_no_nvidia_runtime(tmp_path: Path) -> None:
-    plan = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"), flavor="cpu", base_image="localhost/base:1")
-    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", plan)
+    spec = _plan(_artifact(tmp_path, "orin-nano-8gb@6.2"), flavor="cpu", base_image="localhost/base:1")
+    record = write_container(tmp_path / "engines" / "yard", tmp_path / "ctx", spec)
     steps = _instructions((tmp_path / "ctx" / "Dockerfile").read_text())
     assert steps[0] == ("ARG", "BASE_IMAGE=localhost/base:1")
     assert any(w == "RUN" and a.startswith("sh /tmp/install-runtime-deps.sh cpu ") for w, a in steps)
     assert json.loads(dict(steps)["ENTRYPOINT"])[-1] == "onnxruntime"
     assert "--runtime" not in record["run"] and record["systemd_unit"] is None
-    assert plan.image.endswith("-cpu") and plan.container_name.endswith("-cpu")
+    assert spec.image.endswith("-cpu") and spec.container_name.endswith("-cpu")
 
 
 def test_install_script_is_valid_sh() -> None:
@@ -189,9 +189,9 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
     recipe = Recipe.load(folder)
     target = CATALOG.parse_target("orin-nano-8gb@6.2")
     with pytest.raises(ConfigError, match="preset agx-orin-64gb is for agx-orin-64gb, not orin-nano-8gb"):
-        plan_container(recipe, target, load_preset("agx-orin-64gb"))
+        container_spec(recipe, target, load_preset("agx-orin-64gb"))
     with pytest.raises(ConfigError, match="flavor 'arm'"):
-        plan_container(recipe, target, load_preset("orin-nano-8gb"), flavor="arm")
+        container_spec(recipe, target, load_preset("orin-nano-8gb"), flavor="arm")
     with pytest.raises(TargetError, match="lists no NVIDIA image with TensorRT") as caught:
         tensorrt_base_image(CATALOG.parse_target("agx-thor@7.0"))
     assert "--base-image" in caught.value.hint

@@ -22,8 +22,8 @@ from edgebuild.sources.entry_point import (
     model_key_parts,
     model_source_digest,
 )
-from edgebuild.stages import compile_plan
-from edgebuild.workflows.plan import plan_compile
+from edgebuild.stages import compile_work
+from edgebuild.workflows.work import select_work
 from tests.support.project import TINY_TOML, write_tiny_project
 
 TORCHSCRIPT = TINY_TOML.replace("[accuracy]", '[export]\nexporter = "torchscript"\n\n[accuracy]')
@@ -84,7 +84,7 @@ def _project(root: Path, entry: str = "from_checkpoint") -> Path:
 
 def _run(root: Path, until: str) -> dict[str, tuple[str, str]]:
     """{stage: (ran or reused, why)} for ``until`` and the stages it reads."""
-    done = compile_plan(plan_compile(load_project(root), "orin"), until=until, options=Options(progress=False))
+    done = compile_work(select_work(load_project(root), "orin"), until=until, options=Options(progress=False))
     assert all(o.error is None for o in done.stages), [o.error for o in done.stages]
     return {o.stage.name: (o.status, o.units[0].why) for o in done.stages}
 

@@ -1,9 +1,9 @@
-"""The plan and the partial compile every command beside ``compile`` starts from.
+"""The work and the partial compile every command beside ``compile`` starts from.
 
-``plan_compile`` is what the compile works on, decided above the stage runner (which knows
+``select_work`` is what the compile works on, decided above the stage runner (which knows
 nothing of targets): the fleet groups a ``--target`` selector selects, parsed once
 (:class:`Selection`), each with its limit preset resolved and checked against its module.
-``load_plan`` is that for the project in a folder; ``run_until`` runs one
+``load_work`` is that for the project in a folder; ``run_until`` runs one
 stage and what it reads, reusing what is up to date: a single-stage command (``export``,
 ``validate``, ``container``, ...) is this, so the pipeline decides what is up to date, never the
 command. ``compiled_artifact`` is the one model folder ``bench`` measures when given none.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from edgebuild.pipeline.runner import Plan
+from edgebuild.pipeline.runner import Work
 from edgebuild.stages.session import CompileSettings
 from edgebuild.targets.profiles import SelectedGroup
 from edgebuild.text import Progress
@@ -26,11 +26,11 @@ if TYPE_CHECKING:
     from edgebuild.project.schema import FleetGroup
     from edgebuild.targets.profiles import Catalog
 
-__all__ = ["CompilePlan", "plan_compile"]
+__all__ = ["CompileWork", "select_work"]
 
 R = TypeVar("R")
 #: what a compile works on: the project and its selected fleet groups (limit presets resolved)
-CompilePlan = Plan[SelectedGroup]
+CompileWork = Work[SelectedGroup]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def select(selector: str, fleet: list[FleetGroup], catalog: Catalog | None = Non
     return Selection(selector, tuple(g.name for g in select_groups(selector, fleet, catalog or load_catalog())))
 
 
-def plan_compile(project: Project, selector: str | Selection, catalog: Catalog | None = None) -> CompilePlan:
+def select_work(project: Project, selector: str | Selection, catalog: Catalog | None = None) -> CompileWork:
     """Select the groups and resolve each one's limit preset once (checked against its module).
 
     ``selector`` is a ``--target`` as written, or a :class:`Selection` already parsed (a fleet
@@ -68,17 +68,17 @@ def plan_compile(project: Project, selector: str | Selection, catalog: Catalog |
         preset = preset_for_group(project, group)
         check_against_module(preset, group.target.module)
         groups.append(replace(group, limits=preset))
-    return Plan(project, text, tuple(groups))
+    return Work(project, text, tuple(groups))
 
 
-def load_plan(project_dir: Path, selector: str) -> CompilePlan:
+def load_work(project_dir: Path, selector: str) -> CompileWork:
     """The project at ``project_dir`` and the fleet groups ``selector`` selects."""
     from edgebuild.project.config import load_project
 
-    return plan_compile(load_project(project_dir), selector)
+    return select_work(load_project(project_dir), selector)
 
 
-def run_until(plan: CompilePlan, stage: Stage[R], *, report: Progress, force: bool = False, progress: bool = False,
+def run_until(work: CompileWork, stage: Stage[R], *, report: Progress, force: bool = False, progress: bool = False,
               settings: CompileSettings = CompileSettings()) -> CompileReport:
     """Run ``stage`` and what it reads (reusing what is up to date); raises what failed before ``stage``.
 
@@ -86,9 +86,9 @@ def run_until(plan: CompilePlan, stage: Stage[R], *, report: Progress, force: bo
     the stages read (container flavor, package_since, ...).
     """
     from edgebuild.pipeline.runner import Options
-    from edgebuild.stages import compile_plan
+    from edgebuild.stages import compile_work
 
-    done = compile_plan(plan, until=stage.name, options=Options(force=frozenset({stage.name} if force else ()),
+    done = compile_work(work, until=stage.name, options=Options(force=frozenset({stage.name} if force else ()),
                                                                progress=progress), settings=settings, report=report)
     earlier = next((o.error for o in done.stages if o.stage.name != stage.name and o.error), None)
     if earlier is not None:
@@ -103,12 +103,12 @@ def ran(done: CompileReport, stage: Stage[R]) -> StageOutcome[R]:
     return outcome
 
 
-def compiled_folders(plan: CompilePlan) -> dict[str, Path]:
+def compiled_folders(work: CompileWork) -> dict[str, Path]:
     """Each selected group's model folder (``build/engines/<group>``), compiled or not."""
     from edgebuild.project.layout import BuildLayout
 
-    layout = BuildLayout.of(plan.project)
-    return {g.name: layout.engine(g.name) for g in plan.groups}
+    layout = BuildLayout.of(work.project)
+    return {g.name: layout.engine(g.name) for g in work.groups}
 
 
 def is_compiled(folder: Path) -> bool:
@@ -121,7 +121,7 @@ def compiled_artifact(project_dir: Path, selector: str) -> Path:
     """The one compiled model folder ``selector`` selects; ConfigError when it selects none or several."""
     from edgebuild.errors import ConfigError
 
-    compiled = [f for f in compiled_folders(load_plan(project_dir, selector)).values() if is_compiled(f)]
+    compiled = [f for f in compiled_folders(load_work(project_dir, selector)).values() if is_compiled(f)]
     if len(compiled) != 1:
         names = ", ".join(f.name for f in compiled) or "none"
         raise ConfigError(f"--target {selector} selects {len(compiled)} compiled group(s) ({names}); bench needs one",
