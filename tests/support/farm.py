@@ -49,7 +49,7 @@ class LabgridFarm:
                                           str(exporter_yaml)], cwd=folder,
                                          stdout=open(folder / "exporter.log", "w"), stderr=subprocess.STDOUT)
         self.processes.append(self.exporter)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a cap, not a speed: a loaded machine starts labgrid slowly
         while self.client("resources").stdout.count("NetworkService") < len(boards):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the exporter did not register: {(folder / 'exporter.log').read_text()}")
@@ -60,7 +60,7 @@ class LabgridFarm:
             self.client("-p", name, "set-tags", *[f"{k}={v}" for k, v in tags.items()], check=True)
 
     def _wait_for(self, log: Path, pattern: str) -> str:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a cap, not a speed: a loaded machine starts labgrid slowly
         while time.monotonic() < deadline:
             found = re.search(pattern, log.read_text()) if log.is_file() else None
             if found:

@@ -74,7 +74,7 @@ class LoopbackJetson:
             f"  IdentityFile {key}", "  IdentitiesOnly yes", "  StrictHostKeyChecking no",
             "  UserKnownHostsFile /dev/null", "  LogLevel ERROR", ""]))
         self.url = "ssh://jetson-under-test"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a cap: a loaded machine starts sshd slowly
         while time.monotonic() < deadline:
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", self.port)) == 0:
