@@ -29,6 +29,7 @@ demo: $(STAMP)  ## compile the bundled shapes example for every Orin group of it
 lint: $(STAMP)
 	$(BIN)/ruff check edgebuild tests examples benchmarks
 	$(BIN)/vermin --no-tips --violations --target=3.8- --eval-annotations --backport dataclasses edgebuild/runtime edgebuild/errors.py edgebuild/__init__.py
+	$(BIN)/mypy  # the package, under pyproject.toml's [tool.mypy]
 
 docs: $(STAMP)  ## the documentation site (docs/, mkdocs.yml), strictly: any warning fails; built outside the repo
 	$(BIN)/mkdocs build --strict --site-dir "$${TMPDIR:-/tmp}/edgebuild-site"

@@ -1,8 +1,10 @@
 """Differences between the Python versions the build side supports (3.10+)."""
 
-try:
+import sys
+
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 __all__ = ["tomllib"]

@@ -125,10 +125,11 @@ class ActivationStatistics:
     def save(self, path: Path) -> None:
         arrays = {"absmax": self.absmax, "histograms": self.histograms, "upper": self.upper,
                   **{f"mean:{k}": v for k, v in self.channel_means.items()}}
+        meta = np.frombuffer(json.dumps({"tensors": self.tensors, "images": self.images}).encode(), dtype=np.uint8)
         staging = path.with_name(f".tmp-{path.name}")
         with staging.open("wb") as out:
-            np.savez(out, **arrays, meta=np.frombuffer(json.dumps(
-                {"tensors": self.tensors, "images": self.images}).encode(), dtype=np.uint8))
+            # numpy's stub matches **arrays against its allow_pickle: bool
+            np.savez(out, **arrays, meta=meta)  # type: ignore[arg-type]
         staging.replace(path)
 
     @classmethod

@@ -92,6 +92,7 @@ class ValidationSet:
         if self._ground_truth is None:
             from edgebuild.accuracy.metrics import coco_ground_truth
 
+            assert self.coco is not None, "only a detection set has ground truth boxes, and its COCO form"
             self._ground_truth = coco_ground_truth(self.coco.ground_truth)
         return self._ground_truth
 
@@ -142,7 +143,9 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
 
 class _DetectionCollector:
     def __init__(self, project: Project, data: ValidationSet, raw_head: bool = False) -> None:
-        self.settings = detection_settings(project)
+        settings = detection_settings(project)
+        assert settings is not None and data.coco is not None, "a detection task's set, in its COCO form"
+        self.settings: JsonObject = settings
         if raw_head:
             self.settings["in_model"] = False
         self.coco, self.data = data.coco, data
@@ -216,7 +219,9 @@ def _detections_difference(want: dict[str, np.ndarray], got: dict[str, np.ndarra
 
 class _ClassificationCollector:
     def __init__(self, project: Project, data: ValidationSet) -> None:
-        self.logits_name = project.task.postprocess.logits_output
+        task = project.task
+        assert task.kind == "classification", "a detection task's results go to _DetectionCollector"
+        self.logits_name = task.postprocess.logits_output
         self.classes = len(project.task.classes)
         self.labels = np.array([s.label for s in data.samples])
         self.logits: list[np.ndarray] = []
@@ -246,7 +251,9 @@ def device_inputs(project: Project, data: ValidationSet) -> bytes:
 
     arrays = {f"batch_{i:04d}": batch for i, (_, batch, _) in enumerate(data.batches())}
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, input_name=np.asarray(project.model.inputs[0].name), **arrays)
+    name = np.asarray(project.model.inputs[0].name)
+    # numpy's stub matches **arrays against its allow_pickle: bool
+    np.savez_compressed(buffer, input_name=name, **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
@@ -278,6 +285,7 @@ def score_device_results(project: Project, data: ValidationSet, results: bytes, 
     batches = list(data.batches())
     samples = [s for chunk, _, _ in batches for s in chunk]
     transforms = [t for _, _, chunk in batches for t in chunk]
+    collect: _DetectionCollector | _ClassificationCollector
     if project.task.kind == "detection":
         collect = _DetectionCollector(project, data)
         start = 0
@@ -332,6 +340,7 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
                         iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in decode.items()},
                         **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
     else:
+        assert project.task.kind == "classification", "detection_settings is None for a classification task only"
         logits = project.task.postprocess.logits_output
         settings.update(kind=np.asarray("classification"), logits_output=np.asarray(logits),
                         fp32_top1=np.argmax(fp32[logits], axis=-1).astype(np.int64))

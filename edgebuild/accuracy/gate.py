@@ -189,6 +189,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             hint="set model.weights to its state_dict (torch.save(model.state_dict(), path)); to try the later "
                  "stages with an untrained model: `edgebuild compile --no-gate`")
     fp32 = store.candidate("fp32")
+    assert fp32 is not None, "the first graph of a run is never one already measured"
     baseline = check_baseline(project, fp32, report)  # a wrong FP32 stops here, before any candidate
     if fp32.value <= 0 and policy.gated:  # accepted, but retention is undefined
         raise AccuracyGateError(
@@ -196,13 +197,16 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             f"[{fp32.backend}], so retention cannot be measured",
             hint="check the weights, task.preprocess, task.postprocess and that task.classes is in the model's "
                  "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
-    measured, notes = [fp32], []
+    measured: list[Measurement] = [fp32]
+    notes: list[str] = []
     parity = _check_nms_parity(project, store, fp32, report) if store.nms_inside else {}
     if parity:  # the report, the summary and the CLI show the notes
         notes.append(_parity_line(parity))
     wanted = project.quantize.precisions
     if "fp16" in wanted:
-        measured.append(store.candidate("fp16"))
+        fp16 = store.candidate("fp16")
+        assert fp16 is not None, "an FP16 graph differs from the FP32 one measured before it"
+        measured.append(fp16)
     sensitivity: list[JsonObject] = []
     choice: JsonObject = {}
     if "int8" in wanted and store.plan.empty:

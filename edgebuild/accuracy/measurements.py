@@ -306,7 +306,9 @@ class MeasurementStore:
                 self._shifts.update(found)
                 staging = path.with_name(f".tmp-{path.name}")
                 with staging.open("wb") as out:
-                    np.savez(out, **{f"{m}:{k}": v for m in found for k, v in found[m].items()})
+                    arrays = {f"{m}:{k}": v for m in found for k, v in found[m].items()}
+                    # numpy's stub matches **arrays against its allow_pickle: bool
+                    np.savez(out, **arrays)  # type: ignore[arg-type]
                 staging.replace(path)
         return self._shifts[method]
 
@@ -527,7 +529,8 @@ class MeasurementStore:
         build_engine(BuildSettings(
             onnx_path=candidate.shipped or candidate.onnx, plan_path=plan,
             precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
-            profiles={s.name: (s.min_shape, s.opt_shape, s.max_shape) for s in self.project.model.inputs},
+            profiles={s.name: (tuple(s.min_shape), tuple(s.opt_shape), tuple(s.max_shape))
+                      for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
             report=self.report), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from edgebuild.datasets.images import IMAGE_SUFFIXES
 from edgebuild.errors import DataError
@@ -136,6 +136,10 @@ def _folder_kind(path: Path) -> tuple[str | None, str]:
     return None, "a folder of neither images nor annotations"
 
 
+@overload
+def misplaced(path: Path, key: str, expected: str, quiet: Literal[False] = False) -> str: ...
+@overload
+def misplaced(path: Path, key: str, expected: str, quiet: bool) -> str | None: ...
 def misplaced(path: Path, key: str, expected: str, quiet: bool = False) -> str | None:
     """What ``path`` is and which key takes it, when it is not ``expected`` (None if quiet and unknown)."""
     kind, description = what_is(path)

@@ -31,6 +31,7 @@ from edgebuild.datasets.images import (
     spread,
 )
 from edgebuild.errors import DataError
+from edgebuild.jsontypes import JsonObject
 
 __all__ = ["load_voc_root", "voc_object_files", "voc_split_images"]
 
@@ -193,7 +194,10 @@ def _build(entries: list[tuple[Path, Path | None]], images_dir: Path, classes: l
            described_by: Path, extra_files: tuple[Path, ...], available: int) -> CocoSet:
     """The COCO form of (XML file, its image by id if found) pairs; <filename> finds an image not found by id."""
     category = {name: i + 1 for i, name in enumerate(classes)}
-    records, annotations, samples, unknown = [], [], [], {}
+    records: list[JsonObject] = []
+    annotations: list[JsonObject] = []
+    samples: list[Sample] = []
+    unknown: dict[str, Path] = {}
     tally: Counter[str] = Counter()
     for image_id, (xml, image) in enumerate(entries, 1):
         parsed = read_voc_xml(xml, key)

@@ -270,7 +270,9 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
     _refuse_without_labels(data, split, images, key)
     available, every = len(images), images
     images = spread(images, limit, image_stem)
-    records, annotations, read = [], [], []
+    records: list[JsonObject] = []
+    annotations: list[JsonObject] = []
+    read: list[Path] = []
     tally: Counter[str] = Counter()
     for image_id, image in enumerate(images, 1):
         width, height = image_size(image, key)

@@ -395,7 +395,8 @@ def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Op
         # the record is read once, before the key (a key may depend on what the last run found): as
         # the previous run (a kept engine, the files an entry point read) and, unless forced, for reuse
         stored, why = load_stage_record(project.build_dir, record_name, project.project.name)
-        inputs.previous = _load(stage, inputs, stored) if stored is not None else None
+        loaded = _load(stage, inputs, stored) if stored is not None else None
+        inputs.previous = loaded
         if stored is not None and inputs.previous is None:
             why = f"record {record_name} no longer reads as a {stage.name} record"
         if stored is not None and inputs.previous is not None:
@@ -403,11 +404,11 @@ def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Op
         key = {"stage": f"{stage.name}/{stage.version}", "edgebuild": __version__, **stage.key(inputs)}
         if forced:
             why = "forced (--force)" if named else "forced: it reads a stage forced with --force"
-        elif inputs.previous is not None:
+        elif stored is not None and inputs.previous is not None:
             why = stale_because(project.build_dir, stored, key) or ""
             if not why:
                 report(f"{record_name}: didn't change, reusing")
-                previous = cast(R, inputs.previous)
+                previous = inputs.previous
                 return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(previous),
                                                           why="up to date", record=previous))
         report(f"{record_name}: {why}")

@@ -31,6 +31,7 @@ from edgebuild.project.schema import (
 )
 
 if TYPE_CHECKING:
+    from edgebuild.project.fleet_file import FleetFile
     from edgebuild.targets.profiles import Catalog
 
 __all__ = ["PROJECT_FILE", "Project", "data_paths", "is_torchscript_archive", "load_project", "model_source_kind"]
@@ -287,8 +288,8 @@ def _check_model_source(project: Project) -> list[str]:
                        f"remove export.{key}" for key in sorted(project.export.model_fields_set)]
 
 
-def model_source_kind(project: Project) -> tuple[str | None, str]:
-    """What ``model.source`` is (``"onnx"``; None for an entry point) and what told it: ``model.kind``,
+def model_source_kind(project: Project) -> tuple[str, str]:
+    """What ``model.source`` is (``"onnx"``, ...) and what told it: ``model.kind``,
     the file's suffix, or its first bytes. A file that says nothing edgebuild reads is a ConfigError."""
     kind, told = _source_kind(project)
     if kind is None:
@@ -362,7 +363,7 @@ def _check_batching(project: Project) -> list[str]:
             for spec in project.model.inputs if spec.max_shape[0] < size]
 
 
-def _check_fleet(project: Project, catalog: Catalog) -> list[str]:
+def _check_fleet(project: Project | FleetFile, catalog: Catalog) -> list[str]:
     problems: list[str] = []
     first_seen: dict[str, int] = {}
     for i, group in enumerate(project.fleet):

@@ -30,12 +30,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from edgebuild.project.config import Project
+from typing import Protocol
 
 __all__ = ["BuildLayout"]
+
+
+class _Built(Protocol):
+    """What has a build folder: a model project, or a fleet file as the shipping stages read it."""
+
+    @property
+    def build_dir(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class BuildLayout:
     root: Path  # the project's build folder ([project] build_dir)
 
     @classmethod
-    def of(cls, project: Project) -> BuildLayout:
+    def of(cls, project: _Built) -> BuildLayout:
         return cls(project.build_dir)
 
     @classmethod

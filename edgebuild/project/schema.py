@@ -456,7 +456,7 @@ class Project(_Section):
         if self.runtime.detections and self.task.kind != "detection":
             raise ValueError("runtime.detections decodes a detector's raw head on the device; this task is "
                              f"{self.task.kind!r}: remove it")
-        if self.runtime.detections and self.task.postprocess.in_model:
+        if self.runtime.detections and self.task.kind == "detection" and self.task.postprocess.in_model:
             raise ValueError("runtime.detections decodes a raw head on the device, but task.postprocess.in_model "
                              "puts the decode inside the model already: keep one of them")
         return self

@@ -75,7 +75,9 @@ class _Stub:
     _name = "?"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args, self.state, self.items = args, None, {}
+        self.args = args
+        self.state: object = None
+        self.items: dict[object, object] = {}
 
     def __setstate__(self, state: Any) -> None:
         self.state = state
@@ -98,7 +100,8 @@ _DTYPES = {"FloatStorage": "<f4", "HalfStorage": "<f2", "DoubleStorage": "<f8", 
 class _Peeker(pickle.Unpickler):
     def __init__(self, handle: Any, archive: zipfile.ZipFile, prefix: str) -> None:
         super().__init__(handle)
-        self.archive, self.prefix, self._stubs = archive, prefix, {}
+        self.archive, self.prefix = archive, prefix
+        self._stubs: dict[str, type[_Stub]] = {}
 
     def find_class(self, module: str, name: str) -> Any:  # never the real class: nothing is imported or run
         key = f"{module}.{name}"
@@ -159,8 +162,10 @@ def facts_from_checkpoint(path: Path) -> UltralyticsFacts | None:
         return None
     state = stub.state if isinstance(stub.state, dict) else {}
     model_class = stub._name.rsplit(".", 1)[-1]
-    args = state.get("args") if isinstance(state.get("args"), dict) else {}
-    train = checkpoint.get("train_args") if isinstance(checkpoint.get("train_args"), dict) else {}
+    args = state.get("args")
+    args = args if isinstance(args, dict) else {}
+    train = checkpoint.get("train_args")
+    train = train if isinstance(train, dict) else {}
     task = MODEL_CLASSES.get(model_class) or args.get("task") or "unknown"
     names = state.get("names")
     classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \

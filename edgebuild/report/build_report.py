@@ -208,8 +208,8 @@ def _preflight_checks(report: BuildReport) -> list[Check]:
         blocking = list(getattr(record, "blocking", []) or [])
         if run.status == "failed":
             text = "\n".join(f"{f.node} ({f.op_type}): {f.problem}; fix: {f.fix}" for f in blocking) or run.error or ""
-            message = (f"{len(blocking)} blocking problem(s) for TensorRT {record.tensorrt}" if blocking
-                       else _first_line(run.error or run.detail))
+            message = (f"{len(blocking)} blocking problem(s) for TensorRT {record.tensorrt}"
+                       if blocking and record is not None else _first_line(run.error or run.detail))
             found.append(Check("preflight", name, "failed", message, text, run.seconds, unit["group"]))
         else:
             found.append(Check("preflight", name, "passed", run.detail, seconds=run.seconds, group=unit["group"]))
@@ -229,7 +229,7 @@ def _gate_checks(report: BuildReport) -> list[Check]:
             found.append(Check("gate", name, "failed", _first_line(gate_run.error or gate_run.detail),
                                (gate_run.error or "") + "\n\n" + _candidates_text(gate), gate_run.seconds,
                                unit["group"]))
-        elif engine is not None and _refused_on_device(engine):
+        elif engine is not None and engine.record is not None and _refused_on_device(engine):
             found.append(Check("gate", name, "failed", f"every engine built {engine.record.placement} was refused "
                                f"on the device", engine.error or _refusals_text(engine.record), engine.seconds,
                                unit["group"]))
@@ -263,7 +263,7 @@ def _stage_checks(report: BuildReport) -> list[Check]:
     return found
 
 
-def _refused_on_device(run: Run[object]) -> bool:
+def _refused_on_device(run: Run[R]) -> bool:
     """An engine run that failed because its device refused every engine it built (the engine verdict)."""
     record = run.record
     return (run.status == "failed" and getattr(record, "needs_acceptance", False)
@@ -283,7 +283,7 @@ def _candidates_text(gate: GateResult | None) -> str:
     lines += [f"{c.precision}: {c.metric} {c.value:.4f}, retention {c.retention:.3f}, "
               f"{'passes' if c.passed else 'FAILS'}{'' if c.selectable else ', not selectable'}"
               for c in gate.candidates]
-    if getattr(gate, "baseline", None) is not None:
+    if gate.baseline is not None:
         lines.append(gate.baseline.line())
     return "\n".join(lines)
 
@@ -294,7 +294,8 @@ def _first_line(text: str) -> str:
 
 def error_kind(exit_code: int) -> str:
     """The kind of error an exit code stands for ("accuracy gate" for 11)."""
-    todo, kinds = [EdgebuildError], {}
+    todo: list[type[EdgebuildError]] = [EdgebuildError]
+    kinds: dict[int, str] = {}
     while todo:
         cls = todo.pop()
         kinds.setdefault(cls.exit_code, cls.kind)
@@ -310,7 +311,7 @@ def group_summary(report: BuildReport, group: str) -> dict[str, str]:
     engine = report.run(ENGINE, group)
     record = engine.record if engine else None
     placement = getattr(record, "placement", "") or (engine.status if engine else "")
-    if record is not None and getattr(record, "candidate", ""):
+    if record is not None and record.candidate:
         placement += f" ({record.candidate})"
     return {"preflight": by_check.get(("preflight", group), Check("", "", "skipped")).status,
             "gate": by_check.get(("gate", group), Check("", "", "skipped")).status, "placement": placement}

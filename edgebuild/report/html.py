@@ -253,10 +253,10 @@ def _html_placement(report: BuildReport) -> str:
     rows = []
     for group in report.groups:
         run = report.run(ENGINE, group)
-        record = run.record if run else None
-        if record is None:
+        if run is None or run.record is None:
             rows.append([_e(group), _badge(run.status) if run else "-", _e(run.why if run else ""), "", "", "", "", ""])
             continue
+        record = run.record
         refused = "<br>".join(_e(f"{r.candidate}: {r.metric} {r.value:.4f}, retention {r.retention:.3f} "
                                  f"[{r.backend}]") for r in record.refused) or "-"
         rows.append([f"<b>{_e(group)}</b> {_badge(run.status)}", _e(record.placement),

@@ -21,8 +21,9 @@ def to_junit(report: BuildReport) -> str:
                   "skipped": sum(c.status == "skipped" for c in cases)}
         # every gate case shares the gate's one run: its time counts once
         seconds = max((c.seconds for c in cases), default=0.0) if suite == "gate" else sum(c.seconds for c in cases)
-        element = ET.SubElement(root, "testsuite", name=suite, errors="0", timestamp=report.finished,
-                                time=f"{seconds:.3f}", **{k: str(v) for k, v in counts.items()})
+        attributes = {"name": suite, "errors": "0", "timestamp": report.finished, "time": f"{seconds:.3f}",
+                      **{k: str(v) for k, v in counts.items()}}
+        element = ET.SubElement(root, "testsuite", attributes)
         for case in cases:
             item = ET.SubElement(element, "testcase", classname=f"edgebuild.{suite}", name=case.name,
                                  time=f"{case.seconds:.3f}")

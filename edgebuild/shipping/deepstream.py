@@ -113,6 +113,7 @@ def stock_parser() -> dict[str, str]:
 def _value_problem(value: str, spec: JsonObject) -> str | None:
     kind = spec.get("type", "string")
     items = [v for v in value.split(";") if v] if kind in ("ints", "floats", "strings") else [value]
+    numbers: list[float]  # an int is a float here (PEP 484's numeric tower)
     try:
         if kind in ("int", "ints"):
             numbers = [int(v) for v in items]
@@ -164,12 +165,12 @@ def check_config(text: str, *, app: bool = False, table: JsonObject | None = Non
             elif key not in known:
                 problems.append(f"[{group}] {key} is not a deepstream-app key of [{kind}]")
             continue
-        kind = "property" if group == "property" else "class-attrs" if group.startswith("class-attrs-") else None
-        spec = table[kind].get(key) if kind else None
-        if kind is None:
+        section = "property" if group == "property" else "class-attrs" if group.startswith("class-attrs-") else None
+        spec = table[section].get(key) if section else None
+        if section is None:
             problems.append(f"[{group}] is not a Gst-nvinfer group")
         elif spec is None:
-            problems.append(f"[{group}] {key} is not a Gst-nvinfer key of [{kind}]")
+            problems.append(f"[{group}] {key} is not a Gst-nvinfer key of [{section}]")
         elif (problem := _value_problem(value, spec)) is not None:
             problems.append(f"[{group}] {key}={value} {problem}")
     return problems

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from edgebuild.targets.profiles import SelectedGroup
 
     #: what packages: a model project, or a fleet file's view for a group with several models
-    Shipped = Project | FleetShipping
+    Shipped: TypeAlias = "Project | FleetShipping"
     MenderKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     BundleKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -138,8 +138,9 @@ def mender_artifact(*, artifact_name: str, device_types: list[str], files: Mappi
     for name in names:
         if "/" in name or name in ("", ".", ".."):
             raise ConfigError(f"payload file name {name!r}: Mender payloads are flat (no folders)")
-    payload = {name: files[name] if isinstance(files[name], bytes) else Path(files[name]).read_bytes()
-               for name in names}
+    given = {name: files[name] for name in names}
+    payload = {name: content if isinstance(content, bytes) else Path(content).read_bytes()
+               for name, content in given.items()}
     version = _json({"format": "mender", "version": FORMAT_VERSION})
     header_info = {"payloads": [{"type": payload_type}], "artifact_provides": {"artifact_name": artifact_name},
                    "artifact_depends": {"device_type": list(device_types)}}
@@ -239,9 +240,10 @@ def read_bundle_manifest(path: Path) -> JsonObject:
     try:
         with tarfile.open(path, mode="r|gz") as tar:
             first = next(iter(tar), None)
-            if first is None or first.name != MANIFEST:
+            manifest = tar.extractfile(first) if first is not None and first.name == MANIFEST else None
+            if manifest is None:  # no member, another first, or a MANIFEST that is not a file
                 raise BundleError(f"{path}: not an edgebuild bundle (no {MANIFEST} first)")
-            return parse_manifest(tar.extractfile(first).read())
+            return parse_manifest(manifest.read())
     except (OSError, tarfile.TarError) as exc:
         raise ConfigError(f"{path}: cannot read the bundle: {exc}") from None
 
@@ -263,8 +265,9 @@ def reference_outputs(artifact: Path, recipe: Recipe) -> bytes:
     outputs = OnnxRuntimeRunner(artifact / recipe.onnx).run(inputs)
     atol, rtol = REFERENCE_TOLERANCE.get(recipe.precision, REFERENCE_TOLERANCE["int8"])
     buffer = io.BytesIO()
-    np.savez(buffer, atol=np.float64(atol), rtol=np.float64(rtol), **{f"input.{k}": v for k, v in inputs.items()},
-             **{f"output.{k}": v for k, v in outputs.items()})
+    arrays = {**{f"input.{k}": v for k, v in inputs.items()}, **{f"output.{k}": v for k, v in outputs.items()}}
+    # numpy's stub matches **arrays against its allow_pickle: bool
+    np.savez(buffer, atol=np.float64(atol), rtol=np.float64(rtol), **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -80,6 +80,11 @@ def resolve_entry_point(project: Project, spec: str, key: str) -> Any:
     return function
 
 
+def _entry_point(project: Project) -> str:
+    assert project.model.entry_point is not None, "the entry-point route runs only for a model.entry_point"
+    return project.model.entry_point
+
+
 def call_entry_point(project: Project, spec: str, key: str, *args: Any) -> Any:
     function = resolve_entry_point(project, spec, key)
     with _project_on_path(project):
@@ -99,7 +104,7 @@ def _load_model_recorded(project: Project) -> tuple[torch.nn.Module, dict[str, s
     import torch
 
     with _files_opened() as opened:
-        model = call_entry_point(project, project.model.entry_point, "model.entry_point")
+        model = call_entry_point(project, _entry_point(project), "model.entry_point")
     loaded = _model_files(project, opened)
     if not isinstance(model, torch.nn.Module):
         raise ModelError(
@@ -227,7 +232,7 @@ def _outside_package_entries(project: Project, roots: list[Path]) -> list[str]:
 
     from edgebuild.content import file_sha256
 
-    top = project.model.entry_point.partition(":")[0].split(".")[0]
+    top = _entry_point(project).partition(":")[0].split(".")[0]
     if any((root / top).is_dir() or (root / f"{top}.py").is_file() for root in roots):
         return []  # hashed with model.python_path
     try:
@@ -237,7 +242,8 @@ def _outside_package_entries(project: Project, roots: list[Path]) -> list[str]:
         return []
     if spec is None or (spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations):
         return []
-    where = [Path(d).resolve() for d in spec.submodule_search_locations or [spec.origin]]
+    # origin is a file path here: a spec without one or search locations returned above
+    where = [Path(d).resolve() for d in spec.submodule_search_locations or [cast(str, spec.origin)]]
     if any(w.is_relative_to(lib) for w in where for lib in _library_roots()):
         dists = sorted(set(_packages_distributions().get(top, [])))
         return [f"{top}: {d}=={importlib.metadata.version(d)}" for d in dists] or [f"{top}: installed"]
@@ -266,7 +272,7 @@ def model_key_parts(project: Project, loaded: Mapping[str, str] | None = None) -
     weights = project.path(project.model.weights) if project.model.weights else None
     return {
         "model_code": model_source_digest(project),
-        "entry_point": project.model.entry_point,
+        "entry_point": _entry_point(project),
         "weights": file_sha256(weights) if weights and weights.is_file() else "none",
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
         **(loaded or {}),
@@ -472,7 +478,9 @@ def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
     raise_for_task_outputs(project, runs)
     shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
               for which, (_, outputs) in runs.items()}
-    return ModelRecord(project.model.entry_point, sum(p.numel() for p in runner.model.parameters()), shapes,
+    # a model file's route (torch_source, ultralytics_checkpoint) keeps this record's numbers, not its name
+    built_from = project.model.entry_point or str(project.model.source)
+    return ModelRecord(built_from, sum(p.numel() for p in runner.model.parameters()), shapes,
                        round(time.perf_counter() - started, 3), dict(getattr(runner, "loaded_files", {})))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,7 +139,7 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
     return requested, f"export.opset in the project file (every target's TensorRT parser takes up to {ceiling})"
 
 
-def _parsers(releases: Sequence[JetPackRelease]) -> str:
+def _parsers(releases: Iterable[JetPackRelease]) -> str:
     """'JetPack 5.1.2 (TensorRT 8.5.2.2), JetPack 6.2 (TensorRT 10.3.0.30)', each release once."""
     return ", ".join(sorted({f"JetPack {r.jetpack} (TensorRT {r.tensorrt})" for r in releases}))
 
@@ -416,6 +416,7 @@ def _export_dynamo(project: Project, module: torch.nn.Module, args: tuple, opset
             input_names=[s.name for s in project.model.inputs], output_names=list(project.model.outputs),
             optimize=True, verbose=False, report=False,
         )
+    assert program is not None, "torch.onnx.export(dynamo=True) returns the ONNXProgram"
     return program.model_proto
 
 
@@ -429,16 +430,22 @@ def _export_torchscript(project: Project, module: torch.nn.Module, args: tuple, 
     import torch
 
     axes = {name: {int(a): n for a, n in dims.items()} for name, dims in _dynamic_axis_names(project).items()}
-    options = dict(dynamo=False, opset_version=opset, dynamic_axes=axes, do_constant_folding=True,
-                   input_names=[s.name for s in project.model.inputs], output_names=list(project.model.outputs))
+
+    def export(target: str | io.BytesIO) -> None:
+        torch.onnx.export(
+            module, args,
+            target,  # type: ignore[arg-type]  # torch's stub: a path only; this exporter writes a BytesIO too
+            dynamo=False, opset_version=opset, dynamic_axes=axes, do_constant_folding=True,
+            input_names=[s.name for s in project.model.inputs], output_names=list(project.model.outputs))
+
     if _weight_bytes(module) < _IN_MEMORY_LIMIT:
         buffer = io.BytesIO()
         with quiet():
-            torch.onnx.export(module, args, buffer, **options)
+            export(buffer)
         return onnx.load_model_from_string(buffer.getvalue())
     with tempfile.TemporaryDirectory() as tmp, quiet():
         path = Path(tmp) / MODEL_FILE
-        torch.onnx.export(module, args, str(path), **options)
+        export(str(path))
         return onnx.load(str(path))
 
 
@@ -448,7 +455,7 @@ def _weight_bytes(module: torch.nn.Module) -> int:
 
 def _rename_dynamic_dims(project: Project, proto: onnx.ModelProto) -> None:
     """Give the symbolic dims the readable names (batch, height, width) everywhere in the graph."""
-    mapping = {}
+    mapping: dict[str, str] = {}
     graph_inputs = {i.name: i for i in proto.graph.input}
     for name, axes in _dynamic_axis_names(project).items():
         dims = graph_inputs[name].type.tensor_type.shape.dim

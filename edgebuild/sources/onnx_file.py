@@ -87,7 +87,12 @@ def read_model_record(data: JsonObject) -> ModelRecord:
 # -- what the model is: its key -------------------------------------------------------------------
 
 def source_path(project: Project) -> Path:
-    return project.path(project.model.source)
+    return project.path(_source(project))
+
+
+def _source(project: Project) -> str:
+    assert project.model.source is not None, "the ONNX route runs only for a model.source"
+    return project.model.source
 
 
 # An Ultralytics detection export's raw head, [N, 4+C, A], gets edgebuild's adapter appended
@@ -128,6 +133,13 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
         onnx.save_model(proto, str(staging))
         staging.replace(target)
     return target, head
+
+
+def _adapted_outputs(project: Project) -> tuple[str, str]:
+    """The adapter's outputs: the task's boxes and scores."""
+    task = project.task
+    assert task.kind == "detection", "only a detection task's raw head is adapted"
+    return task.postprocess.boxes_output, task.postprocess.scores_output
 
 
 @lru_cache(maxsize=8)
@@ -190,15 +202,15 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
 
     kind, _ = model_source_kind(project)
     parts = {
-        "source": project.model.source,
+        "source": _source(project),
         "kind": kind,
         "files": digest(source_files(source_path(project))),
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
     }
     adapted = _adapted(project, write=False)
     if adapted:
-        parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {project.task.postprocess.boxes_output}, " \
-                           f"{project.task.postprocess.scores_output}"
+        boxes, scores = _adapted_outputs(project)
+        parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {boxes}, {scores}"
     return parts
 
 
@@ -259,11 +271,11 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     if adapted:
         proto = checks.load_structure(project, adapted[0])
         checks.raise_for_checker(project, adapted[0])
+        boxes, scores = _adapted_outputs(project)
         done.append(f"Ultralytics raw head {adapted[1]!r} [N, 4+C, A] adapted by appended nodes to "
-                    f"{project.task.postprocess.boxes_output!r} [N, A, 4] (x1, y1, x2, y2) and "
-                    f"{project.task.postprocess.scores_output!r} [N, A, C] ({adapted[0].name}); the checker passes")
-        report(f"model: appended edgebuild's Ultralytics adapter: {adapted[1]} [N, 4+C, A] -> "
-               f"{project.task.postprocess.boxes_output}, {project.task.postprocess.scores_output}")
+                    f"{boxes!r} [N, A, 4] (x1, y1, x2, y2) and {scores!r} [N, A, C] ({adapted[0].name}); "
+                    "the checker passes")
+        report(f"model: appended edgebuild's Ultralytics adapter: {adapted[1]} [N, 4+C, A] -> {boxes}, {scores}")
     checks.raise_for_ultralytics_head(project, path, ultralytics, checks.graph_output_dims(proto))
     checks.raise_for_inputs(project, path, proto)
     done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
@@ -276,7 +288,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
 
     def record(shapes: dict[str, dict[str, list[int]]]) -> OnnxModelRecord:
         return OnnxModelRecord(
-            entry_point=project.model.source, parameters=checks.parameter_count(proto), output_shapes=shapes,
+            entry_point=_source(project), parameters=checks.parameter_count(proto), output_shapes=shapes,
             seconds=round(time.perf_counter() - started, 3), kind=kind, told_by=told_by, path=str(path), files=files,
             opset=opset, fleet_opset=ceiling, producer=f"{proto.producer_name} {proto.producer_version}".strip(),
             metadata={k: v[:200] for k, v in metadata.items()}, ultralytics=ultralytics, checks=done)

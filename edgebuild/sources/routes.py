@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from edgebuild.content import digest, tool_versions
 from edgebuild.text import Progress
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from edgebuild.runtime.backends import Runner
     from edgebuild.sources.entry_point import LastModelRun, ModelRecord, TorchRunner
     from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.onnx_file import OnnxModelRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["route_for"]
@@ -85,9 +86,11 @@ def _onnx_file() -> ModelRoute:
         reference_key=lambda project, record: onnx_file.onnx_key_parts(project), reference_tools=("onnxruntime",),
         reference_runner=lambda project, torch_runner: (onnx_file.onnx_runner(project),
                                                         f"the ONNX file {project.model.source}"),
-        export_key=lambda project, record, opset: onnx_file.import_key_parts(project, record),
+        # this route's model stage (check_onnx_model) records an OnnxModelRecord
+        export_key=lambda project, record, opset: onnx_file.import_key_parts(
+            project, cast("OnnxModelRecord", record)),
         export=lambda project, record, opset, reason, groups, loaded, report: onnx_file.import_onnx(
-            project, record, groups, report=report),
+            project, cast("OnnxModelRecord", record), groups, report=report),
         needs_opset=False)
 
 
@@ -142,19 +145,17 @@ def route_for(project: Project) -> ModelRoute:
 
 
 def describe_model(record: ModelRecord) -> str:
-    """The model stage's summary line for any route's record."""
-    kind = getattr(record, "kind", None)
-    if kind == "ultralytics":
-        from edgebuild.sources.ultralytics_checkpoint import describe_checkpoint
+    """The model stage's summary line for any route's record (``read_model_record`` picks its class by kind)."""
+    from edgebuild.sources.onnx_file import OnnxModelRecord
+    from edgebuild.sources.onnx_file import describe_model as describe_onnx
+    from edgebuild.sources.torch_source import TorchSourceModelRecord, describe_source
+    from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord, describe_checkpoint
 
+    if isinstance(record, UltralyticsModelRecord):
         return describe_checkpoint(record)
-    if kind in ("torchscript", "hub"):
-        from edgebuild.sources.torch_source import describe_source
-
+    if isinstance(record, TorchSourceModelRecord):
         return describe_source(record)
-    if kind is not None:  # a model file (OnnxModelRecord)
-        from edgebuild.sources.onnx_file import describe_model as describe_onnx
-
+    if isinstance(record, OnnxModelRecord):  # a model file
         return describe_onnx(record)
     return (f"{record.entry_point} ({record.parameters:,} parameters), forward at min/opt/max shapes "
             f"in {record.seconds:.1f} s")

@@ -31,28 +31,30 @@ class Mismatch:
 
 def expected_outputs(project: Project) -> dict[str, str]:
     """{output name: the shape the task reads}, in the task's own notation."""
-    classes, post = len(project.task.classes), project.task.postprocess
-    if project.task.kind == "detection":
-        return {post.boxes_output: "[N, A, 4]", post.scores_output: f"[N, A, {classes}]"}
-    return {post.logits_output: f"[N, {classes}]"}
+    task, classes = project.task, len(project.task.classes)
+    if task.kind == "detection":
+        return {task.postprocess.boxes_output: "[N, A, 4]", task.postprocess.scores_output: f"[N, A, {classes}]"}
+    return {task.postprocess.logits_output: f"[N, {classes}]"}
 
 
 def task_output_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
     """Every way ``outputs`` (one forward at an input batch of ``batch``) miss what the task reads."""
-    classes, post = len(project.task.classes), project.task.postprocess
+    task, classes = project.task, len(project.task.classes)
     found: list[Mismatch] = []
-    for name, rank in zip(expected_outputs(project), (3, 3) if project.task.kind == "detection" else (2,)):
+    for name, rank in zip(expected_outputs(project), (3, 3) if task.kind == "detection" else (2,)):
         if name in outputs:
             found += _dtype_and_batch(name, outputs[name].shape, outputs[name].dtype, rank, batch)
-    if project.task.kind == "detection":
+    if task.kind == "detection":
+        post = task.postprocess
         boxes, scores = outputs.get(post.boxes_output), outputs.get(post.scores_output)
         if boxes is not None:
             found += _boxes_layout(post.boxes_output, boxes.shape, classes)
         if scores is not None:
             anchors = _box_anchors(boxes.shape) if boxes is not None else None
             found += _scores_layout(post.scores_output, scores.shape, classes, post.boxes_output, anchors)
-    elif post.logits_output in outputs:
-        found += _logits_layout(post.logits_output, outputs[post.logits_output].shape, classes)
+    elif task.postprocess.logits_output in outputs:
+        logits = task.postprocess.logits_output
+        found += _logits_layout(logits, outputs[logits].shape, classes)
     return found
 
 

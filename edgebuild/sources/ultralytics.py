@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgebuild.errors import ModelError
 from edgebuild.project.ultralytics_facts import (
@@ -107,7 +107,9 @@ def _adapter_class() -> type:
         def __init__(self, model: torch.nn.Module, task: str, outputs: list[str]) -> None:
             super().__init__()
             self.model, self.task, self.names = model, task, list(outputs)
-            head = model.model[-1] if hasattr(model, "model") else None
+            # model.model: Ultralytics' nn.Sequential of layers; its last, the Detect/Classify head, has
+            # attributes torch's Module type does not know
+            head: Any = cast("torch.nn.Sequential", model.model)[-1] if hasattr(model, "model") else None
             if task == "detect" and head is not None:
                 # The anchor grid from the input's size inside the graph: by default a Python shape check
                 # decides when to recompute it, which an export runs once, baking in the trace's size.

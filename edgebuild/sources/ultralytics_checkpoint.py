@@ -32,9 +32,9 @@ from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
+    from edgebuild.project.ultralytics_facts import UltralyticsFacts
     from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.sources.export import ExportRecord
-    from edgebuild.sources.ultralytics import UltralyticsFacts
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = []
@@ -66,7 +66,12 @@ def is_checkpoint(project: Project) -> bool:
 
 
 def _path(project: Project) -> Path:
-    return project.path(project.model.source)
+    return project.path(_source(project))
+
+
+def _source(project: Project) -> str:
+    assert project.model.source is not None, "the checkpoint route runs only for a model.source"
+    return project.model.source
 
 
 def _file_sha(path: Path) -> str:
@@ -86,7 +91,7 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
 def checkpoint_key_parts(project: Project) -> dict[str, str]:
     """What the model is on this route: the checkpoint's content, the trust setting, the declared inputs/outputs."""
     path = _path(project)
-    return {"source": project.model.source, "kind": KIND, "files": digest({path.name: _file_sha(path)}),
+    return {"source": _source(project), "kind": KIND, "files": digest({path.name: _file_sha(path)}),
             "trust_checkpoint": str(project.model.trust_checkpoint),
             "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs])}
 
@@ -105,8 +110,10 @@ def _facts(project: Project) -> UltralyticsFacts:
 
 
 def _outputs(project: Project) -> list[str]:
-    post = project.task.postprocess
-    return [post.boxes_output, post.scores_output] if project.task.kind == "detection" else [post.logits_output]
+    task = project.task
+    if task.kind == "detection":
+        return [task.postprocess.boxes_output, task.postprocess.scores_output]
+    return [task.postprocess.logits_output]
 
 
 def checkpoint_runner(project: Project) -> TorchRunner:
@@ -149,13 +156,13 @@ def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> 
     done.append(f"outputs {_outputs(project)} against the {project.task.kind} task at the min/opt/max shapes")
     _, told_by = model_source_kind(project)
     return UltralyticsModelRecord(
-        entry_point=project.model.source, parameters=base.parameters, output_shapes=base.output_shapes,
+        entry_point=_source(project), parameters=base.parameters, output_shapes=base.output_shapes,
         seconds=round(time.perf_counter() - started, 3), told_by=told_by, path=str(path),
         files={path.name: _file_sha(path)}, ultralytics=facts.as_dict(), checks=done)
 
 
 def describe_checkpoint(record: UltralyticsModelRecord) -> str:
-    from edgebuild.sources.ultralytics import UltralyticsFacts
+    from edgebuild.project.ultralytics_facts import UltralyticsFacts
 
     facts = UltralyticsFacts(**record.ultralytics)
     return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] ({record.parameters:,} parameters); "

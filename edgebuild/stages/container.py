@@ -38,9 +38,11 @@ def folder_key(folder: Path) -> dict[str, str]:
 
 
 def _key(inputs: CompileInputs) -> dict[str, str]:
+    limits = inputs.unit.limits
+    assert limits is not None, "select_work resolves every group's limit preset"
     return {"model_folder": digest(model_folder_key(inputs)), "templates": tree_sha256(data_dir("docker"), "*"),
             "device_tool": tree_sha256(RUNTIME_PACKAGE),
-            "limits": digest(inputs.unit.limits.as_dict()),
+            "limits": digest(limits.as_dict()),
             "flavor": inputs.session.settings.container_flavor, "base_image": inputs.session.settings.base_image or "",
             "server": inputs.project.runtime.server,
             "triton_releases": tree_sha256(data_dir("profiles") / "triton", "*.toml"),

@@ -11,6 +11,7 @@ stops there (the other groups go on).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from edgebuild.content import digest
 from edgebuild.errors import PreflightError
@@ -18,6 +19,9 @@ from edgebuild.pipeline.runner import Stage
 from edgebuild.stages.export import EXPORT
 from edgebuild.stages.session import CompileInputs
 from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, Finding, TargetPreflight
+
+if TYPE_CHECKING:
+    from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["PREFLIGHT"]
 
@@ -47,7 +51,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
 
 
-def _nms_findings(group) -> list[Finding]:  # noqa: ANN001 (a SelectedGroup)
+def _nms_findings(group: SelectedGroup) -> list[Finding]:
     from edgebuild.sources.nms_graph import PREFIX, nms_target_problem
 
     where = f"{PREFIX}nms"

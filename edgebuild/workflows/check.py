@@ -151,7 +151,9 @@ def _calibration(project: Project) -> list[Finding]:
 def _validation(project: Project) -> list[Finding]:
     if project.data.dataset is not None:
         return _dataset(project)
-    key, root = "data.validation.images", project.path(project.data.validation.images)
+    images = project.data.validation.images
+    assert images is not None, "load_project requires data.validation.images without data.dataset"
+    key, root = "data.validation.images", project.path(images)
     if _missing_for_prepare(project, root) or (
             project.data.validation.annotations
             and _missing_for_prepare(project, project.path(project.data.validation.annotations))):
@@ -173,8 +175,9 @@ def _dataset(project: Project) -> list[Finding]:
     every image of the validation and calibration sets decoded."""
     from edgebuild.datasets.project_data import read_data
 
-    key = "data.dataset"
-    if _missing_for_prepare(project, project.path(project.data.dataset)):
+    key, dataset = "data.dataset", project.data.dataset
+    assert dataset is not None, "_validation calls this only with data.dataset set"
+    if _missing_for_prepare(project, project.path(dataset)):
         return []
     try:
         summary, coco, samples, calibration = read_data(project)
@@ -208,7 +211,9 @@ def _detection_set(project: Project, key: str) -> list[Finding]:
     if any(f.is_problem for f in findings):
         return findings
     notes = [Finding(key, note) for note in coco.notes]
-    return [Finding(key, f"{len(coco.samples)} images in {project.path(project.data.validation.images)} "
+    images = project.data.validation.images
+    assert images is not None, "load_project requires data.validation.images without data.dataset"
+    return [Finding(key, f"{len(coco.samples)} images in {project.path(images)} "
                          f"({coco.annotations_path.name}), {said}"), *notes, *findings]
 
 

@@ -34,7 +34,8 @@ def farm_status(project_dir: Path, address: str | None = None, *, report: Progre
         places = farm.places()
     finally:
         farm.disconnect()
-    records = [{"place": p.name, "tags": p.tags, "serves": [g.name for g in groups if p.has_tags(target_tags(g))],
-                "held_by": p.acquired, "reservation": p.reservation} for p in places]
+    records: list[JsonObject] = [
+        {"place": p.name, "tags": p.tags, "serves": [g.name for g in groups if p.has_tags(target_tags(g))],
+         "held_by": p.acquired, "reservation": p.reservation} for p in places]
     unserved = {g.name: target_tags(g) for g in groups if not any(g.name in r["serves"] for r in records)}
     return FarmStatus(farm.coordinator, records, unserved)

@@ -84,7 +84,7 @@ def conventions(channels: int, resize: str, given: JsonObject,
     orders = ["GRAY"] if channels == 1 else ["RGB", "BGR"]
     if given.get("channel_order"):
         orders = [given["channel_order"]]
-    found = []
+    found: list[Convention] = []
     for order in orders:
         for name, mean, std in _scales(order, stats or {}):
             has_mean, has_std = given.get("mean") is not None, given.get("std") is not None
