@@ -1,4 +1,4 @@
-"""The device commands: ``bench``, ``serve``, ``run``, ``ota verify|install`` and ``farm status``.
+"""The device commands: ``bench``, ``serve``, ``run``, ``ota verify|install``, ``farm status`` and ``inspect``.
 
 ``serve``, ``bench`` and the OTA commands take the device CLI's options (``edgebuild/runtime/options.py``),
 so ``edgebuild-device.pyz`` on a Jetson and ``edgebuild`` here accept the same flags.
@@ -88,6 +88,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
         click.echo("")
         if done.error:  # the runs are not comparable: said after the result is shown and written
             raise done.error
+        assert done.comparison is not None, "a baseline given and no error: bench_artifact compared the runs"
         click.echo(comparison_table(done.comparison))
 
 
@@ -114,14 +115,16 @@ def _bench_on_farm(cli: CliContext, project_dir: Path, selector: str, address: s
 @click.command("serve")
 @click_options(device_options.SERVE)
 def serve_command(artifact: Path, **options: Any) -> None:
-    """Serve a compiled model folder (build/engines/<group>) over HTTP, after warm-up.
+    """Serve a compiled model folder (build/engines/<group>) over HTTP and gRPC, after warm-up.
 
     \b
     KServe/Triton v2 protocol: /v2/health/live, /v2/health/ready (503 until warm-up is done),
     /v2/models/NAME (backend, shapes, warm-up numbers), POST /v2/models/NAME/infer (JSON tensors),
-    and Prometheus /metrics. Warm-up runs the min, opt and max shapes until the opt shape's
-    latency settles or the budget ends. With --max-batch-size N > 1, requests that arrive within
-    --max-queue-delay-ms and share their non-batch dimensions run as one batch. The same server runs on a device as
+    and Prometheus /metrics; the same over gRPC (Triton's GRPCInferenceService) on --grpc-port
+    (8001; 0: HTTP only), and Triton's system shared memory on both. Warm-up runs the min, opt
+    and max shapes until the opt shape's latency settles or the budget ends. With --max-batch-size
+    N > 1, requests that arrive within --max-queue-delay-ms and share their non-batch dimensions
+    run as one batch. The same server runs on a device as
     `python3 edgebuild-device.pyz serve ARTIFACT`; under limits: `edgebuild run --limits PRESET
     -- edgebuild serve ARTIFACT`.
     """
@@ -239,4 +242,27 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
         click.echo(render.farm_status_text(status))
 
 
-COMMANDS = (bench_command, serve_command, run_command, ota, farm)
+@click.command("inspect")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@json_option
+def inspect_command(path: Path, as_json: bool) -> None:
+    """Show where each TensorRT engine under PATH comes from, and whether its plan is intact.
+
+    \b
+    PATH is a fleet group folder (build/groups/<group>), a model folder (build/engines/<group>),
+    a folder of them (build/engines), an engine.json or a plan file. For each engine: its
+    provenance from engine.json (TensorRT version, compute capability, module, JetPack/L4T,
+    precision, builder flags, workspace, optimization level, profile shapes, timing cache,
+    hardware/version compatibility, where and when it was built, edgebuild's version; what an
+    older engine.json lacks reads "unknown"), whether the plan's sha256 is the one engine.json
+    records, and what the plan's own header says (TensorRT has no API for it; the header gives
+    the TensorRT version at most, never the GPU). On a device: `python3 edgebuild-device.pyz
+    inspect PATH`.
+    """
+    from edgebuild.runtime.engine_info import engines_json, inspect_path, render_engines
+
+    engines = inspect_path(path)
+    click.echo(render.as_json(engines_json(engines)) if as_json else render_engines(engines))
+
+
+COMMANDS = (bench_command, serve_command, run_command, ota, farm, inspect_command)

@@ -4,9 +4,9 @@ Runs wherever an engine is built: on the Jetson itself (``local``, ``deferred`` 
 over SSH), or on a GPU workstation (``host-check``). Python 3.8, standard library only; TensorRT
 is imported by the builder when it runs.
 
-The device's identity comes from the files every Jetson has: the L4T release from
-``/etc/nv_tegra_release`` and the board from ``/proc/device-tree/compatible``. The root they are
-read under is injectable (``root=`` or ``EDGEBUILD_DEVICE_ROOT``) so tests can supply those files.
+The device's identity (L4T release, device-tree board) is read by ``runtime.identity``, under an
+injectable root (``root=`` or ``EDGEBUILD_DEVICE_ROOT``) so tests can supply those files. Every
+engine built here gets its provenance in ``engine.json`` (``runtime.provenance``).
 """
 
 # ruff: noqa: UP006, UP007, UP035, UP045
@@ -14,15 +14,15 @@ read under is injectable (``root=`` or ``EDGEBUILD_DEVICE_ROOT``) so tests can s
 
 import importlib
 import json
-import os
 import platform
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, TargetError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
+from edgebuild.runtime.identity import ROOT_ENV, parse_nv_tegra_release, read_identity  # noqa: F401 (re-exported)
+from edgebuild.runtime.provenance import build_context
 from edgebuild.runtime.recipe import (
     ENGINE_FILE,
     ENGINE_JSON,
@@ -32,8 +32,6 @@ from edgebuild.runtime.recipe import (
 )
 
 __all__ = ["DeviceFacts", "build_from_recipe", "module_matches", "probe", "require_match"]
-
-ROOT_ENV = "EDGEBUILD_DEVICE_ROOT"
 
 
 @dataclass(frozen=True)
@@ -63,30 +61,6 @@ class DeviceFacts:
         l4t = f"L4T R{self.l4t}" if self.l4t else "not a Jetson (no /etc/nv_tegra_release)"
         trt = f"TensorRT {self.tensorrt}" if self.tensorrt else "no TensorRT"
         return f"{board}, {l4t}, {trt}, Python {self.python}"
-
-
-def device_root(root: Optional[Path] = None) -> Path:
-    if root is not None:
-        return Path(root)
-    return Path(os.environ.get(ROOT_ENV, "/"))
-
-
-def parse_nv_tegra_release(text: str) -> Optional[str]:
-    """``# R36 (release), REVISION: 4.3, GCID: ...`` -> ``36.4.3``."""
-    match = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", text)
-    return "{}.{}".format(match.group(1), match.group(2)) if match else None
-
-
-def read_identity(root: Optional[Path] = None) -> Tuple[Optional[str], Tuple[str, ...]]:
-    """(L4T release, device-tree compatible strings) of the device under ``root``."""
-    base = device_root(root)
-    release = base / "etc" / "nv_tegra_release"
-    l4t = parse_nv_tegra_release(release.read_text(errors="replace")) if release.is_file() else None
-    compatible_file = base / "proc" / "device-tree" / "compatible"
-    compatible = ()  # type: Tuple[str, ...]
-    if compatible_file.is_file():
-        compatible = tuple(s for s in compatible_file.read_bytes().decode(errors="replace").split("\0") if s)
-    return l4t, compatible
 
 
 def tensorrt_version() -> Tuple[Optional[str], str]:
@@ -195,6 +169,7 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
         "compute_capability": capability, "built_on": facts.as_dict(), "onnx_sha256": recipe.onnx_sha256,
         "plan": ENGINE_FILE, "onnx": recipe.onnx,  # relative to engine.json, so the folder can move
     })
+    engine_json.update(build_context(facts.l4t, recipe.placement))  # where, when, which edgebuild
     out = folder / ENGINE_JSON
     atomic_write_text(out, json.dumps(engine_json, indent=2, default=str))
     return out

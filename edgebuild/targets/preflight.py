@@ -197,7 +197,7 @@ def _rule_hits(rule: JsonObject, node: onnx.NodeProto, model: onnx.ModelProto) -
         if len(node.input) <= cond["index"]:
             return False
         values = _constant_value(model, node.input[cond["index"]])
-        return bool(values) and max(values) > cond["limit"]
+        return values is not None and bool(values) and max(values) > cond["limit"]
     raise ProfileDataError(f"known-restrictions.toml: rule {rule.get('id')!r} has no condition edgebuild knows")
 
 
@@ -270,7 +270,7 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
     table = parser_table(release.tensorrt)
     operators = table.get("operators", {})
     rules = restrictions()
-    parser_source = table.get("source", table["_path"])
+    parser_source: str = table["source"] if "source" in table else table["_path"]
     findings: list[Finding] = []
 
     types = tensor_types(model)
@@ -312,9 +312,22 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
             findings.append(Finding(f"({len(tensors)} tensors: {shown})", "INT64", int64_rule["severity"],
                                     int64_rule["problem"], int64_rule["fix"], int64_rule["source"]))
 
+    typed_rule = rules.get("strongly_typed")  # TensorRT 11+: the ONNX alone sets the precision
+    if typed_rule and version_matches(release.tensorrt, typed_rule["tensorrt"]) \
+            and not _carries_precision(model, types):
+        findings.append(Finding("(model)", "precision", typed_rule["severity"],
+                                typed_rule["problem"].format(tensorrt=release.tensorrt), typed_rule["fix"],
+                                typed_rule["source"]))
+
     if group.use_dla and group.target.module.dla_cores > 0:
         findings += _dla_fallbacks(model)
     return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
+
+
+def _carries_precision(model: onnx.ModelProto, types: dict[str, str]) -> bool:
+    """Whether the graph itself is reduced precision: Q/DQ nodes (INT8) or FP16/BF16 tensors."""
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node) \
+        or any(t in ("FP16", "BF16") for t in types.values())
 
 
 def _unsupported(name: str, op_type: str, listed: bool, release: JetPackRelease, opset: int, parser_source: str,

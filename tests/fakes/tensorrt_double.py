@@ -12,6 +12,10 @@ EngineInspector, ParserError, IHostMemory, ITensor, DataType, ...) the double fa
 8.6 listing and records the name in ``double.unverified`` so a test can see what was not checked
 against 8.5 itself.
 
+The 11.4.0.106 listing (the TensorRT 11 API: strongly typed only, no INT8/FP16 builder flags, no
+calibrators) was made in this repository, not copied from the shared reference: see its
+``provenance`` and ``tensorrt-api/introspect_tensorrt.py``.
+
 It builds nothing: ``build_serialized_network`` returns ``PLAN`` (b"TEST-DOUBLE-PLAN ..."), which
 tests write only into tmp_path, and "execution" runs a Python function the test supplies.
 """
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 
 API_DIR = Path(__file__).resolve().parent / "tensorrt-api"
-VERSIONS = ("8.5.3.1", "8.6.1", "10.3.0")
+VERSIONS = ("8.5.3.1", "8.6.1", "10.3.0", "11.4.0.106")
 PLAN = b"TEST-DOUBLE-PLAN: not a TensorRT engine"
 FALLBACK = {"8.5.3.1": "8.6.1"}
 
@@ -202,6 +206,8 @@ class ModelSpec:
     build_fails: bool = False
     num_dla_cores: int = 2
     device_memory_size: int = 12345678
+    #: (LayerType member, DataType of its first output) per layer of the parsed network
+    layers: list[tuple[str, str]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
     layers_json: str = '{"Layers": [{"Name": "conv", "Precision": "test-double"}], "Bindings": ["images"]}'
     #: serialized timing cache the double's builder "produces"
     timing_cache_out: bytes = b"TEST-DOUBLE-TIMING-CACHE"
@@ -296,6 +302,29 @@ class Tensor(TrtObject):
     def shape(self) -> tuple:
         return self._spec.shape
 
+    @property
+    def dtype(self) -> EnumMember:
+        return getattr(self._trt.DataType, self._spec.dtype)
+
+
+class Layer(TrtObject):
+    _trt_class = "ILayer"
+
+    def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str) -> None:
+        super().__init__(trt)
+        self._index, self._type, self._dtype = index, layer_type, output_dtype
+
+    @property
+    def type(self) -> EnumMember:
+        return getattr(self._trt.LayerType, self._type)
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    def get_output(self, index: int) -> Tensor:
+        return Tensor(self._trt, TensorSpec(f"layer{self._index}:{index}", "OUTPUT", (), self._dtype))
+
 
 class Network(TrtObject):
     _trt_class = "INetworkDefinition"
@@ -304,6 +333,7 @@ class Network(TrtObject):
         super().__init__(trt)
         self._flags = flags
         self._inputs: list[TensorSpec] = []
+        self._layers: list[tuple[str, str]] = []
 
     @property
     def num_inputs(self) -> int:
@@ -311,6 +341,13 @@ class Network(TrtObject):
 
     def get_input(self, index: int) -> Tensor:
         return Tensor(self._trt, self._inputs[index])
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    def get_layer(self, index: int) -> Layer:
+        return Layer(self._trt, index, *self._layers[index])
 
 
 class ParserError(TrtObject):
@@ -348,6 +385,7 @@ class OnnxParser(TrtObject):
         self._errors = list(self._trt.spec.parse_errors)
         if not self._errors:
             self._network._inputs = [t for t in self._trt.spec.tensors if t.mode == "INPUT"]
+            self._network._layers = list(self._trt.spec.layers)
         return not self._errors
 
     @property
@@ -399,6 +437,14 @@ class BuilderConfig(TrtObject):
 
     def get_flag(self, flag: EnumMember) -> bool:
         return flag.name in self._flags
+
+    @property
+    def flags(self) -> int:  # the bitmask: bit int(flag) per flag set, as TensorRT's property
+        return sum(1 << int(getattr(self._trt.BuilderFlag, name)) for name in self._flags)
+
+    @property
+    def hardware_compatibility_level(self) -> EnumMember:  # 8.6+; nothing in edgebuild sets it
+        return self._trt.HardwareCompatibilityLevel.NONE
 
     def add_optimization_profile(self, profile: OptimizationProfile) -> int:
         self._profiles.append(profile)
@@ -574,7 +620,8 @@ class _ClassFactory:
 
 _CLASSES = {"Logger": Logger, "Builder": Builder, "OnnxParser": OnnxParser, "Runtime": Runtime}
 _ENUMS = ("BuilderFlag", "MemoryPoolType", "NetworkDefinitionCreationFlag", "DeviceType", "TensorIOMode",
-          "ProfilingVerbosity", "LayerInformationFormat", "DataType")
+          "ProfilingVerbosity", "LayerInformationFormat", "DataType", "HardwareCompatibilityLevel",
+          "LayerType")
 
 
 class TensorRTDouble:
@@ -621,7 +668,7 @@ def make_tensorrt(version: str, spec: ModelSpec | None = None) -> TensorRTDouble
 def implemented_members() -> dict[str, set[str]]:
     """Public members each double class defines, by TensorRT class name (for the listing check)."""
     result = {}
-    for cls in (Logger, HostMemory, Tensor, Network, ParserError, OnnxParser, OptimizationProfile, TimingCache,
+    for cls in (Logger, HostMemory, Tensor, Layer, Network, ParserError, OnnxParser, OptimizationProfile, TimingCache,
                 BuilderConfig, Builder, EngineInspector, ExecutionContext, CudaEngine, Runtime):
         names = {n for n in vars(cls) if not n.startswith("_")}
         result[cls._trt_class] = names

@@ -5,7 +5,9 @@ numpy, tensorrt and a CUDA binding (pycuda, else cuda-python), each inside the f
 it. The version differences it encodes (reference/jetson-facts.md section 4 and the API listings
 in reference/tensorrt-api/):
 
-- network flags: ``1 << int(NetworkDefinitionCreationFlag.EXPLICIT_BATCH)`` before 10, ``0`` from 10;
+- network flags: ``1 << int(NetworkDefinitionCreationFlag.EXPLICIT_BATCH)`` before 10, ``0`` from 10,
+  STRONGLY_TYPED always from 11 (and on request from 10), where the ONNX alone sets the precision
+  and no precision flag exists (``tensorrt_precision.py``);
 - workspace: ``set_memory_pool_limit(MemoryPoolType.WORKSPACE, n)`` only (``max_workspace_size`` is
   gone in 10.x);
 - build: ``build_serialized_network`` only (``build_engine`` is gone in 10.x);
@@ -25,8 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from edgebuild.errors import CapabilityMissing, ConfigError, ExportError, TargetError
+from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, ExportError, TargetError
+from edgebuild.runtime.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
 from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
+from edgebuild.runtime.identity import read_identity
+from edgebuild.runtime.plan_header import read_header
+from edgebuild.runtime.provenance import REBUILD_HINT, EngineProvenance, RunningDevice, plan_damage, refusal
 from edgebuild.runtime.recipe import PRECISIONS
 
 __all__ = ["BuildSettings", "TensorRTRunner", "build_engine", "import_tensorrt"]
@@ -45,6 +51,9 @@ class BuildSettings:
 
     ``precision`` "int8" means the ONNX carries Q/DQ nodes: the INT8 flag (and FP16, so layers
     without Q/DQ may use FP16) is set and TensorRT honours the Q/DQ scales; there is no calibrator.
+    ``strongly_typed`` asks TensorRT 10.x for a strongly typed network; from TensorRT 11 every
+    network is, the precision flags are gone, and the ONNX must carry the precision itself
+    (``edgebuild.runtime.backends.tensorrt_precision``).
     ``profiles`` maps each dynamic input name to its (min, opt, max) shapes.
     """
 
@@ -56,6 +65,7 @@ class BuildSettings:
     timing_cache_path: Optional[Path] = None
     dla_core: Optional[int] = None
     builder_optimization_level: Optional[int] = None
+    strongly_typed: bool = False
     report: Callable[[str], None] = field(default=_no_report, compare=False)
 
     def __post_init__(self) -> None:
@@ -98,17 +108,6 @@ def import_tensorrt() -> Any:
     return tensorrt
 
 
-def _major(version: str) -> int:
-    return int(str(version).split(".")[0])
-
-
-def network_flags(trt: Any) -> int:
-    """EXPLICIT_BATCH before TensorRT 10; from 10 it is deprecated and ignored, so pass 0."""
-    if _major(trt.__version__) >= 10:
-        return 0
-    return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-
-
 def _parser_errors(parser: Any) -> List[str]:
     lines = []
     for i in range(parser.num_errors):
@@ -137,6 +136,36 @@ def _layer_information(trt: Any, engine: Any) -> Any:
         return text
 
 
+#: every BuilderFlag of 8.5 to 11 (a version lacking one is skipped): what ``builder_flags`` can name
+_BUILDER_FLAGS = ("FP16", "BF16", "INT8", "FP8", "INT4", "FP4", "TF32", "REFIT", "REFIT_IDENTICAL", "REFIT_INDIVIDUAL",
+                  "DISABLE_TIMING_CACHE", "GPU_FALLBACK", "STRICT_TYPES", "DEBUG", "SAFETY_SCOPE",
+                  "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO", "REJECT_EMPTY_ALGORITHMS",
+                  "ENABLE_TACTIC_HEURISTIC", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "SPARSE_WEIGHTS",
+                  "STRIP_PLAN", "WEIGHTLESS", "WEIGHT_STREAMING", "ERROR_ON_TIMING_CACHE_MISS",
+                  "DISABLE_COMPILATION_CACHE", "EDITABLE_TIMING_CACHE", "MONITOR_MEMORY", "DISTRIBUTIVE_INDEPENDENCE")
+
+
+def _builder_flags(trt: Any, config: Any) -> List[str]:
+    """The names of the flags set on ``config``, from its ``flags`` bitmask (bit ``int(flag)`` per flag).
+
+    Read from the config rather than remembered where they are set, so the record holds what
+    TensorRT built with (defaults such as TF32 included), whichever code path set them.
+    """
+    mask = int(config.flags)
+    names = []
+    for name in _BUILDER_FLAGS:
+        member = getattr(trt.BuilderFlag, name, None)
+        if member is not None and mask & (1 << int(member)):
+            names.append(name)
+    return names
+
+
+def _hardware_compatibility(config: Any) -> Optional[str]:
+    """The config's hardware compatibility level (8.6+), e.g. "NONE" or "AMPERE_PLUS"; None before 8.6."""
+    level = getattr(config, "hardware_compatibility_level", None)
+    return None if level is None else str(getattr(level, "name", level)).split(".")[-1]
+
+
 # -- builder ------------------------------------------------------------------------------------
 
 def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
@@ -154,7 +183,8 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(network_flags(trt))
+    typed = strongly_typed(trt, settings.strongly_typed)
+    network = builder.create_network(network_flags(trt, typed))
     parser = trt.OnnxParser(network, logger)
     report(f"TensorRT {version}: parsing {settings.onnx_path.name}")
     if not parser.parse_from_file(str(settings.onnx_path)):
@@ -173,10 +203,7 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace_bytes))
-    if settings.precision in ("fp16", "int8"):
-        config.set_flag(trt.BuilderFlag.FP16)
-    if settings.precision == "int8":
-        config.set_flag(trt.BuilderFlag.INT8)  # explicit Q/DQ in the ONNX gives the scales; no calibrator
+    apply_precision(trt, config, network, settings.precision, typed, settings.onnx_path)
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # per-layer precision in the inspector
 
     if settings.profiles:
@@ -234,9 +261,11 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
     if engine is None:
         raise ExportError(f"TensorRT {version} cannot load the engine it has just built ({settings.plan_path})")
+    flags = _builder_flags(trt, config)
     return {
         "tensorrt_version": version,
         "precision": settings.precision,
+        "strongly_typed": typed,
         "shapes": {name: {"min": list(s[0]), "opt": list(s[1]), "max": list(s[2])}
                    for name, s in settings.profiles.items()},
         "onnx": str(settings.onnx_path),
@@ -251,6 +280,10 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
         "timing_cache": None if cache_path is None else {"path": str(cache_path), "loaded": cache_loaded},
         "device_memory_size": _device_memory_size(engine),
         "layers": _layer_information(trt, engine),
+        # provenance (runtime/provenance.py): what the config held when the plan was built
+        "builder_flags": flags,
+        "version_compatible": "VERSION_COMPATIBLE" in flags,
+        "hardware_compatibility": _hardware_compatibility(config),
     }
 
 
@@ -277,7 +310,7 @@ def check_engine_compatible(engine_json: Mapping[str, Any], running_trt_version:
     plan = engine_json.get("plan", "the engine")
     if built_version is None or built_cc is None:
         raise TargetError(f"{plan}: engine.json does not say which TensorRT version and compute capability it "
-                          f"was built for; this device has {here}", hint="rebuild the engine with edgebuild")
+                          f"was built for; this device has {here}", hint=REBUILD_HINT)
     problems = []
     if str(built_version) != str(running_trt_version):
         problems.append("TensorRT version")
@@ -287,8 +320,21 @@ def check_engine_compatible(engine_json: Mapping[str, Any], running_trt_version:
         raise TargetError(
             f"{plan} was built for {built}; this device has {here} ({' and '.join(problems)} differ). "
             "A TensorRT engine runs only with the exact TensorRT version and GPU it was built for.",
-            hint="rebuild the engine on a device of this profile, or use the 'deferred' placement",
+            hint=REBUILD_HINT,
         )
+
+
+def _refuse_mismatch(plan_name: str, plan: bytes, record: Optional[EngineProvenance], version: str,
+                     compute_capability: Any, device_root: Optional[Path]) -> None:
+    """Refuse, before TensorRT deserializes it, a plan that is not its record's or not for this device."""
+    damage = plan_damage(record, sha256_bytes(plan), plan_name)
+    if damage:
+        raise BundleError(damage, hint=REBUILD_HINT)
+    l4t, compatible = read_identity(device_root)
+    here = RunningDevice(version, _cc(compute_capability), l4t, compatible)
+    why = refusal(record, read_header(plan), here, plan_name)
+    if why:
+        raise TargetError(why, hint=REBUILD_HINT)
 
 
 # -- device memory behind a small interface --------------------------------------------------------
@@ -415,24 +461,27 @@ class TensorRTRunner:
     """Runs a serialized plan with the tensor API; same interface as OnnxRuntimeRunner."""
 
     def __init__(self, plan_path: Union[str, Path], engine_json: Union[None, str, Path, Mapping[str, Any]] = None,
-                 *, trt: Any = None, memory: Any = None) -> None:
+                 *, trt: Any = None, memory: Any = None, device_root: Optional[Path] = None) -> None:
         self.path = Path(plan_path)
         self._trt = trt if trt is not None else import_tensorrt()
         self._memory = memory if memory is not None else default_memory()
         version = str(self._trt.__version__)
+        record = None
         if engine_json is not None:
             if not isinstance(engine_json, Mapping):
                 engine_json = json.loads(Path(engine_json).read_text())
             check_engine_compatible(engine_json, version, self._memory.compute_capability())
+            record = EngineProvenance.from_engine_json(engine_json)
         if not self.path.is_file():
             raise TargetError(f"{self.path}: TensorRT engine file not found")
+        plan = self.path.read_bytes()
+        _refuse_mismatch(str(self.path), plan, record, version, self._memory.compute_capability(), device_root)
         self._logger = self._trt.Logger(self._trt.Logger.WARNING)
         self._runtime = self._trt.Runtime(self._logger)
-        self._engine = self._runtime.deserialize_cuda_engine(self.path.read_bytes())
+        self._engine = self._runtime.deserialize_cuda_engine(plan)
         if self._engine is None:
             raise TargetError(f"TensorRT {version} cannot load {self.path}: it was built with another TensorRT "
-                              "version or for another GPU, or the file is damaged",
-                              hint="rebuild the engine on this device")
+                              "version or for another GPU, or the file is damaged", hint=REBUILD_HINT)
         self._context = self._engine.create_execution_context()
         self._stream = self._memory.create_stream()
         self.backend = f"tensorrt {version}"
@@ -441,6 +490,35 @@ class TensorRTRunner:
         self.input_names = [n for n in names if self._engine.get_tensor_mode(n) == is_input]
         self.output_names = [n for n in names if n not in self.input_names]
         self._dtypes = {n: _numpy_dtype(self._trt, self._engine.get_tensor_dtype(n)) for n in names}
+        #: device buffers, name -> (pointer, bytes): allocated at a tensor's first run and again only when a
+        #: larger shape needs more, so a steady stream of requests makes no cudaMalloc/cudaFree
+        self._device = {}  # type: Dict[str, Tuple[int, int]]
+
+    def close(self) -> None:
+        """Free the device buffers (the runner allocates them again if it runs after this)."""
+        device, self._device = self._device, {}
+        for pointer, _ in device.values():
+            self._memory.free(pointer)
+
+    def __del__(self) -> None:
+        # at interpreter shutdown the CUDA binding may be torn down first: nothing left to free then
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _buffer(self, name: str, nbytes: int) -> int:
+        """The device address of ``name``'s buffer, at least ``nbytes`` long, bound to the context."""
+        held = self._device.get(name)
+        if held is not None and held[1] >= nbytes:
+            return held[0]
+        if held is not None:
+            del self._device[name]
+            self._memory.free(held[0])
+        pointer = self._memory.alloc(max(nbytes, 1))
+        self._device[name] = (pointer, max(nbytes, 1))
+        self._context.set_tensor_address(name, pointer)
+        return pointer
 
     def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
         return self._execute(inputs, None)
@@ -479,25 +557,18 @@ class TensorRTRunner:
                 raise ExportError(f"{self.path}: output {name!r} has a data-dependent shape {list(shape)}, "
                                   "which this runner does not support")
             host[name] = np.empty(shape, dtype=self._dtypes[name])
-        pointers = {}  # type: Dict[str, int]
-        try:
-            for name in self.input_names + self.output_names:
-                pointers[name] = self._memory.alloc(host[name].nbytes)
-                self._context.set_tensor_address(name, pointers[name])
-            started = clock()
-            for name in self.input_names:
-                self._memory.htod_async(pointers[name], host[name], self._stream)
-            started = mark("h2d_ms", started)
-            if not self._context.execute_async_v3(self._memory.stream_handle(self._stream)):
-                shapes = {n: list(host[n].shape) for n in self.input_names}
-                raise ExportError(f"{self.path}: TensorRT execution failed at input shapes {shapes}")
-            started = mark("compute_ms", started)
-            for name in self.output_names:
-                self._memory.dtoh_async(host[name], pointers[name], self._stream)
-            self._memory.synchronize(self._stream)
-            mark("d2h_ms", started)
-        finally:
-            for pointer in pointers.values():
-                self._memory.free(pointer)
+        pointers = {name: self._buffer(name, host[name].nbytes) for name in self.input_names + self.output_names}
+        started = clock()
+        for name in self.input_names:
+            self._memory.htod_async(pointers[name], host[name], self._stream)
+        started = mark("h2d_ms", started)
+        if not self._context.execute_async_v3(self._memory.stream_handle(self._stream)):
+            shapes = {n: list(host[n].shape) for n in self.input_names}
+            raise ExportError(f"{self.path}: TensorRT execution failed at input shapes {shapes}")
+        started = mark("compute_ms", started)
+        for name in self.output_names:
+            self._memory.dtoh_async(host[name], pointers[name], self._stream)
+        self._memory.synchronize(self._stream)
+        mark("d2h_ms", started)
         return {name: host[name] for name in self.output_names}
 
