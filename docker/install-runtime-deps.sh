@@ -1,8 +1,9 @@
 #!/bin/sh
 # Make sure the image has what `edgebuild-device.pyz serve` needs, installing only what is missing.
 #   install-runtime-deps.sh jetson CUDA_MAJOR   NVIDIA l4t-tensorrt base: TensorRT's Python bindings
-#                                              must be there; numpy and a CUDA binding are added
+#                                              must be there; numpy, a CUDA binding and gRPC are added
 #   install-runtime-deps.sh cpu                 any Debian/Ubuntu Python base: numpy and ONNX Runtime
+#                                              (gRPC only where the base has it: the CPU image is built offline)
 set -eu
 flavor=${1:?usage: install-runtime-deps.sh jetson|cpu [CUDA_MAJOR]}
 cuda_major=${2:-}
@@ -33,6 +34,8 @@ jetson)
         # TensorRTRunner takes pycuda, else cuda-python; cuda-python has aarch64 wheels, pinned to the CUDA major
         pip_install "cuda-python>=${cuda_major:?jetson needs the CUDA major version}.0,<$((cuda_major + 1))"
     fi
+    # KServe v2 over gRPC (port 8001): grpcio has aarch64 wheels; tritonclient's generated stubs are the schema
+    has "import grpc, tritonclient.grpc" || pip_install grpcio "tritonclient[grpc]"
     ;;
 cpu)
     has "import onnxruntime" || pip_install onnxruntime

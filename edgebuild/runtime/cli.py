@@ -45,10 +45,19 @@ def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
             "timing_cache_sha256": sha256_file(cache["path"]) if cache.get("path") else None}
 
 
+def _inspect(args: argparse.Namespace) -> Dict[str, Any]:
+    from edgebuild.runtime.engine_info import engines_json, inspect_path, render_engines
+
+    engines = inspect_path(args.path)
+    _progress(render_engines(engines))  # the text on stderr; the JSON, as every command's, on stdout
+    return {"inspect": engines_json(engines)}
+
+
 def _serve(args: argparse.Namespace) -> Dict[str, Any]:
     from edgebuild.runtime.server import serve
 
-    serve(args.artifact, host=args.host, port=args.port, backend=args.backend, warmup_budget_s=args.warmup_budget_s,
+    serve(args.artifact, host=args.host, port=args.port, grpc_port=args.grpc_port, backend=args.backend,
+          warmup_budget_s=args.warmup_budget_s,
           engine_cache=args.engine_cache, max_batch_size=args.max_batch_size,
           max_queue_delay_ms=args.max_queue_delay_ms)
     return {"stopped": True}
@@ -149,6 +158,10 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--timing-cache-dir", default=None, help="where the per-(module, TensorRT) timing cache is")
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
+    inspect = commands.add_parser(
+        "inspect", help="show the provenance of the engines under PATH, what each plan's header says, and whether "
+                        "each plan is the one its engine.json records")
+    inspect.add_argument("path", type=Path, help="a group folder, a model folder, an engine.json or a plan file")
     evaluate = commands.add_parser("evaluate", help="run a model folder's backend over validation batches the host "
                                                      "sent; write decoded detections or outputs (.npz)")
     evaluate.add_argument("artifact", type=Path, help="the model folder (recipe.json, model.onnx, engine)")
@@ -160,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
                           help="JSON: boxes_output, scores_output, score_threshold, nms_iou, max_detections "
                                "(decode on the device; without it the raw outputs come back)")
     for name, text, specs in (
-            ("serve", "serve a model folder over HTTP (KServe v2) after warm-up", options.SERVE),
+            ("serve", "serve a model folder over HTTP and gRPC (KServe v2) after warm-up", options.SERVE),
             ("bench", "measure a model folder here: cold start, latency, throughput, memory, power (JSON on stdout)",
              options.BENCH),
             ("ota-verify", "check a bundle's signature, device and every file without installing", options.OTA_VERIFY),
@@ -172,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-COMMANDS = {"probe": _probe, "build-engine": _build_engine, "serve": _serve, "bench": _bench, "evaluate": _evaluate,
+COMMANDS = {"probe": _probe, "build-engine": _build_engine, "inspect": _inspect,
+            "serve": _serve, "bench": _bench, "evaluate": _evaluate,
             "ota-verify": _ota_verify, "ota-install": _ota_install, "ota-rollback": _ota_rollback}
 
 

@@ -9,8 +9,9 @@ the body is read), the connection cap (503), and error answers as a JSON body ``
 Why not ``http.server``'s thread per connection: a device has few tasks (the Orin Nano preset
 allows 256), and a thread blocked reading an idle or slow client holds one. Here one dispatcher
 thread owns every socket (``selectors``, non-blocking): it reads request heads and bodies,
-enforces the header, body, keep-alive and send timeouts and the connection cap, and writes the
-answers; a fixed pool of ``workers`` threads only ever sees complete requests. An idle keep-alive
+enforces the header, body, keep-alive and send timeouts and the connection cap, and answers the
+requests that never block; a fixed pool of ``workers`` threads only ever sees complete requests,
+and a worker writes its own answer (``HTTPServer``: the way of a request). An idle keep-alive
 connection or a client that sends a byte a minute costs a file descriptor and a few bytes,
 never a thread.
 
@@ -20,17 +21,23 @@ Python 3.8 and the standard library.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import collections
-import http.client
-import io
-import json
-import queue
 import selectors
 import socket
 import sys
 import threading
 import time
-from http import HTTPStatus
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Tuple
+
+from edgebuild.runtime.http_messages import (
+    HeadError,
+    Request,
+    body_length,
+    encode_answer,
+    error,
+    joined,
+    parse_head,
+    send_parts,
+)
 
 __all__ = []
 
@@ -38,95 +45,59 @@ __all__ = []
 MAX_HEAD_BYTES = 64 * 1024
 #: file descriptors kept free for the model, logs and the engine cache when the cap follows RLIMIT_NOFILE
 _RESERVED_FDS = 64
-_READ_CHUNK = 256 * 1024
+#: what one read takes while a request head is awaited: a head and the start of its body; the rest
+#: of a body is read straight into a buffer of its length (``_read_body``), not through the inbox
+_READ_CHUNK = 16 * 1024
 
 
 def _log(message: str) -> None:
     print("serve: " + message, file=sys.stderr, flush=True)
 
 
-# -- requests and answers ----------------------------------------------------------------------
+# -- the worker pool ---------------------------------------------------------------------------
 
-class Request:
-    """One HTTP request as the dispatcher read it: method, path (no query), headers, body (bytes-like:
-    the connection's read buffer itself where it held exactly this body, so no copy is made).
+class _Worker:
+    """A worker thread's wake-up: a lock it blocks on, released by whoever gives it a job."""
 
-    ``stages``: seconds per stage of its way through the server; the server adds ``wait_worker``
-    (from the body's last byte to a worker taking it), ``encode`` (the HTTP head, added to what the
-    handler put there) and ``send`` (from the answer being ready to its last byte sent), the
-    handler its own; ``on_sent`` gets the request once the answer is sent.
+    __slots__ = ("wake", "job")
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.job = None  # type: Any
+
+
+class _Pool:
+    """Complete requests to worker threads.
+
+    The worker that went idle last takes the next request (its core's caches hold the model's
+    weights and the code), woken by one lock release: no Condition round trip, no Queue. When
+    every worker is busy, requests wait in a backlog the workers take from before going idle.
     """
 
-    def __init__(self, method: str, path: str, version: str, headers: http.client.HTTPMessage) -> None:
-        self.method, self.path, self.version, self.headers = method, path, version, headers
-        self.body = b""
-        self.stages = {}  # type: Dict[str, float]
-        self.received = 0.0
-        connection = (headers.get("Connection") or "").lower()
-        self.keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = []  # type: List[_Worker]
+        self._backlog = collections.deque()  # type: collections.deque
 
+    def submit(self, job: Any) -> None:
+        with self._lock:
+            if not self._idle:
+                self._backlog.append(job)
+                return
+            worker = self._idle.pop()
+        worker.job = job
+        worker.wake.release()
 
-class Answer:
-    """What a handler returns: status, body (bytes, text or a JSON value), content type, extra headers."""
-
-    def __init__(self, status: int, body: Any, content_type: str = "application/json",
-                 headers: Optional[Dict[str, str]] = None, close: bool = False) -> None:
-        self.status, self.content_type, self.headers, self.close = status, content_type, dict(headers or {}), close
-        if isinstance(body, bytes):
-            self.body = body
-        else:
-            self.body = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-
-
-def error(status: int, message: str, **headers: str) -> Answer:
-    return Answer(status, {"error": message}, headers=headers)
-
-
-def _encode(answer: Answer, keep_alive: bool) -> bytes:
-    try:
-        reason = HTTPStatus(answer.status).phrase
-    except ValueError:
-        reason = "Unknown"
-    lines = ["HTTP/1.1 {} {}".format(answer.status, reason), "Server: edgebuild-serve",
-             "Content-Type: " + answer.content_type, "Content-Length: {}".format(len(answer.body))]
-    lines += ["{}: {}".format(k, v) for k, v in answer.headers.items()]
-    lines.append("Connection: keep-alive" if keep_alive else "Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + answer.body
-
-
-class _HeadError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _parse_head(head: bytes) -> Request:
-    """The request line and headers of a request head (``head`` ends with the blank line)."""
-    line, _, rest = head.partition(b"\r\n")
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _HeadError(400, "not an HTTP/1.x request line: {!r}".format(line[:100].decode("latin-1")))
-    method, target, version = parts
-    try:
-        headers = http.client.parse_headers(io.BytesIO(rest))
-    except http.client.HTTPException as exc:
-        raise _HeadError(431, "bad request headers: {}".format(exc)) from None
-    return Request(method, target.split("?")[0].rstrip("/") or "/", version, headers)
-
-
-def _body_length(request: Request) -> int:
-    if request.headers.get("Transfer-Encoding"):
-        raise _HeadError(411, "chunked bodies are not taken; send a Content-Length")
-    value = request.headers.get("Content-Length")
-    if value is None:
-        return 0
-    try:
-        length = int(value)
-    except ValueError:
-        length = -1
-    if length < 0:
-        raise _HeadError(400, "Content-Length {!r} is not a length".format(value))
-    return length
+    def take(self, worker: _Worker) -> Any:
+        """The next job for ``worker`` (blocks while there is none)."""
+        with self._lock:
+            if self._backlog:
+                return self._backlog.popleft()
+            self._idle.append(worker)
+        worker.wake.acquire()
+        job, worker.job = worker.job, None
+        return job
 
 # -- the HTTP/1.1 server: one dispatcher thread for the sockets, a worker pool for the requests ---
 
@@ -148,10 +119,11 @@ class _Connection:
         self.idle = True  # no byte of the next request yet (a new or a kept-alive connection)
         self.request = None  # type: Optional[Request]
         self.length = 0
+        #: the body being read (``_BODY``): a buffer of its length, filled by ``recv_into``, and how much is in
+        self.body = None  # type: Optional[bytearray]
+        self.got = 0
         self.close_after = False
         self.events = 0
-        #: the request whose answer is being written, and when that answer was ready
-        self.sending = None  # type: Optional[Tuple[Request, float]]
 
 
 class HTTPServer:
@@ -159,7 +131,7 @@ class HTTPServer:
 
     Limits (seconds, counts, bytes):
 
-    - ``workers``: threads that run requests; more requests wait in a queue (at most one per connection);
+    - ``workers``: threads that run requests; more requests wait in a backlog (at most one per connection);
     - ``max_connections``: open client connections; one past it gets a 503 and is closed, without a
       worker; never more than RLIMIT_NOFILE allows (the soft limit is raised towards the hard one);
     - ``header_timeout_s``: from a request's first byte (a new connection: from its accept) to the
@@ -170,8 +142,15 @@ class HTTPServer:
     - ``max_body``: the largest body; past it, a 413 before the body is read;
     - ``inline(request)``: True for requests that never block (health, metadata, metrics): the
       dispatcher answers them itself, so they answer while every worker waits on an inference;
-    - ``on_sent(request)``: called on the dispatcher thread once an answer's last byte is sent
-      (``request.stages`` then holds its times); it must be quick.
+    - ``on_sent(request)``: called as an answer goes out, just before its first bytes are handed to
+      the kernel (``request.stages`` then holds its times), on the thread that sends it; it must be
+      quick. Before, not after: a client that reads ``/metrics`` once it has its answer finds it counted.
+
+    The way of a request: the dispatcher reads its head, then its body straight into a buffer of
+    its ``Content-Length`` (``recv_into``, no other copy), and hands it to the worker that went
+    idle last (``_Pool``); that worker runs the handler and writes the answer itself, head and body
+    parts with one ``sendmsg`` on the non-blocking socket, then tells the dispatcher, which waits for
+    the connection's next request (or writes what the socket did not take at once).
     """
 
     def __init__(self, address: Tuple[str, int], handler: Any, *, max_body: int, workers: int = 8,
@@ -197,7 +176,8 @@ class HTTPServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections = set()  # type: set
-        self._jobs = queue.Queue()  # type: queue.Queue
+        self._pool = _Pool()
+        #: (connection, what is left to write: None all sent, bytes the rest, False the socket failed, close after)
         self._done = collections.deque()  # type: collections.deque
         self._threads: List[threading.Thread] = []
         self._stopping = threading.Event()
@@ -235,7 +215,7 @@ class HTTPServer:
             for conn in list(self._connections):
                 self._close(conn)
             for _ in self._threads:
-                self._jobs.put(None)
+                self._pool.submit(None)
             self._selector.close()
             self._stopped.set()
 
@@ -286,11 +266,11 @@ class HTTPServer:
             if len(self._connections) >= self.max_connections:
                 self.counts["refused"] += 1
                 self._on_refused(503)
-                _send_once(sock, _encode(error(503, "too many open connections (at most {}); try again "
-                                                    "later".format(self.max_connections)), False))
+                _send_once(sock, joined(encode_answer(error(503, "too many open connections (at most {}); try again "
+                                                            "later".format(self.max_connections)), False)))
                 sock.close()
                 continue
-            try:
+            try:  # an answer goes out in one sendmsg: nothing for Nagle to hold back waiting for an ACK
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
@@ -320,6 +300,9 @@ class HTTPServer:
         if mask & selectors.EVENT_WRITE:
             self._flush(conn)
         elif mask & selectors.EVENT_READ:
+            if conn.state == _BODY:
+                self._read_body(conn)
+                return
             try:
                 data = conn.sock.recv(_READ_CHUNK)
             except (BlockingIOError, InterruptedError):
@@ -335,56 +318,86 @@ class HTTPServer:
             conn.inbox += data
             self._advance(conn)
 
+    def _read_body(self, conn: _Connection) -> None:
+        """Read what has come of the body into its buffer; hand the request over once it is all there."""
+        assert conn.body is not None
+        view, got = memoryview(conn.body), -1
+        try:
+            while conn.got < conn.length:
+                got = conn.sock.recv_into(view[conn.got:])
+                if not got:
+                    break
+                conn.got += got
+        except (BlockingIOError, InterruptedError):
+            got = -1
+        except OSError:
+            got = 0
+        view.release()
+        if not got:  # the client closed (or the socket failed) before the whole body came
+            self._close(conn)
+        elif conn.got == conn.length:
+            body, conn.body = conn.body, None
+            assert conn.request is not None
+            self._dispatch(conn, conn.request, body)
+
     def _advance(self, conn: _Connection) -> None:
         """Move the connection's request on with what it has read: head, then body, then to a worker."""
+        if conn.state != _HEAD or not conn.inbox:
+            return
         now = time.monotonic()
-        if conn.state == _HEAD:
-            if not conn.inbox:
-                return
-            if conn.idle:
-                conn.idle, conn.deadline = False, now + self.header_timeout_s
-            end = conn.inbox.find(b"\r\n\r\n")
-            if end < 0 or end + 4 > MAX_HEAD_BYTES:
-                if end >= 0 or len(conn.inbox) > MAX_HEAD_BYTES:
-                    self._refuse(conn, 431, "the request head is over {} bytes".format(MAX_HEAD_BYTES))
-                return
-            try:
-                conn.request = _parse_head(bytes(conn.inbox[:end + 4]))
-                conn.length = _body_length(conn.request)
-            except _HeadError as exc:
-                self._refuse(conn, exc.status, str(exc))
-                return
-            del conn.inbox[:end + 4]
-            if conn.length > self.max_body:
-                self._on_refused(413)
-                self._refuse(conn, 413, "the body must have a Content-Length of at most {} bytes (the largest "
-                                        "request the profile allows); got {}".format(self.max_body, conn.length))
-                return
-            conn.state, conn.deadline = _BODY, now + self.body_timeout_s
-            expect = (conn.request.headers.get("Expect") or "").lower()
-            if expect == "100-continue" and len(conn.inbox) < conn.length:
+        if conn.idle:
+            conn.idle, conn.deadline = False, now + self.header_timeout_s
+        end = conn.inbox.find(b"\r\n\r\n")
+        if end < 0 or end + 4 > MAX_HEAD_BYTES:
+            if end >= 0 or len(conn.inbox) > MAX_HEAD_BYTES:
+                self._refuse(conn, 431, "the request head is over {} bytes".format(MAX_HEAD_BYTES))
+            return
+        try:
+            conn.request = request = parse_head(bytes(conn.inbox[:end + 4]))
+            conn.length = body_length(request)
+        except HeadError as exc:
+            self._refuse(conn, exc.status, str(exc))
+            return
+        del conn.inbox[:end + 4]
+        if conn.length > self.max_body:
+            self._on_refused(413)
+            self._refuse(conn, 413, "the body must have a Content-Length of at most {} bytes (the largest "
+                                    "request the profile allows); got {}".format(self.max_body, conn.length))
+            return
+        conn.deadline = now + self.body_timeout_s
+        if len(conn.inbox) == conn.length:  # the usual case: hand the buffer over instead of copying it
+            body, conn.inbox = conn.inbox, bytearray()
+        elif len(conn.inbox) > conn.length:  # pipelined: the next request's bytes stay in the inbox
+            body = conn.inbox[:conn.length]
+            del conn.inbox[:conn.length]
+        else:  # the rest of the body goes straight into a buffer of its length
+            if (request.headers.get("Expect") or "").lower() == "100-continue":
                 self._write(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
-        if conn.state == _BODY and len(conn.inbox) >= conn.length:
-            request = conn.request
-            assert request is not None
-            request.received = time.perf_counter()
-            if len(conn.inbox) == conn.length:  # the usual case: hand the buffer over instead of copying it
-                request.body, conn.inbox = conn.inbox, bytearray()
-            else:
-                request.body = bytes(conn.inbox[:conn.length])
-                del conn.inbox[:conn.length]
-            conn.state = _BUSY
+            conn.state, conn.body, conn.got = _BODY, bytearray(conn.length), len(conn.inbox)
+            conn.body[:conn.got] = conn.inbox
+            conn.inbox = bytearray()
             self._watch(conn)
-            if self._inline(request):  # written by the loop's next _finish_answers: no recursion per pipelined request
-                self._done.append(self._answer(conn, request))
-            else:
-                self._jobs.put((conn, request))
+            self._read_body(conn)  # what has come of it already, without waiting for the next event
+            return
+        self._dispatch(conn, request, body)
+
+    def _dispatch(self, conn: _Connection, request: Request, body: Any) -> None:
+        """A complete request: answered here (``inline``) or handed to a worker."""
+        request.body, request.received = body, time.perf_counter()
+        conn.state = _BUSY
+        self._watch(conn)
+        if self._inline(request):  # written by the loop's next _finish_answers: no recursion per pipelined request
+            parts, close, ready = self._answer(request)
+            self._going(request, ready)
+            self._done.append((conn, joined(parts), close))
+        else:
+            self._pool.submit((conn, request))
 
     def _refuse(self, conn: _Connection, status: int, message: str) -> None:
         """Answer an error without a worker, then close (what is left of the request cannot be read)."""
         conn.state, conn.close_after = _WRITE, True
         conn.deadline = time.monotonic() + self.send_timeout_s
-        self._write(conn, _encode(error(status, message), False))
+        self._write(conn, joined(encode_answer(error(status, message), False)))
 
     def _write(self, conn: _Connection, data: bytes) -> None:
         conn.outbox += data
@@ -401,8 +414,6 @@ class HTTPServer:
             self._close(conn)
             return
         if not conn.outbox and conn.state == _WRITE:
-            if conn.sending is not None:
-                self._sent(conn)
             if conn.close_after:
                 self._linger(conn)
                 return
@@ -412,17 +423,6 @@ class HTTPServer:
             if conn not in self._connections:
                 return
         self._watch(conn)
-
-    def _sent(self, conn: _Connection) -> None:
-        assert conn.sending is not None
-        request, ready = conn.sending
-        conn.sending = None
-        request.stages["send"] = time.perf_counter() - ready
-        if self._on_sent is not None:
-            try:
-                self._on_sent(request)
-            except Exception as exc:  # a bug in the callback must not stop the dispatcher
-                _log("ERROR: on_sent: {}: {}".format(type(exc).__name__, exc))
 
     def _linger(self, conn: _Connection) -> None:
         """Close our side, then read until the client closes its side or ``_LINGER_S`` ends.
@@ -436,17 +436,23 @@ class HTTPServer:
             self._close(conn)
             return
         conn.state, conn.deadline = _LINGER, time.monotonic() + _LINGER_S
-        conn.inbox = bytearray()
+        conn.inbox, conn.body = bytearray(), None
         self._watch(conn)
 
     def _finish_answers(self) -> None:
+        """The answers the workers sent (or began to): the connections wait for their next request."""
         while self._done:
-            conn, data, close, sending = self._done.popleft()
+            conn, rest, close = self._done.popleft()
             if conn not in self._connections:
                 continue
-            conn.state, conn.close_after, conn.sending = _WRITE, close, sending
+            if rest is False:  # the worker's send failed: the client is gone
+                self._close(conn)
+                continue
+            conn.state, conn.close_after = _WRITE, close
             conn.deadline = time.monotonic() + self.send_timeout_s
-            self._write(conn, data)
+            if rest:
+                conn.outbox += rest
+            self._flush(conn)
 
     def _expire(self, now: float) -> None:
         for conn in [c for c in self._connections if c.state != _BUSY and c.deadline <= now]:
@@ -457,8 +463,8 @@ class HTTPServer:
             if conn.state == _BODY or (conn.state == _HEAD and not conn.idle):
                 which = "body" if conn.state == _BODY else "request head"
                 limit = self.body_timeout_s if conn.state == _BODY else self.header_timeout_s
-                _send_once(conn.sock, _encode(error(408, "the {} did not arrive within {} s".format(
-                    which, limit)), False))
+                _send_once(conn.sock, joined(encode_answer(error(408, "the {} did not arrive within {} s".format(
+                    which, limit)), False)))
             self._close(conn)
 
     def _close(self, conn: _Connection) -> None:
@@ -477,15 +483,39 @@ class HTTPServer:
     # -- the workers -----------------------------------------------------------------------------
 
     def _work(self) -> None:
+        worker = _Worker()
         while True:
-            job = self._jobs.get()
+            job = self._pool.take(worker)
             if job is None:
                 return
-            self._done.append(self._answer(*job))
+            conn, request = job
+            parts, close, ready = self._answer(request)
+            self._going(request, ready)
+            try:  # the connection is the worker's until it hands it back (BUSY: nobody else touches it)
+                rest = send_parts(conn.sock, parts)  # type: Any
+            except OSError:
+                rest = False
+            if rest is None and not close and not conn.inbox and self._rearm(conn):
+                continue
+            self._done.append((conn, rest, close))
             self._wake()
 
-    def _answer(self, conn: _Connection, request: Request) -> Tuple[_Connection, bytes, bool, Any]:
-        """(connection, the answer's bytes, close after it, (request, when its answer was ready)) of one request."""
+    def _rearm(self, conn: _Connection) -> bool:
+        """The usual end of a request, done by the worker with no wake-up of the dispatcher: its answer all
+        sent, the connection kept alive, nothing pipelined behind it. The connection waits for its next
+        request (its deadline and state set before its socket is watched again, so that the dispatcher
+        sees them once it can see the socket). False: the dispatcher does it (the server is stopping)."""
+        conn.deadline, conn.idle = time.monotonic() + self.keepalive_timeout_s, True
+        conn.state, conn.events = _HEAD, selectors.EVENT_READ
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        except (KeyError, ValueError, OSError, RuntimeError):  # the dispatcher closed it, or the selector
+            conn.state, conn.events = _BUSY, 0
+            return False
+        return True
+
+    def _answer(self, request: Request) -> Tuple[List[Any], bool, float]:
+        """(the answer's parts to send, close after it, when it was ready) of one request."""
         if request.received:
             request.stages["wait_worker"] = time.perf_counter() - request.received
         try:
@@ -495,13 +525,20 @@ class HTTPServer:
             answer = error(500, "{}: {}".format(type(exc).__name__, exc))
         keep = request.keep_alive and not answer.close and not self._stopping.is_set()
         started = time.perf_counter()
-        data = _encode(answer, keep)
-        if request.method == "HEAD":
-            data = data[:len(data) - len(answer.body)]
+        parts = encode_answer(answer, keep, head_only=request.method == "HEAD")
         ready = time.perf_counter()
         if "encode" in request.stages:
             request.stages["encode"] += ready - started
-        return conn, data, not keep, (request, ready)
+        return parts, not keep, ready
+
+    def _going(self, request: Request, ready: float) -> None:
+        """The answer goes out now: its ``send`` stage, then ``on_sent``."""
+        request.stages["send"] = time.perf_counter() - ready
+        if self._on_sent is not None:
+            try:
+                self._on_sent(request)
+            except Exception as exc:  # a bug in the callback must not stop the server
+                _log("ERROR: on_sent: {}: {}".format(type(exc).__name__, exc))
 
 
 def _send_once(sock: socket.socket, data: bytes) -> None:

@@ -18,7 +18,10 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
 
-__all__ = ["Option"]
+__all__ = ["GRPC_PORT", "Option"]
+
+#: Triton's gRPC port: where ``serve`` answers KServe v2 over gRPC unless ``--grpc-port`` says otherwise
+GRPC_PORT = 8001
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ SERVE = (
     ARTIFACT,
     Option("host", ("--host",), "Address to listen on.", default="0.0.0.0", show_default=True),
     Option("port", ("--port",), "Port (default: the project's [runtime] port, 8000).", type=int, minimum=0),
+    Option("grpc_port", ("--grpc-port",), "Port of KServe v2 over gRPC beside HTTP (Triton's "
+           "inference.GRPCInferenceService, for tritonclient.grpc and DeepStream's nvinferserver; needs grpcio and "
+           "tritonclient[grpc]: pip3 install grpcio 'tritonclient[grpc]'); 0 serves HTTP only (default: {} where "
+           "those are installed and the port is free, else HTTP only with a warning).".format(GRPC_PORT), type=int,
+           minimum=0),
     BACKEND,
     Option("warmup_budget_s", ("--warmup-budget-s",), "Longest warm-up before ready (default: the project's "
            "[runtime] warmup_budget_s).", type=float, minimum=0),

@@ -34,7 +34,10 @@ DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "INT64"
 NUMPY_TO_DATATYPE = {np.dtype(v).name: k for k, v in DATATYPES.items()}
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: the answer to ``GET /v2`` ($metadata_server_response)
-SERVER_METADATA = {"name": "edgebuild", "version": __version__, "extensions": ["binary_tensor_data"]}
+SERVER_METADATA = {"name": "edgebuild", "version": __version__,
+                   "extensions": ["binary_tensor_data", "model_configuration", "system_shared_memory"]}
+#: a tensor's parameters that place it in a registered system shared-memory region (``shared_memory.py``)
+SHM_REGION, SHM_OFFSET, SHM_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 #: the v2 ``platform`` of a backend, by the start of its name (Triton's platform names)
 PLATFORMS = (("tensorrt", "tensorrt_plan"), ("onnxruntime", "onnxruntime_onnx"))
 
@@ -89,12 +92,15 @@ class AnswerForms:
 
 class Inference:
     """A parsed v2 inference request: input arrays, the outputs asked for (None: all), which go back binary,
-    and whether the server decodes the outputs into detections (``decode``)."""
+    whether the server decodes the outputs into detections (``decode``), and the outputs asked into system
+    shared memory (``shared_outputs``: name -> (region, offset, byte_size))."""
 
     def __init__(self, inputs: Dict[str, np.ndarray], outputs: Optional[List[str]], binary_outputs: List[str],
-                 request_id: Optional[str], decode: bool = False) -> None:
+                 request_id: Optional[str], decode: bool = False,
+                 shared_outputs: Optional[Dict[str, Tuple[str, int, int]]] = None) -> None:
         self.inputs, self.outputs, self.binary_outputs, self.request_id = inputs, outputs, binary_outputs, request_id
         self.decode = decode
+        self.shared_outputs = shared_outputs or {}
 
 
 def header_length(value: Optional[str]) -> Optional[int]:
@@ -113,16 +119,19 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
 
 
 def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
-                    output_names: Union[List[str], AnswerForms]) -> Inference:
+                    output_names: Union[List[str], AnswerForms], shared_memory: Any = None) -> Inference:
     """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
 
-    ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses).
+    ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses);
+    ``shared_memory``: the registered system shared-memory regions (``shared_memory.SystemSharedMemory``)
+    inputs may be read from.
     """
     binary = b""
     if header_length is not None:
         if not 0 <= header_length <= len(body):
             raise BadRequest("{} {} is outside the body of {} bytes".format(HEADER_LENGTH, header_length, len(body)))
-        body, binary = body[:header_length], body[header_length:]
+        view = memoryview(body)  # the tensors are read where they lie: the arrays are views of the body
+        body, binary = bytes(view[:header_length]), view[header_length:]
     try:
         request = json.loads(body)
     except ValueError as exc:
@@ -132,7 +141,7 @@ def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str,
     arrays = {}
     offset = 0
     for item in request["inputs"]:
-        name, array, used = _input(item, inputs, binary, offset, header_length is not None)
+        name, array, used = _input(item, inputs, binary, offset, header_length is not None, shared_memory)
         arrays[name] = array
         offset += used
     if offset != len(binary):
@@ -149,7 +158,39 @@ def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str,
         raise BadRequest('"parameters" must be an object')
     forms = output_names if isinstance(output_names, AnswerForms) else AnswerForms(output_names)
     decode, names = forms.choose(parameters.get("detections"))
-    return Inference(arrays, _asked_outputs(request, names), _binary_outputs(request, names), request_id, decode)
+    asked = _asked_outputs(request, names)
+    shared = {}  # type: Dict[str, Tuple[str, int, int]]
+    for item in request.get("outputs") or []:
+        place = shared_memory_place("output {!r}".format(item["name"]), item.get("parameters"))
+        if place is not None:
+            if shared_memory is None:
+                raise BadRequest("output {!r} asks for shared memory, which this server does not take here".format(
+                    item["name"]))
+            shared[item["name"]] = place
+    binary = [n for n in _binary_outputs(request, names) if n not in shared]
+    return Inference(arrays, asked, binary, request_id, decode, shared)
+
+
+def shared_memory_place(where: str, parameters: Any) -> Optional[Tuple[str, int, int]]:
+    """(region, offset, byte_size) a tensor's parameters give in system shared memory; None where they name no
+    region (``where``: the tensor, for the message)."""
+    if not isinstance(parameters, dict) or parameters.get(SHM_REGION) is None:
+        return None
+    region, offset, size = parameters[SHM_REGION], parameters.get(SHM_OFFSET, 0), parameters.get(SHM_SIZE)
+    if not isinstance(region, str):
+        raise BadRequest("{}: {} must be a region's name, not {!r}".format(where, SHM_REGION, region))
+    for key, value in ((SHM_OFFSET, offset), (SHM_SIZE, size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest("{}: {} must be a whole number of bytes (at least 0), not {!r}".format(where, key, value))
+    return region, offset, size
+
+
+def check_outputs(asked: List[str], output_names: List[str]) -> List[str]:
+    """``asked``, each an output the model answers (else a ``BadRequest`` naming the others)."""
+    unknown = [n for n in asked if n not in output_names]
+    if unknown and output_names:
+        raise BadRequest("unknown outputs {}; the model's outputs are {}".format(unknown, output_names))
+    return asked
 
 
 def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional[List[str]]:
@@ -159,34 +200,22 @@ def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional
         return None
     if not isinstance(asked, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in asked):
         raise BadRequest('"outputs" must be a list of objects with a "name"')
-    names = [o["name"] for o in asked]
-    unknown = [n for n in names if n not in output_names]
-    if unknown and output_names:
-        raise BadRequest("unknown outputs {}; the model's outputs are {}".format(unknown, output_names))
-    return names
+    return check_outputs([o["name"] for o in asked], output_names)
 
 
 def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
-           has_header: bool) -> Tuple[str, np.ndarray, int]:
+           has_header: bool, shared_memory: Any = None) -> Tuple[str, np.ndarray, int]:
     """(name, array, binary bytes used) of one entry of ``inputs``."""
     if not isinstance(item, dict):
         raise BadRequest("every entry of inputs must be an object with name, shape, datatype, data")
     name = item.get("name")
-    spec = inputs.get(name)
-    if spec is None:
-        raise BadRequest("unknown input {!r}; the model's inputs are {}".format(name, sorted(inputs)))
-    if item.get("datatype") != spec.datatype:
-        raise BadRequest("input {!r} has datatype {!r}; the model takes {}".format(
-            name, item.get("datatype"), spec.datatype))
     shape = item.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        raise BadRequest("input {!r}: shape must be a list of integers".format(name))
-    if len(shape) != len(spec.min_shape) or any(d < lo or d > hi for d, lo, hi in
-                                                zip(shape, spec.min_shape, spec.max_shape)):
-        raise BadRequest("input {!r} shape {} is outside the profile: from {} to {}".format(
-            name, shape, spec.min_shape, spec.max_shape))
-    dtype = np.dtype(DATATYPES[spec.datatype])
-    count = int(np.prod(shape))
+    dtype, count = check_tensor(name, item.get("datatype"), shape, inputs)
+    place = shared_memory_place("input {!r}".format(name), item.get("parameters"))
+    if place is not None:
+        if shared_memory is None:
+            raise BadRequest("input {!r} asks for shared memory, which this server does not take here".format(name))
+        return name, shared_memory.read(name, place[0], place[1], place[2], dtype, shape), 0
     size = (item.get("parameters") or {}).get("binary_data_size")
     if size is not None:
         needed = count * dtype.itemsize
@@ -195,7 +224,7 @@ def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
                 name, HEADER_LENGTH))
         if size != needed or offset + size > len(binary):
             raise BadRequest("input {!r}: binary_data_size {} with {} binary bytes left; shape {} of {} "
-                             "needs {}".format(name, size, len(binary) - offset, shape, spec.datatype, needed))
+                             "needs {}".format(name, size, len(binary) - offset, shape, inputs[name].datatype, needed))
         array = np.frombuffer(binary, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
         return name, array, size
     data = item.get("data")
@@ -204,10 +233,30 @@ def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
     try:
         array = np.asarray(data, dtype=dtype)
     except (TypeError, ValueError):
-        raise BadRequest("input {!r}: data holds values that are not {} numbers".format(name, spec.datatype)) from None
+        raise BadRequest("input {!r}: data holds values that are not {} numbers".format(
+            name, inputs[name].datatype)) from None
     if array.ndim != 1 or array.size != count:
         raise BadRequest("input {!r}: data has {} values, shape {} needs {}".format(name, array.size, shape, count))
     return name, array.reshape(shape), 0
+
+
+def check_tensor(name: Any, datatype: Any, shape: Any, inputs: Dict[str, InputSpec]) -> Tuple[np.dtype, int]:
+    """(numpy dtype, element count) of an input tensor, checked against the model's inputs and profile."""
+    spec = inputs.get(name)
+    if spec is None:
+        raise BadRequest("unknown input {!r}; the model's inputs are {}".format(name, sorted(inputs)))
+    if datatype != spec.datatype:
+        raise BadRequest("input {!r} has datatype {!r}; the model takes {}".format(name, datatype, spec.datatype))
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise BadRequest("input {!r}: shape must be a list of integers".format(name))
+    if len(shape) != len(spec.min_shape) or any(d < lo or d > hi for d, lo, hi in
+                                                zip(shape, spec.min_shape, spec.max_shape)):
+        raise BadRequest("input {!r} shape {} is outside the profile: from {} to {}".format(
+            name, shape, spec.min_shape, spec.max_shape))
+    count = 1
+    for size in shape:
+        count *= size
+    return np.dtype(DATATYPES[spec.datatype]), count
 
 
 def _binary_outputs(request: Dict[str, Any], output_names: List[str]) -> List[str]:
@@ -220,15 +269,30 @@ def _binary_outputs(request: Dict[str, Any], output_names: List[str]) -> List[st
 
 
 def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
-                    parameters: Dict[str, Any], request_id: Optional[str] = None) -> Tuple[bytes, str, Dict[str, str]]:
-    """(body, content type, extra headers) of a v2 inference response (``request_id``: the request's ``id``)."""
-    described, tail = [], []
+                    parameters: Dict[str, Any], request_id: Optional[str] = None,
+                    placed: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[bytes, str, Dict[str, str]]:
+    """(body, content type, extra headers) of a v2 inference response (``request_id``: the request's ``id``;
+    ``placed``: the outputs written into shared memory, with the parameters that say where: no data)."""
+    parts, content_type, headers = response_parts(model_name, model_version, outputs, binary_outputs, parameters,
+                                                  request_id, placed)
+    return b"".join(parts), content_type, headers
+
+
+def response_parts(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
+                   parameters: Dict[str, Any], request_id: Optional[str] = None,
+                   placed: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[List[Any], str, Dict[str, str]]:
+    """``encode_response`` as the parts of the body to send one after the other, never joined: the JSON,
+    then each binary output's memory (the array itself where it is C-ordered little-endian, no copy)."""
+    described, tail = [], []  # type: List[Dict[str, Any]], List[Any]
+    placed = placed or {}
     for name, array in outputs.items():
         entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: Dict[str, Any]
-        if name in binary_outputs:
-            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            tail.append(raw)
+        if name in placed:
+            entry["parameters"] = placed[name]
+        elif name in binary_outputs:
+            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            entry["parameters"] = {"binary_data_size": raw.nbytes}
+            tail.append(memoryview(raw).cast("B"))
         else:
             entry["data"] = _flat(array)
         described.append(entry)
@@ -238,8 +302,8 @@ def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.n
         response["id"] = request_id
     head = json.dumps(response).encode()
     if not tail:
-        return head, "application/json", {}
-    return head + b"".join(tail), "application/octet-stream", {HEADER_LENGTH: str(len(head))}
+        return [head], "application/json", {}
+    return [head] + tail, "application/octet-stream", {HEADER_LENGTH: str(len(head))}
 
 
 def platform(backend: str) -> str:
@@ -259,8 +323,50 @@ def model_metadata(name: str, version: str, backend: str, inputs: Dict[str, Inpu
             "parameters": dict(parameters, profiles={n: s.profile() for n, s in inputs.items()})}
 
 
+def model_config(service: Any) -> Dict[str, Any]:
+    """Triton's model configuration of a model service (``ModelConfig`` as JSON: ``GET /v2/models/NAME/config``
+    and gRPC's ``ModelConfig``).
+
+    As ``config.pbtxt`` has it (``shipping/triton.py``): where axis 0 of every input is dynamic from 1,
+    ``max_batch_size`` is the profile's max batch and the dims leave the batch axis out; -1 for a dynamic
+    axis; the outputs are what an inference answers by default; ``dynamic_batching`` where the server batches.
+    """
+    inputs = service.inputs  # type: Dict[str, InputSpec]
+    outputs = service.answer_outputs(service.forms.decode)  # type: List[Dict[str, Any]]
+    lows = [s.min_shape[0] for s in inputs.values()]
+    highs = [s.max_shape[0] for s in inputs.values()]
+    batched = bool(inputs) and min(lows) == 1 and all(hi > lo for lo, hi in zip(lows, highs))
+    skip = 1 if batched else 0
+
+    def tensor(name: str, kind: str, shape: List[int]) -> Dict[str, Any]:
+        return {"name": name, "data_type": "TYPE_" + (kind if kind in DATATYPES else "INVALID"),
+                "dims": [int(d) for d in shape[skip:]]}
+
+    config = {"name": service.name, "platform": platform(service.backend),
+              "max_batch_size": min(highs) if batched else 0,
+              "input": [tensor(n, s.datatype, s.as_dict()["shape"]) for n, s in inputs.items()],
+              "output": [tensor(o["name"], o.get("datatype", ""), list(o.get("shape") or [])) for o in outputs]}
+    if batched and service.max_batch_size > 1:
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": int(round(service.max_queue_delay_ms * 1000))}
+    return config
+
+
+def repository_index(services: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The models of a server's model services, as Triton's repository index: name, version, state, reason."""
+    index = []
+    for name, service in services.items():
+        state = "READY" if service.ready.is_set() else "UNAVAILABLE" if service.failed else "LOADING"
+        index.append({"name": name, "version": service.version, "state": state, "reason": service.failed or ""})
+    return index
+
+
+#: the v2 datatype by numpy dtype (``dtype.name`` is a Python property in numpy 2: slow per request)
+_DATATYPE_OF = {np.dtype(v): k for k, v in DATATYPES.items()}
+
+
 def datatype(array: np.ndarray) -> str:
-    return NUMPY_TO_DATATYPE.get(array.dtype.name, "FP32")
+    found = _DATATYPE_OF.get(array.dtype)
+    return found if found is not None else NUMPY_TO_DATATYPE.get(array.dtype.name, "FP32")
 
 
 def _flat(array: np.ndarray) -> List[Any]:

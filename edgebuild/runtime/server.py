@@ -28,6 +28,7 @@ Python 3.8, the standard library and numpy.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import collections
+import json
 import os
 import socket
 import sys
@@ -37,9 +38,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from edgebuild.runtime import protocol
-from edgebuild.runtime.httpd import Answer, HTTPServer, Request, error
+from edgebuild.runtime.http_messages import Answer, Request, error
+from edgebuild.runtime.httpd import HTTPServer
 from edgebuild.runtime.protocol import BadRequest
 from edgebuild.runtime.service import ModelService
+from edgebuild.runtime.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, http_route
 
 __all__ = ["serve"]
 
@@ -70,11 +73,14 @@ def _notify_ready(backend: str) -> None:
 
 # -- the endpoints -----------------------------------------------------------------------------
 
-def make_handler(services: Union[ModelService, Dict[str, ModelService]]) -> Any:
+def make_handler(services: Union[ModelService, Dict[str, ModelService]],
+                 shared_memory: Optional[SystemSharedMemory] = None) -> Any:
     """``handle(request) -> Answer``: the v2 endpoints of one model service, or of every model of a
-    group folder (by name: the server is ready when every one is)."""
+    group folder (by name: the server is ready when every one is), and the system shared-memory
+    extension's (``shared_memory``: its registered regions)."""
     models = "/v2/models/"
     by_name = services if isinstance(services, dict) else {services.name: services}
+    memory = shared_memory if shared_memory is not None else SystemSharedMemory()
 
     def handle(request: Request) -> Answer:
         path, method = request.path, request.method
@@ -83,7 +89,19 @@ def make_handler(services: Union[ModelService, Dict[str, ModelService]]) -> Any:
                 return error(405, "{} takes GET, not {}".format(path, method), Allow="GET")
             return _server_route(by_name, path)
         if path.startswith(models):
-            return _model_route(by_name, request, path[len(models):].split("/"))
+            return _model_route(by_name, request, path[len(models):].split("/"), memory)
+        if path.startswith("/v2/systemsharedmemory/"):
+            try:
+                status, answer = http_route(memory, method, path.split("/")[3:], request.body)
+                return Answer(status, json.dumps(answer).encode())  # a list is not an Answer's parts
+            except BadRequest as exc:
+                return error(400, str(exc))
+        if path.startswith("/v2/cudasharedmemory/"):
+            return error(501, CUDA_NOT_SUPPORTED)
+        if path == "/v2/repository/index":
+            if method != "POST":
+                return error(405, "{} takes POST, not {}".format(path, method), Allow="POST")
+            return Answer(200, json.dumps(protocol.repository_index(by_name)).encode())
         return error(404, "no such endpoint: {}".format(path))
 
     return handle
@@ -127,8 +145,9 @@ def merged_metrics(texts: List[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _model_route(services: Dict[str, ModelService], request: Request, parts: List[str]) -> Answer:
-    """``NAME[/versions/V][/ready|/infer]``."""
+def _model_route(services: Dict[str, ModelService], request: Request, parts: List[str],
+                 memory: SystemSharedMemory) -> Answer:
+    """``NAME[/versions/V][/ready|/config|/infer]``."""
     name, rest = parts[0], parts[1:]
     service = services.get(name)
     if service is None:
@@ -142,7 +161,7 @@ def _model_route(services: Dict[str, ModelService], request: Request, parts: Lis
                 rest[1], name, service.version))
         rest = rest[2:]
     action = rest[0] if len(rest) == 1 else "" if not rest else None
-    wanted = {"": "GET", "ready": "GET", "infer": "POST"}.get(action)  # type: ignore[arg-type]
+    wanted = {"": "GET", "ready": "GET", "config": "GET", "infer": "POST"}.get(action)  # type: ignore[arg-type]
     if wanted is None:
         return error(404, "no such endpoint: {}".format(request.path))
     if request.method != wanted and not (wanted == "GET" and request.method == "HEAD"):
@@ -153,10 +172,12 @@ def _model_route(services: Dict[str, ModelService], request: Request, parts: Lis
         if service.ready.is_set():
             return Answer(200, {"name": service.name, "ready": True})
         return Answer(503, {"name": service.name, "ready": False, "error": service.failed or "warming up"})
-    return _infer(service, request)
+    if action == "config":
+        return Answer(200, protocol.model_config(service))
+    return _infer(service, request, memory)
 
 
-def _infer(service: ModelService, request: Request) -> Answer:
+def _infer(service: ModelService, request: Request, memory: SystemSharedMemory) -> Answer:
     """One inference; its stages' seconds go to ``request.stages`` (recorded once the answer is sent)."""
     if not service.ready.is_set():
         return error(503, service.failed or "warming up; see /v2/health/ready")
@@ -164,7 +185,7 @@ def _infer(service: ModelService, request: Request) -> Answer:
     stages = request.stages
     try:
         length = protocol.header_length(request.headers.get(protocol.HEADER_LENGTH))
-        parsed = protocol.parse_inference(request.body, length, service.inputs, service.forms)
+        parsed = protocol.parse_inference(request.body, length, service.inputs, service.forms, memory)
     except BadRequest as exc:
         service.record("bad_request")
         return error(400, str(exc))
@@ -179,15 +200,20 @@ def _infer(service: ModelService, request: Request) -> Answer:
         stages.clear()
         service.record("failure")
         return error(500, "inference failed: {}".format(exc))
-    service.record("success", ms)
     if parsed.outputs is not None:
         outputs = {n: outputs[n] for n in parsed.outputs}
-    body, content_type, headers = protocol.encode_response(
+    try:
+        placed = memory.write_outputs(parsed.shared_outputs, outputs)
+    except BadRequest as exc:
+        service.record("bad_request")
+        return error(400, str(exc))
+    service.record("success", ms)
+    parts, content_type, headers = protocol.response_parts(  # sent as they are: the outputs are never copied
         service.name, service.version, outputs, parsed.binary_outputs,
         {"inference_ms": round(ms, 3), "batch_rows": rows, "backend": service.backend,
-         "detections": parsed.decode}, parsed.request_id)
+         "detections": parsed.decode}, parsed.request_id, placed)
     stages["encode"], _ = _lap(clock)  # the HTTP head is added to it by httpd
-    return Answer(200, body, content_type, headers)
+    return Answer(200, parts, content_type, headers)
 
 
 def _lap(since: float) -> Tuple[float, float]:
@@ -208,15 +234,25 @@ def _never_blocks(request: Request) -> bool:
 class Server:
     """The HTTP server and its model service; ``port=0`` picks a free port, None the recipe's.
 
+    ``grpc_port``: the KServe v2 gRPC server's port beside it (``grpc_server.py``; 0 picks a free port,
+    None: no gRPC server). Both share the model services and the system shared-memory regions. Without
+    ``grpc_required``, a gRPC server that cannot start (grpcio missing, the port taken) is a warning and
+    the server answers HTTP only.
+
     ``workers``, ``max_connections``, ``header_timeout_s``, ``body_timeout_s``, ``keepalive_timeout_s``
     and ``send_timeout_s`` are the HTTP limits (``HTTP_LIMITS``: their defaults; ``httpd.HTTPServer``:
     what each means); the other keywords go to ``ModelService``.
     """
 
     def __init__(self, folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None,
-                 **options: Any) -> None:
+                 grpc_port: Optional[int] = None, grpc_required: bool = True, **options: Any) -> None:
         from edgebuild.runtime.group import model_folders
 
+        self.grpc = None  # type: Any
+        if grpc_port is not None and grpc_required:  # before anything starts: a missing grpcio is the user's to fix
+            from edgebuild.runtime.grpc_server import require_grpc
+
+            require_grpc()
         limits = {k: options.pop(k, v) for k, v in HTTP_LIMITS.items()}
         on_ready = options.pop("on_ready", _notify_ready)
         folders = model_folders(folder)  # one model folder, or every model of a group folder
@@ -228,10 +264,28 @@ class Server:
         self.service = next(iter(self.services.values()))  # the first (the only one of a model folder)
         if port is None:
             port = self.service.recipe.runtime.port
-        self.httpd = HTTPServer((host, port), make_handler(dict(self.services)),
+        self.shared_memory = SystemSharedMemory()
+        self.httpd = HTTPServer((host, port), make_handler(dict(self.services), self.shared_memory),
                                 max_body=max(s.max_body for s in self.services.values()),
                                 on_refused=self._refused, inline=_never_blocks, on_sent=self._sent, **limits)
         self.port = self.httpd.server_address[1]
+        self.grpc_port = None  # type: Optional[int]
+        if grpc_port is not None:
+            self._start_grpc(host, grpc_port, limits["workers"], grpc_required)
+
+    def _start_grpc(self, host: str, port: int, workers: int, required: bool) -> None:
+        from edgebuild.errors import EdgebuildError
+        from edgebuild.runtime.grpc_server import GRPCServer
+
+        try:
+            self.grpc = GRPCServer(dict(self.services), self.shared_memory, host, port, workers=workers)
+        except EdgebuildError as exc:
+            if required:
+                self.httpd.server_close()
+                raise
+            _log("WARNING: serving HTTP only, no gRPC on port {}: {}".format(port, exc))
+            return
+        self.grpc_port = self.grpc.port
 
     def _one_ready(self, backend: str) -> None:
         with self._ready_lock:
@@ -251,6 +305,8 @@ class Server:
     def start_services(self) -> None:
         for service in self.services.values():
             service.start()
+        if self.grpc is not None:
+            self.grpc.start()
 
     def start(self) -> "Server":
         self.start_services()
@@ -260,15 +316,31 @@ class Server:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.close()
+
+    def close(self) -> None:
+        """Stop the gRPC server and unmap the shared-memory regions (after the HTTP server)."""
+        if self.grpc is not None:
+            self.grpc.stop()
+        self.shared_memory.close()
 
 
-def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, **options: Any) -> None:
-    """Serve until SIGTERM or Ctrl-C (the HTTP port answers ``live`` from the start, ``ready`` after warm-up)."""
+def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, grpc_port: Optional[int] = None,
+          **options: Any) -> None:
+    """Serve until SIGTERM or Ctrl-C (the HTTP port answers ``live`` from the start, ``ready`` after warm-up).
+
+    ``grpc_port``: gRPC beside HTTP on it (0: HTTP only); None: on ``GRPC_PORT`` where grpcio is installed
+    and the port is free, else HTTP only with a warning.
+    """
     import signal
 
-    server = Server(folder, host=host, port=port, **options)
-    _log("model{} {} from {}, listening on http://{}:{} (ready after warm-up)".format(
-        "s" if len(server.services) > 1 else "", ", ".join(server.services), folder, host, server.port))
+    from edgebuild.runtime.options import GRPC_PORT
+
+    server = Server(folder, host=host, port=port, grpc_port=GRPC_PORT if grpc_port is None else grpc_port or None,
+                    grpc_required=grpc_port is not None, **options)
+    _log("model{} {} from {}, listening on http://{}:{}{} (ready after warm-up)".format(
+        "s" if len(server.services) > 1 else "", ", ".join(server.services), folder, host, server.port,
+        "" if server.grpc_port is None else " and grpc://{}:{}".format(host, server.grpc_port)))
     server.start_services()
     signal.signal(signal.SIGTERM, lambda *_: server.httpd.stop_soon())
     try:
@@ -277,4 +349,5 @@ def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, **
         pass
     finally:
         server.httpd.server_close()
+        server.close()
         _log("stopped")

@@ -26,6 +26,7 @@ Python 3.8, the standard library and numpy.
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
+import bisect
 import collections
 import json
 import queue
@@ -81,7 +82,8 @@ class ModelService:
         self.max_body = sum(64 + 24 * int(np.prod(s.max_shape)) for s in self.inputs.values()) + 65536
         self._backend_choice, self._engine_cache, self._do_warmup = backend, engine_cache, warmup
         self._on_ready = on_ready
-        self._jobs = queue.Queue()  # type: queue.Queue
+        #: requests for the backend thread (a SimpleQueue: one C lock, no Condition round trip per request)
+        self._jobs = queue.SimpleQueue()  # type: queue.SimpleQueue
         self._lock = threading.Lock()
         self.ready = threading.Event()
         self.failed = None  # type: Optional[str]
@@ -352,16 +354,14 @@ class ModelService:
 
     def _observe(self, stage: str, seconds: float) -> None:
         self.stage_sums[stage] += seconds
-        index = next((i for i, b in enumerate(STAGE_BUCKETS_S) if seconds <= b), len(STAGE_BUCKETS_S))
-        self.stage_counts[stage][index] += 1
+        self.stage_counts[stage][bisect.bisect_left(STAGE_BUCKETS_S, seconds)] += 1
 
     def record(self, outcome: str, ms: float = 0.0) -> None:
         with self._lock:
             self.requests[outcome] += 1
             if outcome == "success":
                 self.latency_sum_ms += ms
-                index = next((i for i, b in enumerate(LATENCY_BUCKETS_MS) if ms <= b), len(LATENCY_BUCKETS_MS))
-                self.latency_counts[index] += 1
+                self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
 
     def answer_outputs(self, decode: bool) -> List[Dict[str, Any]]:
         """The v2 metadata tensors of what a request gets: the model's outputs, or the decoded detections."""
@@ -476,19 +476,24 @@ class ModelService:
 
 
 class _Answer:
-    """Where the backend worker puts one request's result, and when its run started."""
+    """Where the backend worker puts one request's result, and when its run started.
+
+    The caller waits on a lock the backend thread releases: one wake-up, where an ``Event`` would go
+    through a ``Condition`` (a lock made per wait, and a second lock to take back).
+    """
 
     def __init__(self) -> None:
         self.started = 0.0
-        self._done = threading.Event()
+        self._done = threading.Lock()
+        self._done.acquire()
         self._value = None  # type: Any
 
     def put(self, value: Any) -> None:
         self._value = value
-        self._done.set()
+        self._done.release()
 
     def get(self) -> Any:
-        self._done.wait()
+        self._done.acquire()
         return self._value
 
 

@@ -42,6 +42,7 @@ from edgebuild.devices.ssh import device_tool_archive
 from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.runtime.options import GRPC_PORT
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
@@ -89,6 +90,13 @@ class ContainerSpec:
     ships_engine: bool
     start_period_s: int
     notes: tuple[str, ...] = field(default=())
+    #: KServe v2 over gRPC: the server's default port, where the image has grpcio (else HTTP only, with a warning)
+    grpc_port: int = GRPC_PORT
+
+    @property
+    def ports(self) -> list[int]:
+        """What the container publishes: HTTP, then gRPC (unless the HTTP port is gRPC's: the server then warns)."""
+        return [self.port] + ([self.grpc_port] if self.grpc_port != self.port else [])
 
     @property
     def container_name(self) -> str:
@@ -192,7 +200,8 @@ def run_args(spec: ContainerSpec, *, detach: bool = True, publish: str | None = 
     args += limit_args(spec.preset)
     args += ["--read-only", "--tmpfs", "/tmp:rw,size=64m", "--security-opt", "no-new-privileges",
              "--cap-drop", "ALL", "--volume", f"{spec.volume}:{ENGINE_CACHE}",
-             "--publish", publish or f"{spec.port}:{spec.port}", spec.image]
+             *(["--publish", publish] if publish else [a for p in spec.ports for a in ("--publish", f"{p}:{p}")]),
+             spec.image]
     return args
 
 
@@ -213,7 +222,7 @@ def compose_spec(spec: ContainerSpec) -> JsonObject:
         "security_opt": ["no-new-privileges:true"],
         "cap_drop": ["ALL"],
         "volumes": [f"engine-cache:{ENGINE_CACHE}"],
-        "ports": [f"{spec.port}:{spec.port}"],
+        "ports": [f"{p}:{p}" for p in spec.ports],
     })
     return {"name": spec.container_name, "services": {spec.group: service}, "volumes": {"engine-cache": {}}}
 
@@ -228,6 +237,7 @@ def _fill(template: str, spec: ContainerSpec, **extra: Any) -> str:
                         else f"a CPU host (ONNX Runtime), for {target.id}"),
         "edgebuild_version": __version__, "base_image": spec.base_image, "uid": RUNTIME_UID,
         "image_root": IMAGE_ROOT, "model_dir": MODEL_DIR, "engine_cache": ENGINE_CACHE, "port": spec.port,
+        "grpc_port": spec.grpc_port,
         "start_period_s": spec.start_period_s, "cuda_major": target.release.cuda.split(".")[0],
         "build_command": f"docker build -t {spec.image} ." + (" (on an arm64 host: the device or an arm64 builder)"
                                                               if spec.flavor == "jetson" else ""),
@@ -302,7 +312,8 @@ def write_container(artifact_dir: Path, out_dir: Path, spec: ContainerSpec,
             "base_image": spec.base_image, "backend": spec.backend, "ships_engine": spec.ships_engine,
             "model": {"name": spec.model_name, "version": spec.model_version,
                       "files": sorted(f"model/{n}" for n in model_files)},
-            "limits": spec.preset.as_dict(), "port": spec.port, "start_period_s": spec.start_period_s,
+            "limits": spec.preset.as_dict(), "port": spec.port, "grpc_port": spec.grpc_port,
+            "start_period_s": spec.start_period_s,
             "run": ["docker", *run_args(spec)], "files": files,
             "systemd_unit": spec.unit_name if spec.writes_unit else None,
             "notes": list(spec.notes) + ([] if spec.writes_unit or spec.flavor == "cpu" else [

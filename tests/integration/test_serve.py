@@ -123,7 +123,8 @@ def test_binary_tensors_in_and_out(server) -> None:
     body, headers = _binary_request(array, outputs=False)
     status, data = client.request("POST", "/v2/models/tiny/infer", body, headers)
     assert status == 200 and "data" in json.loads(data)["outputs"][0]
-    assert client.json("GET", "/v2")[1]["extensions"] == ["binary_tensor_data"]
+    assert client.json("GET", "/v2")[1]["extensions"] == ["binary_tensor_data", "model_configuration",
+                                                          "system_shared_memory"]
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -53,7 +53,7 @@ def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path
     try:
         from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
-        runner = OnnxRuntimeRunner(folder / recipe.onnx)  # imports onnxruntime itself
+        runner = OnnxRuntimeRunner.for_device(folder / recipe.onnx)  # imports onnxruntime itself
     except ImportError:
         raise CapabilityMissing("neither the TensorRT engine nor ONNX Runtime can be used: " + reason,
                                 hint="install JetPack's TensorRT, or `pip install onnxruntime`") from None
