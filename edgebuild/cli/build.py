@@ -366,5 +366,79 @@ def package_command(cli: CliContext, project_dir: Path, selector: str, since: Pa
     click.echo(render.as_json(fleet) if as_json else render.package_text(fleet))
 
 
+def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    from edgebuild.workflows.init import parse_input_size
+
+    try:
+        return None if value is None else parse_input_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    chosen = tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    bad = [p for p in chosen if p not in ("fp32", "fp16", "int8")]
+    if bad or not chosen:
+        raise click.BadParameter(f"{value!r}: give fp32, fp16 and/or int8, separated by commas")
+    return chosen
+
+
+@click.command("plan")
+@click.option("--model", "model", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The ONNX file to plan for (default: the project's export, per fleet group).")
+@project_option
+@target_option
+@click.option("--input-size", "input_size", default=None, metavar="N|H,W", callback=_input_size,
+              help="With --model: the image size to predict at (default: the model's fixed input size).")
+@click.option("--module", "module", default="all", show_default=True, metavar="NAME[,NAME]|all",
+              help="With --model: module ids (edgebuild profiles list), or all.")
+@click.option("--power-mode", "power_mode", default=None,
+              help="With --model: only this power mode (default: every one with a known GPU clock).")
+@click.option("--jetpack", "jetpack", default=None,
+              help="With --model: only modules and power modes this JetPack release has.")
+@click.option("--precision", "precisions", default="fp32,fp16,int8", show_default=True, callback=_precisions,
+              help="Precisions to predict, separated by commas.")
+@click.option("--batch", "batch", type=click.IntRange(min=1), default=None,
+              help="Images per inference (default: 1 with --model; in a project 1 and the profile's largest).")
+@click.option("--budget-ms", "budget_ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Latency budget per inference: says the cheapest module and power mode meeting it, per precision.")
+@click.option("--min-fps", "min_fps", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Throughput needed, images per second: a budget of batch*1000/min-fps ms.")
+@json_option
+@pass_cli
+def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selector: str, input_size: list[int] | None,
+                 module: str, power_mode: str | None, jetpack: str | None, precisions: tuple[str, ...],
+                 batch: int | None, budget_ms: float | None, min_fps: float | None, as_json: bool) -> None:
+    """Predict TensorRT latency per Jetson module, power mode and precision, before any device.
+
+    No device and no engine: the graph's FLOPs and bytes per fused layer against the module's
+    peaks at the power mode's GPU clock, with efficiency factors fitted to published TensorRT
+    figures (profiles/reference/published_latency.csv). latency_ms is the predicted p50 GPU
+    compute time of one inference; low_ms..high_ms is the band that held every published figure
+    when its model or module was left out of the fit. With --model, for the modules asked for;
+    without it, for each selected fleet group of the project (its module, JetPack and power mode)
+    on the project's export (run as needed). See docs/latency-plan.md.
+
+    \b
+    Examples:
+      edgebuild plan --model yolo11n.onnx
+      edgebuild plan --model yolo11n.onnx --module all --min-fps 60 --precision fp16,int8
+      edgebuild plan -p myproject --min-fps 30
+    """
+    from edgebuild.workflows.latency_plan import plan_latency, plan_project
+
+    if model is None:
+        given = [flag for flag, value in (("--input-size", input_size), ("--module", module != "all"),
+                                          ("--power-mode", power_mode), ("--jetpack", jetpack)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} go with --model; in a project the fleet groups say them")
+        plan = plan_project(project_dir, selector, precisions=precisions, batch=batch, budget_ms=budget_ms,
+                            min_fps=min_fps, report=cli.report)
+    else:
+        plan = plan_latency(model, input_size=input_size, module=module, power_mode=power_mode, jetpack=jetpack,
+                            precisions=precisions, batch=batch or 1, budget_ms=budget_ms, min_fps=min_fps)
+    click.echo(render.as_json(plan.as_dict()) if as_json else render.latency_plan_text(plan))
+
+
 COMMANDS = (compile_command, export_command, preflight_command, validate_command, report_command,
-            container_command, package_command)
+            container_command, package_command, plan_command)

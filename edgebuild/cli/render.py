@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
+    from edgebuild.workflows.latency_plan import LatencyPlan
     from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation
     from edgebuild.workflows.work import CompileWork
@@ -77,6 +78,11 @@ def profile_text(kind: str, record: dict) -> str:
             continue
         if key == "power_modes":
             value = ", ".join(f"{m['id']} {m['name']}" if m["id"] is not None else m["name"] for m in value)
+        elif key == "performance":  # the latency plan's peaks per power mode (docs/latency-plan.md)
+            value = "; ".join(
+                f"{p['power_mode']} {p['gpu_mhz']} MHz {p['memory_bandwidth_gbps']} GB/s FP32 {p['fp32_tflops']} "
+                f"FP16 {p['fp16_tflops']} TFLOPS INT8 {p['int8_tops'] or '-'} TOPS"
+                + (f" (unconfirmed: {', '.join(p['unconfirmed'])})" if p["unconfirmed"] else "") for p in value) or "-"
         elif isinstance(value, list):
             value = ", ".join(str(v) for v in value) or "-"
         flag = "  (unconfirmed)" if key in unconfirmed else ""
@@ -327,4 +333,35 @@ def baseline_lines(gate: GateResult) -> list[str]:
         lines.append(f"  the FP32 baseline {check.finding}; likely causes, most likely first:")
         lines += [f"    {n}. {c}" for n, c in enumerate(check.causes, 1)]
     return lines
+
+
+# -- the latency plan ---------------------------------------------------------------------------
+
+def latency_plan_text(plan: LatencyPlan) -> str:
+    size = f"{plan.input_hw[0]}x{plan.input_hw[1]}" if plan.input_hw else "its input shape"
+    lines = [f"{plan.model}: {plan.gflops:.2f} GFLOP at {size}, batch {plan.batch}, {plan.layers} fused layers"
+             + (f" ({plan.unknown_shapes} nodes with estimated shapes)" if plan.unknown_shapes else ""), ""]
+    budget = plan.budget_ms is not None
+    groups = any(r.group for r in plan.rows)
+    rows = [([r.group or "", str(r.batch)] if groups else [])
+            + [r.module + ("*" if r.extrapolated else ""), r.power_mode, r.jetpack, f"{r.gpu_mhz}", r.precision,
+               f"{r.latency_ms:.2f}", f"{r.low_ms:.2f}-{r.high_ms:.2f}", f"{r.fps:.0f}"]
+            + (["yes" if r.meets_budget else "no"] if budget else []) for r in plan.rows]
+    headers = (["group", "batch"] if groups else []) + ["module", "power mode", "jetpack", "GPU MHz", "precision",
+                                                          "p50 ms", "band ms", "fps"]
+    lines.append(table(rows, headers + (["meets"] if budget else [])))
+    if budget and not groups:
+        lines += ["", f"cheapest module and power mode with p50 within {plan.budget_ms:.2f} ms:"]
+        for precision, row in plan.cheapest.items():
+            lines.append(f"  {precision}: " + (
+                f"{row.module} {row.power_mode} ({row.latency_ms:.2f} ms, up to {row.high_ms:.2f} ms in the band)"
+                if row else "none of the selected modules"))
+    fit = plan.fit
+    lines += ["", "p50 GPU compute time, no transfers; band: what held every published figure when its model or "
+                  f"module was left out of the fit (x{fit.band_low:.2f} to x{fit.band_high:.2f}); fitted on "
+                  + "; ".join(fit.fitted_on) + " (docs/latency-plan.md)"]
+    if any(r.extrapolated for r in plan.rows):
+        lines.append("* no published figure of this GPU architecture was fitted: the band is not known to hold")
+    lines += [f"not predicted: {s}" for s in plan.skipped]
+    return "\n".join(lines)
 

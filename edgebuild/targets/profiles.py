@@ -21,7 +21,10 @@ from edgebuild.errors import ProfileDataError, TargetError
 if TYPE_CHECKING:
     from edgebuild.targets.limits import LimitPreset
 
-__all__ = ["Catalog", "JetPackRelease", "SelectedGroup", "Target", "load_catalog", "select_groups"]
+__all__ = [
+    "Catalog", "JetPackRelease", "Module", "ModulePerformance", "SelectedGroup", "Target", "load_catalog",
+    "select_groups",
+]
 
 FAMILIES = ("orin", "xavier", "nano", "thor")
 
@@ -59,6 +62,29 @@ class PowerMode(_Record):
     name: str
 
 
+class ModulePerformance(_Record):
+    """A power mode's GPU clock and the dense peaks at that clock (what the latency plan reads).
+
+    ``jetpack_min``/``jetpack_max`` bound the releases whose nvpmodel configuration has this mode
+    at this clock (Orin NX's MAXN before JetPack 6.2, MAXN_SUPER from 6.2); unset means every one.
+    ``tf32_tflops`` is unset where the GPU has no TF32 (Volta, Maxwell); ``int8_tops`` where it
+    has no INT8 path TensorRT uses (Maxwell).
+    """
+
+    power_mode: str
+    jetpack_min: str | None = None
+    jetpack_max: str | None = None
+    gpu_mhz: int
+    memory_bandwidth_gbps: float
+    fp32_tflops: float
+    tf32_tflops: float | None = None
+    fp16_tflops: float
+    int8_tops: float | None = None
+    dla_int8_tops: float | None = None
+    unconfirmed: list[str]
+    sources: list[str]
+
+
 class Module(_Record):
     id: str
     name: str
@@ -78,6 +104,7 @@ class Module(_Record):
     unconfirmed: list[str]
     sources: list[str]
     notes: dict[str, str] = {}
+    performance: list[ModulePerformance] = []
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,293 @@
+"""Predicted TensorRT latency of an ONNX graph on a Jetson module, power mode and precision.
+
+A roofline per fused layer (``edgebuild.targets.latency_graph``): a layer takes
+``max(flops / (e_p * peak_p), bytes / (e_m * bandwidth)) + overhead * 1 GHz / clock``, where
+``peak_p`` is the module's dense peak at that precision and power mode (``profiles/modules/*.toml``,
+``[[performance]]``), ``e_p`` the compute efficiency at precision ``p``, ``e_m`` the memory
+efficiency and ``overhead`` a fixed number of GPU cycles per layer (its launch, its tail), given as
+microseconds at a 1 GHz clock. Those five numbers are fitted, least squares on the logarithm, to
+public measured TensorRT latencies (``profiles/reference/published_latency.csv``) by
+``benchmarks/latency_model_fit.py``, which writes them, and the error seen when each model (and each
+module) is left out of the fit, to ``profiles/reference/latency_model.toml``. The error band of a
+prediction is that range of measured / predicted: the published figures of a model, or a module,
+the fit never saw fell inside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgebuild._compat import tomllib
+from edgebuild.datafiles import data_dir
+from edgebuild.errors import ProfileDataError, TargetError
+from edgebuild.targets.latency_graph import GraphCost
+from edgebuild.targets.profiles import Module, ModulePerformance
+
+__all__ = [
+    "PRECISIONS", "FitSample", "LatencyModel", "PublishedLatency", "fit_latency_model", "leave_one_out",
+    "load_latency_model", "load_published_latencies", "performance_modes", "predict_ms", "write_latency_model",
+]
+
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """The fitted efficiency factors and the leave-one-out error band."""
+
+    compute_efficiency: dict[str, float]  # precision -> fraction of the dense peak reached
+    memory_efficiency: float  # fraction of the memory bandwidth reached
+    layer_overhead_us: float  # fixed cost per fused layer, in microseconds at a 1 GHz GPU clock
+    band_low: float = 1.0  # measured / predicted, lowest seen when a figure's model or module was left out
+    band_high: float = 1.0  # measured / predicted, highest seen likewise
+    median_error: float | None = None  # leave-one-model-out median relative error
+    max_error: float | None = None
+    fitted_on: tuple[str, ...] = ()  # what the fit saw: "<n> figures of <models> on <modules>"
+    sources: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()  # the modules of the figures fitted
+
+    @classmethod
+    def from_vector(cls, vector: np.ndarray) -> LatencyModel:
+        v = np.exp(vector)
+        return cls({"fp32": float(v[0]), "fp16": float(v[1]), "int8": float(v[2])}, float(v[3]), float(v[4]))
+
+
+@dataclass(frozen=True)
+class PublishedLatency:
+    """One row of ``published_latency.csv``: one measured figure and where it was published."""
+
+    model: str
+    input_hw: tuple[int, int]
+    batch: int
+    module: str
+    power_mode: str
+    jetpack: str
+    tensorrt: str
+    precision: str
+    latency_ms: float
+    includes: str  # gpu_compute, framework (TensorRT called from a framework, no pre/post), host_latency
+    source: str
+    source_url: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FitSample:
+    """A published figure with what the model needs to predict it."""
+
+    row: PublishedLatency
+    cost: GraphCost
+    performance: ModulePerformance
+    key: str = field(default="")  # what leave-one-out leaves out together (the model name)
+
+
+def load_published_latencies(path: Path | None = None) -> list[PublishedLatency]:
+    path = path or data_dir("profiles") / "reference" / "published_latency.csv"
+    rows = []
+    with path.open(newline="", encoding="utf-8") as f:
+        for line, raw in enumerate(csv.DictReader(f), start=2):
+            try:
+                rows.append(PublishedLatency(
+                    raw["model"], (int(raw["input_h"]), int(raw["input_w"])), int(raw["batch"]), raw["module"],
+                    raw["power_mode"], raw["jetpack"], raw["tensorrt"], raw["precision"], float(raw["latency_ms"]),
+                    raw["includes"], raw["source"], raw["source_url"], raw.get("note", ""),
+                ))
+            except (KeyError, ValueError) as exc:
+                raise ProfileDataError(f"{path}:{line}: {exc}") from None
+            if rows[-1].precision not in PRECISIONS or not rows[-1].source_url:
+                raise ProfileDataError(f"{path}:{line}: a precision in {PRECISIONS} and a source_url are required")
+    return rows
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def performance_modes(module: Module, jetpack: str | None = None) -> list[ModulePerformance]:
+    """The module's power modes with a known GPU clock, those the release ``jetpack`` has (all if None)."""
+    modes = []
+    for perf in module.performance:
+        if jetpack is not None:
+            if perf.jetpack_min and _version(jetpack) < _version(perf.jetpack_min):
+                continue
+            if perf.jetpack_max and _version(jetpack) > _version(perf.jetpack_max):
+                continue
+        modes.append(perf)
+    return modes
+
+
+def _peaks(perf: ModulePerformance, precision: str) -> tuple[float, float]:
+    """(tensor-core peak, CUDA-core peak) in FLOP/s at ``precision``."""
+    cuda = perf.fp32_tflops * 1e12
+    if precision == "fp32":
+        return (perf.tf32_tflops or perf.fp32_tflops) * 1e12, cuda
+    if precision == "fp16":
+        return perf.fp16_tflops * 1e12, 2 * cuda
+    if perf.int8_tops is None:
+        raise TargetError(f"{perf.power_mode}: this GPU has no INT8 path TensorRT uses")
+    return perf.int8_tops * 1e12, 2 * cuda
+
+
+def layer_seconds(cost: GraphCost, perf: ModulePerformance, precision: str, model: LatencyModel) -> np.ndarray:
+    """Each fused layer's predicted time, in seconds."""
+    tensor_peak, cuda_peak = _peaks(perf, precision)
+    e = model.compute_efficiency[precision]
+    bandwidth = perf.memory_bandwidth_gbps * 1e9 * model.memory_efficiency
+    times = []
+    for layer in cost.layers:
+        peak = tensor_peak if layer.tensor_cores else cuda_peak
+        compute = layer.flops / (e * peak)
+        memory = layer.bytes_moved(precision) / bandwidth
+        times.append(max(compute, memory) + model.layer_overhead_us * 1e-6 * 1000.0 / perf.gpu_mhz)
+    return np.array(times)
+
+
+def predict_ms(cost: GraphCost, perf: ModulePerformance, precision: str, model: LatencyModel) -> float:
+    """Predicted GPU compute time of one inference (the whole batch), in milliseconds."""
+    return float(layer_seconds(cost, perf, precision, model).sum() * 1e3)
+
+
+# -- the fit ---------------------------------------------------------------------------------
+
+def _design(samples: list[FitSample]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int, float]]:
+    """Per sample: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision index;
+    log(measured)."""
+    rows = []
+    for sample in samples:
+        precision = sample.row.precision
+        tensor_peak, cuda_peak = _peaks(sample.performance, precision)
+        peaks = np.array([tensor_peak if layer.tensor_cores else cuda_peak for layer in sample.cost.layers])
+        flops = np.array([layer.flops for layer in sample.cost.layers])
+        moved = np.array([layer.bytes_moved(precision) for layer in sample.cost.layers])
+        bandwidth = sample.performance.memory_bandwidth_gbps * 1e9
+        rows.append((flops / peaks, moved / bandwidth, np.full(len(flops), 1000.0 / sample.performance.gpu_mhz),
+                     PRECISIONS.index(precision),
+                     math.log(sample.row.latency_ms * 1e-3)))
+    return rows
+
+
+def _loss(vector: np.ndarray, design: list) -> float:
+    v = np.exp(vector)
+    total = 0.0
+    for compute, memory, cycles, p, measured in design:
+        seconds = (np.maximum(compute / v[p], memory / v[3]) + cycles * v[4] * 1e-6).sum()
+        total += (math.log(seconds) - measured) ** 2
+    return total
+
+
+def _nelder_mead(f, x0: np.ndarray, step: float = 0.5, iterations: int = 3000, tol: float = 1e-12) -> np.ndarray:
+    """Minimise ``f`` from ``x0``: the textbook Nelder-Mead simplex, deterministic."""
+    n = len(x0)
+    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        if values[0] <= fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        elif fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def fit_latency_model(samples: list[FitSample]) -> LatencyModel:
+    """The five factors that best predict ``samples`` (least squares of log predicted - log measured).
+
+    Precisions with no sample keep the starting value, and the fit is restarted from its own answer
+    until it no longer improves (Nelder-Mead stalls on a ridge of the max()).
+    """
+    if not samples:
+        raise TargetError("no published latency to fit to")
+    design = _design(samples)
+    x = np.log([0.3, 0.3, 0.3, 0.6, 10.0])
+    best = _loss(x, design)
+    for _ in range(10):
+        x_new = _nelder_mead(lambda v: _loss(v, design), x)
+        new = _loss(x_new, design)
+        x = x_new
+        if best - new < 1e-9:
+            break
+        best = new
+    return LatencyModel.from_vector(x)
+
+
+def leave_one_out(samples: list[FitSample],
+                  by: Callable[[FitSample], str] | None = None) -> list[tuple[FitSample, float]]:
+    """Each sample with its prediction by a fit that saw no sample sharing its ``by`` (default: its model)."""
+    by = by or (lambda s: s.key or s.row.model)
+    predicted = []
+    for key in sorted({by(s) for s in samples}):
+        rest = [s for s in samples if by(s) != key]
+        model = fit_latency_model(rest)
+        predicted += [(s, predict_ms(s.cost, s.performance, s.row.precision, model))
+                      for s in samples if by(s) == key]
+    return predicted
+
+
+# -- the stored fit --------------------------------------------------------------------------
+
+def _model_path() -> Path:
+    return data_dir("profiles") / "reference" / "latency_model.toml"
+
+
+def load_latency_model(path: Path | None = None) -> LatencyModel:
+    path = path or _model_path()
+    if not path.is_file():
+        raise ProfileDataError(
+            f"{path}: no fitted latency model", hint="run benchmarks/latency_model_fit.py in a source checkout",
+        )
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        fit = data["fit"]
+        return LatencyModel(
+            {p: float(fit[f"compute_{p}"]) for p in PRECISIONS}, float(fit["memory"]), float(fit["layer_overhead_us"]),
+            float(data["band"]["low"]), float(data["band"]["high"]), float(data["band"]["median_error"]),
+            float(data["band"]["max_error"]), tuple(data.get("fitted_on", ())), tuple(data.get("sources", ())),
+            tuple(data.get("modules", ())),
+        )
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ProfileDataError(f"{path}: {exc}") from None
+
+
+def write_latency_model(model: LatencyModel, path: Path | None = None) -> Path:
+    path = path or _model_path()
+    fit = {"compute_fp32": model.compute_efficiency["fp32"], "compute_fp16": model.compute_efficiency["fp16"],
+           "compute_int8": model.compute_efficiency["int8"], "memory": model.memory_efficiency,
+           "layer_overhead_us": model.layer_overhead_us}
+    band = {"low": model.band_low, "high": model.band_high, "median_error": model.median_error or 0.0,
+            "max_error": model.max_error or 0.0}
+    lines = ["# Written by benchmarks/latency_model_fit.py; do not edit by hand (see docs/latency-plan.md).",
+             "fitted_on = [" + ", ".join(_quote(x) for x in model.fitted_on) + "]",
+             "sources = [" + ", ".join(_quote(x) for x in model.sources) + "]",
+             "modules = [" + ", ".join(_quote(x) for x in model.modules) + "]", "", "[fit]"]
+    lines += [f"{k} = {v:.6g}" for k, v in fit.items()]
+    lines += ["", "[band]  # measured/predicted when a model or a module was left out; errors: a model left out"]
+    lines += [f"{k} = {v:.6g}" for k, v in band.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

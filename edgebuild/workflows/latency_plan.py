@@ -1,0 +1,218 @@
+"""``edgebuild plan``: predicted TensorRT latency per module, power mode and precision.
+
+With ``--model FILE.onnx``, for the modules asked for; in a project, for each selected fleet group
+(its module, JetPack and power mode) on the project's export, at batch 1 and at the largest batch
+its input profile allows.
+
+No device and no engine: the ONNX graph's FLOPs and bytes per fused layer, the module's peaks at
+the power mode's clock and the efficiency factors fitted to published figures
+(``edgebuild.targets.latency``). Each prediction carries the band that held every published
+figure when its model, or its module, was left out of the fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from edgebuild.errors import ConfigError, TargetError
+from edgebuild.targets.latency import (
+    PRECISIONS,
+    LatencyModel,
+    load_latency_model,
+    performance_modes,
+    predict_ms,
+)
+from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
+from edgebuild.targets.profiles import Module, ModulePerformance, load_catalog
+from edgebuild.text import Progress
+
+__all__ = ["LatencyPlan", "plan_latency", "plan_project"]
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    """One module, power mode and precision: predicted GPU compute time of one batch."""
+
+    module: str
+    power_mode: str
+    jetpack: str  # the --jetpack asked for, else the releases whose nvpmodel has this mode at this clock
+    precision: str
+    batch: int
+    latency_ms: float
+    low_ms: float
+    high_ms: float
+    fps: float  # images per second: batch / latency
+    gpu_mhz: int
+    meets_budget: bool | None = None  # p50 within --budget-ms / --min-fps; None when none was given
+    extrapolated: bool = False  # no published figure of this GPU architecture was fitted
+    group: str | None = None  # the fleet group, in a project
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LatencyPlan:
+    """The predictions, what they rest on, and per precision the cheapest mode meeting the budget."""
+
+    model: Path
+    input_hw: tuple[int, int] | None  # None: the model has no 4-D (image) input
+    batch: int
+    gflops: float
+    layers: int
+    unknown_shapes: int
+    rows: tuple[LatencyRow, ...]
+    budget_ms: float | None
+    cheapest: dict[str, LatencyRow | None]  # precision -> the first row meeting the budget, cheapest first
+    skipped: tuple[str, ...]  # modules or modes with no prediction, and why
+    fit: LatencyModel
+
+    def as_dict(self) -> dict:
+        return {
+            "model": str(self.model), "input_size": list(self.input_hw) if self.input_hw else None, "batch": self.batch,
+            "gflops": round(self.gflops, 3), "layers": self.layers, "unknown_shapes": self.unknown_shapes,
+            "budget_ms": self.budget_ms, "rows": [row.as_dict() for row in self.rows],
+            "cheapest": {p: (row.as_dict() if row else None) for p, row in self.cheapest.items()},
+            "skipped": list(self.skipped),
+            "error_band": {"low": self.fit.band_low, "high": self.fit.band_high,
+                           "leave_one_model_out_median": self.fit.median_error,
+                           "leave_one_model_out_max": self.fit.max_error, "fitted_on": list(self.fit.fitted_on)},
+        }
+
+
+def _cost(model: Path, batch: int, input_hw: tuple[int, int] | None) -> GraphCost:
+    cost = graph_cost_from_file(model, batch=batch, input_hw=input_hw)
+    if cost.dynamic_inputs:
+        raise ConfigError(f"{model}: input {', '.join(cost.dynamic_inputs)} has no fixed shape",
+                          hint="give --input-size N or H,W (an image input's height and width)")
+    return cost
+
+
+def _cost_key(module: Module) -> tuple:
+    # "cheapest": edgebuild has no price list; a smaller GPU, then less memory, is the cheaper module
+    return module.tensor_cores, module.cuda_cores, module.memory_gb
+
+
+def _jetpack_text(perf: ModulePerformance, jetpack: str | None) -> str:
+    if jetpack:
+        return jetpack
+    if perf.jetpack_min and perf.jetpack_max:
+        return f"{perf.jetpack_min}-{perf.jetpack_max}"
+    if perf.jetpack_min:
+        return f">={perf.jetpack_min}"
+    if perf.jetpack_max:
+        return f"<={perf.jetpack_max}"
+    return "any"
+
+
+def _selected_modules(module: str, jetpack: str | None) -> list[Module]:
+    catalog = load_catalog()
+    if module == "all":
+        chosen = list(catalog.modules.values())
+    else:
+        names = [m.strip() for m in module.split(",") if m.strip()]
+        unknown = [n for n in names if n not in catalog.modules]
+        if unknown:
+            raise TargetError(f"unknown module {', '.join(unknown)}",
+                              hint=f"modules: {', '.join(sorted(catalog.modules))}")
+        chosen = [catalog.modules[n] for n in names]
+    if jetpack is not None:
+        if jetpack not in catalog.releases:
+            raise TargetError(f"unknown JetPack release {jetpack!r}", hint=f"releases: {', '.join(catalog.releases)}")
+        chosen = [m for m in chosen if jetpack in m.jetpack]
+        if not chosen:
+            raise TargetError(f"no selected module runs JetPack {jetpack}")
+    return sorted(chosen, key=_cost_key)
+
+
+def plan_latency(model: Path, *, input_size: list[int] | None = None, module: str = "all",
+                 power_mode: str | None = None, jetpack: str | None = None,
+                 precisions: tuple[str, ...] = PRECISIONS, batch: int = 1, budget_ms: float | None = None,
+                 min_fps: float | None = None, fit: LatencyModel | None = None) -> LatencyPlan:
+    """Predict ``model`` on every selected module's power modes with a known clock, at each precision.
+
+    ``min_fps`` becomes a budget of ``batch * 1000 / min_fps`` ms (the tighter of the two when both
+    are given). The rows are ordered cheapest module first, then by clock.
+    """
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad:
+        raise ConfigError(f"unknown precision {', '.join(bad)}", hint=f"precisions: {', '.join(PRECISIONS)}")
+    if batch < 1:
+        raise ConfigError(f"--batch {batch}: a batch is 1 or more images")
+    budget = _budget(budget_ms, min_fps, batch)
+    fit = fit or load_latency_model()
+    cost = _cost(model, batch, (input_size[0], input_size[-1]) if input_size else None)
+    rows, skipped = _rows(cost, _selected_modules(module, jetpack), power_mode, jetpack, precisions, batch, budget, fit)
+    return _plan(model, batch, cost, rows, skipped, precisions, budget, fit)
+
+
+def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[str, ...] = PRECISIONS,
+                 batch: int | None = None, budget_ms: float | None = None, min_fps: float | None = None,
+                 report: Progress = lambda _: None, fit: LatencyModel | None = None) -> LatencyPlan:
+    """Each selected fleet group's module, JetPack and power mode (every known one where the group
+    names none), on the project's export (the export stage run as needed) at its input profile's
+    optimal size, at batch 1 and at the profile's largest batch (or ``batch``)."""
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.workflows.work import load_work, run_until
+
+    work = load_work(project_dir, selector)
+    image = next((i for i in work.project.model.inputs if len(i.opt_shape) == 4), None)
+    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
+    batches = [batch] if batch else sorted({1, image.max_shape[0] if image else 1})
+    fit = fit or load_latency_model()
+    export = run_until(work, EXPORT, report=report).record(EXPORT)
+    assert export is not None, "the export stage ran without a record"
+    rows: list[LatencyRow] = []
+    skipped: list[str] = []
+    for size in batches:
+        budget = _budget(budget_ms, min_fps, size)
+        cost = _cost(export.onnx_path, size, hw)
+        for group in work.groups:
+            got, missed = _rows(cost, [group.target.module], group.power_mode, group.target.release.jetpack,
+                                precisions, size, budget, fit)
+            rows += [replace(r, group=group.name) for r in got]
+            skipped += [f"group {group.name}: {s}" for s in missed if f"group {group.name}: {s}" not in skipped]
+    return _plan(export.onnx_path, batches[-1], cost, rows, skipped, precisions,
+                 _budget(budget_ms, min_fps, batches[-1]), fit)
+
+
+def _budget(budget_ms: float | None, min_fps: float | None, batch: int) -> float | None:
+    budgets = [b for b in (budget_ms, batch * 1000.0 / min_fps if min_fps else None) if b is not None]
+    return min(budgets) if budgets else None
+
+
+def _plan(model: Path, batch: int, cost: GraphCost, rows: list[LatencyRow], skipped: list[str],
+          precisions: tuple[str, ...], budget: float | None, fit: LatencyModel) -> LatencyPlan:
+    catalog = load_catalog()
+    fitted_archs = {catalog.modules[m].gpu_arch for m in fit.modules if m in catalog.modules}
+    rows = [replace(r, extrapolated=catalog.modules[r.module].gpu_arch not in fitted_archs) for r in rows]
+    cheapest = {p: next((r for r in rows if r.precision == p and r.meets_budget), None) for p in precisions} \
+        if budget is not None else {}
+    return LatencyPlan(model, cost.input_hw, batch, cost.flops / 1e9, len(cost.layers), cost.unknown_shapes,
+                       tuple(rows), budget, cheapest, tuple(skipped), fit)
+
+
+def _rows(cost: GraphCost, modules: list[Module], power_mode: str | None, jetpack: str | None,
+          precisions: tuple[str, ...], batch: int, budget: float | None,
+          fit: LatencyModel) -> tuple[list[LatencyRow], list[str]]:
+    rows: list[LatencyRow] = []
+    skipped: list[str] = []
+    for mod in modules:
+        modes = [p for p in performance_modes(mod, jetpack) if power_mode is None or p.power_mode == power_mode]
+        if not modes:
+            what = f"power mode {power_mode}" if power_mode else "power mode"
+            skipped.append(f"{mod.id}: no {what} with a known GPU clock in profiles/modules/{mod.id}.toml")
+            continue
+        for perf in sorted(modes, key=lambda p: p.gpu_mhz):
+            for precision in precisions:
+                if precision == "int8" and perf.int8_tops is None:
+                    skipped.append(f"{mod.id} {perf.power_mode} int8: this GPU has no INT8 path TensorRT uses")
+                    continue
+                ms = predict_ms(cost, perf, precision, fit)
+                rows.append(LatencyRow(
+                    mod.id, perf.power_mode, _jetpack_text(perf, jetpack), precision, batch, round(ms, 6),
+                    round(ms * fit.band_low, 6), round(ms * fit.band_high, 6), round(batch * 1000.0 / ms, 2),
+                    perf.gpu_mhz, None if budget is None else ms <= budget,
+                ))
+    return rows, skipped

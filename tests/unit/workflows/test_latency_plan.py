@@ -1,0 +1,92 @@
+"""``edgebuild plan``: the workflow (budget, cheapest module, project groups) and the command's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from edgebuild.cli import main
+from edgebuild.errors import ConfigError, TargetError
+from edgebuild.workflows.latency_plan import plan_latency, plan_project
+
+
+def _conv_silu(h: int | str = 8, w: int | str = 8) -> onnx.ModelProto:
+    """x(1,3,H,W) -> Conv 3x3 (4 out) -> SiLU -> y."""
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype=np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture()
+def conv_file(tmp_path: Path) -> Path:
+    path = tmp_path / "conv.onnx"
+    onnx.save(_conv_silu(), str(path))
+    return path
+
+
+def test_plan_budget_names_the_cheapest_mode_meeting_it(conv_file: Path) -> None:
+    plan = plan_latency(conv_file, module="orin-nano-8gb,agx-orin-64gb", precisions=("fp16",), budget_ms=1e3)
+    assert [r.module for r in plan.rows][0] == "orin-nano-8gb"  # fewer tensor cores: the cheaper module first
+    assert plan.cheapest["fp16"] == plan.rows[0]
+    assert all(r.low_ms <= r.latency_ms <= r.high_ms for r in plan.rows)
+    none_meet = plan_latency(conv_file, module="orin-nano-8gb", precisions=("fp16",), budget_ms=1e-6)
+    assert none_meet.cheapest["fp16"] is None
+    with pytest.raises(TargetError):
+        plan_latency(conv_file, module="orin-nano-9gb")
+
+
+def test_plan_asks_for_an_input_size_the_model_does_not_fix(tmp_path: Path) -> None:
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(_conv_silu("h", "w"), str(path))
+    with pytest.raises(ConfigError, match="--input-size"):
+        plan_latency(path, module="orin-nano-8gb")
+    assert plan_latency(path, module="orin-nano-8gb", input_size=[32, 32]).input_hw == (32, 32)
+
+
+def test_cli_plan_json_rows(conv_file: Path) -> None:
+    result = CliRunner().invoke(main, ["plan", "--model", str(conv_file), "--module", "orin-nx-16gb", "--jetpack",
+                                       "6.2", "--precision", "fp16,int8", "--batch", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["rows"]
+    assert [(r["power_mode"], r["precision"]) for r in rows] == [("MAXN_SUPER", "fp16"), ("MAXN_SUPER", "int8")]
+    for row in rows:
+        assert {"module", "power_mode", "jetpack", "precision", "batch", "latency_ms", "low_ms", "high_ms",
+                "fps"} <= set(row)
+        assert row["jetpack"] == "6.2" and row["batch"] == 2
+        assert row["fps"] == pytest.approx(2000 / row["latency_ms"], rel=1e-2)
+    text = CliRunner().invoke(main, ["plan", "--model", str(conv_file), "--min-fps", "1"]).output
+    assert "cheapest module and power mode" in text
+
+
+def test_project_plan_has_a_row_per_group_batch_and_precision(tiny_project: Path) -> None:
+    plan = plan_project(tiny_project, precisions=("fp16",), min_fps=30)
+    groups = {(r.group, r.module, r.batch) for r in plan.rows}
+    # the tiny project's groups: yard-cams (orin-nano-8gb), dock (agx-orin-64gb), legacy (xavier-nx); its
+    # input profile allows batch 1 to 4
+    assert {(g, b) for g, _, b in groups} == {(g, b) for g in ("yard-cams", "dock", "legacy") for b in (1, 4)}
+    assert all(r.jetpack in ("6.2", "5.1.2") for r in plan.rows)
+    assert all(r.meets_budget is not None for r in plan.rows)
+    assert [r.extrapolated for r in plan.rows if r.group == "legacy"] == [True, True]  # Volta: nothing fitted
+    result = CliRunner().invoke(main, ["plan", "-p", str(tiny_project), "--module", "nano"])
+    assert result.exit_code == 2 and "--module go with --model" in result.output
+
+
+def test_plan_takes_a_model_without_an_image_input(tmp_path: Path) -> None:
+    weight = numpy_helper.from_array(np.ones((64, 32), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    path = tmp_path / "tokens.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    plan = plan_latency(path, module="agx-orin-64gb", precisions=("fp16",))
+    assert plan.input_hw is None and plan.gflops == pytest.approx(2 * 16 * 32 * 64 / 1e9)
+    assert plan.as_dict()["input_size"] is None
