@@ -18,7 +18,7 @@ from pathlib import Path
 from edgebuild.runtime.server import Server
 server = Server(Path(sys.argv[1]), host="127.0.0.1", port=0, **json.loads(sys.argv[2]))
 server.start()
-print(json.dumps({"port": server.port}), flush=True)
+print(json.dumps({"port": server.port, "grpc_port": server.grpc_port}), flush=True)
 sys.stdin.read()
 """
 
@@ -125,12 +125,13 @@ def _wait_ready(port: int, child: subprocess.Popen) -> dict:
 @contextmanager
 def running_server(folder: Path, **options):
     """Yield (port, the /v2/health/ready answer) of a ready server with these Server options (the
-    answer also holds the server process's id under ``"pid"``)."""
+    answer also holds the server process's id under ``"pid"`` and its gRPC port under ``"grpc_port"``)."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), json.dumps(options)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        port = json.loads(child.stdout.readline())["port"]
-        yield port, dict(_wait_ready(port, child), pid=child.pid)
+        started = json.loads(child.stdout.readline())
+        port = started["port"]
+        yield port, dict(_wait_ready(port, child), pid=child.pid, grpc_port=started.get("grpc_port"))
     finally:
         child.stdin.close()
         child.terminate()

@@ -25,11 +25,14 @@ throughput load. On a shared host, run it under ``chrt -r 1`` (every process it 
     python benchmarks/server_cost.py build/engines/<group> [--rounds 5] [--requests 200]
         [--clients 8] [--duration 5] [--transports http] [--decode] [--json out.json]
 
-A transport is how the clients reach the server. ``http`` is NVIDIA ``tritonclient.http`` with
-binary tensors. Another one (gRPC, shared memory) is a class with ``HttpTransport``'s ``infer``,
-``live`` and ``close`` (``canned`` only where a null server of its protocol exists), made from a
-``Target`` (add the port it needs there) and added to ``TRANSPORTS``; the server's extra options
-(a gRPC port) go to ``SERVER_OPTIONS``.
+A transport is how the clients reach the server: ``http`` is NVIDIA ``tritonclient.http`` with
+binary tensors; ``grpc`` is ``tritonclient.grpc`` (raw tensor contents) on the server's gRPC port;
+``shm`` is ``tritonclient.http`` with Triton's system shared memory: each client registers one
+region for its inputs and one for its outputs (``tritonclient.utils.shared_memory``), writes the
+input there once per request and reads the outputs as views of its region, so no tensor crosses
+the socket. Another transport is a class with ``HttpTransport``'s ``infer``, ``live`` and ``close``
+(``canned`` only where a null server of its protocol exists), made from a ``Target``, added to
+``TRANSPORTS``.
 
 A detector that decodes on the device (``[runtime] detections``) is asked for its raw head
 (``parameters.detections: false``) so that both sides run the same model; ``--decode`` keeps
@@ -55,18 +58,22 @@ from typing import Any
 import numpy as np
 from _server import running_bare, running_null_server, running_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests.support
 from edgebuild.runtime import protocol
 from edgebuild.runtime.recipe import Recipe
+from tests.support.nvidia_shared_memory import nvidia_shared_memory  # noqa: E402
 
 #: the Server options every run takes (batching off: the comparison is one request, one run)
-SERVER_OPTIONS: dict[str, Any] = {"max_batch_size": 1}
+SERVER_OPTIONS: dict[str, Any] = {"max_batch_size": 1, "grpc_port": 0}  # gRPC on a free port
 
 
 class Target:
-    """What a transport needs to reach the served model: the server's HTTP port, the model, the request."""
+    """What a transport needs to reach the served model: the server's ports, the model, the request."""
 
-    def __init__(self, port: int, model: str, inputs: dict[str, np.ndarray], parameters: dict | None) -> None:
+    def __init__(self, port: int, model: str, inputs: dict[str, np.ndarray], parameters: dict | None,
+                 grpc_port: int | None = None) -> None:
         self.port, self.model, self.inputs, self.parameters = port, model, inputs, parameters
+        self.grpc_port = grpc_port
 
 
 class HttpTransport:
@@ -111,7 +118,101 @@ class HttpTransport:
         self._client.close()
 
 
-TRANSPORTS: dict[str, Callable[[Target], Any]] = {"http": HttpTransport}
+class GrpcTransport:
+    """NVIDIA ``tritonclient.grpc``: raw tensor contents in and out on one channel."""
+
+    name = "grpc"
+
+    def __init__(self, target: Target) -> None:
+        import tritonclient.grpc as triton
+
+        if target.grpc_port is None:
+            sys.exit("the server has no gRPC port (grpcio or tritonclient[grpc] missing?)")
+        self._target = target
+        self._client = triton.InferenceServerClient(f"127.0.0.1:{target.grpc_port}")
+        self._tensors = []
+        for name, array in target.inputs.items():
+            tensor = triton.InferInput(name, list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            self._tensors.append(tensor)
+
+    def infer(self) -> Any:
+        result = self._client.infer(self._target.model, self._tensors, parameters=self._target.parameters)
+        return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+
+    def live(self) -> None:
+        if not self._client.is_server_live():
+            raise RuntimeError("the server is not live")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class SharedMemoryTransport:
+    """``tritonclient.http`` with the system shared-memory extension: inputs and outputs in registered
+    regions, only the request's JSON header on the socket. One pair of regions per client."""
+
+    name = "shm"
+    _made = 0
+    _lock = threading.Lock()
+
+    def __init__(self, target: Target) -> None:
+        import tritonclient.http as triton
+
+        shm = nvidia_shared_memory()
+        with SharedMemoryTransport._lock:
+            SharedMemoryTransport._made += 1
+            tag = f"eb-bench-{os.getpid()}-{SharedMemoryTransport._made}"
+        self._shm, self._target = shm, target
+        self._client = triton.InferenceServerClient(f"127.0.0.1:{target.port}")
+        # the outputs' shapes and types, from one ordinary request
+        probe = [triton.InferInput(n, list(a.shape), "FP32") for n, a in target.inputs.items()]
+        for tensor, array in zip(probe, target.inputs.values()):
+            tensor.set_data_from_numpy(array, binary_data=True)
+        answer = self._client.infer(target.model, probe, parameters=target.parameters)
+        self._outputs = {o["name"]: answer.as_numpy(o["name"]) for o in answer.get_response()["outputs"]}
+        in_size = sum(a.nbytes for a in target.inputs.values())
+        out_size = sum(a.nbytes for a in self._outputs.values())
+        self._regions = [(f"{tag}-in", shm.create_shared_memory_region(f"{tag}-in", f"/{tag}-in", in_size)),
+                         (f"{tag}-out", shm.create_shared_memory_region(f"{tag}-out", f"/{tag}-out", out_size))]
+        for (name, _), size in zip(self._regions, (in_size, out_size)):
+            self._client.register_system_shared_memory(name, f"/{name}", size)
+        self._inputs, offset = [], 0
+        for name, array in target.inputs.items():
+            tensor = triton.InferInput(name, list(array.shape), "FP32")
+            tensor.set_shared_memory(f"{tag}-in", array.nbytes, offset)
+            self._inputs.append((tensor, array, offset))
+            offset += array.nbytes
+        self._asked, self._placed, offset = [], [], 0
+        for name, array in self._outputs.items():
+            output = triton.InferRequestedOutput(name, binary_data=True)
+            output.set_shared_memory(f"{tag}-out", array.nbytes, offset)
+            self._asked.append(output)
+            self._placed.append((name, array.dtype, array.shape, offset))
+            offset += array.nbytes
+
+    def infer(self) -> Any:
+        handle_in, handle_out = self._regions[0][1], self._regions[1][1]
+        for _, array, offset in self._inputs:  # the camera app's frame goes into the region
+            self._shm.set_shared_memory_region(handle_in, [array], offset)
+        self._client.infer(self._target.model, [t for t, _, _ in self._inputs], outputs=self._asked,
+                           parameters=self._target.parameters)
+        return {name: self._shm.get_contents_as_numpy(handle_out, dtype, shape, offset)
+                for name, dtype, shape, offset in self._placed}
+
+    def live(self) -> None:
+        if not self._client.is_server_live():
+            raise RuntimeError("the server is not live")
+
+    def close(self) -> None:
+        for name, handle in self._regions:
+            self._client.unregister_system_shared_memory(name)
+            self._shm.destroy_shared_memory_region(handle)
+        self._client.close()
+
+
+TRANSPORTS: dict[str, Callable[[Target], Any]] = {"http": HttpTransport, "grpc": GrpcTransport,
+                                                  "shm": SharedMemoryTransport}
 
 
 def _one_row(recipe: Recipe) -> dict[str, np.ndarray]:
@@ -228,7 +329,7 @@ def measure(folder: Path, args: argparse.Namespace) -> dict:
     with contextlib.ExitStack() as stack:
         port, ready = stack.enter_context(running_server(folder, **SERVER_OPTIONS))
         bares = {s: stack.enter_context(running_bare(folder, shapes, s)) for s in sessions}
-        target = Target(port, recipe.model_name or recipe.group, inputs, parameters)
+        target = Target(port, recipe.model_name or recipe.group, inputs, parameters, ready.get("grpc_port"))
         clients, floors = {}, {}
         for name in args.transports:
             clients[name] = TRANSPORTS[name](target)

@@ -4,10 +4,7 @@ them, the same numbers as HTTP's binary tensors, the mistakes as errors, and unr
 
 from __future__ import annotations
 
-import importlib.resources
 import os
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -19,30 +16,10 @@ from tritonclient.utils import InferenceServerException
 from edgebuild.runtime.protocol import BadRequest
 from edgebuild.runtime.server import Server
 from edgebuild.runtime.shared_memory import SystemSharedMemory
+from tests.support.nvidia_shared_memory import nvidia_shared_memory
 from tests.support.runtime_artifacts import SHAPES, Client, write_artifact
 
-
-def _nvidia_shared_memory():
-    """tritonclient.utils.shared_memory. It imports ``pkg_resources`` for one ``resource_filename`` call (to find
-    its libcshm.so), and setuptools no longer ships that module; a stand-in answers that one call, and only while
-    the client module is imported."""
-    try:
-        import pkg_resources  # noqa: F401
-
-        stand_in = None
-    except ImportError:
-        stand_in = types.ModuleType("pkg_resources")
-        stand_in.resource_filename = lambda package, name: str(importlib.resources.files(package) / name)
-        sys.modules["pkg_resources"] = stand_in
-    try:
-        import tritonclient.utils.shared_memory as shm
-    finally:
-        if stand_in is not None:
-            del sys.modules["pkg_resources"]
-    return shm
-
-
-shm = _nvidia_shared_memory()
+shm = nvidia_shared_memory()
 ARRAY = np.random.default_rng(7).random(SHAPES[1], dtype=np.float32)
 OUT_BYTES = ARRAY.nbytes * 2  # room for "scaled" (as large as the input) and "scores" after it
 
