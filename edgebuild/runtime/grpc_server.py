@@ -230,24 +230,14 @@ def infer(service: Any, request: Any, memory: SystemSharedMemory, pb: Any) -> An
     except BadRequest as exc:
         service.record("bad_request")
         return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    stages["parse"], clock = time.perf_counter() - clock, time.perf_counter()
+    stages["parse"] = time.perf_counter() - clock
     try:
-        outputs, ms, rows = service.infer(parsed.inputs, stages)
-        clock = time.perf_counter()
-        if parsed.decode:
-            outputs = service.decode(outputs)
-            stages["decode"], clock = time.perf_counter() - clock, time.perf_counter()
-    except Exception as exc:
-        service.record("failure")
-        return None, (grpc.StatusCode.INTERNAL, "inference failed: {}".format(exc))
-    if parsed.outputs is not None:
-        outputs = {n: outputs[n] for n in parsed.outputs}
-    try:
-        placed = memory.write_outputs(parsed.shared_outputs, outputs)
+        outputs, ms, rows, placed = protocol.run_inference(service, parsed, memory, stages)
+    except protocol.InferenceFailed as exc:
+        return None, (grpc.StatusCode.INTERNAL, str(exc))
     except BadRequest as exc:
-        service.record("bad_request")
         return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    service.record("success", ms)
+    clock = time.perf_counter()
     response = pb.ModelInferResponse(model_name=service.name, model_version=service.version, id=request.id)
     _set_parameters(response.parameters, {"inference_ms": round(ms, 3), "batch_rows": rows,
                                           "backend": service.backend, "detections": parsed.decode})

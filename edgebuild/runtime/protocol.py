@@ -20,6 +20,7 @@ Python 3.8, the standard library and numpy.
 
 import json
 import math
+import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -101,6 +102,36 @@ class Inference:
         self.inputs, self.outputs, self.binary_outputs, self.request_id = inputs, outputs, binary_outputs, request_id
         self.decode = decode
         self.shared_outputs = shared_outputs or {}
+
+
+class InferenceFailed(Exception):
+    """The backend (or the decode) failed on a request that parsed: HTTP 500, gRPC INTERNAL."""
+
+
+def run_inference(service: Any, parsed: "Inference", memory: Any,
+                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, Dict[str, Any]]:
+    """A parsed request through ``service`` (a ``ModelService``), the same for every transport: (the
+    outputs asked for, backend ms, batch rows, {output: its shared-memory placement} for those written in
+    ``memory``'s regions). The backend's and the decode's seconds go to ``stages``; the outcome to the
+    service's metrics. Raises InferenceFailed, or BadRequest when an output does not fit its region."""
+    try:
+        outputs, ms, rows = service.infer(parsed.inputs, stages)
+        if parsed.decode:
+            clock = time.perf_counter()
+            outputs = service.decode(outputs)
+            stages["decode"] = time.perf_counter() - clock
+    except Exception as exc:
+        service.record("failure")
+        raise InferenceFailed("inference failed: {}".format(exc)) from exc
+    if parsed.outputs is not None:
+        outputs = {n: outputs[n] for n in parsed.outputs}
+    try:
+        placed = memory.write_outputs(parsed.shared_outputs, outputs)
+    except BadRequest:
+        service.record("bad_request")
+        raise
+    service.record("success", ms)
+    return outputs, ms, rows, placed
 
 
 def header_length(value: Optional[str]) -> Optional[int]:

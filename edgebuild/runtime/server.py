@@ -191,23 +191,13 @@ def _infer(service: ModelService, request: Request, memory: SystemSharedMemory) 
         return error(400, str(exc))
     stages["parse"], clock = _lap(clock)
     try:
-        outputs, ms, rows = service.infer(parsed.inputs, stages)
-        clock = time.perf_counter()
-        if parsed.decode:
-            outputs = service.decode(outputs)
-            stages["decode"], clock = _lap(clock)
-    except Exception as exc:
+        outputs, ms, rows, placed = protocol.run_inference(service, parsed, memory, stages)
+    except protocol.InferenceFailed as exc:
         stages.clear()
-        service.record("failure")
-        return error(500, "inference failed: {}".format(exc))
-    if parsed.outputs is not None:
-        outputs = {n: outputs[n] for n in parsed.outputs}
-    try:
-        placed = memory.write_outputs(parsed.shared_outputs, outputs)
+        return error(500, str(exc))
     except BadRequest as exc:
-        service.record("bad_request")
         return error(400, str(exc))
-    service.record("success", ms)
+    clock = time.perf_counter()
     parts, content_type, headers = protocol.response_parts(  # sent as they are: the outputs are never copied
         service.name, service.version, outputs, parsed.binary_outputs,
         {"inference_ms": round(ms, 3), "batch_rows": rows, "backend": service.backend,

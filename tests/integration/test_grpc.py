@@ -22,14 +22,7 @@ from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.server import Server
 from edgebuild.runtime.vision import NMS_OUTPUTS
 from tests.integration.test_kserve import _assert_detections, _host_raw, _images, detector  # noqa: F401
-from tests.support.runtime_artifacts import SHAPES, TARGET, Client, free_port, write_artifact
-
-
-def _same(got: np.ndarray, expected: np.ndarray) -> None:
-    """The same numbers up to ONNX Runtime's own rounding: its ReduceMean can differ by one ulp with the input's
-    memory alignment (a shared-memory page, a protobuf string, an HTTP body), so bit equality is not asked."""
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+from tests.support.runtime_artifacts import SHAPES, TARGET, Client, free_port, same_numbers, write_artifact
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +98,7 @@ def test_inference_equals_https_on_the_same_input(served) -> None:
         array = np.random.default_rng(sum(shape)).random(shape, dtype=np.float32)
         over_grpc, over_http = _grpc_infer(grpc, array, request_id=f"g{shape[0]}"), _http_infer(http, array)
         for name in ("scores", "scaled"):
-            _same(over_grpc.as_numpy(name), over_http.as_numpy(name))
+            same_numbers(over_grpc.as_numpy(name), over_http.as_numpy(name))
         response = over_grpc.get_response(as_json=True)
         assert response["id"] == f"g{shape[0]}" and response["model_version"] == "0.3.0"
         assert [o["datatype"] for o in response["outputs"]] == ["FP32", "FP32"]
@@ -307,7 +300,7 @@ def test_typed_contents_are_taken_as_raw_bytes_are(served) -> None:
     expected = _grpc_infer(client, array)
     for index, name in enumerate(("scores", "scaled")):
         got = np.frombuffer(answer.raw_output_contents[index], np.float32).reshape(expected.as_numpy(name).shape)
-        _same(got, expected.as_numpy(name))
+        same_numbers(got, expected.as_numpy(name))
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"contents.fp32_contents holds {array.size - 1} values" in raised.value.details()
 

@@ -17,19 +17,12 @@ from edgebuild.runtime.protocol import BadRequest
 from edgebuild.runtime.server import Server
 from edgebuild.runtime.shared_memory import SystemSharedMemory
 from tests.support.nvidia_shared_memory import nvidia_shared_memory
-from tests.support.runtime_artifacts import SHAPES, Client, write_artifact
+from tests.support.runtime_artifacts import SHAPES, Client, same_numbers, write_artifact
 
 shm = nvidia_shared_memory()
 ARRAY = np.random.default_rng(7).random(SHAPES[1], dtype=np.float32)
 OUT_BYTES = ARRAY.nbytes * 2  # room for "scaled" (as large as the input) and "scores" after it
 
-
-
-def _same(got: np.ndarray, expected: np.ndarray) -> None:
-    """The same numbers up to ONNX Runtime's own rounding: its ReduceMean can differ by one ulp with the input's
-    memory alignment (a shared-memory page, a protobuf string, an HTTP body), so bit equality is not asked."""
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +102,7 @@ def test_inputs_and_outputs_in_shared_memory_equal_http_binary(served, regions, 
     got = {"scaled": shm.get_contents_as_numpy(handles["out"], np.float32, list(ARRAY.shape)),
            "scores": shm.get_contents_as_numpy(handles["out"], np.float32, [ARRAY.shape[0], 3], offset=ARRAY.nbytes)}
     for name in ("scaled", "scores"):
-        _same(got[name], expected[name])
+        same_numbers(got[name], expected[name])
     if transport == "http":  # no tensor data in the answer: the outputs say where they went
         outputs = result.get_response()["outputs"]
         assert all("data" not in o and "binary_data_size" not in o["parameters"] for o in outputs)
@@ -132,8 +125,8 @@ def test_an_output_in_shared_memory_beside_one_in_the_answer(served, regions) ->
     scaled.set_shared_memory("out", ARRAY.nbytes)
     result = clients["grpc"].infer("tiny", [given], outputs=[scaled, scores])
     expected = _http_binary(clients["http"])
-    _same(result.as_numpy("scores"), expected["scores"])
-    _same(shm.get_contents_as_numpy(handles["out"], np.float32, list(ARRAY.shape)),
+    same_numbers(result.as_numpy("scores"), expected["scores"])
+    same_numbers(shm.get_contents_as_numpy(handles["out"], np.float32, list(ARRAY.shape)),
                                   expected["scaled"])
 
 
