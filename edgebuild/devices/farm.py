@@ -297,19 +297,22 @@ def write_jobs_file(path: Path, results: list[JobResult], extra: JsonObject | No
 
 @contextmanager
 def release_on_exit(farm: Farm) -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt here (in the main thread) so that, like Ctrl-C, it ends in
-    ``farm.close``: no reservation or acquired place of ours is left in the coordinator."""
+    """SIGTERM and Ctrl-C raise KeyboardInterrupt here (in the main thread), so that either ends in
+    ``farm.close``: no reservation or acquired place of ours is left in the coordinator. SIGINT is
+    set too, not left to Python's default: a library the stages ran before (an exporter, a
+    quantizer) may have replaced or ignored it, and a Ctrl-C then went nowhere while the run
+    waited for a board (seen under load in the farm's interrupt test)."""
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, terminate)
+        previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     except BaseException:
         farm.close()
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
