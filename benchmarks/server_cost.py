@@ -76,7 +76,20 @@ class Target:
         self.grpc_port = grpc_port
 
 
-class HttpTransport:
+class _TritonClient:
+    """What every transport does the same with its NVIDIA client: the floor request, and closing it."""
+
+    _client: Any
+
+    def live(self) -> None:
+        if not self._client.is_server_live():
+            raise RuntimeError("the server is not live")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class HttpTransport(_TritonClient):
     """NVIDIA ``tritonclient.http``, binary tensors in and out, one keep-alive connection.
 
     A client belongs to the thread that made it (tritonclient.http runs on gevent).
@@ -110,15 +123,8 @@ class HttpTransport:
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         return head.encode() + body
 
-    def live(self) -> None:
-        if not self._client.is_server_live():
-            raise RuntimeError("the server is not live")
 
-    def close(self) -> None:
-        self._client.close()
-
-
-class GrpcTransport:
+class GrpcTransport(_TritonClient):
     """NVIDIA ``tritonclient.grpc``: raw tensor contents in and out on one channel."""
 
     name = "grpc"
@@ -140,15 +146,8 @@ class GrpcTransport:
         result = self._client.infer(self._target.model, self._tensors, parameters=self._target.parameters)
         return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
 
-    def live(self) -> None:
-        if not self._client.is_server_live():
-            raise RuntimeError("the server is not live")
 
-    def close(self) -> None:
-        self._client.close()
-
-
-class SharedMemoryTransport:
+class SharedMemoryTransport(_TritonClient):
     """``tritonclient.http`` with the system shared-memory extension: inputs and outputs in registered
     regions, only the request's JSON header on the socket. One pair of regions per client."""
 
@@ -166,10 +165,9 @@ class SharedMemoryTransport:
         self._shm, self._target = shm, target
         self._client = triton.InferenceServerClient(f"127.0.0.1:{target.port}")
         # the outputs' shapes and types, from one ordinary request
-        probe = [triton.InferInput(n, list(a.shape), "FP32") for n, a in target.inputs.items()]
-        for tensor, array in zip(probe, target.inputs.values()):
-            tensor.set_data_from_numpy(array, binary_data=True)
-        answer = self._client.infer(target.model, probe, parameters=target.parameters)
+        probe = HttpTransport(target)
+        answer = probe.infer()
+        probe.close()
         self._outputs = {o["name"]: answer.as_numpy(o["name"]) for o in answer.get_response()["outputs"]}
         in_size = sum(a.nbytes for a in target.inputs.values())
         out_size = sum(a.nbytes for a in self._outputs.values())
@@ -200,15 +198,11 @@ class SharedMemoryTransport:
         return {name: self._shm.get_contents_as_numpy(handle_out, dtype, shape, offset)
                 for name, dtype, shape, offset in self._placed}
 
-    def live(self) -> None:
-        if not self._client.is_server_live():
-            raise RuntimeError("the server is not live")
-
     def close(self) -> None:
         for name, handle in self._regions:
             self._client.unregister_system_shared_memory(name)
             self._shm.destroy_shared_memory_region(handle)
-        self._client.close()
+        super().close()
 
 
 TRANSPORTS: dict[str, Callable[[Target], Any]] = {"http": HttpTransport, "grpc": GrpcTransport,
