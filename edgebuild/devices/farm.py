@@ -299,9 +299,10 @@ def write_jobs_file(path: Path, results: list[JobResult], extra: JsonObject | No
 def release_on_exit(farm: Farm) -> Iterator[None]:
     """SIGTERM and Ctrl-C raise KeyboardInterrupt here (in the main thread), so that either ends in
     ``farm.close``: no reservation or acquired place of ours is left in the coordinator. SIGINT is
-    set too, not left to Python's default: a library the stages ran before (an exporter, a
-    quantizer) may have replaced or ignored it, and a Ctrl-C then went nowhere while the run
-    waited for a board (seen under load in the farm's interrupt test)."""
+    set too, not left to Python's default: a process started in the background by a
+    non-interactive shell (``cmd &`` in a script, a CI job) inherits SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler, so a SIGINT sent to the run went nowhere while it waited
+    for a board (the farm's interrupt test failed exactly when the suite was started with ``&``)."""
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
