@@ -1,4 +1,11 @@
-"""COCO JSON: one annotations file (``images``, ``annotations``, ``categories``) and a folder of images."""
+"""COCO JSON: one annotations file (``images``, ``annotations``, ``categories``) and a folder of images.
+
+Read for segmentation, every object of the task's classes needs ``segmentation``: polygons
+``[[x1, y1, x2, y2, ...], ...]`` in pixels or RLE ``{"size": [h, w], "counts": ...}`` (crowd regions
+use it), kept as read; its ``area`` is the file's, or the mask's where the file has none. Read for
+pose, the task's categories need ``keypoints`` (their names; ``skeleton`` is kept) and every object
+``keypoints`` [x, y, v, ...] (v 0, 1 or 2), as in COCO's ``person_keypoints_*.json``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from typing import Any
 
 from edgebuild.datasets.formats import misplaced
 from edgebuild.datasets.images import IMAGE_SUFFIXES, CocoSet, Sample, cap, image_size, spread
+from edgebuild.datasets.task_labels import flip_pairs, mask_area, model_of, refuse_task
 from edgebuild.errors import DataError
 from edgebuild.jsontypes import JsonObject
 
@@ -17,7 +25,7 @@ __all__ = ["coco_beside", "read_coco"]
 
 
 def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int | None = None,
-              key: str = "data.validation.annotations") -> CocoSet:
+              key: str = "data.validation.annotations", task: str = "detection") -> CocoSet:
     """A COCO validation set, its images in order of id; ``limit`` keeps that many, evenly spread over
     them by file name (``images.spread``). Categories are matched to ``classes`` by name: every class
     must be a category (a category the task lacks is allowed).
@@ -25,7 +33,13 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
     Refused, naming the file and the id: an image id or annotation id twice, an annotation of an image
     or category the file does not have, a bbox that is not 4 finite numbers or has a negative size, an
     image whose width/height disagree with its file. A box reaching past the image is clipped to it and
-    one of zero width or height dropped, each counted in the set's notes."""
+    one of zero width or height dropped, each counted in the set's notes. ``task`` segmentation or pose:
+    the masks or keypoints of the task's classes are checked too (the module's docstring)."""
+    refuse_task(task, key)
+    if task == "obb":
+        raise DataError(f"{key}: {ann_path}: COCO JSON has no oriented boxes; {model_of(task)} is validated on YOLO "
+                        "OBB labels (class x1 y1 x2 y2 x3 y3 x4 y4)",
+                        hint="point data.dataset at the OBB data.yaml the model was trained on")
     try:
         gt = json.loads(ann_path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
@@ -76,11 +90,27 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
     tally: Counter[str] = Counter()
     fitted = [a for a in (_fit(a, sizes[int(a["image_id"])], tally) for a in annotations if int(a["image_id"]) in kept)
               if a is not None]
+    ids = {by_name[n] for n in classes}
+    kpt_shape: tuple[int, int] | None = None
+    flip: list[int] | None = None
+    if task == "segmentation":
+        fitted = [_with_mask(a, sizes[int(a["image_id"])], where) if int(a["category_id"]) in ids else a
+                  for a in fitted]
+    elif task == "pose":
+        names = _keypoint_names(gt["categories"], ids, where)
+        kpt_shape, flip = (len(names), 3), flip_pairs(names)
+        fitted = [_with_keypoints(a, len(names), where, tally) if int(a["category_id"]) in ids else a
+                  for a in fitted]
     said = {"clipped": "box(es) reach past the image edge: clipped to the image",
-            "zero-area": "box(es) of zero width or height: dropped (no detection can match them)"}
+            "zero-area": "box(es) of zero width or height: dropped (no detection can match them)",
+            "recounted": "annotation(s) whose num_keypoints disagree with their keypoints' visibilities: counted "
+                         "again (v > 0)"}
     notes = tuple(f"{ann_path.name}: {tally[k]} {text}" for k, text in said.items() if tally.get(k))
     gt = {**gt, "images": images, "annotations": fitted}
-    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes], available=available, notes=notes)
+    if kpt_shape is not None:
+        gt.update(kpt_shape=list(kpt_shape), flip_idx=flip)
+    return CocoSet(ann_path, gt, samples, [by_name[n] for n in classes], available=available, notes=notes,
+                   task=task, kpt_shape=kpt_shape, flip_idx=tuple(flip) if flip else None)
 
 
 def coco_beside(path: Path, key: str = "--data") -> tuple[list[str], Path, Path]:
@@ -224,6 +254,85 @@ def _fit(annotation: JsonObject, size: tuple[int, int], tally: Counter[str]) -> 
     if (x1, y1, x2 - x1, y2 - y1) == (x, y, w, h):
         return annotation
     return {**annotation, "bbox": [x1, y1, x2 - x1, y2 - y1]}
+
+
+def _with_mask(annotation: JsonObject, size: tuple[int, int], where: str) -> JsonObject:
+    """The annotation with its segmentation checked (polygons: x y pairs, 3 points or more; RLE: the image's
+    size) and its area the mask's where the file gives none."""
+    said = f"{where}: annotation id {annotation['id']}"
+    segmentation = annotation.get("segmentation")
+    if isinstance(segmentation, list) and segmentation:
+        for number, polygon in enumerate(segmentation, 1):
+            if not (isinstance(polygon, list) and all(_number(v) for v in polygon)):
+                raise DataError(f"{said}: segmentation polygon {number} must be a list of numbers x1, y1, x2, y2, "
+                                f"..., found {str(polygon)[:80]}")
+            if len(polygon) % 2:
+                raise DataError(f"{said}: segmentation polygon {number} has {len(polygon)} values, an odd number: "
+                                "a polygon is x y pairs")
+            if len(polygon) < 6:
+                raise DataError(f"{said}: segmentation polygon {number} has {len(polygon) // 2} point(s): a polygon "
+                                "needs 3 or more")
+    elif isinstance(segmentation, dict):
+        rle_size, counts = segmentation.get("size"), segmentation.get("counts")
+        if rle_size != [size[1], size[0]]:
+            raise DataError(f"{said}: its RLE 'size' {rle_size!r} is not the image's [height, width] "
+                            f"[{size[1]}, {size[0]}]")
+        if not (isinstance(counts, str) or (isinstance(counts, list) and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts))):
+            raise DataError(f"{said}: its RLE 'counts' must be a COCO RLE string or a list of run lengths")
+    else:
+        found = "none" if segmentation in (None, []) else f"{str(segmentation)[:60]!r}"
+        raise DataError(f"{said}: a segmentation model needs its mask as 'segmentation' (polygons [[x1, y1, ...]] "
+                        f"or RLE {{'size', 'counts'}}), found {found}",
+                        hint="use the instances_*.json with masks, not a boxes-only file")
+    if _number(annotation.get("area")) and annotation["area"] >= 0:
+        return annotation
+    return {**annotation, "area": mask_area(segmentation, *size)}
+
+
+def _keypoint_names(categories: list[Any], ids: set[int], where: str) -> list[str]:
+    """The keypoint names of the task's categories (one list for all of them: a pose model has one kpt_shape)."""
+    found: dict[int, list[str]] = {}
+    for category in categories:
+        if _whole(category["id"]) not in ids:
+            continue
+        names = category.get("keypoints")
+        if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise DataError(f"{where}: category {category['name']!r} (id {category['id']}) has no 'keypoints' (the "
+                            f"names of its keypoints): a pose model needs COCO keypoint annotations",
+                            hint="use the person_keypoints_*.json form: categories with 'keypoints' and 'skeleton'")
+        found[_whole(category["id"])] = names
+    counts = {len(n) for n in found.values()}
+    if len(counts) > 1:
+        raise DataError(f"{where}: the task's categories have {sorted(counts)} keypoints: a pose model predicts one "
+                        "number of keypoints for every class")
+    return next(iter(found.values()))
+
+
+def _with_keypoints(annotation: JsonObject, count: int, where: str, tally: Counter[str]) -> JsonObject:
+    """The annotation with its keypoints checked (``count`` x, y, v; v 0, 1 or 2) and num_keypoints counted."""
+    said = f"{where}: annotation id {annotation['id']}"
+    keypoints = annotation.get("keypoints")
+    if not (isinstance(keypoints, list) and all(_number(v) for v in keypoints)):
+        raise DataError(f"{said}: a pose model needs 'keypoints' [x1, y1, v1, ...] on every object, found "
+                        f"{'none' if keypoints is None else str(keypoints)[:60]}")
+    if len(keypoints) != 3 * count:
+        raise DataError(f"{said}: {len(keypoints)} keypoint values, its category names {count} keypoints "
+                        f"({3 * count} values: x, y, v each)")
+    bad = [(i // 3 + 1, v) for i, v in enumerate(keypoints) if i % 3 == 2 and v not in (0, 1, 2)]
+    if bad:
+        raise DataError(f"{said}: keypoint {bad[0][0]} has visibility {bad[0][1]}; it must be 0 (not labelled), "
+                        "1 (labelled, not visible) or 2 (visible)")
+    labelled = sum(1 for v in keypoints[2::3] if v > 0)
+    if annotation.get("num_keypoints") == labelled:
+        return annotation
+    if "num_keypoints" in annotation:
+        tally["recounted"] += 1
+    return {**annotation, "num_keypoints": labelled}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(value: Any) -> int:

@@ -168,6 +168,7 @@ def data_format(project: Project) -> DataFormat:
         raise DataError(f"{key}: {path} is {description}, not a COCO JSON file or a folder of Pascal VOC XML files"
                         + (f": {_TAKES[kind][1]}" if kind else ""))
     found = "voc" if kind == "voc-folder" else "coco"
+    _refuse_for_task(found, project.task.kind, key, path, description)
     told = description if kind else "a file"
     if declared and declared != found:
         raise DataError(f"{key}: data.format is {declared!r}, but {path} is {description} ({TITLES[found]})",
@@ -198,8 +199,23 @@ def _dataset_format(path: Path, declared: str | None, task: str) -> DataFormat:
         raise DataError(f"{key}: data.format is {declared!r}, but {path} is {description} ({TITLES[found]})",
                         hint="remove data.format (the files say what they are) or point data.dataset at the right data")
     name = declared or found or ""
-    wanted = "classification" if name == "folders" else "detection"
-    if wanted != task:
-        raise DataError(f"{key}: {path} is {description}, {wanted} data; task.kind is {task!r}")
+    _refuse_for_task(name, task, key, path, description)
     told = "data.format" if declared else description
     return DataFormat(name, key, path, told)
+
+
+#: what each task needs that Pascal VOC (boxes only) or COCO JSON (no oriented boxes) lacks
+_NEEDS = {"segmentation": "polygons or masks: a YOLO segmentation data.yaml, or COCO JSON with 'segmentation'",
+          "pose": "keypoints: a YOLO pose data.yaml with kpt_shape, or COCO JSON with 'keypoints' "
+                  "(person_keypoints_*.json)",
+          "obb": "oriented boxes: a YOLO OBB data.yaml (class x1 y1 x2 y2 x3 y3 x4 y4)"}
+
+
+def _refuse_for_task(name: str, task: str, key: str, path: Path, description: str) -> None:
+    """Data of a format that cannot hold what ``task`` (task.kind) is measured on is a DataError saying what can."""
+    if (name == "folders") != (task == "classification"):
+        wanted = "classification" if name == "folders" else "detection"
+        raise DataError(f"{key}: {path} is {description}, {wanted} data; task.kind is {task!r}")
+    if (name == "voc" and task in _NEEDS) or (name == "coco" and task == "obb"):
+        holds = "Pascal VOC holds axis-aligned boxes only" if name == "voc" else "COCO JSON has no oriented boxes"
+        raise DataError(f"{key}: {path} is {description}: {holds}; task.kind {task!r} needs {_NEEDS[task]}")

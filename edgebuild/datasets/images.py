@@ -45,6 +45,11 @@ class Sample:
 class CocoSet:
     """A detection set in COCO form, with category ids mapped onto the task's class order.
 
+    Read for segmentation, pose or OBB (``task``), each annotation also holds ``segmentation`` (COCO
+    polygons in pixels or RLE; ``area`` the mask's), ``keypoints`` (x, y, v in pixels) with
+    ``num_keypoints``, or ``obb`` (4 corners in pixels; ``bbox`` their bounding box); a pose set's
+    ground truth carries ``kpt_shape`` and ``flip_idx`` at its top level.
+
     ``annotations_path`` is the file that describes the set (the COCO JSON, the data.yaml, the VOC
     split list or Annotations folder); ``files`` every other file its ground truth was read from
     (label files, XML files), so a content digest can cover them.
@@ -58,6 +63,9 @@ class CocoSet:
     files: tuple[Path, ...] = ()
     available: int = 0  # the images of the set before a cap kept ``samples`` of them (0: not counted)
     notes: tuple[str, ...] = ()  # what reading it did that a user must hear (boxes clipped or dropped, ...)
+    task: str = "detection"  # what its annotations hold beyond boxes: segmentation, pose, obb (task_labels)
+    kpt_shape: tuple[int, int] | None = None  # pose: [keypoints, 2 or 3] (also the ground truth's "kpt_shape")
+    flip_idx: tuple[int, ...] | None = None  # pose: each keypoint's mirror, where known (also "flip_idx")
 
 
 #: the EXIF orientations that turn the image a quarter (its width and height swap)

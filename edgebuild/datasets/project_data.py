@@ -50,27 +50,29 @@ def load_validation_set(project: Project, limit: int | None = None) -> tuple[Coc
     """The validation set, in whatever format it is: (the COCO form of a detection set or None, its samples).
     ``limit`` (or data.validation.max_images) keeps that many images, evenly spread over the set by file
     name (``edgebuild.datasets.images.spread``; class folders: a balanced share of each)."""
-    if project.task.kind == "detection":
+    if project.task.kind != "classification":  # detection, segmentation, pose, obb: COCO form
         coco = load_coco_set(project, limit)
         return coco, coco.samples
     return None, load_class_folder_set(project, limit)
 
 
 def load_coco_set(project: Project, limit: int | None = None) -> CocoSet:
-    """The detection validation set in COCO form, read from COCO JSON, a YOLO data.yaml or Pascal VOC."""
+    """The detection validation set in COCO form, read from COCO JSON, a YOLO data.yaml or Pascal VOC; for
+    segmentation, pose and OBB (task.kind) with the masks, keypoints or oriented boxes (``CocoSet``)."""
     fmt = data_format(project)
     most = cap(limit, project.data.validation.max_images)
     classes = list(project.task.classes)
     split = project.data.validation_split
+    task = project.task.kind
     if fmt.name == "yolo":
-        return load_yolo_set(fmt.path, split, classes, most)
+        return load_yolo_set(fmt.path, split, classes, most, task=task)
     if fmt.name == "voc" and fmt.has_splits:
         return load_voc_root(fmt.path, split, classes, most)
     if fmt.name == "voc":
         return load_voc_folder(fmt.path, fmt.images or fmt.path, classes, most)
     if fmt.name == "coco":
-        return read_coco(fmt.path, fmt.images or fmt.path, classes, most)
-    raise DataError(f"{fmt.key}: {fmt.path} is {fmt.title}, classification data; task.kind is detection")
+        return read_coco(fmt.path, fmt.images or fmt.path, classes, most, task=task)
+    raise DataError(f"{fmt.key}: {fmt.path} is {fmt.title}, classification data; task.kind is {task}")
 
 
 def load_class_folder_set(project: Project, limit: int | None = None) -> list[Sample]:

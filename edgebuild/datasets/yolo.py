@@ -12,21 +12,23 @@ The splits are resolved as Ultralytics' ``check_det_dataset`` and ``img2label_pa
 - ``names`` is a list or a dict {id: name} with ids 0..n-1 (``nc`` alone: the model's names where
   it has them, as Ultralytics takes them, else class_0...).
 
-A label line is ``class cx cy w h``, normalised to [0, 1] by the image's width and height (a
-polygon ``class x1 y1 x2 y2 ...`` counts as its bounding box; with ``kpt_shape`` the keypoints
-follow the box). Each becomes a COCO box [x, y, w, h] in pixels from the image's top-left corner.
+A label line is ``class cx cy w h``, normalised to [0, 1] by the image's width and height (for
+detection a polygon ``class x1 y1 x2 y2 ...`` counts as its bounding box; with ``kpt_shape`` the
+keypoints after the box are skipped). Each becomes a COCO box [x, y, w, h] in pixels from the
+image's top-left corner. Read for segmentation, pose or OBB, a line is that task's label
+(``task_labels``): a polygon, a box with keypoints, 4 corners.
 """
 
 from __future__ import annotations
 
 import glob
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgebuild.datasets.images import CocoSet, Sample, image_size, image_stem, refuse_duplicate_stems, spread
+from edgebuild.datasets.task_labels import LabelLayout, model_of, read_objects, refuse_task, to_annotation
 from edgebuild.errors import DataError
 from edgebuild.jsontypes import JsonObject
 
@@ -35,8 +37,17 @@ __all__ = ["load_yolo_set", "read_data_yaml", "split_images"]
 #: the suffixes Ultralytics takes as images (ultralytics.data.utils.IMG_FORMATS)
 IMG_FORMATS = {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
 _SPLIT_KEYS = ("train", "val", "test", "minival")
-#: how far outside [0, 1] Ultralytics takes a coordinate (``verify_image_label``: 1%)
-_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Keypoints:
+    """A pose data.yaml's keypoint keys, checked: ``kpt_shape`` [K, 2|3], ``flip_idx`` (each keypoint's mirror),
+    ``kpt_names`` {class id: K names}, ``kpt_oks_sigmas`` (K, for OKS; None: Ultralytics' default)."""
+
+    shape: tuple[int, int]
+    flip_idx: tuple[int, ...] | None = None
+    names: dict[int, list[str]] | None = None
+    oks_sigmas: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class YoloData:
     splits: dict[str, list[Path]]  # split -> the folders and .txt lists it names, resolved
     extra_fields: int  # keypoint values after the box on every label line (kpt_shape), else 0
     names_given: bool = True  # False: only 'nc' (names are class_0...; Ultralytics then takes the model's)
+    keypoints: Keypoints | None = None  # kpt_shape and what goes with it
 
     def where(self, split: str) -> str:
         return f"{self.path}: {split}"
@@ -98,13 +110,46 @@ def read_data_yaml(path: Path, key: str = "data.dataset") -> YoloData:
         else:
             raise DataError(f"{key}: {path}: {split!r} must be a folder, an image list (.txt) or a list of them, "
                             f"found {value!r}")
-    extra = 0
+    keypoints = _keypoints(data, len(names), f"{key}: {path}")
+    extra = keypoints.shape[0] * keypoints.shape[1] if keypoints else 0
+    return YoloData(path, root, names, splits, extra, data.get("names") is not None, keypoints)
+
+
+def _keypoints(data: JsonObject, classes: int, where: str) -> Keypoints | None:
+    """The data.yaml's kpt_shape, flip_idx, kpt_names and kpt_oks_sigmas, checked against each other."""
     kpt = data.get("kpt_shape")
-    if kpt is not None:
-        if not (isinstance(kpt, list) and len(kpt) == 2 and all(isinstance(v, int) and v > 0 for v in kpt)):
-            raise DataError(f"{key}: {path}: 'kpt_shape' must be [keypoints, 2 or 3], found {kpt!r}")
-        extra = kpt[0] * kpt[1]
-    return YoloData(path, root, names, splits, extra, data.get("names") is not None)
+    if kpt is None:
+        return None
+    if not (isinstance(kpt, list) and len(kpt) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            for v in kpt) and kpt[0] > 0 and kpt[1] in (2, 3)):
+        raise DataError(f"{where}: 'kpt_shape' must be [keypoints, 2 or 3] (2: x y, 3: x y visibility), "
+                        f"found {kpt!r}")
+    count = kpt[0]
+    flip = data.get("flip_idx")
+    if flip is not None and flip != []:
+        if not (isinstance(flip, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in flip)):
+            raise DataError(f"{where}: 'flip_idx' must be a list of keypoint indices, found {flip!r}")
+        if len(flip) != count or sorted(flip) != list(range(count)):
+            raise DataError(f"{where}: 'flip_idx' {flip} must name each of the {count} keypoints (kpt_shape "
+                            f"{kpt}) once: keypoint i becomes flip_idx[i] when the image is mirrored",
+                            hint=f"list {count} indices 0..{count - 1}: at a left eye's place the right eye's index")
+    sigmas = data.get("kpt_oks_sigmas")
+    if sigmas is not None and not (isinstance(sigmas, list) and len(sigmas) == count and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in sigmas)):
+        raise DataError(f"{where}: 'kpt_oks_sigmas' must be {count} positive numbers (one per keypoint), "
+                        f"found {sigmas!r}")
+    names = data.get("kpt_names")
+    by_class: dict[int, list[str]] | None = None
+    if names is not None:
+        ok = isinstance(names, dict) and all(isinstance(v, list) and len(v) == count for v in names.values())
+        try:
+            by_class = {int(k): [str(n) for n in v] for k, v in names.items()} if ok else None
+        except (TypeError, ValueError):
+            by_class = None
+        if by_class is None or not all(0 <= k < classes for k in by_class):
+            raise DataError(f"{where}: 'kpt_names' must be {{class id: [{count} keypoint names]}}, found {names!r}")
+    return Keypoints((count, kpt[1]), tuple(flip) if flip else None, by_class,
+                     tuple(float(v) for v in sigmas) if sigmas else None)
 
 
 def _names(data: JsonObject, path: Path, key: str) -> list[str]:
@@ -186,63 +231,10 @@ def label_path(image: Path) -> Path:
 
 def read_labels(path: Path, classes: int, extra_fields: int = 0, key: str = "data.dataset",
                 tally: Counter[str] | None = None) -> list[tuple[int, float, float, float, float]]:
-    """(class, cx, cy, w, h) of each line, normalised, clipped to the image; exact duplicate lines once (as
-    Ultralytics keeps them). Coordinates within Ultralytics' 1% tolerance outside [0, 1] are taken; a box
-    reaching past the image edge is clipped to it, one of zero width or height dropped; ``tally`` counts
-    each (``clipped``, ``zero-area``, ``duplicate``) for the set's notes."""
-    tally = Counter() if tally is None else tally
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{key}: {path}: not a UTF-8 label file: {exc}") from None
-    boxes: list[tuple[int, float, float, float, float]] = []
-    seen: set[tuple[float, ...]] = set()
-    for number, line in enumerate(lines, 1):
-        fields = line.split()
-        if not fields:
-            continue
-        where = f"{key}: {path}:{number}"
-        polygon = not extra_fields and len(fields) >= 7 and len(fields) % 2 == 1
-        if len(fields) != 5 + extra_fields and not polygon:
-            wanted = f"5 + {extra_fields} keypoint values" if extra_fields else "5 (class cx cy w h) or a polygon"
-            raise DataError(f"{where}: {len(fields)} fields, needs {wanted}: {line.strip()!r}")
-        try:
-            values = [float(v) for v in fields]
-        except ValueError:
-            raise DataError(f"{where}: not numbers: {line.strip()!r}") from None
-        if not all(math.isfinite(v) for v in values):
-            raise DataError(f"{where}: not finite numbers: {line.strip()!r}")
-        if tuple(values) in seen:
-            tally["duplicate"] += 1
-            continue
-        seen.add(tuple(values))
-        label = values[0]
-        if label != int(label) or not 0 <= label < classes:
-            raise DataError(f"{where}: class {fields[0]} is out of range: the data.yaml names {classes} classes "
-                            f"(0..{classes - 1})")
-        coords = values[1:] if polygon else values[1:5]
-        outside = [v for v in coords if not -_TOLERANCE <= v <= 1.0 + _TOLERANCE]
-        if outside:
-            raise DataError(f"{where}: coordinates must be normalised to [0, 1] by the image size, found "
-                            f"{', '.join(f'{v:g}' for v in outside)} in {line.strip()!r} (Ultralytics drops the "
-                            "whole image as corrupt)")
-        if polygon:
-            xs, ys = coords[0::2], coords[1::2]
-            x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
-        else:
-            cx, cy, w, h = coords
-            if w < 0 or h < 0:
-                raise DataError(f"{where}: a negative width or height: {line.strip()!r}")
-            x1, x2, y1, y2 = cx - w / 2, cx + w / 2, cy - h / 2, cy + h / 2
-        clipped = [min(max(v, 0.0), 1.0) for v in (x1, x2, y1, y2)]
-        if clipped != [x1, x2, y1, y2]:
-            tally["clipped"] += 1
-            x1, x2, y1, y2 = clipped
-        if x2 - x1 <= 0 or y2 - y1 <= 0:
-            tally["zero-area"] += 1
-            continue
-        boxes.append((int(label), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1))
-    return boxes
+    """(class, cx, cy, w, h) of each line of a detection label file, normalised, clipped to the image
+    (``task_labels.read_objects``; ``extra_fields``: keypoint values after the box, skipped)."""
+    layout = LabelLayout("detection", (extra_fields, 1) if extra_fields else None)
+    return [(o.label, *o.box) for o in read_objects(path, classes, layout, key, tally)]
 
 
 def _box_notes(tally: Counter[str], where: str) -> tuple[str, ...]:
@@ -250,15 +242,25 @@ def _box_notes(tally: Counter[str], where: str) -> tuple[str, ...]:
     said = {"clipped": "box(es) reach past the image edge: clipped to the image",
             "zero-area": "box(es) of zero width or height: dropped (no detection can match them)",
             "duplicate": "label line(s) repeated exactly: counted once, as Ultralytics does",
+            "not-rectangle": "oriented box(es) whose 4 corners are not a rectangle: taken as the smallest rectangle "
+                             "holding them, as Ultralytics does (cv2.minAreaRect)",
             "orphan": "label file(s) without an image: not read (as Ultralytics does)"}
     return tuple(f"{where}: {tally[k]} {text}" for k, text in said.items() if tally.get(k))
 
 
 def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | None = None,
-                  key: str = "data.dataset") -> CocoSet:
+                  key: str = "data.dataset", task: str = "detection") -> CocoSet:
     """A split of a YOLO dataset in COCO form; its names must be ``classes``, in order. ``limit`` keeps
-    that many images, evenly spread over the split by file name (``images.spread``)."""
+    that many images, evenly spread over the split by file name (``images.spread``). ``task``: what the
+    label lines hold (``task_labels``); pose needs the data.yaml's kpt_shape."""
+    refuse_task(task, key)
     data = read_data_yaml(yaml_path, key)
+    if task == "pose" and data.keypoints is None:
+        raise DataError(f"{key}: {yaml_path} has no 'kpt_shape': {model_of(task)} needs it ([keypoints, 2 or 3]) and "
+                        "label lines of class cx cy w h followed by the keypoints",
+                        hint="a detection data.yaml cannot validate a pose model: use the pose dataset it was "
+                             "trained on")
+    layout = LabelLayout(task, data.keypoints.shape if data.keypoints else None)
     unnamed = not data.names_given and len(data.names) == len(classes)
     if unnamed:  # only nc: Ultralytics names the classes by the model's names; so do task.classes
         data = replace(data, names=list(classes))
@@ -281,20 +283,37 @@ def load_yolo_set(yaml_path: Path, split: str, classes: list[str], limit: int | 
         if not labels.is_file():
             continue  # no label file: an image without objects
         read.append(labels)
-        for label, cx, cy, w, h in read_labels(labels, len(data.names), data.extra_fields, key, tally):
-            box = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": label + 1,
-                                "bbox": box, "area": box[2] * box[3], "iscrowd": 0})
+        for obj in read_objects(labels, len(data.names), layout, key, tally):
+            fields = to_annotation(obj, layout, width, height, tally)
+            if fields is not None:
+                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": obj.label + 1,
+                                    **fields, "iscrowd": 0})
     tally["orphan"] = _orphans(every)
-    ground_truth = {"images": records, "annotations": annotations,
-                    "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
+    ground_truth: JsonObject = {"images": records, "annotations": annotations,
+                                "categories": [{"id": i + 1, "name": n} for i, n in enumerate(data.names)]}
+    keypoints = data.keypoints if task == "pose" else None
+    if keypoints is not None:
+        ground_truth.update(_pose_keys(keypoints))
+        for category in ground_truth["categories"]:
+            if keypoints.names and category["id"] - 1 in keypoints.names:
+                category["keypoints"] = keypoints.names[category["id"] - 1]
     samples = [Sample(image, i) for i, image in enumerate(images, 1)]
     notes = _box_notes(tally, f"{yaml_path.name} {split}")
     if unnamed:
         notes = (f"{yaml_path.name}: no 'names', only nc: {len(classes)}: its classes are taken as task.classes "
                  f"{list(classes)} (as Ultralytics takes the model's names)", *notes)
     return CocoSet(yaml_path, ground_truth, samples, list(range(1, len(classes) + 1)), "yolo",
-                   tuple([*lists, *read]), available, notes)
+                   tuple([*lists, *read]), available, notes, task,
+                   keypoints.shape if keypoints else None, keypoints.flip_idx if keypoints else None)
+
+
+def _pose_keys(keypoints: Keypoints) -> JsonObject:
+    """The ground truth's top-level keypoint keys: kpt_shape, flip_idx (None: none), kpt_oks_sigmas if given."""
+    keys: JsonObject = {"kpt_shape": list(keypoints.shape),
+                        "flip_idx": list(keypoints.flip_idx) if keypoints.flip_idx else None}
+    if keypoints.oks_sigmas:
+        keys["kpt_oks_sigmas"] = list(keypoints.oks_sigmas)
+    return keys
 
 
 def _refuse_without_labels(data: YoloData, split: str, images: list[Path], key: str) -> None:
