@@ -8,6 +8,9 @@ COCOeval scores at most ``maxDets`` detections per image and class (100 by defau
 already keeps at most ``max_detections`` per image, so the cap given to COCOeval is never below
 it: every detection the model reports is scored (Ultralytics' val keeps 300 per image and scores
 them all). With ``max_detections`` up to 100 this is COCOeval's own default.
+
+Instance segmentation, pose and oriented boxes are scored by Ultralytics' own method instead
+(``edgebuild.accuracy.task_metrics``): COCOeval's differs from it by more than parity allows there.
 """
 
 from __future__ import annotations

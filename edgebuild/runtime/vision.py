@@ -254,6 +254,27 @@ def check_detection_outputs(boxes: np.ndarray, scores: np.ndarray, boxes_name: s
                               "checks this in its model stage and says what the shapes look like")
 
 
+def prototype_masks(prototypes: np.ndarray, coefficients: np.ndarray, boxes: np.ndarray,
+                    input_size: Tuple[int, int]) -> np.ndarray:
+    """Instance masks of one image from a YOLO-seg head, as Ultralytics' val makes them (``ops.process_mask``).
+
+    prototypes [C, mh, mw]; coefficients [N, C] of the detections kept; boxes [N, 4] xyxy in
+    network-input pixels; input_size (height, width) of the network input. Returns [N, mh, mw]
+    bool at the prototypes' resolution (a quarter of the input's): the mask logit above 0, inside
+    the box scaled to that resolution (pixel columns x1 <= c < x2, rows y1 <= r < y2). Not
+    upsampled: the mask metric compares masks at this resolution, in the network input's frame.
+    """
+    channels, mask_h, mask_w = prototypes.shape
+    logits = np.asarray(coefficients, np.float32) @ np.asarray(prototypes, np.float32).reshape(channels, -1)
+    masks = logits.reshape(-1, mask_h, mask_w) > 0
+    scaled = np.asarray(boxes, np.float32).reshape(-1, 4) * np.array(
+        [mask_w / input_size[1], mask_h / input_size[0]] * 2, np.float32)
+    cols, rows = np.arange(mask_w, dtype=np.float32), np.arange(mask_h, dtype=np.float32)
+    inside_x = (cols >= scaled[:, 0:1]) & (cols < scaled[:, 2:3])
+    inside_y = (rows >= scaled[:, 1:2]) & (rows < scaled[:, 3:4])
+    return masks & inside_y[:, :, None] & inside_x[:, None, :]
+
+
 def top_k(logits: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries per row, best first: [N, C] -> [N, k]."""
     k = min(k, logits.shape[-1])
