@@ -8,8 +8,9 @@ under ``build/latency-onnx/``, never committed), counts each graph's FLOPs and b
 ``edgebuild/targets/latency.py``. Then, for every model, fits again without that model's figures
 and predicts them: the leave-one-model-out error, printed per figure and summarised (median and
 max relative error, per precision, module and source). Writes the full fit and the
-leave-one-model-out band to ``profiles/reference/latency_model.toml`` (``--no-write`` to only
-print).
+leave-one-model-out band to ``profiles/reference/latency_model.toml``, and the fitted figures'
+per-layer counts to ``profiles/reference/published_costs.json`` (what ``edgebuild plan --calibrate``
+refits with; ``--no-write`` to only print).
 
     python benchmarks/latency_model_fit.py [--no-write] [--onnx-dir build/latency-onnx]
 
@@ -36,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from edgebuild.targets.latency import (  # noqa: E402
+    FITTED,
     FitSample,
     LatencyModel,
     PublishedLatency,
@@ -44,12 +46,11 @@ from edgebuild.targets.latency import (  # noqa: E402
     load_published_latencies,
     predict_ms,
     write_latency_model,
+    write_published_costs,
 )
 from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file  # noqa: E402
 from edgebuild.targets.profiles import load_catalog  # noqa: E402
 from edgebuild.text import python_output_dropped, table  # noqa: E402
-
-FITTED = ("gpu_compute", "framework")
 
 
 def onnx_for(model: str, hw: tuple[int, int], onnx_dir: Path) -> Path:
@@ -182,6 +183,8 @@ def main() -> int:
     )
     if not args.no_write:
         print(f"wrote {write_latency_model(stored).relative_to(REPO)}")
+        # the graphs' counts, for `edgebuild plan --calibrate` on machines without Ultralytics
+        print(f"wrote {write_published_costs(samples).relative_to(REPO)}")
     return 0
 
 

@@ -127,6 +127,13 @@ class BuildLocked(EdgebuildError):
     kind = "build folder busy"
 
 
+class LatencyBudgetError(EdgebuildError):
+    """A fleet group's latency budget is missed by every candidate's predicted latency, beyond its error band."""
+
+    exit_code = 17
+    kind = "latency budget"
+
+
 #: exit codes documented in the README and `edgebuild --help`
 EXIT_CODES = {
     0: "success",
@@ -146,4 +153,5 @@ EXIT_CODES = {
     14: ContainerError.__doc__ or "",
     15: BundleError.__doc__ or "",
     16: BuildLocked.__doc__ or "",
+    17: LatencyBudgetError.__doc__ or "",
 }

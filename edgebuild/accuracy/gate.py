@@ -40,7 +40,7 @@ from edgebuild.accuracy.measurements import (
     int8_key_parts,
     int8_variants,
 )
-from edgebuild.accuracy.policy import AccuracyPolicy
+from edgebuild.accuracy.policy import AccuracyPolicy, fastest_predicted
 from edgebuild.content import digest
 from edgebuild.errors import AccuracyGateError
 from edgebuild.jsontypes import JsonObject
@@ -225,8 +225,10 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             mixed = _search(project, policy, store, fp32, [r["layer"] for r in sensitivity], variant)
             if mixed is not None:
                 measured.append(mixed)
+    predicted = _predicted(project, export, groups, measured)
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
-                     seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity)
+                     seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity,
+                     predicted=predicted)
     result = replace(result, baseline=baseline)
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
@@ -335,9 +337,24 @@ def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, f
     return last
 
 
+def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGroup, ...],
+               measured: list[Measurement]) -> dict[str, float]:
+    """Each candidate's predicted latency on the slowest group, where ``accuracy.select = "auto"`` may use it
+    (nothing is measured on TensorRT): {} otherwise."""
+    if project.accuracy.select != "auto" or project.accuracy.backend == "tensorrt" or not groups:
+        return {}
+    from edgebuild.targets.latency_budget import predict_candidates
+
+    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
+    return predict_candidates(export.onnx_path, (image.opt_shape[2], image.opt_shape[3]) if image else None,
+                              [(g.target.module, g.target.release.jetpack, g.power_mode) for g in groups],
+                              [(m.precision, m.kept_fp32) for m in measured])
+
+
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[JsonObject], *,
             groups: tuple[SelectedGroup, ...], notes: list[str], store: MeasurementStore, seconds: float,
-            int8_choice: JsonObject | None = None, nms_parity: JsonObject | None = None) -> GateResult:
+            int8_choice: JsonObject | None = None, nms_parity: JsonObject | None = None,
+            predicted: dict[str, float] | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     policy = AccuracyPolicy.of(project)
     reference = measured[0].value
@@ -368,6 +385,11 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Jso
         why = f"fastest passing candidate measured on {backend}"
         if ungated:
             why = f"GATE OFF: fastest selectable candidate measured on {backend}"
+    elif rule == "auto" and (chosen := fastest_predicted(passing, predicted)) is not None:
+        assert predicted is not None, "a candidate is chosen by prediction only where there is one"
+        why = (f"{'GATE OFF: fastest selectable' if ungated else 'fastest passing'} candidate by the latency "
+               f"model's prediction on the slowest group ({chosen.precision} {predicted[chosen.precision]:.2f} ms; "
+               f"{backend} latency does not predict TensorRT on a Jetson, docs/latency-plan.md)")
     else:
         chosen = min(passing, key=lambda r: PRECISION_ORDER.index(r.precision), default=None)
         why = ("lowest precision that passes: latency on this backend does not predict TensorRT on a "

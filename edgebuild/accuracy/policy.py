@@ -12,8 +12,9 @@ result, and read from there by the gate's decision, the engine stage's acceptanc
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from edgebuild.jsontypes import JsonObject
 
@@ -21,6 +22,24 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["AccuracyPolicy"]
+
+
+class _Candidate(Protocol):
+    @property
+    def precision(self) -> str: ...
+
+
+C = TypeVar("C", bound=_Candidate)
+
+
+def fastest_predicted(passing: Sequence[C], predicted: Mapping[str, float] | None) -> C | None:
+    """``accuracy.select = "auto"`` where nothing measured on TensorRT: the passing candidate with the lowest
+    predicted latency (``edgebuild.targets.latency_budget.predict_candidates``, on the slowest of the groups'
+    targets), the earlier of ``passing`` on a tie; None when none of them is predicted (the caller falls back
+    to the lowest precision). A candidate a target cannot run at its precision is not predicted, so not chosen
+    here."""
+    known = [c for c in passing if predicted and c.precision in predicted]
+    return min(known, key=lambda c: predicted[c.precision], default=None) if predicted else None
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,10 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     quantize.precisions re-decides without measuring again. An engine built on a device is
     kept while its ONNX, builder settings, module, L4T and TensorRT are unchanged. One
     compile per project at a time (the build folder is locked).
+    The summary shows each group's predicted latency per candidate precision (a latency
+    model, not a measurement); a group whose [[fleet]] latency_budget_ms / min_fps every
+    candidate misses even at the low end of the error band is refused after the gate,
+    before its engine is built (exit 17); inside the band it is a warning.
     With --farm (or [farm] coordinator), every group without a build device builds and is
     accepted on a board of its profile reserved from the labgrid farm, groups in parallel
     (--jobs), each board released afterwards; a group whose engine is current reserves none.
@@ -124,9 +128,10 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
             progress=cli.progress(no_progress=no_progress, as_json=as_json), report=cli.reporter(quiet=as_json),
             farm_report=cli.report, on_work=show_work, on_stage=show_stage)
     if as_json:
-        click.echo(render.as_json(done.report.as_dict()))
+        click.echo(render.as_json({**done.report.as_dict(),
+                                   "predicted_latency": done.latency.as_dict() if done.latency else None}))
     else:
-        click.echo(render.compile_summary(done.report))
+        click.echo(render.compile_summary(done.report, done.latency))
         click.echo(render.report_line(done.written))
     if done.error:
         raise done.error
@@ -375,7 +380,9 @@ def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
-def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+def _precisions(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
     chosen = tuple(p.strip().lower() for p in value.split(",") if p.strip())
     bad = [p for p in chosen if p not in ("fp32", "fp16", "int8")]
     if bad or not chosen:
@@ -396,19 +403,29 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str) -> tuple
               help="With --model: only this power mode (default: every one with a known GPU clock).")
 @click.option("--jetpack", "jetpack", default=None,
               help="With --model: only modules and power modes this JetPack release has.")
-@click.option("--precision", "precisions", default="fp32,fp16,int8", show_default=True, callback=_precisions,
-              help="Precisions to predict, separated by commas.")
+@click.option("--precision", "precisions", default=None, callback=_precisions, metavar="fp32,fp16,int8",
+              help="Precisions to predict, separated by commas (default: all three with --model; in a project "
+                   "the gate's candidates, quantize.precisions).")
 @click.option("--batch", "batch", type=click.IntRange(min=1), default=None,
               help="Images per inference (default: 1 with --model; in a project 1 and the profile's largest).")
 @click.option("--budget-ms", "budget_ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Latency budget per inference: says the cheapest module and power mode meeting it, per precision.")
 @click.option("--min-fps", "min_fps", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Throughput needed, images per second: a budget of batch*1000/min-fps ms.")
+@click.option("--calibrate", "calibrate", is_flag=True,
+              help="Refit the efficiency factors with BENCH.json files (`edgebuild bench --json` results of TensorRT "
+                   "on a Jetson) plus the published figures; the project keeps the fit (latency_model.toml) and "
+                   "plan uses it from then on.")
+@click.option("--weight", "weight", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --calibrate: how many published figures each of your measurements counts as in the "
+                   "refit of the efficiency factors (default 1).")
+@click.argument("bench_files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @json_option
 @pass_cli
 def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selector: str, input_size: list[int] | None,
-                 module: str, power_mode: str | None, jetpack: str | None, precisions: tuple[str, ...],
-                 batch: int | None, budget_ms: float | None, min_fps: float | None, as_json: bool) -> None:
+                 module: str, power_mode: str | None, jetpack: str | None, precisions: tuple[str, ...] | None,
+                 batch: int | None, budget_ms: float | None, min_fps: float | None, calibrate: bool,
+                 weight: float | None, bench_files: tuple[Path, ...], as_json: bool) -> None:
     """Predict TensorRT latency per Jetson module, power mode and precision, before any device.
 
     No device and no engine: the graph's FLOPs and bytes per fused layer against the module's
@@ -416,16 +433,28 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     figures (profiles/reference/published_latency.csv). latency_ms is the predicted p50 GPU
     compute time of one inference; low_ms..high_ms is the band that held every published figure
     when its model or module was left out of the fit. With --model, for the modules asked for;
-    without it, for each selected fleet group of the project (its module, JetPack and power mode)
-    on the project's export (run as needed). See docs/latency-plan.md.
+    without it, one row per selected fleet group of the project (its module, JetPack and power
+    mode, else the module's fastest) and gate candidate precision, on the project's export (run
+    as needed), with end_to_end_ms: + input upload, output download and the runtime's
+    preprocessing (an estimate from the memory bandwidth); the budget is the group's own
+    latency_budget_ms / min_fps unless --budget-ms / --min-fps. See docs/latency-plan.md.
 
     \b
     Examples:
       edgebuild plan --model yolo11n.onnx
       edgebuild plan --model yolo11n.onnx --module all --min-fps 60 --precision fp16,int8
       edgebuild plan -p myproject --min-fps 30
+      edgebuild plan -p myproject --calibrate bench-b1.json bench-b8.json
     """
+    from edgebuild.workflows.latency_calibrate import project_fit
     from edgebuild.workflows.latency_plan import plan_latency, plan_project
+
+    if bench_files and not calibrate:
+        raise click.UsageError("BENCH.json files go with --calibrate")
+    if calibrate:
+        _calibrate(cli, project_dir, bench_files, weight, as_json)
+        return
+    fit = project_fit(project_dir)  # the project's own (plan --calibrate) where it has one
 
     if model is None:
         given = [flag for flag, value in (("--input-size", input_size), ("--module", module != "all"),
@@ -433,11 +462,24 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
         if given:
             raise click.UsageError(f"{', '.join(given)} go with --model; in a project the fleet groups say them")
         plan = plan_project(project_dir, selector, precisions=precisions, batch=batch, budget_ms=budget_ms,
-                            min_fps=min_fps, report=cli.report)
+                            min_fps=min_fps, report=cli.report, fit=fit)
     else:
         plan = plan_latency(model, input_size=input_size, module=module, power_mode=power_mode, jetpack=jetpack,
-                            precisions=precisions, batch=batch or 1, budget_ms=budget_ms, min_fps=min_fps)
+                            precisions=precisions or ("fp32", "fp16", "int8"), batch=batch or 1, budget_ms=budget_ms,
+                            min_fps=min_fps, fit=fit)
     click.echo(render.as_json(plan.as_dict()) if as_json else render.latency_plan_text(plan))
+
+
+def _calibrate(cli: CliContext, project_dir: Path, bench_files: tuple[Path, ...], weight: float | None,
+               as_json: bool) -> None:
+    """``plan --calibrate BENCH.json...``: the refit, its error before and after, and where it was written."""
+    from edgebuild.workflows.latency_calibrate import calibrate_project
+
+    if not bench_files:
+        raise click.UsageError("--calibrate needs BENCH.json files (what `edgebuild bench --json` writes)")
+    done = calibrate_project(project_dir, list(bench_files), report=cli.report,
+                             **({"weight": weight} if weight else {}))
+    click.echo(render.as_json(render.calibration_dict(done)) if as_json else render.calibration_text(done))
 
 
 COMMANDS = (compile_command, export_command, preflight_command, validate_command, report_command,

@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from edgebuild.devices.engines import EngineRecord
     from edgebuild.devices.farm import JobResult
     from edgebuild.pipeline.runner import CompileReport, StageOutcome, UnitOutcome
+    from edgebuild.targets.latency_budget import PredictedLatency
     from edgebuild.workflows.build import Exported
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
+    from edgebuild.workflows.latency_calibrate import CalibrationRun
     from edgebuild.workflows.latency_plan import LatencyPlan
     from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation
@@ -116,7 +118,7 @@ def stage_line(outcome: StageOutcome) -> str:
     return f"  {outcome.stage.name:<10} {outcome.status:<8} {outcome.detail}"
 
 
-def compile_summary(report: CompileReport) -> str:
+def compile_summary(report: CompileReport, latency: PredictedLatency | None = None) -> str:
     from edgebuild.stages.engine import ENGINE
     from edgebuild.stages.gate import GATE
 
@@ -128,6 +130,8 @@ def compile_summary(report: CompileReport) -> str:
                      "checked, and package refuses it unless --ship-ungated ***")
     if gate is not None:
         lines += ["", *baseline_lines(gate)]
+    if latency is not None:
+        lines += ["", *predicted_latency_lines(latency)]
     engine = report.outcome(ENGINE)
     if engine is not None:
         lines.append("\nengines:")
@@ -140,6 +144,27 @@ def compile_summary(report: CompileReport) -> str:
         if names:
             lines.append(f"{label}: {', '.join(names)}")
     return "\n".join(lines)
+
+
+def predicted_latency_lines(latency: PredictedLatency) -> list[str]:
+    """Per group (and model) and candidate precision: predicted p50, its band, the budget's verdict."""
+    if not latency.groups and not latency.notes:
+        return []
+    rows = [[g.group + (f" {g.model}" if g.model else ""), f"{g.module} {g.power_mode}"
+             + ("*" if g.power_mode_assumed else ""), c.precision, f"{c.latency_ms:.2f}",
+             f"{c.low_ms:.2f}-{c.high_ms:.2f}", f"{g.budget_ms:g}" if g.budget_ms is not None else "-",
+             c.verdict] for g in latency.groups for c in g.candidates]
+    lines = ["predicted latency (p50 GPU compute, batch 1; not measured):"]
+    if rows:
+        lines += ["  " + line for line in table(rows, ["group", "module, power mode", "precision", "p50 ms",
+                                                        "band ms", "budget ms", "verdict"]).splitlines()]
+        lines.append(f"  from the {latency.groups[0].source} (docs/latency-plan.md)")
+    if any(g.power_mode_assumed for g in latency.groups):
+        lines.append("  * the group names no power_mode: its module's fastest mode with a known clock")
+    lines += [f"  WARNING: {w}" for w in latency.warnings()]
+    lines += [f"  REFUSED: {g}: {e.message.splitlines()[0]}" for g, e in latency.refusals().items()]
+    lines += [f"  {note}" for note in latency.notes]
+    return lines
 
 
 def _engine_lines(unit: UnitOutcome[EngineRecord]) -> list[str]:
@@ -198,6 +223,8 @@ def fleet_summary(compiled: FleetCompiled) -> str:
             plan = group.memory
             lines.append(f"    memory {plan.total / (1 << 20):.0f} MiB of {plan.budget / (1 << 20):.0f} MiB "
                          f"({plan.preset})" + ("" if plan.fits else ": DOES NOT FIT"))
+        if group.latency is not None:
+            lines += ["  " + line for line in predicted_latency_lines(group.latency)]
         for key in ("folder", "container", "bundle", "mender"):
             if key in group.written:
                 lines.append(f"    {key}: {group.written[key]}")
@@ -341,16 +368,18 @@ def latency_plan_text(plan: LatencyPlan) -> str:
     size = f"{plan.input_hw[0]}x{plan.input_hw[1]}" if plan.input_hw else "its input shape"
     lines = [f"{plan.model}: {plan.gflops:.2f} GFLOP at {size}, batch {plan.batch}, {plan.layers} fused layers"
              + (f" ({plan.unknown_shapes} nodes with estimated shapes)" if plan.unknown_shapes else ""), ""]
-    budget = plan.budget_ms is not None
+    budget = any(r.meets_budget is not None for r in plan.rows)
     groups = any(r.group for r in plan.rows)
+    e2e = any(r.end_to_end_ms is not None for r in plan.rows)
     rows = [([r.group or "", str(r.batch)] if groups else [])
             + [r.module + ("*" if r.extrapolated else ""), r.power_mode, r.jetpack, f"{r.gpu_mhz}", r.precision,
                f"{r.latency_ms:.2f}", f"{r.low_ms:.2f}-{r.high_ms:.2f}", f"{r.fps:.0f}"]
-            + (["yes" if r.meets_budget else "no"] if budget else []) for r in plan.rows]
+            + ([f"{r.end_to_end_ms:.2f}" if r.end_to_end_ms is not None else "-"] if e2e else [])
+            + ([{True: "yes", False: "no", None: "-"}[r.meets_budget]] if budget else []) for r in plan.rows]
     headers = (["group", "batch"] if groups else []) + ["module", "power mode", "jetpack", "GPU MHz", "precision",
                                                           "p50 ms", "band ms", "fps"]
-    lines.append(table(rows, headers + (["meets"] if budget else [])))
-    if budget and not groups:
+    lines.append(table(rows, headers + (["end to end ms"] if e2e else []) + (["meets"] if budget else [])))
+    if plan.budget_ms is not None and not groups:
         lines += ["", f"cheapest module and power mode with p50 within {plan.budget_ms:.2f} ms:"]
         for precision, row in plan.cheapest.items():
             lines.append(f"  {precision}: " + (
@@ -360,8 +389,51 @@ def latency_plan_text(plan: LatencyPlan) -> str:
     lines += ["", "p50 GPU compute time, no transfers; band: what held every published figure when its model or "
                   f"module was left out of the fit (x{fit.band_low:.2f} to x{fit.band_high:.2f}); fitted on "
                   + "; ".join(fit.fitted_on) + " (docs/latency-plan.md)"]
+    if e2e:
+        lines.append("end to end: + the input's upload and the outputs' download at the module's memory bandwidth "
+                     "(CPU and GPU share one DRAM) and the runtime's numpy preprocessing, an estimate not fitted to "
+                     "any measurement (docs/latency-plan.md#end-to-end)")
     if any(r.extrapolated for r in plan.rows):
         lines.append("* no published figure of this GPU architecture was fitted: the band is not known to hold")
     lines += [f"not predicted: {s}" for s in plan.skipped]
+    return "\n".join(lines)
+
+
+# -- plan --calibrate ---------------------------------------------------------------------------
+
+def calibration_dict(done: CalibrationRun) -> JsonObject:
+    c = done.calibration
+    return {"model": str(done.model_path), "measurements": str(done.measurements_path), "new": done.new,
+            "kept": done.kept, "weight": c.weight, "skipped": list(done.skipped),
+            "fit": {"compute_efficiency": c.model.compute_efficiency, "memory_efficiency": c.model.memory_efficiency,
+                    "layer_overhead_us": c.model.layer_overhead_us, "band": [c.model.band_low, c.model.band_high],
+                    "fitted_on": list(c.model.fitted_on)},
+            "yours": [{"model": s.row.model, "module": s.row.module, "power_mode": s.row.power_mode,
+                       "precision": s.row.precision, "batch": s.row.batch, "measured_ms": s.row.latency_ms,
+                       "before_ms": round(before, 4), "after_ms": round(after, 4),
+                       "error_before": round(c.error(s.row.latency_ms, before), 4),
+                       "error_after": round(c.error(s.row.latency_ms, after), 4)} for s, before, after in c.yours],
+            "published_leave_one_model_out": {"before": list(c.published_before), "after": list(c.published_after)}}
+
+
+def calibration_text(done: CalibrationRun) -> str:
+    c = done.calibration
+    rows = [[s.row.model, s.row.module, s.row.power_mode, s.row.precision, str(s.row.batch), f"{s.row.latency_ms:.3f}",
+             f"{before:.3f}", f"{c.error(s.row.latency_ms, before):.0%}", f"{after:.3f}",
+             f"{c.error(s.row.latency_ms, after):.0%}"] for s, before, after in c.yours]
+    errors = [(c.error(s.row.latency_ms, b), c.error(s.row.latency_ms, a)) for s, b, a in c.yours]
+    lines = [f"your measurements: {done.new} new, {done.kept} kept from earlier runs; each counts as {c.weight:g} "
+             "published figures", "",
+             table(rows, ["model", "module", "power mode", "precision", "batch", "measured ms", "published fit ms",
+                          "error", "refit ms", "error"]),
+             "", "error before: the published fit, which never saw them; after: a fit of the published figures and "
+                 "your other measurements (each left out in turn)",
+             f"your measurements: median error {sorted(e[0] for e in errors)[len(errors) // 2]:.1%} before, "
+             f"{sorted(e[1] for e in errors)[len(errors) // 2]:.1%} after" if errors else "",
+             f"published figures, leave one model out: median {c.published_before[0]:.1%} (max "
+             f"{c.published_before[1]:.1%}) before, {c.published_after[0]:.1%} (max {c.published_after[1]:.1%}) after",
+             f"band: x{c.model.band_low:.2f} to x{c.model.band_high:.2f}; " + "; ".join(c.model.fitted_on),
+             f"wrote {done.model_path} (edgebuild plan in this project uses it) and {done.measurements_path}"]
+    lines += [f"skipped: {why}" for why in done.skipped]
     return "\n".join(lines)
 

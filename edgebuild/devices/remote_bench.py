@@ -133,6 +133,8 @@ def table(result: JsonObject) -> str:
                      f"device-to-host {s['d2h_ms']:.3f} ms")
     if not stages:
         lines.append(f"  copy/compute split: not available on {result['backend']} (TensorRT only)")
+    for c in result["configs"]:
+        lines += sustained_lines(c, result)
     lines += request_lines(result.get("request"))
     lines.append(_memory_line("peak memory", result["memory"]))
     tegra = result.get("tegrastats") or {}
@@ -149,6 +151,50 @@ def table(result: JsonObject) -> str:
 
 
 GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench_group
+
+
+def sustained_lines(config: JsonObject, result: JsonObject) -> list[str]:
+    """A --duration run of one configuration: one row per window, the last against the first, and what
+    tegrastats said (or why it could not)."""
+    sustained = config.get("sustained")
+    if not sustained:
+        return []
+    clocks = (result.get("jetson") or {}).get("clocks") or {}
+    jetson_clocks = ("jetson_clocks on" if clocks.get("jetson_clocks_on") else "jetson_clocks off") \
+        if "jetson_clocks_on" in clocks else f"jetson_clocks: {clocks.get('reason') or 'no GPU line in --show'}"
+    lines = ["", f"  sustained, batch {config['batch']}, concurrency {config['concurrency']}: "
+                 f"{len(sustained['windows'])} windows of {sustained['window_s']:g} s; power mode "
+                 f"{power_mode(result)}, {jetson_clocks}"]
+    headers = ["window", "from s", "runs", "p50 ms", "p99 ms", "img/s", "GPU MHz", "tj max C", "throttle"]
+    rows = []
+    for w in sustained["windows"]:
+        tegra = w.get("tegrastats") or {}
+        gpu = tegra.get("gpu_freq_mhz") or {}
+        temps = tegra.get("temp_max_c") or {}
+        hottest = temps.get("tj", max(temps.values()) if temps else None)
+        rows.append([str(w["index"] + 1), f"{w['start_s']:.0f}", str(w["runs"]),
+                     f"{w['p50_ms']:.3f}" if "p50_ms" in w else "-", f"{w['p99_ms']:.3f}" if "p99_ms" in w else "-",
+                     f"{w['throughput_ips']:.1f}" if "throughput_ips" in w else "-",
+                     f"{gpu['mean']:.0f} (min {gpu['min']})" if gpu else "-",
+                     f"{hottest:.1f}" if hottest is not None else "-",
+                     str(len(tegra["throttle_events"])) if "throttle_events" in tegra else "-"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines.append("    " + "  ".join(h.rjust(w) for h, w in zip(headers, widths)))
+    lines += ["    " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    drift = sustained["drift"]
+    if drift["compared"]:
+        lines.append(f"    last window against the first: p50 {drift['p50_change_pct']:+.1f}%, throughput "
+                     f"{drift['throughput_change_pct']:+.1f}% (warns past +{drift['warn_pct']:g}%)")
+        if drift.get("warning"):
+            lines.append(f"    WARNING: {drift['warning']}")
+    else:
+        lines.append(f"    {drift['reason']}")
+    if sustained.get("tegrastats_unavailable"):
+        lines.append(f"    no clocks, temperatures or throttle events: {sustained['tegrastats_unavailable']}")
+    over = (result.get("jetson") or {}).get("over_current_events") or {}
+    if over.get("available"):
+        lines.append(f"    over-current throttle events during the run: {sum(over['during_run'].values())}")
+    return lines
 
 
 def group_table(result: JsonObject) -> str:

@@ -15,6 +15,7 @@
       triton/<group>/             Triton model repository (container stage, [runtime] server = triton|both)
       packages/<group>/, packages/fleet.json    OTA bundle and Mender artifact per group (package stage)
       bench/<name>.json, bench/fleet.json       benchmark results (edgebuild bench)
+      latency/<group>.json        what devices measured (bench, bench --farm) next to the latency plan's prediction
       fleet.json                  a fleet file's compile: per group its models, candidates, memory plan
       models/<model>/             a fleet model's own build folder (the layout above, again)
       groups/<group>/             a fleet group's folder: group.json and every model's folder
@@ -24,6 +25,10 @@
 
 A stage writes only under its own folders; a later stage reads the folders its input records
 name (an ``EngineRecord.folder``, a ``ContainerRecord.context``), which are these.
+
+Beside ``edgebuild.toml``, outside the build folder (a clean build keeps them):
+``latency_model.toml`` and ``latency_measurements.json``, the project's own latency fit and the
+measurements it was fitted to (``edgebuild plan --calibrate``; ``project_latency_files``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["BuildLayout"]
+__all__ = ["BuildLayout", "project_latency_files"]
 
 
 class _Built(Protocol):
@@ -71,6 +76,11 @@ class BuildLayout:
     @property
     def last_compile(self) -> Path:
         return self.records / "last-compile.json"
+
+    @property
+    def predicted_latency(self) -> Path:
+        """The last compile's predicted latency per group and candidate (edgebuild.workflows.latency_plan)."""
+        return self.records / "predicted-latency.json"
 
     # -- the stages' outputs
     @property
@@ -143,6 +153,10 @@ class BuildLayout:
         """The fleet-wide table of ``bench --farm``."""
         return self.bench / "fleet.json"
 
+    def latency_check(self, group: str) -> Path:
+        """A group's device measurements next to the latency plan's predictions (``devices.measured_latency``)."""
+        return self.root / "latency" / f"{group}.json"
+
     def farm_jobs(self, command: str) -> Path:
         return self.root / "farm" / f"{command}.json"
 
@@ -154,3 +168,8 @@ class BuildLayout:
     def decoded_images(self) -> Path:
         """What ``check`` found decoding each data image, by its bytes' SHA-256 (``datasets.decoded``)."""
         return self.root / ".cache" / "decoded-images.json"
+
+
+def project_latency_files(project_dir: Path) -> tuple[Path, Path]:
+    """(the project's own latency fit, the measurements it was fitted to), beside its edgebuild.toml."""
+    return project_dir / "latency_model.toml", project_dir / "latency_measurements.json"

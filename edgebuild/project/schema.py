@@ -271,6 +271,10 @@ class FleetGroup(_Section):
     cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
     power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
     models: list[str] | None = None  # a fleet file's group: the models it runs (edgebuild.project.fleet_file)
+    # predicted p50 (GPU compute, batch 1) each image must meet: a group no candidate precision can meet, even at
+    # the low end of the latency model's error band, is refused before engines are built (docs/latency-plan.md)
+    latency_budget_ms: float | None = Field(None, gt=0)
+    min_fps: float | None = Field(None, gt=0)  # images per second at batch 1: a budget of 1000 / min_fps ms
 
     @field_validator("build_on")
     @classmethod

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from edgebuild.devices.measured_latency import LatencyCheck, latency_checks
 from edgebuild.errors import ConfigError, EdgebuildError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.stages.preflight import PREFLIGHT
+from edgebuild.targets.latency_budget import PredictedLatency
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
@@ -78,6 +80,8 @@ class BuildReport:
     bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
     fleet_bench: JsonObject | None = None  # build/bench/fleet.json (bench --farm)
     bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
+    latency: PredictedLatency | None = None  # the compile's predicted latency per group (latency_budget)
+    measured: tuple[LatencyCheck, ...] = ()  # build/latency/<group>.json: device measurements and predictions
 
     @property
     def ok(self) -> bool:
@@ -138,9 +142,11 @@ def from_compile(data: JsonObject, build_dir: Path | None = None) -> BuildReport
                             _typed(stage["name"], record) if isinstance(record, dict) else None))
         stages.append((stage["name"], tuple(runs)))
     bench, fleet, pngs = _bench(build_dir) if build_dir is not None else ((), None, ())
+    latency = PredictedLatency.load(BuildLayout(build_dir).predicted_latency) if build_dir is not None else None
     return BuildReport(data.get("project", "?"), data.get("project_file", ""), data.get("selector", ""),
                        data.get("finished", ""), int(data.get("exit_code") or 0), data.get("error"),
-                       tuple(data.get("units", [])), tuple(stages), bench, fleet, pngs)
+                       tuple(data.get("units", [])), tuple(stages), bench, fleet, pngs, latency,
+                       tuple(latency_checks(build_dir)) if build_dir is not None else ())
 
 
 def load(build_dir: Path) -> BuildReport:
@@ -340,6 +346,18 @@ def bench_rows(report: BuildReport) -> list[list[str]]:
 
 
 BENCH_HEADERS = ["group", "ran on", "backend", "precision", "batch", "conc", "p50 ms", "p99 ms", "img/s"]
+
+
+LATENCY_HEADERS = ["group", "module, power mode", "precision", "predicted p50 ms", "band ms", "budget ms", "verdict"]
+
+
+def latency_rows(latency: PredictedLatency) -> list[list[str]]:
+    """Per group (and model) and candidate precision: the predicted p50, its band, the budget's verdict."""
+    return [[g.group + (f" ({g.model})" if g.model else ""),
+             f"{g.module} {g.power_mode}" + (" (assumed: the fastest)" if g.power_mode_assumed else ""),
+             c.precision, f"{c.latency_ms:.2f}", f"{c.low_ms:.2f}-{c.high_ms:.2f}",
+             f"{g.budget_ms:g}" if g.budget_ms is not None else "-", c.verdict]
+            for g in latency.groups for c in g.candidates]
 
 
 def status_line(report: BuildReport) -> str:

@@ -16,7 +16,9 @@ from edgebuild.devices.memory_plan import MemoryPlan
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.report.build_report import LATENCY_HEADERS, latency_rows
 from edgebuild.report.html import _CSS, _badge, _e, _html_table
+from edgebuild.targets.latency_budget import PredictedLatency
 from edgebuild.targets.limits import human_size
 
 __all__ = ["FleetGroupRecord", "FleetRecord", "write_fleet_report"]
@@ -35,18 +37,20 @@ class FleetGroupRecord:
     memory_plan: MemoryPlan | None = None
     written: dict[str, str | bool] = field(default_factory=dict)  # WRITTEN keys
     error: str | None = None
+    latency: PredictedLatency | None = None  # each model's predicted latency per candidate precision
 
     def as_dict(self) -> JsonObject:
         return {"group": self.group, "target": self.target, "models": list(self.models), "candidates": self.candidates,
                 "memory_plan": self.memory_plan.as_dict() if self.memory_plan else None, **self.written,
-                "error": self.error}
+                "predicted_latency": self.latency.as_dict() if self.latency else None, "error": self.error}
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> FleetGroupRecord:
         plan = data.get("memory_plan")
+        latency = data.get("predicted_latency")
         return cls(data["group"], data["target"], tuple(data["models"]), dict(data.get("candidates") or {}),
                    MemoryPlan.from_dict(plan) if plan else None, {k: data[k] for k in WRITTEN if data.get(k)},
-                   data.get("error"))
+                   data.get("error"), PredictedLatency.from_dict(latency) if latency else None)
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,23 @@ def write_fleet_report(build_dir: Path) -> dict[str, Path]:
     out = layout.report
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "index.html", "markdown": out / "summary.md"}
-    atomic_write_text(paths["html"], _fleet_html(record))
-    atomic_write_text(paths["markdown"], _fleet_markdown(record))
+    measured = _measured(Path(build_dir))
+    atomic_write_text(paths["html"], _fleet_html(record).replace("<footer>", measured[0] + "<footer>", 1))
+    atomic_write_text(paths["markdown"], _fleet_markdown(record) + measured[1])
     return paths
+
+
+def _measured(build_dir: Path) -> tuple[str, str]:
+    """(HTML, Markdown) of what devices measured next to the latency plan's prediction (devices.measured_latency)."""
+    from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows, latency_checks
+
+    rows = check_rows(latency_checks(build_dir))
+    if not rows:
+        return "", ""
+    markdown = ["", "## Predicted vs measured latency", "", "| " + " | ".join(CHECK_HEADERS) + " |",
+                "|" + "---|" * len(CHECK_HEADERS)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return ("<h2>Predicted vs measured latency</h2>" + _html_table(CHECK_HEADERS, [[_e(c) for c in r] for r in rows]),
+            "\n".join(markdown) + "\n")
 
 
 def _plan_rows(plan: MemoryPlan) -> list[list[str]]:
@@ -113,6 +131,12 @@ def _fleet_html(record: FleetRecord) -> str:
             parts.append(f"<h3>Memory plan (preset {_e(plan.preset)}: budget {_e(human_size(plan.budget))}, "
                          f"total {_e(human_size(plan.total))}{'' if plan.fits else ', DOES NOT FIT'})</h3>")
             parts.append(_html_table(_PLAN_HEADERS, [[_e(c) for c in row] for row in _plan_rows(plan)]))
+        if g.latency and g.latency.groups:
+            parts.append(f"<h3>Predicted latency ({_e(g.latency.groups[0].source)})</h3>")
+            parts.append(_html_table(LATENCY_HEADERS, [[_e(c) for c in row] for row in latency_rows(g.latency)]))
+        if g.latency and (g.latency.notes or g.latency.warnings()):
+            parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in [*g.latency.warnings(), *g.latency.notes])
+                         + "</ul>")
         written = [f"<li>{_e(k)}: <code>{_e(g.written[k])}</code></li>" for k in ("folder", "container", "bundle",
                                                                                   "mender") if g.written.get(k)]
         if written:
@@ -139,6 +163,12 @@ def _fleet_markdown(record: FleetRecord) -> str:
             lines += ["", f"## {g.group}: memory plan (preset {plan.preset})", "",
                       "| " + " | ".join(_PLAN_HEADERS) + " |", "|" + "---|" * len(_PLAN_HEADERS)]
             lines += ["| " + " | ".join(row) + " |" for row in _plan_rows(plan)]
+        if g.latency and g.latency.groups:
+            lines += ["", f"## {g.group}: predicted latency ({g.latency.groups[0].source})", "",
+                      "| " + " | ".join(LATENCY_HEADERS) + " |", "|" + "---|" * len(LATENCY_HEADERS)]
+            lines += ["| " + " | ".join(row) + " |" for row in latency_rows(g.latency)]
+        if g.latency:
+            lines += [f"- {n}" for n in [*g.latency.warnings(), *g.latency.notes]]
         if g.error:
             lines += ["", f"**{g.group} failed:** " + g.error.splitlines()[0]]
     return "\n".join(lines) + "\n"

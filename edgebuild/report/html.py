@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from edgebuild.report.build_report import (
     BENCH_HEADERS,
+    LATENCY_HEADERS,
     BuildReport,
     Run,
     acceptance_text,
@@ -17,6 +18,7 @@ from edgebuild.report.build_report import (
     engine_state_text,
     error_kind,
     group_summary,
+    latency_rows,
     run_for,
     status_line,
 )
@@ -82,7 +84,7 @@ def to_html(report: BuildReport) -> str:
                      f"({_e(error_kind(report.exit_code))})</h2>"
                      f"<pre>{_e((report.error or '').strip())}</pre></section>")
     parts += [_html_fleet(report), _html_stages(report), _html_gate(report), _html_preflight(report),
-              _html_placement(report), _html_bench(report), _html_checks(report)]
+              _html_placement(report), _html_latency(report), _html_bench(report), _html_checks(report)]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>edgebuild: {_e(report.project)} ({_e(status_line(report))})</title>"
             f"<style>{_CSS}</style></head><body><main>{''.join(parts)}"
@@ -249,6 +251,23 @@ def _html_preflight(report: BuildReport) -> str:
     return "".join(parts)
 
 
+def _html_latency(report: BuildReport) -> str:
+    latency = report.latency
+    if latency is None or not (latency.groups or latency.notes):
+        return ""
+    parts = ["<h2>Predicted latency</h2>"]
+    if latency.groups:
+        parts.append(f"<p class='small'>p50 GPU compute time at batch 1 from the {_e(latency.groups[0].source)}; "
+                     "the band held every published figure left out of the fit.</p>")
+        parts.append(_html_table(LATENCY_HEADERS, [[_e(cell) for cell in row] for row in latency_rows(latency)]))
+    notes = ([f"<li>WARNING: {_e(w)}</li>" for w in latency.warnings()]
+             + [f"<li>REFUSED: {_e(e.message.splitlines()[0])}</li>" for e in latency.refusals().values()]
+             + [f"<li>{_e(n)}</li>" for n in latency.notes])
+    if notes:
+        parts.append("<ul>" + "".join(notes) + "</ul>")
+    return "".join(parts)
+
+
 def _html_placement(report: BuildReport) -> str:
     rows = []
     for group in report.groups:
@@ -284,10 +303,19 @@ def _html_packaged(report: BuildReport) -> str:
     return "<h3>Container and package</h3>" + _html_table(["group", "image", "FROM", "bundle", "signature"], rows)
 
 
+def _html_measured(report: BuildReport) -> str:
+    """Device measurements next to the latency plan's prediction, and the error (devices.measured_latency)."""
+    from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows
+
+    rows = check_rows(list(report.measured))
+    return ("<h2>Predicted vs measured latency</h2>" + _html_table(CHECK_HEADERS, [[_e(c) for c in r] for r in rows],
+                                                                  {4, 5, 7})) if rows else ""
+
+
 def _html_bench(report: BuildReport) -> str:
     rows = bench_rows(report)
     if not rows and not report.bench_pngs:
-        return ""
+        return _html_measured(report)
     numeric = {4, 5, 6, 7, 8}
     parts = ["<h2>Bench</h2>", _html_table(BENCH_HEADERS, [[_e(c) for c in r] for r in rows], numeric)]
     points = [(f"{r[0]} b{r[4]} c{r[5]} p{q}", float(r[i]), "#1565c0" if q == 50 else "#ef6c00")
@@ -297,7 +325,7 @@ def _html_bench(report: BuildReport) -> str:
     for name, data in report.bench_pngs:
         parts.append(f"<h3>{_e(name)}</h3><img alt='{_e(name)}' style='max-width:100%' "
                      f"src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
-    return "".join(parts)
+    return "".join(parts) + _html_measured(report)
 
 
 def _html_checks(report: BuildReport) -> str:

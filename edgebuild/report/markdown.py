@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows
 from edgebuild.report.build_report import (
     BENCH_HEADERS,
+    LATENCY_HEADERS,
     BuildReport,
     Run,
     acceptance_text,
     bench_rows,
     engine_state_text,
     group_summary,
+    latency_rows,
     run_for,
     status_line,
 )
@@ -56,9 +59,12 @@ def to_markdown(report: BuildReport) -> str:
     lines += _md_gate(report)
     lines += _md_preflight(report)
     lines += _md_placement(report)
+    lines += _md_latency(report)
     bench = bench_rows(report)
     if bench:
         lines += ["### Bench", "", *_md_table(BENCH_HEADERS, bench)]
+    if report.measured:  # what devices measured next to the latency plan's prediction (devices.measured_latency)
+        lines += ["### Predicted vs measured latency", "", *_md_table(CHECK_HEADERS, check_rows(list(report.measured)))]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -120,3 +126,18 @@ def _md_placement(report: BuildReport) -> list[str]:
                      record.fallback or "-"])
     return ["### Placement", "", *_md_table(["group", "placement", "candidate", "engine", "accepted on device",
                                              "refused", "fallback"], rows)]
+
+
+def _md_latency(report: BuildReport) -> list[str]:
+    latency = report.latency
+    if latency is None or not (latency.groups or latency.notes):
+        return []
+    lines = ["### Predicted latency", ""]
+    if latency.groups:
+        lines += [f"p50 GPU compute time at batch 1 from the {latency.groups[0].source}; the band held every "
+                  "published figure left out of the fit.", ""]
+        lines += _md_table(LATENCY_HEADERS, latency_rows(latency))
+    lines += [f"- ⚠️ {w}" for w in latency.warnings()]
+    lines += [f"- ❌ {e.message.splitlines()[0]}" for e in latency.refusals().values()]
+    lines += [f"- {note}" for note in latency.notes]
+    return lines + [""]

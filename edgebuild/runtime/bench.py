@@ -13,13 +13,16 @@ use (the TensorRT engine where it fits, else ONNX Runtime, said in the result):
   decode and NMS for a raw head, the split of a model with NMS inside, top-k of a classifier's
   logits), each with p50/p99, and end to end;
 - peak memory: the process's RSS, and the cgroup's peak where the run is limited;
-- on a Jetson: the power mode (``nvpmodel -q``), the clocks (``jetson_clocks --show``), and
-  tegrastats samples during the run (RAM, GPU load and frequency, power rails), parsed from
-  tegrastats' text in both the JetPack 5 and JetPack 6 formats.
+- on a Jetson: the power mode (``nvpmodel -q``), the clocks (``jetson_clocks --show``: whether
+  jetson_clocks is on), Orin's over-current throttle counters before and after, and tegrastats
+  samples during the run (RAM, GPU load and frequency, temperatures, power rails; parsed in
+  ``edgebuild.runtime.tegrastats``).
 
 Stopping: a fixed ``iterations`` or ``duration_s`` per configuration, or else rounds until the 95%
 confidence interval of the p50 (distribution-free, from order statistics) is within ``ci_pct``
-percent of it, or the configuration's time budget ends; the result says which.
+percent of it, or the configuration's time budget ends; the result says which. A run with a
+duration is also cut into windows (``edgebuild.runtime.sustained``): p50/p99 and throughput per
+window, tegrastats per window, and the last window against the first.
 
 Python 3.8, the standard library and numpy.
 """
@@ -37,7 +40,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -47,6 +50,14 @@ from edgebuild.runtime import device
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench_request import measure_request
 from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.sustained import DEFAULT_WINDOW, drift_of, parse_duration, windows_of
+from edgebuild.runtime.tegrastats import (  # noqa: F401 (parse_tegrastats, summarize_tegrastats: read from here too)
+    TegrastatsSampler,
+    over_current_events,
+    parse_jetson_clocks,
+    parse_tegrastats,
+    summarize_tegrastats,
+)
 
 __all__ = ["SCHEMA", "input_shapes", "run_bench"]
 
@@ -85,133 +96,7 @@ def ci_width_pct(samples: Sequence[float]) -> float:
     return 100.0 * (high - low) / middle if middle > 0 else float("inf")
 
 
-# -- tegrastats, nvpmodel, jetson_clocks ---------------------------------------------------
-
-_STAMP = re.compile(r"^(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)\s+")
-_RAM = re.compile(r"\bRAM (\d+)/(\d+)MB")
-_SWAP = re.compile(r"\bSWAP (\d+)/(\d+)MB")
-_CPU = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?")
-_GPU = re.compile(r"\bGR3D_FREQ (\d+)%(?:@\[?([\d,]+)\]?)?")
-_EMC = re.compile(r"\bEMC_FREQ (\d+)%(?:@(\d+))?")
-_TEMP = re.compile(r"\b([A-Za-z][\w-]*)@(-?\d+(?:\.\d+)?)C\b")
-_RAIL = re.compile(r"\b([A-Z][A-Z0-9_]+) (\d+)mW/(\d+)mW")
-_RAIL_OLD = re.compile(r"\b((?:POM|VDD)_[A-Z0-9_]+) (\d+)/(\d+)\b")  # JetPack 4: "POM_5V_IN 2540/2540"
-#: the rail that measures the whole module's input, by the names tegrastats uses across modules
-INPUT_RAILS = ("VDD_IN", "VIN_SYS_5V0", "POM_5V_IN")
-
-
-def parse_tegrastats(line: str) -> Dict[str, Any]:
-    """One tegrastats line -> RAM/SWAP (MB), CPU loads and MHz, GPU load and MHz, temperatures, rails (mW).
-
-    JetPack 5 (R35): ``RAM 2885/30536MB (lfb ...) ... CPU [0%@729,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[0,0]
-    ... CPU@44.968C ... VDD_GPU_SOC 2789mW/2789mW ...``; JetPack 6 (R36) starts with a timestamp,
-    writes sensors in lower case (``cpu@48.5C``) and a single-GPC frequency (``GR3D_FREQ 0%@[624]``).
-    Sensors that read -256C (not fitted) are left out; cores that are ``off`` are None.
-    """
-    sample = {}  # type: Dict[str, Any]
-    stamp = _STAMP.match(line)
-    if stamp:
-        sample["time"] = stamp.group(1)
-    for key, pattern in (("ram", _RAM), ("swap", _SWAP)):
-        found = pattern.search(line)
-        if found:
-            sample[key + "_used_mb"], sample[key + "_total_mb"] = int(found.group(1)), int(found.group(2))
-    cpu = _CPU.search(line)
-    if cpu:
-        cores = []  # type: List[Optional[Dict[str, int]]]
-        for item in cpu.group(1).split(","):
-            item = item.strip()
-            load = re.match(r"(\d+)%(?:@(\d+))?$", item)
-            if load:
-                freq = load.group(2) or cpu.group(2)
-                cores.append({"load_pct": int(load.group(1)), "freq_mhz": int(freq) if freq else None})
-            else:
-                cores.append(None)  # "off"
-        sample["cpu"] = cores
-    gpu = _GPU.search(line)
-    if gpu:
-        sample["gpu_load_pct"] = int(gpu.group(1))
-        if gpu.group(2):
-            sample["gpu_freq_mhz"] = max(int(f) for f in gpu.group(2).split(",") if f)
-    emc = _EMC.search(line)
-    if emc:
-        sample["emc_load_pct"] = int(emc.group(1))
-        if emc.group(2):
-            sample["emc_freq_mhz"] = int(emc.group(2))
-    temps = {name.lower(): float(value) for name, value in _TEMP.findall(line) if float(value) > -256}
-    if temps:
-        sample["temp_c"] = temps
-    rails = {name: {"mw": int(now), "avg_mw": int(avg)} for name, now, avg in _RAIL.findall(line)}
-    if not rails:
-        rails = {name: {"mw": int(now), "avg_mw": int(avg)} for name, now, avg in _RAIL_OLD.findall(line)}
-    if rails:
-        sample["rails"] = rails
-    return sample
-
-
-def summarize_tegrastats(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """Mean and max of the figures a bench reader compares: RAM, GPU load and clock, each rail."""
-    def series(key: str) -> List[float]:
-        return [s[key] for s in samples if s.get(key) is not None]
-
-    summary = {"samples": len(samples)}  # type: Dict[str, Any]
-    for key in ("ram_used_mb", "gpu_load_pct", "gpu_freq_mhz", "emc_freq_mhz"):
-        values = series(key)
-        if values:
-            summary[key] = {"mean": round(float(np.mean(values)), 1), "max": float(max(values))}
-    rails = sorted({name for s in samples for name in s.get("rails", {})})
-    if rails:
-        summary["rails_mw"] = {}
-        for name in rails:
-            values = [s["rails"][name]["mw"] for s in samples if name in s.get("rails", {})]
-            summary["rails_mw"][name] = {"mean": round(float(np.mean(values)), 1), "max": max(values)}
-        summary["input_rail"] = next((r for r in INPUT_RAILS if r in rails), None)
-    return summary
-
-
-class TegrastatsSampler:
-    """``tegrastats --interval MS`` in the background for the length of a run."""
-
-    def __init__(self, interval_ms: int = 250) -> None:
-        self.interval_ms = interval_ms
-        self.samples = []  # type: List[Dict[str, Any]]
-        self.tool = shutil.which("tegrastats")
-        self.unavailable = None if self.tool else "tegrastats not found: not a Jetson (or not on PATH)"
-        self._process = None  # type: Optional[subprocess.Popen]
-        self._reader = None  # type: Optional[threading.Thread]
-
-    def start(self) -> None:
-        if self.tool is None:
-            return
-        try:
-            self._process = subprocess.Popen([self.tool, "--interval", str(self.interval_ms)], stdout=subprocess.PIPE,
-                                             stderr=subprocess.DEVNULL, universal_newlines=True)
-        except OSError as exc:
-            self.unavailable = "tegrastats could not start: {}".format(exc)
-            return
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        for line in self._process.stdout:
-            parsed = parse_tegrastats(line)
-            if parsed:
-                self.samples.append(parsed)
-
-    def stop(self) -> Dict[str, Any]:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-            if self._reader is not None:
-                self._reader.join(timeout=5)
-        if self.unavailable:
-            return {"available": False, "reason": self.unavailable}
-        return dict(available=True, interval_ms=self.interval_ms, **summarize_tegrastats(self.samples))
-
+# -- nvpmodel, jetson_clocks ---------------------------------------------------------------
 
 def parse_nvpmodel(text: str) -> Dict[str, Any]:
     """``nvpmodel -q`` -> {"name": "MAXN", "id": 0} (``NV Power Mode: MAXN`` then the mode's number)."""
@@ -242,8 +127,8 @@ def jetson_state() -> Dict[str, Any]:
     state["power_mode"] = dict(available=True, **parse_nvpmodel(text)) if text is not None else {
         "available": False, "reason": why}
     text, why = _tool_output(["jetson_clocks", "--show"])
-    state["clocks"] = {"available": True, "lines": text.strip().splitlines()[:60]} if text is not None else {
-        "available": False, "reason": why}
+    state["clocks"] = dict(available=True, lines=text.strip().splitlines()[:60], **parse_jetson_clocks(text)) \
+        if text is not None else {"available": False, "reason": why}
     return state
 
 
@@ -326,19 +211,22 @@ def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterat
     rule depends on the samples alone: a test drives it with a clock its runner advances.
     """
     samples = []  # type: List[float]
+    ends = []  # type: List[float]  # when each sample ended, on ``clock``: what a sustained run's windows cut
     lock = threading.Lock()
     concurrency = len(runners)
+    began_at = [clock()]
 
-    def loop(runner: Any, count: Optional[int], until: float, out: List[float]) -> None:
+    def loop(runner: Any, count: Optional[int], until: float, out: List[Tuple[float, float]]) -> None:
         done = 0
         while (count is not None and done < count) or (count is None and clock() < until):
             started = clock()
             runner.run(inputs)
-            out.append((clock() - started) * 1000.0)
+            ended = clock()
+            out.append(((ended - started) * 1000.0, ended))
             done += 1
 
     def round_of(count: Optional[int], seconds: Optional[float]) -> float:
-        outs = [[] for _ in runners]  # type: List[List[float]]
+        outs = [[] for _ in runners]  # type: List[List[Tuple[float, float]]]
         per_thread = None if count is None else max(1, int(math.ceil(count / concurrency)))
         began = clock()
         until = began + (seconds or 0.0)
@@ -349,8 +237,12 @@ def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterat
             t.join()
         with lock:
             for out in outs:
-                samples.extend(out)
+                samples.extend(ms for ms, _ in out)
+                ends.extend(end for _, end in out)
         return clock() - began
+
+    if duration_s is not None:
+        began_at[0] = clock()
 
     if iterations is not None:
         wall, stop = round_of(iterations, None), "iterations"
@@ -367,7 +259,8 @@ def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterat
                 stop = "ci"
                 break
     low, high = median_ci(samples)
-    return {"samples": samples, "wall_s": wall, "stopped_by": stop, "p50_ci_ms": [round(low, 4), round(high, 4)],
+    return {"samples": samples, "ends": ends, "began": began_at[0], "wall_s": wall, "stopped_by": stop,
+            "p50_ci_ms": [round(low, 4), round(high, 4)],
             "p50_ci_width_pct": round(ci_width_pct(samples), 3)}
 
 
@@ -385,14 +278,23 @@ def _stage_breakdown(runner: Any, inputs: Dict[str, np.ndarray], runs: int) -> O
 
 def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (), concurrency: Sequence[int] = (1,),
               shapes: Optional[Dict[str, List[int]]] = None, iterations: Optional[int] = None,
-              duration_s: Optional[float] = None, warmup: int = 20, ci_pct: float = 1.0, budget_s: float = 30.0,
-              min_iterations: int = 50, engine_cache: Optional[Path] = None,
+              duration_s: Union[float, str, None] = None, warmup: int = 20, ci_pct: float = 1.0,
+              budget_s: float = 30.0, min_iterations: int = 50, engine_cache: Optional[Path] = None,
+              window: Union[float, str, None] = None, drift_warn_pct: Optional[float] = None,
               report: Callable[[str], None] = _log) -> Dict[str, Any]:
-    """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``)."""
+    """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``).
+
+    ``duration_s`` (seconds, or text such as ``"30m"``) runs each configuration that long and cuts
+    it into windows of ``window`` (default one minute), the last compared with the first
+    (``drift_warn_pct``, default 10: the warning's threshold).
+    """
     folder = Path(folder)
     recipe = Recipe.load(folder, hint="bench a folder `edgebuild compile` wrote (build/engines/<group>/)")
     if iterations is not None and duration_s is not None:
         raise ConfigError("give --iterations or --duration, not both")
+    duration_s = parse_duration(duration_s)
+    window_s = parse_duration(window if window is not None else DEFAULT_WINDOW, "--window")
+    drift_warn = 10.0 if drift_warn_pct is None else float(drift_warn_pct)
     if not batches:
         opt_batch = next(iter(recipe.profiles.values()))[1][0]
         batches = sorted({1, int(opt_batch)})
@@ -401,6 +303,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     age_at_start = process_age_s()
     sampler = TegrastatsSampler()
     state = jetson_state()
+    over_current_before = over_current_events()
     sampler.start()
     load_started = time.perf_counter()
     runner, why = load_backend(folder, backend, engine_cache, report=report, recipe=recipe)
@@ -425,7 +328,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
             measured = measure_latency(runners, inputs, iterations=iterations, duration_s=duration_s,
                                        ci_pct=ci_pct, budget_s=budget_s, min_iterations=min_iterations,
                                        report=report)
-            samples = measured.pop("samples")
+            samples, ends, began = measured.pop("samples"), measured.pop("ends"), measured.pop("began")
             config = {"batch": batch, "concurrency": threads, "shapes": batch_shapes, "iterations": len(samples),
                       "latency": latency_stats(samples),
                       "throughput_ips": round(batch * len(samples) / measured["wall_s"], 2),
@@ -433,6 +336,9 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
             config.update(measured)
             config["wall_s"] = round(config["wall_s"], 3)
             config["histogram_ms"] = _histogram(samples)
+            if duration_s is not None:
+                config["sustained"] = _sustained(samples, ends, began, measured["wall_s"], window_s, batch,
+                                                 list(sampler.samples), drift_warn, sampler.unavailable, report)
             configs.append(config)
             lat = config["latency"]
             report("batch {}, concurrency {}: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s ({} runs, stopped by "
@@ -447,6 +353,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
                               "not measured", request["inference"]["p50_ms"], request["postprocess"]["p50_ms"],
                               request["end_to_end"]["p50_ms"]))
     tegrastats = sampler.stop()
+    state["over_current_events"] = _over_current(over_current_before, over_current_events())
     versions = {"python": platform.python_version(), "numpy": np.__version__, "edgebuild": __version__}
     versions["backend"] = runner.backend
     return {
@@ -454,13 +361,16 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "artifact": {"group": recipe.group, "target": recipe.target, "model": recipe.model_name,
                      "version": recipe.model_version, "precision": recipe.precision,
-                     "files": recipe.file_hashes(folder)},
+                     "module": recipe.module.id, "jetpack": recipe.jetpack, "tensorrt": recipe.tensorrt,
+                     "onnx": recipe.onnx, "onnx_sha256": recipe.onnx_sha256, "files": recipe.file_hashes(folder)},
         "backend": runner.backend, "backend_reason": why, "versions": versions,
         "device": dict(device.probe().as_dict(), hostname=platform.node()),
         "jetson": state,
         "settings": {"batches": [b for b, _ in plans], "concurrency": list(concurrency), "iterations": iterations,
                      "duration_s": duration_s, "warmup": warmup, "ci_pct": ci_pct, "budget_s": budget_s,
-                     "min_iterations": min_iterations, "shapes": shapes},
+                     "min_iterations": min_iterations, "shapes": shapes,
+                     "window_s": window_s if duration_s is not None else None,
+                     "drift_warn_pct": drift_warn if duration_s is not None else None},
         "cold_start": {"process_to_first_result_s": round(age_at_first, 3) if age_at_first is not None else None,
                        "process_age_at_bench_start_s": round(age_at_start, 3) if age_at_start is not None else None,
                        "backend_load_s": round(load_s, 4), "first_inference_ms": round(first_ms, 3)},
@@ -479,4 +389,26 @@ def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float
     counts, edges = np.histogram(np.clip(samples, low, high), bins=bins, range=(low, high))
     return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts]}
 
+
+def _sustained(samples: Sequence[float], ends: Sequence[float], began: float, wall_s: float, window_s: float,
+               batch: int, tegra: List[Dict[str, Any]], drift_warn: float, no_tegrastats: Optional[str],
+               report: Callable[[str], None]) -> Dict[str, Any]:
+    """The configuration's run in windows, the last against the first, and what tegrastats said per window."""
+    windows = windows_of(ends, samples, began=began, wall_s=wall_s, window_s=window_s, batch=batch, tegrastats=tegra)
+    drift = drift_of(windows, drift_warn)
+    for w in windows:
+        report("  window {} ({:.0f}-{:.0f} s): {} runs, p50 {} ms, p99 {} ms, {} images/s".format(
+            w["index"] + 1, w["start_s"], w["start_s"] + w["seconds"], w["runs"], w.get("p50_ms", "-"),
+            w.get("p99_ms", "-"), w.get("throughput_ips", "-")))
+    if drift.get("warning"):
+        report("WARNING: " + drift["warning"])
+    return {"window_s": window_s, "windows": windows, "drift": drift,
+            "tegrastats_unavailable": no_tegrastats}
+
+
+def _over_current(before: Optional[Dict[str, int]], after: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    """Orin's over-current throttle events during the run (counters after minus before)."""
+    if before is None or after is None:
+        return {"available": False, "reason": "no /sys/class/hwmon/hwmon*/oc*_event_cnt here (an Orin has them)"}
+    return {"available": True, "during_run": {k: after[k] - before.get(k, 0) for k in after}}
 

@@ -19,7 +19,7 @@ Python 3.8, the standard library and numpy.
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from edgebuild.runtime.bench import (
 )
 from edgebuild.runtime.group import GroupManifest, model_folders
 from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.sustained import parse_duration
 
 __all__ = []
 
@@ -43,11 +44,12 @@ GROUP_SCHEMA = "edgebuild.bench-group/1"
 TOGETHER_S = 10.0
 
 
-def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Optional[float] = None,
+def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[float, str, None] = None,
                     warmup: int = 20, engine_cache: Optional[Path] = None,
                     report: Callable[[str], None] = _log, **alone: Any) -> Dict[str, Any]:
     """Every model of the group folder alone (``run_bench`` with ``alone``'s settings), then all at once."""
     folder = Path(folder)
+    duration_s = parse_duration(duration_s)  # "30m" from the command line
     manifest = GroupManifest.load(folder)
     folders = model_folders(folder)
     results = {}

@@ -80,7 +80,8 @@ def _bench(args: argparse.Namespace) -> Dict[str, Any]:
     settings = dict(backend=args.backend, batches=_ints(args.batch), concurrency=_ints(args.concurrency) or [1],
                     shapes=shapes or None, iterations=args.iterations, duration_s=args.duration, warmup=args.warmup,
                     ci_pct=args.ci_pct, budget_s=args.budget_s, min_iterations=args.min_iterations,
-                    engine_cache=args.engine_cache, report=_progress)
+                    engine_cache=args.engine_cache, window=args.window, drift_warn_pct=args.drift_warn,
+                    report=_progress)
     if is_group_folder(args.artifact):  # every model alone, then all of them at once
         from edgebuild.runtime.bench_group import run_group_bench
 

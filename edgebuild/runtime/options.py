@@ -85,7 +85,12 @@ BENCH = (
     Option("shape", ("--shape",), "An input's dims after the batch axis (default: its opt shape); repeat per input.",
            multiple=True, metavar="NAME:CxHxW"),
     Option("iterations", ("--iterations",), "Fixed number of runs per configuration.", type=int, minimum=1),
-    Option("duration", ("--duration",), "Fixed seconds per configuration.", type=float, minimum=0.1),
+    Option("duration", ("--duration",), "Run each configuration this long (90s, 30m, 2h, 1h30m, or seconds) "
+           "and report it in windows: p50/p99 and throughput per window, the last window against the first, and on "
+           "a Jetson clocks, temperatures and throttle events from tegrastats per window.", metavar="DURATION"),
+    Option("window", ("--window",), "With --duration: the window length (default: 1m).", metavar="DURATION"),
+    Option("drift_warn", ("--drift-warn",), "With --duration: warn when the last window's p50 is slower than the "
+           "first's by more than this percentage.", type=float, minimum=0, default=10.0, show_default=True),
     Option("warmup", ("--warmup",), "Runs before each configuration is measured.", type=int, minimum=0, default=20,
            show_default=True),
     Option("ci_pct", ("--ci-pct",), "Without --iterations/--duration: stop when the p50's 95% confidence interval "

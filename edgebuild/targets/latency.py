@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +30,37 @@ from edgebuild.targets.latency_graph import GraphCost
 from edgebuild.targets.profiles import Module, ModulePerformance
 
 __all__ = [
-    "PRECISIONS", "FitSample", "LatencyModel", "PublishedLatency", "fit_latency_model", "leave_one_out",
-    "load_latency_model", "load_published_latencies", "performance_modes", "predict_ms", "write_latency_model",
+    "FITTED", "PRECISIONS", "Calibration", "FitSample", "LatencyModel", "PublishedLatency", "calibrate",
+    "compact_cost", "cost_from_compact", "fit_latency_model", "leave_one_out", "load_latency_model",
+    "load_published_latencies", "performance_modes", "predict_ms", "write_latency_model", "write_published_costs",
 ]
 
 PRECISIONS = ("fp32", "fp16", "int8")
+#: what a published figure must include to be fitted: GPU compute (trtexec), or TensorRT timed from a
+#: framework with the input already on the GPU (docs/latency-plan.md)
+FITTED = ("gpu_compute", "framework")
+#: how many published figures one of a project's own measurements counts as in ``calibrate``'s refit
+#: of the five factors. 1: what is particular to the project's devices goes into their device factor,
+#: and heavier weights made the published figures' left-out error worse without helping the project's
+#: own (docs/latency-plan.md, "Calibrating with your measurements")
+USER_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class DeviceFactor:
+    """What a project's own measurements on one module and power mode say the fit misses there."""
+
+    module: str
+    power_mode: str
+    gpu_mhz: int
+    fp16_tflops: float
+    factor: float  # multiplies the fit's prediction on this module and power mode
+    measurements: int
+
+    def matches(self, perf: ModulePerformance) -> bool:
+        # a power mode of one module: its name, clock and peak (two modules' modes never share all three)
+        return (perf.power_mode, perf.gpu_mhz) == (self.power_mode, self.gpu_mhz) and \
+            math.isclose(perf.fp16_tflops, self.fp16_tflops, rel_tol=1e-9)
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,13 @@ class LatencyModel:
     fitted_on: tuple[str, ...] = ()  # what the fit saw: "<n> figures of <models> on <modules>"
     sources: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()  # the modules of the figures fitted
+    published: int = 0  # published figures fitted (0: not recorded, an older latency_model.toml)
+    measured: int = 0  # a project's own measurements fitted with them (``edgebuild plan --calibrate``)
+    #: per module and power mode a project measured: measured / predicted, shrunk toward 1 (``calibrate``)
+    devices: tuple[DeviceFactor, ...] = ()
+
+    def device_factor(self, perf: ModulePerformance) -> float:
+        return next((d.factor for d in self.devices if d.matches(perf)), 1.0)
 
     @classmethod
     def from_vector(cls, vector: np.ndarray) -> LatencyModel:
@@ -85,6 +118,7 @@ class FitSample:
     cost: GraphCost
     performance: ModulePerformance
     key: str = field(default="")  # what leave-one-out leaves out together (the model name)
+    weight: float = 1.0  # its weight in the least squares (a project's own measurement counts more)
 
 
 def load_published_latencies(path: Path | None = None) -> list[PublishedLatency]:
@@ -149,8 +183,9 @@ def layer_seconds(cost: GraphCost, perf: ModulePerformance, precision: str, mode
 
 
 def predict_ms(cost: GraphCost, perf: ModulePerformance, precision: str, model: LatencyModel) -> float:
-    """Predicted GPU compute time of one inference (the whole batch), in milliseconds."""
-    return float(layer_seconds(cost, perf, precision, model).sum() * 1e3)
+    """Predicted GPU compute time of one inference (the whole batch), in milliseconds (times the
+    project's own factor for this module and power mode, where it calibrated one)."""
+    return float(layer_seconds(cost, perf, precision, model).sum() * 1e3) * model.device_factor(perf)
 
 
 # -- the fit ---------------------------------------------------------------------------------
@@ -168,16 +203,16 @@ def _design(samples: list[FitSample]) -> list[tuple[np.ndarray, np.ndarray, np.n
         bandwidth = sample.performance.memory_bandwidth_gbps * 1e9
         rows.append((flops / peaks, moved / bandwidth, np.full(len(flops), 1000.0 / sample.performance.gpu_mhz),
                      PRECISIONS.index(precision),
-                     math.log(sample.row.latency_ms * 1e-3)))
+                     math.log(sample.row.latency_ms * 1e-3), sample.weight))
     return rows
 
 
 def _loss(vector: np.ndarray, design: list) -> float:
     v = np.exp(vector)
     total = 0.0
-    for compute, memory, cycles, p, measured in design:
+    for compute, memory, cycles, p, measured, weight in design:
         seconds = (np.maximum(compute / v[p], memory / v[3]) + cycles * v[4] * 1e-6).sum()
-        total += (math.log(seconds) - measured) ** 2
+        total += weight * (math.log(seconds) - measured) ** 2
     return total
 
 
@@ -265,29 +300,188 @@ def load_latency_model(path: Path | None = None) -> LatencyModel:
             {p: float(fit[f"compute_{p}"]) for p in PRECISIONS}, float(fit["memory"]), float(fit["layer_overhead_us"]),
             float(data["band"]["low"]), float(data["band"]["high"]), float(data["band"]["median_error"]),
             float(data["band"]["max_error"]), tuple(data.get("fitted_on", ())), tuple(data.get("sources", ())),
-            tuple(data.get("modules", ())),
+            tuple(data.get("modules", ())), int(data.get("published_figures", 0)),
+            int(data.get("your_measurements", 0)),
+            tuple(DeviceFactor(d["module"], d["power_mode"], int(d["gpu_mhz"]), float(d["fp16_tflops"]),
+                               float(d["factor"]), int(d["measurements"])) for d in data.get("device", ())),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileDataError(f"{path}: {exc}") from None
 
 
-def write_latency_model(model: LatencyModel, path: Path | None = None) -> Path:
+def write_latency_model(model: LatencyModel, path: Path | None = None,
+                        written_by: str = "benchmarks/latency_model_fit.py") -> Path:
     path = path or _model_path()
     fit = {"compute_fp32": model.compute_efficiency["fp32"], "compute_fp16": model.compute_efficiency["fp16"],
            "compute_int8": model.compute_efficiency["int8"], "memory": model.memory_efficiency,
            "layer_overhead_us": model.layer_overhead_us}
     band = {"low": model.band_low, "high": model.band_high, "median_error": model.median_error or 0.0,
             "max_error": model.max_error or 0.0}
-    lines = ["# Written by benchmarks/latency_model_fit.py; do not edit by hand (see docs/latency-plan.md).",
+    lines = [f"# Written by {written_by}; do not edit by hand (see docs/latency-plan.md).",
              "fitted_on = [" + ", ".join(_quote(x) for x in model.fitted_on) + "]",
              "sources = [" + ", ".join(_quote(x) for x in model.sources) + "]",
-             "modules = [" + ", ".join(_quote(x) for x in model.modules) + "]", "", "[fit]"]
+             "modules = [" + ", ".join(_quote(x) for x in model.modules) + "]"]
+    if model.published:
+        lines += [f"published_figures = {model.published}", f"your_measurements = {model.measured}"]
+    lines += ["", "[fit]"]
     lines += [f"{k} = {v:.6g}" for k, v in fit.items()]
     lines += ["", "[band]  # measured/predicted when a model or a module was left out; errors: a model left out"]
     lines += [f"{k} = {v:.6g}" for k, v in band.items()]
+    for d in model.devices:
+        lines += ["", "[[device]]  # your measurements on this module and power mode: measured / predicted, shrunk",
+                  f"module = {_quote(d.module)}", f"power_mode = {_quote(d.power_mode)}", f"gpu_mhz = {d.gpu_mhz}",
+                  f"fp16_tflops = {d.fp16_tflops!r}", f"factor = {d.factor!r}", f"measurements = {d.measurements}"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# -- the published figures' graphs, kept as data -----------------------------------------------
+# ``plan --calibrate`` refits with the published figures and a project's own measurements. The
+# published figures' graphs are made from Ultralytics and torchvision in a source checkout
+# (benchmarks/latency_model_fit.py), which a user's machine need not have: their per-layer counts
+# are kept in profiles/reference/published_costs.json instead.
+
+def _costs_path() -> Path:
+    return data_dir("profiles") / "reference" / "published_costs.json"
+
+
+def _cost_key(model: str, hw: tuple[int, int], batch: int) -> str:
+    return f"{model}@{hw[0]}x{hw[1]}@{batch}"
+
+
+def compact_cost(cost: GraphCost) -> list[list[float]]:
+    """A graph's layers as [flops, weight elements, activation elements, tensor cores 0/1] (what the fit reads)."""
+    return [[layer.flops, layer.weight_elements, layer.activation_elements, int(layer.tensor_cores)]
+            for layer in cost.layers]
+
+
+def cost_from_compact(layers: list[list[float]], batch: int, hw: tuple[int, int] | None) -> GraphCost:
+    from edgebuild.targets.latency_graph import LayerCost
+
+    return GraphCost(tuple(LayerCost(f"layer{i}", "", float(f), int(w), int(a), bool(tc))
+                           for i, (f, w, a, tc) in enumerate(layers)), batch, hw, 0)
+
+
+def write_published_costs(samples: list[FitSample], path: Path | None = None) -> Path:
+    import json
+
+    costs = {_cost_key(s.row.model, s.row.input_hw, s.row.batch): compact_cost(s.cost) for s in samples}
+    path = path or _costs_path()
+    path.write_text(json.dumps(dict(sorted(costs.items())), separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
+
+
+def published_samples(path: Path | None = None) -> list[FitSample]:
+    """The fitted published figures (``FITTED``), each with its graph's counts from published_costs.json."""
+    import json
+
+    from edgebuild.targets.profiles import load_catalog
+
+    path = path or _costs_path()
+    try:
+        costs = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProfileDataError(f"{path}: {exc}", hint="run benchmarks/latency_model_fit.py in a source checkout") \
+            from None
+    catalog = load_catalog()
+    samples = []
+    for row in load_published_latencies():
+        if row.includes not in FITTED:
+            continue
+        layers = costs.get(_cost_key(row.model, row.input_hw, row.batch))
+        modes = [p for p in catalog.modules[row.module].performance if p.power_mode == row.power_mode] \
+            if row.module in catalog.modules else []
+        if layers is None or not modes:
+            raise ProfileDataError(f"{path}: no graph counts for {row.model} {row.input_hw} batch {row.batch}, or "
+                                   f"no {row.module} {row.power_mode} performance entry",
+                                   hint="run benchmarks/latency_model_fit.py in a source checkout")
+        samples.append(FitSample(row, cost_from_compact(layers, row.batch, row.input_hw), modes[0], row.model))
+    return samples
+
+
+# -- a project's own measurements -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Calibration:
+    """A refit with a project's measurements, and how well each fit predicts what it did not see."""
+
+    model: LatencyModel
+    weight: float
+    #: each of your measurements: (sample, predicted by the published fit, predicted by a fit of the
+    #: published figures and your other measurements)
+    yours: tuple[tuple[FitSample, float, float], ...]
+    published_before: tuple[float, float]  # leave-one-model-out median and max error, published fit
+    published_after: tuple[float, float]  # the same with your measurements in every fit
+
+    @staticmethod
+    def error(measured: float, predicted: float) -> float:
+        return abs(predicted - measured) / measured
+
+
+def calibrate(yours: list[FitSample], *, weight: float = USER_WEIGHT, published: list[FitSample] | None = None,
+              reference: LatencyModel | None = None) -> Calibration:
+    """Refit the five factors to the published figures plus ``yours``, each of yours counting ``weight``
+    published figures in the least squares.
+
+    Before/after, honestly out of sample: each of your measurements is predicted by the published
+    fit (which never saw it) and by a fit of the published figures and your *other* measurements
+    (leave-one-measurement-out); the published figures' leave-one-model-out error is given for the
+    published fit (as stored) and again with your measurements in every fit. The band widens to
+    hold your measurements' left-out ratios.
+    """
+    if not yours:
+        raise TargetError("no measurement to calibrate with")
+    published = published if published is not None else published_samples()
+    reference = reference or load_latency_model()
+    yours = [FitSample(s.row, s.cost, s.performance, f"yours:{i}", weight) for i, s in enumerate(yours)]
+    full = fit_latency_model(published + yours)
+    full = replace(full, devices=_device_factors(yours, full))
+    rows = []
+    for i, sample in enumerate(yours):
+        rest = yours[:i] + yours[i + 1:]
+        others = fit_latency_model(published + rest)
+        others = replace(others, devices=_device_factors(rest, others))
+        rows.append((sample, predict_ms(sample.cost, sample.performance, sample.row.precision, reference),
+                     predict_ms(sample.cost, sample.performance, sample.row.precision, others)))
+    after = []
+    for key in sorted({s.row.model for s in published}):
+        model = fit_latency_model([s for s in published if s.row.model != key] + yours)
+        after += [Calibration.error(s.row.latency_ms, predict_ms(s.cost, s.performance, s.row.precision, model))
+                  for s in published if s.row.model == key]
+    ratios = [s.row.latency_ms / out for s, _, out in rows]
+    models = sorted({s.row.model for s in published})
+    modules = sorted({s.row.module for s in published + yours})
+    fitted = LatencyModel(
+        full.compute_efficiency, full.memory_efficiency, full.layer_overhead_us,
+        min([reference.band_low, *ratios]), max([reference.band_high, *ratios]),
+        float(np.median(after)), max(after),
+        (f"{len(published)} published figures + {len(yours)} of your measurements (each weighted x{weight:g}; the "
+         "project's latency_model.toml)",
+         "published models: " + ", ".join(models), "your models: " + ", ".join(sorted({s.row.model for s in yours})),
+         "modules: " + ", ".join(modules)),
+        tuple(sorted(set(reference.sources) | {s.row.source_url for s in yours})), tuple(modules),
+        len(published), len(yours), full.devices,
+    )
+    return Calibration(fitted, weight, tuple(rows), (reference.median_error or 0.0, reference.max_error or 0.0),
+                       (float(np.median(after)), max(after)))
+
+
+def _device_factors(yours: list[FitSample], fit: LatencyModel) -> tuple[DeviceFactor, ...]:
+    """Per module and power mode you measured on: the geometric mean of measured / ``fit``'s prediction,
+    shrunk toward 1 by n / (n + 1) in the logarithm (one measurement moves the factor half way)."""
+    groups: dict[tuple[str, str], list[FitSample]] = {}
+    for s in yours:
+        groups.setdefault((s.row.module, s.row.power_mode), []).append(s)
+    factors = []
+    for (module, mode), samples in sorted(groups.items()):
+        logs = [math.log(s.row.latency_ms / predict_ms(s.cost, s.performance, s.row.precision, fit)) for s in samples]
+        n = len(logs)
+        perf = samples[0].performance
+        factors.append(DeviceFactor(module, mode, perf.gpu_mhz, perf.fp16_tflops,
+                                    round(math.exp(n / (n + 1) * sum(logs) / n), 6), n))
+    return tuple(factors)
+

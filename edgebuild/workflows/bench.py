@@ -25,6 +25,7 @@ class Benched:
     result: JsonObject  # schema edgebuild.bench/1
     comparison: JsonObject | None = None  # against the baseline, when one was given and comparable
     error: EdgebuildError | None = None  # why the baseline was not compared, raised after the result is shown
+    recorded: tuple[Path, ...] = ()  # build/latency/<group>.json: the measurements next to their predictions
 
 
 def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: Path, selector: str,
@@ -49,16 +50,28 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
                              "model's result", hint="bench one model's folder (build/models/<name>/engines/<group>) "
                                                     "to compare it with a baseline")
     before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
+    check_durations(options)
     if device_url:
         result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=report)
     else:
         result = bench_here(artifact, options)
+    from edgebuild.workflows.latency_calibrate import record_measured
+
+    recorded = tuple(record_measured(project_dir, artifact, result, report=report))
     if before is None:
-        return Benched(artifact, result)
+        return Benched(artifact, result, recorded=recorded)
     try:
-        return Benched(artifact, result, compare(result, before, force=force))
+        return Benched(artifact, result, compare(result, before, force=force), recorded=recorded)
     except EdgebuildError as exc:
-        return Benched(artifact, result, error=exc)
+        return Benched(artifact, result, error=exc, recorded=recorded)
+
+
+def check_durations(options: JsonObject) -> None:
+    """``--duration`` and ``--window`` read as the device will read them, before anything is copied or run."""
+    from edgebuild.runtime.sustained import parse_duration
+
+    parse_duration(options.get("duration"))
+    parse_duration(options.get("window"), "--window")
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
 
     work = load_work(project_dir, selector)
     project = work.project
+    check_durations(options)
     folders = compiled_folders(work)
     missing = [name for name, folder in folders.items() if not is_compiled(folder)]
     if missing:
@@ -104,9 +118,12 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     layout = BuildLayout.of(project)
     out = layout.bench
     out.mkdir(parents=True, exist_ok=True)
+    from edgebuild.workflows.latency_calibrate import record_measured
+
     for r in results:
         if r.error is None:
             atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
+            record_measured(project_dir, folders[r.group], r.result, source="bench --farm", report=report)
     summary = fleet_summary(results)
     summary_path = summary_file or layout.bench_summary
     atomic_write_text(summary_path, json.dumps(summary, indent=2))

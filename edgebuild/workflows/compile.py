@@ -8,16 +8,18 @@ report itself, failed compiles included. It returns the outcome; the caller rais
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgebuild.pipeline.runner import CompileReport, StageOutcome
+from edgebuild.project.layout import BuildLayout
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.errors import EdgebuildError
-    from edgebuild.pipeline.runner import CompileReport, StageOutcome
+    from edgebuild.targets.latency_budget import PredictedLatency
     from edgebuild.workflows.work import CompileWork
 
 __all__ = ["compile_project"]
@@ -28,6 +30,7 @@ __all__ = ["compile_project"]
 class Compiled:
     report: CompileReport  # every stage's outcome per group
     written: dict[str, Path]  # the build report's files by kind (html, markdown, junit)
+    latency: PredictedLatency | None = None  # predicted latency per group and candidate (None: no export)
 
     @property
     def error(self) -> EdgebuildError | None:
@@ -67,14 +70,101 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
     options = Options(force=force, progress=progress,
                       jobs=(jobs or project.farm.jobs or len(work.groups)) if farm else 1)
     settings = CompileSettings(build_on=build_on, farm=farm, ship_ungated=ship_ungated)
+
+    def run() -> tuple[CompileReport, PredictedLatency | None]:
+        return _compile_within_budgets(work, lambda w, stages, seen: compile_work(
+            w, stages=stages, options=options, settings=settings, report=report, on_stage=seen), on_stage, report)
+
     if farm is not None:
         try:
             with release_on_exit(farm):
-                done = compile_work(work, options=options, settings=settings, report=report, on_stage=on_stage)
+                done, latency = run()
         finally:
             farm.disconnect()
     else:
-        done = compile_work(work, options=options, settings=settings, report=report, on_stage=on_stage)
+        done, latency = run()
     write_last_compile(done)
+    path = BuildLayout.of(project).predicted_latency
+    path.unlink(missing_ok=True)
+    if latency is not None:
+        latency.save(path)
     written = write_report(project.build_dir)  # a failed compile gets its report too
-    return Compiled(done, written)
+    return Compiled(done, written, latency)
+
+
+def _compile_within_budgets(work: CompileWork, run: Callable[..., CompileReport],
+                            on_stage: Callable[[StageOutcome], None],
+                            report: Progress) -> tuple[CompileReport, PredictedLatency | None]:
+    """Every stage, with the groups' latency budgets checked between the gate and the engines.
+
+    Without a budget in the selected groups the stages run at once and the prediction is made after
+    them, for the summary and the report. With one, the stages up to the gate run first, then each
+    group's prediction is checked: a group whose every candidate misses its budget beyond the error
+    band gets no engine (its engine stage fails with the refusal); the others go on.
+    """
+    from edgebuild.stages import MODEL_STAGES, STAGES
+    from edgebuild.stages.gate import GATE
+
+    budgets = {g.name for g in work.project.fleet if g.latency_budget_ms or g.min_fps}
+    if not budgets & {g.name for g in work.groups}:
+        done = run(work, STAGES, on_stage)
+        return done, _predict(work, done)
+    first = run(work, MODEL_STAGES, on_stage)
+    latency = _predict(work, first)
+    if latency is None or first.record(GATE) is None:
+        return first, latency  # the export or the gate failed: nothing after them runs
+    for line in latency.warnings():
+        report(f"latency: {line}")
+    refused = latency.refusals()
+    later = STAGES[len(MODEL_STAGES):]
+    early = {s.name for s in MODEL_STAGES}
+
+    def merged(outcome: StageOutcome) -> StageOutcome:
+        return _with_refused(outcome, refused, work)
+
+    fitting = tuple(g for g in work.groups if g.name not in refused)
+    if fitting:  # the stages up to the gate are reused: what the first run did is what the summary says
+        rest = run(replace(work, groups=fitting), STAGES,
+                   lambda o: None if o.stage.name in early else on_stage(merged(o)))
+        stages = list(first.stages) + [merged(o) for o in rest.stages if o.stage.name not in early]
+    else:
+        stages = list(first.stages)
+        for stage in later:
+            outcome = merged(StageOutcome(stage, ()))
+            on_stage(outcome)
+            stages.append(outcome)
+    return CompileReport(work, tuple(stages)), latency
+
+
+def _with_refused(outcome: StageOutcome, refused: Mapping[str, EdgebuildError], work: CompileWork) -> StageOutcome:
+    """``outcome`` of a stage after the gate, with a unit for each refused group: the engine stage's
+    failed with its refusal, the later stages' not run."""
+    from edgebuild.pipeline.runner import UnitOutcome
+    from edgebuild.stages.engine import ENGINE
+
+    units = {u.group: u for u in outcome.units}
+    for group, error in refused.items():
+        if outcome.stage.name == ENGINE.name:
+            units[group] = UnitOutcome(group, "failed", error.message.splitlines()[0], error=error)
+        else:
+            units[group] = UnitOutcome(group, "not run", f"{ENGINE.name} did not succeed for {group}",
+                                       why=f"{ENGINE.name} did not succeed for {group}")
+    order = [g.name for g in work.groups]
+    return StageOutcome(outcome.stage, tuple(sorted(units.values(), key=lambda u: order.index(u.group or ""))))
+
+
+def _predict(work: CompileWork, done: CompileReport) -> PredictedLatency | None:
+    """The selected groups' predicted latency on the export, or None when the export did not succeed."""
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.workflows.latency_calibrate import project_fit
+    from edgebuild.workflows.latency_plan import predict_groups
+
+    export = done.record(EXPORT)
+    if export is None:
+        return None
+    try:
+        fit = project_fit(work.project.source.parent)  # the project's own (plan --calibrate) where it has one
+    except EdgebuildError:
+        fit = None  # predict_groups says what is wrong with the published one, if anything
+    return predict_groups(work.project, export.onnx_path, work.groups, work.project.fleet, fit=fit)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from edgebuild.project.schema import FleetGroup
     from edgebuild.report.fleet_report import FleetGroupRecord
     from edgebuild.stages.session import CompileSession, CompileSettings
+    from edgebuild.targets.latency_budget import GroupLatency, PredictedLatency
     from edgebuild.workflows.work import CompileWork
 
 __all__ = ["compile_fleet"]
@@ -48,13 +49,14 @@ class GroupOutcome:
     memory: MemoryPlan | None = None
     written: dict[str, str | bool] = field(default_factory=dict)  # folder, container, bundle, ... (relative paths)
     error: EdgebuildError | None = None
+    latency: PredictedLatency | None = None  # each model's predicted latency per candidate, against the budget
 
     def record(self) -> FleetGroupRecord:
         """The group's line in ``build/fleet.json``."""
         from edgebuild.report.fleet_report import FleetGroupRecord
 
         return FleetGroupRecord(self.name, self.target, tuple(self.models), self.candidates, self.memory,
-                                self.written, str(self.error) if self.error else None)
+                                self.written, str(self.error) if self.error else None, self.latency)
 
 
 @dataclass
@@ -119,6 +121,8 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
     for outcome in groups:
         if outcome.error is None and outcome.memory is not None:
             report(f"memory plan {outcome.name}:\n{outcome.memory.table()}")
+        for line in outcome.latency.warnings() if outcome.latency else ():
+            report(f"latency: {line}")
     for name, model in models.items():  # engines for the groups whose memory plan fits
         fitting = [g for g in model.work.groups if any(o.name == g.name and o.error is None for o in groups)]
         if fitting:
@@ -178,9 +182,38 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
     first = next(g for g in models[outcome.models[0]].work.groups if g.name == group.name)
     assert first.limits is not None, "select_work resolves every group's limit preset"
     outcome.memory = plan_group_memory(group.name, first.limits, parse_size(fleet.file.runtime.footprint), memory)
+    outcome.latency = _predict_latency(group, models, outcome.models)
     if not outcome.memory.fits:
         outcome.error = outcome.memory.refusal()
+    elif refused := outcome.latency.refusals():
+        outcome.error = refused[group.name]
     return outcome
+
+
+def _predict_latency(group: FleetGroup, models: dict[str, _Model], names: list[str]) -> PredictedLatency:
+    """Each of the group's models on its own against the group's budget (the server answers each model's
+    requests on their own), before any engine is built."""
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.targets.latency_budget import PredictedLatency
+    from edgebuild.workflows.latency_calibrate import project_fit
+    from edgebuild.workflows.latency_plan import predict_groups
+
+    found: list[GroupLatency] = []
+    notes: list[str] = []
+    for name in names:
+        work, compiled = models[name].work, models[name].compiled
+        export = compiled.record(EXPORT)
+        selected = [g for g in work.groups if g.name == group.name]
+        if export is None or not selected:
+            continue
+        try:
+            fit = project_fit(work.project.source.parent)  # the model project's own (plan --calibrate), if any
+        except EdgebuildError:
+            fit = None  # predict_groups says what is wrong with the published one, if anything
+        predicted = predict_groups(work.project, export.onnx_path, selected, [group], model=name, fit=fit)
+        found += predicted.groups
+        notes += [f"{name}: {n}" for n in predicted.notes]
+    return PredictedLatency(tuple(found), tuple(notes))
 
 
 def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], settings: CompileSettings,

@@ -12,10 +12,12 @@ figure when its model, or its module, was left out of the fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edgebuild.errors import ConfigError, TargetError
+from edgebuild.errors import ConfigError, EdgebuildError, TargetError
 from edgebuild.targets.latency import (
     PRECISIONS,
     LatencyModel,
@@ -23,11 +25,24 @@ from edgebuild.targets.latency import (
     performance_modes,
     predict_ms,
 )
+from edgebuild.targets.latency_budget import PredictedLatency, budget_ms, module_cost_key, predict_group
 from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
-from edgebuild.targets.profiles import Module, ModulePerformance, load_catalog
+from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 from edgebuild.text import Progress
 
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.project.schema import FleetGroup
+
 __all__ = ["LatencyPlan", "plan_latency", "plan_project"]
+
+#: the runtime's preprocessing (edgebuild.runtime.vision.preprocess: a bilinear resize by fancy
+#: indexing, the letterbox canvas, the normalisation, the CHW copy) counted as this many passes,
+#: each a read and a write, over the float32 input tensor ...
+PREPROCESS_PASSES = 20
+#: ... on the CPU cores, which numpy drives at this fraction of the module's memory bandwidth: an
+#: assumption, not fitted to any measurement (docs/latency-plan.md, "End to end")
+CPU_BANDWIDTH_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,7 @@ class LatencyRow:
     meets_budget: bool | None = None  # p50 within --budget-ms / --min-fps; None when none was given
     extrapolated: bool = False  # no published figure of this GPU architecture was fitted
     group: str | None = None  # the fleet group, in a project
+    end_to_end_ms: float | None = None  # in a project: + input upload, output download and preprocessing (below)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,11 +105,6 @@ def _cost(model: Path, batch: int, input_hw: tuple[int, int] | None) -> GraphCos
     return cost
 
 
-def _cost_key(module: Module) -> tuple:
-    # "cheapest": edgebuild has no price list; a smaller GPU, then less memory, is the cheaper module
-    return module.tensor_cores, module.cuda_cores, module.memory_gb
-
-
 def _jetpack_text(perf: ModulePerformance, jetpack: str | None) -> str:
     if jetpack:
         return jetpack
@@ -123,7 +134,7 @@ def _selected_modules(module: str, jetpack: str | None) -> list[Module]:
         chosen = [m for m in chosen if jetpack in m.jetpack]
         if not chosen:
             raise TargetError(f"no selected module runs JetPack {jetpack}")
-    return sorted(chosen, key=_cost_key)
+    return sorted(chosen, key=module_cost_key)
 
 
 def plan_latency(model: Path, *, input_size: list[int] | None = None, module: str = "all",
@@ -147,17 +158,25 @@ def plan_latency(model: Path, *, input_size: list[int] | None = None, module: st
     return _plan(model, batch, cost, rows, skipped, precisions, budget, fit)
 
 
-def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[str, ...] = PRECISIONS,
+def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[str, ...] | None = None,
                  batch: int | None = None, budget_ms: float | None = None, min_fps: float | None = None,
                  report: Progress = lambda _: None, fit: LatencyModel | None = None) -> LatencyPlan:
-    """Each selected fleet group's module, JetPack and power mode (every known one where the group
-    names none), on the project's export (the export stage run as needed) at its input profile's
-    optimal size, at batch 1 and at the profile's largest batch (or ``batch``)."""
+    """Each selected fleet group on the project's export (the export stage run as needed), one row per
+    candidate precision the gate makes (``quantize.precisions``, or ``precisions``), at the input
+    profile's optimal size, at batch 1 and at the profile's largest batch (or ``batch``).
+
+    A group's power mode is its ``power_mode``, else its module's fastest with a known clock (as the
+    compile's budget check assumes). The budget is ``budget_ms``/``min_fps``, else the group's own
+    ``latency_budget_ms``/``min_fps``. Each row also carries ``end_to_end_ms``: the GPU compute time
+    plus the input's upload, the outputs' download and the runtime's preprocessing (:func:`_host_ms`).
+    """
     from edgebuild.stages.export import EXPORT
     from edgebuild.workflows.work import load_work, run_until
 
     work = load_work(project_dir, selector)
-    image = next((i for i in work.project.model.inputs if len(i.opt_shape) == 4), None)
+    project = work.project
+    precisions = precisions or tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
     batches = [batch] if batch else sorted({1, image.max_shape[0] if image else 1})
     fit = fit or load_latency_model()
@@ -165,16 +184,107 @@ def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[
     assert export is not None, "the export stage ran without a record"
     rows: list[LatencyRow] = []
     skipped: list[str] = []
+    own = {g.name: g for g in project.fleet}
     for size in batches:
-        budget = _budget(budget_ms, min_fps, size)
         cost = _cost(export.onnx_path, size, hw)
+        io = _io_bytes(export.onnx_path, size, hw)
         for group in work.groups:
-            got, missed = _rows(cost, [group.target.module], group.power_mode, group.target.release.jetpack,
-                                precisions, size, budget, fit)
+            fleet_group = own.get(group.name)
+            budget = (_budget(budget_ms, min_fps, size) if budget_ms or min_fps else
+                      _budget(fleet_group.latency_budget_ms, fleet_group.min_fps, size) if fleet_group else None)
+            got, missed = _rows(cost, [group.target.module], group.power_mode or _fastest_mode(group),
+                                group.target.release.jetpack, precisions, size, budget, fit,
+                                host_ms=lambda perf, io=io: _host_ms(io, perf))
             rows += [replace(r, group=group.name) for r in got]
             skipped += [f"group {group.name}: {s}" for s in missed if f"group {group.name}: {s}" not in skipped]
     return _plan(export.onnx_path, batches[-1], cost, rows, skipped, precisions,
                  _budget(budget_ms, min_fps, batches[-1]), fit)
+
+
+def _fastest_mode(group: SelectedGroup) -> str | None:
+    modes = performance_modes(group.target.module, group.target.release.jetpack)
+    return max(modes, key=lambda p: p.gpu_mhz).power_mode if modes else None
+
+
+def _io_bytes(onnx_path: Path, batch: int, hw: tuple[int, int] | None) -> tuple[int, int]:
+    """(bytes of every input, bytes of every output) at ``batch`` and ``hw``, as float32; an output whose
+    shape inference cannot give counts nothing."""
+    import math
+
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    weights = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if value.name in weights or not dims:
+            continue
+        dims[0].ClearField("dim_param")
+        dims[0].dim_value = batch
+        if len(dims) == 4 and hw is not None:
+            for dim, size in zip(dims[2:], hw):
+                dim.ClearField("dim_param")
+                dim.dim_value = size
+    try:
+        graph = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 (an estimate: without shapes the outputs count nothing)
+        graph = model.graph
+
+    def size(values: Sequence[onnx.ValueInfoProto]) -> int:
+        total = 0
+        for value in values:
+            dims = [d.dim_value if d.HasField("dim_value") else 0 for d in value.type.tensor_type.shape.dim]
+            total += 4 * math.prod(dims) if dims and all(dims) else 0
+        return total
+
+    return size([v for v in graph.input if v.name not in weights]), size(graph.output)
+
+
+def _host_ms(io: tuple[int, int], perf: ModulePerformance) -> float:
+    """What the runtime adds to the GPU compute time, in ms, on a module whose CPU and GPU share one DRAM:
+    the input copied to the engine's buffer and the outputs back (each copy a read and a write at the
+    module's memory bandwidth), and the preprocessing (PREPROCESS_PASSES over the input, on the CPU)."""
+    inputs, outputs = io
+    bandwidth = perf.memory_bandwidth_gbps * 1e9
+    copies = 2 * (inputs + outputs) / bandwidth
+    preprocess = PREPROCESS_PASSES * 2 * inputs / (bandwidth * CPU_BANDWIDTH_SHARE)
+    return (copies + preprocess) * 1e3
+
+
+def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup], fleet: Sequence[FleetGroup],
+                   *, model: str = "", fit: LatencyModel | None = None) -> PredictedLatency:
+    """Each of ``groups`` on ``onnx_path`` at batch 1 and the input profile's optimal size, per candidate
+    precision (``quantize.precisions``), against its budget in ``fleet`` (the ``[[fleet]]`` entries).
+
+    A group the latency model cannot predict (no known clock for its power mode, a graph without fixed
+    shapes) gets a note instead; its budget is then not checked, which the note says."""
+    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
+    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
+    precisions = tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    budgets = {g.name: budget_ms(g.latency_budget_ms, g.min_fps) for g in fleet}
+    notes: list[str] = []
+    try:
+        fit = fit or load_latency_model()
+        cost = _cost(onnx_path, 1, hw)
+    except EdgebuildError as exc:
+        checked = [g.name for g in groups if budgets.get(g.name) is not None]
+        return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
+                                     + (f"; the latency budget of {', '.join(checked)} is NOT checked" if checked
+                                        else ""),))
+    catalog = list(load_catalog().modules.values())
+    found = []
+    for group in groups:
+        budget = budgets.get(group.name)
+        predicted = predict_group(cost, group=group.name, module=group.target.module,
+                                  jetpack=group.target.release.jetpack, power_mode=group.power_mode,
+                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model)
+        if predicted is None:
+            notes.append(f"{group.name}: no latency prediction: power mode {group.power_mode or 'any'} of "
+                         f"{group.target.module.id} has no known GPU clock (profiles/modules/)"
+                         + ("; its latency budget is NOT checked" if budget is not None else ""))
+        else:
+            found.append(predicted)
+    return PredictedLatency(tuple(found), tuple(notes))
 
 
 def _budget(budget_ms: float | None, min_fps: float | None, batch: int) -> float | None:
@@ -194,8 +304,8 @@ def _plan(model: Path, batch: int, cost: GraphCost, rows: list[LatencyRow], skip
 
 
 def _rows(cost: GraphCost, modules: list[Module], power_mode: str | None, jetpack: str | None,
-          precisions: tuple[str, ...], batch: int, budget: float | None,
-          fit: LatencyModel) -> tuple[list[LatencyRow], list[str]]:
+          precisions: tuple[str, ...], batch: int, budget: float | None, fit: LatencyModel,
+          host_ms: Callable[[ModulePerformance], float] | None = None) -> tuple[list[LatencyRow], list[str]]:
     rows: list[LatencyRow] = []
     skipped: list[str] = []
     for mod in modules:
@@ -214,5 +324,6 @@ def _rows(cost: GraphCost, modules: list[Module], power_mode: str | None, jetpac
                     mod.id, perf.power_mode, _jetpack_text(perf, jetpack), precision, batch, round(ms, 6),
                     round(ms * fit.band_low, 6), round(ms * fit.band_high, 6), round(batch * 1000.0 / ms, 2),
                     perf.gpu_mhz, None if budget is None else ms <= budget,
+                    end_to_end_ms=round(ms + host_ms(perf), 6) if host_ms else None,
                 ))
     return rows, skipped

@@ -90,3 +90,36 @@ def test_plan_takes_a_model_without_an_image_input(tmp_path: Path) -> None:
     plan = plan_latency(path, module="agx-orin-64gb", precisions=("fp16",))
     assert plan.input_hw is None and plan.gflops == pytest.approx(2 * 16 * 32 * 64 / 1e9)
     assert plan.as_dict()["input_size"] is None
+
+
+def test_project_plan_rows_are_the_gate_s_candidates_with_end_to_end_and_the_group_s_budget(tmp_path: Path) -> None:
+    from tests.support.project import TINY_TOML, write_tiny_project
+
+    toml = TINY_TOML.replace('jetpack = "6.2"\n', 'jetpack = "6.2"\nlatency_budget_ms = 1000\n', 1)
+    write_tiny_project(tmp_path, toml.replace("[accuracy]\n", '[quantize]\nprecisions = ["fp16", "int8"]\n\n'
+                                                               "[accuracy]\n"))
+    plan = plan_project(tmp_path, "yard-cams", batch=1)
+    assert [(r.group, r.power_mode, r.precision) for r in plan.rows] == [("yard-cams", "MAXN_SUPER", "fp16"),
+                                                                        ("yard-cams", "MAXN_SUPER", "int8")]
+    for row in plan.rows:
+        assert row.meets_budget is True  # the group's own latency_budget_ms
+        assert row.end_to_end_ms is not None and row.end_to_end_ms > row.latency_ms
+    result = CliRunner().invoke(main, ["plan", "-p", str(tmp_path), "--target", "yard-cams", "--batch", "1",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert {"module", "power_mode", "jetpack", "precision", "batch", "latency_ms", "low_ms", "high_ms", "fps",
+            "end_to_end_ms", "group"} <= set(rows[0])
+    text = CliRunner().invoke(main, ["plan", "-p", str(tmp_path), "--target", "yard-cams", "--batch", "1"]).output
+    assert "end to end ms" in text and "memory bandwidth" in text
+
+
+def test_end_to_end_adds_copies_at_the_memory_bandwidth_and_the_preprocessing() -> None:
+    from edgebuild.targets.profiles import load_catalog
+    from edgebuild.workflows.latency_plan import CPU_BANDWIDTH_SHARE, PREPROCESS_PASSES, _host_ms
+
+    perf = load_catalog().modules["orin-nano-8gb"].performance[0]
+    inputs, outputs = 3 * 640 * 640 * 4, 8400 * 84 * 4
+    bandwidth = perf.memory_bandwidth_gbps * 1e9
+    expected = (2 * (inputs + outputs) / bandwidth + PREPROCESS_PASSES * 2 * inputs / (bandwidth * CPU_BANDWIDTH_SHARE))
+    assert _host_ms((inputs, outputs), perf) == pytest.approx(expected * 1e3)
