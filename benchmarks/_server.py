@@ -75,10 +75,26 @@ for line in sys.stdin:
 
 
 #: the least a server can do over HTTP: read each request whole (head, then the body into a buffer of its
-#: Content-Length) and write back a canned answer read from a file (argv[1]); GETs get ``{"live": true}``
+#: Content-Length) and write back a canned answer read from a file (argv[1]); GETs get ``{"live": true}``.
+#: With a model folder (argv[2], and the input shapes as JSON, argv[3]), it runs a bare ``session.run``
+#: (the server's session options, a fixed input) before each answer: the least a server that runs the model costs
 NULL_CHILD = """
-import socket, sys, threading
+import json, socket, sys, threading
 answer = open(sys.argv[1], "rb").read()
+run = lambda: None
+if len(sys.argv) > 2:
+    from pathlib import Path
+    import numpy as np
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.recipe import Recipe
+    folder = Path(sys.argv[2])
+    session = OnnxRuntimeRunner.for_device(folder / Recipe.load(folder).onnx).session
+    rng = np.random.default_rng(0)
+    feed = {n: rng.random(s, dtype=np.float32) for n, s in json.loads(sys.argv[3]).items()}
+    names = [o.name for o in session.get_outputs()]
+    run = lambda: session.run(names, feed)
+    for _ in range(30):
+        run()
 live = b'HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: 14\\r\\n\\r\\n{"live": true}'
 server = socket.create_server(("127.0.0.1", 0))
 print(server.getsockname()[1], flush=True)
@@ -103,6 +119,8 @@ def serve(conn):
             if not more:
                 return
             got += more
+        if length:
+            run()
         conn.sendall(answer if length else live)
 while True:
     threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
@@ -176,13 +194,17 @@ def running_bare(folder: Path, shapes: dict[str, list[int]], session_options: st
 
 
 @contextmanager
-def running_null_server(answer: bytes):
+def running_null_server(answer: bytes, folder: Path | None = None, shapes: dict[str, list[int]] | None = None):
     """Yield the port of ``NULL_CHILD`` answering every POST with ``answer`` (a whole HTTP answer): what a
-    client and loopback cost for a request and an answer of these sizes, with no server work in between."""
+    client and loopback cost for a request and an answer of these sizes, with no server work in between.
+    With ``folder`` (and the input ``shapes``), it runs the folder's ONNX on a fixed input before each answer,
+    as a bare ``session.run``: what a server costs that does nothing but read, run and write."""
+    extra = [str(folder), json.dumps(shapes)] if folder is not None else []
     with tempfile.NamedTemporaryFile(suffix=".http") as canned:
         canned.write(answer)
         canned.flush()
-        child = subprocess.Popen([sys.executable, "-c", NULL_CHILD, canned.name], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", NULL_CHILD, canned.name, *extra], stdout=subprocess.PIPE,
+                                 text=True)
         try:
             yield int(child.stdout.readline())
         finally:

@@ -17,7 +17,12 @@ and two bare ONNX Runtime sessions on the folder's ONNX, one made as the server'
 The floors: ``GET /v2/health/live`` on the same client, and the same inference request against a
 null server (``_server.NULL_CHILD``: it reads each request whole and writes back a canned copy of
 the server's answer) - what the client and loopback cost for these bytes, which no server can go
-under; the script prints the server's own cost past it too. It also prints, from the server's
+under; the script prints the server's own cost past it too. And the **transport floor**: the same
+request against a minimal server (``NULL_CHILD`` given the folder) that reads it whole, runs the same bare
+``session.run`` on a fixed input and writes the canned answer, minus bare p50: what any server that runs
+the model pays with this client on this host (the client's requests then come as far apart as the served
+ones, and find its caches as cold); served p50 - its p50 is this server's **cost above the transport
+floor**. It also prints, from the server's
 ``/metrics``, the mean time per stage a request spent in the server outside the backend during the
 sequential requests, and the CPU per request of the server process and of the clients under the
 throughput load. On a shared host, run it under ``chrt -r 1`` (every process it starts inherits it).
@@ -30,9 +35,11 @@ binary tensors; ``grpc`` is ``tritonclient.grpc`` (raw tensor contents) on the s
 ``shm`` is ``tritonclient.http`` with Triton's system shared memory: each client registers one
 region for its inputs and one for its outputs (``tritonclient.utils.shared_memory``), writes the
 input there once per request and reads the outputs as views of its region, so no tensor crosses
-the socket. Another transport is a class with ``HttpTransport``'s ``infer``, ``live`` and ``close``
-(``canned`` only where a null server of its protocol exists), made from a ``Target``, added to
-``TRANSPORTS``.
+the socket. Each transport's clients are made for its turn of a round and closed after it; gRPC's
+library keeps threads running after that, which on a 2-core host speeds up the HTTP requests that
+follow: compare ``http`` with ``shm`` in a run without ``grpc``. Another transport is a class with
+``HttpTransport``'s ``infer``, ``live`` and ``close`` (``canned`` only where a null server of its
+protocol exists), made from a ``Target``, added to ``TRANSPORTS``.
 
 A detector that decodes on the device (``[runtime] detections``) is asked for its raw head
 (``parameters.detections: false``) so that both sides run the same model; ``--decode`` keeps
@@ -324,32 +331,42 @@ def measure(folder: Path, args: argparse.Namespace) -> dict:
         port, ready = stack.enter_context(running_server(folder, **SERVER_OPTIONS))
         bares = {s: stack.enter_context(running_bare(folder, shapes, s)) for s in sessions}
         target = Target(port, recipe.model_name or recipe.group, inputs, parameters, ready.get("grpc_port"))
-        clients, floors = {}, {}
+        # each transport's clients live only for its own turn: a client library's threads (gRPC's) must not
+        # run while another transport is measured (they keep a core from idling, which speeds up the others)
+        servers = {name: {"served": target} for name in args.transports}
         for name in args.transports:
-            clients[name] = TRANSPORTS[name](target)
-            _timed(clients[name].infer, 20)  # the connection, the server's first requests
-            canned = getattr(clients[name], "canned", None)
+            probe = TRANSPORTS[name](target)
+            canned = getattr(probe, "canned", None)
             if canned is not None:  # the same client against a server that does nothing: the transport's floor
-                null = stack.enter_context(running_null_server(canned(clients[name].infer())))
-                floors[name] = TRANSPORTS[name](Target(null, target.model, inputs, parameters))
-                _timed(floors[name].infer, 20)
-        stages = {name: [] for name in clients}
+                answer = canned(probe.infer())
+                null = stack.enter_context(running_null_server(answer))
+                servers[name]["null"] = Target(null, target.model, inputs, parameters)
+                # and against one that does nothing but run the same session.run: the client's requests
+                # as far apart as the served ones, its caches as cold (the transport floor with the model)
+                least = stack.enter_context(running_null_server(answer, folder, shapes))
+                servers[name]["minimal"] = Target(least, target.model, inputs, parameters)
+            probe.close()
+        stages = {name: [] for name in args.transports}
         for i in range(args.rounds):
             row = {"bare_" + s: _p50_ms(bares[s].sequential(args.requests)) for s in sessions}
-            for name, transport in clients.items():
+            for name in args.transports:
+                clients = {kind: TRANSPORTS[name](where) for kind, where in servers[name].items()}
+                for client in clients.values():
+                    _timed(client.infer, 20)  # the connection, the server's first requests
                 before = _histograms(_metrics(port))
-                row[name] = _p50_ms(_timed(transport.infer, args.requests))
+                row[name] = _p50_ms(_timed(clients["served"].infer, args.requests))
                 stages[name].append(_stage_means(before, _histograms(_metrics(port))))
-                row[name + "_live"] = _p50_ms(_timed(transport.live, args.requests))
-                if name in floors:
-                    row[name + "_null"] = _p50_ms(_timed(floors[name].infer, args.requests))
+                row[name + "_live"] = _p50_ms(_timed(clients["served"].live, args.requests))
+                for kind in ("null", "minimal"):
+                    if kind in clients:
+                        row[f"{name}_{kind}"] = _p50_ms(_timed(clients[kind].infer, args.requests))
+                for client in clients.values():
+                    client.close()
             rounds["sequential"].append(row)
             print(f"round {i + 1}: p50 ms " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
-        for transport in list(clients.values()) + list(floors.values()):
-            transport.close()
         for i in range(args.throughput_rounds):
             row = {"bare_" + s: bares[s].loop(args.clients, args.duration) / args.duration for s in sessions}
-            for name in clients:
+            for name in args.transports:
                 cpu = (_cpu_seconds(ready["pid"]), _own_cpu_seconds())
                 done = _loop(args.clients, args.duration, lambda name=name: TRANSPORTS[name](target))
                 row[name] = done / args.duration
@@ -390,6 +407,13 @@ def _transport(seq: list[dict], put: list[dict], name: str, stages: list[dict]) 
             # what this server adds past that floor: served p50 - bare p50 - null-server p50, per round
             "server_own_ms": (_median(r[name] - r["bare_server"] - r[name + "_null"] for r in seq)
                               if name + "_null" in seq[0] else None),
+            # a server that reads the request, runs the same session.run and writes a canned answer: its p50 -
+            # bare p50 is the transport floor (what any server pays with this client on this host), and
+            # served p50 - its p50 this server's cost above that floor
+            "transport_floor_ms": (_median(r[name + "_minimal"] - r["bare_server"] for r in seq)
+                                   if name + "_minimal" in seq[0] else None),
+            "cost_above_floor_ms": (_median(r[name] - r[name + "_minimal"] for r in seq)
+                                    if name + "_minimal" in seq[0] else None),
             "served_per_s": _median(r[name] for r in put) if put else None,
             "ratio": _median(r[name] / r["bare_server"] for r in put) if put else None,
             "ratio_vs_default_session": _median(r[name] / r["bare_default"] for r in put) if put else None,
@@ -413,6 +437,10 @@ def _print(result: dict) -> None:
         if t["null_server_p50_ms"] is not None:
             print(f"  {name}: the same request against a server that does nothing (client and loopback): p50 "
                   f"{t['null_server_p50_ms']:.3f} ms; this server's own cost past it {t['server_own_ms']:.3f} ms")
+        if t["transport_floor_ms"] is not None:
+            print(f"  {name}: transport floor (a server that only reads the request, runs the same session.run and "
+                  f"writes a canned answer, minus bare p50) {t['transport_floor_ms']:.3f} ms; this server's cost "
+                  f"above the transport floor {t['cost_above_floor_ms']:.3f} ms")
         for stage, ms in t["stages_ms"].items():
             print(f"      {stage:>24}: {ms:7.4f} ms mean (the server's /metrics)")
     if result["bare_per_s"]:

@@ -10,7 +10,7 @@ standard library.
 import json
 import socket
 from http import HTTPStatus
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 __all__ = []
 
@@ -82,7 +82,7 @@ def reason(status: int) -> str:
 
 def encode_answer(answer: Answer, keep_alive: bool, head_only: bool = False) -> List[Any]:
     """The answer as the parts to send: its HTTP head, then its body's parts (none for a HEAD request)."""
-    length = sum(memoryview(p).nbytes for p in answer.parts)
+    length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in answer.parts)
     head = "HTTP/1.1 {} {}\r\nServer: edgebuild-serve\r\nContent-Type: {}\r\nContent-Length: {}\r\n".format(
         answer.status, reason(answer.status), answer.content_type, length)
     for name, value in answer.headers.items():
@@ -101,6 +101,11 @@ class HeadError(Exception):
         self.status = status
 
 
+#: what a request head may take at most (request line and headers)
+MAX_HEAD_BYTES = 64 * 1024
+#: what one read takes while a request head is awaited: a head and the start of its body; the rest
+#: of a body is read straight into a buffer of its length, not through the inbox
+READ_CHUNK = 16 * 1024
 #: more header lines than this is a 431 (as ``http.client`` counts)
 MAX_HEADERS = 100
 
@@ -158,3 +163,57 @@ def send_parts(sock: socket.socket, parts: List[Any]) -> Optional[bytes]:
     if sent == total:
         return None
     return joined(parts)[sent:]
+
+
+def read_request(sock: socket.socket, inbox: bytearray, max_body: int,
+                 readable: Callable[[], bool]) -> Union[None, bool, Tuple[Request, bytearray]]:
+    """The next request of a non-blocking socket whose earlier bytes are in ``inbox``, read whole while
+    ``readable()`` says more may come: (request, body), the bytes of a pipelined request after it left in
+    ``inbox``; None when the client closed; False when it is not a plain request that came whole in time (a
+    bad or large head, ``Expect: 100-continue``, a body still coming): what came of it is in ``inbox``, for
+    the dispatcher to read on (``httpd.py``), as if it had read it itself."""
+    end = inbox.find(b"\r\n\r\n")
+    while end < 0:
+        if len(inbox) > MAX_HEAD_BYTES or not readable():
+            return False
+        try:
+            data = sock.recv(READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        inbox += data
+        end = inbox.find(b"\r\n\r\n", max(0, len(inbox) - len(data) - 3))
+    try:
+        request = parse_head(bytes(inbox[:end + 4]))
+        length = body_length(request)
+    except HeadError:  # refused by the dispatcher, with its status
+        return False
+    if length > max_body or (request.headers.get("Expect") or "").lower() == "100-continue":
+        return False
+    start = end + 4
+    if len(inbox) - start >= length:  # all here (and maybe the next request, pipelined: it stays in the inbox)
+        body = inbox[start:start + length]
+        del inbox[:start + length]
+        return request, body
+    body, got = bytearray(length), len(inbox) - start
+    body[:got] = memoryview(inbox)[start:]
+    with memoryview(body) as view:
+        while got < length and readable():
+            try:
+                more = sock.recv_into(view[got:])
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                more = 0
+            if not more:
+                return None
+            got += more
+    if got < length:  # a slow body: back in the inbox, the dispatcher reads the rest (under the body timeout)
+        del inbox[start:]
+        inbox += memoryview(body)[:got]
+        return False
+    del inbox[:]
+    return request, body

@@ -11,7 +11,8 @@ allows 256), and a thread blocked reading an idle or slow client holds one. Here
 thread owns every socket (``selectors``, non-blocking): it reads request heads and bodies,
 enforces the header, body, keep-alive and send timeouts and the connection cap, and answers the
 requests that never block; a fixed pool of ``workers`` threads only ever sees complete requests,
-and a worker writes its own answer (``HTTPServer``: the way of a request). An idle keep-alive
+and a worker writes its own answer, then reads the connection's next request itself when it comes
+at once (``HTTPServer``: the way of a request). An idle keep-alive
 connection or a client that sends a byte a minute costs a file descriptor and a few bytes,
 never a thread.
 
@@ -21,14 +22,17 @@ Python 3.8 and the standard library.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import collections
+import select
 import selectors
 import socket
 import sys
 import threading
 import time
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from edgebuild.runtime.http_messages import (
+    MAX_HEAD_BYTES,
+    READ_CHUNK,
     HeadError,
     Request,
     body_length,
@@ -36,68 +40,26 @@ from edgebuild.runtime.http_messages import (
     error,
     joined,
     parse_head,
+    read_request,
     send_parts,
 )
+from edgebuild.runtime.http_pool import Pool, Worker
 
 __all__ = []
 
-#: what a request head may take at most (request line and headers)
-MAX_HEAD_BYTES = 64 * 1024
 #: file descriptors kept free for the model, logs and the engine cache when the cap follows RLIMIT_NOFILE
 _RESERVED_FDS = 64
-#: what one read takes while a request head is awaited: a head and the start of its body; the rest
-#: of a body is read straight into a buffer of its length (``_read_body``), not through the inbox
-_READ_CHUNK = 16 * 1024
+#: how long a worker that answered a request waits for the connection's next one before handing it back to the
+#: dispatcher (``HTTPServer.follow_s``), and in what slices (between them it looks for requests waiting for a worker)
+FOLLOW_S = 0.002
+_FOLLOW_SLICE_S = 0.0005
+_poll = getattr(select, "poll", None)  # not on Windows: there the dispatcher reads every request
+_POLLIN = getattr(select, "POLLIN", 1)
 
 
 def _log(message: str) -> None:
     print("serve: " + message, file=sys.stderr, flush=True)
 
-
-# -- the worker pool ---------------------------------------------------------------------------
-
-class _Worker:
-    """A worker thread's wake-up: a lock it blocks on, released by whoever gives it a job."""
-
-    __slots__ = ("wake", "job")
-
-    def __init__(self) -> None:
-        self.wake = threading.Lock()
-        self.wake.acquire()
-        self.job = None  # type: Any
-
-
-class _Pool:
-    """Complete requests to worker threads.
-
-    The worker that went idle last takes the next request (its core's caches hold the model's
-    weights and the code), woken by one lock release: no Condition round trip, no Queue. When
-    every worker is busy, requests wait in a backlog the workers take from before going idle.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle = []  # type: List[_Worker]
-        self._backlog = collections.deque()  # type: collections.deque
-
-    def submit(self, job: Any) -> None:
-        with self._lock:
-            if not self._idle:
-                self._backlog.append(job)
-                return
-            worker = self._idle.pop()
-        worker.job = job
-        worker.wake.release()
-
-    def take(self, worker: _Worker) -> Any:
-        """The next job for ``worker`` (blocks while there is none)."""
-        with self._lock:
-            if self._backlog:
-                return self._backlog.popleft()
-            self._idle.append(worker)
-        worker.wake.acquire()
-        job, worker.job = worker.job, None
-        return job
 
 # -- the HTTP/1.1 server: one dispatcher thread for the sockets, a worker pool for the requests ---
 
@@ -144,19 +106,26 @@ class HTTPServer:
       dispatcher answers them itself, so they answer while every worker waits on an inference;
     - ``on_sent(request)``: called as an answer goes out, just before its first bytes are handed to
       the kernel (``request.stages`` then holds its times), on the thread that sends it; it must be
-      quick. Before, not after: a client that reads ``/metrics`` once it has its answer finds it counted.
+      quick. Before, not after: a client that reads ``/metrics`` once it has its answer finds it counted;
+    - ``follow_s``: how long a worker that answered a request waits for that connection's next one (0: never).
 
     The way of a request: the dispatcher reads its head, then its body straight into a buffer of
     its ``Content-Length`` (``recv_into``, no other copy), and hands it to the worker that went
-    idle last (``_Pool``); that worker runs the handler and writes the answer itself, head and body
+    idle last (``Pool``); that worker runs the handler and writes the answer itself, head and body
     parts with one ``sendmsg`` on the non-blocking socket, then tells the dispatcher, which waits for
-    the connection's next request (or writes what the socket did not take at once).
+    the connection's next request (or writes what the socket did not take at once). Before that, the
+    worker waits up to ``follow_s`` for the connection's next request and reads it itself, whole, and
+    runs it (a client that sends its next request as soon as it has an answer): one thread from
+    request to answer, no wake-up of the dispatcher. A request that is not whole in that time (a slow
+    client), or not plain (a bad or large head, ``Expect: 100-continue``), goes back to the dispatcher
+    with what came of it, and so does the connection when requests from other connections wait for a
+    worker.
     """
 
     def __init__(self, address: Tuple[str, int], handler: Any, *, max_body: int, workers: int = 8,
                  max_connections: int = 2048, header_timeout_s: float = 10.0, body_timeout_s: float = 30.0,
                  keepalive_timeout_s: float = 30.0, send_timeout_s: float = 30.0,
-                 on_refused: Any = None, inline: Any = None, on_sent: Any = None) -> None:
+                 on_refused: Any = None, inline: Any = None, on_sent: Any = None, follow_s: float = FOLLOW_S) -> None:
         if workers < 1 or max_connections < 1:
             raise ValueError("workers and max_connections must be at least 1")
         self.handler, self.max_body = handler, max_body
@@ -164,6 +133,7 @@ class HTTPServer:
         self.max_connections = _connection_cap(max_connections)
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.keepalive_timeout_s, self.send_timeout_s = keepalive_timeout_s, send_timeout_s
+        self.follow_s = follow_s
         self._on_refused = on_refused or (lambda status: None)
         #: requests the dispatcher answers itself, never waiting for a worker (they must not block)
         self._inline = inline or (lambda request: False)
@@ -176,7 +146,7 @@ class HTTPServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections = set()  # type: set
-        self._pool = _Pool()
+        self._pool = Pool()
         #: (connection, what is left to write: None all sent, bytes the rest, False the socket failed, close after)
         self._done = collections.deque()  # type: collections.deque
         self._threads: List[threading.Thread] = []
@@ -304,7 +274,7 @@ class HTTPServer:
                 self._read_body(conn)
                 return
             try:
-                data = conn.sock.recv(_READ_CHUNK)
+                data = conn.sock.recv(READ_CHUNK)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -483,22 +453,66 @@ class HTTPServer:
     # -- the workers -----------------------------------------------------------------------------
 
     def _work(self) -> None:
-        worker = _Worker()
+        worker = Worker()
         while True:
             job = self._pool.take(worker)
             if job is None:
                 return
             conn, request = job
-            parts, close, ready = self._answer(request)
-            self._going(request, ready)
-            try:  # the connection is the worker's until it hands it back (BUSY: nobody else touches it)
-                rest = send_parts(conn.sock, parts)  # type: Any
-            except OSError:
-                rest = False
-            if rest is None and not close and not conn.inbox and self._rearm(conn):
-                continue
-            self._done.append((conn, rest, close))
+            while request is not None:
+                parts, close, ready = self._answer(request)
+                self._going(request, ready)
+                try:  # the connection is the worker's until it hands it back (BUSY: nobody else touches it)
+                    rest = send_parts(conn.sock, parts)  # type: Any
+                except OSError:
+                    rest = False
+                if rest is not None or close:
+                    self._done.append((conn, rest, close))
+                    self._wake()
+                    break
+                request = self._next_request(conn)
+
+    def _next_request(self, conn: _Connection) -> Optional[Request]:
+        """The connection's next request, read by the worker that answered the one before when it comes whole
+        and plain within ``follow_s`` (a client in a loop sends it a fraction of a millisecond after its
+        answer): no dispatcher wake-up, no hand-off, no re-watching the socket. Else None: the connection went
+        back to the dispatcher with what came of it (``_hand_back``), or to be closed (the client closed)."""
+        if not self.follow_s or _poll is None:
+            return self._hand_back(conn)
+        deadline = time.perf_counter() + self.follow_s
+        poller = _poll()
+        poller.register(conn.sock, _POLLIN)
+        read = read_request(conn.sock, conn.inbox, self.max_body, lambda: self._readable(poller, deadline))
+        if read is None:
+            self._done.append((conn, False, True))
             self._wake()
+            return None
+        if read is False:
+            return self._hand_back(conn)
+        request, body = read
+        request.body, request.received = body, time.perf_counter()
+        return request
+
+    def _readable(self, poller: Any, deadline: float) -> bool:
+        """Whether the socket ``poller`` watches has bytes to read before ``deadline``; False at once when
+        other requests wait for a worker or the server stops. It waits in slices, so that a request that
+        comes in meanwhile waits one slice at most for this worker."""
+        while True:
+            if self._pool.waiting() or self._stopping.is_set():
+                return False
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            if poller.poll(min(left, _FOLLOW_SLICE_S) * 1000.0):
+                return True
+
+    def _hand_back(self, conn: _Connection) -> None:
+        """The connection back to the dispatcher: watched for its next request, or with the bytes of one
+        begun in its inbox (the dispatcher reads the rest under its timeouts, as if it had read them)."""
+        if conn.inbox or not self._rearm(conn):
+            self._done.append((conn, None, False))
+            self._wake()
+        return None
 
     def _rearm(self, conn: _Connection) -> bool:
         """The usual end of a request, done by the worker with no wake-up of the dispatcher: its answer all

@@ -20,6 +20,7 @@ Python 3.8, the standard library and numpy.
 
 import json
 import math
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -149,57 +150,104 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
     return parsed.inputs, parsed.binary_outputs
 
 
+#: the largest JSON header whose checked reading is kept for the next request with the same header
+_PLAN_HEADER_BYTES = 4096
+#: plans kept per cache (a client sends the same header every time; past this many, the cache starts over)
+_PLANS_KEPT = 64
+
+
+class _Plan:
+    """A request header read and checked: where each input's array comes from, and what goes back. The same
+    header and body length give the same plan, so the server keeps it (``parse_inference``'s ``cache``) and
+    the next such request only makes its arrays."""
+
+    __slots__ = ("sources", "asked", "binary", "request_id", "decode", "shared", "cacheable")
+
+    def inference(self, binary: Any, shared_memory: Any) -> Inference:
+        arrays = {}
+        for name, dtype, count, shape, where in self.sources:
+            if isinstance(where, int):  # an offset into the binary tensors: a view of the body
+                arrays[name] = np.frombuffer(binary, dtype=dtype, count=count, offset=where).reshape(shape)
+            elif isinstance(where, tuple):  # (region, offset, byte_size) of system shared memory: a view of it
+                arrays[name] = shared_memory.read(name, where[0], where[1], where[2], dtype, shape)
+            else:  # JSON data, read already (a plan with any is not kept)
+                arrays[name] = where
+        return Inference(arrays, self.asked, self.binary, self.request_id, self.decode, self.shared)
+
+
 def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
-                    output_names: Union[List[str], AnswerForms], shared_memory: Any = None) -> Inference:
+                    output_names: Union[List[str], AnswerForms], shared_memory: Any = None,
+                    cache: Optional[Dict[Any, Any]] = None) -> Inference:
     """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
 
     ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses);
     ``shared_memory``: the registered system shared-memory regions (``shared_memory.SystemSharedMemory``)
-    inputs may be read from.
+    inputs may be read from; ``cache``: a dict kept for one model (its inputs and forms), where the checked
+    reading of a JSON header is kept for the next request with the same header (binary tensors and shared
+    memory: a client sends the same header every time; the arrays are made anew each time).
     """
-    binary = b""
+    binary = b""  # type: Any
     if header_length is not None:
         if not 0 <= header_length <= len(body):
             raise BadRequest("{} {} is outside the body of {} bytes".format(HEADER_LENGTH, header_length, len(body)))
         view = memoryview(body)  # the tensors are read where they lie: the arrays are views of the body
         body, binary = bytes(view[:header_length]), view[header_length:]
+    key = None
+    if len(body) <= _PLAN_HEADER_BYTES:  # the JSON (a whole body without binary tensors: the buffer it was read in)
+        body = body if isinstance(body, bytes) else bytes(body)
+        key = (body, len(binary), shared_memory is not None)
+    plan = cache.get(key) if cache is not None and key is not None else None
+    if plan is None:
+        plan = _read_plan(body, len(binary), header_length is not None, inputs, output_names, shared_memory)
+        if cache is not None and key is not None and plan.cacheable:
+            if len(cache) >= _PLANS_KEPT:
+                cache.clear()
+            cache[key] = plan
+    return plan.inference(binary, shared_memory)
+
+
+def _read_plan(body: bytes, binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
+               output_names: Union[List[str], AnswerForms], shared_memory: Any) -> _Plan:
     try:
         request = json.loads(body)
     except ValueError as exc:
         raise BadRequest("the body is not valid JSON: {}".format(exc)) from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise BadRequest('the body must be an object with an "inputs" list (KServe v2 inference request)')
-    arrays = {}
-    offset = 0
+    plan = _Plan()
+    plan.sources, plan.cacheable = [], True
+    offset, seen = 0, set()
     for item in request["inputs"]:
-        name, array, used = _input(item, inputs, binary, offset, header_length is not None, shared_memory)
-        arrays[name] = array
+        source, used = _input(item, inputs, binary_size, offset, has_header, shared_memory)
+        plan.sources.append(source)
+        plan.cacheable = plan.cacheable and isinstance(source[4], (int, tuple))
+        seen.add(source[0])
         offset += used
-    if offset != len(binary):
+    if offset != binary_size:
         raise BadRequest("{} binary bytes after the inputs' binary_data_size; they must add up".format(
-            len(binary) - offset))
-    missing = sorted(set(inputs) - set(arrays))
+            binary_size - offset))
+    missing = sorted(set(inputs) - seen)
     if missing:
         raise BadRequest("inputs {} are missing".format(missing))
-    request_id = request.get("id")
-    if request_id is not None and not isinstance(request_id, str):
+    plan.request_id = request.get("id")
+    if plan.request_id is not None and not isinstance(plan.request_id, str):
         raise BadRequest('"id" must be a string')
     parameters = request.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise BadRequest('"parameters" must be an object')
     forms = output_names if isinstance(output_names, AnswerForms) else AnswerForms(output_names)
-    decode, names = forms.choose(parameters.get("detections"))
-    asked = _asked_outputs(request, names)
-    shared = {}  # type: Dict[str, Tuple[str, int, int]]
+    plan.decode, names = forms.choose(parameters.get("detections"))
+    plan.asked = _asked_outputs(request, names)
+    plan.shared = {}
     for item in request.get("outputs") or []:
         place = shared_memory_place("output {!r}".format(item["name"]), item.get("parameters"))
         if place is not None:
             if shared_memory is None:
                 raise BadRequest("output {!r} asks for shared memory, which this server does not take here".format(
                     item["name"]))
-            shared[item["name"]] = place
-    binary = [n for n in _binary_outputs(request, names) if n not in shared]
-    return Inference(arrays, asked, binary, request_id, decode, shared)
+            plan.shared[item["name"]] = place
+    plan.binary = [n for n in _binary_outputs(request, names) if n not in plan.shared]
+    return plan
 
 
 def shared_memory_place(where: str, parameters: Any) -> Optional[Tuple[str, int, int]]:
@@ -234,9 +282,11 @@ def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional
     return check_outputs([o["name"] for o in asked], output_names)
 
 
-def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
-           has_header: bool, shared_memory: Any = None) -> Tuple[str, np.ndarray, int]:
-    """(name, array, binary bytes used) of one entry of ``inputs``."""
+def _input(item: Any, inputs: Dict[str, InputSpec], binary_size: int, offset: int,
+           has_header: bool, shared_memory: Any = None) -> Tuple[Tuple[str, np.dtype, int, List[int], Any], int]:
+    """((name, dtype, element count, shape, where its array comes from), binary bytes used) of one entry of
+    ``inputs``; where: an offset into the binary tensors, a shared-memory (region, offset, byte_size), or
+    the array of its JSON data."""
     if not isinstance(item, dict):
         raise BadRequest("every entry of inputs must be an object with name, shape, datatype, data")
     name = item.get("name")
@@ -246,18 +296,18 @@ def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
     if place is not None:
         if shared_memory is None:
             raise BadRequest("input {!r} asks for shared memory, which this server does not take here".format(name))
-        return name, shared_memory.read(name, place[0], place[1], place[2], dtype, shape), 0
+        shared_memory.check_read(name, place[2], dtype, shape)
+        return (name, dtype, count, shape, place), 0
     size = (item.get("parameters") or {}).get("binary_data_size")
     if size is not None:
         needed = count * dtype.itemsize
         if not has_header:
             raise BadRequest("input {!r} gives binary_data_size but the request has no {} header".format(
                 name, HEADER_LENGTH))
-        if size != needed or offset + size > len(binary):
+        if size != needed or offset + size > binary_size:
             raise BadRequest("input {!r}: binary_data_size {} with {} binary bytes left; shape {} of {} "
-                             "needs {}".format(name, size, len(binary) - offset, shape, inputs[name].datatype, needed))
-        array = np.frombuffer(binary, dtype=dtype.newbyteorder("<"), count=count, offset=offset).reshape(shape)
-        return name, array, size
+                             "needs {}".format(name, size, binary_size - offset, shape, inputs[name].datatype, needed))
+        return (name, dtype.newbyteorder("<"), count, shape, offset), size
     data = item.get("data")
     if not isinstance(data, list):
         raise BadRequest("input {!r}: data must be a flat list of numbers".format(name))
@@ -268,7 +318,7 @@ def _input(item: Any, inputs: Dict[str, InputSpec], binary: bytes, offset: int,
             name, inputs[name].datatype)) from None
     if array.ndim != 1 or array.size != count:
         raise BadRequest("input {!r}: data has {} values, shape {} needs {}".format(name, array.size, shape, count))
-    return name, array.reshape(shape), 0
+    return (name, dtype, count, shape, array.reshape(shape)), 0
 
 
 def check_tensor(name: Any, datatype: Any, shape: Any, inputs: Dict[str, InputSpec]) -> Tuple[np.dtype, int]:
@@ -321,7 +371,8 @@ def response_parts(model_name: str, model_version: str, outputs: Dict[str, np.nd
         if name in placed:
             entry["parameters"] = placed[name]
         elif name in binary_outputs:
-            raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            raw = array if array.flags.c_contiguous and array.dtype.byteorder in _LITTLE else \
+                np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
             entry["parameters"] = {"binary_data_size": raw.nbytes}
             tail.append(memoryview(raw).cast("B"))
         else:
@@ -391,6 +442,8 @@ def repository_index(services: Dict[str, Any]) -> List[Dict[str, str]]:
     return index
 
 
+#: byte orders that are little-endian on this machine (or do not matter: one byte)
+_LITTLE = ("<", "|") + (("=",) if sys.byteorder == "little" else ())
 #: the v2 datatype by numpy dtype (``dtype.name`` is a Python property in numpy 2: slow per request)
 _DATATYPE_OF = {np.dtype(v): k for k, v in DATATYPES.items()}
 

@@ -108,6 +108,8 @@ class ModelService:
         #: the recipe's task (of the recipe served) and what the server answers with it
         self.task = self.recipe.task  # type: Optional[RecipeTask]
         self.forms = answer_forms(self.task, list(self.recipe.outputs or []), runtime.detections)
+        #: the checked readings of request headers, for these inputs and forms (``protocol.parse_inference``)
+        self.plans = {}  # type: Dict[Any, Any]
         self._runner = None  # type: Any
         #: runs on the callers' threads (a backend whose runs may overlap, batching off)
         self.direct = False
@@ -156,6 +158,7 @@ class ModelService:
         self.outputs = output_tensors(recipe, runner, self.output_names)
         self.task = recipe.task
         self.forms = answer_forms(recipe.task, self.output_names, self.recipe.runtime.detections)
+        self.plans = {}
         _log("backend {} ({})".format(runner.backend, why))
         self._accept(runner, folder, recipe)
         return runner
@@ -344,17 +347,16 @@ class ModelService:
 
     def observe(self, stages: Dict[str, float]) -> None:
         """One answered request's seconds per stage (``STAGES``; a stage it did not pass is left out)."""
+        sums, counts, where = self.stage_sums, self.stage_counts, bisect.bisect_left
         with self._lock:
             total = 0.0
             for stage, seconds in stages.items():
-                if stage in self.stage_sums:
+                if stage in sums:
                     total += seconds
-                    self._observe(stage, seconds)
-            self._observe("server", total)
-
-    def _observe(self, stage: str, seconds: float) -> None:
-        self.stage_sums[stage] += seconds
-        self.stage_counts[stage][bisect.bisect_left(STAGE_BUCKETS_S, seconds)] += 1
+                    sums[stage] += seconds
+                    counts[stage][where(STAGE_BUCKETS_S, seconds)] += 1
+            sums["server"] += total
+            counts["server"][where(STAGE_BUCKETS_S, total)] += 1
 
     def record(self, outcome: str, ms: float = 0.0) -> None:
         with self._lock:

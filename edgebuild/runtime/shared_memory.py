@@ -49,6 +49,8 @@ CUDA_NOT_SUPPORTED = (
 class _Region:
     def __init__(self, name: str, key: str, offset: int, byte_size: int, mapping: mmap.mmap) -> None:
         self.name, self.key, self.offset, self.byte_size, self.mapping = name, key, offset, byte_size, mapping
+        #: what inputs are read as views of, made once
+        self.view = memoryview(mapping).toreadonly()
 
     def status(self) -> Dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -105,7 +107,7 @@ class SystemSharedMemory:
         with self._lock:
             names = list(self._regions) if name is None else [self._region(name).name]
             for each in names:
-                _unmap(self._regions.pop(each).mapping)
+                _unmap(self._regions.pop(each))
 
     def _region(self, name: str) -> _Region:
         region = self._regions.get(name)
@@ -122,18 +124,27 @@ class SystemSharedMemory:
                              "{!r} ({} bytes)".format(tensor, offset, byte_size, name, region.byte_size))
         return region, region.offset + offset
 
-    def read(self, tensor: str, name: str, offset: int, byte_size: int, dtype: np.dtype,
-             shape: List[int]) -> np.ndarray:
-        """Input ``tensor`` from the region: a read-only view (little-endian, C order), no copy."""
-        count = int(np.prod(shape))
+    @staticmethod
+    def check_read(tensor: str, byte_size: int, dtype: np.dtype, shape: List[int]) -> None:
+        """That ``byte_size`` bytes hold input ``tensor`` (``shape`` of ``dtype``), else a ``BadRequest``."""
+        count = 1
+        for size in shape:
+            count *= size
         needed = count * np.dtype(dtype).itemsize
         if byte_size != needed:
             raise BadRequest("input {!r}: shared_memory_byte_size {} does not fit shape {} of {}, which needs {} "
                              "bytes".format(tensor, byte_size, shape, np.dtype(dtype).name, needed))
+
+    def read(self, tensor: str, name: str, offset: int, byte_size: int, dtype: np.dtype,
+             shape: List[int]) -> np.ndarray:
+        """Input ``tensor`` from the region: a read-only view (little-endian, C order) of the region's mapping
+        (mapped once, at register), no copy."""
+        self.check_read(tensor, byte_size, dtype, shape)
         with self._lock:
             region, start = self._span("input {!r}".format(tensor), name, offset, byte_size)
-            view = memoryview(region.mapping).toreadonly()
-        return np.frombuffer(view, dtype=np.dtype(dtype).newbyteorder("<"), count=count, offset=start).reshape(shape)
+            view = region.view
+        return np.frombuffer(view, dtype=np.dtype(dtype).newbyteorder("<"), count=byte_size // np.dtype(dtype).itemsize,
+                             offset=start).reshape(shape)
 
     def write(self, tensor: str, name: str, offset: int, byte_size: int, array: np.ndarray) -> None:
         """Output ``tensor`` into the region (little-endian, C order); the region must hold all of it."""
@@ -159,9 +170,10 @@ class SystemSharedMemory:
         self.unregister(None)
 
 
-def _unmap(mapping: mmap.mmap) -> None:
+def _unmap(region: _Region) -> None:
     try:
-        mapping.close()
+        region.view.release()
+        region.mapping.close()
     except BufferError:
         pass  # an inference still holds a view: the mapping goes with the last one
 

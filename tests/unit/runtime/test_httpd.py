@@ -10,8 +10,17 @@ import numpy as np
 import pytest
 
 from edgebuild.runtime import httpd, protocol
-from edgebuild.runtime.http_messages import Answer, HeadError, encode_answer, joined, parse_head, send_parts
-from edgebuild.runtime.httpd import HTTPServer, _Pool, _Worker
+from edgebuild.runtime.http_messages import (
+    Answer,
+    HeadError,
+    encode_answer,
+    joined,
+    parse_head,
+    read_request,
+    send_parts,
+)
+from edgebuild.runtime.http_pool import Pool, Worker
+from edgebuild.runtime.httpd import HTTPServer
 
 
 def _head(*lines: str) -> bytes:
@@ -74,17 +83,17 @@ def test_a_send_the_socket_does_not_take_whole_leaves_the_rest() -> None:
 
 
 def test_the_worker_that_went_idle_last_takes_the_next_request_and_a_busy_pool_keeps_a_backlog() -> None:
-    pool = _Pool()
+    pool = Pool()
     taken: dict[str, object] = {}
     idle = threading.Semaphore(0)
     original_take = pool.take
 
-    def take(worker: _Worker) -> object:
+    def take(worker: Worker) -> object:
         idle.release()  # about to go idle (or take from the backlog)
         return original_take(worker)
 
     def work(name: str) -> None:
-        taken[name] = take(_Worker())
+        taken[name] = take(Worker())
 
     first = threading.Thread(target=work, args=("first",))
     first.start()
@@ -103,7 +112,7 @@ def test_the_worker_that_went_idle_last_takes_the_next_request_and_a_busy_pool_k
     first.join()
     assert taken["first"] == "job 2"
     pool.submit("job 3")  # nobody idle: it waits for the next take
-    assert pool.take(_Worker()) == "job 3"
+    assert pool.take(Worker()) == "job 3"
 
 
 def test_parse_and_answer_copy_no_tensor() -> None:
@@ -163,6 +172,83 @@ def test_an_answer_past_what_the_socket_takes_is_finished_by_the_dispatcher_then
                 answer = _read_answer(sock, buffered)
                 assert answer.endswith(b"start" + big if path == "/big" else b"small"), path
         assert rests == [True, False, True]  # the big ones were finished by the dispatcher
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _post(path: str, body: bytes, *extra: str) -> bytes:
+    return _head(f"POST {path} HTTP/1.1", f"Content-Length: {len(body)}", *extra) + body
+
+
+def test_a_worker_reads_a_whole_request_and_leaves_a_pipelined_one_in_the_inbox() -> None:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        inbox = bytearray(_post("/a", b"first") + _post("/b", b"sec"))
+        request, body = read_request(ours, inbox, 1024, lambda: False)
+        assert (request.path, bytes(body)) == ("/a", b"first")
+        assert bytes(inbox) == _post("/b", b"sec")
+        request, body = read_request(ours, inbox, 1024, lambda: False)
+        assert (request.path, bytes(body), bytes(inbox)) == ("/b", b"sec", b"")
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_request_not_whole_in_time_or_not_plain_goes_back_with_what_came_of_it() -> None:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    waits = iter([True, False])  # the first part comes; then the worker stops waiting
+    try:
+        sent = _post("/slow", b"x" * 100)[:-40]
+        theirs.sendall(sent)
+        inbox = bytearray()
+        assert read_request(ours, inbox, 1024, lambda: next(waits)) is False
+        assert bytes(inbox) == sent  # the dispatcher reads on from here
+        for refused in (_post("/big", b"y" * 2000), _post("/ask", b"z", "Expect: 100-continue"), b"GET\r\n\r\n"):
+            inbox = bytearray(refused)
+            assert read_request(ours, inbox, 1024, lambda: True) is False
+            assert bytes(inbox) == refused
+        theirs.close()
+        assert read_request(ours, bytearray(), 1024, lambda: True) is None  # the client closed
+    finally:
+        ours.close()
+
+
+def test_a_worker_reads_its_connections_next_requests_itself_and_gives_way_to_another_connection(
+        monkeypatch) -> None:
+    dispatched, handled = [], []
+    original = HTTPServer._dispatch
+
+    def dispatch(self, conn, request, body):
+        dispatched.append(request.path)
+        return original(self, conn, request, body)
+
+    monkeypatch.setattr(HTTPServer, "_dispatch", dispatch)
+
+    def handle(request):
+        handled.append((request.path, threading.current_thread().name))
+        return Answer(200, bytes(request.body), "application/octet-stream")
+
+    # one worker that would wait a minute for its connection's next request: it must give way at once
+    server = HTTPServer(("127.0.0.1", 0), handle, max_body=1024, workers=1, follow_s=60.0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address, timeout=30) as first, \
+                socket.create_connection(server.server_address, timeout=30) as second:
+            buffered = bytearray()
+            for i in range(3):
+                first.sendall(_post(f"/first/{i}", b"abc"))
+                assert _read_answer(first, buffered).endswith(b"abc")
+            assert dispatched == ["/first/0"]  # the next two were read by the worker, not the dispatcher
+            second.sendall(_post("/second", b"def"))  # the only worker lingers on the first connection
+            assert _read_answer(second, bytearray()).endswith(b"def")
+            first.sendall(_post("/first/3", b"ghi"))
+            assert _read_answer(first, buffered).endswith(b"ghi")
+        assert [path for path, _ in handled] == ["/first/0", "/first/1", "/first/2", "/second", "/first/3"]
     finally:
         server.shutdown()
         server.server_close()

@@ -51,3 +51,24 @@ def test_outputs_asked_for_and_the_request_id() -> None:
 def test_bad_outputs_or_id_are_bad_requests(extra: dict, message: str) -> None:
     with pytest.raises(BadRequest, match=re.escape(message)):
         protocol.parse_inference(_request(**extra), None, SPEC, ["scores", "scaled"])
+
+
+def test_a_header_read_once_serves_the_next_requests_with_the_same_header_each_with_its_own_tensors() -> None:
+    head = json.dumps({"inputs": [{"name": "images", "shape": [1, 3, 8, 8], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 768}}], "id": "x",
+                       "outputs": [{"name": "scores", "parameters": {"binary_data": True}}]}).encode()
+    cache: dict = {}
+    for seed in (0, 1):
+        array = np.random.default_rng(seed).random((1, 3, 8, 8), dtype=np.float32)
+        body = bytearray(head + array.tobytes())
+        parsed = protocol.parse_inference(body, len(head), SPEC, ["scores"], cache=cache)
+        assert np.array_equal(parsed.inputs["images"], array)
+        assert np.shares_memory(parsed.inputs["images"], np.frombuffer(body, np.uint8))  # this body's, not the first's
+        assert (parsed.outputs, parsed.binary_outputs, parsed.request_id) == (["scores"], ["scores"], "x")
+    assert len(cache) == 1
+    # JSON data is not kept (the values differ from request to request); a bad request is refused each time
+    assert protocol.parse_inference(bytearray(_request()), None, SPEC, ["scores"], cache=cache).inputs["images"].size
+    assert len(cache) == 1
+    for _ in range(2):
+        with pytest.raises(BadRequest, match="binary_data_size"):
+            protocol.parse_inference(bytearray(head + b"\0" * 4), len(head), SPEC, ["scores"], cache=cache)
