@@ -88,6 +88,10 @@ def calibration_tensors(model: Any, node_names: Iterable[str], op_types: Iterabl
     wanted, types, weighted = set(node_names), set(op_types), set(weighted_ops)
     constants = {i.name for i in model.graph.initializer}
     constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    # integer tensors (shape and index arithmetic: a pose head's keypoint strides, an Add of int64 indices)
+    # are no activations, where shape inference says their type
+    constants |= {v.name for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)
+                  if v.type.tensor_type.elem_type not in (0, 1, 10, 11, 16)}  # unknown, float, float16, double, bf16
     tensors: dict[str, None] = {}
     quantized: dict[str, None] = {}
     inputs_of_weighted: dict[str, None] = {}

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
+from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
 from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, source_facts
+from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head, source_facts
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
     DetectionParams,
@@ -120,7 +121,8 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
     """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it).
 
     ``raw_head``: the runner is a detector's raw head even where the project puts NMS inside the
-    model (the gate's INT8 signal and the parity of the appended NMS read the head)."""
+    model (the gate's INT8 signal and the parity of the appended NMS read the head). An NMS-free
+    head's raw head is its top-k, already the detections: read as NMS inside answers them."""
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -129,6 +131,7 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
     bar = tqdm(total=len(data), desc=desc or f"evaluate [{runner.backend}]", unit="img",
                disable=not progress, leave=False)
     collect = _DetectionCollector(project, data, raw_head) if project.task.kind == "detection" \
+        else InstanceCollector(project, data) if project.task.kind in INSTANCE_TASKS \
         else _ClassificationCollector(project, data)
     try:
         for chunk, batch, transforms in data.batches():
@@ -146,7 +149,7 @@ class _DetectionCollector:
         settings = detection_settings(project)
         assert settings is not None and data.coco is not None, "a detection task's set, in its COCO form"
         self.settings: JsonObject = settings
-        if raw_head:
+        if raw_head and not nms_free_head(project):
             self.settings["in_model"] = False
         self.coco, self.data = data.coco, data
         self.results: list[JsonObject] = []
@@ -180,10 +183,12 @@ def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationS
     ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
     metrics, their difference, how many images got the same detections (same classes; boxes and
     scores within ``NMS_PARITY_ATOL``, compared best first) and the largest difference seen.
+    An NMS-free head had nothing appended: both are its top-k, and ``nms_free`` says so.
     """
     settings = detection_settings(project)
     assert settings is not None
-    raw = {**settings, "in_model": False}
+    nms_free = nms_free_head(project)
+    raw = settings if nms_free else {**settings, "in_model": False}
     host, graph = _DetectionCollector(project, data, raw_head=True), _DetectionCollector(project, data)
     name, same, worst = project.model.inputs[0].name, 0, 0.0
     for chunk, batch, transforms in data.batches():
@@ -198,7 +203,7 @@ def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationS
     want_value, got_value = host.metrics()[project.metric], graph.metrics()[project.metric]
     return {"metric": project.metric, "host_decode": want_value, "in_model": got_value,
             "difference": abs(want_value - got_value), "images": len(data), "same_detections": same,
-            "largest_difference": worst}
+            "largest_difference": worst, "nms_free": nms_free}
 
 
 #: boxes (input pixels) and scores of NMS inside the model may differ from the host's by float rounding

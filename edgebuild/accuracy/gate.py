@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from edgebuild.accuracy.calibration import Int8Variant
     from edgebuild.project.config import Project
+    from edgebuild.runtime.backends.trt_api import DeviceMemory
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -80,6 +81,7 @@ class CandidateResult:
     kept_fp32: list[str]
     note: str
     rejected_by: list[str]  # targets whose TensorRT parser would not take this graph (then not selectable)
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric of the task (pose, masks: box mAP too)
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def decision_settings(project: Project) -> JsonObject:
 
 def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGroup, ...] = (), force: bool = False,
              progress: bool = True, report: Progress = lambda _: None, trt: ModuleType | None = None,
-             memory: object = None) -> GateResult:
+             memory: DeviceMemory | None = None) -> GateResult:
     """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
 
     ``groups`` are the fleet groups the candidates are for: a candidate one of their TensorRT
@@ -268,6 +270,9 @@ def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measureme
 
 
 def _parity_line(parity: JsonObject) -> str:
+    if parity.get("nms_free"):  # YOLOv10/YOLO26: the one-to-one top-k ships as it is (sources/ultralytics.py)
+        return (f"NMS-free (one-to-one) head: no NMS added; {parity['metric']} {parity['in_model']:.6f} from its "
+                f"top-k detections on {parity['images']} images")
     return (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
             f"FP32 head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
             f"{parity['images']} images")
@@ -370,7 +375,8 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Jso
         results.append(CandidateResult(
             precision=m.precision, onnx=m.ships, metric=m.metric, value=m.value, retention=round(retention, 6),
             passed=policy.passes(retention), selectable=base in project.quantize.precisions and not rejected,
-            backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected))
+            backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected,
+            metrics=dict(m.metrics)))
     passing = [r for r in results if r.passed and r.selectable]
     ungated = not policy.gated
     if ungated:  # a dry run: every selectable candidate may be selected, the summary says so

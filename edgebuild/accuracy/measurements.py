@@ -24,7 +24,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.quantize import Candidate, QuantizationPlan
     from edgebuild.project.config import Project
     from edgebuild.runtime.backends import Runner
+    from edgebuild.runtime.backends.trt_api import DeviceMemory
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -74,6 +75,8 @@ class Measurement:
     seconds: float
     variant: str = ""  # INT8: the Int8Variant's name
     shipped: str = ""  # NMS inside: the candidate with the decode appended (what ships); "": ``onnx`` ships
+    # every metric the task computes (segmentation, pose: the box mAP beside the gate's mask or pose mAP)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def ships(self) -> str:
@@ -161,7 +164,7 @@ class MeasurementStore:
     """The stored measurements of one exported model, taken on demand."""
 
     def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Progress,
-                 trt: ModuleType | None = None, memory: object = None) -> None:
+                 trt: ModuleType | None = None, memory: DeviceMemory | None = None) -> None:
         self.project, self.export, self.force = project, export, force
         self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
         self.float_parts = float_key_parts(project, export)
@@ -400,7 +403,8 @@ class MeasurementStore:
             latency_ms=_latency_ms(runner, self._latency()), kept_fp32=list(built.kept_fp32), note=built.note,
             graph=built.graph, seconds=round(time.perf_counter() - started, 3),
             variant=variant.name if variant else "",
-            shipped=str(built.shipped.relative_to(self.gate)) if built.shipped else "")
+            shipped=str(built.shipped.relative_to(self.gate)) if built.shipped else "",
+            metrics={k: round(v, 6) for k, v in result.metrics.items()})
         atomic_write_text(folder / "measurement.json", json.dumps(asdict(measurement), indent=2))
         self.measured += 1
         self.graphs[built.graph] = measurement
@@ -491,7 +495,8 @@ class MeasurementStore:
         return found
 
     def _say(self, m: Measurement, how: str) -> None:
-        self.report(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}  [{m.backend}, {how}]"
+        beside = "".join(f", {k} {v:.4f}" for k, v in m.metrics.items() if k.endswith("mAP50-95") and k != m.metric)
+        self.report(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}{beside}  [{m.backend}, {how}]"
                     + (f" {m.variant}" if m.variant else ""))
 
     def _latency(self) -> dict:

@@ -149,7 +149,9 @@ def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
     Adds that join a weighted op's output with another activation (skip connections, which
     TensorRT fuses into the convolution when the residual input is quantized). Everything else,
     the detection head's decode math (Add/Mul with constants, Exp, Sigmoid, Concat, Resize), stays
-    in float: TensorRT would not run it in INT8, and Q/DQ there only costs accuracy."""
+    in float: TensorRT would not run it in INT8, and Q/DQ there only costs accuracy. Nor does
+    anything from a TopK on (an NMS-free head's top-k and the gathers after it, or NMS inside):
+    quantized scores reorder the top-k and quantized class indices change the class."""
     import onnx
 
     model = onnx.load(str(source), load_external_data=False)
@@ -172,8 +174,32 @@ def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
     residual = tuple(n.name for n in model.graph.node
                      if project.quantize.residual_add and n.op_type == "Add" and len(n.input) == 2
                      and all(activation(i) for i in n.input) and any(from_weighted(i) for i in n.input))
-    nodes = tuple(n.name for n in model.graph.node if n.name and (n.op_type in op_types or n.name in residual))
+    tail = _selection_tail(model)
+    residual = tuple(n for n in residual if n not in tail)
+    nodes = tuple(n.name for n in model.graph.node if n.name and n.name not in tail
+                  and (n.op_type in op_types or n.name in residual))
     return QuantizationPlan(nodes, op_types, residual)
+
+
+#: where a detector selects its detections: these nodes and every one after them stay in float
+SELECTION_OPS = frozenset({"TopK", "NonMaxSuppression", "GatherElements", "GatherND", "ScatterND"})
+
+
+def _selection_tail(model: Any) -> set[str]:
+    """The names of the selection nodes (``SELECTION_OPS``) and of every node that reads what they made."""
+    readers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    wanted = [n for n in model.graph.node if n.op_type in SELECTION_OPS]
+    seen: set[int] = set()
+    while wanted:
+        node = wanted.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        wanted += [r for out in node.output for r in readers.get(out, [])]
+    return {n.name for n in model.graph.node if id(n) in seen and n.name}
 
 
 def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan: QuantizationPlan, *,

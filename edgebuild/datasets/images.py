@@ -117,13 +117,15 @@ def _decode(path: Path, gray: bool = False) -> tuple[np.ndarray, set[str]]:
             if upright.mode == "P" or upright.mode in ("RGBA", "LA", "PA"):
                 upright = upright.convert("RGBA").convert("RGB")  # alpha dropped, as cv2.imread drops it
             return np.asarray(upright.convert("L" if gray else "RGB")), traits
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, ImportError) as exc:
         raise DataError(f"{path}: cannot read image: {_said(exc, path)}") from None
     except Image.DecompressionBombError as exc:
         raise DataError(f"{path}: cannot read image: {exc}") from None
 
 
 def _said(exc: Exception, path: Path) -> str:
+    if isinstance(exc, ImportError):  # Ultralytics, once imported, answers an unknown format by importing pi_heif
+        return f"not an image format Pillow reads (an image plugin tried {exc.name or exc} and it is not installed)"
     text = str(exc).replace(f"{str(path)!r}", "").replace(str(path), "").strip(" :")
     if isinstance(exc, OSError) and "truncated" in text.lower():
         return text if "file is truncated" in text else f"the file is truncated ({text})"
@@ -153,7 +155,7 @@ def image_size(path: Path, key: str) -> tuple[int, int]:
                 orientation = image.getexif().get(0x0112, 1)
             except (OSError, SyntaxError, ValueError):  # a broken file past its header: decoding says so
                 orientation = 1
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, ImportError) as exc:
         raise DataError(f"{key}: {path}: cannot read image: {_said(exc, path)}") from None
     return (height, width) if orientation in _QUARTER_TURNS else (width, height)
 

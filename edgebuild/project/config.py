@@ -20,12 +20,10 @@ from pydantic import BaseModel, ValidationError
 from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
 from edgebuild.project.schema import (
-    CLASSIFICATION_METRICS,
-    DETECTION_METRICS,
     HUB_SOURCE,
     NAME_PATTERN,
     PROJECT_FILE,
-    ClassificationTask,
+    TASK_KINDS,
     DetectionTask,
     Project,
 )
@@ -123,7 +121,7 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]"]
-        elif item in ("detection", "classification") and parts and parts[-1] == "task":
+        elif item in TASK_KINDS and parts and parts[-1] == "task":
             continue  # the discriminated-union branch is not a key the user wrote
         else:
             parts.append(str(item))
@@ -137,8 +135,8 @@ def _allowed_keys(loc: tuple[Any, ...], raw: dict[str, Any], top: Any = Project)
         if isinstance(item, int):
             node = node[item] if isinstance(node, list) and item < len(node) else {}
             continue
-        if item in ("detection", "classification"):
-            model = DetectionTask if item == "detection" else ClassificationTask
+        if item in TASK_KINDS:
+            model = TASK_KINDS[item][0]
             continue
         field = model.model_fields.get(str(item))
         node = node.get(item, {}) if isinstance(node, dict) else {}
@@ -154,9 +152,9 @@ def _section_type(annotation: Any, node: Any) -> Any:
     for candidate in getattr(annotation, "__args__", ()) or (annotation,):
         inner = _section_type(candidate, node) if getattr(candidate, "__args__", None) else candidate
         if isinstance(inner, type) and issubclass(inner, BaseModel):
-            if issubclass(inner, (DetectionTask, ClassificationTask)):
+            if issubclass(inner, tuple(section for section, _ in TASK_KINDS.values())):
                 kind = node.get("kind") if isinstance(node, dict) else None
-                return ClassificationTask if kind == "classification" else DetectionTask
+                return TASK_KINDS[kind][0] if kind in TASK_KINDS else DetectionTask
             return inner
     return None
 
@@ -182,7 +180,8 @@ def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, 
             lines.append(f"{key}: required key is missing")
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
             found = err["input"].get("kind") if isinstance(err.get("input"), dict) else err.get("input")
-            lines.append(f"{key}: kind must be 'detection' or 'classification', found {found!r}")
+            kinds = [repr(kind) for kind in TASK_KINDS]
+            lines.append(f"{key}: kind must be {', '.join(kinds[:-1])} or {kinds[-1]}, found {found!r}")
         else:
             message = err["msg"].removeprefix("Value error, ")
             found = err.get("input")
@@ -412,13 +411,12 @@ def _check_model_against_task(project: Project) -> list[str]:
     names = [spec.name for spec in project.model.inputs]
     if len(set(names)) != len(names):
         problems.append(f"model.inputs: names must be unique, found {names}")
-    if task.kind == "detection":
-        wanted = {"task.postprocess.boxes_output": task.postprocess.boxes_output,
-                  "task.postprocess.scores_output": task.postprocess.scores_output}
-        allowed_metrics = DETECTION_METRICS
-    else:
+    if task.kind == "classification":
         wanted = {"task.postprocess.logits_output": task.postprocess.logits_output}
-        allowed_metrics = CLASSIFICATION_METRICS
+    else:  # detection, segmentation, pose: their outputs are named by the *_output keys
+        wanted = {f"task.postprocess.{key}": value for key, value in task.postprocess.model_dump().items()
+                  if key.endswith("_output")}
+    allowed_metrics = TASK_KINDS[task.kind][1]
     for key, name in wanted.items():
         if name not in outputs:
             problems.append(f"{key}: {name!r} is not one of model.outputs {outputs}")

@@ -15,13 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgebuild.runtime.vision import DetectionParams
 
-__all__ = ["HUB_SOURCE", "NAME_PATTERN", "WEIGHTED_OPS", "FleetGroup", "OtaSection", "ProjectSection", "RuntimeSection"]
+__all__ = ["HUB_SOURCE", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection", "ProjectSection",
+           "RuntimeSection"]
 
 PROJECT_FILE = "edgebuild.toml"
 
 DTYPES = ("float32", "float16", "int64", "int32", "uint8", "bool")
 DETECTION_METRICS = ("mAP50-95", "mAP50")
 CLASSIFICATION_METRICS = ("top-1", "top-5")
+# each task's metrics, the gate's default first (edgebuild.accuracy.task_metrics.TASK_METRICS computes them)
+SEGMENTATION_METRICS = ("mask mAP50-95", "mask mAP50", "box mAP50-95", "box mAP50")
+POSE_METRICS = ("pose mAP50-95", "pose mAP50", "box mAP50-95", "box mAP50")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # project, fleet group and limit preset names
 
@@ -171,6 +175,35 @@ class ClassificationPostprocess(_Section):
     logits_output: str = "logits"
 
 
+class InstancePostprocess(_Section):
+    """Segmentation and pose: boxes and scores as detection's, decoded on the host (NMS as Ultralytics' val)."""
+
+    boxes_output: str = "boxes"
+    scores_output: str = "scores"
+    score_threshold: float = Field(0.001, ge=0.0, lt=1.0)
+    nms_iou: float = Field(0.7, gt=0.0, le=1.0)
+    max_detections: PositiveInt = 300
+    # NMS inside the model is built for detection only (docs/tasks.md says what the device form is today)
+    in_model: bool = False
+
+    @field_validator("in_model")
+    @classmethod
+    def _not_yet(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("NMS inside the model is not built for this task yet: the host decodes its outputs "
+                             "(docs/tasks.md); leave in_model out")
+        return value
+
+
+class PosePostprocess(InstancePostprocess):
+    keypoints_output: str = "keypoints"  # [N, A, K, 3]: x, y in input pixels, confidence
+
+
+class SegmentationPostprocess(InstancePostprocess):
+    coefficients_output: str = "mask_coefficients"  # [N, A, M]
+    prototypes_output: str = "prototypes"  # [N, M, H/4, W/4]
+
+
 class DetectionTask(_Section):
     kind: Literal["detection"]
     classes: list[str] = Field(min_length=1)
@@ -183,6 +216,34 @@ class ClassificationTask(_Section):
     classes: list[str] = Field(min_length=2)
     preprocess: PreprocessSection
     postprocess: ClassificationPostprocess = ClassificationPostprocess()
+
+
+class PoseTask(_Section):
+    kind: Literal["pose"]
+    classes: list[str] = Field(min_length=1)
+    kpt_shape: list[PositiveInt] = Field(min_length=2, max_length=2)  # [keypoints, 2 or 3], the data.yaml's
+    preprocess: PreprocessSection
+    postprocess: PosePostprocess = PosePostprocess()
+
+    @field_validator("kpt_shape")
+    @classmethod
+    def _dims(cls, value: list[int]) -> list[int]:
+        if value[1] not in (2, 3):
+            raise ValueError(f"must be [keypoints, 2 or 3] (x, y and, with 3, visibility), found {value}")
+        return value
+
+
+class SegmentationTask(_Section):
+    kind: Literal["segmentation"]
+    classes: list[str] = Field(min_length=1)
+    preprocess: PreprocessSection
+    postprocess: SegmentationPostprocess = SegmentationPostprocess()
+
+
+#: task.kind -> its section and its metrics (the gate's default first)
+TASK_KINDS: dict[str, tuple[type[_Section], tuple[str, ...]]] = {
+    "detection": (DetectionTask, DETECTION_METRICS), "classification": (ClassificationTask, CLASSIFICATION_METRICS),
+    "segmentation": (SegmentationTask, SEGMENTATION_METRICS), "pose": (PoseTask, POSE_METRICS)}
 
 
 DATA_FORMATS = ("yolo", "coco", "voc", "folders")  # what `[data] format` may say (edgebuild.datasets reads each)
@@ -433,7 +494,7 @@ class Project(_Section):
 
     project: ProjectSection
     model: ModelSection
-    task: Annotated[DetectionTask | ClassificationTask, Field(discriminator="kind")]
+    task: Annotated[DetectionTask | ClassificationTask | SegmentationTask | PoseTask, Field(discriminator="kind")]
     data: DataSection
     export: ExportSection = ExportSection()
     quantize: QuantizeSection = QuantizeSection()
@@ -466,10 +527,16 @@ class Project(_Section):
         return self
 
     @property
+    def detection_postprocess(self) -> DetectionPostprocess:
+        """The detection task's ``[task.postprocess]``, where the caller has checked the task is detection."""
+        assert isinstance(self.task.postprocess, DetectionPostprocess), f"a {self.task.kind} task"
+        return self.task.postprocess
+
+    @property
     def metric(self) -> str:
         if self.accuracy.metric:
             return self.accuracy.metric
-        return "mAP50-95" if self.task.kind == "detection" else "top-1"
+        return TASK_KINDS[self.task.kind][1][0]
 
     def path(self, relative: str) -> Path:
         """A path from the project file, resolved against the project folder."""

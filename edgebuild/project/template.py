@@ -15,6 +15,7 @@ from pathlib import Path
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE
+from edgebuild.project.schema import TASK_KINDS
 
 __all__ = ["FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
 
@@ -174,6 +175,7 @@ class FoundProject:
     trust_checkpoint: bool | None = None  # a checkpoint (a pickle): whether to load it; None: not one
     weights: str | None = None  # a model by name: its state_dict (relative to the project folder)
     random_weights: bool = False  # a model by name without weights: say so where weights would be
+    kpt_shape: list[int] | None = None  # a pose model's [keypoints, 2 or 3]
 
 
 def _value(value: object) -> str:
@@ -201,6 +203,9 @@ def _line(key: str, value: object, comment: str = "") -> str:
     if len(f"{text:<40}# {comment}") > 100:
         return f"{_comment(comment)}\n{text}"
     return f"{text:<40}# {comment}"
+
+
+_METRICS = {kind: metrics for kind, (_, metrics) in TASK_KINDS.items()}
 
 
 def render_project(found: FoundProject) -> str:
@@ -235,15 +240,23 @@ def render_project(found: FoundProject) -> str:
                 _line("max_shape", spec.max_shape), ""]
     out += ["[task]", _line("kind", found.task, found.task_said),
             _comment(f"The class names, in the model's output order ({found.classes_said})."),
-            _line("classes", found.classes), "",
-            _comment(f"Preprocessing: {found.preprocess_said}."), "[task.preprocess]",
+            _line("classes", found.classes)]
+    if found.kpt_shape:
+        out += [_line("kpt_shape", found.kpt_shape, "[keypoints, 2 or 3] per detection, the model's")]
+    out += ["", _comment(f"Preprocessing: {found.preprocess_said}."), "[task.preprocess]",
             _line("input_size", found.input_size, "[height, width] the images are brought to"),
             _line("resize", found.resize, "letterbox (keep aspect ratio, pad) | resize (stretch)"),
             _line("pad_value", found.pad_value, "the letterbox's padding"),
             _line("channel_order", found.channel_order, "RGB | BGR | GRAY"),
             _line("mean", found.mean, "applied after scaling pixels to [0, 1]"),
             _line("std", found.std), "", "[task.postprocess]"]
-    if found.task == "detection":
+    if found.task == "detection" and found.postprocess.get("in_model"):  # an NMS-free head (YOLOv10, YOLO26)
+        out += [_line("boxes_output", found.postprocess["boxes_output"], "[N, K, 4] x1, y1, x2, y2 in input pixels"),
+                _line("scores_output", found.postprocess["scores_output"], "[N, K] the top-k's scores, best first"),
+                _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
+                _line("max_detections", found.postprocess.get("max_detections", 300), "K, the head's top-k"),
+                _line("in_model", True, "NMS-free (one-to-one) head: no NMS added (docs/model-sources.md)")]
+    elif found.task == "detection":
         out += [_line("boxes_output", found.postprocess["boxes_output"], "[N, A, 4] x1, y1, x2, y2 in input pixels"),
                 _line("scores_output", found.postprocess["scores_output"], "[N, A, C] per-class probabilities"),
                 _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
@@ -251,6 +264,12 @@ def render_project(found: FoundProject) -> str:
                 _line("max_detections", found.postprocess.get("max_detections", 100)),
                 "# in_model = true                      # NMS inside the model: the engine answers detections "
                 "(docs/detections.md)"]
+    elif found.task in ("pose", "segmentation"):  # decoded on the host as Ultralytics' val does (docs/tasks.md)
+        shapes = {"boxes_output": "[N, A, 4] x1, y1, x2, y2 in input pixels", "scores_output": "[N, A, C]",
+                  "keypoints_output": "[N, A, K, 3] x, y in input pixels, visibility",
+                  "coefficients_output": "[N, A, 32] mask coefficients",
+                  "prototypes_output": "[N, 32, H/4, W/4] mask prototypes"}
+        out += [_line(key, value, shapes.get(key, "")) for key, value in found.postprocess.items()]
     else:
         out += [_line("logits_output", found.postprocess["logits_output"], "[N, C] logits or probabilities")]
     out += ["", "[data]", _comment(found.data_said)]
@@ -260,8 +279,7 @@ def render_project(found: FoundProject) -> str:
     out += [_line(k, v) for k, v in found.validation.items()]
     out += ["# max_images = 500                     # cap on the validation images (evenly spread by name)", "",
             "[accuracy]",
-            _line("metric", "mAP50-95" if found.task == "detection" else "top-1",
-                  "detection: mAP50-95 | mAP50; classification: top-1 | top-5"),
+            _line("metric", _METRICS[found.task][0], "one of " + " | ".join(_METRICS[found.task])),
             _line("min_retention", 0.92, "a candidate passes if its metric >= 0.92 x the FP32 metric"), "",
             "# One table per device group: a module and its JetPack release (`edgebuild profiles list`)."]
     for group in found.fleet:

@@ -3,7 +3,8 @@
 A checkpoint (``best.pt``) is read by ``peek_checkpoint``: its pickle is unpickled with every class
 it names replaced by a stub, so nothing it names is imported or run (``torch.load`` with full
 unpickling would run arbitrary code). An Ultralytics ONNX export says the same in its
-``metadata_props``. Either gives ``UltralyticsFacts`` (task, class names, imgsz, stride), which fill
+``metadata_props``. Either gives ``UltralyticsFacts`` (task, class names, imgsz, stride, and whether
+the head is NMS-free: YOLOv10's and YOLO26's one-to-one branch), which fill
 what ``[task]`` leaves out (``fill_raw_defaults``, before validation) and are checked against what
 it states (``project_problems``, each naming both). Neither torch nor ultralytics is imported here;
 ``edgebuild.sources.ultralytics`` loads and adapts the model.
@@ -20,14 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.runtime.vision import NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project
 
-__all__ = ["TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts", "facts_from_checkpoint",
-           "facts_from_props", "project_problems", "read_literal", "recorded_metric", "source_facts"]
+__all__ = ["NMS_FREE_NOTE", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
+           "facts_from_checkpoint", "facts_from_props", "nms_free_head", "nms_free_outputs", "project_problems",
+           "read_literal", "recorded_metric", "source_facts"]
 
-TASKS = {"detect": "detection", "classify": "classification"}  # Ultralytics' task -> edgebuild's task.kind
+# Ultralytics' task -> edgebuild's task.kind (OBB is not taken yet)
+TASKS = {"detect": "detection", "classify": "classification", "segment": "segmentation", "pose": "pose"}
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
                  "PoseModel": "pose", "OBBModel": "obb", "WorldModel": "detect", "YOLOEModel": "detect",
                  "RTDETRDetectionModel": "detect"}
@@ -41,6 +45,10 @@ VAL_DEFAULTS: JsonObject = {"score_threshold": 0.001, "nms_iou": 0.7, "max_detec
 # Ultralytics' NMS takes at most the 30000 best (box, class) candidates (its max_nms) into NMS; not a
 # project key: edgebuild's decode takes it for an Ultralytics detector (``source_facts``), 1000 otherwise
 VAL_PRE_NMS_TOP_K = 30000
+#: an NMS-free head's top-k when it does not say otherwise (Ultralytics' Detect.max_det)
+NMS_FREE_MAX_DET = 300
+#: what the project says of an NMS-free head: its one-to-one top-k ships as the detections, no NMS added
+NMS_FREE_NOTE = "NMS-free (one-to-one) head: no NMS added"
 
 
 
@@ -55,16 +63,21 @@ class UltralyticsFacts:
     version: str = ""
     told_by: str = ""  # "checkpoint" or "ONNX metadata"
     model_class: str = ""
+    # YOLOv10/YOLO26: the head has a one-to-one branch whose top-k detections need no NMS
+    nms_free: bool = False
+    max_det: int = 0  # the NMS-free head's top-k (0: not NMS-free)
+    kpt_shape: list[int] = field(default_factory=list)  # pose: [keypoints, 2 or 3]; [] otherwise
 
     def as_dict(self) -> JsonObject:
         return {"task": self.task, "classes": self.classes, "imgsz": self.imgsz, "stride": self.stride,
-                "version": self.version, "told_by": self.told_by, "model_class": self.model_class}
+                "version": self.version, "told_by": self.told_by, "model_class": self.model_class,
+                "nms_free": self.nms_free, "max_det": self.max_det, "kpt_shape": self.kpt_shape}
 
     def summary(self) -> str:
         shown = ", ".join(self.classes[:3]) + (", ..." if len(self.classes) > 3 else "")
         return (f"Ultralytics{' ' + self.version if self.version else ''} {self.model_class or self.told_by}: task "
                 f"{self.task}, {len(self.classes)} classes ({shown}), imgsz {self.imgsz or '?'}, "
-                f"stride {self.stride or '?'}")
+                f"stride {self.stride or '?'}" + (f", {NMS_FREE_NOTE} (top {self.max_det})" if self.nms_free else ""))
 
 
 # -- reading a checkpoint without running it ------------------------------------------------------
@@ -170,9 +183,24 @@ def facts_from_checkpoint(path: Path) -> UltralyticsFacts | None:
     names = state.get("names")
     classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
         [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+    head = _head_state(state)
+    nms_free = task == "detect" and isinstance(head.get("_modules"), dict) and \
+        isinstance(head["_modules"].get("one2one_cv2"), _Stub)
+    max_det = head.get("max_det")
     return UltralyticsFacts(task=str(task), classes=classes, imgsz=_size(train.get("imgsz") or args.get("imgsz")),
                             stride=_stride(state.get("stride")), version=str(checkpoint.get("version") or ""),
-                            told_by="checkpoint", model_class=model_class)
+                            told_by="checkpoint", model_class=model_class, nms_free=nms_free,
+                            max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0,
+                            kpt_shape=_size(head.get("kpt_shape")) if task == "pose" else [])
+
+
+def _head_state(state: JsonObject) -> JsonObject:
+    """The state of the model's last layer (the head: Detect, v10Detect, ...), {} where it is not there."""
+    modules = state.get("_modules")
+    layers = modules.get("model") if isinstance(modules, dict) else None
+    found = layers.state.get("_modules") if isinstance(layers, _Stub) and isinstance(layers.state, dict) else None
+    head = list(found.values())[-1] if isinstance(found, dict) and found else None
+    return head.state if isinstance(head, _Stub) and isinstance(head.state, dict) else {}
 
 
 def _size(value: Any) -> list[int]:
@@ -202,10 +230,16 @@ def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
     names = read_literal(props.get("names"))
     classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
         [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+    args = read_literal(props.get("args"))
+    max_det = args.get("max_det") if isinstance(args, dict) else None
+    nms_free = props.get("task") == "detect" and read_literal(props.get("end2end")) is True
+    kpt_shape = _size(read_literal(props.get("kpt_shape"))) if props.get("task") == "pose" else []
     return UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
                             imgsz=_size(read_literal(props.get("imgsz"))),
                             stride=_stride(read_literal(props.get("stride"))), version=props.get("version", ""),
-                            told_by="ONNX metadata", model_class="export")
+                            told_by="ONNX metadata", model_class="export", nms_free=nms_free,
+                            max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0,
+                            kpt_shape=kpt_shape)
 
 
 def read_literal(text: str | None) -> Any:
@@ -224,15 +258,26 @@ def project_defaults(facts: UltralyticsFacts) -> JsonObject:
     kind = TASKS.get(facts.task)
     if kind is None:
         return {}
-    preprocess = dict(PREPROCESS if kind == "detection" else CLASSIFY_PREPROCESS)
+    preprocess = dict(CLASSIFY_PREPROCESS if kind == "classification" else PREPROCESS)
     if facts.imgsz:
         preprocess["input_size"] = list(facts.imgsz)
     task: JsonObject = {"kind": kind, "preprocess": preprocess}
     if facts.classes:
         task["classes"] = list(facts.classes)
-    if kind == "detection":
+    if kind != "classification":  # detection, segmentation, pose: boxes decoded as Ultralytics' val does
         task["postprocess"] = dict(VAL_DEFAULTS)
+    if kind == "pose" and facts.kpt_shape:
+        task["kpt_shape"] = list(facts.kpt_shape)
+    if facts.nms_free:  # the one-to-one top-k is the detections: NMS_OUTPUTS from the model itself
+        task["postprocess"] = nms_free_outputs(facts.max_det)[1]
     return task
+
+
+def nms_free_outputs(max_det: int) -> tuple[list[str], JsonObject]:
+    """``model.outputs`` and ``[task.postprocess]`` for an NMS-free head whose top-k is ``max_det``: its
+    detections are ``NMS_OUTPUTS``, read as NMS inside the model answers them (``in_model``, nothing added)."""
+    return list(NMS_OUTPUTS), {**VAL_DEFAULTS, "in_model": True, "boxes_output": NMS_OUTPUTS[1],
+                               "scores_output": NMS_OUTPUTS[2], "max_detections": max_det}
 
 
 def fill_raw_defaults(raw: JsonObject, facts: UltralyticsFacts) -> JsonObject:
@@ -244,7 +289,7 @@ def fill_raw_defaults(raw: JsonObject, facts: UltralyticsFacts) -> JsonObject:
     task = dict(task or {})
     if task.get("kind", defaults["kind"]) != defaults["kind"]:
         return raw  # the check names the mismatch
-    for key in ("kind", "classes"):
+    for key in ("kind", "classes", "kpt_shape"):
         if key in defaults:
             task.setdefault(key, defaults[key])
     for section in ("preprocess", "postprocess"):
@@ -258,8 +303,8 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
     said = f"the {facts.told_by} says"
     kind = TASKS.get(facts.task)
     if kind is None:
-        return [f"{said} task {facts.task!r}: edgebuild does not take that task yet (it builds detection and "
-                "classification models): use the detection or classification variant, or a wrapper "
+        return [f"{said} task {facts.task!r}: edgebuild does not take that task yet (it builds detection, "
+                "classification, segmentation and pose models): use one of those variants, or a wrapper "
                 "torch.nn.Module named with model.entry_point"]
     problems = []
     task = project.task
@@ -271,7 +316,10 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
     pre = task.preprocess
     if facts.imgsz and list(pre.input_size) != facts.imgsz:
         problems.append(f"task.preprocess.input_size: {list(pre.input_size)}, but {said} imgsz {facts.imgsz}")
-    wanted = PREPROCESS if kind == "detection" else CLASSIFY_PREPROCESS
+    if kind == "pose" and task.kind == "pose" and facts.kpt_shape and list(task.kpt_shape) != facts.kpt_shape:
+        problems.append(f"task.kpt_shape: {list(task.kpt_shape)}, but {said} kpt_shape {facts.kpt_shape}: leave "
+                        "task.kpt_shape out to use the model's")
+    wanted = CLASSIFY_PREPROCESS if kind == "classification" else PREPROCESS
     for key, value in wanted.items():
         if key == "pad_value" and pre.resize != "letterbox":
             continue
@@ -286,6 +334,37 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
             if len(shape) == 4 and off:
                 problems.append(f"model.inputs[0].{which}: {shape}: image sizes must be multiples of the model's "
                                 f"stride {facts.stride}, {off} {'is' if len(off) == 1 else 'are'} not")
+    if facts.nms_free and kind == "detection":
+        problems += _nms_free_problems(project, facts)
+    return problems
+
+
+def _nms_free_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
+    """An NMS-free head ships its one-to-one top-k as ``NMS_OUTPUTS``: the project must read those."""
+    said, post = f"the {facts.told_by} says the head is NMS-free (one-to-one)", project.detection_postprocess
+    problems = []
+    if list(project.model.outputs) != list(NMS_OUTPUTS):
+        problems.append(f"model.outputs: {project.model.outputs}, but {said}: its top-k detections come out as "
+                        f"{list(NMS_OUTPUTS)} (no NMS is added); set model.outputs to those")
+    if not post.in_model:
+        problems.append(f"task.postprocess.in_model: false, but {said}: the model answers detections itself; "
+                        "leave in_model out (it is true for such a head)")
+    if (post.boxes_output, post.scores_output) != NMS_OUTPUTS[1:3]:
+        problems.append(f"task.postprocess.boxes_output/scores_output: {post.boxes_output!r}/{post.scores_output!r}, "
+                        f"but {said}: leave them out (they are {NMS_OUTPUTS[1]!r}/{NMS_OUTPUTS[2]!r})")
+    if facts.told_by == "ONNX metadata" and post.max_detections != facts.max_det:
+        problems.append(f"task.postprocess.max_detections: {post.max_detections}, but the export's NMS-free head "
+                        f"returns its top {facts.max_det}: leave max_detections out, or export again with "
+                        f"max_det={post.max_detections}")
+    if facts.stride and project.model.inputs and len(project.model.inputs[0].min_shape) == 4:
+        # the top-k's K is fixed in the graph: the smallest image must have at least K anchors (strides 8, 16, 32)
+        height, width = project.model.inputs[0].min_shape[2:]
+        anchors = sum((height // s) * (width // s) for s in (facts.stride // 4, facts.stride // 2, facts.stride) if s)
+        wanted = post.max_detections if facts.told_by == "checkpoint" else facts.max_det
+        if anchors < wanted:
+            problems.append(f"model.inputs[0].min_shape: {project.model.inputs[0].min_shape} gives {anchors} anchors, "
+                            f"fewer than the NMS-free head's top {wanted}: raise the smallest image size or lower "
+                            "task.postprocess.max_detections")
     return problems
 
 
@@ -301,6 +380,13 @@ def facts_for_source(path: Path) -> UltralyticsFacts | None:
     except OSError:
         return None
     return _facts_for_source(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def nms_free_head(project: Project) -> bool:
+    """Whether the project's model is an Ultralytics detector whose NMS-free (one-to-one) head ships:
+    its outputs are already the detections (``NMS_OUTPUTS``), and nothing is appended to it."""
+    facts = source_facts(project)
+    return facts is not None and facts.nms_free and project.task.kind == "detection"
 
 
 def source_facts(project: Project) -> UltralyticsFacts | None:

@@ -19,6 +19,10 @@ and later) reads by output index; the names are those of TensorRT's EfficientNMS
 
 Every added node and tensor is named ``edgebuild_nms/...`` so the INT8 quantizer can leave the part
 out and preflight can point at it.
+
+An NMS-free head (YOLOv10, YOLO26: ``edgebuild.sources.ultralytics``) already answers these four
+outputs from its one-to-one top-k, with no NonMaxSuppression node: ``append_nms`` appends nothing
+to such a graph (``answers_detections``) and returns it as it is.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from edgebuild.runtime.vision import NMS_OUTPUTS, DetectionParams
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["PREFIX", "append_nms", "check_nms_settings", "nms_target_problem"]
+__all__ = ["PREFIX", "answers_detections", "append_nms", "check_nms_settings",
+           "nms_target_problem"]
 
 PREFIX = "edgebuild_nms/"
 #: NMS_OUTPUTS (runtime/vision.py): the order DeepStream's parser reads them (by index): count, boxes, scores, classes
@@ -171,6 +176,13 @@ class _Graph:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
+def answers_detections(model: onnx.ModelProto) -> bool:
+    """Whether the graph's outputs are already ``NMS_OUTPUTS`` with no NonMaxSuppression in it: an
+    NMS-free (one-to-one) head, whose top-k needs no NMS."""
+    return [o.name for o in model.graph.output] == list(NMS_OUTPUTS) and \
+        not any(n.op_type == "NonMaxSuppression" for n in model.graph.node)
+
+
 def append_nms(model: onnx.ModelProto | str | Path, settings: NmsSettings,
                num_classes: int | None = None) -> onnx.ModelProto:
     """A copy of ``model`` whose outputs are ``NMS_OUTPUTS`` (the raw head's outputs are dropped).
@@ -178,12 +190,15 @@ def append_nms(model: onnx.ModelProto | str | Path, settings: NmsSettings,
     ``model``: an ONNX model (or its path) returning ``settings.boxes_output`` [N, A, 4] and
     ``settings.scores_output`` [N, A, C] in float32; N (and A) may be dynamic, C must be known
     from the graph or given as ``num_classes``. The model keeps its opset (13 or later).
+    A model that ``answers_detections`` (an NMS-free head) is returned unchanged: nothing is appended.
     """
     import onnx
 
     source = onnx.load(str(model)) if isinstance(model, (str, Path)) else model
     out = onnx.ModelProto()
     out.CopyFrom(source)
+    if answers_detections(out):
+        return out
     opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < MIN_OPSET:
         raise ModelError(f"NMS inside the model needs ONNX opset >= {MIN_OPSET}; the model imports opset {opset}",
@@ -357,3 +372,48 @@ def _prune(graph: onnx.GraphProto) -> None:
     inputs = [i for i in graph.input if i.name not in dropped]
     del graph.input[:]
     graph.input.extend(inputs)
+
+
+# -- parity of detections ------------------------------------------------------------------------
+
+def detections_mismatch(want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], atol: float,
+                        rtol: float) -> tuple[float, str]:
+    """How far ``got``'s ``NMS_OUTPUTS`` are from ``want``'s, compared as detections: (the largest box or
+    score difference of matched rows, "" or what does not match).
+
+    A top-k (an NMS-free head's, or NMS inside's last step) is not continuous: two candidates whose scores
+    differ by float rounding may come out in either order, and at the last place (the K-th row, or the
+    score threshold) either may be kept. So rows are matched per image by class, score and box (each
+    within ``atol + rtol * |want|``) in any order, and a row without a match is allowed only where its
+    score is that close to its side's lowest kept score."""
+    count, boxes, scores, classes = NMS_OUTPUTS
+    worst, problems = 0.0, []
+    for image in range(len(np.asarray(want[count]).reshape(-1))):
+        rows = []
+        for side in (want, got):
+            n = int(np.asarray(side[count]).reshape(-1)[image])
+            rows.append((np.asarray(side[boxes][image][:n], np.float64), np.asarray(side[scores][image][:n],
+                         np.float64), np.asarray(side[classes][image][:n])))
+        (wb, ws, wc), (gb, gs, gc) = rows
+        free = np.ones(len(gs), bool)
+        lost = []
+        for i in range(len(ws)):
+            close = free & (gc == wc[i]) & (np.abs(gs - ws[i]) <= atol + rtol * abs(ws[i])) & \
+                np.all(np.abs(gb - wb[i]) <= atol + rtol * np.abs(wb[i]), axis=1)
+            if close.any():
+                j = int(np.argmax(close))
+                free[j] = False
+                worst = max(worst, float(np.abs(gb[j] - wb[i]).max()), float(abs(gs[j] - ws[i])))
+            else:
+                lost.append(i)
+        marginal = [_at_margin(ws, i, atol, rtol) for i in lost] + \
+            [_at_margin(gs, int(j), atol, rtol) for j in np.flatnonzero(free)]
+        if not all(marginal):
+            problems.append(f"image {image}: {len(lost)} of {len(ws)} detections unmatched, "
+                            f"{int(free.sum())} of {len(gs)} extra")
+    return worst, "; ".join(problems[:3])
+
+
+def _at_margin(scores: np.ndarray, index: int, atol: float, rtol: float) -> bool:
+    """Whether a row's score is within the tolerance of the lowest score kept (the top-k's last place)."""
+    return bool(abs(scores[index] - scores.min()) <= atol + rtol * abs(scores[index]))

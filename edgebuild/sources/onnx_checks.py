@@ -163,6 +163,8 @@ def ultralytics_summary(props: dict[str, str]) -> JsonObject:
         return {}
     summary = {"task": facts.task, "classes": facts.classes, "imgsz": read_literal(props.get("imgsz")),
                "stride": read_literal(props.get("stride")), "version": facts.version}
+    if facts.nms_free:  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
+        summary.update(nms_free=True, max_det=facts.max_det)
     if not facts.classes and props.get("names"):  # said, but not a dict or list of names
         summary["names_unread"] = props["names"][:60]
     summary["summary"] = describe_ultralytics(summary)
@@ -176,8 +178,10 @@ def describe_ultralytics(summary: JsonObject) -> str:
     if summary.get("names_unread"):
         return (f"Ultralytics{version} export: task {summary['task']}, class names unreadable "
                 f"(names = {summary['names_unread']!r}), imgsz {summary['imgsz']}, stride {summary['stride']}")
+    nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary['max_det']})" \
+        if summary.get("nms_free") else ""
     return (f"Ultralytics{version} export: task {summary['task']}, {len(classes)} classes ({shown}), "
-            f"imgsz {summary['imgsz']}, stride {summary['stride']}")
+            f"imgsz {summary['imgsz']}, stride {summary['stride']}{nms_free}")
 
 
 def graph_output_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:

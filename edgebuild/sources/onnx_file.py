@@ -15,7 +15,9 @@ What this source yields to the pipeline, stage by stage:
 
 An Ultralytics detection export's raw head ([N, 4+C, A]) gets edgebuild's adapter appended as ONNX
 nodes (``model_path``: a copy under ``build/sources/``, made once per content); the runner and the
-import use that copy, and the keys name the adapter.
+import use that copy, and the keys name the adapter. An export of an NMS-free head (YOLOv10/YOLO26
+with ``nms=False``: metadata ``end2end``, one output [N, K, 6]) gets its top-k mapped to the four
+outputs NMS inside the model has, the same way (``append_top_k_adapter``): no NMS is added.
 
 No PyTorch is imported on this route. torch is not needed to read the file, and ultralytics is never
 imported: an Ultralytics export's metadata is read from the file itself.
@@ -99,6 +101,9 @@ def _source(project: Project) -> str:
 # (edgebuild.sources.ultralytics.append_detection_adapter): the graph the later stages use is that
 # adapted copy, written once per source content and output names under build/sources/.
 ADAPTER = "ultralytics-detect-v1"
+# An export of an NMS-free head (YOLOv10/YOLO26 with nms=False: metadata end2end, output [N, K, 6])
+# gets its top-k mapped to NMS_OUTPUTS instead (append_top_k_adapter): no NMS is added
+TOP_K_ADAPTER = "ultralytics-top-k-v1"
 
 
 def model_path(project: Project) -> Path:
@@ -115,19 +120,22 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
     if stamp is None or project.task.kind != "detection":
         return None
     post = project.task.postprocess
-    head = _raw_head(str(path), *stamp, len(project.task.classes))
+    top_k = _top_k_head(str(path), *stamp)
+    head = top_k or _raw_head(str(path), *stamp, len(project.task.classes))
     if head is None:
         return None
-    name = digest([ADAPTER, source_files(path), head, post.boxes_output, post.scores_output,
+    name = digest([TOP_K_ADAPTER, source_files(path), head, post.score_threshold] if top_k else
+                  [ADAPTER, source_files(path), head, post.boxes_output, post.scores_output,
                    len(project.task.classes)])[:16]
     target = BuildLayout.of(project).adapted_sources / f"{path.stem}-{name}.onnx"
     if write and not target.is_file():
         import onnx
 
-        from edgebuild.sources.ultralytics import append_detection_adapter
+        from edgebuild.sources.ultralytics import append_detection_adapter, append_top_k_adapter
 
-        proto = append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
-                                         len(project.task.classes))
+        proto = append_top_k_adapter(onnx.load(str(path)), head, float(post.score_threshold)) if top_k else \
+            append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
+                                     len(project.task.classes))
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = target.with_suffix(f".{time.time_ns()}.tmp")
         onnx.save_model(proto, str(staging))
@@ -140,6 +148,29 @@ def _adapted_outputs(project: Project) -> tuple[str, str]:
     task = project.task
     assert task.kind == "detection", "only a detection task's raw head is adapted"
     return task.postprocess.boxes_output, task.postprocess.scores_output
+
+
+def _is_top_k(project: Project) -> bool:
+    stamp = _stamp(source_path(project))
+    return stamp is not None and project.task.kind == "detection" and \
+        _top_k_head(str(source_path(project)), *stamp) is not None
+
+
+@lru_cache(maxsize=8)
+def _top_k_head(path: str, mtime_ns: int, size: int) -> str | None:
+    """The top-k output ([N, K, 6]) of an Ultralytics export of an NMS-free head (metadata end2end), or None."""
+    import onnx
+
+    from edgebuild.project.ultralytics_facts import facts_from_props
+    from edgebuild.sources.onnx_checks import metadata
+    from edgebuild.sources.ultralytics import top_k_output
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception:  # the model stage says what is wrong with it
+        return None
+    facts = facts_from_props(metadata(proto))
+    return top_k_output(proto) if facts is not None and facts.nms_free else None
 
 
 @lru_cache(maxsize=8)
@@ -208,7 +239,10 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
     }
     adapted = _adapted(project, write=False)
-    if adapted:
+    if adapted and _is_top_k(project):
+        threshold = project.detection_postprocess.score_threshold
+        parts["adapter"] = f"{TOP_K_ADAPTER}: {adapted[1]} -> NMS_OUTPUTS, score > {threshold}"
+    elif adapted:
         boxes, scores = _adapted_outputs(project)
         parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {boxes}, {scores}"
     return parts
@@ -268,7 +302,16 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     if ultralytics:
         report("model: " + checks.describe_ultralytics(ultralytics))
     adapted = _adapted(project) if ultralytics else None
-    if adapted:
+    if adapted and _is_top_k(project):
+        from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
+
+        proto = checks.load_structure(project, adapted[0])
+        checks.raise_for_checker(project, adapted[0])
+        done.append(f"{NMS_FREE_NOTE}: the export's top-k {adapted[1]!r} [N, K, 6] mapped by appended nodes to "
+                    f"num_detections, detection_boxes, detection_scores, detection_classes ({adapted[0].name})")
+        report(f"model: {NMS_FREE_NOTE}: {adapted[1]} [N, K, 6] -> num_detections, detection_boxes, "
+               "detection_scores, detection_classes")
+    elif adapted:
         proto = checks.load_structure(project, adapted[0])
         checks.raise_for_checker(project, adapted[0])
         boxes, scores = _adapted_outputs(project)

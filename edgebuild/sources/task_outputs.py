@@ -2,6 +2,9 @@
 
 Detection reads boxes [N, A, 4] (x1, y1, x2, y2 in input pixels) and scores [N, A, C]; classification
 reads logits [N, C]. C is len(task.classes), N the input's batch, A any number of anchors; all float.
+An NMS-free head (YOLOv10, YOLO26: ``nms_free_head``) answers the detections themselves, as NMS inside
+the model does: num_detections [N, 1] int32, detection_boxes [N, K, 4], detection_scores and
+detection_classes [N, K], K = ``[task.postprocess] max_detections``.
 A wrapper that gets this wrong still exports, and would fail much later inside the decoder, so the
 model stage checks the outputs at the min, opt and max shapes and names the mistake they look like.
 """
@@ -15,6 +18,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgebuild.errors import ModelError
+from edgebuild.project.schema import (
+    ClassificationPostprocess,
+    DetectionPostprocess,
+    InstancePostprocess,
+    PosePostprocess,
+    PoseTask,
+    SegmentationPostprocess,
+)
+from edgebuild.runtime.vision import NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -31,29 +43,52 @@ class Mismatch:
 
 def expected_outputs(project: Project) -> dict[str, str]:
     """{output name: the shape the task reads}, in the task's own notation."""
-    task, classes = project.task, len(project.task.classes)
-    if task.kind == "detection":
-        return {task.postprocess.boxes_output: "[N, A, 4]", task.postprocess.scores_output: f"[N, A, {classes}]"}
-    return {task.postprocess.logits_output: f"[N, {classes}]"}
+    post, classes = project.task.postprocess, len(project.task.classes)
+    if _detections(project):
+        k = project.detection_postprocess.max_detections
+        return dict(zip(NMS_OUTPUTS, ("[N, 1] int32", f"[N, {k}, 4]", f"[N, {k}]", f"[N, {k}]")))
+    if isinstance(post, InstancePostprocess):
+        return instance_outputs(project)
+    if isinstance(post, DetectionPostprocess):
+        return {post.boxes_output: "[N, A, 4]", post.scores_output: f"[N, A, {classes}]"}
+    assert isinstance(post, ClassificationPostprocess)
+    return {post.logits_output: f"[N, {classes}]"}
+
+
+def instance_outputs(project: Project) -> dict[str, str]:
+    """Pose and segmentation: {output name: shape} (docs/tasks.md; M the mask coefficients, 32 for YOLO-seg)."""
+    post, classes = project.task.postprocess, len(project.task.classes)
+    assert isinstance(post, InstancePostprocess)
+    shapes = {post.boxes_output: "[N, A, 4]", post.scores_output: f"[N, A, {classes}]"}
+    if isinstance(post, PosePostprocess):
+        assert isinstance(project.task, PoseTask)
+        keypoints, dims = project.task.kpt_shape
+        return {**shapes, post.keypoints_output: f"[N, A, {keypoints}, {dims}]"}
+    assert isinstance(post, SegmentationPostprocess)
+    return {**shapes, post.coefficients_output: "[N, A, M]", post.prototypes_output: "[N, M, H/4, W/4]"}
 
 
 def task_output_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
     """Every way ``outputs`` (one forward at an input batch of ``batch``) miss what the task reads."""
     task, classes = project.task, len(project.task.classes)
+    if _detections(project):
+        return _detections_mismatches(project, outputs, batch)
+    if task.kind in ("pose", "segmentation"):
+        return _instance_mismatches(project, outputs, batch)
     found: list[Mismatch] = []
     for name, rank in zip(expected_outputs(project), (3, 3) if task.kind == "detection" else (2,)):
         if name in outputs:
             found += _dtype_and_batch(name, outputs[name].shape, outputs[name].dtype, rank, batch)
-    if task.kind == "detection":
-        post = task.postprocess
+    post = task.postprocess
+    if isinstance(post, DetectionPostprocess):
         boxes, scores = outputs.get(post.boxes_output), outputs.get(post.scores_output)
         if boxes is not None:
             found += _boxes_layout(post.boxes_output, boxes.shape, classes)
         if scores is not None:
             anchors = _box_anchors(boxes.shape) if boxes is not None else None
             found += _scores_layout(post.scores_output, scores.shape, classes, post.boxes_output, anchors)
-    elif task.postprocess.logits_output in outputs:
-        logits = task.postprocess.logits_output
+    elif isinstance(post, ClassificationPostprocess) and post.logits_output in outputs:
+        logits = post.logits_output
         found += _logits_layout(logits, outputs[logits].shape, classes)
     return found
 
@@ -83,6 +118,62 @@ def raise_for_task_outputs(project: Project,
     raise ModelError("\n".join(lines), hint="forward must return exactly these: a wrapper torch.nn.Module is the "
                                             "usual place to transpose, split or slice (model.entry_point names the "
                                             "function that builds the model)")
+
+
+def _detections(project: Project) -> bool:
+    from edgebuild.project.ultralytics_facts import nms_free_head
+
+    return nms_free_head(project)
+
+
+def _detections_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
+    """An NMS-free head's detections against ``NMS_OUTPUTS``' shapes and dtypes."""
+    k = project.detection_postprocess.max_detections
+    wanted = dict(zip(NMS_OUTPUTS, ((batch, 1), (batch, k, 4), (batch, k), (batch, k))))
+    found = []
+    for name, shape in wanted.items():
+        if name not in outputs:
+            found.append(Mismatch(name, "missing", f"{name} is not among the outputs {sorted(outputs)}"))
+            continue
+        array = outputs[name]
+        kind = "i" if name == NMS_OUTPUTS[0] else "f"
+        if np.dtype(array.dtype).kind != kind:
+            found.append(Mismatch(name, "dtype", f"{name} is {array.dtype}, not {'int32' if kind == 'i' else 'float'}"))
+        if tuple(array.shape) != shape:
+            found.append(Mismatch(name, "layout", f"{name} is {_dims(array.shape)}, not {_dims(shape)} (K = "
+                                                  "task.postprocess.max_detections, the head's top-k)"))
+    return found
+
+
+def _instance_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
+    """Pose and segmentation outputs against ``instance_outputs``: rank, batch, anchors and the fixed sizes."""
+    found: list[Mismatch] = []
+    wanted = instance_outputs(project)
+    anchors = None
+    for name, text in wanted.items():
+        if name not in outputs:
+            found.append(Mismatch(name, "missing", f"{name} is not among the outputs {sorted(outputs)}"))
+            continue
+        shape = tuple(outputs[name].shape)
+        dims = text.strip("[]").split(", ")
+        found += _dtype_and_batch(name, shape, outputs[name].dtype, len(dims), batch)
+        fixed = [(axis, int(d)) for axis, d in enumerate(dims) if d.isdigit()]
+        if len(shape) != len(dims) or any(shape[axis] != size for axis, size in fixed):
+            found.append(Mismatch(name, "layout", f"{name} is {_dims(shape)}, not {text}"))
+        elif dims[1] == "A":
+            anchors = shape[1] if anchors is None else anchors
+            if shape[1] != anchors:
+                found.append(Mismatch(name, "anchors", f"{name} holds {shape[1]} anchors, the boxes {anchors}: "
+                                                       "every per-anchor output in the same order"))
+    post = project.task.postprocess
+    if isinstance(post, SegmentationPostprocess):
+        coefficients, prototypes = outputs.get(post.coefficients_output), outputs.get(post.prototypes_output)
+        if coefficients is not None and prototypes is not None and coefficients.ndim == 3 and prototypes.ndim == 4 \
+                and coefficients.shape[2] != prototypes.shape[1]:
+            found.append(Mismatch(post.coefficients_output, "masks", f"{post.coefficients_output} has "
+                                  f"{coefficients.shape[2]} coefficients, {post.prototypes_output} "
+                                  f"{prototypes.shape[1]} prototypes: one coefficient per prototype"))
+    return found
 
 
 def task_outputs_key(project: Project) -> str:

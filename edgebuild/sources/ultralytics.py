@@ -8,9 +8,15 @@ edgebuild's detection task reads ``boxes [N, A, 4]`` (x1, y1, x2, y2 in input pi
 - ``adapter_module``: an ``nn.Module`` around a checkpoint's ``DetectionModel`` (or
   ``ClassificationModel``: its probabilities become the task's logits output), with the head's
   anchor grid computed from the input's size inside the graph (``Detect.dynamic``), so an export
-  takes any image size the profile allows instead of baking in the trace's;
+  takes any image size the profile allows instead of baking in the trace's. An NMS-free head
+  (YOLOv10, YOLO26: a one-to-one branch) runs that branch, as Ultralytics exports it: its top-k
+  detections ``[N, K, 6]`` (x1, y1, x2, y2, score, class) become the four outputs NMS inside the
+  model has (``NMS_OUTPUTS``: count, boxes, scores, classes; rows at or under the score threshold
+  zeroed), so no NonMaxSuppression is added and every consumer of those outputs reads them;
 - ``append_detection_adapter``: ONNX nodes (Transpose, Slice, the xywh -> xyxy arithmetic) appended
-  to an Ultralytics export's graph, so the imported model has the two outputs. No ultralytics import.
+  to an Ultralytics export's graph, so the imported model has the two outputs; for an export of an
+  NMS-free head (``[N, K, 6]``), ``append_top_k_adapter`` maps it to ``NMS_OUTPUTS`` the same way
+  as the module does. No ultralytics import.
 
 What a model says of itself (task, class names, imgsz, stride: ``UltralyticsFacts``) comes from a
 checkpoint read *without running its pickle* (``peek_checkpoint``: every class it names is a stub)
@@ -54,15 +60,15 @@ TRUST_HINT = ("a .pt checkpoint is a Python pickle: loading it runs whatever cod
 # -- the task --------------------------------------------------------------------------------------
 
 def raise_for_task(where: str, facts: UltralyticsFacts) -> None:
-    """Segmentation, pose and oriented boxes (and anything unknown) are refused, with what to do."""
+    """Oriented boxes (and anything unknown) are refused, with what to do."""
     if facts.task in TASKS:
         return
     what = f"an Ultralytics {facts.task} model ({facts.summary()})"
     raise ModelError(f"{where} is {what}: edgebuild does not take the {facts.task} task yet; it builds detection "
-                     "(boxes and class scores) and classification models",
-                     hint="train or export the detection variant (e.g. yolov8n.pt instead of yolov8n-seg.pt) or "
-                          "the classification one, or write a wrapper torch.nn.Module that outputs boxes and "
-                          "scores and name it with model.entry_point")
+                     "(boxes and class scores), classification, segmentation and pose models",
+                     hint="train or export the detection variant (e.g. yolov8n.pt instead of yolov8n-obb.pt), "
+                          "or write a wrapper torch.nn.Module that outputs boxes and scores and name it with "
+                          "model.entry_point")
 
 
 
@@ -92,9 +98,14 @@ def load_trusted(project: Project, path: Path) -> torch.nn.Module:
     return model.float().eval()
 
 
-def adapter_module(model: torch.nn.Module, task: str, outputs: list[str]) -> torch.nn.Module:
-    """``model`` (an Ultralytics DetectionModel or ClassificationModel) with edgebuild's outputs, by name."""
-    return _adapter_class()(model, task, outputs)
+def adapter_module(model: torch.nn.Module, task: str, outputs: list[str], top_k: int = 0,
+                   score_threshold: float = 0.0) -> torch.nn.Module:
+    """``model`` (an Ultralytics DetectionModel or ClassificationModel) with edgebuild's outputs, by name.
+
+    ``top_k`` > 0: the head is NMS-free and its one-to-one branch runs, keeping its best ``top_k``
+    (its ``max_det``); ``outputs`` are then ``NMS_OUTPUTS`` and a detection counts when its score
+    is above ``score_threshold``."""
+    return _adapter_class()(model, task, outputs, top_k, score_threshold)
 
 
 @lru_cache(maxsize=1)
@@ -104,24 +115,35 @@ def _adapter_class() -> type:
     class UltralyticsOutputs(torch.nn.Module):
         """detect: ``[N, 4+C, A]`` -> {boxes: [N, A, 4] xyxy, scores: [N, A, C]}; classify: {logits: [N, C]}."""
 
-        def __init__(self, model: torch.nn.Module, task: str, outputs: list[str]) -> None:
+        def __init__(self, model: torch.nn.Module, task: str, outputs: list[str], top_k: int = 0,
+                     score_threshold: float = 0.0) -> None:
             super().__init__()
             self.model, self.task, self.names = model, task, list(outputs)
+            self.top_k, self.score_threshold = top_k, score_threshold
+            self.head_shape: tuple[int, ...] = ()  # pose: (classes, keypoints, 2 or 3); segment: (classes,)
             # model.model: Ultralytics' nn.Sequential of layers; its last, the Detect/Classify head, has
             # attributes torch's Module type does not know
             head: Any = cast("torch.nn.Sequential", model.model)[-1] if hasattr(model, "model") else None
-            if task == "detect" and head is not None:
+            if task in ("detect", "pose", "segment") and head is not None:
                 # The anchor grid from the input's size inside the graph: by default a Python shape check
                 # decides when to recompute it, which an export runs once, baking in the trace's size.
                 head.dynamic = True
-                if getattr(head, "end2end", False):
-                    head.end2end = False  # YOLOv10/YOLO26: the one-to-many head, raw per-anchor outputs
+                if top_k:  # YOLOv10/YOLO26: the one-to-one branch and its top-k, as trained to run
+                    head.end2end, head.max_det = True, top_k
+                elif getattr(head, "end2end", False):
+                    head.end2end = False  # the one-to-many branch: raw per-anchor outputs, NMS after
+                if task != "detect":
+                    self.head_shape = (int(head.nc), *(int(k) for k in getattr(head, "kpt_shape", ())))
 
         def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
             y = self.model(images)
             y = y[0] if isinstance(y, (list, tuple)) else y  # eval mode: (decoded, raw maps)
+            if self.task in ("pose", "segment"):
+                return dict(zip(self.names, instance_outputs(y, self.task, self.head_shape)))
             if self.task != "detect":
                 return {self.names[0]: y}
+            if self.top_k:
+                return dict(zip(self.names, top_k_to_detections(y, self.score_threshold)))
             return dict(zip(self.names, head_to_boxes_scores(y)))
 
     return UltralyticsOutputs
@@ -134,6 +156,33 @@ def head_to_boxes_scores(head: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     y = head.transpose(1, 2)
     centre, size = y[..., 0:2], y[..., 2:4]
     return torch.cat([centre - size / 2, centre + size / 2], dim=-1), y[..., 4:]
+
+
+def instance_outputs(y: Any, task: str, head_shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """A pose or segment head's eval output in the documented convention (docs/tasks.md), by task:
+
+    pose ``[N, 4+C+K*D, A]`` -> boxes [N, A, 4] xyxy, scores [N, A, C], keypoints [N, A, K, D] (x, y in
+    input pixels, and with D = 3 the visibility, sigmoid-ed); segment ``([N, 4+C+M, A], prototypes
+    [N, M, H/4, W/4])`` -> boxes, scores, mask coefficients [N, A, M], prototypes."""
+    classes = head_shape[0]
+    if task == "segment":
+        head, prototypes = y
+        boxes, rest = head_to_boxes_scores(head)
+        return boxes, rest[..., :classes], rest[..., classes:], prototypes
+    boxes, rest = head_to_boxes_scores(y)
+    keypoints = rest[..., classes:]
+    return boxes, rest[..., :classes], keypoints.reshape(*keypoints.shape[:2], head_shape[1], head_shape[2])
+
+
+def top_k_to_detections(found: torch.Tensor, score_threshold: float) -> tuple[torch.Tensor, ...]:
+    """An NMS-free head's ``[N, K, 6]`` (x1, y1, x2, y2, score, class; best first) -> ``NMS_OUTPUTS``:
+    the count [N, 1] int32 of rows above ``score_threshold``, boxes [N, K, 4], scores and classes [N, K],
+    the other rows zeroed (Ultralytics' val keeps the rows above its conf, as this count does)."""
+    import torch
+
+    valid = (found[..., 4] > score_threshold).to(found.dtype)
+    count = valid.sum(dim=1, keepdim=True).to(torch.int32)
+    return count, found[..., :4] * valid.unsqueeze(-1), found[..., 4] * valid, found[..., 5] * valid
 
 
 # -- the ONNX export: the same adapter as nodes ----------------------------------------------------
@@ -206,3 +255,68 @@ def raw_head_output(proto: onnx.ModelProto, classes: int) -> str | None:
             return name
     unknown = [name for name, shape in dims.items() if len(shape) == 3 and shape[1] is None]
     return unknown[0] if len(dims) == 1 and unknown else None
+
+
+def top_k_output(proto: onnx.ModelProto) -> str | None:
+    """The output of an NMS-free export (Ultralytics' one-to-one head: [N, K, 6]), or None."""
+    from edgebuild.sources.onnx_checks import graph_output_dims
+
+    found = [name for name, shape in graph_output_dims(proto).items() if len(shape) == 3 and shape[2] == 6]
+    return found[0] if len(found) == 1 else None
+
+
+def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: float) -> onnx.ModelProto:
+    """A copy of ``proto`` whose output ``head`` ([N, K, 6]: x1, y1, x2, y2, score, class, best first)
+    is replaced by ``NMS_OUTPUTS``, as ``top_k_to_detections`` computes them: Slice, Greater, Cast,
+    Mul and ReduceSum (opset 13+), no NonMaxSuppression."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgebuild.runtime.vision import NMS_OUTPUTS
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    found = [o for o in graph.output if o.name == head]
+    if not found:
+        raise ValueError(f"no output {head!r} (outputs: {[o.name for o in graph.output]})")
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in found[0].type.tensor_type.shape.dim]
+    batch, k = (dims[0], dims[1]) if len(dims) == 3 else (None, None)
+
+    def const(name: str, value: Any, dtype: Any = np.int64) -> str:
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), PREFIX + name))
+        return PREFIX + name
+
+    n = lambda name: PREFIX + name  # noqa: E731
+    axes = const("top_k_axes", [2])
+
+    def column(name: str, start: int, end: int, out: str) -> Any:
+        return helper.make_node("Slice", [head, const(f"{name}_s", [start]), const(f"{name}_e", [end]), axes],
+                                [out], name=n(f"slice_{name}"))
+
+    count, boxes, scores, classes = NMS_OUTPUTS
+    nodes = [
+        column("boxes", 0, 4, n("top_k_boxes")), column("score", 4, 5, n("top_k_score")),
+        column("class", 5, 6, n("top_k_class")),
+        helper.make_node("Greater", [n("top_k_score"), const("threshold", [[[score_threshold]]], np.float32)],
+                         [n("above")], name=n("above")),
+        helper.make_node("Cast", [n("above")], [n("valid")], to=TensorProto.FLOAT, name=n("valid")),
+        helper.make_node("Mul", [n("top_k_boxes"), n("valid")], [boxes], name=n("detection_boxes")),
+        helper.make_node("Mul", [n("top_k_score"), n("valid")], [n("scores_3d")], name=n("scores_3d")),
+        helper.make_node("Mul", [n("top_k_class"), n("valid")], [n("classes_3d")], name=n("classes_3d")),
+        helper.make_node("Squeeze", [n("scores_3d"), axes], [scores], name=n("detection_scores")),
+        helper.make_node("Squeeze", [n("classes_3d"), axes], [classes], name=n("detection_classes")),
+        helper.make_node("ReduceSum", [n("valid"), const("rows", [1])], [n("count_3d")], keepdims=1,
+                         name=n("count_3d")),
+        helper.make_node("Squeeze", [n("count_3d"), axes], [n("count_float")], name=n("count_2d")),
+        helper.make_node("Cast", [n("count_float")], [count], to=TensorProto.INT32, name=n("num_detections")),
+    ]
+    graph.node.extend(nodes)
+    index = [o.name for o in graph.output].index(head)
+    del graph.output[index]
+    for offset, (name, elem, shape) in enumerate(zip(NMS_OUTPUTS, (TensorProto.INT32,) + (TensorProto.FLOAT,) * 3,
+                                                     ([batch, 1], [batch, k, 4], [batch, k], [batch, k]))):
+        graph.output.insert(index + offset, helper.make_tensor_value_info(name, elem, shape))
+    return model

@@ -7,7 +7,9 @@ What this source yields to the pipeline, stage by stage:
   checkpoint without running it, the task refused if edgebuild does not build it, then (only with
   ``[model] trust_checkpoint = true``) the model loaded, wrapped by
   ``edgebuild.sources.ultralytics.adapter_module`` and run at the profile's min/opt/max shapes
-  against the task. Record: ``UltralyticsModelRecord``.
+  against the task. Record: ``UltralyticsModelRecord``. An NMS-free head (YOLOv10, YOLO26) is
+  wrapped with its one-to-one branch: its outputs are the detections (``NMS_OUTPUTS``), K =
+  ``[task.postprocess] max_detections``, and ``in_model`` appends nothing to it.
 - reference: ``checkpoint_runner``, the wrapped model on the CPU (a ``TorchRunner``), loaded once.
 - export: ``export_checkpoint``, edgebuild's export from PyTorch (``edgebuild.sources.export``) of
   the wrapped model, with parity, keyed on the checkpoint's content.
@@ -91,9 +93,12 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
 def checkpoint_key_parts(project: Project) -> dict[str, str]:
     """What the model is on this route: the checkpoint's content, the trust setting, the declared inputs/outputs."""
     path = _path(project)
-    return {"source": _source(project), "kind": KIND, "files": digest({path.name: _file_sha(path)}),
-            "trust_checkpoint": str(project.model.trust_checkpoint),
-            "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs])}
+    parts = {"source": _source(project), "kind": KIND, "files": digest({path.name: _file_sha(path)}),
+             "trust_checkpoint": str(project.model.trust_checkpoint),
+             "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs])}
+    if _top_k(project):  # the one-to-one top-k and its score threshold are in the graph
+        parts["nms_free"] = f"top {_top_k(project)}, score > {project.detection_postprocess.score_threshold}"
+    return parts
 
 
 def _facts(project: Project) -> UltralyticsFacts:
@@ -111,9 +116,21 @@ def _facts(project: Project) -> UltralyticsFacts:
 
 def _outputs(project: Project) -> list[str]:
     task = project.task
-    if task.kind == "detection":
-        return [task.postprocess.boxes_output, task.postprocess.scores_output]
-    return [task.postprocess.logits_output]
+    if _top_k(project):
+        from edgebuild.runtime.vision import NMS_OUTPUTS
+
+        return list(NMS_OUTPUTS)
+    if task.kind == "classification":
+        return [task.postprocess.logits_output]
+    # detection, pose, segmentation: the task's outputs in the order the adapter returns them (docs/tasks.md)
+    return [v for k, v in task.postprocess.model_dump().items() if k.endswith("_output")]
+
+
+def _top_k(project: Project) -> int:
+    """An NMS-free head's top-k (``max_detections``: Ultralytics' max_det), 0 for any other head."""
+    from edgebuild.project.ultralytics_facts import nms_free_head
+
+    return project.detection_postprocess.max_detections if nms_free_head(project) else 0
 
 
 def checkpoint_runner(project: Project) -> TorchRunner:
@@ -122,10 +139,12 @@ def checkpoint_runner(project: Project) -> TorchRunner:
     from edgebuild.sources.ultralytics import adapter_module, load_trusted
 
     path = _path(project)
-    key = (str(path), _file_sha(path), tuple(_outputs(project)))
+    top_k = _top_k(project)
+    threshold = float(project.detection_postprocess.score_threshold) if top_k else 0.0
+    key = (str(path), _file_sha(path), (*_outputs(project), str(top_k), str(threshold)))
     if key not in _runners:
         facts = _facts(project)
-        model = adapter_module(load_trusted(project, path), facts.task, _outputs(project))
+        model = adapter_module(load_trusted(project, path), facts.task, _outputs(project), top_k, threshold)
         _runners.clear()  # one checkpoint held at a time
         _runners[key] = TorchRunner(project, model.eval())
     runner = _runners[key]
@@ -154,6 +173,12 @@ def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> 
     done.append("loaded with torch.load(weights_only=False): [model] trust_checkpoint = true")
     base = check_model(project, runner)
     done.append(f"outputs {_outputs(project)} against the {project.task.kind} task at the min/opt/max shapes")
+    if _top_k(project):
+        from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
+
+        done.append(f"{NMS_FREE_NOTE}: its one-to-one top {_top_k(project)} are the detections "
+                    f"(score > {project.detection_postprocess.score_threshold})")
+        report(f"model: {NMS_FREE_NOTE} (its one-to-one top {_top_k(project)} are the detections)")
     _, told_by = model_source_kind(project)
     return UltralyticsModelRecord(
         entry_point=_source(project), parameters=base.parameters, output_shapes=base.output_shapes,

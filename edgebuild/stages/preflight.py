@@ -44,10 +44,12 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     post = inputs.project.task.postprocess
     if not getattr(post, "in_model", False):
         return check_target(graph, inputs.unit)
-    from edgebuild.sources.nms_graph import append_nms, check_nms_settings
+    from edgebuild.sources.nms_graph import answers_detections, append_nms, check_nms_settings
 
     found = check_target(append_nms(graph, check_nms_settings("detection", post.model_dump()),
                                        len(inputs.project.task.classes)), inputs.unit)
+    if answers_detections(graph):  # an NMS-free (one-to-one) head: no NMS added, nothing of NMS to check
+        return found
     return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
 
 

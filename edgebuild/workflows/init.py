@@ -25,6 +25,8 @@ from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
+from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, nms_free_outputs
+from edgebuild.workflows.init_data import FoundData, read_data, yolo_data_for_task
 from edgebuild.workflows.init_preprocess import given_preprocess as _given_preprocess
 from edgebuild.workflows.init_preprocess import measured_preprocess as _measured_preprocess
 from edgebuild.workflows.init_torch import DEFAULT_SIZES, DETECTOR_ADVICE, check_loaded, read_torch_model, torch_kind
@@ -124,6 +126,15 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     if task == "detection":
         outputs, post = ["boxes", "scores"], {"boxes_output": "boxes", "scores_output": "scores", **VAL_DEFAULTS}
         outputs_said = "edgebuild's adapter around the checkpoint's detection head"
+        if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
+            (outputs, post), outputs_said = nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})"
+    elif task in ("pose", "segmentation"):  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
+        from edgebuild.project.schema import TASK_KINDS
+
+        named = {k: v for k, v in TASK_KINDS[task][0].model_fields["postprocess"].default.model_dump().items()
+                 if k.endswith("_output")}
+        outputs, post = list(named.values()), {**named, **VAL_DEFAULTS}
+        outputs_said = f"edgebuild's adapter around the checkpoint's {facts.task} head"
     else:
         outputs, post = ["logits"], {"logits_output": "logits"}
         outputs_said = "edgebuild's adapter around the checkpoint's classifier"
@@ -174,6 +185,8 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     outputs = [o.name for o in proto.graph.output]
     out_dims = graph_output_dims(proto)
     task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
+    if task == "detection" and ultra.get("nms_free"):  # YOLOv10/YOLO26 exported with nms=False: [N, K, 6]
+        num_classes, postprocess = len(ultra["classes"]) or None, {"nms_free": ultra["max_det"]}
     notes = metadata_classes_note(name, ultra, num_classes,
                                   ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs))
     channels = dims[1] or 3
@@ -205,7 +218,11 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
         said += f", {ultra['summary']}"
     if ultra and task == "detection":
         postprocess = {**postprocess, **_val_defaults()}
-    if task == "detection" and postprocess.get("raw_head"):
+    if task == "detection" and postprocess.get("nms_free"):
+        head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
+        outputs, postprocess = nms_free_outputs(int(postprocess["nms_free"]))
+        outputs_said = f"{NMS_FREE_NOTE}: {head}"
+    elif task == "detection" and postprocess.get("raw_head"):
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         notes.append(f"{name} outputs Ultralytics' raw detection head {head}: model.outputs names what "
                      "edgebuild's Ultralytics adapter gives (boxes, scores).")
@@ -218,7 +235,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
                   num_classes, size, channels, ultra, postprocess, notes)
 
 
-def _torch_model(kind: str, source: str, data: _Data, input_size: list[int] | None,
+def _torch_model(kind: str, source: str, data: FoundData, input_size: list[int] | None,
                  weights: Path | None) -> _Model:
     """A TorchScript file or a model by name (``edgebuild.workflows.init_torch``)."""
     found = read_torch_model(kind, source, data.task, input_size, weights, MAX_BATCH)
@@ -273,103 +290,6 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
                           "(`edgebuild init` without --model writes a starter)")
 
 
-# -- the data ---------------------------------------------------------------------------------------
-
-@dataclass
-class _Data:
-    task: str
-    title: str
-    names: list[str]
-    names_said: str
-    data: dict[str, str]  # [data] keys (paths absolute until made relative)
-    validation: dict[str, str]
-
-
-def _read_data(path: Path) -> _Data:
-    from edgebuild.datasets.formats import what_is
-
-    if not path.exists():
-        raise DataError(f"--data: path does not exist: {path}")
-    kind, description = what_is(path)
-    roots = sorted(c for c in path.iterdir() if c.is_dir() and (c / "Annotations").is_dir()) \
-        if kind in (None, "split-folders", "class-folders") and path.is_dir() else []
-    if roots:  # VOCdevkit/ given for VOCdevkit/VOC2012/
-        raise DataError(f"--data: {path} holds the Pascal VOC root(s) {[r.name for r in roots]}, not a dataset "
-                        "itself", hint=f"pass the VOC root: --data {roots[0]}")
-    if kind == "yolo":
-        return _yolo(path)
-    if kind == "voc-root":
-        return _voc(path)
-    if kind == "coco":
-        return _coco(path)
-    if kind == "split-folders":
-        return _split_folders(path)
-    if kind == "class-folders":
-        raise DataError(f"--data: {path} is a folder of class folders, one set: edgebuild needs a calibration set "
-                        "apart from the validation set",
-                        hint="make split folders (train/<class>/, val/<class>/) and pass the folder holding them")
-    raise DataError(f"--data: {path} is {description}, not a dataset edgebuild reads: a YOLO data.yaml, a "
-                    "Pascal VOC root (Annotations/, JPEGImages/, ImageSets/Main/), a COCO JSON file with its "
-                    "images, or split folders of class folders (train/<class>/, val/<class>/)")
-
-
-def _yolo(path: Path) -> _Data:
-    from edgebuild.datasets.yolo import load_yolo_set, read_data_yaml, split_images
-
-    if path.is_dir():
-        path = next(p for p in sorted(path.iterdir()) if p.suffix.lower() in (".yaml", ".yml") and p.is_file())
-    data = read_data_yaml(path, key="--data")
-    load_yolo_set(path, "val", data.names, key="--data")  # what `check` reads: every val label, train's images
-    split_images(data, "train", key="--data")
-    said = f"from {path.name}" if data.names_given else f"{path.name} has only nc: {len(data.names)}, no names"
-    return _Data("detection", "YOLO data.yaml", data.names, said,
-                 {"dataset": str(path), "calibration_split": "train", "validation_split": "val"}, {})
-
-
-def _voc(root: Path) -> _Data:
-    from edgebuild.datasets.voc import load_voc_root, voc_object_files, voc_split_images
-
-    lists = root / "ImageSets" / "Main"
-    missing = [s for s in ("train", "val") if not (lists / f"{s}.txt").is_file()]
-    if missing:
-        raise DataError(f"--data: {root} is a Pascal VOC root without the split list(s) "
-                        f"{', '.join(f'ImageSets/Main/{s}.txt' for s in missing)}",
-                        hint="write the image ids of each split there, one a line")
-    names = sorted(voc_object_files(root, "val", "--data"))
-    load_voc_root(root, "val", names, key="--data")  # what `check` reads: every XML file of val, train's images
-    voc_split_images(root, "train", key="--data")
-    return _Data("detection", "Pascal VOC root", names,
-                 f"the object names of {root.name}'s val split, sorted", {"dataset": str(root),
-                 "calibration_split": "train", "validation_split": "val"}, {})
-
-
-def _coco(path: Path) -> _Data:
-    from edgebuild.datasets.coco import coco_beside, read_coco
-
-    names, images, calibration = coco_beside(path, "--data")
-    read_coco(path, images, names, key="--data")  # what `check` reads: every image and annotation entry
-    return _Data("detection", "COCO JSON", names, f"the categories of {path.name}",
-                 {"calibration_images": str(calibration)},
-                 {"annotations": str(path), "images": str(images)})
-
-
-def _split_folders(root: Path) -> _Data:
-    from edgebuild.datasets.folders import load_class_folders
-    from edgebuild.datasets.images import list_images
-
-    missing = [s for s in ("train", "val") if not (root / s).is_dir()]
-    if missing:
-        present = sorted(p.name for p in root.iterdir() if p.is_dir())
-        raise DataError(f"--data: {root} has no {' or '.join(repr(m) for m in missing)} split folder "
-                        f"(found: {present})", hint="name the split folders train/ and val/")
-    names = sorted(p.name for p in (root / "val").iterdir() if p.is_dir() and not p.name.startswith("."))
-    load_class_folders(root / "val", names, key="--data")  # what `check` reads: images in every class, in train
-    list_images(root / "train", "--data")
-    return _Data("classification", "split folders of class folders", names,
-                 f"the class folders of {root.name}/val, sorted",
-                 {"dataset": str(root), "calibration_split": "train", "validation_split": "val"}, {})
-
-
 # -- the fleet --------------------------------------------------------------------------------------
 
 def parse_fleet(text: str | None) -> list[FoundGroup]:
@@ -416,7 +336,7 @@ def _relative(path: Path, directory: Path) -> str:
         return path.resolve().as_posix()
 
 
-def _classes(model: _Model, data: _Data, model_name: str) -> tuple[list[str], str]:
+def _classes(model: _Model, data: FoundData, model_name: str) -> tuple[list[str], str]:
     from dataclasses import replace
 
     voc = data.title == "Pascal VOC root"
@@ -466,11 +386,13 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
         raise ConfigError(f"--weights: goes with a model by name (torchvision:<name>, timm:<name>); {shown} "
                           "carries its own weights", hint="leave --weights out")
     if kind:
-        found_data = _read_data(data)  # the task and the default image size, where the model says none
+        found_data = read_data(data)  # the task and the default image size, where the model says none
         found_model = _torch_model(kind, source, found_data, input_size, weights)
     else:
         found_model = _read_model(Path(source), input_size)
-        found_data = _read_data(data)
+        found_data = read_data(data)
+    if found_data.title == "YOLO data.yaml" and found_model.task in ("pose", "segmentation"):
+        found_data = yolo_data_for_task(found_data, found_model.task)
     if found_model.task != found_data.task:
         raise DataError(f"--data: {data} is {found_data.title}, {found_data.task} data; {shown} is a "
                         f"{found_model.task} model ({found_model.task_said})",
@@ -479,7 +401,7 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     groups = parse_fleet(fleet)
     ultra = found_model.ultralytics
     gray = found_model.channels == 1
-    resize = "letterbox" if found_model.task == "detection" else "resize"
+    resize = "resize" if found_model.task == "classification" else "letterbox"
     if ultra:
         pre_said = (f"from {shown}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
     elif found_model.preprocess_said:
@@ -502,7 +424,8 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
               for k, v in found_data.data.items()},
         validation={k: _relative(Path(v), directory) for k, v in found_data.validation.items()},
         data_said=f"From the {found_data.title} ({_relative(data, directory)}).", fleet=groups,
-        notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None)
+        notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None,
+        kpt_shape=list(ultra.get("kpt_shape") or []) or None)
     given = {k: v for k, v in (preprocess or {}).items() if v is not None}
     project = _given_preprocess(project, given)
     measure = not ultra and found_model.mean is None and found_model.in_pytorch != "hub"

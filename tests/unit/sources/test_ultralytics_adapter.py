@@ -115,16 +115,46 @@ def test_an_export_s_metadata_fills_what_the_project_leaves_out() -> None:
                                   "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0], "input_size": [96, 96]}
     assert task["postprocess"] == {"score_threshold": 0.001, "nms_iou": 0.5, "max_detections": 300}
     assert fill_raw_defaults({}, facts)["task"]["kind"] == "detection"
-    assert project_defaults(UltralyticsFacts("pose")) == {}
+    assert project_defaults(UltralyticsFacts("obb")) == {}
 
 
-@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_segment_pose_and_obb_are_refused_with_what_to_do(task: str) -> None:
+@pytest.mark.parametrize("task", ["obb", "unknown"])
+def test_obb_is_refused_with_what_to_do(task: str) -> None:
     from edgebuild.errors import ModelError
 
     with pytest.raises(ModelError, match=f"does not take the {task} task yet") as caught:
         raise_for_task("best.pt", UltralyticsFacts(task, ["a"], [640, 640], 32))
     assert "detection variant" in caught.value.hint
+
+
+@pytest.mark.parametrize("task", ["segment", "pose"])
+def test_segment_and_pose_are_taken(task: str) -> None:
+    raise_for_task("best.pt", UltralyticsFacts(task, ["a"], [640, 640], 32))
+    kpt_shape = [17, 3] if task == "pose" else []
+    defaults = project_defaults(UltralyticsFacts(task, ["a"], [64, 64], 32, kpt_shape=kpt_shape))
+    assert defaults["kind"] == {"segment": "segmentation", "pose": "pose"}[task]
+    assert defaults["preprocess"]["resize"] == "letterbox" and defaults["postprocess"]["nms_iou"] == 0.7
+    assert defaults.get("kpt_shape") == ([17, 3] if task == "pose" else None)
+
+
+def test_the_pose_and_segment_adapters_split_the_head_by_the_documented_convention() -> None:
+    """pose [N, 4+C+K*3, A] -> boxes xyxy, scores, keypoints [N, A, K, 3]; segment (head, prototypes) -> boxes,
+    scores, mask coefficients [N, A, M], the prototypes as they are."""
+    torch = pytest.importorskip("torch")
+    from edgebuild.sources.ultralytics import instance_outputs
+
+    head = torch.arange(2 * (4 + CLASSES + 2 * 3) * ANCHORS, dtype=torch.float32).reshape(2, 4 + CLASSES + 6, ANCHORS)
+    boxes, scores, keypoints = instance_outputs(head, "pose", (CLASSES, 2, 3))
+    want_boxes, want_rest = _reference(head.numpy())
+    np.testing.assert_allclose(boxes.numpy(), want_boxes)
+    np.testing.assert_allclose(scores.numpy(), want_rest[..., :CLASSES])
+    assert keypoints.shape == (2, ANCHORS, 2, 3)
+    np.testing.assert_allclose(keypoints.numpy().reshape(2, ANCHORS, 6), want_rest[..., CLASSES:])
+    seg = torch.arange(2 * (4 + CLASSES + 32) * ANCHORS, dtype=torch.float32).reshape(2, 4 + CLASSES + 32, ANCHORS)
+    prototypes = torch.zeros(2, 32, 8, 8)
+    boxes, scores, coefficients, protos = instance_outputs((seg, prototypes), "segment", (CLASSES,))
+    assert coefficients.shape == (2, ANCHORS, 32) and protos is prototypes
+    np.testing.assert_allclose(coefficients.numpy(), _reference(seg.numpy())[1][..., CLASSES:])
 
 
 def test_a_file_that_is_no_checkpoint_peeks_as_nothing(tmp_path) -> None:

@@ -1,0 +1,84 @@
+"""Generated YOLO datasets for the pose and segmentation zoo tests: coloured shapes on grey, in the
+label forms edgebuild's YOLO reader and Ultralytics' loader both accept.
+
+- pose: one class ("box"), each object a rectangle with its 4 corners as keypoints (kpt_shape [4, 3],
+  visibility 2; flip_idx [1, 0, 3, 2]: a horizontal flip swaps left and right corners);
+- segmentation: two classes, a red triangle and a blue octagon, each labelled by its polygon.
+
+Image sizes are those of the detection parity test (most letterboxed at imgsz 128, each scaling to
+whole pixels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+SIZES = [(160, 120), (120, 160), (128, 128), (256, 192), (64, 48), (200, 150), (96, 128)]
+
+
+def _splits(root: Path, train: int, val: int) -> list[tuple[str, int]]:
+    for split in ("train", "val"):
+        for folder in ("images", "labels"):
+            (root / split / folder).mkdir(parents=True, exist_ok=True)
+    return [("train", train), ("val", val)]
+
+
+def pose_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
+    """Rectangles whose corners are the keypoints; returns the data.yaml."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for split, count in _splits(root, train, val):
+        for i in range(count):
+            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
+            image = Image.new("RGB", (width, height), (40, 40, 40))
+            draw, lines = ImageDraw.Draw(image), []
+            for _ in range(2):
+                w, h = int(rng.integers(width // 5, width * 2 // 5)), int(rng.integers(height // 5, height * 2 // 5))
+                x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
+                draw.rectangle([x, y, x + w - 1, y + h - 1], fill=(230, 200, 30))
+                draw.rectangle([x, y, x + w // 3, y + h // 3], fill=(30, 30, 230))  # the top-left corner marked
+                corners = [(x, y), (x + w, y), (x + w, y + h), (x, y + h)]
+                points = " ".join(f"{px / width:.6f} {py / height:.6f} 2" for px, py in corners)
+                lines.append(f"0 {(x + w / 2) / width:.6f} {(y + h / 2) / height:.6f} {w / width:.6f} "
+                             f"{h / height:.6f} {points}")
+            image.save(root / split / "images" / f"{i}.png")
+            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\nkpt_shape: [4, 3]\n"
+                                    "flip_idx: [1, 0, 3, 2]\nnames:\n  0: box\n")
+    return root / "data.yaml"
+
+
+def _polygon(kind: int, cx: float, cy: float, radius: float) -> list[tuple[float, float]]:
+    corners = 3 if kind == 0 else 8
+    start = -np.pi / 2 if kind == 0 else np.pi / 8
+    angles = [start + 2 * np.pi * k / corners for k in range(corners)]
+    return [(cx + radius * np.cos(a), cy + radius * np.sin(a)) for a in angles]
+
+
+def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
+    """Red triangles (class 0) and blue octagons (class 1), labelled by their polygons; returns the data.yaml."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for split, count in _splits(root, train, val):
+        for i in range(count):
+            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
+            image = Image.new("RGB", (width, height), (40, 40, 40))
+            draw, lines = ImageDraw.Draw(image), []
+            for _ in range(2):
+                kind = int(rng.integers(0, 2))
+                radius = float(rng.uniform(0.12, 0.22)) * min(width, height)
+                cx = float(rng.uniform(radius, width - radius))
+                cy = float(rng.uniform(radius, height - radius))
+                points = _polygon(kind, cx, cy, radius)
+                draw.polygon(points, fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
+                lines.append(f"{kind} " + " ".join(f"{min(max(px / width, 0), 1):.6f} {min(max(py / height, 0), 1):.6f}"
+                                                   for px, py in points))
+            image.save(root / split / "images" / f"{i}.png")
+            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
+                                    "names:\n  0: triangle\n  1: octagon\n")
+    return root / "data.yaml"

@@ -1,0 +1,60 @@
+"""Pose and segmentation as task.kind: the schema, the metric each gates on, and what is refused with why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgebuild.errors import ConfigError
+from edgebuild.project.config import load_project
+from tests.support.project import TINY_TOML, write_tiny_project
+
+POSE = TINY_TOML.replace('outputs = ["boxes", "scores"]', 'outputs = ["boxes", "scores", "keypoints"]').replace(
+    'kind = "detection"\n', 'kind = "pose"\nkpt_shape = [4, 3]\n')
+SEGMENTATION = TINY_TOML.replace(
+    'outputs = ["boxes", "scores"]', 'outputs = ["boxes", "scores", "mask_coefficients", "prototypes"]').replace(
+    'kind = "detection"\n', 'kind = "segmentation"\n')
+
+
+def _metric(text: str, metric: str) -> str:
+    return text.replace("[accuracy]\n", f'[accuracy]\nmetric = "{metric}"\n')
+
+
+def _load(tmp_path: Path, text: str):
+    write_tiny_project(tmp_path, text)
+    return load_project(tmp_path)
+
+
+def test_pose_gates_on_pose_map_with_box_map_beside(tmp_path: Path) -> None:
+    project = _load(tmp_path, POSE)
+    assert project.task.kind == "pose" and project.task.kpt_shape == [4, 3]
+    assert project.metric == "pose mAP50-95"
+    post = project.task.postprocess
+    assert (post.keypoints_output, post.nms_iou, post.max_detections) == ("keypoints", 0.7, 300)
+
+
+def test_segmentation_gates_on_mask_map(tmp_path: Path) -> None:
+    project = _load(tmp_path, SEGMENTATION)
+    assert project.metric == "mask mAP50-95"
+    assert project.task.postprocess.prototypes_output == "prototypes"
+
+
+def test_the_box_map_may_be_the_gate_s_metric(tmp_path: Path) -> None:
+    assert _load(tmp_path, _metric(POSE, "box mAP50-95")).metric == "box mAP50-95"
+
+
+@pytest.mark.parametrize("text, words", [
+    (_metric(SEGMENTATION, "mAP50-95"),
+     "'mAP50-95' does not apply to segmentation (allowed: mask mAP50-95, mask mAP50, box mAP50-95, box mAP50)"),
+    (_metric(POSE, "mask mAP50-95"), "'mask mAP50-95' does not apply to pose"),
+    (POSE.replace("kpt_shape = [4, 3]", "kpt_shape = [4, 5]"), "must be [keypoints, 2 or 3]"),
+    (POSE.replace("kpt_shape = [4, 3]\n", ""), "task.kpt_shape"),
+    (POSE.replace('"keypoints"]', '"kpts"]'), "task.postprocess.keypoints_output: 'keypoints' is not one of"),
+    (POSE.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]"),
+     "not built for this task yet"),
+], ids=["detection-metric", "mask-metric-for-pose", "kpt-dims", "no-kpt-shape", "keypoints-output", "in-model"])
+def test_what_does_not_fit_the_task_is_said(tmp_path: Path, text: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, text)
+    assert words in str(caught.value), str(caught.value)

@@ -1,0 +1,87 @@
+"""Pose and instance segmentation as a user trains them (issue 38): a YOLO11n-pose and a YOLO11n-seg, built from
+their yaml files and trained briefly on a generated YOLO dataset of the task (tests.support.task_datasets), go
+through ``edgebuild init --model best.pt --data data.yaml`` and ``edgebuild validate`` with no edit.
+
+The gate's FP32 pose or mask mAP50-95, and the box mAP50-95 beside it (ONNX Runtime on the exported graph), are
+within 0.01 of Ultralytics' own val of the same checkpoint (``rect=False``: every image at imgsz, as an engine
+of that size runs it); the INT8 candidate's retention is printed and must stay near 1.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgebuild.cli import main
+from tests.support.task_datasets import pose_dataset, segmentation_dataset
+
+pytestmark = pytest.mark.zoo
+
+SIZE = 128
+#: task -> (Ultralytics' yaml, the dataset, epochs, Ultralytics' metric attribute, edgebuild's metric)
+TASKS = {
+    "pose": ("yolo11n-pose.yaml", pose_dataset, 50, "pose", "pose mAP50-95"),
+    "segmentation": ("yolo11n-seg.yaml", segmentation_dataset, 40, "seg", "mask mAP50-95"),
+}
+
+
+def _train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str) -> tuple[Path, Path]:
+    """(the checkpoint, data.yaml): the task's model trained on 48 generated images, 48 held out."""
+    import torchvision
+    from ultralytics import YOLO
+    from ultralytics.engine.trainer import BaseTrainer
+    from ultralytics.utils.nms import TorchNMS
+
+    yaml, dataset, epochs, _, _ = TASKS[task]
+    monkeypatch.setattr(BaseTrainer, "read_results_csv", lambda self: {})
+    monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
+    monkeypatch.chdir(tmp_path)
+    data = dataset(tmp_path / "data")
+    started = time.perf_counter()
+    YOLO(yaml).train(data=str(data), epochs=epochs, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0,
+                     imgsz=SIZE, device="cpu", batch=8, workers=0, plots=False, amp=False,
+                     project=str(tmp_path / "runs"), name="t", exist_ok=True, verbose=False, val=False)
+    print(f"train {yaml}: {time.perf_counter() - started:.1f} s")
+    return tmp_path / "runs" / "t" / "weights" / "last.pt", data
+
+
+def _theirs(checkpoint: Path, data: Path, tmp_path: Path, task: str) -> tuple[float, float]:
+    """Ultralytics' val of the checkpoint: (its task's mAP50-95, its box mAP50-95)."""
+    from ultralytics import YOLO
+
+    found = YOLO(str(checkpoint)).val(data=str(data), imgsz=SIZE, batch=1, rect=False, device="cpu", plots=False,
+                                      workers=0, project=str(tmp_path / "val"), name="v", exist_ok=True)
+    return float(getattr(found, TASKS[task][3]).map), float(found.box.map)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TASKS))
+def test_a_trained_checkpoint_goes_through_init_and_validate_at_ultralytics_val(tmp_path: Path, monkeypatch,
+                                                                                task: str) -> None:
+    checkpoint, data = _train(tmp_path, monkeypatch, task)
+    theirs, theirs_box = _theirs(checkpoint, data, tmp_path, task)
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "best.pt").write_bytes(checkpoint.read_bytes())
+    monkeypatch.chdir(root)
+    made = CliRunner().invoke(main, ["init", "--model", "best.pt", "--data", str(data), "--trust-checkpoint", "."])
+    assert made.exit_code == 0, made.output
+    text = (root / "edgebuild.toml").read_text()
+    assert f'kind = "{task}"' in text and f'metric = "{TASKS[task][4]}"' in text, text
+    result = CliRunner().invoke(main, ["validate", "-p", str(root), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    gate = json.loads((root / "build" / ".records" / "gate.json").read_text())["body"]["result"]
+    candidates = {c["precision"]: c for c in gate["candidates"]}
+    fp32, int8 = candidates["fp32"]["metrics"], candidates["int8"]
+    ours, ours_box = fp32[TASKS[task][4]], fp32["box mAP50-95"]
+    print(f"{task}: {TASKS[task][4]} Ultralytics val {theirs:.4f}, edgebuild FP32 {ours:.4f}; box mAP50-95 "
+          f"{theirs_box:.4f} vs {ours_box:.4f}; INT8 {int8['value']:.4f} (retention {int8['retention']:.3f})")
+    assert theirs > 0.3  # trained: a parity of near-zeros would say little
+    assert abs(ours - theirs) <= 0.01
+    assert abs(ours_box - theirs_box) <= 0.01
+    assert int8["retention"] >= 0.95
+    assert f"{TASKS[task][4]} {ours:.4f}, box mAP50-95 {ours_box:.4f}" in result.output, result.output
