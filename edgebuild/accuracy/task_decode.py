@@ -1,4 +1,4 @@
-"""Pose and instance segmentation: a model's outputs decoded and scored as Ultralytics' ``yolo val`` does.
+"""Pose, instance segmentation and oriented boxes: a model's outputs decoded and scored as Ultralytics' ``yolo val``.
 
 The outputs follow the convention of docs/tasks.md: boxes [N, A, 4] (x1, y1, x2, y2 in input pixels)
 and scores [N, A, C] as detection's, and per anchor the keypoints [N, A, K, D] (x, y in input
@@ -10,6 +10,12 @@ and the kept candidates' anchors give their keypoints or mask coefficients. Boxe
 mapped back to the original image (OKS and box IoU do not change under the letterbox's uniform
 scale and shift); masks stay at the prototypes' resolution in the network input, where Ultralytics
 compares them (``MaskFrame``). The metrics are ``edgebuild.accuracy.task_metrics``'.
+
+Oriented boxes [N, A, 5] (cx, cy, w, h in input pixels, the angle in radians) go through rotated NMS as
+Ultralytics' ``non_max_suppression(rotated=True)``: the same candidates, then Fast-NMS by probabilistic
+IoU (``rotated_fast_nms``: a box is dropped when any better box of its class overlaps it above
+``nms_iou``, whether or not that one was kept), and are mapped back as its OBB validator's
+``scale_boxes(xywh=True)`` maps them (centre less the padding, centre and size over the scale).
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame
-from edgebuild.accuracy.task_metrics import pose_metrics, segmentation_metrics
+from edgebuild.accuracy.task_metrics import obb_metrics, pose_metrics, probiou, segmentation_metrics
+from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.schema import InstancePostprocess, PosePostprocess, SegmentationPostprocess
+from edgebuild.project.schema import InstancePostprocess, ObbPostprocess, PosePostprocess, SegmentationPostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
 from edgebuild.runtime.vision import ImageTransform, check_detection_outputs, class_aware_nms
 
@@ -32,22 +39,67 @@ if TYPE_CHECKING:
 
 __all__ = []
 
-INSTANCE_TASKS = ("pose", "segmentation")
+INSTANCE_TASKS = ("pose", "segmentation", "obb")
+#: rotated NMS compares its candidates in blocks of about this many pairs (its memory, not its result)
+_PAIRS_PER_BLOCK = 2_000_000
 
 
 def decode_instances(boxes: np.ndarray, scores: np.ndarray, score_threshold: float, nms_iou: float,
                      max_detections: int, pre_nms_top_k: int = VAL_PRE_NMS_TOP_K) -> dict[str, np.ndarray]:
     """One image's boxes [A, 4] and scores [A, C] -> the kept detections, best first: boxes [D, 4], scores [D],
-    labels [D] and ``anchors`` [D], the anchor each came from (its keypoints or mask coefficients)."""
+    labels [D] and ``anchors`` [D], the anchor each came from (its keypoints or mask coefficients).
+    Oriented boxes [A, 5] (cx, cy, w, h, angle) go through ``rotated_fast_nms`` instead."""
     anchor_idx, class_idx = np.nonzero(scores > score_threshold)
     found = scores[anchor_idx, class_idx]
     if found.size > pre_nms_top_k:
         top = np.argpartition(-found, pre_nms_top_k - 1)[:pre_nms_top_k]
         anchor_idx, class_idx, found = anchor_idx[top], class_idx[top], found[top]
     candidates = boxes[anchor_idx].astype(np.float32)
-    keep = class_aware_nms(candidates, found, class_idx, nms_iou, max_detections)
+    if candidates.shape[-1] == 5:
+        keep = rotated_fast_nms(candidates, found, class_idx, nms_iou)[:max_detections]
+    else:
+        keep = class_aware_nms(candidates, found, class_idx, nms_iou, max_detections)
     return {"boxes": candidates[keep], "scores": found[keep].astype(np.float32),
             "labels": class_idx[keep].astype(np.int64), "anchors": anchor_idx[keep].astype(np.int64)}
+
+
+def rotated_fast_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Ultralytics' rotated NMS (``TorchNMS.fast_nms`` with ``batch_probiou``, classes apart as its ``max_wh``
+    offset keeps them): the indices of the boxes [D, 5] that no better box of their class overlaps above
+    ``iou_threshold`` by probabilistic IoU, best first. Unlike greedy NMS, a suppressed box still suppresses."""
+    order = np.argsort(-scores, kind="stable")
+    ranked, ranked_classes = boxes[order], classes[order]
+    dropped = np.zeros(len(order), bool)
+    for label in np.unique(ranked_classes):
+        members = np.nonzero(ranked_classes == label)[0]  # positions in score order
+        rows = max(1, _PAIRS_PER_BLOCK // len(members))
+        for start in range(0, len(members), rows):
+            iou = probiou(ranked[members[start:start + rows]], ranked[members])
+            later = np.arange(len(members))[None, :] > np.arange(start, start + len(iou))[:, None]
+            dropped[members] |= ((iou > iou_threshold) & later).any(axis=0)
+    return order[~dropped]
+
+
+def rotated_to_original(boxes: np.ndarray, transform: ImageTransform) -> np.ndarray:
+    """[D, 5] cx, cy, w, h, angle in network-input pixels -> the original image's, as Ultralytics'
+    ``scale_boxes(..., xywh=True)``: not clipped (a rotated box's corners may leave the image)."""
+    out = np.asarray(boxes, np.float32).reshape(-1, 5).copy()
+    out[:, 0] = (out[:, 0] - transform.pad_x) / transform.scale_x
+    out[:, 1] = (out[:, 1] - transform.pad_y) / transform.scale_y
+    out[:, 2] /= transform.scale_x
+    out[:, 3] /= transform.scale_y
+    return out
+
+
+def rotated_corners(boxes: np.ndarray) -> np.ndarray:
+    """[D, 5] cx, cy, w, h, angle -> [D, 4, 2] the corners (Ultralytics' ``xywhr2xyxyxyxy``)."""
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 5)
+    cos, sin = np.cos(boxes[:, 4]), np.sin(boxes[:, 4])
+    half_w = np.stack([cos, sin], 1) * boxes[:, 2:3] / 2
+    half_h = np.stack([-sin, cos], 1) * boxes[:, 3:4] / 2
+    centre = boxes[:, :2]
+    return np.stack([centre + half_w + half_h, centre + half_w - half_h, centre - half_w - half_h,
+                     centre - half_w + half_h], 1)
 
 
 def keypoints_to_original(keypoints: np.ndarray, transform: ImageTransform) -> np.ndarray:
@@ -62,12 +114,12 @@ def keypoints_to_original(keypoints: np.ndarray, transform: ImageTransform) -> n
 
 
 class InstanceCollector:
-    """Pose or segmentation results of a validation set, batch by batch, and their metrics."""
+    """Pose, segmentation or oriented-box results of a validation set, batch by batch, and their metrics."""
 
     def __init__(self, project: Project, data: ValidationSet) -> None:
         task = project.task
         assert isinstance(task.postprocess, InstancePostprocess) and data.coco is not None, \
-            "a pose or segmentation task's set"
+            "a pose, segmentation or OBB task's set"
         self.kind, self.post, self.coco = task.kind, task.postprocess, data.coco
         height, width = task.preprocess.input_size
         self.input_size = (int(height), int(width))
@@ -79,9 +131,16 @@ class InstanceCollector:
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
         post = self.post
         boxes, scores = outputs[post.boxes_output], outputs[post.scores_output]
-        check_detection_outputs(boxes, scores, post.boxes_output, post.scores_output, len(self.coco.category_ids))
+        if isinstance(post, ObbPostprocess):
+            _check_rotated_outputs(boxes, scores, post, len(self.coco.category_ids))
+        else:
+            check_detection_outputs(boxes, scores, post.boxes_output, post.scores_output,
+                                    len(self.coco.category_ids))
         for i, (sample, transform) in enumerate(zip(chunk, transforms)):
             found = decode_instances(boxes[i], scores[i], post.score_threshold, post.nms_iou, post.max_detections)
+            if isinstance(post, ObbPostprocess):
+                self._rotated(sample, transform, found)
+                continue
             xyxy = transform.boxes_to_original(found["boxes"])
             extra: list[JsonObject] = [{} for _ in found["anchors"]]
             if isinstance(post, PosePostprocess):
@@ -93,6 +152,18 @@ class InstanceCollector:
                 x1, y1, x2, y2 = (float(v) for v in box)
                 self.results.append({"image_id": sample.image_id, "category_id": self.coco.category_ids[int(label)],
                                      "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(score), **more})
+
+    def _rotated(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
+        """Oriented boxes: ``obb`` [cx, cy, w, h, angle] in the original image, ``bbox`` their corners' extent."""
+        rotated = rotated_to_original(found["boxes"], transform)
+        corners = rotated_corners(rotated)
+        low = corners.min(axis=1).clip(0, [transform.original_width, transform.original_height])
+        high = corners.max(axis=1).clip(0, [transform.original_width, transform.original_height])
+        for box, start, end, score, label in zip(rotated, low, high, found["scores"], found["labels"]):
+            self.results.append({"image_id": sample.image_id, "category_id": self.coco.category_ids[int(label)],
+                                 "bbox": [float(start[0]), float(start[1]), float(end[0] - start[0]),
+                                          float(end[1] - start[1])],
+                                 "score": float(score), "obb": [float(v) for v in box]})
 
     def _masks(self, sample: Sample, transform: ImageTransform, outputs: dict[str, np.ndarray], i: int,
                found: dict[str, np.ndarray]) -> list[JsonObject]:
@@ -108,8 +179,19 @@ class InstanceCollector:
 
     def metrics(self) -> dict[str, float]:
         truth = self.coco.ground_truth
+        if self.kind == "obb":
+            return obb_metrics(truth, self.results)
         if self.kind == "pose":
             return pose_metrics(truth, self.results, truth.get("kpt_oks_sigmas"))
         frames = {int(image["id"]): self.frames[int(image["id"])] for image in truth.get("images", [])
                   if int(image["id"]) in self.frames}
         return segmentation_metrics(truth, self.results, frames, self.truth_masks)
+
+
+def _check_rotated_outputs(boxes: np.ndarray, scores: np.ndarray, post: ObbPostprocess, classes: int) -> None:
+    """ModelError unless boxes are [N, A, 5] and scores [N, A, C] (the model stage says the usual causes)."""
+    if boxes.ndim == 3 and boxes.shape[2] == 5 and scores.ndim == 3 and scores.shape[:2] == boxes.shape[:2] \
+            and scores.shape[2] == classes:
+        return
+    raise ModelError(f"cannot decode oriented boxes: {post.boxes_output} is {list(boxes.shape)} and "
+                     f"{post.scores_output} is {list(scores.shape)}, not [N, A, 5] and [N, A, {classes}]")

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgebuild.runtime.vision import DetectionParams
 
-__all__ = ["HUB_SOURCE", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection", "ProjectSection",
-           "RuntimeSection"]
+__all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
+           "ProjectSection", "RuntimeSection"]
 
 PROJECT_FILE = "edgebuild.toml"
 
@@ -26,6 +26,7 @@ CLASSIFICATION_METRICS = ("top-1", "top-5")
 # each task's metrics, the gate's default first (edgebuild.accuracy.task_metrics.TASK_METRICS computes them)
 SEGMENTATION_METRICS = ("mask mAP50-95", "mask mAP50", "box mAP50-95", "box mAP50")
 POSE_METRICS = ("pose mAP50-95", "pose mAP50", "box mAP50-95", "box mAP50")
+OBB_METRICS = ("obb mAP50-95", "obb mAP50")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # project, fleet group and limit preset names
 
@@ -204,6 +205,11 @@ class SegmentationPostprocess(InstancePostprocess):
     prototypes_output: str = "prototypes"  # [N, M, H/4, W/4]
 
 
+class ObbPostprocess(InstancePostprocess):
+    """Oriented boxes: boxes_output is [N, A, 5], cx, cy, w, h in input pixels and the angle in radians
+    (Ultralytics' xywhr); decoded by rotated NMS (probiou) on the host."""
+
+
 class DetectionTask(_Section):
     kind: Literal["detection"]
     classes: list[str] = Field(min_length=1)
@@ -240,10 +246,20 @@ class SegmentationTask(_Section):
     postprocess: SegmentationPostprocess = SegmentationPostprocess()
 
 
+class ObbTask(_Section):
+    kind: Literal["obb"]
+    classes: list[str] = Field(min_length=1)
+    preprocess: PreprocessSection
+    postprocess: ObbPostprocess = ObbPostprocess()
+
+
 #: task.kind -> its section and its metrics (the gate's default first)
 TASK_KINDS: dict[str, tuple[type[_Section], tuple[str, ...]]] = {
     "detection": (DetectionTask, DETECTION_METRICS), "classification": (ClassificationTask, CLASSIFICATION_METRICS),
-    "segmentation": (SegmentationTask, SEGMENTATION_METRICS), "pose": (PoseTask, POSE_METRICS)}
+    "segmentation": (SegmentationTask, SEGMENTATION_METRICS), "pose": (PoseTask, POSE_METRICS),
+    "obb": (ObbTask, OBB_METRICS)}
+#: the kinds whose per-anchor outputs the host decodes (``InstancePostprocess``; docs/tasks.md)
+INSTANCE_KINDS = ("segmentation", "pose", "obb")
 
 
 DATA_FORMATS = ("yolo", "coco", "voc", "folders")  # what `[data] format` may say (edgebuild.datasets reads each)
@@ -494,7 +510,8 @@ class Project(_Section):
 
     project: ProjectSection
     model: ModelSection
-    task: Annotated[DetectionTask | ClassificationTask | SegmentationTask | PoseTask, Field(discriminator="kind")]
+    task: Annotated[DetectionTask | ClassificationTask | SegmentationTask | PoseTask | ObbTask,
+                    Field(discriminator="kind")]
     data: DataSection
     export: ExportSection = ExportSection()
     quantize: QuantizeSection = QuantizeSection()

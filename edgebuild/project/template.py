@@ -15,7 +15,7 @@ from pathlib import Path
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE
-from edgebuild.project.schema import TASK_KINDS
+from edgebuild.project.schema import INSTANCE_KINDS, TASK_KINDS
 
 __all__ = ["FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
 
@@ -264,8 +264,10 @@ def render_project(found: FoundProject) -> str:
                 _line("max_detections", found.postprocess.get("max_detections", 100)),
                 "# in_model = true                      # NMS inside the model: the engine answers detections "
                 "(docs/detections.md)"]
-    elif found.task in ("pose", "segmentation"):  # decoded on the host as Ultralytics' val does (docs/tasks.md)
-        shapes = {"boxes_output": "[N, A, 4] x1, y1, x2, y2 in input pixels", "scores_output": "[N, A, C]",
+    elif found.task in INSTANCE_KINDS:  # decoded on the host as Ultralytics' val does (docs/tasks.md)
+        box = "[N, A, 5] cx, cy, w, h in input pixels, angle in radians" if found.task == "obb" else \
+            "[N, A, 4] x1, y1, x2, y2 in input pixels"
+        shapes = {"boxes_output": box, "scores_output": "[N, A, C]",
                   "keypoints_output": "[N, A, K, 3] x, y in input pixels, visibility",
                   "coefficients_output": "[N, A, 32] mask coefficients",
                   "prototypes_output": "[N, 32, H/4, W/4] mask prototypes"}

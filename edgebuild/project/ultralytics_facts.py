@@ -30,8 +30,9 @@ __all__ = ["NMS_FREE_NOTE", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "Ultra
            "facts_from_checkpoint", "facts_from_props", "nms_free_head", "nms_free_outputs", "project_problems",
            "read_literal", "recorded_metric", "source_facts"]
 
-# Ultralytics' task -> edgebuild's task.kind (OBB is not taken yet)
-TASKS = {"detect": "detection", "classify": "classification", "segment": "segmentation", "pose": "pose"}
+# Ultralytics' task -> edgebuild's task.kind
+TASKS = {"detect": "detection", "classify": "classification", "segment": "segmentation", "pose": "pose",
+         "obb": "obb"}
 MODEL_CLASSES = {"DetectionModel": "detect", "ClassificationModel": "classify", "SegmentationModel": "segment",
                  "PoseModel": "pose", "OBBModel": "obb", "WorldModel": "detect", "YOLOEModel": "detect",
                  "RTDETRDetectionModel": "detect"}
@@ -264,7 +265,7 @@ def project_defaults(facts: UltralyticsFacts) -> JsonObject:
     task: JsonObject = {"kind": kind, "preprocess": preprocess}
     if facts.classes:
         task["classes"] = list(facts.classes)
-    if kind != "classification":  # detection, segmentation, pose: boxes decoded as Ultralytics' val does
+    if kind != "classification":  # detection, segmentation, pose, obb: boxes decoded as Ultralytics' val does
         task["postprocess"] = dict(VAL_DEFAULTS)
     if kind == "pose" and facts.kpt_shape:
         task["kpt_shape"] = list(facts.kpt_shape)
@@ -304,7 +305,7 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
     kind = TASKS.get(facts.task)
     if kind is None:
         return [f"{said} task {facts.task!r}: edgebuild does not take that task yet (it builds detection, "
-                "classification, segmentation and pose models): use one of those variants, or a wrapper "
+                "classification, segmentation, pose and obb models): use one of those variants, or a wrapper "
                 "torch.nn.Module named with model.entry_point"]
     problems = []
     task = project.task

@@ -2,6 +2,8 @@
 
 Detection reads boxes [N, A, 4] (x1, y1, x2, y2 in input pixels) and scores [N, A, C]; classification
 reads logits [N, C]. C is len(task.classes), N the input's batch, A any number of anchors; all float.
+Pose, segmentation and oriented boxes read per-anchor outputs (``instance_outputs``, docs/tasks.md);
+an oriented box is [N, A, 5]: cx, cy, w, h in input pixels and the angle in radians.
 An NMS-free head (YOLOv10, YOLO26: ``nms_free_head``) answers the detections themselves, as NMS inside
 the model does: num_detections [N, 1] int32, detection_boxes [N, K, 4], detection_scores and
 detection_classes [N, K], K = ``[task.postprocess] max_detections``.
@@ -22,6 +24,7 @@ from edgebuild.project.schema import (
     ClassificationPostprocess,
     DetectionPostprocess,
     InstancePostprocess,
+    ObbPostprocess,
     PosePostprocess,
     PoseTask,
     SegmentationPostprocess,
@@ -56,10 +59,14 @@ def expected_outputs(project: Project) -> dict[str, str]:
 
 
 def instance_outputs(project: Project) -> dict[str, str]:
-    """Pose and segmentation: {output name: shape} (docs/tasks.md; M the mask coefficients, 32 for YOLO-seg)."""
+    """Pose, segmentation and oriented boxes: {output name: shape} (docs/tasks.md; M the mask coefficients, 32
+    for YOLO-seg; an oriented box is cx, cy, w, h and its angle)."""
     post, classes = project.task.postprocess, len(project.task.classes)
     assert isinstance(post, InstancePostprocess)
-    shapes = {post.boxes_output: "[N, A, 4]", post.scores_output: f"[N, A, {classes}]"}
+    box = 5 if isinstance(post, ObbPostprocess) else 4
+    shapes = {post.boxes_output: f"[N, A, {box}]", post.scores_output: f"[N, A, {classes}]"}
+    if isinstance(post, ObbPostprocess):
+        return shapes
     if isinstance(post, PosePostprocess):
         assert isinstance(project.task, PoseTask)
         keypoints, dims = project.task.kpt_shape
@@ -73,7 +80,7 @@ def task_output_mismatches(project: Project, outputs: Mapping[str, np.ndarray], 
     task, classes = project.task, len(project.task.classes)
     if _detections(project):
         return _detections_mismatches(project, outputs, batch)
-    if task.kind in ("pose", "segmentation"):
+    if isinstance(task.postprocess, InstancePostprocess):
         return _instance_mismatches(project, outputs, batch)
     found: list[Mismatch] = []
     for name, rank in zip(expected_outputs(project), (3, 3) if task.kind == "detection" else (2,)):
@@ -146,7 +153,7 @@ def _detections_mismatches(project: Project, outputs: Mapping[str, np.ndarray], 
 
 
 def _instance_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
-    """Pose and segmentation outputs against ``instance_outputs``: rank, batch, anchors and the fixed sizes."""
+    """Pose, segmentation and OBB outputs against ``instance_outputs``: rank, batch, anchors and the fixed sizes."""
     found: list[Mismatch] = []
     wanted = instance_outputs(project)
     anchors = None

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TASKS", "VAL_DEFAULTS", "facts_from_checkpoint", "raise_for_task"]
 
+#: Ultralytics' heads whose outputs ``instance_outputs`` splits (the task's per-anchor outputs, decoded on the host)
+INSTANCE_HEADS = ("pose", "segment", "obb")
 TRUST_HINT = ("a .pt checkpoint is a Python pickle: loading it runs whatever code it names, so edgebuild loads "
               "one only when told to. If you made it (yolo train) or trust who did, set [model] "
               "trust_checkpoint = true; otherwise export it to ONNX (yolo export format=onnx dynamic=True) "
@@ -60,15 +62,15 @@ TRUST_HINT = ("a .pt checkpoint is a Python pickle: loading it runs whatever cod
 # -- the task --------------------------------------------------------------------------------------
 
 def raise_for_task(where: str, facts: UltralyticsFacts) -> None:
-    """Oriented boxes (and anything unknown) are refused, with what to do."""
+    """A task edgebuild does not build (anything unknown) is refused, with what to do."""
     if facts.task in TASKS:
         return
     what = f"an Ultralytics {facts.task} model ({facts.summary()})"
     raise ModelError(f"{where} is {what}: edgebuild does not take the {facts.task} task yet; it builds detection "
-                     "(boxes and class scores), classification, segmentation and pose models",
-                     hint="train or export the detection variant (e.g. yolov8n.pt instead of yolov8n-obb.pt), "
-                          "or write a wrapper torch.nn.Module that outputs boxes and scores and name it with "
-                          "model.entry_point")
+                     "(boxes and class scores), classification, segmentation, pose and oriented-box (obb) "
+                     "models", hint="train or export one of those variants (e.g. yolo11n.pt, yolo11n-obb.pt), "
+                                    "or write a wrapper torch.nn.Module that outputs boxes and scores and name "
+                                    "it with model.entry_point")
 
 
 
@@ -120,11 +122,12 @@ def _adapter_class() -> type:
             super().__init__()
             self.model, self.task, self.names = model, task, list(outputs)
             self.top_k, self.score_threshold = top_k, score_threshold
-            self.head_shape: tuple[int, ...] = ()  # pose: (classes, keypoints, 2 or 3); segment: (classes,)
+            # pose: (classes, keypoints, 2 or 3); segment, obb: (classes,)
+            self.head_shape: tuple[int, ...] = ()
             # model.model: Ultralytics' nn.Sequential of layers; its last, the Detect/Classify head, has
             # attributes torch's Module type does not know
             head: Any = cast("torch.nn.Sequential", model.model)[-1] if hasattr(model, "model") else None
-            if task in ("detect", "pose", "segment") and head is not None:
+            if task in ("detect", *INSTANCE_HEADS) and head is not None:
                 # The anchor grid from the input's size inside the graph: by default a Python shape check
                 # decides when to recompute it, which an export runs once, baking in the trace's size.
                 head.dynamic = True
@@ -138,7 +141,7 @@ def _adapter_class() -> type:
         def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
             y = self.model(images)
             y = y[0] if isinstance(y, (list, tuple)) else y  # eval mode: (decoded, raw maps)
-            if self.task in ("pose", "segment"):
+            if self.task in INSTANCE_HEADS:
                 return dict(zip(self.names, instance_outputs(y, self.task, self.head_shape)))
             if self.task != "detect":
                 return {self.names[0]: y}
@@ -159,12 +162,18 @@ def head_to_boxes_scores(head: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def instance_outputs(y: Any, task: str, head_shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """A pose or segment head's eval output in the documented convention (docs/tasks.md), by task:
+    """A pose, segment or OBB head's eval output in the documented convention (docs/tasks.md), by task:
 
     pose ``[N, 4+C+K*D, A]`` -> boxes [N, A, 4] xyxy, scores [N, A, C], keypoints [N, A, K, D] (x, y in
     input pixels, and with D = 3 the visibility, sigmoid-ed); segment ``([N, 4+C+M, A], prototypes
-    [N, M, H/4, W/4])`` -> boxes, scores, mask coefficients [N, A, M], prototypes."""
+    [N, M, H/4, W/4])`` -> boxes, scores, mask coefficients [N, A, M], prototypes; obb ``[N, 4+C+1, A]``
+    (cx, cy, w, h in input pixels, scores, the angle in radians) -> boxes [N, A, 5] xywhr, scores."""
     classes = head_shape[0]
+    if task == "obb":  # the rotated box stays centre and size, as Ultralytics' rotated NMS reads it
+        import torch
+
+        y = y.transpose(1, 2)
+        return torch.cat([y[..., :4], y[..., 4 + classes:]], dim=-1), y[..., 4:4 + classes]
     if task == "segment":
         head, prototypes = y
         boxes, rest = head_to_boxes_scores(head)

@@ -23,7 +23,7 @@ from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.layout import BuildLayout
-from edgebuild.project.schema import NAME_PATTERN
+from edgebuild.project.schema import INSTANCE_KINDS, NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
 from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, nms_free_outputs
 from edgebuild.workflows.init_data import FoundData, read_data, yolo_data_for_task
@@ -128,7 +128,7 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
         outputs_said = "edgebuild's adapter around the checkpoint's detection head"
         if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
             (outputs, post), outputs_said = nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})"
-    elif task in ("pose", "segmentation"):  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
+    elif task in INSTANCE_KINDS:  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
         from edgebuild.project.schema import TASK_KINDS
 
         named = {k: v for k, v in TASK_KINDS[task][0].model_fields["postprocess"].default.model_dump().items()
@@ -260,8 +260,9 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
 
     utask = ultra.get("task") if ultra else None
     if utask in ("segment", "pose", "obb"):
-        raise ModelError(f"--model: {name} is an Ultralytics {utask} model: edgebuild builds detection and "
-                         "classification models", hint="export the detection (or classification) variant")
+        raise ModelError(f"--model: {name} is an Ultralytics {utask} export: edgebuild init reads detection and "
+                         f"classification exports; a {utask} model goes through init as its checkpoint",
+                         hint="pass the checkpoint it was exported from (--model best.pt --trust-checkpoint)")
     lower = [o.lower() for o in outputs]
     boxes = next((outputs[lower.index(b)] for b in _BOXES if b in lower), None)
     scores = next((outputs[lower.index(s)] for s in _SCORES if s in lower), None)
@@ -391,7 +392,7 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     else:
         found_model = _read_model(Path(source), input_size)
         found_data = read_data(data)
-    if found_data.title == "YOLO data.yaml" and found_model.task in ("pose", "segmentation"):
+    if found_data.title == "YOLO data.yaml" and found_model.task in INSTANCE_KINDS:
         found_data = yolo_data_for_task(found_data, found_model.task)
     if found_model.task != found_data.task:
         raise DataError(f"--data: {data} is {found_data.title}, {found_data.task} data; {shown} is a "

@@ -66,7 +66,7 @@ def _yolo(path: Path) -> FoundData:
 
 
 def yolo_data_for_task(found: FoundData, task: str) -> FoundData:
-    """A YOLO dataset read for a pose or segmentation model: its val labels must hold the task's (the reader
+    """A YOLO dataset read for a pose, segmentation or OBB model: its val labels must hold the task's (the reader
     names the file and line of one that does not)."""
     from dataclasses import replace
 

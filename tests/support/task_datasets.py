@@ -1,9 +1,11 @@
-"""Generated YOLO datasets for the pose and segmentation zoo tests: coloured shapes on grey, in the
+"""Generated YOLO datasets for the pose, segmentation and OBB zoo tests: coloured shapes on grey, in the
 label forms edgebuild's YOLO reader and Ultralytics' loader both accept.
 
 - pose: one class ("box"), each object a rectangle with its 4 corners as keypoints (kpt_shape [4, 3],
   visibility 2; flip_idx [1, 0, 3, 2]: a horizontal flip swaps left and right corners);
-- segmentation: two classes, a red triangle and a blue octagon, each labelled by its polygon.
+- segmentation: two classes, a red triangle and a blue octagon, each labelled by its polygon;
+- obb: two classes, a long red bar and a squarer blue block, each turned by any angle and labelled by its
+  4 corners (``class x1 y1 x2 y2 x3 y3 x4 y4``, normalized).
 
 Image sizes are those of the detection parity test (most letterboxed at imgsz 128, each scaling to
 whole pixels).
@@ -81,4 +83,36 @@ def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int =
             (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
     (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
                                     "names:\n  0: triangle\n  1: octagon\n")
+    return root / "data.yaml"
+
+
+def obb_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
+    """Turned red bars (class 0) and blue blocks (class 1), labelled by their corners; returns the data.yaml."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for split, count in _splits(root, train, val):
+        for i in range(count):
+            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
+            image = Image.new("RGB", (width, height), (40, 40, 40))
+            draw, lines = ImageDraw.Draw(image), []
+            for _ in range(2):
+                kind = int(rng.integers(0, 2))
+                long = float(rng.uniform(0.35, 0.5)) * min(width, height)
+                short = long * (0.3 if kind == 0 else 0.7)
+                angle = float(rng.uniform(0, np.pi))
+                reach = (abs(np.cos(angle)) * long + abs(np.sin(angle)) * short) / 2, \
+                    (abs(np.sin(angle)) * long + abs(np.cos(angle)) * short) / 2
+                cx, cy = float(rng.uniform(reach[0], width - reach[0])), float(rng.uniform(reach[1], height - reach[1]))
+                along = np.array([np.cos(angle), np.sin(angle)]) * long / 2
+                across = np.array([-np.sin(angle), np.cos(angle)]) * short / 2
+                corners = [(cx, cy) + sign_a * along + sign_b * across
+                           for sign_a, sign_b in ((1, 1), (1, -1), (-1, -1), (-1, 1))]
+                draw.polygon([tuple(c) for c in corners], fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
+                lines.append(f"{kind} " + " ".join(f"{min(max(x / width, 0), 1):.6f} {min(max(y / height, 0), 1):.6f}"
+                                                   for x, y in corners))
+            image.save(root / split / "images" / f"{i}.png")
+            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
+                                    "names:\n  0: bar\n  1: block\n")
     return root / "data.yaml"

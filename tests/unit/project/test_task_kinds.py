@@ -1,13 +1,15 @@
-"""Pose and segmentation as task.kind: the schema, the metric each gates on, and what is refused with why."""
+"""Pose, segmentation and oriented boxes as task.kind: the schema, the metric each gates on, what is refused."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
+from edgebuild.sources.task_outputs import expected_outputs, task_output_mismatches
 from tests.support.project import TINY_TOML, write_tiny_project
 
 POSE = TINY_TOML.replace('outputs = ["boxes", "scores"]', 'outputs = ["boxes", "scores", "keypoints"]').replace(
@@ -15,6 +17,7 @@ POSE = TINY_TOML.replace('outputs = ["boxes", "scores"]', 'outputs = ["boxes", "
 SEGMENTATION = TINY_TOML.replace(
     'outputs = ["boxes", "scores"]', 'outputs = ["boxes", "scores", "mask_coefficients", "prototypes"]').replace(
     'kind = "detection"\n', 'kind = "segmentation"\n')
+OBB = TINY_TOML.replace('kind = "detection"\n', 'kind = "obb"\n')
 
 
 def _metric(text: str, metric: str) -> str:
@@ -40,6 +43,15 @@ def test_segmentation_gates_on_mask_map(tmp_path: Path) -> None:
     assert project.task.postprocess.prototypes_output == "prototypes"
 
 
+def test_obb_gates_on_obb_map_decoded_as_ultralytics_val(tmp_path: Path) -> None:
+    project = _load(tmp_path, OBB)
+    assert project.metric == "obb mAP50-95"
+    post = project.task.postprocess
+    assert (post.boxes_output, post.scores_output, post.score_threshold, post.nms_iou, post.max_detections) == \
+        ("boxes", "scores", 0.001, 0.7, 300)
+    assert _load(tmp_path, _metric(OBB, "obb mAP50")).metric == "obb mAP50"
+
+
 def test_the_box_map_may_be_the_gate_s_metric(tmp_path: Path) -> None:
     assert _load(tmp_path, _metric(POSE, "box mAP50-95")).metric == "box mAP50-95"
 
@@ -53,8 +65,22 @@ def test_the_box_map_may_be_the_gate_s_metric(tmp_path: Path) -> None:
     (POSE.replace('"keypoints"]', '"kpts"]'), "task.postprocess.keypoints_output: 'keypoints' is not one of"),
     (POSE.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]"),
      "not built for this task yet"),
-], ids=["detection-metric", "mask-metric-for-pose", "kpt-dims", "no-kpt-shape", "keypoints-output", "in-model"])
+    (_metric(OBB, "box mAP50-95"), "'box mAP50-95' does not apply to obb (allowed: obb mAP50-95, obb mAP50)"),
+    (OBB.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]"),
+     "not built for this task yet"),
+], ids=["detection-metric", "mask-metric-for-pose", "kpt-dims", "no-kpt-shape", "keypoints-output", "in-model",
+        "box-metric-for-obb", "obb-in-model"])
 def test_what_does_not_fit_the_task_is_said(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, text)
     assert words in str(caught.value), str(caught.value)
+
+
+def test_obb_outputs_are_checked_as_rotated_boxes(tmp_path: Path) -> None:
+    project = _load(tmp_path, OBB)
+    classes = len(project.task.classes)
+    assert expected_outputs(project) == {"boxes": "[N, A, 5]", "scores": f"[N, A, {classes}]"}
+    scores = np.zeros((2, 21, classes), np.float32)
+    assert task_output_mismatches(project, {"boxes": np.zeros((2, 21, 5), np.float32), "scores": scores}, 2) == []
+    found = task_output_mismatches(project, {"boxes": np.zeros((2, 21, 4), np.float32), "scores": scores}, 2)
+    assert [(m.output, m.kind, m.text) for m in found] == [("boxes", "layout", "boxes is [2, 21, 4], not [N, A, 5]")]

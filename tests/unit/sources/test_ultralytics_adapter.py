@@ -115,24 +115,23 @@ def test_an_export_s_metadata_fills_what_the_project_leaves_out() -> None:
                                   "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0], "input_size": [96, 96]}
     assert task["postprocess"] == {"score_threshold": 0.001, "nms_iou": 0.5, "max_detections": 300}
     assert fill_raw_defaults({}, facts)["task"]["kind"] == "detection"
-    assert project_defaults(UltralyticsFacts("obb")) == {}
+    assert project_defaults(UltralyticsFacts("unknown")) == {}
 
 
-@pytest.mark.parametrize("task", ["obb", "unknown"])
-def test_obb_is_refused_with_what_to_do(task: str) -> None:
+def test_an_unknown_task_is_refused_with_what_to_do() -> None:
     from edgebuild.errors import ModelError
 
-    with pytest.raises(ModelError, match=f"does not take the {task} task yet") as caught:
-        raise_for_task("best.pt", UltralyticsFacts(task, ["a"], [640, 640], 32))
-    assert "detection variant" in caught.value.hint
+    with pytest.raises(ModelError, match="does not take the unknown task yet") as caught:
+        raise_for_task("best.pt", UltralyticsFacts("unknown", ["a"], [640, 640], 32))
+    assert "one of those variants" in caught.value.hint
 
 
-@pytest.mark.parametrize("task", ["segment", "pose"])
-def test_segment_and_pose_are_taken(task: str) -> None:
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_segment_pose_and_obb_are_taken(task: str) -> None:
     raise_for_task("best.pt", UltralyticsFacts(task, ["a"], [640, 640], 32))
     kpt_shape = [17, 3] if task == "pose" else []
     defaults = project_defaults(UltralyticsFacts(task, ["a"], [64, 64], 32, kpt_shape=kpt_shape))
-    assert defaults["kind"] == {"segment": "segmentation", "pose": "pose"}[task]
+    assert defaults["kind"] == {"segment": "segmentation", "pose": "pose", "obb": "obb"}[task]
     assert defaults["preprocess"]["resize"] == "letterbox" and defaults["postprocess"]["nms_iou"] == 0.7
     assert defaults.get("kpt_shape") == ([17, 3] if task == "pose" else None)
 
@@ -155,6 +154,18 @@ def test_the_pose_and_segment_adapters_split_the_head_by_the_documented_conventi
     boxes, scores, coefficients, protos = instance_outputs((seg, prototypes), "segment", (CLASSES,))
     assert coefficients.shape == (2, ANCHORS, 32) and protos is prototypes
     np.testing.assert_allclose(coefficients.numpy(), _reference(seg.numpy())[1][..., CLASSES:])
+
+
+def test_the_obb_adapter_keeps_the_rotated_box_as_centre_size_and_angle() -> None:
+    """obb [N, 4+C+1, A] (cx, cy, w, h, scores, angle) -> boxes [N, A, 5] xywhr, scores [N, A, C]."""
+    torch = pytest.importorskip("torch")
+    from edgebuild.sources.ultralytics import instance_outputs
+
+    head = torch.arange(2 * (4 + CLASSES + 1) * ANCHORS, dtype=torch.float32).reshape(2, 4 + CLASSES + 1, ANCHORS)
+    boxes, scores = instance_outputs(head, "obb", (CLASSES,))
+    y = head.numpy().transpose(0, 2, 1)
+    np.testing.assert_allclose(boxes.numpy(), np.concatenate([y[..., :4], y[..., -1:]], axis=-1))
+    np.testing.assert_allclose(scores.numpy(), y[..., 4:4 + CLASSES])
 
 
 def test_a_file_that_is_no_checkpoint_peeks_as_nothing(tmp_path) -> None:
