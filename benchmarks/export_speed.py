@@ -113,7 +113,7 @@ def _stage(root: Path, selector: str) -> dict:
     started = time.perf_counter()
     marks: list[tuple[float, str]] = []
     done = compile_work(work, until="export", options=Options(force=frozenset({"export"}), progress=False),
-                        report=lambda m: marks.append((time.perf_counter() - started, m)))
+                        progress=lambda m: marks.append((time.perf_counter() - started, m)))
     end = time.perf_counter() - started
     outcome = done.outcome(EXPORT)
     if outcome.error is not None:

@@ -167,7 +167,7 @@ def decision_settings(project: Project) -> JsonObject:
 
 
 def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGroup, ...] = (), force: bool = False,
-             progress: bool = True, report: Progress = lambda _: None, trt: ModuleType | None = None,
+             progress: bool = True, say: Progress = lambda _: None, trt: ModuleType | None = None,
              memory: DeviceMemory | None = None) -> GateResult:
     """Measure what the decision needs (stored measurements are reused), decide, write ``gate.json``.
 
@@ -182,7 +182,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
 
         import_tensorrt()  # fail before anything is measured when TensorRT is missing
     started = time.perf_counter()
-    store = MeasurementStore(project, export, force=force, progress=progress, report=report, trt=trt, memory=memory)
+    store = MeasurementStore(project, export, force=force, progress=progress, say=say, trt=trt, memory=memory)
     policy = AccuracyPolicy.of(project)
     if policy.gated and project.model.source and HUB_SOURCE.match(project.model.source) and not project.model.weights:
         raise AccuracyGateError(
@@ -192,7 +192,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
                  "stages with an untrained model: `edgebuild compile --no-gate`")
     fp32 = store.candidate("fp32")
     assert fp32 is not None, "the first graph of a run is never one already measured"
-    baseline = check_baseline(project, fp32, report)  # a wrong FP32 stops here, before any candidate
+    baseline = check_baseline(project, fp32, say)  # a wrong FP32 stops here, before any candidate
     if fp32.value <= 0 and policy.gated:  # accepted, but retention is undefined
         raise AccuracyGateError(
             f"{project.source}: the FP32 model scores {fp32.metric} {fp32.value:.4f} on the validation set "
@@ -201,7 +201,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
                  "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
     measured: list[Measurement] = [fp32]
     notes: list[str] = []
-    parity = _check_nms_parity(project, store, fp32, report) if store.nms_inside else {}
+    parity = _check_nms_parity(project, store, fp32, say) if store.nms_inside else {}
     if parity:  # the report, the summary and the CLI show the notes
         notes.append(_parity_line(parity))
     wanted = project.quantize.precisions
@@ -214,12 +214,12 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
     if "int8" in wanted and store.plan.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
                      "(quantize.op_types), so TensorRT would run nothing in INT8")
-        report(f"gate: {notes[-1]}")
+        say(f"gate: {notes[-1]}")
     elif "int8" in wanted:
         from edgebuild.accuracy.quantize import check_calibration
 
-        check_calibration(project, report)
-        int8, choice = _choose_int8(project, policy, store, fp32, report)
+        check_calibration(project, say)
+        int8, choice = _choose_int8(project, policy, store, fp32, say)
         measured.append(int8)
         if policy.refuses(policy.retention(int8.value, fp32.value)) and project.quantize.max_kept_layers > 0:
             sensitivity = store.ranking(int8)
@@ -237,11 +237,11 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
     return result
 
 
-def check_baseline(project: Project, fp32: Measurement, report: Progress) -> BaselineCheck:
+def check_baseline(project: Project, fp32: Measurement, progress: Progress) -> BaselineCheck:
     """The FP32 measurement judged before any candidate: a wrong baseline stops the gate (exit 11) naming the
     numbers and the likely causes, unless accuracy.baseline = "accept"; with the gate off it is only said."""
     check = judge_project_baseline(project, fp32.value, backend=fp32.backend, images=fp32.images)
-    report(f"gate: {check.line()}")
+    progress(f"gate: {check.line()}")
     if check.refuses:
         raise AccuracyGateError(
             check.message(str(project.source)),
@@ -254,11 +254,11 @@ def check_baseline(project: Project, fp32: Measurement, report: Progress) -> Bas
 NMS_PARITY_METRIC_TOLERANCE = 1e-6
 
 
-def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, report: Progress) -> JsonObject:
+def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, progress: Progress) -> JsonObject:
     """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
     parity = store.nms_parity(fp32)
     line = _parity_line(parity)
-    report(f"gate: {line}")
+    progress(f"gate: {line}")
     if parity["difference"] > NMS_PARITY_METRIC_TOLERANCE:
         raise AccuracyGateError(
             f"{project.source}: {line}: they differ by {parity['difference']:.2g} (more than "
@@ -279,7 +279,7 @@ def _parity_line(parity: JsonObject) -> str:
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-                 report: Progress) -> tuple[Measurement, JsonObject]:
+                 progress: Progress) -> tuple[Measurement, JsonObject]:
     """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal."""
     variants = int8_variants(project)
     if len(variants) == 1:
@@ -291,8 +291,9 @@ def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementSto
     signals = {v.name: store.signal(v) for v in variants}
     looked = [v for v in variants if signals[v.name] is not None]
     ranked = sorted(looked, key=lambda v: -signals[v.name])  # type: ignore[operator]
-    report(f"gate: {len(looked)} INT8 variants by the SQNR of their outputs against FP32 in "
-           f"{time.perf_counter() - started:.1f} s: " + ", ".join(f"{v.name} {signals[v.name]:.1f} dB" for v in ranked))
+    progress(f"gate: {len(looked)} INT8 variants by the SQNR of their outputs against FP32 in "
+             f"{time.perf_counter() - started:.1f} s: "
+             + ", ".join(f"{v.name} {signals[v.name]:.1f} dB" for v in ranked))
     tried = []
     for variant in ranked[: project.quantize.measure_best]:
         measurement = store.candidate("int8", variant=variant)

@@ -163,10 +163,10 @@ class SameGraph(Exception):
 class MeasurementStore:
     """The stored measurements of one exported model, taken on demand."""
 
-    def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, report: Progress,
+    def __init__(self, project: Project, export: ExportRecord, *, force: bool, progress: bool, say: Progress,
                  trt: ModuleType | None = None, memory: DeviceMemory | None = None) -> None:
         self.project, self.export, self.force = project, export, force
-        self.progress, self.report, self.trt, self.memory = progress, report, trt, memory
+        self.progress, self.say, self.trt, self.memory = progress, say, trt, memory
         self.float_parts = float_key_parts(project, export)
         self.int8_parts = {**self.float_parts, **int8_key_parts(project)}
         self.gate = BuildLayout.of(project).gate
@@ -196,7 +196,7 @@ class MeasurementStore:
         try:
             return json.loads(path.read_text())
         except ValueError as exc:
-            self.report(f"gate: stored {what} unreadable ({exc}); measuring again")
+            self.say(f"gate: stored {what} unreadable ({exc}); measuring again")
             return None
 
     @property
@@ -258,8 +258,8 @@ class MeasurementStore:
                 tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(), self.plan)
                 feeds, count, bar = calibration_feeds(self.project, self.progress)
                 if not self.progress:
-                    self.report(f"gate: calibrating INT8: activation statistics of {len(quantized)} tensors on "
-                                f"{count} calibration images")
+                    self.say(f"gate: calibrating INT8: activation statistics of {len(quantized)} tensors on "
+                             f"{count} calibration images")
                 started = time.perf_counter()
                 with bar:
                     self._statistics = collect_statistics(self.prepared_path(), tensors, weighted, feeds,
@@ -267,8 +267,8 @@ class MeasurementStore:
                                                           quantized=quantized,
                                                           progress=lambda n: bar.update(n - bar.n))
                 self._statistics.save(path)
-                self.report(f"gate: calibration statistics of {len(quantized)} tensors on {count} images in "
-                            f"{time.perf_counter() - started:.1f} s")
+                self.say(f"gate: calibration statistics of {len(quantized)} tensors on {count} images in "
+                         f"{time.perf_counter() - started:.1f} s")
         return self._statistics
 
     def thresholds(self, method: str) -> np.ndarray:
@@ -387,14 +387,14 @@ class MeasurementStore:
         try:
             built = self.built(precision, kept, variant)
         except SameGraph as same:
-            self.report(f"gate: keeping {', '.join(kept)} in float gives the graph of {same.of.precision} "
-                        f"{same.of.kept_fp32 or ''}: not measured again")
+            self.say(f"gate: keeping {', '.join(kept)} in float gives the graph of {same.of.precision} "
+                     f"{same.of.kept_fp32 or ''}: not measured again")
             return None
         runner = self._runner(built, folder)
         from edgebuild.accuracy.evaluate import evaluate
 
         if not self.progress:  # no bar: one line when the long step starts
-            self.report(f"gate: measuring {built.precision} on {len(self.data)} validation images [{runner.backend}]")
+            self.say(f"gate: measuring {built.precision} on {len(self.data)} validation images [{runner.backend}]")
         result = evaluate(self.project, runner, data=self.data, progress=self.progress,
                           desc=f"evaluate {built.precision}")
         measurement = Measurement(
@@ -446,7 +446,7 @@ class MeasurementStore:
             return None
         first = self.variant_graphs.setdefault(built.graph, variant.name)
         if first != variant.name:
-            self.report(f"gate: INT8 {variant.name} gives the graph of {first}: not measured again")
+            self.say(f"gate: INT8 {variant.name} gives the graph of {first}: not measured again")
             return None
         path = built.onnx.with_name("signal.json")
         stored = self._stored(path, f"{variant.name} signal")
@@ -487,8 +487,8 @@ class MeasurementStore:
         from edgebuild.accuracy.evaluate import nms_parity
         from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
-        self.report(f"gate: NMS inside the model against the host's decode of the FP32 head on {len(self.data)} "
-                    "validation images")
+        self.say(f"gate: NMS inside the model against the host's decode of the FP32 head on {len(self.data)} "
+                 "validation images")
         found = nms_parity(self.project, OnnxRuntimeRunner(self.gate / fp32.onnx),
                            OnnxRuntimeRunner(self.gate / fp32.ships), self.data)
         atomic_write_text(path, json.dumps(found, indent=2))
@@ -496,8 +496,8 @@ class MeasurementStore:
 
     def _say(self, m: Measurement, how: str) -> None:
         beside = "".join(f", {k} {v:.4f}" for k, v in m.metrics.items() if k.endswith("mAP50-95") and k != m.metric)
-        self.report(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}{beside}  [{m.backend}, {how}]"
-                    + (f" {m.variant}" if m.variant else ""))
+        self.say(f"gate: {m.precision:<10} {m.metric} {m.value:.4f}{beside}  [{m.backend}, {how}]"
+                 + (f" {m.variant}" if m.variant else ""))
 
     def _latency(self) -> dict:
         if self._latency_inputs is None:
@@ -530,14 +530,14 @@ class MeasurementStore:
         from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
         plan = folder / "model.plan"
-        self.report(f"gate: building a host-check TensorRT engine for {candidate.precision}")
+        self.say(f"gate: building a host-check TensorRT engine for {candidate.precision}")
         build_engine(BuildSettings(
             onnx_path=candidate.shipped or candidate.onnx, plan_path=plan,
             precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
             profiles={s.name: (tuple(s.min_shape), tuple(s.opt_shape), tuple(s.max_shape))
                       for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
-            report=self.report), trt=self.trt)
+            report=self.say), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
     def ranking(self, int8: Measurement) -> list[JsonObject]:
@@ -549,15 +549,15 @@ class MeasurementStore:
         stored = self._stored(path, "layer ranking")
         if stored is not None:
             self.stored += 1
-            self.report(f"gate: layer ranking of {len(stored)} layers (stored)")
+            self.say(f"gate: layer ranking of {len(stored)} layers (stored)")
             return stored
         from edgebuild.accuracy.quantize import layer_errors
 
         batches = list(self._signal_batches())
         started = time.perf_counter()
         ranking = layer_errors(self.gate / int8.onnx, batches, self.project.model.inputs[0].name)
-        self.report(f"gate: INT8 fails; ranked {len(ranking)} layers by the quantization error of their inputs on "
-                    f"{self._signal_images} images in {time.perf_counter() - started:.1f} s")
+        self.say(f"gate: INT8 fails; ranked {len(ranking)} layers by the quantization error of their inputs on "
+                 f"{self._signal_images} images in {time.perf_counter() - started:.1f} s")
         atomic_write_text(path, json.dumps(ranking, indent=1))
         self.measured += 1
         return ranking

@@ -261,7 +261,7 @@ def graph_digest(path: Path) -> str:
     return hashlib.sha256(model.graph.SerializeToString()).hexdigest()
 
 
-def check_calibration(project: Project, report: Progress) -> None:
+def check_calibration(project: Project, progress: Progress) -> None:
     """Refuse calibration data that cannot give INT8 ranges; warn about data too small or too close
     to the validation set to trust."""
     from edgebuild.content import file_sha256
@@ -278,20 +278,20 @@ def check_calibration(project: Project, report: Progress) -> None:
                         "picture repeated would clip what real inputs show",
                         hint="calibrate on a few dozen representative images of the application")
     if len(images) < 8:
-        report(f"gate: WARNING: only {len(images)} calibration image(s); INT8 ranges from so few rarely hold "
-               "on real inputs (use 32 or more)")
+        progress(f"gate: WARNING: only {len(images)} calibration image(s); INT8 ranges from so few rarely hold "
+                 "on real inputs (use 32 or more)")
     elif len(distinct) < len(images) * 0.8:
-        report(f"gate: WARNING: {where}: only {len(distinct)} of {len(images)} calibration images are distinct; "
-               "repeated pictures weigh their content over the rest")
+        progress(f"gate: WARNING: {where}: only {len(distinct)} of {len(images)} calibration images are distinct; "
+                 "repeated pictures weigh their content over the rest")
     classes = len(project.task.classes or [])
     if classes and len(distinct) < classes:
-        report(f"gate: WARNING: {where}: {len(distinct)} distinct calibration image(s) for {classes} classes; "
-               "ranges from fewer pictures than the model has classes miss what some classes look like")
+        progress(f"gate: WARNING: {where}: {len(distinct)} distinct calibration image(s) for {classes} classes; "
+                 "ranges from fewer pictures than the model has classes miss what some classes look like")
     _, samples = load_validation_set(project)
     shared = len(distinct & {file_sha256(s.path) for s in samples})
     if shared:
-        report(f"gate: WARNING: {where}: {shared} calibration image(s) have the content of validation images; "
-               "ranges fitted to the images the gate measures on inflate INT8's retention (use the training split)")
+        progress(f"gate: WARNING: {where}: {shared} calibration image(s) have the content of validation images; "
+                 "ranges fitted to the images the gate measures on inflate INT8's retention (use the training split)")
 
 
 def layer_errors(int8_path: Path, batches: list[np.ndarray], input_name: str) -> list[JsonObject]:

@@ -125,8 +125,8 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
         done = compile_project(
             project_dir, selector, force=forced, build_on=build_on, farm_address=farm_address, jobs=jobs,
             farm_timeout=farm_timeout, gate=not no_gate, ship_ungated=ship_ungated,
-            progress=cli.progress(no_progress=no_progress, as_json=as_json), report=cli.reporter(quiet=as_json),
-            farm_report=cli.report, on_work=show_work, on_stage=show_stage)
+            progress=cli.progress(no_progress=no_progress, as_json=as_json), say=cli.progress_lines(quiet=as_json),
+            farm_say=cli.say, on_work=show_work, on_stage=show_stage)
     if as_json:
         click.echo(render.as_json({**done.report.as_dict(),
                                    "predicted_latency": done.latency.as_dict() if done.latency else None}))
@@ -149,7 +149,7 @@ def _compile_fleet(cli: CliContext, project_dir: Path, selector: str, forced: fr
 
     done = compile_fleet(project_dir, selector, force=forced, gate=not no_gate, ship_ungated=ship_ungated,
                          progress=cli.progress(no_progress=no_progress, as_json=as_json),
-                         report=cli.reporter(quiet=as_json), on_stage=show_stage)
+                         say=cli.progress_lines(quiet=as_json), on_stage=show_stage)
     if as_json:
         click.echo(render.as_json({"fleet": json.loads(done.record.read_text()),
                                    "models": {name: r.as_dict() for name, r in done.models.items()}}))
@@ -179,7 +179,7 @@ def export_command(cli: CliContext, project_dir: Path, selector: str, force: boo
     """
     from edgebuild.workflows.build import export_model
 
-    exported = export_model(project_dir, selector, force=force, report=cli.report)
+    exported = export_model(project_dir, selector, force=force, progress=cli.say)
     if as_json:
         click.echo(render.as_json({**exported.record.as_dict(), "reused": exported.reused}))
     else:
@@ -205,7 +205,7 @@ def preflight_command(cli: CliContext, project_dir: Path, selector: str, onnx_pa
     from edgebuild.targets.preflight import preflight_text
     from edgebuild.workflows.build import preflight_targets
 
-    checked = preflight_targets(project_dir, selector, onnx_path, report=cli.report)
+    checked = preflight_targets(project_dir, selector, onnx_path, progress=cli.say)
     if as_json:
         click.echo(render.as_json({"onnx": str(checked.onnx), "targets": [r.as_dict() for r in checked.results]}))
     else:
@@ -247,12 +247,12 @@ def validate_command(cli: CliContext, project_dir: Path, selector: str, force: b
         raise click.UsageError("give --device or --farm, not both")
     if device_url or farm_address is not None:
         with farm_usage():
-            done = (validate.validate_on_device(project_dir, selector, device_url, report=cli.report) if device_url
+            done = (validate.validate_on_device(project_dir, selector, device_url, progress=cli.say) if device_url
                     else validate.validate_on_farm(project_dir, selector, farm_address, jobs=jobs,
-                                                   timeout_s=farm_timeout, report=cli.report))
+                                                   timeout_s=farm_timeout, progress=cli.say))
         _show_device_validation(done, farm=not device_url, as_json=as_json)
         return
-    gate = validate.validate_here(project_dir, selector, force=force, backend=backend, report=cli.report,
+    gate = validate.validate_here(project_dir, selector, force=force, backend=backend, say=cli.say,
                                   progress=cli.progress(no_progress=no_progress, as_json=as_json))
     if as_json:
         click.echo(render.as_json({**gate.result.as_dict(), "reused": gate.reused,
@@ -332,7 +332,7 @@ def container_command(cli: CliContext, project_dir: Path, selector: str, flavor:
     from edgebuild.workflows.build import write_containers
 
     records = write_containers(project_dir, selector, flavor=flavor, base_image=base_image, build=build_images,
-                               tool=tool, pull=not no_pull, report=cli.report)
+                               tool=tool, pull=not no_pull, progress=cli.say)
     if as_json:
         click.echo(render.as_json({"containers": list(records.values())}))
     else:
@@ -367,7 +367,7 @@ def package_command(cli: CliContext, project_dir: Path, selector: str, since: Pa
     """
     from edgebuild.workflows.build import package_fleet
 
-    fleet = package_fleet(project_dir, selector, since=since, ship_ungated=ship_ungated, report=cli.report)
+    fleet = package_fleet(project_dir, selector, since=since, ship_ungated=ship_ungated, progress=cli.say)
     click.echo(render.as_json(fleet) if as_json else render.package_text(fleet))
 
 
@@ -436,7 +436,8 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     without it, one row per selected fleet group of the project (its module, JetPack and power
     mode, else the module's fastest) and gate candidate precision, on the project's export (run
     as needed), with end_to_end_ms: + input upload, output download and the runtime's
-    preprocessing (an estimate from the memory bandwidth); the budget is the group's own
+    preprocessing (an estimate from the memory bandwidth), and the engine memory the fleet's
+    memory plan estimates for that precision; the budget is the group's own
     latency_budget_ms / min_fps unless --budget-ms / --min-fps. See docs/latency-plan.md.
 
     \b
@@ -462,7 +463,7 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
         if given:
             raise click.UsageError(f"{', '.join(given)} go with --model; in a project the fleet groups say them")
         plan = plan_project(project_dir, selector, precisions=precisions, batch=batch, budget_ms=budget_ms,
-                            min_fps=min_fps, report=cli.report, fit=fit)
+                            min_fps=min_fps, progress=cli.say, fit=fit)
     else:
         plan = plan_latency(model, input_size=input_size, module=module, power_mode=power_mode, jetpack=jetpack,
                             precisions=precisions or ("fp32", "fp16", "int8"), batch=batch or 1, budget_ms=budget_ms,
@@ -477,7 +478,7 @@ def _calibrate(cli: CliContext, project_dir: Path, bench_files: tuple[Path, ...]
 
     if not bench_files:
         raise click.UsageError("--calibrate needs BENCH.json files (what `edgebuild bench --json` writes)")
-    done = calibrate_project(project_dir, list(bench_files), report=cli.report,
+    done = calibrate_project(project_dir, list(bench_files), progress=cli.say,
                              **({"weight": weight} if weight else {}))
     click.echo(render.as_json(render.calibration_dict(done)) if as_json else render.calibration_text(done))
 

@@ -23,13 +23,13 @@ class CliContext:
     interactive: bool = False  # stderr is a terminal: progress bars are worth drawing
 
     @staticmethod
-    def report(message: str) -> None:
+    def say(message: str) -> None:
         """A progress line: to stderr, so stdout stays the result (a table, JSON)."""
         click.echo(message, err=True)
 
-    def reporter(self, *, quiet: bool = False) -> Progress:
+    def progress_lines(self, *, quiet: bool = False) -> Progress:
         """Where a library function's progress lines go: stderr, or nowhere (``--json``)."""
-        return (lambda _: None) if quiet else self.report
+        return (lambda _: None) if quiet else self.say
 
     def progress(self, *, no_progress: bool = False, as_json: bool = False) -> bool:
         """Whether to draw progress bars: on a terminal, unless --no-progress or --json."""

@@ -76,7 +76,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
     from edgebuild.workflows.bench import bench_artifact
 
     done = bench_artifact(artifact, options, project_dir=project_dir, selector=selector, device_url=device_url,
-                          baseline=baseline, force=force, report=cli.report)
+                          baseline=baseline, force=force, progress=cli.say)
     click.echo(table(done.result))
     if json_file:
         json_file.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def _bench_on_farm(cli: CliContext, project_dir: Path, selector: str, address: s
 
     with farm_usage():
         done = bench_on_farm(project_dir, selector, address, options, jobs=jobs, timeout_s=timeout_s,
-                             summary_file=json_file, report=cli.report)
+                             summary_file=json_file, progress=cli.say)
     click.echo(fleet_table(done.summary))
     click.echo(f"results: {done.results}/<group>.json; fleet summary: {done.summary_path}")
     if plot_file and done.summary["groups"]:
@@ -159,7 +159,7 @@ def run_command(cli: CliContext, preset_name: str, memory: str | None, cpus: flo
     from edgebuild.workflows.limits import run_with_limits
 
     sys.exit(run_with_limits(preset_name, command, memory=memory, cpus=cpus, cpuset=cpuset, pids=pids,
-                             report_file=report_file, report=cli.report))
+                             report_file=report_file, progress=cli.say))
 
 
 @click.group()
@@ -234,7 +234,7 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
     from edgebuild.workflows.farm import farm_status
 
     with farm_usage():
-        status = farm_status(project_dir, farm_address, report=cli.report)
+        status = farm_status(project_dir, farm_address, progress=cli.say)
     if as_json:
         click.echo(render.as_json({"coordinator": status.coordinator, "places": status.places,
                                    "unserved_groups": list(status.unserved)}))

@@ -160,7 +160,7 @@ def data_prepare_command(cli: CliContext, project_dir: Path) -> None:
     """Run the project's data.prepare when a data path is missing (compile and validate do this too)."""
     from edgebuild.workflows.project import prepare_project_data
 
-    ran = prepare_project_data(project_dir, report=cli.report)
+    ran = prepare_project_data(project_dir, progress=cli.say)
     click.echo(f"data: {'prepared by ' + ran if ran else 'every data path is there'}")
 
 

@@ -365,20 +365,25 @@ def baseline_lines(gate: GateResult) -> list[str]:
 # -- the latency plan ---------------------------------------------------------------------------
 
 def latency_plan_text(plan: LatencyPlan) -> str:
+    from edgebuild.targets.limits import human_size
+
     size = f"{plan.input_hw[0]}x{plan.input_hw[1]}" if plan.input_hw else "its input shape"
     lines = [f"{plan.model}: {plan.gflops:.2f} GFLOP at {size}, batch {plan.batch}, {plan.layers} fused layers"
              + (f" ({plan.unknown_shapes} nodes with estimated shapes)" if plan.unknown_shapes else ""), ""]
     budget = any(r.meets_budget is not None for r in plan.rows)
     groups = any(r.group for r in plan.rows)
     e2e = any(r.end_to_end_ms is not None for r in plan.rows)
+    memory = any(r.engine_memory_bytes is not None for r in plan.rows)
     rows = [([r.group or "", str(r.batch)] if groups else [])
             + [r.module + ("*" if r.extrapolated else ""), r.power_mode, r.jetpack, f"{r.gpu_mhz}", r.precision,
                f"{r.latency_ms:.2f}", f"{r.low_ms:.2f}-{r.high_ms:.2f}", f"{r.fps:.0f}"]
             + ([f"{r.end_to_end_ms:.2f}" if r.end_to_end_ms is not None else "-"] if e2e else [])
+            + ([human_size(r.engine_memory_bytes) if r.engine_memory_bytes is not None else "-"] if memory else [])
             + ([{True: "yes", False: "no", None: "-"}[r.meets_budget]] if budget else []) for r in plan.rows]
     headers = (["group", "batch"] if groups else []) + ["module", "power mode", "jetpack", "GPU MHz", "precision",
                                                           "p50 ms", "band ms", "fps"]
-    lines.append(table(rows, headers + (["end to end ms"] if e2e else []) + (["meets"] if budget else [])))
+    lines.append(table(rows, headers + (["end to end ms"] if e2e else []) + (["engine memory"] if memory else [])
+                       + (["meets"] if budget else [])))
     if plan.budget_ms is not None and not groups:
         lines += ["", f"cheapest module and power mode with p50 within {plan.budget_ms:.2f} ms:"]
         for precision, row in plan.cheapest.items():
@@ -393,6 +398,9 @@ def latency_plan_text(plan: LatencyPlan) -> str:
         lines.append("end to end: + the input's upload and the outputs' download at the module's memory bandwidth "
                      "(CPU and GPU share one DRAM) and the runtime's numpy preprocessing, an estimate not fitted to "
                      "any measurement (docs/latency-plan.md#end-to-end)")
+    if memory:
+        lines.append("engine memory: weights + activations at the input profile's largest shape, the memory plan's "
+                     "estimate from the ONNX before any engine is built (docs/fleets.md)")
     if any(r.extrapolated for r in plan.rows):
         lines.append("* no published figure of this GPU architecture was fitted: the band is not known to hold")
     lines += [f"not predicted: {s}" for s in plan.skipped]

@@ -274,14 +274,14 @@ def missing_data(project: Project) -> dict[str, Path]:
     return {k: p for k, p in data_paths(project).items() if k.startswith("data.") and not p.exists()}
 
 
-def prepare_data(project: Project, report: Progress | None = None) -> bool:
-    """Run ``data.prepare`` when a data path is missing; True if it ran. Given ``report``, it then says
+def prepare_data(project: Project, progress: Progress | None = None) -> bool:
+    """Run ``data.prepare`` when a data path is missing; True if it ran. Given ``progress``, it then says
     what the data is (``data: YOLO data.yaml (val: 60 images, 3 classes; ...)``) where it can be read.
 
     This is the only place edgebuild runs the project's data code: ``compile``, ``validate`` and
     ``edgebuild data prepare`` call it before any stage reads the data; ``check`` never does.
     """
-    say = report or (lambda _: None)
+    say = progress or (lambda _: None)
     missing = missing_data(project)
     ran = False
     if missing:
@@ -298,9 +298,9 @@ def prepare_data(project: Project, report: Progress | None = None) -> bool:
                                       for key, path in still.items()),
                             hint=f"check what {project.data.prepare} writes")
         ran = True
-    if report is not None:
+    if progress is not None:
         try:
-            report(f"data: {describe_data(project)}")
+            progress(f"data: {describe_data(project)}")
         except DataError:
             pass  # the stage that reads the data says what is wrong, with its own context
     return ran

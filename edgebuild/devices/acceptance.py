@@ -49,7 +49,7 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
                      acceptance: Callable[[str], bytes] | None = None,
                      evaluate_remote: Callable[..., tuple[Evaluation, object]] | None = None,
                      evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None = None,
-                     trt: ModuleType | None = None, report: Progress = lambda _: None) -> EngineRecord:
+                     trt: ModuleType | None = None, progress: Progress = lambda _: None) -> EngineRecord:
     """The group's engine (``plan_engine``), measured on its device when it ships, with fallback.
 
     An engine built on a device (``local``, ``ssh://``) is run over the validation set there
@@ -73,21 +73,21 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
         planned = _planned_key(project, group, gate, candidate, host, build_on, state)
         if planned in refused_keys:  # refused by an earlier run: its measurement stands, nothing is built
             refused.append(state.measured[planned])
-            report(f"accept: {group.name}: the {candidate} engine was refused before on its device "
-                   f"(retention {state.measured[planned].retention:.3f}); trying the next candidate")
+            progress(f"accept: {group.name}: the {candidate} engine was refused before on its device "
+                     f"(retention {state.measured[planned].retention:.3f}); trying the next candidate")
             continue
         record = plan_engine(project, group, gate, host=host, build_on=build_on, candidate=candidate,
-                             force=force and not refused, acceptance=payload(candidate), trt=trt, report=report)
+                             force=force and not refused, acceptance=payload(candidate), trt=trt, progress=progress)
         if not record.needs_acceptance:
             return replace(record, refused=tuple(refused))
         measured = _measure(project, record, gate, store, validation, remeasure=force,
-                            evaluate_remote=evaluate_remote, evaluate_local=evaluate_local, report=report)
+                            evaluate_remote=evaluate_remote, evaluate_local=evaluate_local, progress=progress)
         if not policy.refuses(measured.retention):  # the gate off: measured, not judged
             _record_acceptance(project.build_dir / record.folder, measured)
             return replace(record, accepted=measured, refused=tuple(refused))
         refused.append(measured)
-        report(f"accept: {group.name}: REFUSED the {candidate} engine: retention {measured.retention:.3f} < "
-               f"{policy.min_retention} on {record.placement}; building the next candidate of the gate")
+        progress(f"accept: {group.name}: REFUSED the {candidate} engine: retention {measured.retention:.3f} < "
+                 f"{policy.min_retention} on {record.placement}; building the next candidate of the gate")
     if record is None:
         raise AssertionError("build_and_accept needs a gate that selected a candidate")
     return replace(record, refused=tuple(refused))
@@ -141,7 +141,7 @@ def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candi
 def _measure(project: Project, record: EngineRecord, gate: GateResult, store: EngineStateStore, validation: str, *,
              remeasure: bool, evaluate_remote: Callable[..., tuple[Evaluation, object]] | None,
              evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None,
-             report: Progress) -> Acceptance:
+             progress: Progress) -> Acceptance:
     """The engine's metric on its device: the stored measurement of this plan, else measured now."""
     folder = project.build_dir / record.folder
     # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again
@@ -149,8 +149,8 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
     plan_sha256 = state.built.plan_sha256
     stored = None if remeasure else state.measurement(record.build_key, plan_sha256, validation)
     if stored is not None:
-        report(f"accept: {record.group}: the {record.candidate} engine was measured before on {stored.where}: "
-               f"{stored.metric} {stored.value:.4f}, retention {stored.retention:.3f} (stored)")
+        progress(f"accept: {record.group}: the {record.candidate} engine was measured before on {stored.where}: "
+                 f"{stored.metric} {stored.value:.4f}, retention {stored.retention:.3f} (stored)")
         return stored
     from edgebuild.accuracy.evaluate import ValidationSet, evaluate
 
@@ -161,14 +161,14 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
 
         fp32 = OnnxRuntimeRunner(gate.folder / gate.candidate("fp32").onnx)
         reference = evaluate(project, fp32, data=data, progress=False).value
-        report(f"accept: FP32 {gate.metric} on {len(data)} validation images spread over the set "
-               f"(accuracy.device_images): {reference:.4f} [{fp32.backend}]")
+        progress(f"accept: FP32 {gate.metric} on {len(data)} validation images spread over the set "
+                 f"(accuracy.device_images): {reference:.4f} [{fp32.backend}]")
     if record.placement.startswith("ssh://"):
         from edgebuild.devices.evaluation import evaluate_on_device
 
         # the engine itself, on TensorRT: a number from another backend would not be the engine's
         evaluation, _ = (evaluate_remote or evaluate_on_device)(project, folder, record.placement, data=data,
-                                                                backend="tensorrt", report=report)
+                                                                backend="tensorrt", progress=progress)
     else:
         evaluation = (evaluate_local or _evaluate_here)(project, folder, data)
     measured = Acceptance(
@@ -177,8 +177,8 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
         value=round(evaluation.value, 6), images=evaluation.images, reference=round(reference, 6),
         retention=round(gate.policy.retention(evaluation.value, reference), 6))
     store.add_measurement(measured)
-    report(f"accept: {record.group}: {measured.metric} {measured.value:.4f}, retention {measured.retention:.3f} "
-           f"[{measured.backend} on {measured.where}]")
+    progress(f"accept: {record.group}: {measured.metric} {measured.value:.4f}, retention {measured.retention:.3f} "
+             f"[{measured.backend} on {measured.where}]")
     return measured
 
 

@@ -186,7 +186,7 @@ class EngineStateStore:
         return self._write(replace(state, measured={**state.measured, measured.build_key: measured}))
 
 
-def build_over_ssh(recipe_path: Path, url: str, *, report: Progress = lambda _: None,
+def build_over_ssh(recipe_path: Path, url: str, *, progress: Progress = lambda _: None,
                    timeout_s: float = 3 * 3600) -> Path:
     """Build a recipe's engine on the Jetson at ``url``; returns the local ``engine.json``.
 
@@ -200,7 +200,7 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Progress = lambda _: 
     device = SshDevice(url)
     facts = DeviceFacts.from_dict(device.device_tool(["probe"], timeout_s=120)["device"])
     require_match(facts, recipe, where=url)
-    report(f"engine: {url} is {facts.describe()}")
+    progress(f"engine: {url} is {facts.describe()}")
     remote = f"builds/{recipe.group}-{recipe.onnx_sha256[:12]}"
     cache_name = f"timing-caches/{recipe.timing_cache}"
     local_cache = folder.parent / cache_name
@@ -208,7 +208,7 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Progress = lambda _: 
     if local_cache.is_file():
         files[cache_name] = local_cache
     device.put(files, ".")
-    report(f"engine: building {recipe.target} on {url} (this can take minutes)")
+    progress(f"engine: building {recipe.target} on {url} (this can take minutes)")
     answer = device.device_tool(["build-engine", f"{remote}/{RECIPE_FILE}", "--timing-cache-dir", "timing-caches"],
                                 timeout_s=timeout_s)
     expected = {f"{remote}/{name}": sha for name, sha in answer["files"].items()}
@@ -227,7 +227,7 @@ def build_over_ssh(recipe_path: Path, url: str, *, report: Progress = lambda _: 
     atomic_write_bytes(folder / ENGINE_JSON, fetched[f"{remote}/{ENGINE_JSON}"])
     if cache_name in fetched:
         atomic_write_bytes(local_cache, fetched[cache_name])
-    report(f"engine: fetched {ENGINE_FILE} ({len(plan)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
+    progress(f"engine: fetched {ENGINE_FILE} ({len(plan)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
     return folder / ENGINE_JSON
 
 
@@ -264,7 +264,7 @@ def engine_kept(state: EngineState, folder: Path, key: str) -> bool:
 def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
                 build_on: str | None = None, candidate: str | None = None, force: bool = False,
                 acceptance: bytes | None = None, trt: ModuleType | None = None,
-                report: Progress = lambda _: None) -> EngineRecord:
+                progress: Progress = lambda _: None) -> EngineRecord:
     """Write the group's recipe for ``candidate`` (default: the gate's selection), decide where its
     engine is built, and build it unless deferred.
 
@@ -298,16 +298,16 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
         _drop_engine(folder, store)
         return record
     if not force and engine_kept(state, folder, key):
-        report(f"engine: {group.name}: kept the {candidate} engine built {placement} (ONNX, builder settings, "
-               "module, L4T and TensorRT unchanged)")
+        progress(f"engine: {group.name}: kept the {candidate} engine built {placement} (ONNX, builder settings, "
+                 "module, L4T and TensorRT unchanged)")
         check_engine_memory(folder / ENGINE_JSON, group.limits)  # the budget may have changed since
         return replace(record, built=True, kept=True)
     _drop_engine(folder, store)
     if placement.startswith("ssh://"):
-        engine_json = build_over_ssh(recipe_path, placement, report=report)
+        engine_json = build_over_ssh(recipe_path, placement, progress=progress)
     else:
-        report(f"engine: building {group.target.id} ({placement}, {candidate})")
-        engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=report)
+        progress(f"engine: building {group.target.id} ({placement}, {candidate})")
+        engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=progress)
     store.set_built(BuiltEngine(key, file_sha256(folder / ENGINE_FILE), placement, why))
     check_engine_memory(Path(engine_json), group.limits)
     return replace(record, built=True)

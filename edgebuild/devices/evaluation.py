@@ -33,7 +33,7 @@ __all__ = ["evaluate_on_device"]
 
 
 def evaluate_on_device(project: Project, folder: Path, url: str, *, data: ValidationSet | None = None,
-                       backend: str = "auto", report: Progress = lambda _: None) -> tuple[Evaluation,
+                       backend: str = "auto", progress: Progress = lambda _: None) -> tuple[Evaluation,
                                                                                                      JsonObject]:
     """A model folder's metric measured on the device at ``url`` (over SSH), scored here.
 
@@ -55,7 +55,7 @@ def evaluate_on_device(project: Project, folder: Path, url: str, *, data: Valida
         sent.append(f"{len(files)} model file(s)")
     if device.put_once({inputs_file: inputs}, "evaluations/inputs", inputs_file):
         sent.append(f"the validation inputs ({len(inputs)} bytes)")
-    report(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
+    progress(f"evaluate: sent {', '.join(sent)} to {url}" if sent else f"evaluate: {url} has the model and inputs")
     out = f"evaluations/results-{model_key[:12]}.npz"
     args = ["evaluate", model_dir, "--inputs", inputs_name, "--out", out, "--backend", backend]
     settings = detection_settings(project)

@@ -79,24 +79,24 @@ class NoCoordinator(ConfigError):
 
 
 def open_farm(project: Project, address: str | None = None, timeout_s: float | None = None, *,
-              report: Progress = lambda _: None) -> Farm:
+              progress: Progress = lambda _: None) -> Farm:
     """The project's farm: ``address`` (bare ``--farm`` gives ""), else ``[farm] coordinator``, else
     ``$LG_COORDINATOR``; a job waits ``timeout_s`` for a busy board, else ``[farm] timeout_s``."""
     found = coordinator_address(project, address or None)
     if not found:
         raise NoCoordinator("--farm needs a labgrid coordinator: --farm HOST:PORT, [farm] coordinator in "
                             "edgebuild.toml, or $LG_COORDINATOR")
-    return Farm(found, timeout_s=timeout_s or project.farm.timeout_s, report=report)
+    return Farm(found, timeout_s=timeout_s or project.farm.timeout_s, progress=progress)
 
 
 class Farm:
     """The labgrid coordinator at ``coordinator``, as this process sees it."""
 
-    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, report: Progress = lambda _: None,
+    def __init__(self, coordinator: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, progress: Progress = lambda _: None,
                  client: str | None = None) -> None:
         self.coordinator = coordinator
         self.timeout_s = timeout_s
-        self.report = report
+        self.progress = progress
         self.identity = f"edgebuild-{os.getpid()}"
         self._coordinator = connect(coordinator, self.identity, client)
         self._held: dict[str, tuple[str | None, str]] = {}  # token -> (place, user)
@@ -166,7 +166,7 @@ class Farm:
             self._held[token] = (None, user)
         try:
             started = time.monotonic()
-            self.report(f"farm: {job}: waiting for a board tagged {wanted} (reservation {token})")
+            self.progress(f"farm: {job}: waiting for a board tagged {wanted} (reservation {token})")
             try:
                 place = self._coordinator.wait(token, self.timeout_s, user, lambda: self._closed)
             except TimeoutError:
@@ -177,7 +177,7 @@ class Farm:
             with self._lock:
                 self._held[token] = (place, user)
             url = self._coordinator.ssh_url(place, user)
-            self.report(f"farm: {job}: {place} ({url}) after {time.monotonic() - started:.1f} s")
+            self.progress(f"farm: {job}: {place} ({url}) after {time.monotonic() - started:.1f} s")
             return Board(place, url, token)
         except BaseException:
             self._release(token)
@@ -191,7 +191,7 @@ class Farm:
         if place is not None:
             problem = self._coordinator.release(place, user)
             if problem and "not acquired" not in problem:
-                self.report(f"farm: WARNING: releasing {place} failed: {problem}")
+                self.progress(f"farm: WARNING: releasing {place} failed: {problem}")
 
     def disconnect(self) -> None:
         """Release what is still held and end the session with the coordinator."""
@@ -248,8 +248,8 @@ def run_on_board(farm: Farm, group: str, tags: dict[str, str], job: Callable[[Bo
                 outcome.error = RemoteError(f"{group}: {outcome.board} stopped answering and so did the retry: "
                                             f"{exc.message}")
                 return outcome
-            farm.report(f"farm: {group}: {outcome.board} stopped answering ({exc.message}); released it, "
-                        "running once more on another board of the profile")
+            farm.progress(f"farm: {group}: {outcome.board} stopped answering ({exc.message}); released it, "
+                          "running once more on another board of the profile")
             outcome.retried_from, avoid = outcome.board, frozenset({outcome.board})
         except EdgebuildError as exc:
             outcome.error = exc

@@ -42,7 +42,7 @@ def bench_here(artifact: Path, options: JsonObject, *, timeout_s: float | None =
     return _answer(done.stdout, done.returncode, "this host")
 
 
-def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, report: Progress = print,
+def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, progress: Progress = print,
                    timeout_s: float | None = None) -> JsonObject:
     """Copy the artifact to the device (once per content) and run the device-side bench there."""
     from edgebuild.devices.ssh import SshDevice
@@ -53,13 +53,13 @@ def bench_over_ssh(url: str, artifact: Path, options: JsonObject, *, report: Pro
     remote_dir = f"bench/{recipe.group}-{digest[:12]}"
     target = SshDevice(url)
     if target.put_once(files, remote_dir, RECIPE_FILE):
-        report(f"copied {artifact} to {url}:{remote_dir} ({len(files)} files)")
-    report(f"running the bench on {url} (progress comes back when it ends)")
+        progress(f"copied {artifact} to {url}:{remote_dir} ({len(files)} files)")
+    progress(f"running the bench on {url} (progress comes back when it ends)")
     answer = target.device_tool(["bench", remote_dir, *device_args(options)], timeout_s=timeout_s)
     result = answer["bench"]
     result["ran_on"] = url
     for line in answer.get("log", "").splitlines():
-        report(f"  device: {line}")
+        progress(f"  device: {line}")
     return result
 
 

@@ -90,7 +90,7 @@ class StageInputs(Generic[U, S]):
 
     work: Work[U]
     options: Options
-    report: Progress
+    progress: Progress
     group: U | None
     records: dict[str, object]  # stage name -> typed record (this group's for per-group stages): read with record()
     previous: object = None  # the stage's last record whatever its key (per-group stages: this group's)
@@ -303,7 +303,7 @@ def build_lock(build_dir: Path) -> Iterator[None]:
 
 
 def run_stages(work: Work[U], stages: tuple[Stage, ...], *, until: str | None = None,
-               options: Options = Options(), report: Progress = lambda _: None,
+               options: Options = Options(), progress: Progress = lambda _: None,
                on_stage: Callable[[StageOutcome], None] | None = None, session: object = None,
                prepare: Callable[[tuple[Stage, ...]], None] | None = None) -> CompileReport:
     """Run ``stages`` (in dependency order; or ``until`` and what it reads), reusing what is up to date.
@@ -336,7 +336,7 @@ def run_stages(work: Work[U], stages: tuple[Stage, ...], *, until: str | None = 
         for stage in stages:
             scopes: list[U | None] = list(work.groups) if stage.per_group else [None]
             def unit(scope: U | None, stage: Stage = stage) -> UnitOutcome:
-                return _run_unit(stage, scope, work, options, report, done, session, stage.name in forced,
+                return _run_unit(stage, scope, work, options, progress, done, session, stage.name in forced,
                                  stage.name in named)
 
             if stage.concurrent and options.jobs > 1 and len(scopes) > 1:
@@ -374,14 +374,14 @@ def _upstream(stage: Stage, group: Unit | None,
     return records, ""
 
 
-def _run_unit(stage: Stage[R], group: U | None, work: Work[U], options: Options, report: Progress,
+def _run_unit(stage: Stage[R], group: U | None, work: Work[U], options: Options, progress: Progress,
               done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     started = time.perf_counter()
-    outcome = _run_unit_timed(stage, group, work, options, report, done, session, forced, named)
+    outcome = _run_unit_timed(stage, group, work, options, progress, done, session, forced, named)
     return replace(outcome, seconds=time.perf_counter() - started)
 
 
-def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Options, report: Progress,
+def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Options, progress: Progress,
                     done: list[StageOutcome], session: object, forced: bool, named: bool) -> UnitOutcome[R]:
     name = group.name if group else None
     records, missing = _upstream(stage, group, done)
@@ -389,7 +389,7 @@ def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Op
         return UnitOutcome(name, "not run", missing, why=missing)
     project = work.project
     record_name = f"{stage.name}/{group.name}" if group else stage.name
-    inputs: StageInputs[U, object] = StageInputs(work, options, report, group, records, forced=named,
+    inputs: StageInputs[U, object] = StageInputs(work, options, progress, group, records, forced=named,
                                                  session=session)
     try:
         # the record is read once, before the key (a key may depend on what the last run found): as
@@ -407,11 +407,11 @@ def _run_unit_timed(stage: Stage[R], group: U | None, work: Work[U], options: Op
         elif stored is not None and inputs.previous is not None:
             why = stale_because(project.build_dir, stored, key) or ""
             if not why:
-                report(f"{record_name}: didn't change, reusing")
+                progress(f"{record_name}: didn't change, reusing")
                 previous = inputs.previous
                 return _judged(stage, inputs, UnitOutcome(name, "reused", "reused: " + stage.describe(previous),
                                                           why="up to date", record=previous))
-        report(f"{record_name}: {why}")
+        progress(f"{record_name}: {why}")
         typed = stage.run(inputs)
         outputs = stamp_outputs(project.build_dir, stage.outputs(inputs, typed))
         write_stage_record(project.build_dir, StageRecord(record_name, project.project.name, key, outputs,

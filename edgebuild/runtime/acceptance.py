@@ -18,10 +18,12 @@ Python 3.8 and numpy.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import numpy as np
 
+from edgebuild.runtime.backends import Runner
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE
 from edgebuild.runtime.vision import decode_outputs
 
@@ -59,7 +61,7 @@ def detection_agreement(reference: List[Found], got: List[Found], min_score: flo
     return 1.0 if total == 0 else 2.0 * matched / total
 
 
-def split_found(stored: Any, prefix: str) -> List[Found]:
+def split_found(stored: Mapping[str, np.ndarray], prefix: str) -> List[Found]:
     counts = stored[prefix + "counts"].tolist()
     out, start = [], 0
     for count in counts:
@@ -88,7 +90,7 @@ def unpack_inputs(packed: np.ndarray, scale: float, offset: float) -> np.ndarray
     return (packed.astype(np.float32) * np.float32(scale) + np.float32(offset)).astype(np.float32)
 
 
-def run_outputs(runner: Any, inputs: np.ndarray, input_name: str, batch: int) -> Dict[str, np.ndarray]:
+def run_outputs(runner: Runner, inputs: np.ndarray, input_name: str, batch: int) -> Dict[str, np.ndarray]:
     """The backend's outputs for ``inputs``, ``batch`` rows at a time, concatenated."""
     parts = {}  # type: Dict[str, List[np.ndarray]]
     for start in range(0, len(inputs), batch):
@@ -97,7 +99,7 @@ def run_outputs(runner: Any, inputs: np.ndarray, input_name: str, batch: int) ->
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def agreement_of(stored: Any, outputs: Dict[str, np.ndarray]) -> float:
+def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray]) -> float:
     """This backend's agreement with the FP32 results stored in an acceptance file."""
     if str(stored["kind"]) == "detection":
         got = [(f["boxes"], f["scores"], f["labels"]) for f in decode_outputs(outputs, stored)]
@@ -106,7 +108,7 @@ def agreement_of(stored: Any, outputs: Dict[str, np.ndarray]) -> float:
     return float(np.mean(np.argmax(logits, axis=-1) == stored["fp32_top1"]))
 
 
-def check(runner: Any, folder: Path, input_name: str, batch: int) -> Dict[str, Any]:
+def check(runner: Runner, folder: Path, input_name: str, batch: int) -> JsonObject:
     """Run the acceptance set of ``folder`` through ``runner``: the agreement, the threshold, and the verdict."""
     with np.load(str(Path(folder) / ACCEPTANCE_FILE), allow_pickle=False) as stored:
         inputs = unpack_inputs(stored["inputs_u8"], float(stored["inputs_scale"]), float(stored["inputs_offset"]))

@@ -40,15 +40,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from edgebuild import __version__
 from edgebuild.errors import ConfigError
 from edgebuild.runtime import device
+from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench_request import measure_request
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.sustained import DEFAULT_WINDOW, drift_of, parse_duration, windows_of
 from edgebuild.runtime.tegrastats import (  # noqa: F401 (parse_tegrastats, summarize_tegrastats: read from here too)
@@ -98,7 +100,7 @@ def ci_width_pct(samples: Sequence[float]) -> float:
 
 # -- nvpmodel, jetson_clocks ---------------------------------------------------------------
 
-def parse_nvpmodel(text: str) -> Dict[str, Any]:
+def parse_nvpmodel(text: str) -> JsonObject:
     """``nvpmodel -q`` -> {"name": "MAXN", "id": 0} (``NV Power Mode: MAXN`` then the mode's number)."""
     name = re.search(r"NV Power Mode:\s*(\S+)", text)
     number = re.search(r"^\s*(\d+)\s*$", text, re.MULTILINE)
@@ -120,9 +122,9 @@ def _tool_output(command: List[str]) -> Tuple[Optional[str], Optional[str]]:
     return done.stdout, None
 
 
-def jetson_state() -> Dict[str, Any]:
+def jetson_state() -> JsonObject:
     """The power mode and clocks, or why they cannot be read (which is a fact, not an error)."""
-    state = {}  # type: Dict[str, Any]
+    state = {}  # type: JsonObject
     text, why = _tool_output(["nvpmodel", "-q"])
     state["power_mode"] = dict(available=True, **parse_nvpmodel(text)) if text is not None else {
         "available": False, "reason": why}
@@ -138,7 +140,7 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def cgroup_memory(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> Dict[str, Any]:
+def cgroup_memory(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> JsonObject:
     """This process's cgroup memory limit and peak, where a limit is set (v2 or v1)."""
     try:
         lines = proc_cgroup.read_text().splitlines()
@@ -202,9 +204,9 @@ def input_shapes(profiles: Dict[str, List[List[int]]], batch: int, overrides: Op
     return shapes
 
 
-def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
+def measure_latency(runners: List[Runner], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
                     duration_s: Optional[float], ci_pct: float, budget_s: float, min_iterations: int,
-                    report: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+                    report: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> JsonObject:
     """Latency samples from len(runners) threads, each calling its runner in a loop.
 
     Every duration (a run, a round, the budget) is read from ``clock`` (seconds), so the stopping
@@ -216,7 +218,7 @@ def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterat
     concurrency = len(runners)
     began_at = [clock()]
 
-    def loop(runner: Any, count: Optional[int], until: float, out: List[Tuple[float, float]]) -> None:
+    def loop(runner: Runner, count: Optional[int], until: float, out: List[Tuple[float, float]]) -> None:
         done = 0
         while (count is not None and done < count) or (count is None and clock() < until):
             started = clock()
@@ -264,7 +266,7 @@ def measure_latency(runners: List[Any], inputs: Dict[str, np.ndarray], *, iterat
             "p50_ci_width_pct": round(ci_width_pct(samples), 3)}
 
 
-def _stage_breakdown(runner: Any, inputs: Dict[str, np.ndarray], runs: int) -> Optional[Dict[str, Any]]:
+def _stage_breakdown(runner: Runner, inputs: Dict[str, np.ndarray], runs: int) -> Optional[JsonObject]:
     """Host-to-device, compute and device-to-host times where the backend can split them (TensorRT)."""
     if not hasattr(runner, "run_timed"):
         return None
@@ -281,7 +283,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
               duration_s: Union[float, str, None] = None, warmup: int = 20, ci_pct: float = 1.0,
               budget_s: float = 30.0, min_iterations: int = 50, engine_cache: Optional[Path] = None,
               window: Union[float, str, None] = None, drift_warn_pct: Optional[float] = None,
-              report: Callable[[str], None] = _log) -> Dict[str, Any]:
+              report: Callable[[str], None] = _log) -> JsonObject:
     """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``).
 
     ``duration_s`` (seconds, or text such as ``"30m"``) runs each configuration that long and cuts
@@ -391,8 +393,8 @@ def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float
 
 
 def _sustained(samples: Sequence[float], ends: Sequence[float], began: float, wall_s: float, window_s: float,
-               batch: int, tegra: List[Dict[str, Any]], drift_warn: float, no_tegrastats: Optional[str],
-               report: Callable[[str], None]) -> Dict[str, Any]:
+               batch: int, tegra: List[JsonObject], drift_warn: float, no_tegrastats: Optional[str],
+               report: Callable[[str], None]) -> JsonObject:
     """The configuration's run in windows, the last against the first, and what tegrastats said per window."""
     windows = windows_of(ends, samples, began=began, wall_s=wall_s, window_s=window_s, batch=batch, tegrastats=tegra)
     drift = drift_of(windows, drift_warn)
@@ -406,7 +408,7 @@ def _sustained(samples: Sequence[float], ends: Sequence[float], began: float, wa
             "tegrastats_unavailable": no_tegrastats}
 
 
-def _over_current(before: Optional[Dict[str, int]], after: Optional[Dict[str, int]]) -> Dict[str, Any]:
+def _over_current(before: Optional[Dict[str, int]], after: Optional[Dict[str, int]]) -> JsonObject:
     """Orin's over-current throttle events during the run (counters after minus before)."""
     if before is None or after is None:
         return {"available": False, "reason": "no /sys/class/hwmon/hwmon*/oc*_event_cnt here (an Orin has them)"}

@@ -19,13 +19,12 @@ Python 3.8, the standard library and numpy.
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench import (
-    TegrastatsSampler,
     _log,
     cgroup_memory,
     input_shapes,
@@ -34,8 +33,10 @@ from edgebuild.runtime.bench import (
     run_bench,
 )
 from edgebuild.runtime.group import GroupManifest, model_folders
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.sustained import parse_duration
+from edgebuild.runtime.tegrastats import TegrastatsSampler
 
 __all__ = []
 
@@ -46,7 +47,7 @@ TOGETHER_S = 10.0
 
 def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[float, str, None] = None,
                     warmup: int = 20, engine_cache: Optional[Path] = None,
-                    report: Callable[[str], None] = _log, **alone: Any) -> Dict[str, Any]:
+                    report: Callable[[str], None] = _log, **alone: Any) -> JsonObject:
     """Every model of the group folder alone (``run_bench`` with ``alone``'s settings), then all at once."""
     folder = Path(folder)
     duration_s = parse_duration(duration_s)  # "30m" from the command line
@@ -70,7 +71,7 @@ def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[fl
 
 
 def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Path], seconds: float, warmup: int,
-              report: Callable[[str], None]) -> Dict[str, Any]:
+              report: Callable[[str], None]) -> JsonObject:
     rng = np.random.default_rng(0)
     loaded = {}
     for name, path in folders.items():
@@ -80,7 +81,7 @@ def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Pat
         for _ in range(warmup):
             runner.run(inputs)
         loaded[name] = (runner, inputs)
-    samples = {name: [] for name in folders}  # type: Dict[str, List[float]]
+    samples: Dict[str, List[float]] = {name: [] for name in folders}
     start = threading.Event()
     sampler = TegrastatsSampler()
     sampler.start()

@@ -13,11 +13,13 @@ Python 3.8 and numpy (PIL or OpenCV where importable).
 
 import io
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from edgebuild.runtime import vision
+from edgebuild.runtime.backends import Runner
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe, RecipeTask
 
 __all__ = []
@@ -61,8 +63,13 @@ def jpeg_codec() -> Tuple[Optional[JpegCodec], Optional[str]]:
             bgr = np.ascontiguousarray(frame[..., ::-1])
             return cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
 
-        return JpegCodec("OpenCV " + cv2.__version__, cv2_encode,  # BGR -> RGB is part of a user's decode
-                         lambda data: cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]), None
+        def cv2_decode(data: bytes) -> np.ndarray:
+            bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+            if bgr is None:  # OpenCV's answer to bytes it cannot decode
+                raise ValueError("OpenCV could not decode the JPEG ({} bytes)".format(len(data)))
+            return bgr[..., ::-1]  # BGR -> RGB is part of a user's decode
+
+        return JpegCodec("OpenCV " + cv2.__version__, cv2_encode, cv2_decode), None
     except ImportError as exc:
         why.append("cv2 ({})".format(exc))
     return None, "no JPEG decoder importable here: " + ", ".join(why)
@@ -81,7 +88,11 @@ def synthetic_frame(height: int = FRAME_SIZE[0], width: int = FRAME_SIZE[1], see
     return frame.clip(0, 255).astype(np.uint8)
 
 
-def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndarray]], Any]]:
+#: what a client's post-processing gives: each image's detections, or the top-k classes
+Decoded = Union[List[Dict[str, np.ndarray]], np.ndarray]
+
+
+def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndarray]], Decoded]]:
     """What a client does with the model's outputs, by the recipe's output form: (its name, the call)."""
     if task.outputs == "nms":
         return _POSTPROCESS["nms"], lambda outputs: vision.split_detections(outputs)
@@ -98,8 +109,8 @@ def _short_stats(samples: Sequence[float]) -> Dict[str, float]:
             "mean_ms": round(float(np.mean(samples)), 4)}
 
 
-def measure_request(runner: Any, recipe: Recipe, runs: int, warmup: int = 3,
-                    codec: Any = "auto") -> Dict[str, Any]:
+def measure_request(runner: Runner, recipe: Recipe, runs: int, warmup: int = 3,
+                    codec: Union[JpegCodec, None, Literal["auto"]] = "auto") -> JsonObject:
     """One image per request through the stages a served detector or classifier goes through, timed apart.
 
     Preprocessing is the JPEG's decode plus ``vision.preprocess``; without a JPEG decoder it is not

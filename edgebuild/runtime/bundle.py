@@ -25,10 +25,15 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, Tuple
 
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError
 from edgebuild.runtime import device
+from edgebuild.runtime.identity import read_identity
+from edgebuild.runtime.json_object import JsonObject
+
+if TYPE_CHECKING:  # cryptography is imported where a signature is checked (a device may lack it)
+    from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 __all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "MANIFEST", "PAYLOAD", "REFERENCE", "SIGNATURE", "load_public_key",
            "parse_manifest", "verify"]
@@ -50,31 +55,30 @@ def _log(message: str) -> None:
 
 # -- signatures -----------------------------------------------------------------------------
 
-def _crypto() -> Any:
+def _require_cryptography() -> None:
     try:
-        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives import serialization  # noqa: F401
     except ImportError:
         raise CapabilityMissing("the Python package cryptography is not installed here; it checks bundle "
                                 "signatures", hint="pip3 install cryptography") from None
-    return serialization
 
 
 @dataclass(frozen=True)
 class VerifyKey:
     """The key bundles are checked with, and what the install output says about it."""
 
-    key: Any
+    key: "PublicKeyTypes"
     file: str
     type: str  # ed25519, ecdsa-p256 or rsa-<bits>
     fingerprint: str  # sha256 of the DER SubjectPublicKeyInfo, first 16 hex digits
     from_private_key: bool
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"file": self.file, "type": self.type, "fingerprint": self.fingerprint,
                 "from_private_key": self.from_private_key}
 
 
-def load_public_key(path: Path) -> Any:
+def load_public_key(path: Path) -> "PublicKeyTypes":
     return load_verify_key(path).key
 
 
@@ -84,7 +88,9 @@ def load_verify_key(path: Path) -> VerifyKey:
     A private key (PKCS#1, SEC1 or PKCS#8, unencrypted) is accepted too, as mender-artifact accepts
     it, and its public half used, with a warning: a device should hold only the public key.
     """
-    serialization = _crypto()
+    _require_cryptography()
+    from cryptography.hazmat.primitives import serialization
+
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -105,7 +111,7 @@ def load_verify_key(path: Path) -> VerifyKey:
                      from_private_key=private)
 
 
-def _key_type(path: Path, key: Any) -> str:
+def _key_type(path: Path, key: "PublicKeyTypes") -> str:
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
     if isinstance(key, ed25519.Ed25519PublicKey):
@@ -120,9 +126,9 @@ def _key_type(path: Path, key: Any) -> str:
     raise ConfigError("{}: a {}; bundles are signed with Ed25519, ECDSA P-256 or RSA".format(path, type(key).__name__))
 
 
-def verify_signature(public_key: Any, manifest: bytes, signature_file: bytes) -> str:
+def verify_signature(public_key: "PublicKeyTypes", manifest: bytes, signature_file: bytes) -> str:
     """Check ``manifest.sig`` over the manifest bytes; returns the algorithm. Raises BundleError."""
-    _crypto()
+    _require_cryptography()
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
@@ -196,14 +202,14 @@ class BundleReader:
         self._pending = second
         return manifest, signature
 
-    def payload(self) -> "Any":
+    def payload(self) -> Iterator[Tuple[str, tarfile.TarInfo]]:
         """(relative path, member) for each payload entry, after checking the entry is safe."""
         member = self._pending
         while member is not None:
             yield _safe_payload_name(self.path, member), member
             member = self._next()
 
-    def check(self, member: tarfile.TarInfo, expected: Dict[str, Any], target: Optional[Path] = None) -> None:
+    def check(self, member: tarfile.TarInfo, expected: JsonObject, target: Optional[Path] = None) -> None:
         """Stream one payload entry (to ``target`` if given), checking its size and sha256."""
         if member.size != expected["size"]:
             raise BundleError("{}: {} is {} bytes; the manifest says {}".format(
@@ -258,7 +264,7 @@ def _safe_payload_name(bundle: Path, member: tarfile.TarInfo) -> str:
     return relative
 
 
-def parse_manifest(data: bytes) -> Dict[str, Any]:
+def parse_manifest(data: bytes) -> JsonObject:
     try:
         manifest = json.loads(data)
     except ValueError as exc:
@@ -274,9 +280,9 @@ def parse_manifest(data: bytes) -> Dict[str, Any]:
     return manifest
 
 
-def check_compatible(manifest: Dict[str, Any], root: Optional[Path] = None) -> device.DeviceFacts:
+def check_compatible(manifest: JsonObject, root: Optional[Path] = None) -> device.DeviceFacts:
     """The device (L4T and module, read under ``root``) must be one the bundle is for."""
-    l4t, compatible = device.read_identity(root)
+    l4t, compatible = read_identity(root)
     facts = device.DeviceFacts(tensorrt=None, tensorrt_problem="", compute_capability=None, l4t=l4t,
                                compatible=compatible)
     wanted = manifest["compatibility"]
@@ -293,8 +299,8 @@ def check_compatible(manifest: Dict[str, Any], root: Optional[Path] = None) -> d
     return facts
 
 
-def verify(bundle: Path, public_key: Any = None, *, require_signature: bool = True, root: Optional[Path] = None,
-           check_device: bool = True) -> Dict[str, Any]:
+def verify(bundle: Path, public_key: Optional["PublicKeyTypes"] = None, *, require_signature: bool = True,
+           root: Optional[Path] = None, check_device: bool = True) -> JsonObject:
     """Check signature, compatibility and every payload file without installing; returns the manifest."""
     reader = BundleReader(bundle)
     try:
@@ -308,7 +314,7 @@ def verify(bundle: Path, public_key: Any = None, *, require_signature: bool = Tr
     return manifest
 
 
-def verified_head(reader: BundleReader, public_key: Any, require_signature: bool) -> Dict[str, Any]:
+def verified_head(reader: BundleReader, public_key: Optional["PublicKeyTypes"], require_signature: bool) -> JsonObject:
     manifest_bytes, signature = reader.head()
     if signature is None:
         if require_signature:
@@ -326,7 +332,7 @@ def verified_head(reader: BundleReader, public_key: Any, require_signature: bool
     return manifest
 
 
-def walk_payload(reader: BundleReader, manifest: Dict[str, Any], into: Optional[Path]) -> None:
+def walk_payload(reader: BundleReader, manifest: JsonObject, into: Optional[Path]) -> None:
     files = {f["path"]: f for f in manifest["files"] if not f.get("from_base")}
     seen = set()
     for relative, member in reader.payload():

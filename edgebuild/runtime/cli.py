@@ -13,13 +13,18 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from edgebuild import __version__
 from edgebuild.errors import EdgebuildError
 from edgebuild.runtime import device, options
 from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.identity import ROOT_ENV
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 __all__ = []
 
@@ -28,11 +33,11 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _probe(args: argparse.Namespace) -> Dict[str, Any]:
+def _probe(args: argparse.Namespace) -> JsonObject:
     return {"device": device.probe(args.root).as_dict()}
 
 
-def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
+def _build_engine(args: argparse.Namespace) -> JsonObject:
     facts = device.probe(args.root)
     engine_json = device.build_from_recipe(
         Path(args.recipe), facts, timing_cache_dir=Path(args.timing_cache_dir) if args.timing_cache_dir else None,
@@ -45,7 +50,7 @@ def _build_engine(args: argparse.Namespace) -> Dict[str, Any]:
             "timing_cache_sha256": sha256_file(cache["path"]) if cache.get("path") else None}
 
 
-def _inspect(args: argparse.Namespace) -> Dict[str, Any]:
+def _inspect(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.engine_info import engines_json, inspect_path, render_engines
 
     engines = inspect_path(args.path)
@@ -53,7 +58,7 @@ def _inspect(args: argparse.Namespace) -> Dict[str, Any]:
     return {"inspect": engines_json(engines)}
 
 
-def _serve(args: argparse.Namespace) -> Dict[str, Any]:
+def _serve(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.server import serve
 
     serve(args.artifact, host=args.host, port=args.port, grpc_port=args.grpc_port, backend=args.backend,
@@ -63,10 +68,10 @@ def _serve(args: argparse.Namespace) -> Dict[str, Any]:
     return {"stopped": True}
 
 
-def _bench(args: argparse.Namespace) -> Dict[str, Any]:
+def _bench(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.bench import run_bench
 
-    shapes = {}  # type: Dict[str, List[int]]
+    shapes: Dict[str, List[int]] = {}
     for item in args.shape or []:
         name, _, dims = item.partition(":")
         try:
@@ -93,7 +98,7 @@ def _ints(text: Optional[str]) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()] if text else []
 
 
-def _ota_key(args: argparse.Namespace) -> Any:
+def _ota_key(args: argparse.Namespace) -> Tuple[Optional["PublicKeyTypes"], Optional[JsonObject]]:
     """The verifying key and what the output says about it (file, type, fingerprint), or (None, None)."""
     from edgebuild.runtime.bundle import load_verify_key
 
@@ -105,7 +110,7 @@ def _ota_key(args: argparse.Namespace) -> Any:
     return loaded.key, loaded.as_dict()
 
 
-def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
+def _ota_verify(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.bundle import verify
 
     key, described = _ota_key(args)
@@ -116,7 +121,7 @@ def _ota_verify(args: argparse.Namespace) -> Dict[str, Any]:
             "key": described}
 
 
-def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
+def _ota_install(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.ota import install
 
     key, described = _ota_key(args)
@@ -126,7 +131,7 @@ def _ota_install(args: argparse.Namespace) -> Dict[str, Any]:
     return done
 
 
-def _evaluate(args: argparse.Namespace) -> Dict[str, Any]:
+def _evaluate(args: argparse.Namespace) -> JsonObject:
     from edgebuild.runtime.evaluate import evaluate_folder
 
     detection = json.loads(args.detection) if args.detection else None
@@ -135,7 +140,7 @@ def _evaluate(args: argparse.Namespace) -> Dict[str, Any]:
     return {"evaluate": result, "device": device.probe(args.root).as_dict()}
 
 
-def _ota_rollback(args: argparse.Namespace) -> Dict[str, Any]:
+def _ota_rollback(args: argparse.Namespace) -> JsonObject:
     from edgebuild.errors import ConfigError
     from edgebuild.runtime.ota import rollback, rollback_recorded
 
@@ -151,7 +156,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version="edgebuild-device " + __version__)
     top.add_argument("--root", type=Path, default=None,
                      help="read /etc/nv_tegra_release and /proc/device-tree under this root "
-                          "(default: $" + device.ROOT_ENV + " or /)")
+                          "(default: $" + ROOT_ENV + " or /)")
     commands = top.add_subparsers(dest="command", required=True)
     commands.add_parser("probe", help="print this device's L4T release, module, TensorRT and GPU")
     build = commands.add_parser("build-engine", help="build the TensorRT engine of a recipe.json here")
@@ -194,7 +199,7 @@ COMMANDS = {"probe": _probe, "build-engine": _build_engine, "inspect": _inspect,
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        result = {"ok": True}  # type: Dict[str, Any]
+        result = {"ok": True}  # type: JsonObject
         result.update(COMMANDS[args.command](args))
         code = 0
     except EdgebuildError as exc:

@@ -17,11 +17,12 @@ import json
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, TargetError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
-from edgebuild.runtime.identity import ROOT_ENV, parse_nv_tegra_release, read_identity  # noqa: F401 (re-exported)
+from edgebuild.runtime.identity import read_identity
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.provenance import build_context
 from edgebuild.runtime.recipe import (
     ENGINE_FILE,
@@ -30,6 +31,9 @@ from edgebuild.runtime.recipe import (
     Recipe,
     recipe_of,
 )
+
+if TYPE_CHECKING:  # TensorRT itself is imported by the builder when it runs
+    from edgebuild.runtime.backends.trt_api import TensorRT
 
 __all__ = ["DeviceFacts", "build_from_recipe", "module_matches", "probe", "require_match"]
 
@@ -46,15 +50,17 @@ class DeviceFacts:
     python: str = platform.python_version()
     machine: str = platform.machine()
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DeviceFacts":
+    def from_dict(cls, data: JsonObject) -> "DeviceFacts":
         fields = dict(data)
         fields["compatible"] = tuple(fields.get("compatible") or ())
-        return cls(**{k: fields.get(k) for k in ("tensorrt", "tensorrt_problem", "compute_capability", "l4t",
-                                                  "compatible", "python", "machine")})
+        # JSON values as as_dict wrote them; a key the record lacks (an engine record's empty "host") reads as None
+        known = {k: fields.get(k) for k in ("tensorrt", "tensorrt_problem", "compute_capability", "l4t",
+                                            "compatible", "python", "machine")}  # type: JsonObject
+        return cls(**known)
 
     def describe(self) -> str:
         board = self.compatible[0] if self.compatible else "no device tree"
@@ -93,7 +99,7 @@ def module_matches(facts: DeviceFacts, module_compatible: Sequence[str]) -> bool
     return any(c in facts.compatible for c in list(module_compatible)[:-1])
 
 
-def mismatches(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]]) -> List[str]:
+def mismatches(facts: DeviceFacts, recipe: Union[Recipe, JsonObject]) -> List[str]:
     """Why this device is not the recipe's target profile (empty when it is)."""
     recipe = recipe_of(recipe)
     module = recipe.module
@@ -113,7 +119,7 @@ def mismatches(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]]) -> 
     return problems
 
 
-def require_match(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]], where: str = "this device") -> None:
+def require_match(facts: DeviceFacts, recipe: Union[Recipe, JsonObject], where: str = "this device") -> None:
     recipe = recipe_of(recipe)
     problems = mismatches(facts, recipe)
     if problems:
@@ -125,7 +131,7 @@ def require_match(facts: DeviceFacts, recipe: Union[Recipe, Mapping[str, Any]], 
 
 
 def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir: Optional[Path] = None,
-                      verify_device: bool = True, trt: Any = None,
+                      verify_device: bool = True, trt: Optional["TensorRT"] = None,
                       report: Callable[[str], None] = lambda _: None) -> Path:
     """Build the recipe's engine here: writes ``engine.plan`` and ``engine.json`` beside the recipe.
 
@@ -155,7 +161,8 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = BuildSettings(
         onnx_path=folder / recipe.onnx, plan_path=folder / ENGINE_FILE, precision=recipe.precision,
-        profiles={name: tuple(tuple(s) for s in shapes) for name, shapes in recipe.profiles.items()},
+        # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
+        profiles={name: (tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in recipe.profiles.items()},
         workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,
         dla_core=recipe.dla_core, report=report)
     metadata = build_engine(settings, trt=trt)

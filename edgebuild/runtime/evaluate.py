@@ -18,13 +18,14 @@ differ only by what the backend computed.
 import io
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.files import atomic_write_bytes, sha256_file
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.vision import decode_outputs
 
@@ -32,8 +33,8 @@ __all__ = []
 
 
 def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "auto",
-                    engine_cache: Optional[Path] = None, detection: Optional[Dict[str, Any]] = None,
-                    report: Callable[[str], None] = lambda _: None) -> Dict[str, Any]:
+                    engine_cache: Optional[Path] = None, detection: Optional[JsonObject] = None,
+                    report: Callable[[str], None] = lambda _: None) -> JsonObject:
     """Run the folder's backend over ``inputs``; write ``out``; say what ran and how long inference took.
 
     ``detection`` (boxes_output, scores_output, score_threshold, nms_iou, max_detections) turns
@@ -63,7 +64,9 @@ def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "au
                 collected.setdefault(key, []).append(np.asarray(value))
         report("evaluate: batch {}/{}".format(index + 1, len(names)))
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **{k: np.concatenate(v) for k, v in collected.items()})
+    # the keys are the model's output names; numpy's stub checks them against savez_compressed's allow_pickle
+    # keyword, which the device's numpy 1.x does not have (there every keyword is an array)
+    np.savez_compressed(buffer, **{k: np.concatenate(v) for k, v in collected.items()})  # type: ignore[arg-type]
     atomic_write_bytes(out, buffer.getvalue())
     return {"backend": runner.backend, "backend_reason": why, "images": images, "batches": len(names),
             "inference_s": round(inference_s, 6), "seconds": round(time.perf_counter() - began, 6),
@@ -71,7 +74,7 @@ def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "au
             "results_sha256": sha256_file(out)}
 
 
-def _inputs(path: Path) -> Any:
+def _inputs(path: Path) -> Mapping[str, np.ndarray]:
     """The host's inputs; compressed for the transfer, kept uncompressed beside it after the first
     read, so later evaluations of the same set do not pay the decompression again."""
     unpacked = path.with_name(path.stem + ".unpacked.npz")
@@ -92,7 +95,7 @@ def _inputs(path: Path) -> Any:
 
 
 def _collect_detections(collected: Dict[str, List[np.ndarray]], outputs: Dict[str, np.ndarray],
-                        detection: Dict[str, Any]) -> None:
+                        detection: JsonObject) -> None:
     for found in decode_outputs(outputs, detection):
         collected.setdefault("boxes", []).append(found["boxes"].astype(np.float32))
         collected.setdefault("scores", []).append(found["scores"].astype(np.float32))

@@ -26,15 +26,37 @@ Python 3.8, the standard library and numpy; grpcio and tritonclient[grpc] where 
 
 # ruff: noqa: UP006, UP007, UP035, UP045
 
+from __future__ import annotations
+
 import time
-from typing import Any, Dict, List
+from types import ModuleType
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    MutableMapping,
+    NoReturn,
+    Optional,
+    Protocol,
+    Tuple,
+    TypeVar,
+)
 
 import numpy as np
 
 from edgebuild.errors import CapabilityMissing, ConfigError
 from edgebuild.runtime import protocol
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.protocol import BadRequest, InputSpec
+from edgebuild.runtime.service import ModelService
 from edgebuild.runtime.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory
+
+if TYPE_CHECKING:  # for the annotations (never evaluated); where gRPC is served, the functions import them
+    import grpc
+    from google.protobuf.message import Message
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 __all__ = []
 
@@ -44,6 +66,14 @@ _CONTENTS = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_c
              "INT8": "int_contents", "UINT8": "uint_contents", "BOOL": "bool_contents"}
 _NOT_LOADABLE = ("this server serves the models of its folder, fixed when it starts; a new model comes as an OTA "
                  "update (edgebuild package, then ota-install on the device)")
+#: what the call that ``shared`` runs returns
+T = TypeVar("T")
+
+
+class ServicerContext(Protocol):
+    """What the handlers use of a call's ``grpc.ServicerContext``: ``abort`` ends the call (it raises)."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn: ...
 
 
 def require_grpc() -> None:
@@ -57,7 +87,7 @@ def require_grpc() -> None:
             hint="install them ({}), or serve HTTP only with --grpc-port 0".format(INSTALL)) from None
 
 
-def parameters(entries: Any) -> Dict[str, Any]:
+def parameters(entries: Mapping[str, service_pb2.InferParameter]) -> JsonObject:
     """A ``map<string, InferParameter>`` as a dict of Python values."""
     found = {}
     for key, value in entries.items():
@@ -66,7 +96,7 @@ def parameters(entries: Any) -> Dict[str, Any]:
     return found
 
 
-def _set_parameters(entries: Any, values: Dict[str, Any]) -> None:
+def _set_parameters(entries: MutableMapping[str, service_pb2.InferParameter], values: JsonObject) -> None:
     for key, value in values.items():
         if isinstance(value, bool):
             entries[key].bool_param = value
@@ -78,7 +108,7 @@ def _set_parameters(entries: Any, values: Dict[str, Any]) -> None:
             entries[key].string_param = str(value)
 
 
-def parse_request(request: Any, inputs: Dict[str, InputSpec], forms: protocol.AnswerForms,
+def parse_request(request: service_pb2.ModelInferRequest, inputs: Dict[str, InputSpec], forms: protocol.AnswerForms,
                   memory: SystemSharedMemory) -> protocol.Inference:
     """A ``ModelInferRequest`` checked against the model as HTTP checks a v2 request (``BadRequest`` if wrong)."""
     raw, used = request.raw_input_contents, 0
@@ -114,7 +144,8 @@ def parse_request(request: Any, inputs: Dict[str, InputSpec], forms: protocol.An
     return protocol.Inference(arrays, asked, [], request.id or None, decode, shared)
 
 
-def _typed(tensor: Any, dtype: np.dtype, count: int, shape: List[int]) -> np.ndarray:
+def _typed(tensor: service_pb2.ModelInferRequest.InferInputTensor, dtype: np.dtype, count: int,
+           shape: List[int]) -> np.ndarray:
     field = _CONTENTS.get(tensor.datatype)
     values = getattr(tensor.contents, field) if field else ()
     if len(values) != count:
@@ -123,7 +154,8 @@ def _typed(tensor: Any, dtype: np.dtype, count: int, shape: List[int]) -> np.nda
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
-def _servicer(services: Dict[str, Any], memory: SystemSharedMemory) -> Any:
+def _servicer(services: Dict[str, ModelService],
+              memory: SystemSharedMemory) -> service_pb2_grpc.GRPCInferenceServiceServicer:
     import grpc
     from google.protobuf import json_format
     from tritonclient.grpc import model_config_pb2, service_pb2_grpc
@@ -131,7 +163,7 @@ def _servicer(services: Dict[str, Any], memory: SystemSharedMemory) -> Any:
 
     codes = grpc.StatusCode
 
-    def find(name: str, version: str, context: Any) -> Any:
+    def find(name: str, version: str, context: ServicerContext) -> ModelService:
         service = services.get(name)
         if service is None:
             context.abort(codes.NOT_FOUND, "unknown model {!r}; this server serves {}".format(
@@ -141,48 +173,55 @@ def _servicer(services: Dict[str, Any], memory: SystemSharedMemory) -> Any:
                 version, name, service.version))
         return service
 
-    def tensors(described: List[Dict[str, Any]]) -> List[Any]:
+    def tensors(described: List[JsonObject]) -> List[service_pb2.ModelMetadataResponse.TensorMetadata]:
         return [pb.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t.get("datatype", ""),
                                                         shape=t.get("shape") or []) for t in described]
 
-    def shared(call: Any, context: Any) -> Any:
+    def shared(call: Callable[[], T], context: ServicerContext) -> T:
         try:
             return call()
         except BadRequest as exc:
             context.abort(codes.INVALID_ARGUMENT, str(exc))
 
-    def not_supported(message: str) -> Any:
-        def answer(self: Any, request: Any, context: Any) -> Any:
+    def not_supported(message: str) -> Callable[[object, Message, ServicerContext], None]:
+        def answer(self: object, request: Message, context: ServicerContext) -> None:
             context.abort(codes.UNIMPLEMENTED, message)
         return answer
 
-    class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-        def ServerLive(self, request: Any, context: Any) -> Any:
+    class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+        def ServerLive(self, request: service_pb2.ServerLiveRequest,
+                       context: ServicerContext) -> service_pb2.ServerLiveResponse:
             return pb.ServerLiveResponse(live=True)
 
-        def ServerReady(self, request: Any, context: Any) -> Any:
+        def ServerReady(self, request: service_pb2.ServerReadyRequest,
+                        context: ServicerContext) -> service_pb2.ServerReadyResponse:
             return pb.ServerReadyResponse(ready=all(s.ready.is_set() for s in services.values()))
 
-        def ModelReady(self, request: Any, context: Any) -> Any:
+        def ModelReady(self, request: service_pb2.ModelReadyRequest,
+                       context: ServicerContext) -> service_pb2.ModelReadyResponse:
             service = services.get(request.name)
             return pb.ModelReadyResponse(ready=service is not None and service.ready.is_set()
                                          and request.version in ("", service.version))
 
-        def ServerMetadata(self, request: Any, context: Any) -> Any:
+        def ServerMetadata(self, request: service_pb2.ServerMetadataRequest,
+                           context: ServicerContext) -> service_pb2.ServerMetadataResponse:
             meta = protocol.SERVER_METADATA
             return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"],
                                              extensions=meta["extensions"])
 
-        def ModelMetadata(self, request: Any, context: Any) -> Any:
+        def ModelMetadata(self, request: service_pb2.ModelMetadataRequest,
+                          context: ServicerContext) -> service_pb2.ModelMetadataResponse:
             meta = find(request.name, request.version, context).metadata()
             return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
                                             inputs=tensors(meta["inputs"]), outputs=tensors(meta["outputs"]))
 
-        def ModelConfig(self, request: Any, context: Any) -> Any:
+        def ModelConfig(self, request: service_pb2.ModelConfigRequest,
+                        context: ServicerContext) -> service_pb2.ModelConfigResponse:
             config = protocol.model_config(find(request.name, request.version, context))
             return pb.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
 
-        def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        def RepositoryIndex(self, request: service_pb2.RepositoryIndexRequest,
+                            context: ServicerContext) -> service_pb2.RepositoryIndexResponse:
             index = [m for m in protocol.repository_index(services) if not request.ready or m["state"] == "READY"]
             return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in index])
 
@@ -194,20 +233,24 @@ def _servicer(services: Dict[str, Any], memory: SystemSharedMemory) -> Any:
         CudaSharedMemoryRegister = not_supported(CUDA_NOT_SUPPORTED)
         CudaSharedMemoryUnregister = not_supported(CUDA_NOT_SUPPORTED)
 
-        def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        def SystemSharedMemoryStatus(self, request: service_pb2.SystemSharedMemoryStatusRequest,
+                                     context: ServicerContext) -> service_pb2.SystemSharedMemoryStatusResponse:
             regions = shared(lambda: memory.status(request.name or None), context)
             return pb.SystemSharedMemoryStatusResponse(regions={
                 r["name"]: pb.SystemSharedMemoryStatusResponse.RegionStatus(**r) for r in regions})
 
-        def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        def SystemSharedMemoryRegister(self, request: service_pb2.SystemSharedMemoryRegisterRequest,
+                                       context: ServicerContext) -> service_pb2.SystemSharedMemoryRegisterResponse:
             shared(lambda: memory.register(request.name, request.key, request.offset, request.byte_size), context)
             return pb.SystemSharedMemoryRegisterResponse()
 
-        def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        def SystemSharedMemoryUnregister(self, request: service_pb2.SystemSharedMemoryUnregisterRequest,
+                                         context: ServicerContext) -> service_pb2.SystemSharedMemoryUnregisterResponse:
             shared(lambda: memory.unregister(request.name or None), context)
             return pb.SystemSharedMemoryUnregisterResponse()
 
-        def ModelInfer(self, request: Any, context: Any) -> Any:
+        def ModelInfer(self, request: service_pb2.ModelInferRequest,
+                       context: ServicerContext) -> service_pb2.ModelInferResponse:
             service = find(request.model_name, request.model_version, context)
             if not service.ready.is_set():
                 context.abort(codes.UNAVAILABLE, service.failed or "warming up; see ServerReady")
@@ -219,8 +262,9 @@ def _servicer(services: Dict[str, Any], memory: SystemSharedMemory) -> Any:
     return Servicer()
 
 
-def infer(service: Any, request: Any, memory: SystemSharedMemory, pb: Any) -> Any:
-    """(``ModelInferResponse``, None), or (None, (status code, message)) of one inference."""
+def infer(service: ModelService, request: service_pb2.ModelInferRequest, memory: SystemSharedMemory,
+          pb: ModuleType) -> Tuple[Optional[service_pb2.ModelInferResponse], Optional[Tuple[grpc.StatusCode, str]]]:
+    """(``ModelInferResponse``, None), or (None, (status code, message)) of one inference (``pb``: ``service_pb2``)."""
     import grpc
 
     stages = {}  # type: Dict[str, float]
@@ -261,7 +305,7 @@ def infer(service: Any, request: Any, memory: SystemSharedMemory, pb: Any) -> An
 class GRPCServer:
     """grpcio's server with the v2 service of ``services`` on ``host:port`` (0: a free port, then ``.port``)."""
 
-    def __init__(self, services: Dict[str, Any], memory: SystemSharedMemory, host: str, port: int, *,
+    def __init__(self, services: Dict[str, ModelService], memory: SystemSharedMemory, host: str, port: int, *,
                  workers: int = 8) -> None:
         require_grpc()
         from concurrent import futures

@@ -10,7 +10,9 @@ standard library.
 import json
 import socket
 from http import HTTPStatus
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Literal, Optional, Tuple, Union
+
+from edgebuild.runtime.wire_types import BodyPart, JsonValue
 
 __all__ = []
 
@@ -18,7 +20,7 @@ class Headers(dict):
     """A request's headers by lower-case name; ``get`` and ``in`` take any case. A repeated header keeps
     its first value (a repeated ``Content-Length`` must repeat it: ``parse_head``)."""
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:  # type: ignore[override]
         return dict.get(self, name.lower(), default)
 
     def __getitem__(self, name: str) -> str:
@@ -38,9 +40,9 @@ class Request:
     kernel), the handler its own; ``on_sent`` gets the request as its answer goes out.
     """
 
-    def __init__(self, method: str, path: str, version: str, headers: Any) -> None:
+    def __init__(self, method: str, path: str, version: str, headers: Headers) -> None:
         self.method, self.path, self.version, self.headers = method, path, version, headers
-        self.body = b""  # type: Any
+        self.body = b""  # type: Union[bytes, bytearray]
         self.stages = {}  # type: Dict[str, float]
         self.received = 0.0
         connection = (headers.get("Connection") or "").lower()
@@ -54,7 +56,8 @@ class Answer:
     sent one after the other with one ``sendmsg`` and never joined into one buffer.
     """
 
-    def __init__(self, status: int, body: Any, content_type: str = "application/json",
+    def __init__(self, status: int, body: Union[BodyPart, str, List[BodyPart], JsonValue],
+                 content_type: str = "application/json",
                  headers: Optional[Dict[str, str]] = None, close: bool = False) -> None:
         self.status, self.content_type, self.headers, self.close = status, content_type, dict(headers or {}), close
         if isinstance(body, list):
@@ -80,7 +83,7 @@ def reason(status: int) -> str:
     return REASONS.get(status, "Unknown")
 
 
-def encode_answer(answer: Answer, keep_alive: bool, head_only: bool = False) -> List[Any]:
+def encode_answer(answer: Answer, keep_alive: bool, head_only: bool = False) -> List[BodyPart]:
     """The answer as the parts to send: its HTTP head, then its body's parts (none for a HEAD request)."""
     length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in answer.parts)
     head = "HTTP/1.1 {} {}\r\nServer: edgebuild-serve\r\nContent-Type: {}\r\nContent-Length: {}\r\n".format(
@@ -91,7 +94,7 @@ def encode_answer(answer: Answer, keep_alive: bool, head_only: bool = False) -> 
     return [head.encode("latin-1")] if head_only else [head.encode("latin-1")] + answer.parts
 
 
-def joined(parts: List[Any]) -> bytes:
+def joined(parts: List[BodyPart]) -> bytes:
     return b"".join(parts)
 
 
@@ -153,7 +156,7 @@ def body_length(request: Request) -> int:
     return length
 
 
-def send_parts(sock: socket.socket, parts: List[Any]) -> Optional[bytes]:
+def send_parts(sock: socket.socket, parts: List[BodyPart]) -> Optional[bytes]:
     """Send what the socket takes now (one ``sendmsg``); None when all of it went, else the rest."""
     try:
         sent = sock.sendmsg(parts)
@@ -166,7 +169,7 @@ def send_parts(sock: socket.socket, parts: List[Any]) -> Optional[bytes]:
 
 
 def read_request(sock: socket.socket, inbox: bytearray, max_body: int,
-                 readable: Callable[[], bool]) -> Union[None, bool, Tuple[Request, bytearray]]:
+                 readable: Callable[[], bool]) -> Union[None, Literal[False], Tuple[Request, bytearray]]:
     """The next request of a non-blocking socket whose earlier bytes are in ``inbox``, read whole while
     ``readable()`` says more may come: (request, body), the bytes of a pipelined request after it left in
     ``inbox``; None when the client closed; False when it is not a plain request that came whole in time (a

@@ -7,12 +7,15 @@ Python 3.8 and the standard library.
 
 import collections
 import threading
-from typing import Any
+from typing import Generic, List, Optional, TypeVar
 
 __all__ = []
 
+#: what a worker is handed: the server's (connection, request); None instead tells a worker to stop
+Job = TypeVar("Job")
 
-class Worker:
+
+class Worker(Generic[Job]):
     """A worker thread's wake-up: a lock it blocks on, released by whoever gives it a job."""
 
     __slots__ = ("wake", "job")
@@ -20,10 +23,10 @@ class Worker:
     def __init__(self) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()
-        self.job = None  # type: Any
+        self.job = None  # type: Optional[Job]
 
 
-class Pool:
+class Pool(Generic[Job]):
     """Complete requests to worker threads.
 
     The worker that went idle last takes the next request (its core's caches hold the model's
@@ -33,10 +36,10 @@ class Pool:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle = []  # type: List[Worker]
+        self._idle: List[Worker[Job]] = []
         self._backlog = collections.deque()  # type: collections.deque
 
-    def submit(self, job: Any) -> None:
+    def submit(self, job: Optional[Job]) -> None:
         with self._lock:
             if not self._idle:
                 self._backlog.append(job)
@@ -49,7 +52,7 @@ class Pool:
         """Whether requests wait for a worker (read without the lock: a hint, checked again by ``take``)."""
         return bool(self._backlog)
 
-    def take(self, worker: Worker) -> Any:
+    def take(self, worker: Worker[Job]) -> Optional[Job]:
         """The next job for ``worker`` (blocks while there is none)."""
         with self._lock:
             if self._backlog:

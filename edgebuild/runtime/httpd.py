@@ -28,11 +28,12 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple, Union
 
 from edgebuild.runtime.http_messages import (
     MAX_HEAD_BYTES,
     READ_CHUNK,
+    Answer,
     HeadError,
     Request,
     body_length,
@@ -44,6 +45,7 @@ from edgebuild.runtime.http_messages import (
     send_parts,
 )
 from edgebuild.runtime.http_pool import Pool, Worker
+from edgebuild.runtime.wire_types import BodyPart
 
 __all__ = []
 
@@ -122,10 +124,11 @@ class HTTPServer:
     worker.
     """
 
-    def __init__(self, address: Tuple[str, int], handler: Any, *, max_body: int, workers: int = 8,
-                 max_connections: int = 2048, header_timeout_s: float = 10.0, body_timeout_s: float = 30.0,
-                 keepalive_timeout_s: float = 30.0, send_timeout_s: float = 30.0,
-                 on_refused: Any = None, inline: Any = None, on_sent: Any = None, follow_s: float = FOLLOW_S) -> None:
+    def __init__(self, address: Tuple[str, int], handler: Callable[[Request], Answer], *, max_body: int,
+                 workers: int = 8, max_connections: int = 2048, header_timeout_s: float = 10.0,
+                 body_timeout_s: float = 30.0, keepalive_timeout_s: float = 30.0, send_timeout_s: float = 30.0,
+                 on_refused: Optional[Callable[[int], None]] = None, inline: Optional[Callable[[Request], bool]] = None,
+                 on_sent: Optional[Callable[[Request], None]] = None, follow_s: float = FOLLOW_S) -> None:
         if workers < 1 or max_connections < 1:
             raise ValueError("workers and max_connections must be at least 1")
         self.handler, self.max_body = handler, max_body
@@ -146,7 +149,7 @@ class HTTPServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections = set()  # type: set
-        self._pool = Pool()
+        self._pool = Pool()  # type: Pool[Tuple[_Connection, Request]]
         #: (connection, what is left to write: None all sent, bytes the rest, False the socket failed, close after)
         self._done = collections.deque()  # type: collections.deque
         self._threads: List[threading.Thread] = []
@@ -351,7 +354,7 @@ class HTTPServer:
             return
         self._dispatch(conn, request, body)
 
-    def _dispatch(self, conn: _Connection, request: Request, body: Any) -> None:
+    def _dispatch(self, conn: _Connection, request: Request, body: Union[bytes, bytearray]) -> None:
         """A complete request: answered here (``inline``) or handed to a worker."""
         request.body, request.received = body, time.perf_counter()
         conn.state = _BUSY
@@ -453,17 +456,17 @@ class HTTPServer:
     # -- the workers -----------------------------------------------------------------------------
 
     def _work(self) -> None:
-        worker = Worker()
+        worker = Worker()  # type: Worker[Tuple[_Connection, Request]]
         while True:
             job = self._pool.take(worker)
             if job is None:
                 return
-            conn, request = job
+            conn, request = job  # type: _Connection, Optional[Request]
             while request is not None:
                 parts, close, ready = self._answer(request)
                 self._going(request, ready)
                 try:  # the connection is the worker's until it hands it back (BUSY: nobody else touches it)
-                    rest = send_parts(conn.sock, parts)  # type: Any
+                    rest = send_parts(conn.sock, parts)  # type: Union[bytes, bool, None]
                 except OSError:
                     rest = False
                 if rest is not None or close:
@@ -478,7 +481,8 @@ class HTTPServer:
         answer): no dispatcher wake-up, no hand-off, no re-watching the socket. Else None: the connection went
         back to the dispatcher with what came of it (``_hand_back``), or to be closed (the client closed)."""
         if not self.follow_s or _poll is None:
-            return self._hand_back(conn)
+            self._hand_back(conn)
+            return None
         deadline = time.perf_counter() + self.follow_s
         poller = _poll()
         poller.register(conn.sock, _POLLIN)
@@ -488,12 +492,13 @@ class HTTPServer:
             self._wake()
             return None
         if read is False:
-            return self._hand_back(conn)
+            self._hand_back(conn)
+            return None
         request, body = read
         request.body, request.received = body, time.perf_counter()
         return request
 
-    def _readable(self, poller: Any, deadline: float) -> bool:
+    def _readable(self, poller: "select.poll", deadline: float) -> bool:
         """Whether the socket ``poller`` watches has bytes to read before ``deadline``; False at once when
         other requests wait for a worker or the server stops. It waits in slices, so that a request that
         comes in meanwhile waits one slice at most for this worker."""
@@ -528,7 +533,7 @@ class HTTPServer:
             return False
         return True
 
-    def _answer(self, request: Request) -> Tuple[List[Any], bool, float]:
+    def _answer(self, request: Request) -> Tuple[List[BodyPart], bool, float]:
         """(the answer's parts to send, close after it, when it was ready) of one request."""
         if request.received:
             request.stages["wait_worker"] = time.perf_counter() - request.received

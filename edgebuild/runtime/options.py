@@ -14,7 +14,7 @@ Python 3.8, standard library only; no click here.
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
 
@@ -32,7 +32,7 @@ class Option:
     flags: Tuple[str, ...]
     help: str
     type: Optional[type] = None  # int, float or None (text); paths use ``path``
-    default: Any = None
+    default: Union[str, int, float, None] = None
     choices: Optional[Tuple[str, ...]] = None
     is_flag: bool = False
     multiple: bool = False  # may be repeated; the values come as a list (argparse) or tuple (click)
@@ -164,9 +164,9 @@ def add_arguments(parser: argparse.ArgumentParser, specs: Sequence[Option]) -> N
         parser.add_argument(*spec.flags, **options)
 
 
-def _convert(spec: Option) -> Callable[[str], Any]:
+def _convert(spec: Option) -> Callable[[str], Union[str, int, float, Path]]:
     """The argparse ``type=`` of a spec: parse, then check the range or the path."""
-    def convert(text: str) -> Any:
+    def convert(text: str) -> Union[str, int, float, Path]:
         if spec.path:
             return _checked_path(spec, Path(text))
         base = spec.type or str

@@ -29,12 +29,16 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional
 
 from edgebuild.errors import BuildLocked, BundleError, EdgebuildError
 from edgebuild.runtime import semver
 from edgebuild.runtime.bundle import MANIFEST, REFERENCE, BundleReader, check_compatible, verified_head, walk_payload
 from edgebuild.runtime.files import atomic_write_text, fsync_dir, sha256_file
+from edgebuild.runtime.json_object import JsonObject
+
+if TYPE_CHECKING:  # cryptography is imported where a signature is checked (a device may lack it)
+    from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 __all__ = ["install"]
 
@@ -79,7 +83,7 @@ def active_version(root: Path) -> Optional[str]:
     return os.path.basename(os.readlink(str(link))) if link.is_symlink() else None
 
 
-def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
+def health_check(folder: Path, warmup_budget_s: float = 10.0) -> JsonObject:
     """The runtime's warm-up, then the bundle's reference input must give its reference output.
 
     A group folder (several models, ``edgebuild.runtime.group``) passes only when every model
@@ -97,7 +101,7 @@ def health_check(folder: Path, warmup_budget_s: float = 10.0) -> Dict[str, Any]:
     return {"models": checked}
 
 
-def _model_health_check(folder: Path, warmup_budget_s: float) -> Dict[str, Any]:
+def _model_health_check(folder: Path, warmup_budget_s: float) -> JsonObject:
     import numpy as np
 
     from edgebuild.runtime.service import ModelService
@@ -129,10 +133,11 @@ def _model_health_check(folder: Path, warmup_budget_s: float) -> Dict[str, Any]:
             "acceptance": service.acceptance, "fallback": service.fallback}
 
 
-def install(bundle: Path, install_root: Path, public_key: Any = None, *, require_signature: bool = True,
-            root: Optional[Path] = None, keep: int = 2, health: Callable[[Path], Dict[str, Any]] = health_check,
+def install(bundle: Path, install_root: Path, public_key: Optional["PublicKeyTypes"] = None, *,
+            require_signature: bool = True, root: Optional[Path] = None, keep: int = 2,
+            health: Callable[[Path], JsonObject] = health_check,
             before_switch: Optional[Callable[[Path], None]] = None, allow_downgrade: bool = False,
-            state_file: Optional[Path] = None) -> Dict[str, Any]:
+            state_file: Optional[Path] = None) -> JsonObject:
     """Verify, extract into a new slot, switch ``current`` atomically, health-check, roll back on failure.
 
     Holds the install root's lock throughout. With ``state_file``, writes {"previous", "installed"}
@@ -147,10 +152,10 @@ def install(bundle: Path, install_root: Path, public_key: Any = None, *, require
                                allow_downgrade=allow_downgrade, state_file=state_file)
 
 
-def _install_locked(bundle: Path, install_root: Path, public_key: Any, *, require_signature: bool,
-                    root: Optional[Path], keep: int, health: Callable[[Path], Dict[str, Any]],
+def _install_locked(bundle: Path, install_root: Path, public_key: Optional["PublicKeyTypes"], *,
+                    require_signature: bool, root: Optional[Path], keep: int, health: Callable[[Path], JsonObject],
                     before_switch: Optional[Callable[[Path], None]], allow_downgrade: bool,
-                    state_file: Optional[Path]) -> Dict[str, Any]:
+                    state_file: Optional[Path]) -> JsonObject:
     versions = install_root / "versions"
     if not versions.is_dir():
         versions.mkdir()
@@ -200,7 +205,7 @@ def _install_locked(bundle: Path, install_root: Path, public_key: Any, *, requir
             "slot": str(slot), "sequence": record["sequence"], "manifest_sha256": record["manifest_sha256"]}
 
 
-def _extract(reader: BundleReader, manifest: Dict[str, Any], versions: Path, slot: Path, base: Optional[Path]) -> None:
+def _extract(reader: BundleReader, manifest: JsonObject, versions: Path, slot: Path, base: Optional[Path]) -> None:
     """Payload (and a delta's unchanged files from ``base``) into ``slot``, every file and folder fsynced."""
     staging = versions / ".{}.tmp-{}".format(slot.name, os.getpid())
     shutil.rmtree(str(staging), ignore_errors=True)
@@ -222,19 +227,19 @@ def _extract(reader: BundleReader, manifest: Dict[str, Any], versions: Path, slo
         shutil.rmtree(str(staging), ignore_errors=True)
 
 
-def _sequence(manifest: Dict[str, Any]) -> Optional[int]:
+def _sequence(manifest: JsonObject) -> Optional[int]:
     sequence = manifest.get("sequence")
     if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0):
         raise BundleError("the manifest's sequence {!r} is not a whole number".format(sequence))
     return sequence
 
 
-def _record(manifest: Dict[str, Any]) -> Dict[str, Any]:
+def _record(manifest: JsonObject) -> JsonObject:
     return {"model": manifest.get("model"), "version": str(manifest["version"]), "sequence": _sequence(manifest),
             "manifest_sha256": manifest.get("_sha256")}
 
 
-def read_installed(install_root: Path) -> Optional[Dict[str, Any]]:
+def read_installed(install_root: Path) -> Optional[JsonObject]:
     """The newest installed version's record (version, sequence, manifest_sha256), or None."""
     path = Path(install_root) / INSTALLED
     try:
@@ -249,7 +254,7 @@ def read_installed(install_root: Path) -> Optional[Dict[str, Any]]:
     return record
 
 
-def check_newer(version: str, sequence: Optional[int], newest: Optional[Dict[str, Any]],
+def check_newer(version: str, sequence: Optional[int], newest: Optional[JsonObject],
                 allow_downgrade: bool = False) -> None:
     """Refuse a bundle that is not newer than ``newest`` (downgrade protection), unless allowed.
 
@@ -267,13 +272,13 @@ def check_newer(version: str, sequence: Optional[int], newest: Optional[Dict[str
         _log("--allow-downgrade: installing although " + exc.message)
 
 
-def _check_newer(version: str, sequence: Optional[int], newest: Dict[str, Any]) -> None:
+def _check_newer(version: str, sequence: Optional[int], newest: JsonObject) -> None:
     old_version, old_sequence = newest["version"], newest.get("sequence")
     this = "version {}{}".format(version, " (sequence {})".format(sequence) if sequence is not None else "")
     that = "version {}{}, the newest installed here".format(
         old_version, " (sequence {})".format(old_sequence) if old_sequence is not None else "")
-    both = sequence is not None and isinstance(old_sequence, int)
-    if both and sequence <= old_sequence:
+    both = sequence is not None and isinstance(old_sequence, int)  # an older record may have none
+    if sequence is not None and isinstance(old_sequence, int) and sequence <= old_sequence:
         raise BundleError("{} is a replayed or older bundle: its sequence is not above {}".format(this, that),
                           hint=DOWNGRADE_HINT)
     if semver.parse(version) is None or semver.parse(old_version) is None:
@@ -316,7 +321,7 @@ def install_lock(install_root: Path, what: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _copy_from_base(base: Path, staging: Path, manifest: Dict[str, Any]) -> None:
+def _copy_from_base(base: Path, staging: Path, manifest: JsonObject) -> None:
     for entry in manifest["files"]:
         if not entry.get("from_base"):
             continue
@@ -346,7 +351,7 @@ def _prune(install_root: Path, keep: int) -> List[str]:
     return removed
 
 
-def rollback(install_root: Path, to: Optional[str] = None) -> Dict[str, Any]:
+def rollback(install_root: Path, to: Optional[str] = None) -> JsonObject:
     """Switch ``current`` to version ``to``, or without it to the newest other version slot.
 
     Holds the install root's lock. The newest-installed record becomes the version switched to, so
@@ -375,13 +380,13 @@ def rollback(install_root: Path, to: Optional[str] = None) -> Dict[str, Any]:
         _switch(install_root, target)
         _record_slot(install_root, target)
         _log("current -> {} (was {})".format(target, active or "none"))
-        result = {"active": target, "was": active}  # type: Dict[str, Any]
+        result = {"active": target, "was": active}  # type: JsonObject
         if to is not None:
             result["changed"] = True
         return result
 
 
-def rollback_recorded(install_root: Path, state_file: Path) -> Dict[str, Any]:
+def rollback_recorded(install_root: Path, state_file: Path) -> JsonObject:
     """Undo exactly what one ``install(..., state_file=...)`` did (Mender's ArtifactRollback).
 
     Nothing recorded, or an install that never switched or already rolled itself back: nothing

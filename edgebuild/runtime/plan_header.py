@@ -42,7 +42,9 @@ import json
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
+
+from edgebuild.runtime.json_object import JsonObject
 
 __all__ = []  # used only inside the runtime layer
 
@@ -68,11 +70,11 @@ class PlanHeader:
     serialization_tag: Optional[int] = None
     #: bytes before the plan (an Ultralytics metadata prefix), 0 for a bare plan
     prefix_bytes: int = 0
-    prefix_metadata: Optional[Dict[str, Any]] = None
+    prefix_metadata: Optional[JsonObject] = None
     #: what could not be told, in words
     notes: Tuple[str, ...] = field(default_factory=tuple)
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["notes"] = list(self.notes)
         return data
@@ -119,7 +121,7 @@ def read_header_file(path: Union[str, Path]) -> PlanHeader:
     return read_header(head)
 
 
-def _bare(plan: bytes, prefix: int, metadata: Optional[Dict[str, Any]]) -> PlanHeader:
+def _bare(plan: bytes, prefix: int, metadata: Optional[JsonObject]) -> PlanHeader:
     notes: List[str] = []
     if len(plan) < HEADER_BYTES:
         notes.append("only {} bytes after the magic were read; the version is at bytes 24-27".format(len(plan)))
@@ -152,7 +154,7 @@ def _prefix_length(head: bytes) -> Optional[int]:
     return length if 0 < length <= _PREFIX_LIMIT else None
 
 
-def _ultralytics_prefix(data: bytes) -> Optional[Tuple[int, Optional[Dict[str, Any]]]]:
+def _ultralytics_prefix(data: bytes) -> Optional[Tuple[int, Optional[JsonObject]]]:
     """(offset of the plan, the metadata) where ``data`` is length + JSON + a plan starting with the magic."""
     length = _prefix_length(data)
     if length is None or bytes(data[4 + length:8 + length]) != MAGIC:

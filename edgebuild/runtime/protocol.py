@@ -22,11 +22,17 @@ import json
 import math
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from edgebuild import __version__
+from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.wire_types import BodyPart, JsonValue
+
+if TYPE_CHECKING:  # service.py and shared_memory.py import this module
+    from edgebuild.runtime.service import ModelService
+    from edgebuild.runtime.shared_memory import SystemSharedMemory
 
 __all__ = []
 
@@ -56,7 +62,7 @@ class InputSpec:
         self.name, self.datatype = name, datatype
         self.min_shape, self.opt_shape, self.max_shape = list(min_shape), list(opt_shape), list(max_shape)
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The v2 ``$metadata_tensor``: name, datatype, shape with -1 for a dynamic axis."""
         shape = [-1 if lo != hi else lo for lo, hi in zip(self.min_shape, self.max_shape)]
         return {"name": self.name, "datatype": self.datatype, "shape": shape}
@@ -78,7 +84,7 @@ class AnswerForms:
         self.raw, self.decoded, self.detects = list(raw), decoded, detects
         self.decode = bool(decode and decoded is not None)
 
-    def choose(self, asked: Any) -> Tuple[bool, List[str]]:
+    def choose(self, asked: JsonValue) -> Tuple[bool, List[str]]:
         """(decode, the answer's output names) for a request's ``parameters.detections`` (None: not given)."""
         if asked is None:
             asked = self.decode
@@ -109,8 +115,8 @@ class InferenceFailed(Exception):
     """The backend (or the decode) failed on a request that parsed: HTTP 500, gRPC INTERNAL."""
 
 
-def run_inference(service: Any, parsed: "Inference", memory: Any,
-                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, Dict[str, Any]]:
+def run_inference(service: "ModelService", parsed: "Inference", memory: "SystemSharedMemory",
+                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, Dict[str, JsonObject]]:
     """A parsed request through ``service`` (a ``ModelService``), the same for every transport: (the
     outputs asked for, backend ms, batch rows, {output: its shared-memory placement} for those written in
     ``memory``'s regions). The backend's and the decode's seconds go to ``stages``; the outcome to the
@@ -154,6 +160,11 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
 _PLAN_HEADER_BYTES = 4096
 #: plans kept per cache (a client sends the same header every time; past this many, the cache starts over)
 _PLANS_KEPT = 64
+#: a shared-memory place: (region, offset, byte_size)
+ShmPlace = Tuple[str, int, int]
+#: one input of a plan: (name, dtype, element count, shape, where its array comes from: an offset into the binary
+#: tensors, a shared-memory place, or the array of its JSON data)
+_Source = Tuple[str, np.dtype, int, List[int], Union[int, ShmPlace, np.ndarray]]
 
 
 class _Plan:
@@ -162,22 +173,36 @@ class _Plan:
     the next such request only makes its arrays."""
 
     __slots__ = ("sources", "asked", "binary", "request_id", "decode", "shared", "cacheable")
+    sources: List[_Source]
+    asked: Optional[List[str]]
+    binary: List[str]
+    request_id: Optional[str]
+    decode: bool
+    shared: Dict[str, ShmPlace]
+    cacheable: bool
 
-    def inference(self, binary: Any, shared_memory: Any) -> Inference:
+    def inference(self, binary: Union[bytes, memoryview], shared_memory: Optional["SystemSharedMemory"]) -> Inference:
         arrays = {}
         for name, dtype, count, shape, where in self.sources:
             if isinstance(where, int):  # an offset into the binary tensors: a view of the body
                 arrays[name] = np.frombuffer(binary, dtype=dtype, count=count, offset=where).reshape(shape)
             elif isinstance(where, tuple):  # (region, offset, byte_size) of system shared memory: a view of it
+                if shared_memory is None:  # not met: a plan that reads shared memory is made only where it is taken
+                    raise BadRequest("input {!r} asks for shared memory, which this server does not take here".format(
+                        name))
                 arrays[name] = shared_memory.read(name, where[0], where[1], where[2], dtype, shape)
             else:  # JSON data, read already (a plan with any is not kept)
                 arrays[name] = where
         return Inference(arrays, self.asked, self.binary, self.request_id, self.decode, self.shared)
 
 
-def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str, InputSpec],
-                    output_names: Union[List[str], AnswerForms], shared_memory: Any = None,
-                    cache: Optional[Dict[Any, Any]] = None) -> Inference:
+#: one model's plans by (JSON header, binary bytes, whether shared memory is taken): ``parse_inference``'s ``cache``
+PlanCache = Dict[Tuple[bytes, int, bool], _Plan]
+
+
+def parse_inference(body: Union[bytes, bytearray], header_length: Optional[int], inputs: Dict[str, InputSpec],
+                    output_names: Union[List[str], AnswerForms], shared_memory: Optional["SystemSharedMemory"] = None,
+                    cache: Optional[PlanCache] = None) -> Inference:
     """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
 
     ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses);
@@ -186,7 +211,7 @@ def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str,
     reading of a JSON header is kept for the next request with the same header (binary tensors and shared
     memory: a client sends the same header every time; the arrays are made anew each time).
     """
-    binary = b""  # type: Any
+    binary = b""  # type: Union[bytes, memoryview]
     if header_length is not None:
         if not 0 <= header_length <= len(body):
             raise BadRequest("{} {} is outside the body of {} bytes".format(HEADER_LENGTH, header_length, len(body)))
@@ -206,8 +231,8 @@ def parse_inference(body: bytes, header_length: Optional[int], inputs: Dict[str,
     return plan.inference(binary, shared_memory)
 
 
-def _read_plan(body: bytes, binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
-               output_names: Union[List[str], AnswerForms], shared_memory: Any) -> _Plan:
+def _read_plan(body: Union[bytes, bytearray], binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
+               output_names: Union[List[str], AnswerForms], shared_memory: Optional["SystemSharedMemory"]) -> _Plan:
     try:
         request = json.loads(body)
     except ValueError as exc:
@@ -250,7 +275,7 @@ def _read_plan(body: bytes, binary_size: int, has_header: bool, inputs: Dict[str
     return plan
 
 
-def shared_memory_place(where: str, parameters: Any) -> Optional[Tuple[str, int, int]]:
+def shared_memory_place(where: str, parameters: JsonValue) -> Optional[ShmPlace]:
     """(region, offset, byte_size) a tensor's parameters give in system shared memory; None where they name no
     region (``where``: the tensor, for the message)."""
     if not isinstance(parameters, dict) or parameters.get(SHM_REGION) is None:
@@ -258,10 +283,14 @@ def shared_memory_place(where: str, parameters: Any) -> Optional[Tuple[str, int,
     region, offset, size = parameters[SHM_REGION], parameters.get(SHM_OFFSET, 0), parameters.get(SHM_SIZE)
     if not isinstance(region, str):
         raise BadRequest("{}: {} must be a region's name, not {!r}".format(where, SHM_REGION, region))
-    for key, value in ((SHM_OFFSET, offset), (SHM_SIZE, size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise BadRequest("{}: {} must be a whole number of bytes (at least 0), not {!r}".format(where, key, value))
-    return region, offset, size
+    return region, _byte_count(where, SHM_OFFSET, offset), _byte_count(where, SHM_SIZE, size)
+
+
+def _byte_count(where: str, key: str, value: JsonValue) -> int:
+    """``value`` where it is a whole number of bytes, else a ``BadRequest`` naming the tensor and ``key``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest("{}: {} must be a whole number of bytes (at least 0), not {!r}".format(where, key, value))
+    return value
 
 
 def check_outputs(asked: List[str], output_names: List[str]) -> List[str]:
@@ -272,7 +301,7 @@ def check_outputs(asked: List[str], output_names: List[str]) -> List[str]:
     return asked
 
 
-def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional[List[str]]:
+def _asked_outputs(request: JsonObject, output_names: List[str]) -> Optional[List[str]]:
     """The outputs a request names (None: it names none, so all of them), each one the model has."""
     asked = request.get("outputs")
     if asked is None:
@@ -282,16 +311,16 @@ def _asked_outputs(request: Dict[str, Any], output_names: List[str]) -> Optional
     return check_outputs([o["name"] for o in asked], output_names)
 
 
-def _input(item: Any, inputs: Dict[str, InputSpec], binary_size: int, offset: int,
-           has_header: bool, shared_memory: Any = None) -> Tuple[Tuple[str, np.dtype, int, List[int], Any], int]:
+def _input(item: JsonValue, inputs: Dict[str, InputSpec], binary_size: int, offset: int,
+           has_header: bool, shared_memory: Optional["SystemSharedMemory"] = None) -> Tuple[_Source, int]:
     """((name, dtype, element count, shape, where its array comes from), binary bytes used) of one entry of
     ``inputs``; where: an offset into the binary tensors, a shared-memory (region, offset, byte_size), or
     the array of its JSON data."""
     if not isinstance(item, dict):
         raise BadRequest("every entry of inputs must be an object with name, shape, datatype, data")
-    name = item.get("name")
-    shape = item.get("shape")
-    dtype, count = check_tensor(name, item.get("datatype"), shape, inputs)
+    name = item.get("name")  # type: JsonValue
+    shape = item.get("shape")  # type: JsonValue
+    dtype, count = check_tensor(name, item.get("datatype"), shape, inputs)  # an input's name, a list of integers
     place = shared_memory_place("input {!r}".format(name), item.get("parameters"))
     if place is not None:
         if shared_memory is None:
@@ -321,8 +350,10 @@ def _input(item: Any, inputs: Dict[str, InputSpec], binary_size: int, offset: in
     return (name, dtype, count, shape, array.reshape(shape)), 0
 
 
-def check_tensor(name: Any, datatype: Any, shape: Any, inputs: Dict[str, InputSpec]) -> Tuple[np.dtype, int]:
-    """(numpy dtype, element count) of an input tensor, checked against the model's inputs and profile."""
+def check_tensor(name: JsonValue, datatype: JsonValue, shape: JsonValue,
+                 inputs: Dict[str, InputSpec]) -> Tuple[np.dtype, int]:
+    """(numpy dtype, element count) of an input tensor as a request gives it (unchecked), checked against the
+    model's inputs and profile."""
     spec = inputs.get(name)
     if spec is None:
         raise BadRequest("unknown input {!r}; the model's inputs are {}".format(name, sorted(inputs)))
@@ -340,18 +371,19 @@ def check_tensor(name: Any, datatype: Any, shape: Any, inputs: Dict[str, InputSp
     return np.dtype(DATATYPES[spec.datatype]), count
 
 
-def _binary_outputs(request: Dict[str, Any], output_names: List[str]) -> List[str]:
+def _binary_outputs(request: JsonObject, output_names: List[str]) -> List[str]:
     everything = bool((request.get("parameters") or {}).get("binary_data_output"))
     asked = request.get("outputs")
     if not isinstance(asked, list):
         return list(output_names) if everything else []
-    return [o.get("name") for o in asked if isinstance(o, dict)
+    # _asked_outputs found a name in every output asked for
+    return [o["name"] for o in asked if isinstance(o, dict)
             and (o.get("parameters") or {}).get("binary_data", everything)]
 
 
 def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
-                    parameters: Dict[str, Any], request_id: Optional[str] = None,
-                    placed: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[bytes, str, Dict[str, str]]:
+                    parameters: JsonObject, request_id: Optional[str] = None,
+                    placed: Optional[Dict[str, JsonObject]] = None) -> Tuple[bytes, str, Dict[str, str]]:
     """(body, content type, extra headers) of a v2 inference response (``request_id``: the request's ``id``;
     ``placed``: the outputs written into shared memory, with the parameters that say where: no data)."""
     parts, content_type, headers = response_parts(model_name, model_version, outputs, binary_outputs, parameters,
@@ -360,26 +392,26 @@ def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.n
 
 
 def response_parts(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
-                   parameters: Dict[str, Any], request_id: Optional[str] = None,
-                   placed: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[List[Any], str, Dict[str, str]]:
+                   parameters: JsonObject, request_id: Optional[str] = None,
+                   placed: Optional[Dict[str, JsonObject]] = None) -> Tuple[List[BodyPart], str, Dict[str, str]]:
     """``encode_response`` as the parts of the body to send one after the other, never joined: the JSON,
     then each binary output's memory (the array itself where it is C-ordered little-endian, no copy)."""
-    described, tail = [], []  # type: List[Dict[str, Any]], List[Any]
+    described, tail = [], []  # type: List[JsonObject], List[BodyPart]
     placed = placed or {}
     for name, array in outputs.items():
-        entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: Dict[str, Any]
+        entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: JsonObject
         if name in placed:
             entry["parameters"] = placed[name]
         elif name in binary_outputs:
             raw = array if array.flags.c_contiguous and array.dtype.byteorder in _LITTLE else \
                 np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
             entry["parameters"] = {"binary_data_size": raw.nbytes}
-            tail.append(memoryview(raw).cast("B"))
+            tail.append(raw.data.cast("B"))
         else:
             entry["data"] = _flat(array)
         described.append(entry)
     response = {"model_name": model_name, "model_version": model_version, "outputs": described,
-                "parameters": parameters}  # type: Dict[str, Any]
+                "parameters": parameters}  # type: JsonObject
     if request_id is not None:
         response["id"] = request_id
     head = json.dumps(response).encode()
@@ -394,7 +426,7 @@ def platform(backend: str) -> str:
 
 
 def model_metadata(name: str, version: str, backend: str, inputs: Dict[str, InputSpec],
-                   outputs: List[Dict[str, Any]], parameters: Dict[str, Any]) -> Dict[str, Any]:
+                   outputs: List[JsonObject], parameters: JsonObject) -> JsonObject:
     """The answer to ``GET /v2/models/NAME`` ($metadata_model_response).
 
     ``outputs`` are ``$metadata_tensor`` objects; the profile's min, opt and max shapes of each
@@ -405,7 +437,7 @@ def model_metadata(name: str, version: str, backend: str, inputs: Dict[str, Inpu
             "parameters": dict(parameters, profiles={n: s.profile() for n, s in inputs.items()})}
 
 
-def model_config(service: Any) -> Dict[str, Any]:
+def model_config(service: "ModelService") -> JsonObject:
     """Triton's model configuration of a model service (``ModelConfig`` as JSON: ``GET /v2/models/NAME/config``
     and gRPC's ``ModelConfig``).
 
@@ -414,13 +446,13 @@ def model_config(service: Any) -> Dict[str, Any]:
     axis; the outputs are what an inference answers by default; ``dynamic_batching`` where the server batches.
     """
     inputs = service.inputs  # type: Dict[str, InputSpec]
-    outputs = service.answer_outputs(service.forms.decode)  # type: List[Dict[str, Any]]
+    outputs = service.answer_outputs(service.forms.decode)
     lows = [s.min_shape[0] for s in inputs.values()]
     highs = [s.max_shape[0] for s in inputs.values()]
     batched = bool(inputs) and min(lows) == 1 and all(hi > lo for lo, hi in zip(lows, highs))
     skip = 1 if batched else 0
 
-    def tensor(name: str, kind: str, shape: List[int]) -> Dict[str, Any]:
+    def tensor(name: str, kind: str, shape: List[int]) -> JsonObject:
         return {"name": name, "data_type": "TYPE_" + (kind if kind in DATATYPES else "INVALID"),
                 "dims": [int(d) for d in shape[skip:]]}
 
@@ -433,7 +465,7 @@ def model_config(service: Any) -> Dict[str, Any]:
     return config
 
 
-def repository_index(services: Dict[str, Any]) -> List[Dict[str, str]]:
+def repository_index(services: Dict[str, "ModelService"]) -> List[Dict[str, str]]:
     """The models of a server's model services, as Triton's repository index: name, version, state, reason."""
     index = []
     for name, service in services.items():
@@ -453,7 +485,7 @@ def datatype(array: np.ndarray) -> str:
     return found if found is not None else NUMPY_TO_DATATYPE.get(array.dtype.name, "FP32")
 
 
-def _flat(array: np.ndarray) -> List[Any]:
+def _flat(array: np.ndarray) -> List[Union[bool, int, float, None]]:
     values = array.reshape(-1).tolist()
     if array.dtype.kind == "f":
         return [v if math.isfinite(v) else None for v in values]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edgebuild import __version__
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.plan_header import PlanHeader
 
 __all__ = []  # used only inside the runtime layer
@@ -75,7 +76,7 @@ class EngineProvenance:
     schema: Optional[str] = None
 
     @classmethod
-    def from_engine_json(cls, data: Mapping[str, Any]) -> "EngineProvenance":
+    def from_engine_json(cls, data: JsonObject) -> "EngineProvenance":
         """The record from an ``engine.json`` object of any edgebuild (unknown keys ignored)."""
         module = data.get("module")
         if isinstance(module, Mapping):
@@ -83,10 +84,10 @@ class EngineProvenance:
             compatible = tuple(module.get("compatible") or ())
         else:
             module_id, module_name, compatible = module, None, ()
-        built_on = data.get("built_on") if isinstance(data.get("built_on"), Mapping) else {}
+        built_on = _mapping(data.get("built_on"))
         board = tuple(built_on.get("compatible") or ())
         cache = data.get("timing_cache", False)  # False: the key is absent (not None, which says "no cache")
-        built_by = data.get("built_by") if isinstance(data.get("built_by"), Mapping) else {}
+        built_by = _mapping(data.get("built_by"))
         flags = data.get("builder_flags")
         return cls(
             tensorrt_version=_text(data.get("tensorrt_version")),
@@ -112,7 +113,7 @@ class EngineProvenance:
             schema=_text(data.get("provenance_schema")),
         )
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["module_compatible"] = list(self.module_compatible)
         if self.builder_flags is not None:
@@ -128,7 +129,7 @@ class EngineProvenance:
 
     def lines(self) -> List[Tuple[str, str]]:
         """(label, value) pairs for a terminal; a missing value reads "unknown"."""
-        def shown(value: Any) -> str:
+        def shown(value: object) -> str:
             if isinstance(value, bool):
                 return "yes" if value else "no"
             return UNKNOWN if value is None else str(value)
@@ -165,11 +166,16 @@ class EngineProvenance:
         ]
 
 
-def _text(value: Any) -> Optional[str]:
+def _text(value: object) -> Optional[str]:
     return None if value is None else str(value)
 
 
-def build_context(l4t: Optional[str], placement: str, now: Optional[datetime.datetime] = None) -> Dict[str, Any]:
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` where it is a JSON object, else an empty one (a key that is absent, null or not an object)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def build_context(l4t: Optional[str], placement: str, now: Optional[datetime.datetime] = None) -> JsonObject:
     """The engine.json fields that say where and when a build ran, and with which edgebuild."""
     moment = now or datetime.datetime.now(datetime.timezone.utc)
     kind = "jetson" if l4t else ("gpu-host-check" if placement == "host-check" else "gpu-host")
@@ -222,7 +228,8 @@ def refusal(record: Optional[EngineProvenance], header: Optional[PlanHeader], he
         if header is not None and header.tensorrt_version else None
     if record is None:
         # only a version read where the layout is relied on (TensorRT 10+) may refuse a plan
-        if said and header.version_confirmed and _release(header.tensorrt_version) != _release(here.tensorrt):
+        if said and header is not None and header.version_confirmed and \
+                _release(header.tensorrt_version) != _release(here.tensorrt):
             return "{}: {}, but this device has {} (and there is no engine.json to say more)".format(
                 plan, said, here.describe())
         return None

@@ -18,10 +18,11 @@ Python 3.8, standard library only.
 import json
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
+from edgebuild.runtime.json_object import JsonObject
 
 __all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeModule",
            "RecipeTask", "RuntimeSettings", "TensorSpec"]
@@ -78,9 +79,9 @@ class RecipeTask:
     #: one of OUTPUT_FORMS
     outputs: str
     #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``
-    postprocess: Dict[str, Any]
+    postprocess: JsonObject
     #: ``edgebuild.runtime.vision.PreprocessSpec``'s fields
-    preprocess: Dict[str, Any]
+    preprocess: JsonObject
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Recipe:
     #: the preset's TensorRT memory-pool limit
     workspace_bytes: int
     #: the group's cgroup limit preset (``edgebuild.targets.limits.LimitPreset.as_dict()``)
-    limits: Dict[str, Any]
+    limits: JsonObject
     dla_core: Optional[int]
     timing_cache: str
     module: RecipeModule
@@ -135,7 +136,7 @@ class Recipe:
     fallback: Optional[str] = None
     fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
     #: an engine built on a device: its metric measured there by the compile (edgebuild.devices.engine.Acceptance)
-    accepted: Optional[Dict[str, Any]] = None
+    accepted: Optional[JsonObject] = None
     #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
     outputs: Optional[Dict[str, TensorSpec]] = None
     #: what the outputs mean (a folder written before it existed: None, raw tensors only)
@@ -199,7 +200,7 @@ class Recipe:
                 raise BundleError("{}: {} does not match the plan_sha256 of {}".format(folder, ENGINE_FILE,
                                                                                       ENGINE_JSON), hint=_REBUILD)
 
-    def compatibility(self) -> Dict[str, Any]:
+    def compatibility(self) -> JsonObject:
         """What a device must be to run this folder (the OTA manifest's ``compatibility``)."""
         module = self.module
         return {"module": {"id": module.id, "name": module.name, "compatible": list(module.compatible)},
@@ -207,7 +208,7 @@ class Recipe:
 
     # -- reading and writing ---------------------------------------------------------------------
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = asdict(self)
         return dict(schema=data.pop("schema"), **data)
 
@@ -244,7 +245,7 @@ class Recipe:
         return cls.from_dict(data, source=str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "recipe") -> "Recipe":
+    def from_dict(cls, data: object, source: str = "recipe") -> "Recipe":
         """A recipe from its JSON object; ``source`` (the file) starts every error message."""
         if not isinstance(data, dict):
             raise ConfigError("{}: not a recipe (a JSON {}, not an object)".format(source, type(data).__name__),
@@ -330,11 +331,11 @@ def _value(value: Any, hint: Any, where: str) -> Any:
     raise TypeError("recipe field {} has a type the reader does not know: {}".format(where, hint))  # a bug
 
 
-def _mistyped(where: str, value: Any, expected: str) -> _FieldError:
+def _mistyped(where: str, value: object, expected: str) -> _FieldError:
     return _FieldError("field {!r} must be {}, not {}".format(where, expected, _shown(value)))
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -363,6 +364,6 @@ def _check_values(recipe: Recipe) -> None:
                           "warmup_budget_s > 0, not {}".format(_shown(asdict(runtime))))
 
 
-def recipe_of(recipe: Union[Recipe, Mapping[str, Any]]) -> Recipe:
+def recipe_of(recipe: Union[Recipe, JsonObject]) -> Recipe:
     """A Recipe from a Recipe or from its dict (for callers that still hold the JSON)."""
     return recipe if isinstance(recipe, Recipe) else Recipe.from_dict(dict(recipe))

@@ -41,8 +41,13 @@ def parse(version: str) -> Optional[Key]:
 
 def compare(a: str, b: str) -> int:
     """-1, 0 or 1 as ``a`` precedes, equals or follows ``b``; ValueError if either is not semver."""
-    key_a, key_b = parse(a), parse(b)
-    for text, key in ((a, key_a), (b, key_b)):
-        if key is None:
-            raise ValueError("{!r} is not a semantic version (MAJOR.MINOR.PATCH[-prerelease][+build])".format(text))
+    key_a, key_b = _key(a), _key(b)
     return (key_a > key_b) - (key_a < key_b)
+
+
+def _key(version: str) -> Key:
+    """``version``'s sort key; ValueError when it is not semver."""
+    key = parse(version)
+    if key is None:
+        raise ValueError("{!r} is not a semantic version (MAJOR.MINOR.PATCH[-prerelease][+build])".format(version))
+    return key

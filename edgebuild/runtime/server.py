@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 from edgebuild.runtime import protocol
 from edgebuild.runtime.http_messages import Answer, Request, error
@@ -43,6 +43,9 @@ from edgebuild.runtime.httpd import HTTPServer
 from edgebuild.runtime.protocol import BadRequest
 from edgebuild.runtime.service import ModelService
 from edgebuild.runtime.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, http_route
+
+if TYPE_CHECKING:  # imported where a gRPC port is asked for: grpcio may not be installed
+    from edgebuild.runtime.grpc_server import GRPCServer
 
 __all__ = ["serve"]
 
@@ -74,7 +77,7 @@ def _notify_ready(backend: str) -> None:
 # -- the endpoints -----------------------------------------------------------------------------
 
 def make_handler(services: Union[ModelService, Dict[str, ModelService]],
-                 shared_memory: Optional[SystemSharedMemory] = None) -> Any:
+                 shared_memory: Optional[SystemSharedMemory] = None) -> Callable[[Request], Answer]:
     """``handle(request) -> Answer``: the v2 endpoints of one model service, or of every model of a
     group folder (by name: the server is ready when every one is), and the system shared-memory
     extension's (``shared_memory``: its registered regions)."""
@@ -238,7 +241,7 @@ class Server:
                  grpc_port: Optional[int] = None, grpc_required: bool = True, **options: Any) -> None:
         from edgebuild.runtime.group import model_folders
 
-        self.grpc = None  # type: Any
+        self.grpc: Optional[GRPCServer] = None
         if grpc_port is not None and grpc_required:  # before anything starts: a missing grpcio is the user's to fix
             from edgebuild.runtime.grpc_server import require_grpc
 

@@ -34,13 +34,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
-from edgebuild.runtime.protocol import DATATYPES, AnswerForms, InputSpec, model_metadata
+from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.protocol import DATATYPES, AnswerForms, InputSpec, PlanCache, model_metadata
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe, RecipeTask
 from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
 
@@ -59,6 +60,20 @@ SETTLE_WINDOW = 5
 SETTLE_TOLERANCE = 0.10
 
 
+class Runner(Protocol):
+    """A backend as the service runs it (``load_backend``'s: TensorRT's or ONNX Runtime's runner)."""
+
+    backend: str
+
+    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
+
+
+#: a request for the backend thread: its inputs, and where its result goes
+_Job = Tuple[Dict[str, np.ndarray], "_Answer"]
+#: a request's result: (outputs, backend ms of its run, rows in that run), or the error its run raised
+_Result = Union[Tuple[Dict[str, np.ndarray], float, int], Exception]
+
+
 def _log(message: str) -> None:
     print("serve: " + message, file=sys.stderr, flush=True)
 
@@ -73,7 +88,8 @@ class ModelService:
         self.recipe = Recipe.load(self.folder, hint="serve the folder `edgebuild compile` wrote for a fleet group")
         self.name = self.recipe.model_name or self.recipe.group
         self.version = self.recipe.model_version or "1"
-        self.inputs = {n: InputSpec(n, *shapes) for n, shapes in self.recipe.profiles.items()}
+        # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
+        self.inputs = {n: InputSpec(n, low, opt, high) for n, (low, opt, high) in self.recipe.profiles.items()}
         runtime = self.recipe.runtime
         self.warmup_budget_s = float(warmup_budget_s if warmup_budget_s is not None else runtime.warmup_budget_s)
         self.max_batch_size, self.max_queue_delay_ms = self._batching(
@@ -83,7 +99,7 @@ class ModelService:
         self._backend_choice, self._engine_cache, self._do_warmup = backend, engine_cache, warmup
         self._on_ready = on_ready
         #: requests for the backend thread (a SimpleQueue: one C lock, no Condition round trip per request)
-        self._jobs = queue.SimpleQueue()  # type: queue.SimpleQueue
+        self._jobs = queue.SimpleQueue()  # type: queue.SimpleQueue[_Job]
         self._lock = threading.Lock()
         self.ready = threading.Event()
         self.failed = None  # type: Optional[str]
@@ -91,11 +107,11 @@ class ModelService:
         self.backend_reason = ""
         self.output_names = []  # type: List[str]
         #: the outputs as v2 metadata tensors (name, datatype, shape): the recipe's, else the backend's
-        self.outputs = []  # type: List[Dict[str, Any]]
-        self.warmup = {}  # type: Dict[str, Any]
-        self.acceptance = {}  # type: Dict[str, Any]
+        self.outputs = []  # type: List[JsonObject]
+        self.warmup = {}  # type: JsonObject
+        self.acceptance = {}  # type: JsonObject
         #: set when the folder's engine failed its acceptance set and its fallback recipe is served
-        self.fallback = {}  # type: Dict[str, Any]
+        self.fallback = {}  # type: JsonObject
         self.serving_folder = self.folder  # the folder, or its fallback
         #: refused: connections the HTTP server turned away (its connection cap)
         self.requests = {"success": 0, "failure": 0, "bad_request": 0, "refused": 0}
@@ -109,8 +125,8 @@ class ModelService:
         self.task = self.recipe.task  # type: Optional[RecipeTask]
         self.forms = answer_forms(self.task, list(self.recipe.outputs or []), runtime.detections)
         #: the checked readings of request headers, for these inputs and forms (``protocol.parse_inference``)
-        self.plans = {}  # type: Dict[Any, Any]
-        self._runner = None  # type: Any
+        self.plans: PlanCache = {}
+        self._runner = None  # type: Optional[Runner]
         #: runs on the callers' threads (a backend whose runs may overlap, batching off)
         self.direct = False
         self._worker = threading.Thread(target=self._work, name="edgebuild-backend", daemon=True)
@@ -133,7 +149,7 @@ class ModelService:
 
     # -- the worker thread -------------------------------------------------------------------
 
-    def _accept(self, runner: Any, folder: Path, recipe: Recipe) -> None:
+    def _accept(self, runner: Runner, folder: Path, recipe: Recipe) -> None:
         """The folder's acceptance set through this backend; one that disagrees with FP32 is not served."""
         if not recipe.acceptance:
             return
@@ -150,7 +166,7 @@ class ModelService:
                                 self.acceptance["value"], self.acceptance["threshold"], self.acceptance["images"],
                                 ACCEPTANCE_FILE))
 
-    def _load(self, folder: Path, recipe: Recipe, engine_cache: Optional[Path]) -> Any:
+    def _load(self, folder: Path, recipe: Recipe, engine_cache: Optional[Path]) -> Runner:
         """The backend of ``folder``, checked against its acceptance set."""
         runner, why = load_backend(folder, self._backend_choice, engine_cache, report=_log, recipe=recipe)
         self.backend, self.backend_reason = runner.backend, why
@@ -163,7 +179,7 @@ class ModelService:
         self._accept(runner, folder, recipe)
         return runner
 
-    def _load_with_fallback(self) -> Any:
+    def _load_with_fallback(self) -> Runner:
         """The folder's backend; when it fails its acceptance set, the folder's fallback recipe's (FP16)."""
         from edgebuild.errors import AccuracyGateError
 
@@ -202,19 +218,19 @@ class ModelService:
             return
         if self.direct:
             return
-        waiting = collections.deque()  # type: collections.deque
+        waiting = collections.deque()  # type: Deque[_Job]
         while True:
             first = waiting.popleft() if waiting else self._jobs.get()
             batch = self._gather(first, waiting) if self.max_batch_size > 1 else [first]
             self._run_batch(runner, batch)
 
-    def _gather(self, first: Tuple[Any, Any], waiting: "collections.deque") -> List[Tuple[Any, Any]]:
+    def _gather(self, first: _Job, waiting: Deque[_Job]) -> List[_Job]:
         """``first`` and the requests that can share its batch: same non-batch dims, within the delay."""
         key = _batch_key(first[0])
         if key is None:
             return [first]
         batch, rows = [first], _rows(first[0])
-        skipped = collections.deque()  # type: collections.deque
+        skipped = collections.deque()  # type: Deque[_Job]
         while waiting and rows < self.max_batch_size:  # requests set aside by an earlier batch come first
             job = waiting.popleft()
             if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
@@ -239,7 +255,7 @@ class ModelService:
                 waiting.append(job)
         return batch
 
-    def _run_batch(self, runner: Any, batch: List[Tuple[Any, Any]]) -> None:
+    def _run_batch(self, runner: Runner, batch: List[_Job]) -> None:
         started = time.perf_counter()
         for _, answer in batch:
             answer.started = started
@@ -250,7 +266,7 @@ class ModelService:
                 results = self._run_stacked(runner, [inputs for inputs, _ in batch])
         except Exception as exc:
             for _, answer in batch:
-                answer.put((None, 0.0, 0, exc))
+                answer.put(exc)
             return
         ms = (time.perf_counter() - started) * 1000.0
         rows = sum(_rows(inputs) for inputs, _ in batch)
@@ -259,9 +275,9 @@ class ModelService:
             self.batches["requests"] += len(batch)
             self.batches["rows"] += rows
         for (_, answer), outputs in zip(batch, results):
-            answer.put((outputs, ms, rows, None))
+            answer.put((outputs, ms, rows))
 
-    def _run_stacked(self, runner: Any, requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+    def _run_stacked(self, runner: Runner, requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
         """One run over the requests stacked on axis 0, split back per request."""
         stacked = {n: np.concatenate([r[n] for r in requests], axis=0) for n in requests[0]}
         outputs = runner.run(stacked)
@@ -283,7 +299,7 @@ class ModelService:
         return {n: rng.random(getattr(s, which), dtype=np.float32).astype(DATATYPES[s.datatype])
                 for n, s in self.inputs.items()}
 
-    def _warm_up(self, runner: Any) -> Dict[str, Any]:
+    def _warm_up(self, runner: Runner) -> JsonObject:
         """Run the profile's shapes until the opt shape's latency settles or the budget ends."""
         examples = {w: self._example(w) for w in ("min_shape", "opt_shape", "max_shape")}
         started = time.perf_counter()
@@ -320,8 +336,9 @@ class ModelService:
         ``timing`` gets ``wait_backend``: seconds from the call to its run's start.
         """
         queued = time.perf_counter()
-        if self.direct:
-            outputs = self._runner.run(inputs)
+        runner = self._runner if self.direct else None  # direct: set once the runner is loaded
+        if runner is not None:
+            outputs = runner.run(inputs)
             ms = (time.perf_counter() - queued) * 1000.0
             rows = _rows(inputs)
             with self._lock:
@@ -333,12 +350,12 @@ class ModelService:
             return outputs, ms, rows
         answer = _Answer()
         self._jobs.put((inputs, answer))
-        outputs, ms, rows, error = answer.get()
+        result = answer.get()
         if timing is not None:
             timing["wait_backend"] = max(0.0, answer.started - queued)
-        if error is not None:
-            raise error
-        return outputs, ms, rows
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def decode(self, outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """A raw head's outputs as detections, in the four outputs of a model with NMS inside."""
@@ -365,7 +382,7 @@ class ModelService:
                 self.latency_sum_ms += ms
                 self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
 
-    def answer_outputs(self, decode: bool) -> List[Dict[str, Any]]:
+    def answer_outputs(self, decode: bool) -> List[JsonObject]:
         """The v2 metadata tensors of what a request gets: the model's outputs, or the decoded detections."""
         if decode and self.task is not None:
             batch = min(s.min_shape[0] for s in self.inputs.values())
@@ -373,11 +390,12 @@ class ModelService:
             return detection_metadata(batch, int(self.task.postprocess["max_detections"]))
         return self.outputs or [{"name": n} for n in self.output_names]
 
-    def task_metadata(self) -> Dict[str, Any]:
+    def task_metadata(self) -> JsonObject:
         """What the outputs mean: their form, the classes, the box convention, how to get the other form."""
         if self.task is None:
             return {"output_form": "raw", "detections": {"available": False}}
-        described = {"kind": self.task.kind, "classes": list(self.task.classes), "model_outputs": self.task.outputs}
+        described = {"kind": self.task.kind, "classes": list(self.task.classes),
+                     "model_outputs": self.task.outputs}  # type: JsonObject
         if self.task.kind != "detection":
             return dict(described, output_form=self.task.outputs, detections={"available": False})
         decodes = self.forms.decoded is not None
@@ -395,7 +413,7 @@ class ModelService:
             described["raw_outputs"] = self.outputs or [{"name": n} for n in self.output_names]
         return described
 
-    def metadata(self) -> Dict[str, Any]:
+    def metadata(self) -> JsonObject:
         outputs = self.answer_outputs(self.forms.decode)
         return model_metadata(self.name, self.version, self.backend, self.inputs, outputs, {
             "task": self.task_metadata(), "concurrent_runs": self.direct,
@@ -488,13 +506,13 @@ class _Answer:
         self.started = 0.0
         self._done = threading.Lock()
         self._done.acquire()
-        self._value = None  # type: Any
+        self._value = ({}, 0.0, 0)  # type: _Result
 
-    def put(self, value: Any) -> None:
+    def put(self, value: _Result) -> None:
         self._value = value
         self._done.release()
 
-    def get(self) -> Any:
+    def get(self) -> _Result:
         self._done.acquire()
         return self._value
 
@@ -506,14 +524,14 @@ def answer_forms(task: Optional[RecipeTask], raw: List[str], decode: bool) -> An
     return AnswerForms(raw, detects=task is not None and task.outputs == "nms")
 
 
-def detection_metadata(batch: int, max_detections: int) -> List[Dict[str, Any]]:
+def detection_metadata(batch: int, max_detections: int) -> List[JsonObject]:
     """The v2 metadata tensors of detections, as a model with NMS inside returns them."""
     shapes = ([batch, 1], [batch, max_detections, 4], [batch, max_detections], [batch, max_detections])
     return [{"name": n, "datatype": d, "shape": s} for n, d, s in zip(NMS_OUTPUTS, ("INT32", "FP32", "FP32", "FP32"),
                                                                       shapes)]
 
 
-def detection_tensors(outputs: Dict[str, np.ndarray], settings: Dict[str, Any]) -> Dict[str, np.ndarray]:
+def detection_tensors(outputs: Dict[str, np.ndarray], settings: JsonObject) -> Dict[str, np.ndarray]:
     """A raw head's outputs decoded (``decode_outputs``) into ``NMS_OUTPUTS``: count [N, 1] int32, boxes
     [N, K, 4], scores [N, K], classes [N, K] float32, K = ``max_detections``, zero past the count."""
     images = decode_outputs(outputs, dict(settings, in_model=False))
@@ -535,14 +553,14 @@ _ORT_DATATYPES = {"tensor(float)": "FP32", "tensor(float16)": "FP16", "tensor(do
                   "tensor(bool)": "BOOL"}
 
 
-def output_tensors(recipe: Recipe, runner: Any, names: List[str]) -> List[Dict[str, Any]]:
+def output_tensors(recipe: Recipe, runner: Runner, names: List[str]) -> List[JsonObject]:
     """The outputs as v2 ``$metadata_tensor`` objects, in the backend's order.
 
     From the recipe (written from the ONNX by the host); a recipe from before it recorded outputs:
     from what ONNX Runtime reports (an axis without a number is -1); else the name alone, with a warning.
     """
     recorded = recipe.outputs or {}
-    reported = {}  # type: Dict[str, Dict[str, Any]]
+    reported = {}  # type: Dict[str, JsonObject]
     session = getattr(runner, "session", None)
     if session is not None and hasattr(session, "get_outputs"):
         for arg in session.get_outputs():
@@ -567,7 +585,7 @@ def _rows(inputs: Dict[str, np.ndarray]) -> int:
     return int(next(iter(inputs.values())).shape[0])
 
 
-def _batch_key(inputs: Dict[str, np.ndarray]) -> Optional[Tuple[Any, ...]]:
+def _batch_key(inputs: Dict[str, np.ndarray]) -> Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]]:
     """What requests must share to be stacked: every input's non-batch dims (None: not batchable)."""
     if len({a.shape[0] for a in inputs.values()}) != 1:
         return None

@@ -31,11 +31,13 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.protocol import SHM_OFFSET, SHM_REGION, SHM_SIZE, BadRequest
+from edgebuild.runtime.wire_types import JsonValue
 
 __all__ = []
 
@@ -52,7 +54,7 @@ class _Region:
         #: what inputs are read as views of, made once
         self.view = memoryview(mapping).toreadonly()
 
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> JsonObject:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
 
@@ -95,7 +97,7 @@ class SystemSharedMemory:
                 os.close(fd)  # the mapping keeps its own reference
             self._regions[name] = _Region(name, key, offset, byte_size, mapping)
 
-    def status(self, name: Optional[str] = None) -> List[Dict[str, Any]]:
+    def status(self, name: Optional[str] = None) -> List[JsonObject]:
         """``[{name, key, offset, byte_size}]`` of one region or of every one."""
         with self._lock:
             if name is None:
@@ -157,7 +159,7 @@ class SystemSharedMemory:
             region.mapping[start:start + raw.nbytes] = raw.reshape(-1).view(np.uint8).data
 
     def write_outputs(self, asked: Dict[str, Tuple[str, int, int]],
-                      outputs: Dict[str, np.ndarray]) -> Dict[str, Dict[str, Any]]:
+                      outputs: Dict[str, np.ndarray]) -> Dict[str, JsonObject]:
         """Write each output ``asked`` (name -> region, offset, byte_size) there; the parameters its answer carries."""
         placed = {}
         for name, (region, offset, size) in asked.items():
@@ -178,7 +180,8 @@ def _unmap(region: _Region) -> None:
         pass  # an inference still holds a view: the mapping goes with the last one
 
 
-def http_route(memory: SystemSharedMemory, method: str, parts: List[str], body: bytes) -> Tuple[int, Any]:
+def http_route(memory: SystemSharedMemory, method: str, parts: List[str],
+               body: Union[bytes, bytearray]) -> Tuple[int, JsonValue]:
     """(status, JSON answer) of ``/v2/systemsharedmemory/`` + ``parts`` (``[region, NAME,] ACTION``).
 
     Raises ``BadRequest`` for a request the registry refuses; 404 for an unknown route, 405 a wrong method.
@@ -204,5 +207,6 @@ def http_route(memory: SystemSharedMemory, method: str, parts: List[str], body: 
     if not isinstance(request, dict) or not isinstance(request.get("key"), str):
         raise BadRequest('register takes {"key": KEY, "offset": N, "byte_size": N}')
     assert name is not None
-    memory.register(name, request["key"], request.get("offset", 0), request.get("byte_size"))
+    byte_size = request.get("byte_size")  # type: JsonValue
+    memory.register(name, request["key"], request.get("offset", 0), byte_size)  # which checks both numbers
     return 200, {}

@@ -15,11 +15,12 @@ Python 3.8, the standard library and numpy.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union, overload
 
 import numpy as np
 
 from edgebuild.errors import ConfigError
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.tegrastats import window_tegrastats
 
 __all__ = ["parse_duration"]
@@ -27,6 +28,14 @@ __all__ = ["parse_duration"]
 DEFAULT_WINDOW = "1m"
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+
+
+@overload
+def parse_duration(text: None, option: str = ...) -> None: ...
+@overload
+def parse_duration(text: Union[str, float, int], option: str = ...) -> float: ...
+@overload
+def parse_duration(text: Union[str, float, int, None], option: str = ...) -> Optional[float]: ...
 
 
 def parse_duration(text: Union[str, float, int, None], option: str = "--duration") -> Optional[float]:
@@ -48,7 +57,7 @@ def parse_duration(text: Union[str, float, int, None], option: str = "--duration
 
 
 def windows_of(ends: Sequence[float], samples_ms: Sequence[float], *, began: float, wall_s: float,
-               window_s: float, batch: int, tegrastats: Sequence[Dict[str, Any]] = ()) -> List[Dict[str, Any]]:
+               window_s: float, batch: int, tegrastats: Sequence[JsonObject] = ()) -> List[JsonObject]:
     """Per window of ``window_s`` from ``began`` (``ends``: when each of ``samples_ms`` ended, same clock):
     its runs, latency p50/p99, throughput, and tegrastats' view of it. A last window shorter than
     half a window joins the one before (its few runs would make a noisy p50)."""
@@ -64,7 +73,7 @@ def windows_of(ends: Sequence[float], samples_ms: Sequence[float], *, began: flo
         last = index == len(edges) - 2
         inside = values[(ends_arr >= start) & ((ends_arr <= end) if last else (ends_arr < end))]
         row = {"index": index, "start_s": round(start - began, 3), "seconds": round(end - start, 3),
-               "runs": int(inside.size)}  # type: Dict[str, Any]
+               "runs": int(inside.size)}  # type: JsonObject
         if inside.size:
             p50, p99 = np.percentile(inside, [50, 99])
             row.update(p50_ms=round(float(p50), 4), p99_ms=round(float(p99), 4),
@@ -75,7 +84,7 @@ def windows_of(ends: Sequence[float], samples_ms: Sequence[float], *, began: flo
     return windows
 
 
-def drift_of(windows: Sequence[Dict[str, Any]], warn_pct: float) -> Dict[str, Any]:
+def drift_of(windows: Sequence[JsonObject], warn_pct: float) -> JsonObject:
     """The last window against the first: the change of p50 and throughput, and a warning past ``warn_pct``."""
     measured = [w for w in windows if w.get("p50_ms")]
     if len(measured) < 2:
@@ -86,7 +95,7 @@ def drift_of(windows: Sequence[Dict[str, Any]], warn_pct: float) -> Dict[str, An
     ips_pct = (last["throughput_ips"] - first["throughput_ips"]) / first["throughput_ips"] * 100.0
     drift = {"compared": True, "first": first["index"], "last": last["index"], "p50_change_pct": round(p50_pct, 2),
              "throughput_change_pct": round(ips_pct, 2), "warn_pct": warn_pct,
-             "warning": None}  # type: Dict[str, Any]
+             "warning": None}  # type: JsonObject
     if p50_pct > warn_pct:
         drift["warning"] = ("the last window's p50 ({:.3f} ms) is {:.1f}% slower than the first's ({:.3f} ms), more "
                             "than --drift-warn {:g}%: the device slows down under sustained load (clocks, "

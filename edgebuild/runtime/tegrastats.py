@@ -26,9 +26,11 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from edgebuild.runtime.json_object import JsonObject
 
 __all__ = []
 
@@ -47,7 +49,7 @@ INPUT_RAILS = ("VDD_IN", "VIN_SYS_5V0", "POM_5V_IN")
 KEY_SENSORS = ("tj", "gpu", "cpu", "soc0", "soc1", "soc2")
 
 
-def parse_tegrastats(line: str) -> Dict[str, Any]:
+def parse_tegrastats(line: str) -> JsonObject:
     """One tegrastats line -> RAM/SWAP (MB), CPU loads and MHz, GPU load and MHz, temperatures, rails (mW).
 
     JetPack 5 (R35): ``RAM 2885/30536MB (lfb ...) ... CPU [0%@729,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[0,0]
@@ -55,7 +57,7 @@ def parse_tegrastats(line: str) -> Dict[str, Any]:
     writes sensors in lower case (``cpu@48.5C``) and a single-GPC frequency (``GR3D_FREQ 0%@[624]``).
     Sensors that read -256C (not fitted) are left out; cores that are ``off`` are None.
     """
-    sample = {}  # type: Dict[str, Any]
+    sample = {}  # type: JsonObject
     stamp = _STAMP.match(line)
     if stamp:
         sample["time"] = stamp.group(1)
@@ -65,7 +67,7 @@ def parse_tegrastats(line: str) -> Dict[str, Any]:
             sample[key + "_used_mb"], sample[key + "_total_mb"] = int(found.group(1)), int(found.group(2))
     cpu = _CPU.search(line)
     if cpu:
-        cores = []  # type: List[Optional[Dict[str, int]]]
+        cores = []  # type: List[Optional[Dict[str, Optional[int]]]]
         for item in cpu.group(1).split(","):
             item = item.strip()
             load = re.match(r"(\d+)%(?:@(\d+))?$", item)
@@ -96,12 +98,12 @@ def parse_tegrastats(line: str) -> Dict[str, Any]:
     return sample
 
 
-def summarize_tegrastats(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def summarize_tegrastats(samples: Sequence[JsonObject]) -> JsonObject:
     """Mean and max of the figures a bench reader compares: RAM, GPU load and clock, each rail."""
     def series(key: str) -> List[float]:
         return [s[key] for s in samples if s.get(key) is not None]
 
-    summary = {"samples": len(samples)}  # type: Dict[str, Any]
+    summary = {"samples": len(samples)}  # type: JsonObject
     for key in ("ram_used_mb", "gpu_load_pct", "gpu_freq_mhz", "emc_freq_mhz"):
         values = series(key)
         if values:
@@ -116,8 +118,8 @@ def summarize_tegrastats(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return summary
 
 
-def throttle_events(samples: Sequence[Dict[str, Any]], *, drop: float = 0.10, busy_pct: int = 50,
-                    reference_mhz: Optional[float] = None) -> List[Dict[str, Any]]:
+def throttle_events(samples: Sequence[JsonObject], *, drop: float = 0.10, busy_pct: int = 50,
+                    reference_mhz: Optional[float] = None) -> List[JsonObject]:
     """Each time the GPU clock fell more than ``drop`` below ``reference_mhz`` (default: the highest
     clock of ``samples``) while the GPU load was at least ``busy_pct``: one event per fall (the
     samples that stay low after it belong to the same event)."""
@@ -125,7 +127,7 @@ def throttle_events(samples: Sequence[Dict[str, Any]], *, drop: float = 0.10, bu
     if not clocks:
         return []
     top = reference_mhz or max(clocks)
-    events = []  # type: List[Dict[str, Any]]
+    events = []  # type: List[JsonObject]
     low = False
     for s in samples:
         freq, load = s.get("gpu_freq_mhz"), s.get("gpu_load_pct")
@@ -139,12 +141,12 @@ def throttle_events(samples: Sequence[Dict[str, Any]], *, drop: float = 0.10, bu
     return events
 
 
-def window_tegrastats(samples: Sequence[Dict[str, Any]], start: float, end: float,
-                      reference_mhz: Optional[float] = None) -> Dict[str, Any]:
+def window_tegrastats(samples: Sequence[JsonObject], start: float, end: float,
+                      reference_mhz: Optional[float] = None) -> JsonObject:
     """What tegrastats said between ``start`` and ``end`` (the samples' ``t``): GPU clock mean and
     lowest, the hottest reading of each key sensor, the input rail's mean power, throttle events."""
     inside = [s for s in samples if s.get("t") is not None and start <= s["t"] < end]
-    out = {"samples": len(inside)}  # type: Dict[str, Any]
+    out = {"samples": len(inside)}  # type: JsonObject
     clocks = [s["gpu_freq_mhz"] for s in inside if s.get("gpu_freq_mhz") is not None]
     if clocks:
         out["gpu_freq_mhz"] = {"mean": round(float(np.mean(clocks)), 1), "min": min(clocks), "max": max(clocks)}
@@ -172,7 +174,7 @@ class TegrastatsSampler:
     def __init__(self, interval_ms: int = 250, clock: Callable[[], float] = time.perf_counter) -> None:
         self.interval_ms = interval_ms
         self.clock = clock
-        self.samples = []  # type: List[Dict[str, Any]]
+        self.samples = []  # type: List[JsonObject]
         self.tool = shutil.which("tegrastats")
         self.unavailable = None if self.tool else "tegrastats not found: not a Jetson (or not on PATH)"
         self._process = None  # type: Optional[subprocess.Popen]
@@ -202,7 +204,7 @@ class TegrastatsSampler:
             parsed["t"] = self.clock()
             self.samples.append(parsed)
 
-    def stop(self) -> Dict[str, Any]:
+    def stop(self) -> JsonObject:
         if self._process is not None:
             self._process.terminate()
             try:
@@ -216,7 +218,7 @@ class TegrastatsSampler:
         return dict(available=True, interval_ms=self.interval_ms, **summarize_tegrastats(self.samples))
 
 
-def parse_jetson_clocks(text: str) -> Dict[str, Any]:
+def parse_jetson_clocks(text: str) -> JsonObject:
     """``jetson_clocks --show`` -> the GPU's min, max and current frequency (Hz) and whether jetson_clocks
     is on (min raised to max); {} when the output has no GPU line."""
     found = re.search(r"^GPU MinFreq=(\d+) MaxFreq=(\d+) CurrentFreq=(\d+)", text, re.MULTILINE)

@@ -342,7 +342,7 @@ def _can_build_arm64() -> bool:
 
 
 def build_image(context: Path, spec: ContainerSpec, *, tool: str | None = None,
-                pull: bool = True, report: Progress = print) -> str:
+                pull: bool = True, progress: Progress = print) -> str:
     """Build the image of a written context with podman or docker; returns the image tag."""
     if spec.flavor == "jetson" and not _can_build_arm64():
         raise CapabilityMissing(
@@ -356,7 +356,7 @@ def build_image(context: Path, spec: ContainerSpec, *, tool: str | None = None,
         command += ["--format", "docker"]  # OCI images drop HEALTHCHECK
         command += ["--pull=missing" if pull else "--pull=never"]
     command.append(str(context))
-    report(f"building {spec.image} with {tool} from {context}")
+    progress(f"building {spec.image} with {tool} from {context}")
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BUILDAH_LAYERS": "true"})
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
@@ -488,7 +488,7 @@ def group_container_spec(group: SelectedGroup, model_folder: Path, *, flavor: st
 
 
 def write_group_container(project: Shipped, group: SelectedGroup, model_folder: Path, *, flavor: str = "jetson",
-                          base_image: str | None = None, report: Progress = print) -> ContainerRecord:
+                          base_image: str | None = None, progress: Progress = print) -> ContainerRecord:
     """The container stage for one group: its build context and run specs in build/containers/<group>[-cpu]/."""
     recipe = _first_recipe(model_folder)
     spec = group_container_spec(group, model_folder, flavor=flavor, base_image=base_image, recipe=recipe)
@@ -499,27 +499,27 @@ def write_group_container(project: Shipped, group: SelectedGroup, model_folder: 
     out = layout.container(group.name, flavor)
     folder = model_folder
     written = write_container(folder, out, spec, recipe)
-    report(f"{group.name}: wrote {out} (FROM {spec.base_image}, limits {spec.preset.name})")
+    progress(f"{group.name}: wrote {out} (FROM {spec.base_image}, limits {spec.preset.name})")
     triton = None
     if project.runtime.server in ("triton", "both"):
         from edgebuild.shipping.triton import write_repository
 
         record = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir, recipe=recipe)
         triton = record.as_dict()
-        report(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
-               + (f", FROM {record.image}" if record.image else "") + ")")
+        progress(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
+                 + (f", FROM {record.image}" if record.image else "") + ")")
         for note in record.notes:
-            report(f"{group.name}: Triton: {note}")
+            progress(f"{group.name}: Triton: {note}")
     deepstream = None
     if recipe.task is not None:
         from edgebuild.shipping.deepstream import write_deepstream
 
         ds = write_deepstream(folder, layout.deepstream(group.name), build_dir=project.build_dir, recipe=recipe)
         deepstream = ds.as_dict()
-        report(f"{group.name}: " + (f"wrote the DeepStream {ds.deepstream} configs {ds.folder}" if ds.written
-                                    else f"no DeepStream config: {ds.reason}"))
+        progress(f"{group.name}: " + (f"wrote the DeepStream {ds.deepstream} configs {ds.folder}" if ds.written
+                                      else f"no DeepStream config: {ds.reason}"))
         for note in ds.notes:
-            report(f"{group.name}: DeepStream: {note}")
+            progress(f"{group.name}: DeepStream: {note}")
     return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=spec.image,
                            base_image=spec.base_image, ships_engine=spec.ships_engine, limits=written["limits"],
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),

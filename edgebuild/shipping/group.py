@@ -84,7 +84,7 @@ def write_group_folder(fleet: Fleet, group: str, target: str, folders: dict[str,
 
 def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], memory: MemoryPlan, *,
                flavor: str = "jetson", base_image: str | None = None, package_since: Path | None = None,
-               ship_ungated: bool = False, report: Progress,
+               ship_ungated: bool = False, progress: Progress,
                ungated: tuple[str, ...] = ()) -> dict[str, str | bool]:
     """The group folder, its container and its bundle; returns what was written (paths from the fleet).
     ``ungated``: models whose candidate was selected with the gate off (not packaged without ``ship_ungated``,
@@ -95,14 +95,14 @@ def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], mem
 
     view = FleetShipping(fleet)
     folder = write_group_folder(fleet, group.name, group.target.id, folders, memory)
-    report(f"{group.name}: wrote {folder.relative_to(fleet.root)} ({', '.join(folders)})")
+    progress(f"{group.name}: wrote {folder.relative_to(fleet.root)} ({', '.join(folders)})")
     container = write_group_container(view, group, folder, flavor=flavor,
-                                      base_image=base_image, report=report)
+                                      base_image=base_image, progress=progress)
     if ungated and not ship_ungated:
         raise AccuracyGateError(f"{group.name}: not packaged: {', '.join(ungated)} selected with the gate off",
                                 hint="compile with the gate on, or pass --ship-ungated")
     package = package_group(view, group, model_folder=folder, context=fleet.build_dir / container.context,
-                            since=package_since, report=report)
+                            since=package_since, progress=progress)
     return {"folder": str(folder.relative_to(fleet.root)),
             "container": str((fleet.build_dir / container.context).relative_to(fleet.root)),
             "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}

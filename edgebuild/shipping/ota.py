@@ -388,7 +388,7 @@ def _base_manifest(since: Path, group: str) -> JsonObject:
 
 def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path | None = None,
                   context: Path | None = None, since: Path | None = None, accepted: dict | None = None,
-                  report: Progress = print) -> PackageRecord:
+                  progress: Progress = print) -> PackageRecord:
     """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json.
 
     ``model_folder`` and ``context`` are the folders the engine and container stages' records
@@ -425,8 +425,8 @@ def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path 
         delta_over=(written.get("delta") or {}).get("base_version"), files=len(written["files"]),
         carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes, accepted=accepted,
         models=models or None)
-    report(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
-           + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
+    progress(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
+             + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
     write_fleet_manifest(project, [record])
     return record
 

@@ -176,7 +176,7 @@ def export_dir(project: Project, opset: int) -> Path:
 
 # -- export --------------------------------------------------------------------------------
 
-def export_model(project: Project, opset: int, opset_reason: str, *, report: Progress = lambda _: None,
+def export_model(project: Project, opset: int, opset_reason: str, *, progress: Progress = lambda _: None,
                  torch_runner: TorchRunner | None = None, groups: Sequence[SelectedGroup] | None = None,
                  key_parts: dict[str, str] | None = None, source_note: str = "") -> ExportRecord:
     """Export the project's model as ONNX at ``opset``; raises on any mismatch.
@@ -196,11 +196,11 @@ def export_model(project: Project, opset: int, opset_reason: str, *, report: Pro
     with atomic_output_dir(export_dir(project, opset)) as staging:
         path = staging / MODEL_FILE
         try:
-            passed = _export_checked(project, torch_runner.model, reference, opset, path, report,
+            passed = _export_checked(project, torch_runner.model, reference, opset, path, progress,
                                      simplify_model=project.export.simplify)
         except _NoExporterPassed as failed:
             probe = functools.partial(_passes_at, project, torch_runner.model, reference)
-            raise export_failure(project, opset, failed.refused, groups, report, probe) from None
+            raise export_failure(project, opset, failed.refused, groups, progress, probe) from None
         files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
         record = ExportRecord(
             onnx_path=export_dir(project, opset) / MODEL_FILE,
@@ -301,7 +301,7 @@ class _Passed:
 
 
 def _export_checked(project: Project, model: torch.nn.Module, reference: dict, opset: int, path: Path,
-                    report: Progress, *, simplify_model: bool) -> _Passed:
+                    progress: Progress, *, simplify_model: bool) -> _Passed:
     """Each exporter in turn until one's model passes every check; why each earlier one did not."""
     choice = project.export.exporter
     attempts = AUTO_ORDER if choice == "auto" else (choice,)
@@ -309,13 +309,13 @@ def _export_checked(project: Project, model: torch.nn.Module, reference: dict, o
     args = _example_args(project)
     refused: list[Refused] = []
     for exporter in attempts:
-        report(f"export: trying the {exporter} exporter at opset {opset}")
+        progress(f"export: trying the {exporter} exporter at opset {opset}")
         try:
             parity, simplified, simplify_note = _attempt(project, exporter, wrapped, args, reference, opset, path,
-                                                         report, simplify_model)
+                                                         progress, simplify_model)
         except Refused as why:
             refused.append(why)
-            report(f"export: {why.summary}" + ("; falling back" if exporter != attempts[-1] else ""))
+            progress(f"export: {why.summary}" + ("; falling back" if exporter != attempts[-1] else ""))
             continue
         return _Passed(exporter, _exporter_note(exporter, choice, refused), refused, parity, simplified,
                        simplify_note)
@@ -323,7 +323,7 @@ def _export_checked(project: Project, model: torch.nn.Module, reference: dict, o
 
 
 def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tuple, reference: dict, opset: int,
-             path: Path, report: Progress, simplify_model: bool) -> tuple[list[OutputParity], bool, str]:
+             path: Path, progress: Progress, simplify_model: bool) -> tuple[list[OutputParity], bool, str]:
     """One exporter's model, written to ``path`` and checked, cheapest check first; raises Refused.
 
     The checks: the exporter's own result (opset actually written, inputs, outputs), the full ONNX
@@ -353,7 +353,7 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
         raise Refused(exporter, problem)
     simplify_note = "disabled (export.simplify = false)"
     if simplify_model:
-        simplify_note, simplified_parity = simplify(project, reference, path, report,
+        simplify_note, simplified_parity = simplify(project, reference, path, progress,
                                                     proto if inline is not None else None)
         if simplified_parity is not None:
             return simplified_parity, True, simplify_note

@@ -21,7 +21,7 @@ __all__ = []
 
 
 def export_failure(project: Project, opset: int, refused: list[Refused], groups: Sequence[SelectedGroup] | None,
-                   report: Progress, probe: Callable[[int], str | None]) -> ExportError:
+                   progress: Progress, probe: Callable[[int], str | None]) -> ExportError:
     """One error listing why every attempt was refused, and what to try (another exporter, opset, fleet split).
 
     ``groups`` are the targets the opset was chosen for (None: the project's fleet); ``probe``
@@ -32,7 +32,7 @@ def export_failure(project: Project, opset: int, refused: list[Refused], groups:
     for r in refused:
         lines.append(f"  - {r.summary}")
         lines += [f"      {d}" for d in r.details]
-    advice, hint = _opset_advice(project, opset, groups, report, probe)
+    advice, hint = _opset_advice(project, opset, groups, progress, probe)
     if advice:
         lines.append(advice)
     tried = {r.exporter for r in refused}
@@ -50,7 +50,7 @@ def export_failure(project: Project, opset: int, refused: list[Refused], groups:
 
 
 def _opset_advice(project: Project, opset: int, groups: Sequence[SelectedGroup] | None,
-                  report: Progress, probe: Callable[[int], str | None]) -> tuple[str, str | None]:
+                  progress: Progress, probe: Callable[[int], str | None]) -> tuple[str, str | None]:
     """Would a higher opset work? Tries, lowest first, the highest opset of each target above ``opset``.
 
     Returns a sentence for the error (which targets cap the opset, the highest each takes) and a
@@ -60,7 +60,7 @@ def _opset_advice(project: Project, opset: int, groups: Sequence[SelectedGroup] 
     takes = {g.name: g.target.release.max_onnx_opset for g in groups}
     higher_opsets = sorted(o for o in set(takes.values()) if o > opset)
     for higher in higher_opsets:
-        report(f"export: checking whether the model exports at opset {higher}")
+        progress(f"export: checking whether the model exports at opset {higher}")
         exporter = probe(higher)
         if exporter is None:
             continue

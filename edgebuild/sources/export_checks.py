@@ -205,7 +205,7 @@ def _compare(which: str, shapes: dict, name: str, want: np.ndarray, got: np.ndar
 
 # -- onnxslim --------------------------------------------------------------------------------
 
-def simplify(project: Project, reference: dict, path: Path, report: Progress,
+def simplify(project: Project, reference: dict, path: Path, progress: Progress,
              exported: onnx.ModelProto | None = None) -> tuple[str, list[OutputParity] | None]:
     """onnxslim's version of the model at ``path`` replaces it if it passes every check itself.
 
@@ -222,7 +222,7 @@ def simplify(project: Project, reference: dict, path: Path, report: Progress,
 
     if importlib.util.find_spec("onnxslim") is None:
         return "onnxslim not installed", None
-    report("export: simplifying with onnxslim")
+    progress("export: simplifying with onnxslim")
     folder = path.parent / "simplified"
     folder.mkdir()
     candidate = folder / path.name

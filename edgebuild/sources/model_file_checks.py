@@ -94,7 +94,7 @@ def onnx_proto(path: Path, found: str, words: str) -> onnx.ModelProto:
 
 
 def check_model_file(project: Project, groups: Sequence[SelectedGroup], *,
-                     report: Progress = lambda _: None) -> ModelFileCheck:
+                     progress: Progress = lambda _: None) -> ModelFileCheck:
     """Every problem of ``[model] source`` that validate's model stage would find (none for an entry point)."""
     source = project.model.source
     if source is None:
@@ -106,7 +106,7 @@ def check_model_file(project: Project, groups: Sequence[SelectedGroup], *,
     except ConfigError as exc:
         return ModelFileCheck([exc])
     if kind == "hub":  # built by its library (no download) and run at the profile's shapes
-        return _in_pytorch(project, source, report)
+        return _in_pytorch(project, source, progress)
     path = project.path(source)
     where = f"{project.source}: model.source: "
     try:
@@ -120,21 +120,21 @@ def check_model_file(project: Project, groups: Sequence[SelectedGroup], *,
             hint="name the file for what it is (or fix model.kind); " + _WHAT_TO_DO.get(found, _AGAIN))])
     try:
         if kind == "onnx":
-            return ModelFileCheck(notes=[_check_onnx(project, groups, path, report)])
+            return ModelFileCheck(notes=[_check_onnx(project, groups, path, progress)])
         if kind == "ultralytics":
             return ModelFileCheck(notes=[_check_checkpoint(project, path)])
     except EdgebuildError as exc:
         return ModelFileCheck([exc])
-    return _in_pytorch(project, path.name, report)
+    return _in_pytorch(project, path.name, progress)
 
 
-def _in_pytorch(project: Project, name: str, report: Progress) -> ModelFileCheck:
+def _in_pytorch(project: Project, name: str, progress: Progress) -> ModelFileCheck:
     """A TorchScript file or a model by name: loaded (no pickle runs) and run at the profile's shapes, as the model
     stage does."""
     from edgebuild.sources.torch_source import check_source
 
     try:
-        record = check_source(project, report=report)
+        record = check_source(project, progress=progress)
     except EdgebuildError as exc:
         return ModelFileCheck([exc])
     return ModelFileCheck(notes=[f"{name}: {record.kind}, {record.parameters:,} parameters; run at the min/opt/max "
@@ -155,11 +155,11 @@ _WHAT_TO_DO = {
 }
 
 
-def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, report: Progress) -> str:
+def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, progress: Progress) -> str:
     from edgebuild.sources.onnx_file import check_onnx_model, source_files
 
     size = sum((path.parent / name).stat().st_size for name, sha in source_files(path).items() if sha != "missing")
-    record = check_onnx_model(project, groups, report=report, run=size <= RUN_LIMIT)
+    record = check_onnx_model(project, groups, progress=progress, run=size <= RUN_LIMIT)
     ran = "run with ONNX Runtime at the min/opt/max shapes" if record.output_shapes else \
         f"not run ({size / 2**20:.0f} MB: validate's model stage runs it)"
     stride = next((c.split("stride ")[1].split(" ")[0] for c in record.checks if "model's stride" in c), None)

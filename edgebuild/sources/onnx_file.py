@@ -266,7 +266,7 @@ def model_check_key_parts(project: Project, groups: Sequence[SelectedGroup]) -> 
 # -- the model stage --------------------------------------------------------------------------------
 
 def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
-                     report: Progress = lambda _: None, run: bool = True) -> OnnxModelRecord:
+                     progress: Progress = lambda _: None, run: bool = True) -> OnnxModelRecord:
     """Every check an ONNX file passes before the pipeline uses it as the model; raises ModelError.
 
     In order: it loads, the full checker and strict shape inference pass, its opset is one every
@@ -300,7 +300,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     metadata = checks.metadata(proto)
     ultralytics = checks.ultralytics_summary(metadata)
     if ultralytics:
-        report("model: " + checks.describe_ultralytics(ultralytics))
+        progress("model: " + checks.describe_ultralytics(ultralytics))
     adapted = _adapted(project) if ultralytics else None
     if adapted and _is_top_k(project):
         from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
@@ -309,8 +309,8 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
         checks.raise_for_checker(project, adapted[0])
         done.append(f"{NMS_FREE_NOTE}: the export's top-k {adapted[1]!r} [N, K, 6] mapped by appended nodes to "
                     f"num_detections, detection_boxes, detection_scores, detection_classes ({adapted[0].name})")
-        report(f"model: {NMS_FREE_NOTE}: {adapted[1]} [N, K, 6] -> num_detections, detection_boxes, "
-               "detection_scores, detection_classes")
+        progress(f"model: {NMS_FREE_NOTE}: {adapted[1]} [N, K, 6] -> num_detections, detection_boxes, "
+                 "detection_scores, detection_classes")
     elif adapted:
         proto = checks.load_structure(project, adapted[0])
         checks.raise_for_checker(project, adapted[0])
@@ -318,7 +318,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
         done.append(f"Ultralytics raw head {adapted[1]!r} [N, 4+C, A] adapted by appended nodes to "
                     f"{boxes!r} [N, A, 4] (x1, y1, x2, y2) and {scores!r} [N, A, C] ({adapted[0].name}); "
                     "the checker passes")
-        report(f"model: appended edgebuild's Ultralytics adapter: {adapted[1]} [N, 4+C, A] -> {boxes}, {scores}")
+        progress(f"model: appended edgebuild's Ultralytics adapter: {adapted[1]} [N, 4+C, A] -> {boxes}, {scores}")
     checks.raise_for_ultralytics_head(project, path, ultralytics, checks.graph_output_dims(proto))
     checks.raise_for_inputs(project, path, proto)
     done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
@@ -416,7 +416,7 @@ def import_key_parts(project: Project, model: OnnxModelRecord) -> dict[str, str]
 
 
 def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[SelectedGroup], *,
-                report: Progress = lambda _: None) -> ExportRecord:
+                progress: Progress = lambda _: None) -> ExportRecord:
     """Copy the checked file into ``build/export/opset<N>/model.onnx`` and say so in an ``ExportRecord``.
 
     The copy is the file as given; a file with external data is written again with its data in
@@ -434,7 +434,7 @@ def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[Selec
     ceiling, reason = fleet_opset(project, groups)
     parts = import_key_parts(project, model)
     final = export_dir(project, model.opset)
-    report(f"export: importing {path.name} (opset {model.opset}) as given")
+    progress(f"export: importing {path.name} (opset {model.opset}) as given")
     with atomic_output_dir(final) as staging:
         target = staging / MODEL_FILE
         checks = list(model.checks)

@@ -64,14 +64,14 @@ def _entry_point() -> ModelRoute:
         kind="entry point",
         model_key=lambda project, groups, last: _with_task(
             entry_point.model_key_parts(project, entry_point.loaded_file_parts(project, last)), project),
-        check=lambda project, groups, torch_runner, report: entry_point.check_model(project, torch_runner()),
+        check=lambda project, groups, torch_runner, progress: entry_point.check_model(project, torch_runner()),
         reference_key=lambda project, record: entry_point.model_key_parts(
             project, entry_point.recorded_file_parts(record)),
         reference_tools=("torch",),
         reference_runner=lambda project, torch_runner: (torch_runner(), "the PyTorch model"),
         export_key=lambda project, record, opset: export.cache_key_parts(project, opset, record),
-        export=lambda project, record, opset, reason, groups, loaded, report: export.export_model(
-            project, opset, reason, report=report, torch_runner=loaded, groups=groups,
+        export=lambda project, record, opset, reason, groups, loaded, progress: export.export_model(
+            project, opset, reason, progress=progress, torch_runner=loaded, groups=groups,
             key_parts=export.cache_key_parts(project, opset, record)))
 
 
@@ -81,16 +81,16 @@ def _onnx_file() -> ModelRoute:
     return ModelRoute(
         kind="onnx",
         model_key=lambda project, groups, last: onnx_file.model_check_key_parts(project, groups),
-        check=lambda project, groups, torch_runner, report: onnx_file.check_onnx_model(project, groups,
-                                                                                        report=report),
+        check=lambda project, groups, torch_runner, progress: onnx_file.check_onnx_model(project, groups,
+                                                                                         progress=progress),
         reference_key=lambda project, record: onnx_file.onnx_key_parts(project), reference_tools=("onnxruntime",),
         reference_runner=lambda project, torch_runner: (onnx_file.onnx_runner(project),
                                                         f"the ONNX file {project.model.source}"),
         # this route's model stage (check_onnx_model) records an OnnxModelRecord
         export_key=lambda project, record, opset: onnx_file.import_key_parts(
             project, cast("OnnxModelRecord", record)),
-        export=lambda project, record, opset, reason, groups, loaded, report: onnx_file.import_onnx(
-            project, cast("OnnxModelRecord", record), groups, report=report),
+        export=lambda project, record, opset, reason, groups, loaded, progress: onnx_file.import_onnx(
+            project, cast("OnnxModelRecord", record), groups, progress=progress),
         needs_opset=False)
 
 
@@ -102,12 +102,12 @@ def _model_file_in_pytorch(kind: str, what: Callable[[Project], str], key_parts:
     return ModelRoute(
         kind=kind,
         model_key=lambda project, groups, last: _with_task(key_parts(project), project),
-        check=lambda project, groups, torch_runner, report: check(project, report=report),
+        check=lambda project, groups, torch_runner, progress: check(project, progress=progress),
         reference_key=lambda project, record: key_parts(project), reference_tools=("torch",),
         reference_runner=lambda project, torch_runner: (runner(project), what(project)),
         export_key=lambda project, record, opset: export_key(project, opset),
-        export=lambda project, record, opset, reason, groups, loaded, report: export(
-            project, opset, reason, groups, report=report))
+        export=lambda project, record, opset, reason, groups, loaded, progress: export(
+            project, opset, reason, groups, progress=progress))
 
 
 def _ultralytics_checkpoint() -> ModelRoute:

@@ -92,7 +92,7 @@ def source_runner(project: Project) -> TorchRunner:
     return _loaded(project)[0]
 
 
-def check_source(project: Project, *, report: Progress = lambda _: None) -> TorchSourceModelRecord:
+def check_source(project: Project, *, progress: Progress = lambda _: None) -> TorchSourceModelRecord:
     """Load the model, then run it at the min/opt/max shapes against the task."""
     from edgebuild.project.config import model_source_kind
     from edgebuild.sources.entry_point import check_model
@@ -100,7 +100,7 @@ def check_source(project: Project, *, report: Progress = lambda _: None) -> Torc
     started = time.perf_counter()
     runner, notes = _loaded(project)
     for note in notes:
-        report(f"model: {note}")
+        progress(f"model: {note}")
     base = check_model(project, runner)
     _, told_by = model_source_kind(project)
     return TorchSourceModelRecord(
@@ -124,10 +124,10 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 
 
 def export_source(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
-                  report: Progress = lambda _: None) -> ExportRecord:
+                  progress: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the loaded model, recorded under this route's key."""
     from edgebuild.sources.export import export_model
 
-    return export_model(project, opset, reason, report=report, torch_runner=source_runner(project),
+    return export_model(project, opset, reason, progress=progress, torch_runner=source_runner(project),
                         groups=list(groups), key_parts=export_key_parts(project, opset),
                         source_note=f"from the {source_kind(project)} model {project.model.source}")

@@ -152,7 +152,7 @@ def checkpoint_runner(project: Project) -> TorchRunner:
     return runner
 
 
-def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> UltralyticsModelRecord:
+def check_checkpoint(project: Project, *, progress: Progress = lambda _: None) -> UltralyticsModelRecord:
     """The checkpoint's facts, then its wrapped model at the min/opt/max shapes against the task."""
     from edgebuild.project.config import model_source_kind
     from edgebuild.project.ultralytics_facts import project_problems
@@ -161,7 +161,7 @@ def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> 
     started = time.perf_counter()
     path = _path(project)
     facts = _facts(project)
-    report(f"model: {facts.summary()}")
+    progress(f"model: {facts.summary()}")
     problems = project_problems(project, facts)
     if problems:
         raise ModelError(f"{project.source}: model.source: {path.name} and the project disagree:\n"
@@ -178,7 +178,7 @@ def check_checkpoint(project: Project, *, report: Progress = lambda _: None) -> 
 
         done.append(f"{NMS_FREE_NOTE}: its one-to-one top {_top_k(project)} are the detections "
                     f"(score > {project.detection_postprocess.score_threshold})")
-        report(f"model: {NMS_FREE_NOTE} (its one-to-one top {_top_k(project)} are the detections)")
+        progress(f"model: {NMS_FREE_NOTE} (its one-to-one top {_top_k(project)} are the detections)")
     _, told_by = model_source_kind(project)
     return UltralyticsModelRecord(
         entry_point=_source(project), parameters=base.parameters, output_shapes=base.output_shapes,
@@ -202,11 +202,11 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 
 
 def export_checkpoint(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
-                      report: Progress = lambda _: None) -> ExportRecord:
+                      progress: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the wrapped checkpoint, recorded under this route's key."""
     from edgebuild.sources.export import export_model
 
-    return export_model(project, opset, reason, report=report, torch_runner=checkpoint_runner(project),
+    return export_model(project, opset, reason, progress=progress, torch_runner=checkpoint_runner(project),
                         groups=list(groups), key_parts=export_key_parts(project, opset),
                         source_note=f"from the Ultralytics checkpoint {project.model.source} "
                                     f"(sha256 {_file_sha(_path(project))[:12]})")

@@ -48,9 +48,9 @@ def stage(name: str) -> Stage:
 
 def compile_work(work: Work[SelectedGroup], *, stages: tuple[Stage, ...] = STAGES, until: str | None = None,
                  options: Options = Options(), settings: CompileSettings = CompileSettings(),
-                 session: CompileSession | None = None, report: Progress = lambda _: None,
+                 session: CompileSession | None = None, progress: Progress = lambda _: None,
                  on_stage: Callable[[StageOutcome], None] | None = None) -> CompileReport:
-    """Run the compile's ``stages`` for ``work`` (``until``, ``options``, ``report``, ``on_stage`` as run_stages).
+    """Run the compile's ``stages`` for ``work`` (``until``, ``options``, ``progress``, ``on_stage`` as run_stages).
 
     ``settings`` are the command's flags the stages read; ``session`` what several runs for one
     model share (a fleet's model: its gate, then its engines); the project's data is prepared
@@ -60,7 +60,7 @@ def compile_work(work: Work[SelectedGroup], *, stages: tuple[Stage, ...] = STAGE
 
     def prepare(running: tuple[Stage, ...]) -> None:
         if any(s.name in READS_DATA for s in running):
-            prepare_data(work.project, report)
+            prepare_data(work.project, progress)
 
-    return run_stages(work, stages, until=until, options=options, report=report, on_stage=on_stage,
+    return run_stages(work, stages, until=until, options=options, progress=progress, on_stage=on_stage,
                       session=session or CompileSession(settings), prepare=prepare)

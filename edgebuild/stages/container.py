@@ -54,7 +54,7 @@ def _run(inputs: CompileInputs) -> ContainerRecord:
 
     settings = inputs.session.settings
     return write_group_container(inputs.project, inputs.unit, model_folder(inputs), flavor=settings.container_flavor,
-                                 base_image=settings.base_image, report=inputs.report)
+                                 base_image=settings.base_image, progress=inputs.progress)
 
 
 def _outputs(inputs: CompileInputs, record: ContainerRecord) -> list[Path]:

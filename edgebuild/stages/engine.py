@@ -78,13 +78,13 @@ def _run(inputs: CompileInputs) -> EngineRecord:
     def build(build_on: str | None) -> EngineRecord:
         return build_and_accept(project, group, gate, host=session.host(), build_on=build_on, force=inputs.forced,
                                 acceptance=lambda name: session.acceptance_payload(project, gate, name),
-                                report=inputs.report)
+                                progress=inputs.progress)
 
     farm = inputs.session.settings.farm
     if farm is None or inputs.session.settings.build_on or group.build_on:
         return build(inputs.session.settings.build_on)
     if not inputs.forced and not device_needed(project, group, gate, session.host()):
-        inputs.report(f"engine: {group.name}: the engine a farm board built is current and accepted; no board needed")
+        inputs.progress(f"engine: {group.name}: the engine a farm board built is current and accepted; no board needed")
         return build(EngineStateStore.of(project, group.name).read().built.placement)
     from edgebuild.devices.farm import run_on_board, target_tags
 

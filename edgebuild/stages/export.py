@@ -41,7 +41,7 @@ def _run(inputs: CompileInputs) -> ExportRecord:
     route = route_for(inputs.project)
     opset, reason = _opset(inputs) if route.needs_opset else (0, "")
     return route.export(inputs.project, inputs.record(MODEL), opset, reason, inputs.work.groups,
-                        session.loaded_torch_runner, inputs.report)
+                        session.loaded_torch_runner, inputs.progress)
 
 
 def _from_dict(data: JsonObject) -> ExportRecord:

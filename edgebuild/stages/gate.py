@@ -47,7 +47,7 @@ def _run(inputs: CompileInputs) -> GateResult:
     from edgebuild.accuracy.gate import run_gate
 
     return run_gate(inputs.project, inputs.record(EXPORT), groups=cleared_groups(inputs), force=inputs.forced,
-                    progress=inputs.options.progress, report=inputs.report)
+                    progress=inputs.options.progress, say=inputs.progress)
 
 
 def _from_dict(data: JsonObject) -> GateResult:

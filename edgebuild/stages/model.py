@@ -27,7 +27,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
 def _run(inputs: CompileInputs) -> ModelRecord:
     session = inputs.session
     return route_for(inputs.project).check(inputs.project, inputs.work.groups,
-                                           lambda: session.torch_runner(inputs.project), inputs.report)
+                                           lambda: session.torch_runner(inputs.project), inputs.progress)
 
 
 def _from_dict(data: JsonObject) -> ModelRecord:

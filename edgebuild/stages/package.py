@@ -53,7 +53,7 @@ def _run(inputs: CompileInputs) -> PackageRecord:
     accepted = inputs.record(ENGINE).accepted
     shown = {k: v for k, v in accepted.as_dict().items() if k in SHOWN_ACCEPTANCE} if accepted else None
     return package_group(inputs.project, inputs.unit, model_folder=model_folder(inputs), context=_context(inputs),
-                         since=inputs.session.settings.package_since, accepted=shown, report=inputs.report)
+                         since=inputs.session.settings.package_since, accepted=shown, progress=inputs.progress)
 
 
 def _outputs(inputs: CompileInputs, record: PackageRecord) -> list[Path]:

@@ -37,7 +37,7 @@ def _run(inputs: CompileInputs) -> Evaluation:
     runner, what = route_for(inputs.project).reference_runner(inputs.project,
                                                               lambda: session.torch_runner(inputs.project))
     if not inputs.options.progress:  # no bar: one line when the long step starts
-        inputs.report(f"reference: evaluating {what} on {len(data)} validation images [{runner.backend}]")
+        inputs.progress(f"reference: evaluating {what} on {len(data)} validation images [{runner.backend}]")
     # the model as its source gives it: a detector's raw head, decoded on the host even where the
     # project appends NMS to the export (the gate proves that decode and the appended one agree)
     return evaluate(inputs.project, runner, data=data, progress=inputs.options.progress, raw_head=True)

@@ -190,10 +190,15 @@ def predict_ms(cost: GraphCost, perf: ModulePerformance, precision: str, model: 
 
 # -- the fit ---------------------------------------------------------------------------------
 
-def _design(samples: list[FitSample]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int, float]]:
+#: one sample in the fit: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision
+#: index; log(measured); the sample's weight
+_DesignRow = tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]
+
+
+def _design(samples: list[FitSample]) -> list[_DesignRow]:
     """Per sample: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision index;
-    log(measured)."""
-    rows = []
+    log(measured); its weight."""
+    rows: list[_DesignRow] = []
     for sample in samples:
         precision = sample.row.precision
         tensor_peak, cuda_peak = _peaks(sample.performance, precision)
@@ -207,7 +212,7 @@ def _design(samples: list[FitSample]) -> list[tuple[np.ndarray, np.ndarray, np.n
     return rows
 
 
-def _loss(vector: np.ndarray, design: list) -> float:
+def _loss(vector: np.ndarray, design: list[_DesignRow]) -> float:
     v = np.exp(vector)
     total = 0.0
     for compute, memory, cycles, p, measured, weight in design:
@@ -216,7 +221,8 @@ def _loss(vector: np.ndarray, design: list) -> float:
     return total
 
 
-def _nelder_mead(f, x0: np.ndarray, step: float = 0.5, iterations: int = 3000, tol: float = 1e-12) -> np.ndarray:
+def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5, iterations: int = 3000,
+                 tol: float = 1e-12) -> np.ndarray:
     """Minimise ``f`` from ``x0``: the textbook Nelder-Mead simplex, deterministic."""
     n = len(x0)
     simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]

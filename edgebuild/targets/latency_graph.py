@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from edgebuild.errors import ModelError
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["GraphCost", "graph_cost_from_file"]
+
+_T = TypeVar("_T")
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
 
@@ -111,8 +113,9 @@ def graph_cost(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, i
     layers, unknown = _fuse(inferred.graph, shapes, weights, constants)
     inputs = [v for v in model.graph.input if v.name not in weights]
     dynamic = tuple(v.name for v in inputs if shapes.get(v.name) is None)
-    image = next((shapes[v.name] for v in inputs if v.name not in dynamic and len(shapes[v.name]) == 4), None)
-    return GraphCost(tuple(layers), batch, image[2:] if image else None, unknown, dynamic)
+    fixed = [shape for shape in (shapes.get(v.name) for v in inputs) if shape is not None]
+    image = next((shape for shape in fixed if len(shape) == 4), None)
+    return GraphCost(tuple(layers), batch, (image[2], image[3]) if image else None, unknown, dynamic)
 
 
 def _with_input_shape(model: onnx.ModelProto, batch: int, input_hw: tuple[int, int] | None) -> onnx.ModelProto:
@@ -171,9 +174,9 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...] | None]:
         if not tensor.HasField("shape"):
             shapes.setdefault(value.name, None)
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]  # -1: no fixed size
         if shapes.get(value.name) is None:  # a graph output's declared shape never hides an inferred one
-            shapes[value.name] = None if any(d is None or d < 0 for d in dims) else tuple(dims)
+            shapes[value.name] = None if any(d < 0 for d in dims) else tuple(dims)
     for init in model.graph.initializer:
         shapes[init.name] = tuple(init.dims)
     return shapes
@@ -184,7 +187,9 @@ def _size(shapes: dict[str, tuple[int, ...] | None], name: str) -> int | None:
     return None if shape is None else math.prod(shape)
 
 
-def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
+def _attr(node: onnx.NodeProto, name: str, default: _T) -> _T:
+    """``name``'s value on ``node``, else ``default``: ONNX gives an attribute the type its operator
+    defines (an int for ``group``, a list of ints for ``kernel_shape``), which is the default's."""
     import onnx
 
     for attr in node.attribute:
@@ -241,7 +246,7 @@ def _fuse(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...] | None], wei
             # shape inference could not follow (a Slice with computed bounds): the largest input
             # stands in for the output, an upper bound for a Slice, exact for an elementwise node
             unknown += 1
-            known = [shapes[n] for n in activations if shapes.get(n) is not None]
+            known = [shape for shape in (shapes.get(n) for n in activations) if shape is not None]
             shapes[node.output[0]] = max(known, key=math.prod) if known else None
         counted = _node_flops(node, shapes)
         if counted is None:
@@ -250,7 +255,7 @@ def _fuse(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...] | None], wei
         flops, tensor = counted
         target = None
         if op in ELEMENTWISE:
-            owners = {producer_group.get(n) for n in activations} - {None}
+            owners = {producer_group[n] for n in activations if n in producer_group}
             fusable = [g for g in owners if groups[g]["open"]]
             if fusable:
                 target = max(fusable)  # the latest open group: the producer TensorRT fuses into

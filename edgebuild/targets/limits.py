@@ -465,7 +465,7 @@ class LimitedRun:
         return asdict(self)
 
 
-def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Progress = print,
+def run_limited(preset: LimitPreset, command: Sequence[str], *, progress: Progress = print,
                 report_file: Path | None = None, env: dict[str, str] | None = None) -> LimitedRun:
     """Run ``command`` inside a new cgroup with the preset's limits; the cgroup is removed afterwards.
 
@@ -476,7 +476,7 @@ def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Progress
     if os.geteuid() != 0 and not os.access(CGROUP_ROOT, os.W_OK):
         raise CapabilityMissing("creating a cgroup needs root on this host (or a delegated cgroup v2 subtree)",
                                 hint="run `sudo edgebuild run --limits ...`, or try the limits in a container")
-    preset = fit_to_host(preset, lambda m: report(f"run: warning: {m}"))
+    preset = fit_to_host(preset, lambda m: progress(f"run: warning: {m}"))
     cgroup = host_cgroup(f"edgebuild-run-{os.getpid()}-{int(time.time() * 1000) % 100000}")
     try:
         cgroup.create(preset)
@@ -497,8 +497,8 @@ def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Progress
     started = time.perf_counter()
     try:
         limits = cgroup.read_back()
-        report(f"run: cgroup {cgroup.version} {cgroup.path}: {preset.describe()}")
-        report("run: read back " + ", ".join(f"{k}={v}" for k, v in limits.items()))
+        progress(f"run: cgroup {cgroup.version} {cgroup.path}: {preset.describe()}")
+        progress("run: read back " + ", ".join(f"{k}={v}" for k, v in limits.items()))
         try:
             child = subprocess.Popen(list(command), preexec_fn=join_cgroup, env=child_env)  # noqa: PLW1509
         except OSError as exc:
@@ -518,9 +518,9 @@ def run_limited(preset: LimitPreset, command: Sequence[str], *, report: Progress
                         code if code >= 0 else None, killed_by, usage.oom_kills > 0, usage.peak_memory,
                         round(time.perf_counter() - started, 3))
     peak = human_size(usage.peak_memory) if usage.peak_memory is not None else "not reported by this kernel"
-    report(f"run: ended after {result.seconds:.1f} s, "
-           + (f"killed by {killed_by}" if killed_by else f"exit code {code}")
-           + f"; peak memory {peak} of {human_size(preset.memory)}")
+    progress(f"run: ended after {result.seconds:.1f} s, "
+             + (f"killed by {killed_by}" if killed_by else f"exit code {code}")
+             + f"; peak memory {peak} of {human_size(preset.memory)}")
     if report_file is not None:
         report_file.parent.mkdir(parents=True, exist_ok=True)
         report_file.write_text(json.dumps(result.as_dict(), indent=2))

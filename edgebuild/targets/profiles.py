@@ -190,8 +190,8 @@ def _check_consistency(root: Path, catalog: Catalog) -> None:
                 )
     for release in catalog.releases.values():
         for module_id in release.modules:
-            module = catalog.modules.get(module_id)
-            if module is None or release.jetpack not in module.jetpack:
+            listed = catalog.modules.get(module_id)
+            if listed is None or release.jetpack not in listed.jetpack:
                 raise ProfileDataError(
                     f"{root}: JetPack {release.jetpack} lists module {module_id}, which does not list it"
                 )

@@ -30,7 +30,7 @@ class Benched:
 
 def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: Path, selector: str,
                    device_url: str | None = None, baseline: Path | None = None, force: bool = False,
-                   report: Progress = lambda _: None) -> Benched:
+                   progress: Progress = lambda _: None) -> Benched:
     """``artifact`` (else the one compiled group ``selector`` selects) benchmarked here in a fresh
     process, or on the device at ``device_url``; compared with ``baseline`` (``force``: even an
     unlike run)."""
@@ -52,12 +52,12 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
     before = load_result(baseline) if baseline else None  # a broken baseline fails before the long run
     check_durations(options)
     if device_url:
-        result = bench_over_ssh(check_remote_url(device_url), artifact, options, report=report)
+        result = bench_over_ssh(check_remote_url(device_url), artifact, options, progress=progress)
     else:
         result = bench_here(artifact, options)
     from edgebuild.workflows.latency_calibrate import record_measured
 
-    recorded = tuple(record_measured(project_dir, artifact, result, report=report))
+    recorded = tuple(record_measured(project_dir, artifact, result, progress=progress))
     if before is None:
         return Benched(artifact, result, recorded=recorded)
     try:
@@ -92,7 +92,7 @@ class FleetBench:
 
 def bench_on_farm(project_dir: Path, selector: str, address: str | None, options: JsonObject, *,
                   jobs: int | None = None, timeout_s: float | None = None, summary_file: Path | None = None,
-                  report: Progress = lambda _: None) -> FleetBench:
+                  progress: Progress = lambda _: None) -> FleetBench:
     """``bench --farm``: each selected group's model folder benchmarked on a board of its profile, in
     parallel: ``build/bench/<group>.json``, the fleet summary (``summary_file``, else
     ``build/bench/fleet.json``) and the jobs (``build/farm/bench.json``)."""
@@ -111,9 +111,9 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     missing = [name for name, folder in folders.items() if not is_compiled(folder)]
     if missing:
         raise ConfigError(f"not compiled: {', '.join(missing)}", hint="run `edgebuild compile` for them first")
-    farm = open_farm(project, address, timeout_s, report=report)
+    farm = open_farm(project, address, timeout_s, progress=progress)
     results = fan_out_groups(farm, work.groups, lambda g, board: bench_over_ssh(board.url, folders[g.name], options,
-                                                                                report=report),
+                                                                                progress=progress),
                              max_jobs=jobs or project.farm.jobs)
     layout = BuildLayout.of(project)
     out = layout.bench
@@ -123,7 +123,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     for r in results:
         if r.error is None:
             atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
-            record_measured(project_dir, folders[r.group], r.result, source="bench --farm", report=report)
+            record_measured(project_dir, folders[r.group], r.result, source="bench --farm", progress=progress)
     summary = fleet_summary(results)
     summary_path = summary_file or layout.bench_summary
     atomic_write_text(summary_path, json.dumps(summary, indent=2))

@@ -38,9 +38,9 @@ class Exported:
 
 
 def export_model(project_dir: Path, selector: str, *, force: bool = False,
-                 report: Progress = lambda _: None) -> Exported:
+                 progress: Progress = lambda _: None) -> Exported:
     """The model exported to ONNX for every selected target's parser (reused when nothing changed)."""
-    outcome = ran(run_until(load_work(project_dir, selector), EXPORT, force=force, report=report), EXPORT)
+    outcome = ran(run_until(load_work(project_dir, selector), EXPORT, force=force, say=progress), EXPORT)
     record = outcome.record()
     if outcome.error or record is None:
         raise outcome.error or AssertionError("the export neither ran nor failed")
@@ -67,7 +67,7 @@ class Preflighted:
 
 
 def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None = None, *,
-                      report: Progress = lambda _: None) -> Preflighted:
+                      progress: Progress = lambda _: None) -> Preflighted:
     """The project's export (the preflight stage, run as needed), or ``onnx_path``, checked against
     each selected group's TensorRT parser."""
     from edgebuild.targets.preflight import preflight
@@ -75,7 +75,7 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
     work = load_work(project_dir, selector)
     if onnx_path is not None:
         return Preflighted(onnx_path, preflight(onnx_path, list(work.groups)))
-    done = run_until(work, PREFLIGHT, report=report)
+    done = run_until(work, PREFLIGHT, say=progress)
     outcome = ran(done, PREFLIGHT)
     failed = next((u.error for u in outcome.units if u.record is None and u.error), None)
     if failed is not None:
@@ -87,7 +87,7 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
 
 def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson", base_image: str | None = None,
                      build: bool = False, tool: str | None = None, pull: bool = True,
-                     report: Progress = lambda _: None) -> dict[str, JsonObject]:
+                     progress: Progress = lambda _: None) -> dict[str, JsonObject]:
     """Each selected group's container build context (the container stage), and with ``build`` its
     image built with podman or docker: the container records by group, ``context`` an absolute path
     and ``built`` the image tag."""
@@ -95,7 +95,7 @@ def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson"
 
     work = load_work(project_dir, selector)
     done = run_until(work, CONTAINER, settings=CompileSettings(container_flavor=flavor, base_image=base_image),
-                     report=report)
+                     say=progress)
     outcome = ran(done, CONTAINER)
     if outcome.error:
         raise outcome.error
@@ -109,12 +109,12 @@ def write_containers(project_dir: Path, selector: str, *, flavor: str = "jetson"
             model_folder = build_dir / engine.folder
             container = group_container_spec(group, model_folder, flavor=flavor, base_image=base_image)
             records[group.name]["built"] = build_image(Path(records[group.name]["context"]), container,
-                                                       tool=tool, pull=pull, report=report)
+                                                       tool=tool, pull=pull, progress=progress)
     return records
 
 
 def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None, ship_ungated: bool = False,
-                  report: Progress = lambda _: None) -> JsonObject:
+                  progress: Progress = lambda _: None) -> JsonObject:
     """Each selected group's OTA artifacts (the package stage) and ``build/packages/fleet.json``,
     which this returns."""
     import json
@@ -125,13 +125,13 @@ def package_fleet(project_dir: Path, selector: str, *, since: Path | None = None
     if is_fleet_file(project_dir):  # several models: the fleet's compile packages each group with all of them
         from edgebuild.workflows.fleet_compile import compile_fleet
 
-        done = compile_fleet(project_dir, selector, package_since=since, ship_ungated=ship_ungated, report=report)
+        done = compile_fleet(project_dir, selector, package_since=since, ship_ungated=ship_ungated, say=progress)
         if done.error:
             raise done.error
         return json.loads(BuildLayout(done.fleet.build_dir).fleet_manifest.read_text())
     work = load_work(project_dir, selector)
     outcome = ran(run_until(work, PACKAGE, settings=CompileSettings(package_since=since, ship_ungated=ship_ungated),
-                            report=report), PACKAGE)
+                            say=progress), PACKAGE)
     if outcome.error:
         raise outcome.error
     return write_fleet_manifest(work.project, [u.record for u in outcome.units if u.record is not None])

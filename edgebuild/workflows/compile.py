@@ -40,7 +40,7 @@ class Compiled:
 def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] = frozenset(),
                     build_on: str | None = None, farm_address: str | None = None, jobs: int | None = None,
                     farm_timeout: float | None = None, gate: bool = True, ship_ungated: bool = False,
-                    progress: bool = False, report: Progress = lambda _: None, farm_report: Progress | None = None,
+                    progress: bool = False, say: Progress = lambda _: None, farm_say: Progress | None = None,
                     on_work: Callable[[CompileWork], None] = lambda _: None,
                     on_stage: Callable[[StageOutcome], None] = lambda _: None) -> Compiled:
     """Compile ``selector``'s groups of the project at ``project_dir``.
@@ -48,7 +48,7 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
     ``gate=False`` is ``--no-gate`` (accuracy.gate = false for this run). The farm is used with
     ``farm_address`` (bare ``--farm``: "") or, unless ``build_on`` is given, when the project names
     a ``[farm] coordinator``; its groups then build ``jobs`` at once (default ``[farm] jobs``, else
-    all), and it says what it waits for to ``farm_report`` (default ``report``). ``on_work`` sees
+    all), and it says what it waits for to ``farm_say`` (default ``say``). ``on_work`` sees
     the work before anything runs, ``on_stage`` each stage as it ends.
     """
     from edgebuild.devices.farm import open_farm, release_on_exit
@@ -66,14 +66,14 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
     on_work(work)
     farm = None
     if farm_address is not None or (project.farm.coordinator and not build_on):
-        farm = open_farm(project, farm_address, farm_timeout, report=farm_report or report)
+        farm = open_farm(project, farm_address, farm_timeout, progress=farm_say or say)
     options = Options(force=force, progress=progress,
                       jobs=(jobs or project.farm.jobs or len(work.groups)) if farm else 1)
     settings = CompileSettings(build_on=build_on, farm=farm, ship_ungated=ship_ungated)
 
     def run() -> tuple[CompileReport, PredictedLatency | None]:
         return _compile_within_budgets(work, lambda w, stages, seen: compile_work(
-            w, stages=stages, options=options, settings=settings, report=report, on_stage=seen), on_stage, report)
+            w, stages=stages, options=options, settings=settings, progress=say, on_stage=seen), on_stage, say)
 
     if farm is not None:
         try:
@@ -94,7 +94,7 @@ def compile_project(project_dir: Path, selector: str, *, force: frozenset[str] =
 
 def _compile_within_budgets(work: CompileWork, run: Callable[..., CompileReport],
                             on_stage: Callable[[StageOutcome], None],
-                            report: Progress) -> tuple[CompileReport, PredictedLatency | None]:
+                            progress: Progress) -> tuple[CompileReport, PredictedLatency | None]:
     """Every stage, with the groups' latency budgets checked between the gate and the engines.
 
     Without a budget in the selected groups the stages run at once and the prediction is made after
@@ -114,7 +114,7 @@ def _compile_within_budgets(work: CompileWork, run: Callable[..., CompileReport]
     if latency is None or first.record(GATE) is None:
         return first, latency  # the export or the gate failed: nothing after them runs
     for line in latency.warnings():
-        report(f"latency: {line}")
+        progress(f"latency: {line}")
     refused = latency.refusals()
     later = STAGES[len(MODEL_STAGES):]
     early = {s.name for s in MODEL_STAGES}

@@ -22,13 +22,13 @@ class FarmStatus:
     unserved: dict[str, dict[str, str]]  # fleet groups no place can serve -> the tags a board for them needs
 
 
-def farm_status(project_dir: Path, address: str | None = None, *, report: Progress = lambda _: None) -> FarmStatus:
+def farm_status(project_dir: Path, address: str | None = None, *, progress: Progress = lambda _: None) -> FarmStatus:
     from edgebuild.devices.farm import open_farm, target_tags
     from edgebuild.project.config import load_project
     from edgebuild.workflows.work import select_work
 
     project = load_project(project_dir)
-    farm = open_farm(project, address, report=report)
+    farm = open_farm(project, address, progress=progress)
     groups = select_work(project, "all").groups
     try:
         places = farm.places()

@@ -86,7 +86,7 @@ class _Model:
 
 def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = frozenset(), gate: bool = True,
                   ship_ungated: bool = False, package_since: Path | None = None, progress: bool = False,
-                  report: Progress = lambda _: None,
+                  say: Progress = lambda _: None,
                   on_stage: Callable[[StageOutcome], None] = lambda _: None) -> FleetCompiled:
     """Compile the groups ``selector`` picks of the fleet file at ``fleet_dir``, with every model they run.
     ``package_since``: an earlier bundle or packages folder; each group's bundle is a delta over it."""
@@ -114,25 +114,25 @@ def compile_fleet(fleet_dir: Path, selector: str, *, force: frozenset[str] = fro
             project = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"gate": False})})
         work = select_work(project, selection, catalog)
         session = CompileSession(settings)  # a session holds one model
-        report(f"== model {name} ({project.source.parent.name}): {', '.join(g.name for g in work.groups)}")
-        models[name] = _Model(work, session, compile_work(work, stages=MODEL_STAGES, options=options, report=report,
+        say(f"== model {name} ({project.source.parent.name}): {', '.join(g.name for g in work.groups)}")
+        models[name] = _Model(work, session, compile_work(work, stages=MODEL_STAGES, options=options, progress=say,
                                                           on_stage=on_stage, session=session))
     groups = [_plan_group(fleet, g, models) for g in fleet.file.fleet if g.name in selection.names]
     for outcome in groups:
         if outcome.error is None and outcome.memory is not None:
-            report(f"memory plan {outcome.name}:\n{outcome.memory.table()}")
+            say(f"memory plan {outcome.name}:\n{outcome.memory.table()}")
         for line in outcome.latency.warnings() if outcome.latency else ():
-            report(f"latency: {line}")
+            say(f"latency: {line}")
     for name, model in models.items():  # engines for the groups whose memory plan fits
         fitting = [g for g in model.work.groups if any(o.name == g.name and o.error is None for o in groups)]
         if fitting:
-            report(f"== engines of {name}: {', '.join(g.name for g in fitting)}")
+            say(f"== engines of {name}: {', '.join(g.name for g in fitting)}")
             model.compiled = compile_work(replace(model.work, groups=tuple(fitting)),
                                           stages=STAGES[: STAGES.index(ENGINE) + 1], options=options,
-                                          report=report, on_stage=on_stage, session=model.session)
+                                          progress=say, on_stage=on_stage, session=model.session)
     for outcome in groups:
         if outcome.error is None:
-            _ship_group(fleet, outcome, models, settings, report)
+            _ship_group(fleet, outcome, models, settings, say)
     record = BuildLayout(fleet.build_dir).fleet_record
     _write_record(fleet, groups, record)
     _write_reports(fleet, models)
@@ -217,7 +217,7 @@ def _predict_latency(group: FleetGroup, models: dict[str, _Model], names: list[s
 
 
 def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], settings: CompileSettings,
-                report: Progress) -> None:
+                progress: Progress) -> None:
     """The group folder with every model, its container and its bundle."""
     from edgebuild.shipping.group import ship_group
     from edgebuild.stages.engine import ENGINE
@@ -237,7 +237,7 @@ def _ship_group(fleet: Fleet, outcome: GroupOutcome, models: dict[str, _Model], 
     try:
         outcome.written = ship_group(fleet, group, folders, outcome.memory, flavor=settings.container_flavor,
                                      base_image=settings.base_image, package_since=settings.package_since,
-                                     ship_ungated=settings.ship_ungated, report=report, ungated=ungated)
+                                     ship_ungated=settings.ship_ungated, progress=progress, ungated=ungated)
     except EdgebuildError as exc:
         outcome.error = exc
 

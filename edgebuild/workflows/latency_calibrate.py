@@ -62,7 +62,7 @@ def project_fit(project_dir: Path) -> LatencyModel:
 
 
 def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, source: str = "bench",
-                    report: Progress = lambda _: None) -> list[Path]:
+                    progress: Progress = lambda _: None) -> list[Path]:
     """Store a bench result's measurements next to their predictions when ``artifact`` is a model
     folder of the project's build (``devices.measured_latency``); nothing for a folder elsewhere."""
     from edgebuild.errors import EdgebuildError
@@ -74,7 +74,7 @@ def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, so
         return []
     root, artifact = layout.root.resolve(), artifact.resolve()
     if root not in artifact.parents:
-        report(f"measured latency not recorded: {artifact} is not a model folder of {root}")
+        progress(f"measured latency not recorded: {artifact} is not a model folder of {root}")
         return []
     runs = [(artifact, result)]
     if result.get("schema") == BENCH_GROUP:
@@ -85,7 +85,7 @@ def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, so
     fit = project_fit(project_dir)
     written = [p for folder, run in runs if (p := record_bench(layout, folder, run, fit, source)) is not None]
     for path in written:
-        report(f"measured next to predicted: {path}")
+        progress(f"measured next to predicted: {path}")
     return written
 
 
@@ -175,7 +175,7 @@ def _key(stored: JsonObject) -> tuple:
 
 
 def calibrate_project(project_dir: Path, bench_files: list[Path], *, weight: float = USER_WEIGHT,
-                      report: Progress = lambda _: None) -> CalibrationRun:
+                      progress: Progress = lambda _: None) -> CalibrationRun:
     """Refit with the measurements in ``bench_files`` and those kept from earlier runs; write both files."""
     from edgebuild.project.config import load_project
     from edgebuild.targets.profiles import load_catalog
@@ -200,7 +200,7 @@ def calibrate_project(project_dir: Path, bench_files: list[Path], *, weight: flo
         raise ConfigError("no measurement to calibrate with: " + ("; ".join(skipped) or "no configuration in the "
                                                                   "files"),
                           hint="calibrate with results of `edgebuild bench --json` run with TensorRT on a Jetson")
-    report(f"refitting with {len(stored)} of your measurements ({new} new); leave-one-out fits take a few seconds")
+    progress(f"refitting with {len(stored)} of your measurements ({new} new); leave-one-out fits take a few seconds")
     calibration = calibrate([_fit_sample(s, catalog) for s in stored.values()], weight=weight)
     write_latency_model(calibration.model, model_path, written_by="edgebuild plan --calibrate")
     atomic_write_text(measurements_path, json.dumps({"schema": SCHEMA, "weight": weight,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,9 @@ class LatencyRow:
     extrapolated: bool = False  # no published figure of this GPU architecture was fitted
     group: str | None = None  # the fleet group, in a project
     end_to_end_ms: float | None = None  # in a project: + input upload, output download and preprocessing (below)
+    # in a project: the engine's weights + activations at the profile's largest shape, as the memory plan
+    # estimates them from the ONNX before any engine exists (edgebuild.devices.memory_plan)
+    engine_memory_bytes: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -160,7 +164,7 @@ def plan_latency(model: Path, *, input_size: list[int] | None = None, module: st
 
 def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[str, ...] | None = None,
                  batch: int | None = None, budget_ms: float | None = None, min_fps: float | None = None,
-                 report: Progress = lambda _: None, fit: LatencyModel | None = None) -> LatencyPlan:
+                 progress: Progress = lambda _: None, fit: LatencyModel | None = None) -> LatencyPlan:
     """Each selected fleet group on the project's export (the export stage run as needed), one row per
     candidate precision the gate makes (``quantize.precisions``, or ``precisions``), at the input
     profile's optimal size, at batch 1 and at the profile's largest batch (or ``batch``).
@@ -180,11 +184,12 @@ def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[
     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
     batches = [batch] if batch else sorted({1, image.max_shape[0] if image else 1})
     fit = fit or load_latency_model()
-    export = run_until(work, EXPORT, report=report).record(EXPORT)
+    export = run_until(work, EXPORT, say=progress).record(EXPORT)
     assert export is not None, "the export stage ran without a record"
     rows: list[LatencyRow] = []
     skipped: list[str] = []
     own = {g.name: g for g in project.fleet}
+    memory = _engine_memory(project, export.onnx_path, precisions)
     for size in batches:
         cost = _cost(export.onnx_path, size, hw)
         io = _io_bytes(export.onnx_path, size, hw)
@@ -194,11 +199,19 @@ def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[
                       _budget(fleet_group.latency_budget_ms, fleet_group.min_fps, size) if fleet_group else None)
             got, missed = _rows(cost, [group.target.module], group.power_mode or _fastest_mode(group),
                                 group.target.release.jetpack, precisions, size, budget, fit,
-                                host_ms=lambda perf, io=io: _host_ms(io, perf))
-            rows += [replace(r, group=group.name) for r in got]
+                                host_ms=partial(_host_ms, io))
+            rows += [replace(r, group=group.name, engine_memory_bytes=memory[r.precision]) for r in got]
             skipped += [f"group {group.name}: {s}" for s in missed if f"group {group.name}: {s}" not in skipped]
     return _plan(export.onnx_path, batches[-1], cost, rows, skipped, precisions,
                  _budget(budget_ms, min_fps, batches[-1]), fit)
+
+
+def _engine_memory(project: Project, onnx_path: Path, precisions: Sequence[str]) -> dict[str, int]:
+    """Per precision, the engine memory the fleet's memory plan counts for this model before its engine is built."""
+    from edgebuild.devices.memory_plan import estimate_model_memory
+
+    shapes = {s.name: list(s.max_shape) for s in project.model.inputs}
+    return {p: estimate_model_memory(project.project.name, onnx_path, p, shapes, 0, False).engine for p in precisions}
 
 
 def _fastest_mode(group: SelectedGroup) -> str | None:
@@ -222,9 +235,9 @@ def _io_bytes(onnx_path: Path, batch: int, hw: tuple[int, int] | None) -> tuple[
         dims[0].ClearField("dim_param")
         dims[0].dim_value = batch
         if len(dims) == 4 and hw is not None:
-            for dim, size in zip(dims[2:], hw):
+            for dim, length in zip(dims[2:], hw):
                 dim.ClearField("dim_param")
-                dim.dim_value = size
+                dim.dim_value = length
     try:
         graph = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
     except Exception:  # noqa: BLE001 (an estimate: without shapes the outputs count nothing)

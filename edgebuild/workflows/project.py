@@ -67,13 +67,13 @@ def _without_prefix(project: Project, key: str, message: str) -> str:
     return message.removeprefix(f"{project.source}: ").removeprefix(f"{key}: ").removeprefix(f"{key} ")
 
 
-def prepare_project_data(project_dir: Path, *, report: Progress = lambda _: None) -> str | None:
+def prepare_project_data(project_dir: Path, *, progress: Progress = lambda _: None) -> str | None:
     """Run the project's data.prepare when a data path is missing: what ran, or None when nothing had to."""
     from edgebuild.datasets.project_data import prepare_data
     from edgebuild.project.config import load_project
 
     project = load_project(project_dir)
-    return str(project.data.prepare) if prepare_data(project, report) else None
+    return str(project.data.prepare) if prepare_data(project, progress) else None
 
 
 def profile_records(name: str) -> JsonObject:

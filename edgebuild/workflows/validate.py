@@ -42,12 +42,12 @@ class GateRun:
 
 
 def validate_here(project_dir: Path, selector: str, *, force: bool = False, backend: str | None = None,
-                  progress: bool = False, report: Progress = lambda _: None) -> GateRun:
+                  progress: bool = False, say: Progress = lambda _: None) -> GateRun:
     """The gate's candidates measured on this host (``backend`` overrides accuracy.backend)."""
     work = load_work(project_dir, selector)
     if backend:
         work = replace(work, project=work.project.with_accuracy_backend(backend))
-    outcome = ran(run_until(work, GATE, force=force, progress=progress, report=report), GATE)
+    outcome = ran(run_until(work, GATE, force=force, progress=progress, say=say), GATE)
     result = outcome.record()
     if result is None:
         assert outcome.error is not None, "the gate neither decided nor failed"
@@ -89,13 +89,13 @@ class DeviceValidation:
 
 
 def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, folder: Path, url: str,
-                   data: ValidationSet, report: Progress = lambda _: None) -> JsonObject:
+                   data: ValidationSet, progress: Progress = lambda _: None) -> JsonObject:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.runtime.recipe import Recipe
 
     recipe = Recipe.load(folder)
-    evaluation, answer = evaluate_on_device(project, folder, url, data=data, report=report)
+    evaluation, answer = evaluate_on_device(project, folder, url, data=data, progress=progress)
     retention = gate.policy.retention(evaluation.value, gate.reference_value)
     return {"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
             "value": evaluation.value, "retention": retention, "passed": gate.policy.passes(retention),
@@ -103,11 +103,11 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
             "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
 
 
-def _engines(work: CompileWork, report: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
+def _engines(work: CompileWork, progress: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
     """The engine stage run as needed: the gate's result, each group's model folder, the validation set."""
     from edgebuild.accuracy.evaluate import ValidationSet
 
-    done = run_until(work, ENGINE, report=report)
+    done = run_until(work, ENGINE, say=progress)
     engines = {u.group: u.record for u in ran(done, ENGINE).units}
     failed = next((u.error for u in ran(done, ENGINE).units if u.record is None and u.error), None)
     if failed is not None:  # a group with no model folder to measure
@@ -120,19 +120,19 @@ def _engines(work: CompileWork, report: Progress) -> tuple[GateResult, dict[str,
 
 
 def validate_on_device(project_dir: Path, selector: str, url: str, *,
-                       report: Progress = lambda _: None) -> DeviceValidation:
+                       progress: Progress = lambda _: None) -> DeviceValidation:
     """``validate --device``: each group's model folder measured on the device at ``url``."""
     from edgebuild.devices.remote_bench import check_remote_url
 
     work = load_work(project_dir, selector)
     url = check_remote_url(url)
-    gate, folders, data = _engines(work, report)
-    records = [evaluate_group(work.project, gate, g, folders[g.name], url, data, report) for g in work.groups]
+    gate, folders, data = _engines(work, progress)
+    records = [evaluate_group(work.project, gate, g, folders[g.name], url, data, progress) for g in work.groups]
     return DeviceValidation(url, gate, len(data), records)
 
 
 def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, jobs: int | None = None,
-                     timeout_s: float | None = None, report: Progress = lambda _: None) -> DeviceValidation:
+                     timeout_s: float | None = None, progress: Progress = lambda _: None) -> DeviceValidation:
     """``validate --farm``: each group's model folder measured on a board of its profile, in parallel;
     the jobs and rows are written to ``build/farm/validate.json``."""
     from edgebuild.devices.farm import fan_out_groups, open_farm, write_jobs_file
@@ -140,12 +140,12 @@ def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, j
 
     work = load_work(project_dir, selector)
     project = work.project
-    farm = open_farm(project, address, timeout_s, report=report)
-    gate, folders, data = _engines(work, report)
+    farm = open_farm(project, address, timeout_s, progress=progress)
+    gate, folders, data = _engines(work, progress)
     for _ in data.batches():  # preprocessed once, before the jobs share it
         pass
     results = fan_out_groups(farm, work.groups, lambda g, board: evaluate_group(
-        project, gate, g, folders[g.name], board.url, data, report), max_jobs=jobs or project.farm.jobs)
+        project, gate, g, folders[g.name], board.url, data, progress), max_jobs=jobs or project.farm.jobs)
     records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
     path = write_jobs_file(BuildLayout.of(project).farm_jobs("validate"), results,
                            {"reference_value": gate.reference_value, "groups": records,

@@ -78,7 +78,7 @@ def load_work(project_dir: Path, selector: str) -> CompileWork:
     return select_work(load_project(project_dir), selector)
 
 
-def run_until(work: CompileWork, stage: Stage[R], *, report: Progress, force: bool = False, progress: bool = False,
+def run_until(work: CompileWork, stage: Stage[R], *, say: Progress, force: bool = False, progress: bool = False,
               settings: CompileSettings = CompileSettings()) -> CompileReport:
     """Run ``stage`` and what it reads (reusing what is up to date); raises what failed before ``stage``.
 
@@ -89,7 +89,7 @@ def run_until(work: CompileWork, stage: Stage[R], *, report: Progress, force: bo
     from edgebuild.stages import compile_work
 
     done = compile_work(work, until=stage.name, options=Options(force=frozenset({stage.name} if force else ()),
-                                                               progress=progress), settings=settings, report=report)
+                                                               progress=progress), settings=settings, progress=say)
     earlier = next((o.error for o in done.stages if o.stage.name != stage.name and o.error), None)
     if earlier is not None:
         raise earlier

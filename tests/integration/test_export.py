@@ -142,7 +142,7 @@ def _export_stage(project_dir: Path) -> tuple[object, str, list[str]]:
     messages: list[str] = []
     work = select_work(load_project(project_dir), "orin")
     outcome = compile_work(work, until="export", options=Options(progress=False),
-                           report=messages.append).outcome(EXPORT)
+                           progress=messages.append).outcome(EXPORT)
     assert outcome.error is None, outcome.error
     return outcome.record(), outcome.status, [m for m in messages if m.startswith("export: ")]
 

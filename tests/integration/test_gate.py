@@ -78,7 +78,7 @@ def test_fragile_model_fails_plain_int8_and_the_fallback_recovers(example_copy) 
     root = _fragile_project(example_copy, 'precisions = ["int8"]\nmax_kept_layers = 4\nsensitivity_images = 100\n'
                                           'calibration_method = "minmax"\nbias_correction = "off"')
     messages: list[str] = []
-    project, result = _gate(root, report=messages.append)
+    project, result = _gate(root, say=messages.append)
     fp32, int8, mixed = (result.candidate(p) for p in ("fp32", "int8", "int8-mixed"))
     print(f"\nfragile digits: FP32 top-1 {fp32.value:.4f}; plain INT8 {int8.value:.4f} "
           f"(retention {int8.retention:.3f}); INT8 keeping {mixed.kept_fp32} in FP32: "
@@ -228,7 +228,7 @@ def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) 
     project, result = _gate(root)  # measures and stores fp32, fp16, the INT8 variants
     releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
     export = export_model(project, *choose_opset(project, releases))
-    store = MeasurementStore(project, export, force=False, progress=False, report=messages.append)
+    store = MeasurementStore(project, export, force=False, progress=False, say=messages.append)
     variant = next(v for v in int8_variants(project) if v.name == result.int8_choice["variant"])
     int8 = store.candidate("int8", variant=variant)
     relu = next(n.name for n in onnx.load(str(store.prepared_path())).graph.node if n.op_type == "Relu")

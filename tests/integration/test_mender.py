@@ -162,7 +162,7 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     from edgebuild.shipping.ota import package_group
 
     project, public = _compiled_tiny(tiny_project, signed)
-    package_group(project, DOCK[0], report=lambda _: None)
+    package_group(project, DOCK[0], progress=lambda _: None)
     fleet = json.loads((project.build_dir / "packages" / "fleet.json").read_text())
     entry = fleet["groups"]["dock"]
     mender = tiny_project / entry["mender"]["path"]
@@ -188,7 +188,7 @@ def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_
     from edgebuild.shipping.ota import package_group
 
     project, _ = _compiled_tiny(tiny_project, signed=True, version="1.0.0")
-    package_group(project, DOCK[0], report=lambda _: None)
+    package_group(project, DOCK[0], progress=lambda _: None)
     shutil.copytree(project.build_dir / "packages", tmp_path / "release-1.0.0")
     toml = tiny_project / "edgebuild.toml"
     toml.write_text(toml.read_text().replace('version = "1.0.0"', 'version = "1.1.0"'))
@@ -196,7 +196,7 @@ def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_
     recipe = (engine_dir / "recipe.json").read_text()
     (engine_dir / "recipe.json").write_text(recipe.replace('"port": 8000', '"port": 8001'))  # only the recipe changed
     record = package_group(load_project(tiny_project), DOCK[0], since=tmp_path / "release-1.0.0",
-                           report=lambda _: None)
+                           progress=lambda _: None)
     entry = record.as_dict()
     assert entry["delta_over"] == "1.0.0" and entry["carried"] == 1 and entry["files"] == 3
 def _public(path: Path):
@@ -213,12 +213,12 @@ def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(ti
     project, _ = _compiled_tiny(tiny_project, False)
     accepted = {"where": "ssh://nvidia@orin-01", "backend": "tensorrt 8.5.2.2", "metric": "mAP50-95",
                 "value": 0.77, "retention": 0.98, "images": 200}
-    record = package_group(project, DOCK[0], accepted=accepted, report=lambda _: None)
+    record = package_group(project, DOCK[0], accepted=accepted, progress=lambda _: None)
     fleet = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
     assert record.accepted == accepted and fleet["groups"]["dock"]["accepted"] == accepted
     fleet["groups"]["yard-cams"] = {**fleet["groups"]["dock"], "target": "orin-nano-8gb@6.2"}  # packaged earlier
     (tiny_project / "build" / "packages" / "fleet.json").write_text(json.dumps(fleet))
-    package_group(project, DOCK[0], report=lambda _: None)
+    package_group(project, DOCK[0], progress=lambda _: None)
     again = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
     assert sorted(again["groups"]) == ["dock", "yard-cams"] and again["groups"]["dock"]["accepted"] is None
 

@@ -52,7 +52,7 @@ def _release(root: Path, version: str) -> Path:
     text = toml.read_text()
     start = text.index('version = "', text.index("[ota]")) + len('version = "')
     toml.write_text(text[:start] + version + text[text.index('"', start):])
-    record = package_group(load_project(root), SimpleNamespace(name="dock"), report=lambda _: None)
+    record = package_group(load_project(root), SimpleNamespace(name="dock"), progress=lambda _: None)
     return root / record.mender["path"]
 
 

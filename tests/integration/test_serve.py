@@ -285,8 +285,10 @@ def test_a_folder_without_a_recipe_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.cgroup
 @pytest.mark.slow
-def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> None:
-    """The server in a real cgroup with the Orin Nano 8GB preset: no failed request, memory within it."""
+def test_thirty_clients_under_the_preset(tmp_path: Path) -> None:
+    """The server in a real cgroup with the Orin Nano 8GB preset: 30 clients send 12 requests each at once; no
+    request fails and memory stays within the preset. A count, not a duration: how many requests a busy host
+    gets through in a given time says nothing about the server."""
     folder = write_artifact(tmp_path / "yard")
     report = tmp_path / "run.json"
     port = free_port()
@@ -295,14 +297,13 @@ def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> N
                             "127.0.0.1", "--port", str(port)], stderr=subprocess.PIPE, text=True)
     client = Client(port)
     try:
-        client.wait_ready()
+        client.wait_ready(timeout=600)  # a cap against a hang only
         failures: list[str] = []
         counts = [0] * 30
-        deadline = time.time() + 30
 
         def hammer(index: int) -> None:
             rng = np.random.default_rng(index)
-            while time.time() < deadline:
+            for _ in range(12):
                 shape = SHAPES[int(rng.integers(0, 3))]
                 body = json.dumps(infer_body(rng.random(shape, dtype=np.float32))).encode()
                 try:
@@ -322,9 +323,9 @@ def test_thirty_clients_for_thirty_seconds_under_the_preset(tmp_path: Path) -> N
         run.send_signal(signal.SIGTERM)
         _, stderr = run.communicate(timeout=60)
     assert not failures, failures[:5]
-    assert min(counts) > 0 and sum(counts) > 300, counts
+    assert counts == [12] * 30, counts
     result = json.loads(report.read_text())
-    print(f"{sum(counts)} requests from 30 clients in 30 s; cgroup peak memory {result['peak_memory']} bytes "
+    print(f"{sum(counts)} requests from 30 clients at once; cgroup peak memory {result['peak_memory']} bytes "
           f"of {result['preset']['memory']}")
     assert not result["oom_killed"], stderr
     assert result["peak_memory"] <= result["preset"]["memory"]

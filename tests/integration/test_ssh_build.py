@@ -105,7 +105,7 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
 
     # unchanged: the engine built on the device is kept, nothing goes over SSH
     messages: list[str] = []
-    kept = _planned(validated_digits, jetson.url, report=messages.append)
+    kept = _planned(validated_digits, jetson.url, progress=messages.append)
     assert kept.kept and messages == [f"engine: sorters: kept the int8 engine built {jetson.url} (ONNX, builder "
                                       "settings, module, L4T and TensorRT unchanged)"]
     assert (engine_json.parent / "engine.plan").read_bytes() == PLAN

@@ -25,15 +25,28 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, ExportError, TargetError
 from edgebuild.runtime.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
+from edgebuild.runtime.backends.trt_api import (
+    CudaStream,
+    DeviceMemory,
+    EnumValue,
+    IBuilderConfig,
+    ICudaEngine,
+    IOnnxParser,
+    TensorRT,
+)
 from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_file
 from edgebuild.runtime.identity import read_identity
+from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.plan_header import read_header
 from edgebuild.runtime.provenance import REBUILD_HINT, EngineProvenance, RunningDevice, plan_damage, refusal
 from edgebuild.runtime.recipe import PRECISIONS
+
+if TYPE_CHECKING:  # numpy is imported where a runner runs, not to build settings
+    import numpy as np
 
 __all__ = ["BuildSettings", "TensorRTRunner", "build_engine", "import_tensorrt"]
 
@@ -96,7 +109,7 @@ class BuildSettings:
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def import_tensorrt() -> Any:
+def import_tensorrt() -> TensorRT:
     try:
         import tensorrt
     except ImportError as exc:
@@ -108,7 +121,7 @@ def import_tensorrt() -> Any:
     return tensorrt
 
 
-def _parser_errors(parser: Any) -> List[str]:
+def _parser_errors(parser: IOnnxParser) -> List[str]:
     lines = []
     for i in range(parser.num_errors):
         error = parser.get_error(i)
@@ -121,13 +134,13 @@ def _parser_errors(parser: Any) -> List[str]:
     return lines
 
 
-def _device_memory_size(engine: Any) -> int:
+def _device_memory_size(engine: ICudaEngine) -> int:
     if hasattr(engine, "device_memory_size_v2"):  # 10.x; device_memory_size is deprecated there
         return int(engine.device_memory_size_v2)
     return int(engine.device_memory_size)
 
 
-def _layer_information(trt: Any, engine: Any) -> Any:
+def _layer_information(trt: TensorRT, engine: ICudaEngine) -> Union[JsonObject, str]:
     inspector = engine.create_engine_inspector()
     text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
     try:
@@ -145,7 +158,7 @@ _BUILDER_FLAGS = ("FP16", "BF16", "INT8", "FP8", "INT4", "FP4", "TF32", "REFIT",
                   "DISABLE_COMPILATION_CACHE", "EDITABLE_TIMING_CACHE", "MONITOR_MEMORY", "DISTRIBUTIVE_INDEPENDENCE")
 
 
-def _builder_flags(trt: Any, config: Any) -> List[str]:
+def _builder_flags(trt: TensorRT, config: IBuilderConfig) -> List[str]:
     """The names of the flags set on ``config``, from its ``flags`` bitmask (bit ``int(flag)`` per flag).
 
     Read from the config rather than remembered where they are set, so the record holds what
@@ -160,7 +173,7 @@ def _builder_flags(trt: Any, config: Any) -> List[str]:
     return names
 
 
-def _hardware_compatibility(config: Any) -> Optional[str]:
+def _hardware_compatibility(config: IBuilderConfig) -> Optional[str]:
     """The config's hardware compatibility level (8.6+), e.g. "NONE" or "AMPERE_PLUS"; None before 8.6."""
     level = getattr(config, "hardware_compatibility_level", None)
     return None if level is None else str(getattr(level, "name", level)).split(".")[-1]
@@ -168,7 +181,7 @@ def _hardware_compatibility(config: Any) -> Optional[str]:
 
 # -- builder ------------------------------------------------------------------------------------
 
-def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
+def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> JsonObject:
     """Parse the ONNX, build a serialized plan, write it (and the timing cache) atomically.
 
     Returns the engine metadata a pipeline stage writes into ``engine.json`` (it adds the module,
@@ -289,7 +302,7 @@ def build_engine(settings: BuildSettings, trt: Any = None) -> Dict[str, Any]:
 
 # -- compatibility -------------------------------------------------------------------------------
 
-def _cc(value: Any) -> str:
+def _cc(value: Union[str, float, Tuple[int, ...], List[int]]) -> str:
     """'8.7', '87', 'sm_87' or (8, 7) -> '8.7'."""
     if isinstance(value, (tuple, list)):
         return ".".join(str(int(v)) for v in value)
@@ -299,8 +312,8 @@ def _cc(value: Any) -> str:
     return text
 
 
-def check_engine_compatible(engine_json: Mapping[str, Any], running_trt_version: str,
-                            compute_capability: Any) -> None:
+def check_engine_compatible(engine_json: JsonObject, running_trt_version: str,
+                            compute_capability: str) -> None:
     """Refuse an engine built for another TensorRT version or GPU: plans are tied to both."""
     built_version = engine_json.get("tensorrt_version")
     built_cc = engine_json.get("compute_capability")
@@ -325,7 +338,7 @@ def check_engine_compatible(engine_json: Mapping[str, Any], running_trt_version:
 
 
 def _refuse_mismatch(plan_name: str, plan: bytes, record: Optional[EngineProvenance], version: str,
-                     compute_capability: Any, device_root: Optional[Path]) -> None:
+                     compute_capability: str, device_root: Optional[Path]) -> None:
     """Refuse, before TensorRT deserializes it, a plan that is not its record's or not for this device."""
     damage = plan_damage(record, sha256_bytes(plan), plan_name)
     if damage:
@@ -353,10 +366,10 @@ class _PycudaMemory:
         major, minor = self._cuda.Device(0).compute_capability()
         return f"{major}.{minor}"
 
-    def create_stream(self) -> Any:
+    def create_stream(self) -> CudaStream:
         return self._cuda.Stream()
 
-    def stream_handle(self, stream: Any) -> int:
+    def stream_handle(self, stream: CudaStream) -> int:
         return int(stream.handle)
 
     def alloc(self, nbytes: int) -> int:
@@ -370,13 +383,13 @@ class _PycudaMemory:
         if allocation is not None:
             allocation.free()
 
-    def htod_async(self, pointer: int, host: Any, stream: Any) -> None:
+    def htod_async(self, pointer: int, host: "np.ndarray", stream: CudaStream) -> None:
         self._cuda.memcpy_htod_async(pointer, host, stream)
 
-    def dtoh_async(self, host: Any, pointer: int, stream: Any) -> None:
+    def dtoh_async(self, host: "np.ndarray", pointer: int, stream: CudaStream) -> None:
         self._cuda.memcpy_dtoh_async(host, pointer, stream)
 
-    def synchronize(self, stream: Any) -> None:
+    def synchronize(self, stream: CudaStream) -> None:
         stream.synchronize()
 
 
@@ -400,10 +413,10 @@ class _CudaPythonMemory:
         props = self._check(self._rt.cudaGetDeviceProperties(0))
         return f"{props.major}.{props.minor}"
 
-    def create_stream(self) -> Any:
+    def create_stream(self) -> CudaStream:
         return self._check(self._rt.cudaStreamCreate())
 
-    def stream_handle(self, stream: Any) -> int:
+    def stream_handle(self, stream: CudaStream) -> int:
         return int(stream)
 
     def alloc(self, nbytes: int) -> int:
@@ -412,19 +425,19 @@ class _CudaPythonMemory:
     def free(self, pointer: int) -> None:
         self._check(self._rt.cudaFree(pointer))
 
-    def htod_async(self, pointer: int, host: Any, stream: Any) -> None:
+    def htod_async(self, pointer: int, host: "np.ndarray", stream: CudaStream) -> None:
         kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
         self._check(self._rt.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, kind, stream))
 
-    def dtoh_async(self, host: Any, pointer: int, stream: Any) -> None:
+    def dtoh_async(self, host: "np.ndarray", pointer: int, stream: CudaStream) -> None:
         kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
         self._check(self._rt.cudaMemcpyAsync(host.ctypes.data, pointer, host.nbytes, kind, stream))
 
-    def synchronize(self, stream: Any) -> None:
+    def synchronize(self, stream: CudaStream) -> None:
         self._check(self._rt.cudaStreamSynchronize(stream))
 
 
-def default_memory() -> Any:
+def default_memory() -> DeviceMemory:
     """pycuda when installed, else cuda-python; neither -> CapabilityMissing."""
     try:
         import pycuda.driver  # noqa: F401
@@ -447,7 +460,7 @@ _NUMPY_TYPES = (("FLOAT", "float32"), ("HALF", "float16"), ("INT8", "int8"), ("I
                 ("INT64", "int64"), ("BOOL", "bool_"), ("UINT8", "uint8"))
 
 
-def _numpy_dtype(trt: Any, data_type: Any) -> Any:
+def _numpy_dtype(trt: TensorRT, data_type: EnumValue) -> "np.dtype":
     import numpy as np
 
     for trt_name, np_name in _NUMPY_TYPES:
@@ -460,18 +473,18 @@ def _numpy_dtype(trt: Any, data_type: Any) -> Any:
 class TensorRTRunner:
     """Runs a serialized plan with the tensor API; same interface as OnnxRuntimeRunner."""
 
-    def __init__(self, plan_path: Union[str, Path], engine_json: Union[None, str, Path, Mapping[str, Any]] = None,
-                 *, trt: Any = None, memory: Any = None, device_root: Optional[Path] = None) -> None:
+    def __init__(self, plan_path: Union[str, Path], engine_json: Union[None, str, Path, JsonObject] = None,
+                 *, trt: Optional[TensorRT] = None, memory: Optional[DeviceMemory] = None,
+                 device_root: Optional[Path] = None) -> None:
         self.path = Path(plan_path)
         self._trt = trt if trt is not None else import_tensorrt()
         self._memory = memory if memory is not None else default_memory()
         version = str(self._trt.__version__)
         record = None
         if engine_json is not None:
-            if not isinstance(engine_json, Mapping):
-                engine_json = json.loads(Path(engine_json).read_text())
-            check_engine_compatible(engine_json, version, self._memory.compute_capability())
-            record = EngineProvenance.from_engine_json(engine_json)
+            built = engine_json if isinstance(engine_json, Mapping) else json.loads(Path(engine_json).read_text())
+            check_engine_compatible(built, version, self._memory.compute_capability())
+            record = EngineProvenance.from_engine_json(built)
         if not self.path.is_file():
             raise TargetError(f"{self.path}: TensorRT engine file not found")
         plan = self.path.read_bytes()
@@ -520,16 +533,17 @@ class TensorRTRunner:
         self._context.set_tensor_address(name, pointer)
         return pointer
 
-    def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+    def run(self, inputs: Mapping[str, "np.ndarray"]) -> Dict[str, "np.ndarray"]:
         return self._execute(inputs, None)
 
-    def run_timed(self, inputs: Mapping[str, Any]) -> Dict[str, float]:
+    def run_timed(self, inputs: Mapping[str, "np.ndarray"]) -> Dict[str, float]:
         """One run with the stream synchronised after each phase: h2d_ms, compute_ms, d2h_ms."""
         timings = {}  # type: Dict[str, float]
         self._execute(inputs, timings)
         return timings
 
-    def _execute(self, inputs: Mapping[str, Any], timings: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    def _execute(self, inputs: Mapping[str, "np.ndarray"],
+                 timings: Optional[Dict[str, float]]) -> Dict[str, "np.ndarray"]:
         import numpy as np
 
         clock = time.perf_counter
@@ -545,7 +559,7 @@ class TensorRTRunner:
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise ExportError(f"{self.path}: inputs {missing} not given (engine inputs: {self.input_names})")
-        host = {}  # type: Dict[str, Any]
+        host = {}  # type: Dict[str, np.ndarray]
         for name in self.input_names:
             host[name] = np.ascontiguousarray(inputs[name], dtype=self._dtypes[name])
             if not self._context.set_input_shape(name, tuple(host[name].shape)):

@@ -22,9 +22,10 @@ BuilderFlag.FP16/INT8, no IInt8Calibrator classes).
 # (typing.Set on purpose: this file must run on Python 3.8)
 
 from pathlib import Path
-from typing import Any, Set
+from typing import Set
 
 from edgebuild.errors import ConfigError, ExportError
+from edgebuild.runtime.backends.trt_api import IBuilderConfig, INetworkDefinition, TensorRT
 
 __all__: list = []  # used by tensorrt.py, the same layer
 
@@ -36,7 +37,7 @@ def _major(version: str) -> int:
     return int(str(version).split(".")[0])
 
 
-def strongly_typed(trt: Any, requested: bool) -> bool:
+def strongly_typed(trt: TensorRT, requested: bool) -> bool:
     """Whether the network is created strongly typed: always from 11, on request from 10."""
     major = _major(trt.__version__)
     if major >= ALWAYS_STRONGLY_TYPED:
@@ -47,7 +48,7 @@ def strongly_typed(trt: Any, requested: bool) -> bool:
     return bool(requested)
 
 
-def network_flags(trt: Any, typed: bool) -> int:
+def network_flags(trt: TensorRT, typed: bool) -> int:
     """``create_network`` flags: STRONGLY_TYPED when typed (required on 10.x, accepted and ignored on 11,
     where it is always on); else ``0`` from 10 (EXPLICIT_BATCH is ignored there, gone in 11) and
     EXPLICIT_BATCH before 10."""
@@ -58,7 +59,7 @@ def network_flags(trt: Any, typed: bool) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
 
 
-def graph_precisions(trt: Any, network: Any) -> Set[str]:
+def graph_precisions(trt: TensorRT, network: INetworkDefinition) -> Set[str]:
     """What the parsed network itself carries: "int8" (Q/DQ layers), "fp16" (FP16 tensors)."""
     quantizing = {trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE}
     half = trt.DataType.HALF
@@ -72,7 +73,8 @@ def graph_precisions(trt: Any, network: Any) -> Set[str]:
     return found
 
 
-def apply_precision(trt: Any, config: Any, network: Any, precision: str, typed: bool, onnx_path: Path) -> None:
+def apply_precision(trt: TensorRT, config: IBuilderConfig, network: INetworkDefinition, precision: str, typed: bool,
+                    onnx_path: Path) -> None:
     """Set the precision flags (weakly typed), or check that the graph carries ``precision`` (strongly typed).
 
     Strongly typed, an INT8 request on an ONNX without Q/DQ nodes (or FP16 on one without FP16

@@ -137,7 +137,7 @@ def test_verbose_is_carried_by_the_cli_context(tmp_path: Path) -> None:
     assert quiet.exit_code == loud.exit_code == 3, quiet.output
     assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
     context = CliContext(verbose=True)
-    assert context.progress() is False and context.reporter(quiet=True)("not shown") is None
+    assert context.progress() is False and context.progress_lines(quiet=True)("not shown") is None
 
 
 def test_a_device_validation_is_judged_by_the_gate_policy() -> None:

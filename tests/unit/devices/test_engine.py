@@ -83,7 +83,7 @@ def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_co
     plan_file = project.build_dir / first.folder / "engine.plan"
     built = plan_file.stat().st_mtime_ns
     messages: list[str] = []
-    again = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt, report=messages.append)
+    again = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt, progress=messages.append)
     assert again.kept and _builds(trt) == 1 and plan_file.stat().st_mtime_ns == built
     assert "kept the int8 engine built host-check" in messages[0]
 
@@ -131,7 +131,7 @@ def _recorded_device(reference: float, retention: dict[str, float], calls: list[
     from edgebuild.accuracy.evaluate import Evaluation
     from edgebuild.runtime.recipe import Recipe
 
-    def evaluate(project, folder, url, data=None, backend="auto", report=None):
+    def evaluate(project, folder, url, data=None, backend="auto", progress=None):
         assert backend == "tensorrt"
         candidate = Recipe.load(folder).candidate
         calls.append(candidate)
@@ -146,7 +146,7 @@ def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
     import edgebuild.devices.engines as engine
     from edgebuild.runtime.device import build_from_recipe
 
-    monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, report=None: build_from_recipe(
+    monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, progress=None: build_from_recipe(
         recipe_path, HOST_CHECK, verify_device=False, trt=trt))
 
 
@@ -165,7 +165,7 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
     calls: list[str] = []
     device = _recorded_device(gate.reference_value, {"int8": 0.80, "fp16": 0.99, "fp32": 1.0}, calls)
     messages: list[str] = []
-    record = build_and_accept(project, group, gate, host=HOST_CHECK, evaluate_remote=device, report=messages.append)
+    record = build_and_accept(project, group, gate, host=HOST_CHECK, evaluate_remote=device, progress=messages.append)
     assert record.candidate == "fp16" and record.built and calls == ["int8", "fp16"] and _builds(trt) == 2
     assert [r.candidate for r in record.refused] == ["int8"] and record.refused[0].retention == pytest.approx(0.8)
     assert record.accepted.candidate == "fp16" and record.accepted.retention == pytest.approx(0.99)

@@ -76,7 +76,7 @@ def toy(tiny_project: Path):
     def run(**options):
         messages: list[str] = []
         stages.runs.clear()
-        report = run_stages(work, stages.stages(), options=Options(**options), report=messages.append)
+        report = run_stages(work, stages.stages(), options=Options(**options), progress=messages.append)
         return report, messages
 
     stages.run = run

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebuild.runtime.device import parse_nv_tegra_release, probe
+from edgebuild.runtime.device import probe
+from edgebuild.runtime.identity import parse_nv_tegra_release
 
 
 def test_nv_tegra_release_and_device_tree_are_read_from_an_injectable_root(tmp_path: Path) -> None:

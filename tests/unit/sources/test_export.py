@@ -14,9 +14,9 @@ def test_the_exporters_model_is_checked_from_memory_and_not_written_when_onnxsli
     seen: list[tuple[bool, bool]] = []
     original = export.simplify
 
-    def spy(project, reference, path, report, exported=None):
+    def spy(project, reference, path, progress, exported=None):
         seen.append((path.exists(), exported is not None))
-        return original(project, reference, path, report, exported)
+        return original(project, reference, path, progress, exported)
 
     monkeypatch.setattr(export, "simplify", spy)
     record = export_model(load_project(tiny_project), 17, "test")

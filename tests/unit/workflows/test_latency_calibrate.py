@@ -97,7 +97,7 @@ def test_a_jetson_measurement_is_stored_next_to_its_prediction_and_a_cpu_one_is_
 def test_a_folder_outside_the_build_is_not_recorded(project: Path, tmp_path: Path) -> None:
     elsewhere = _conv_folder(tmp_path / "elsewhere" / "yard")
     said = []
-    assert record_measured(project, elsewhere, _jetson_result(elsewhere, {1: 1.5}), report=said.append) == []
+    assert record_measured(project, elsewhere, _jetson_result(elsewhere, {1: 1.5}), progress=said.append) == []
     assert "not a model folder of" in said[0]
 
 

@@ -104,14 +104,22 @@ def test_project_plan_rows_are_the_gate_s_candidates_with_end_to_end_and_the_gro
     for row in plan.rows:
         assert row.meets_budget is True  # the group's own latency_budget_ms
         assert row.end_to_end_ms is not None and row.end_to_end_ms > row.latency_ms
+    # the memory plan's estimate before any engine: an INT8 engine's weights take a quarter of FP32's, its
+    # activations (kept at 2 bytes) FP16's
+    from edgebuild.devices.memory_plan import estimate_model_memory
+
+    onnx_path = next((tmp_path / "build").rglob("model.onnx"))
+    shapes = {"images": [4, 3, 96, 96]}  # the input profile's max_shape
+    fp16, int8 = (estimate_model_memory("m", onnx_path, p, shapes, 0, False).engine for p in ("fp16", "int8"))
+    assert [r.engine_memory_bytes for r in plan.rows] == [fp16, int8] and int8 < fp16
     result = CliRunner().invoke(main, ["plan", "-p", str(tmp_path), "--target", "yard-cams", "--batch", "1",
                                        "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["rows"]
     assert {"module", "power_mode", "jetpack", "precision", "batch", "latency_ms", "low_ms", "high_ms", "fps",
-            "end_to_end_ms", "group"} <= set(rows[0])
+            "end_to_end_ms", "group", "engine_memory_bytes"} <= set(rows[0])
     text = CliRunner().invoke(main, ["plan", "-p", str(tmp_path), "--target", "yard-cams", "--batch", "1"]).output
-    assert "end to end ms" in text and "memory bandwidth" in text
+    assert "end to end ms" in text and "memory bandwidth" in text and "engine memory" in text
 
 
 def test_end_to_end_adds_copies_at_the_memory_bandwidth_and_the_preprocessing() -> None:
