@@ -20,6 +20,7 @@ from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
 from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.project.schema import InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head, source_facts
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
@@ -281,6 +282,19 @@ def detection_settings(project: Project) -> JsonObject | None:
             "pre_nms_top_k": top_k, "in_model": post.in_model}
 
 
+def instance_box_settings(project: Project) -> JsonObject | None:
+    """A pose, segmentation or OBB task's boxes and scores as ``decode_outputs`` reads a detector's (None: another
+    task): what its acceptance set compares. The decode is detection's (upright NMS, edgebuild's top-k), not the
+    gate's; it is applied alike to FP32's outputs and to the backend's, so it compares the two."""
+    if project.task.kind not in INSTANCE_TASKS:
+        return None
+    post = project.task.postprocess
+    assert isinstance(post, InstancePostprocess)
+    return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
+            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
+            "pre_nms_top_k": DetectionParams.pre_nms_top_k, "in_model": False}
+
+
 def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,
                          seconds: float) -> Evaluation:
     """The project's metric from a device's ``results.npz``, with the gate's own collectors."""
@@ -290,8 +304,13 @@ def score_device_results(project: Project, data: ValidationSet, results: bytes, 
     batches = list(data.batches())
     samples = [s for chunk, _, _ in batches for s in chunk]
     transforms = [t for _, _, chunk in batches for t in chunk]
-    collect: _DetectionCollector | _ClassificationCollector
-    if project.task.kind == "detection":
+    collect: _DetectionCollector | InstanceCollector | _ClassificationCollector
+    if project.task.kind in INSTANCE_TASKS:  # the device sent the raw outputs: decoded here, as the gate does
+        collect, start, arrays = InstanceCollector(project, data), 0, {k: stored[k] for k in stored.files}
+        for chunk, _, chunk_transforms in batches:
+            collect.add(chunk, chunk_transforms, {k: v[start:start + len(chunk)] for k, v in arrays.items()})
+            start += len(chunk)
+    elif project.task.kind == "detection":
         collect = _DetectionCollector(project, data)
         start = 0
         for sample, transform, count in zip(samples, transforms, stored["counts"].tolist()):
@@ -338,14 +357,18 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
     settings: JsonObject = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
                                 "inputs_offset": np.float64(offset), "threshold": np.float64(0.0)}
-    decode = detection_settings(project)
+    decode = detection_settings(project) or instance_box_settings(project)
     if decode is not None:
-        found = decode_outputs(fp32, decode)
-        settings.update(kind=np.asarray("detection"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
+        # pose, segmentation and OBB: their boxes and scores, as detection's (OBB's as the upright boxes around
+        # them); the keypoints and masks are not compared (docs/tasks.md, "On the device")
+        kind = "obb" if project.task.kind == "obb" else "detection"
+        found = decode_outputs(acceptance.upright_boxes(fp32, decode["boxes_output"]) if kind == "obb" else fp32,
+                               decode)
+        settings.update(kind=np.asarray(kind), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
                         iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in decode.items()},
                         **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
     else:
-        assert project.task.kind == "classification", "detection_settings is None for a classification task only"
+        assert project.task.kind == "classification", "a classifier's acceptance is its top-1 class"
         logits = project.task.postprocess.logits_output
         settings.update(kind=np.asarray("classification"), logits_output=np.asarray(logits),
                         fp32_top1=np.argmax(fp32[logits], axis=-1).astype(np.int64))

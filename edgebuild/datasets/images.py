@@ -124,13 +124,13 @@ def _decode(path: Path, gray: bool = False) -> tuple[np.ndarray, set[str]]:
 
 
 def _said(exc: Exception, path: Path) -> str:
+    if path.is_file() and path.stat().st_size == 0:
+        return "the file is empty"
     if isinstance(exc, ImportError):  # Ultralytics, once imported, answers an unknown format by importing pi_heif
         return f"not an image format Pillow reads (an image plugin tried {exc.name or exc} and it is not installed)"
     text = str(exc).replace(f"{str(path)!r}", "").replace(str(path), "").strip(" :")
     if isinstance(exc, OSError) and "truncated" in text.lower():
         return text if "file is truncated" in text else f"the file is truncated ({text})"
-    if path.is_file() and path.stat().st_size == 0:
-        return "the file is empty"
     return text or type(exc).__name__
 
 

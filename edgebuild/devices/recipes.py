@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.content import file_sha256
-from edgebuild.devices.placement import fallback_candidate, shippable
+from edgebuild.devices.placement import chosen_candidate, fallback_candidate, shippable
 from edgebuild.errors import LimitError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
@@ -51,7 +51,8 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     engine already in the folder stays, and ``plan_engine`` decides whether it still fits.
     """
     target, limits = group.target, group.limits
-    chosen = gate.candidate(candidate or gate.selected)
+    assert limits is not None, "select_work resolves every group's limit preset"
+    chosen = gate.candidate(chosen_candidate(gate, candidate))
     folder = folder or BuildLayout.of(project).engine(group.name)
     folder.mkdir(parents=True, exist_ok=True)
     source, onnx_path = gate.folder / chosen.onnx, folder / ONNX_FILE
@@ -112,7 +113,12 @@ def recipe_task(project: Project) -> RecipeTask:
     from edgebuild.accuracy.evaluate import detection_settings, preprocess_spec
 
     decode = detection_settings(project)
-    if decode is None:
+    if project.task.kind in ("pose", "segmentation", "obb"):  # the application decodes (docs/tasks.md)
+        form, post = "raw", project.task.postprocess.model_dump(exclude={"in_model"})
+        if project.task.kind == "pose":
+            post["kpt_shape"] = list(project.task.kpt_shape)
+    elif decode is None:
+        assert project.task.kind == "classification", "detection_settings is None for a classification task only"
         form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
     else:
         form, post = ("nms" if decode["in_model"] else "raw_head"), decode
@@ -142,6 +148,7 @@ def onnx_outputs(path: Path) -> dict[str, TensorSpec]:
 
 def builder_settings(project: Project, group: SelectedGroup, candidate: str) -> JsonObject:
     """The recipe's TensorRT builder settings for a candidate (what ``engine_build_key`` reads besides the ONNX)."""
+    assert group.limits is not None, "select_work resolves every group's limit preset"
     return {"precision": "int8" if candidate.startswith("int8") else candidate,
             "profiles": {s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)]
                          for s in project.model.inputs},
@@ -157,7 +164,7 @@ def acceptance_payload(project: Project, gate: GateResult, candidate_name: str |
     """
     from edgebuild.accuracy.evaluate import ACCEPTANCE_IMAGES, ACCEPTANCE_VERSION, ValidationSet, acceptance_set
 
-    candidate = gate.folder / gate.candidate(candidate_name or gate.selected).onnx
+    candidate = gate.folder / gate.candidate(chosen_candidate(gate, candidate_name)).onnx
     stored = candidate.parent / f"acceptance-{ACCEPTANCE_VERSION}.npz"
     if stored.is_file():
         return stored.read_bytes()

@@ -10,7 +10,9 @@ ready with the numbers, and the OTA health check fails, so the update rolls back
 Detection agreement: per image, the confident detections (score >= ``min_score``) of the backend
 are matched greedily, best score first, to the FP32 ones of the same class at IoU >= ``iou``;
 agreement = 2 x matches / (backend's + FP32's confident detections), over all images (an F1).
-Classification: the share of inputs whose top-1 class is FP32's.
+Pose and segmentation: the detection agreement of their boxes and scores; OBB: of the upright boxes
+around its oriented ones (keypoints and masks are not compared). Classification: the share of
+inputs whose top-1 class is FP32's.
 
 Python 3.8 and numpy.
 """
@@ -99,9 +101,20 @@ def run_outputs(runner: Runner, inputs: np.ndarray, input_name: str, batch: int)
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+def upright_boxes(outputs: Dict[str, np.ndarray], name: str) -> Dict[str, np.ndarray]:
+    """``outputs`` with oriented boxes [N, A, 5] (cx, cy, w, h, angle) as the upright boxes around them (x1, y1,
+    x2, y2): an OBB model's acceptance compares those (the angle moves them as it moves the box)."""
+    cx, cy, w, h, angle = np.moveaxis(np.asarray(outputs[name], dtype=np.float32), -1, 0)
+    cos, sin = np.abs(np.cos(angle)), np.abs(np.sin(angle))
+    half_w, half_h = (cos * w + sin * h) / 2, (sin * w + cos * h) / 2
+    return dict(outputs, **{name: np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=-1)})
+
+
 def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray]) -> float:
     """This backend's agreement with the FP32 results stored in an acceptance file."""
-    if str(stored["kind"]) == "detection":
+    if str(stored["kind"]) == "obb":
+        outputs = upright_boxes(outputs, str(stored["boxes_output"]))
+    if str(stored["kind"]) in ("detection", "obb"):
         got = [(f["boxes"], f["scores"], f["labels"]) for f in decode_outputs(outputs, stored)]
         return detection_agreement(split_found(stored, "fp32_"), got, float(stored["min_score"]), float(stored["iou"]))
     logits = outputs[str(stored["logits_output"])]
@@ -114,6 +127,6 @@ def check(runner: Runner, folder: Path, input_name: str, batch: int) -> JsonObje
         inputs = unpack_inputs(stored["inputs_u8"], float(stored["inputs_scale"]), float(stored["inputs_offset"]))
         value = agreement_of(stored, run_outputs(runner, inputs, input_name, batch))
         threshold = float(stored["threshold"])
-        return {"statistic": "detection agreement with FP32 (F1)" if str(stored["kind"]) == "detection"
+        return {"statistic": "detection agreement with FP32 (F1)" if str(stored["kind"]) in ("detection", "obb")
                 else "top-1 agreement with FP32", "value": round(value, 4), "threshold": round(threshold, 4),
                 "images": int(inputs.shape[0]), "passed": value >= threshold}

@@ -30,7 +30,8 @@ FRAME_SIZE = (720, 1280)
 TOP_K = 5
 _POSTPROCESS = {"nms": "split_detections (NMS inside the model)",
                 "raw_head": "decode_outputs (raw head: decode and class-aware NMS on the host)",
-                "logits": "top_k ({} best classes of the logits)".format(TOP_K)}
+                "logits": "top_k ({} best classes of the logits)".format(TOP_K),
+                "raw": "none (the application decodes the raw outputs: docs/tasks.md)"}
 
 
 class JpegCodec:
@@ -99,6 +100,8 @@ def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndar
     if task.outputs == "raw_head":
         settings = dict(task.postprocess, in_model=False)
         return _POSTPROCESS["raw_head"], lambda outputs: vision.decode_outputs(outputs, settings)
+    if task.outputs == "raw":
+        return _POSTPROCESS["raw"], lambda outputs: []
     logits = str(task.postprocess.get("logits_output", "logits"))
     return _POSTPROCESS["logits"], lambda outputs: vision.top_k(outputs[logits], TOP_K)
 

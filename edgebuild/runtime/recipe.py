@@ -65,8 +65,9 @@ class RecipeModule:
     compatible: List[str]
 
 
-#: what a model's outputs are: NMS inside (``NMS_OUTPUTS``), a detector's raw head, a classifier's logits
-OUTPUT_FORMS = ("nms", "raw_head", "logits")
+#: what a model's outputs are: NMS inside (``NMS_OUTPUTS``), a detector's raw head, a classifier's logits, a
+#: pose, segmentation or OBB model's raw outputs (answered as they are: the application decodes them)
+OUTPUT_FORMS = ("nms", "raw_head", "logits", "raw")
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,12 @@ class RecipeTask:
     """What the model's outputs mean and how an image becomes its input: for the server's decode,
     the bench's per-stage timing and the DeepStream config."""
 
-    kind: str  # detection | classification
+    kind: str  # detection | classification | pose | segmentation | obb
     classes: List[str]
     #: one of OUTPUT_FORMS
     outputs: str
-    #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``
+    #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``;
+    #: "raw": the task's ``[task.postprocess]`` (output names, thresholds) for the application's decode
     postprocess: JsonObject
     #: ``edgebuild.runtime.vision.PreprocessSpec``'s fields
     preprocess: JsonObject

@@ -4,7 +4,7 @@ The container stage writes ``build/deepstream/<group>/`` for every group whose r
 ``task`` and whose model DeepStream can run without a custom library:
 
     config_infer_primary.txt      Gst-nvinfer's config: the model, its precision, the preprocessing
-                                  (scale, offsets, colour order, letterbox) and the stock bbox parser
+                                  (scale, offsets, colour order, letterbox) and (a detector) the stock bbox parser
     deepstream_app_config.txt     ``deepstream-app -c``: a file or RTSP source, the model, a sink
     labels.txt                    the classes (a detector: one per line; a classifier: one line, ';')
     <model>-<group>-trt<version>.onnx
@@ -20,6 +20,10 @@ A fleet group that runs several models (a group folder, ``edgebuild.runtime.grou
 its detector as the primary model (``config_infer_primary.txt``) and each classifier as a secondary
 model on the detector's objects (``config_infer_<model>.txt``, ``labels_<model>.txt``, its ONNX),
 as DeepStream runs a detector and a classifier of its crops; the app config names them all.
+
+A pose, segmentation or OBB model gets ``network-type=100`` and ``output-tensor-meta=1``: no stock
+parser reads its raw outputs, so nvinfer hands them to the app as tensor meta, and the config's
+notes say what to write (``RAW_TENSORS_NOTE``); such a model runs alone, not in a group's set.
 
 A detector needs NMS inside the model (``[task.postprocess] in_model = true``): its four outputs are
 what DeepStream's stock ``NvDsInferParseYoloV5CustomBatchedNMSTLT`` reads (docs/detections.md). A
@@ -62,6 +66,16 @@ LOGITS_NOTE = ("the model answers logits, and nvinfer's default classifier parse
                "is negative gets no label and the confidence shown is a logit; the argmax itself is right. Add a "
                "Softmax after the logits in the model (or set parse-classifier-func-name to a parser that applies "
                "one) for probabilities")
+
+#: pose, segmentation and OBB: their models end in raw outputs, which no stock nvinfer parser reads
+RAW_TENSOR_TASKS = ("pose", "segmentation", "obb")
+RAW_TENSORS_NOTE = (
+    "a {kind} model: nvinfer's stock parsers read none of its raw outputs ({outputs}; docs/tasks.md, \"The "
+    "outputs\"), so network-type=100 and output-tensor-meta=1 make nvinfer attach them to each frame as "
+    "NvDsInferTensorMeta and draw nothing. Decode them in your app (a pad probe after nvinfer reading the tensor "
+    "meta, by docs/tasks.md's recipe: score threshold, NMS, then the keypoints, masks or rotated boxes of the kept "
+    "anchors) or write a custom parser library (parse-bbox-func-name; parse-bbox-instance-mask-func-name for "
+    "masks) with custom-lib-path")
 
 
 # -- the data tables -------------------------------------------------------------------------------
@@ -263,6 +277,10 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
         if int(post.get("max_detections", 0)) > 200:
             notes.append(f"max_detections = {post['max_detections']}: the stock parser stops at 200 objects per "
                          "frame (keep_top_k in nvdsinfer_custombboxparser.cpp), best first")
+    elif task.kind in RAW_TENSOR_TASKS:
+        # no stock parser reads these outputs: nvinfer attaches them to the frame as tensor meta for the app
+        props += [("network-type", "100"), ("output-tensor-meta", "1")]
+        notes.append(RAW_TENSORS_NOTE.format(kind=task.kind, outputs=", ".join(recipe.outputs or {})))
     else:
         props += [("network-type", "1"), ("classifier-threshold", "0")]
         notes.append(LOGITS_NOTE)
@@ -291,9 +309,12 @@ batch-size=16
 nvbuf-memory-type=0
 config-file={config}
 """ for i, (unique_id, config, name) in enumerate(secondaries))
+    raw = ("# The model answers raw tensors (network-type=100): the OSD draws nothing until your app or a custom\n"
+           "# parser turns them into objects (config_infer_primary.txt's NOTE).\n"
+           if recipe.task is not None and recipe.task.kind in RAW_TENSOR_TASKS else "")
     return f"""# deepstream-app config for {recipe.model_name} ({recipe.group}); written by edgebuild.
 # Run on the device: deepstream-app -c {APP_CONFIG}
-# Set [source0] uri to your video: file:///absolute/path/video.mp4 or rtsp://user:pass@camera/stream
+{raw}# Set [source0] uri to your video: file:///absolute/path/video.mp4 or rtsp://user:pass@camera/stream
 # (the placeholder below makes deepstream-app stop with "no such file" until you do), and [streammux]
 # width/height to the source's resolution so frames reach nvinfer with their aspect ratio.
 [application]
@@ -401,7 +422,7 @@ def _why_not(recipe: Recipe, folder: Path) -> str | None:
         return "the recipe records no task (an older edgebuild wrote it)"
     if task.outputs == "raw_head":
         return RAW_HEAD_REASON
-    if task.kind not in ("detection", "classification"):
+    if task.kind not in ("detection", "classification", *RAW_TENSOR_TASKS):
         return f"task kind {task.kind!r} has no DeepStream config"
     release = deepstream_release(recipe.jetpack)
     if release is None:
@@ -492,6 +513,10 @@ def _write_group(folder: Path, out: Path, build_dir: Path) -> DeepStreamRecord:
     if not detectors and len(models) > 1:
         return _not_written("no model of the group is a detector: a secondary classifier runs on a detector's "
                             "objects", out)
+    raw = [n for n, (_, r) in models.items() if r.task is not None and r.task.kind in RAW_TENSOR_TASKS]
+    if raw and len(models) > 1:
+        return _not_written(f"model(s) {', '.join(raw)} answer raw tensors (pose, segmentation, OBB): edgebuild "
+                            "writes a group's DeepStream set for one detector and classifiers of its objects", out)
     release = deepstream_release(models[primary][1].jetpack)
     assert release is not None
     written: dict[str, str] = {}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.ultralytics_facts import facts_from_props, read_literal
+from edgebuild.project.ultralytics_facts import TASKS, facts_from_props, read_literal
 from edgebuild.sources.tool_output import first_line
 
 if TYPE_CHECKING:
@@ -165,6 +165,8 @@ def ultralytics_summary(props: dict[str, str]) -> JsonObject:
                "stride": read_literal(props.get("stride")), "version": facts.version}
     if facts.nms_free:  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
         summary.update(nms_free=True, max_det=facts.max_det)
+    if facts.kpt_shape:  # pose: [keypoints, 2 or 3]
+        summary["kpt_shape"] = list(facts.kpt_shape)
     if not facts.classes and props.get("names"):  # said, but not a dict or list of names
         summary["names_unread"] = props["names"][:60]
     summary["summary"] = describe_ultralytics(summary)
@@ -207,11 +209,13 @@ def raise_for_ultralytics_head(project: Project, path: Path, summary: JsonObject
     if not summary:
         return
     task = summary["task"]
-    if task in ("segment", "pose", "obb"):
-        raise ModelError(f"{_where(project, path)} is an Ultralytics {task} model: edgebuild does not take the "
-                         f"{task} task yet; it builds detection and classification models",
-                         hint="export the detection (or classification) variant, or write a wrapper "
-                              "torch.nn.Module that outputs boxes and scores and name it with model.entry_point")
+    if task in ("segment", "pose", "obb"):  # its head is adapted in a project of its task (onnx_file._adapted)
+        if project.task.kind != TASKS[task]:
+            raise ModelError(f"{_where(project, path)} is an Ultralytics {task} export ({summary['summary']}); "
+                             f"task.kind is {project.task.kind!r}: edgebuild's adapter splits its head into the "
+                             f"{TASKS[task]} task's outputs", hint=f"make task.kind \"{TASKS[task]}\" (or leave it "
+                                                                   "out to take the export's)")
+        return
     classes = len(summary["classes"]) or len(project.task.classes)
     for name, shape in dims.items():
         if len(shape) == 3 and shape[1] == 4 + classes and (shape[2] is None or shape[2] > shape[1]):

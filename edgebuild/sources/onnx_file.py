@@ -18,6 +18,9 @@ nodes (``model_path``: a copy under ``build/sources/``, made once per content); 
 import use that copy, and the keys name the adapter. An export of an NMS-free head (YOLOv10/YOLO26
 with ``nms=False``: metadata ``end2end``, one output [N, K, 6]) gets its top-k mapped to the four
 outputs NMS inside the model has, the same way (``append_top_k_adapter``): no NMS is added.
+A pose, segment or OBB export (in a project of its task) gets its head, and a segment export's
+prototypes, split into the task's outputs (``append_instance_adapter``), the values the checkpoint's
+adapter gives.
 
 No PyTorch is imported on this route. torch is not needed to read the file, and ultralytics is never
 imported: an Ultralytics export's metadata is read from the file itself.
@@ -38,6 +41,7 @@ from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versi
 from edgebuild.errors import EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.project.schema import INSTANCE_KINDS
 from edgebuild.sources.entry_point import ModelRecord
 from edgebuild.sources.export_checks import SHAPES
 from edgebuild.text import Progress
@@ -101,6 +105,9 @@ def _source(project: Project) -> str:
 # (edgebuild.sources.ultralytics.append_detection_adapter): the graph the later stages use is that
 # adapted copy, written once per source content and output names under build/sources/.
 ADAPTER = "ultralytics-detect-v1"
+# A pose, segment or OBB export's head (and prototypes) split into the task's outputs as the checkpoint's
+# adapter splits them (append_instance_adapter; docs/tasks.md "The outputs")
+INSTANCE_ADAPTER = "ultralytics-instance-v1"
 # An export of an NMS-free head (YOLOv10/YOLO26 with nms=False: metadata end2end, output [N, K, 6])
 # gets its top-k mapped to NMS_OUTPUTS instead (append_top_k_adapter): no NMS is added
 TOP_K_ADAPTER = "ultralytics-top-k-v1"
@@ -113,10 +120,12 @@ def model_path(project: Project) -> Path:
 
 
 def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None:
-    """(the adapted copy, its head output) for an Ultralytics detection export, written if absent (unless
-    ``write`` is false: a key names it without making it); else None."""
+    """(the adapted copy, its head output) for an Ultralytics detection, pose, segment or OBB export, written if
+    absent (unless ``write`` is false: a key names it without making it); else None."""
     path = source_path(project)
     stamp = _stamp(path)
+    if stamp is not None and project.task.kind in INSTANCE_KINDS:
+        return _adapted_instance(project, path, stamp, write)
     if stamp is None or project.task.kind != "detection":
         return None
     post = project.task.postprocess
@@ -136,11 +145,66 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
         proto = append_top_k_adapter(onnx.load(str(path)), head, float(post.score_threshold)) if top_k else \
             append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
                                      len(project.task.classes))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_suffix(f".{time.time_ns()}.tmp")
-        onnx.save_model(proto, str(staging))
-        staging.replace(target)
+        _save(proto, target)
     return target, head
+
+
+def _adapted_instance(project: Project, path: Path, stamp: tuple[int, int], write: bool) -> tuple[Path, str] | None:
+    """``_adapted`` for a pose, segment or OBB export: its head (and prototypes) split into the task's outputs."""
+    classes, kpt_shape = len(project.task.classes), tuple(getattr(project.task, "kpt_shape", ()))
+    found = _instance_head(str(path), *stamp, project.task.kind, classes, kpt_shape)
+    if found is None:
+        return None
+    task, head, prototypes = found
+    names = _instance_names(project)
+    name = digest([INSTANCE_ADAPTER, source_files(path), task, head, prototypes, names, classes, kpt_shape])[:16]
+    target = BuildLayout.of(project).adapted_sources / f"{path.stem}-{name}.onnx"
+    if write and not target.is_file():
+        import onnx
+
+        from edgebuild.sources.ultralytics import append_instance_adapter
+
+        _save(append_instance_adapter(onnx.load(str(path)), task, head, names, classes, kpt_shape, prototypes),
+              target)
+    return target, head if prototypes is None else f"{head}, {prototypes}"
+
+
+def _instance_names(project: Project) -> list[str]:
+    """The task's outputs in the order the adapter gives them (boxes, scores, then keypoints or mask
+    coefficients and prototypes), as the checkpoint route's adapter names them."""
+    return [v for k, v in project.task.postprocess.model_dump().items() if k.endswith("_output")]
+
+
+@lru_cache(maxsize=8)
+def _instance_head(path: str, mtime_ns: int, size: int, kind: str, classes: int,
+                   kpt_shape: tuple[int, ...]) -> tuple[str, str, str | None] | None:
+    """(Ultralytics' task, the head output, the prototypes output or None) of an Ultralytics export of the
+    project's task ``kind`` (by its metadata_props), or None."""
+    import onnx
+
+    from edgebuild.project.ultralytics_facts import TASKS
+    from edgebuild.sources.onnx_checks import metadata, ultralytics_summary
+    from edgebuild.sources.ultralytics import instance_head_outputs
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception:  # the model stage says what is wrong with it
+        return None
+    summary = ultralytics_summary(metadata(proto))
+    task = summary.get("task")
+    if not isinstance(task, str) or TASKS.get(task) != kind:
+        return None
+    found = instance_head_outputs(proto, task, len(summary["classes"]) or classes, kpt_shape)
+    return (task, *found) if found else None
+
+
+def _save(proto: onnx.ModelProto, target: Path) -> None:
+    import onnx
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_suffix(f".{time.time_ns()}.tmp")
+    onnx.save_model(proto, str(staging))
+    staging.replace(target)
 
 
 def _adapted_outputs(project: Project) -> tuple[str, str]:
@@ -239,7 +303,9 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
         "io": digest([[s.model_dump() for s in project.model.inputs], project.model.outputs]),
     }
     adapted = _adapted(project, write=False)
-    if adapted and _is_top_k(project):
+    if adapted and project.task.kind in INSTANCE_KINDS:
+        parts["adapter"] = f"{INSTANCE_ADAPTER}: {adapted[1]} -> {', '.join(_instance_names(project))}"
+    elif adapted and _is_top_k(project):
         threshold = project.detection_postprocess.score_threshold
         parts["adapter"] = f"{TOP_K_ADAPTER}: {adapted[1]} -> NMS_OUTPUTS, score > {threshold}"
     elif adapted:
@@ -302,7 +368,14 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     if ultralytics:
         progress("model: " + checks.describe_ultralytics(ultralytics))
     adapted = _adapted(project) if ultralytics else None
-    if adapted and _is_top_k(project):
+    if adapted and project.task.kind in INSTANCE_KINDS:
+        proto = checks.load_structure(project, adapted[0])
+        checks.raise_for_checker(project, adapted[0])
+        names = ", ".join(_instance_names(project))
+        done.append(f"Ultralytics {ultralytics['task']} head {adapted[1]!r} adapted by appended nodes to {names} "
+                    f"(docs/tasks.md, the outputs; {adapted[0].name}); the checker passes")
+        progress(f"model: appended edgebuild's Ultralytics {ultralytics['task']} adapter: {adapted[1]} -> {names}")
+    elif adapted and _is_top_k(project):
         from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
 
         proto = checks.load_structure(project, adapted[0])

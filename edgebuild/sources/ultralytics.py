@@ -16,7 +16,8 @@ edgebuild's detection task reads ``boxes [N, A, 4]`` (x1, y1, x2, y2 in input pi
 - ``append_detection_adapter``: ONNX nodes (Transpose, Slice, the xywh -> xyxy arithmetic) appended
   to an Ultralytics export's graph, so the imported model has the two outputs; for an export of an
   NMS-free head (``[N, K, 6]``), ``append_top_k_adapter`` maps it to ``NMS_OUTPUTS`` the same way
-  as the module does. No ultralytics import.
+  as the module does; for a pose, segment or OBB export, ``append_instance_adapter`` appends the split
+  ``instance_outputs`` makes. No ultralytics import.
 
 What a model says of itself (task, class names, imgsz, stride: ``UltralyticsFacts``) comes from a
 checkpoint read *without running its pickle* (``peek_checkpoint``: every class it names is a stub)
@@ -30,6 +31,8 @@ only when a trusted checkpoint is loaded, by ``torch.load``.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -328,4 +331,102 @@ def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: flo
     for offset, (name, elem, shape) in enumerate(zip(NMS_OUTPUTS, (TensorProto.INT32,) + (TensorProto.FLOAT,) * 3,
                                                      ([batch, 1], [batch, k, 4], [batch, k], [batch, k]))):
         graph.output.insert(index + offset, helper.make_tensor_value_info(name, elem, shape))
+    return model
+
+
+def instance_head_outputs(proto: onnx.ModelProto, task: str, classes: int,
+                          kpt_shape: tuple[int, ...] = ()) -> tuple[str, str | None] | None:
+    """(the head output, the prototypes output or None) of an Ultralytics pose, segment or OBB export, or None.
+
+    pose ``[N, 4+C+K*D, A]``; obb ``[N, 4+C+1, A]``; segment ``[N, 4+C+M, A]`` and its prototypes
+    ``[N, M, H/4, W/4]``. An axis the graph leaves symbolic matches; one fixed to another size does not."""
+    from edgebuild.sources.onnx_checks import graph_output_dims
+
+    dims = graph_output_dims(proto)
+    heads = [name for name, shape in dims.items() if len(shape) == 3]
+    found = [name for name, shape in dims.items() if len(shape) == 4] if task == "segment" else []
+    if len(heads) != 1 or (task == "segment") != (len(found) == 1):
+        return None
+    channels = dims[heads[0]][1]
+    extra = {"pose": math.prod(kpt_shape) if len(kpt_shape) == 2 else None, "obb": 1,
+             "segment": dims[found[0]][1] if found else None}.get(task)
+    if channels is not None and extra is not None and channels != 4 + classes + extra:
+        return None
+    return heads[0], (found[0] if found else None)
+
+
+def append_instance_adapter(proto: onnx.ModelProto, task: str, head: str, names: Sequence[str], classes: int,
+                            kpt_shape: tuple[int, ...] = (), prototypes: str | None = None) -> onnx.ModelProto:
+    """A copy of ``proto`` whose Ultralytics pose, segment or OBB head is replaced by the task's outputs
+    ``names``, in ``instance_outputs``' order and with its values (docs/tasks.md, "The outputs"):
+
+    pose: boxes [N, A, 4] xyxy, scores [N, A, C], keypoints [N, A, K, D]; segment: boxes, scores, mask
+    coefficients [N, A, M], the prototypes passed through (``prototypes``: the export's output); obb:
+    boxes [N, A, 5] (cx, cy, w, h, angle), scores. Transpose, Slice, the xywh -> xyxy arithmetic,
+    Reshape and Concat (opset 10+), no ultralytics import."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    declared = {o.name: o for o in graph.output}
+    for name in (head, prototypes):
+        if name is not None and name not in declared:
+            raise ValueError(f"no output {name!r} (outputs: {list(declared)})")
+    elem = declared[head].type.tensor_type.elem_type or TensorProto.FLOAT
+    p = f"{PREFIX}{task}_"
+
+    def const(name: str, value: Any, dtype: Any = np.int64) -> str:
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), p + name))
+        return p + name
+
+    axes = const("axes", [2])
+
+    def columns(start: int, end: int, out: str) -> Any:
+        return helper.make_node("Slice", [p + "anchors", const(f"s{start}", [start]), const(f"e{end}", [end]), axes],
+                                [out], name=out if out.startswith(p) else p + out)
+
+    last = int(np.iinfo(np.int64).max)
+    boxes, scores, *rest = names
+    nodes = [helper.make_node("Transpose", [head], [p + "anchors"], perm=[0, 2, 1], name=p + "transpose"),
+             columns(4, 4 + classes, scores)]
+    if task == "obb":  # the rotated box stays centre, size and angle
+        nodes += [columns(0, 4, p + "xywh"), columns(4 + classes, last, p + "angle"),
+                  helper.make_node("Concat", [p + "xywh", p + "angle"], [boxes], axis=2, name=p + "boxes")]
+    else:
+        half = const("half", 0.5, helper.tensor_dtype_to_np_dtype(elem))
+        nodes += [columns(0, 2, p + "centre"), columns(2, 4, p + "size"),
+                  helper.make_node("Mul", [p + "size", half], [p + "half_size"], name=p + "half_size"),
+                  helper.make_node("Sub", [p + "centre", p + "half_size"], [p + "x1y1"], name=p + "x1y1"),
+                  helper.make_node("Add", [p + "centre", p + "half_size"], [p + "x2y2"], name=p + "x2y2"),
+                  helper.make_node("Concat", [p + "x1y1", p + "x2y2"], [boxes], axis=2, name=p + "boxes")]
+    if task == "pose":
+        nodes += [columns(4 + classes, last, p + "keypoints_flat"),
+                  helper.make_node("Reshape", [p + "keypoints_flat", const("keypoints_shape", [0, 0, *kpt_shape])],
+                                   [rest[0]], name=p + "keypoints")]
+    elif task == "segment":
+        nodes.append(columns(4 + classes, last, rest[0]))
+        if prototypes is not None and rest[1] != prototypes:
+            nodes.append(helper.make_node("Identity", [prototypes], [rest[1]], name=p + "prototypes"))
+    graph.node.extend(nodes)
+
+    def dim(d: Any) -> Any:
+        return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+
+    head_dims = [dim(d) for d in declared[head].type.tensor_type.shape.dim]
+    batch, channels, anchors = head_dims if len(head_dims) == 3 else (None, None, None)
+    shapes: list[list[Any] | None] = [[batch, anchors, 5 if task == "obb" else 4], [batch, anchors, classes]]
+    if task == "pose":
+        shapes.append([batch, anchors, *kpt_shape])
+    elif task == "segment":
+        shapes.append([batch, anchors, channels - 4 - classes if isinstance(channels, int) else None])
+        shapes.append([dim(d) for d in declared[prototypes].type.tensor_type.shape.dim] if prototypes else None)
+    before = [o.name for o in graph.output][:[o.name for o in graph.output].index(head)]
+    kept = [o for o in graph.output if o.name not in (head, prototypes)]
+    index = len([name for name in before if name != prototypes])
+    made = [helper.make_tensor_value_info(name, elem, shape) for name, shape in zip(names, shapes)]
+    del graph.output[:]
+    graph.output.extend(kept[:index] + made + kept[index:])
     return model

@@ -80,7 +80,7 @@ def _describe_deepstream(deepstream: dict | None) -> str:
 
 
 CONTAINER = Stage(
-    name="container", version=5,
+    name="container", version=6,
     summary="runtime container build context and cgroup-limited run specs (docker run, compose, systemd)",
     record=ContainerRecord, after=("engine",), per_group=True, key=_key, run=_run, outputs=_outputs,
     describe=_describe)

@@ -129,11 +129,7 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
         if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
             (outputs, post), outputs_said = nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})"
     elif task in INSTANCE_KINDS:  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
-        from edgebuild.project.schema import TASK_KINDS
-
-        named = {k: v for k, v in TASK_KINDS[task][0].model_fields["postprocess"].default.model_dump().items()
-                 if k.endswith("_output")}
-        outputs, post = list(named.values()), {**named, **VAL_DEFAULTS}
+        outputs, post = _instance_outputs(task)
         outputs_said = f"edgebuild's adapter around the checkpoint's {facts.task} head"
     else:
         outputs, post = ["logits"], {"logits_output": "logits"}
@@ -141,6 +137,16 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     return _Model(f"{name}: {facts.summary()}", [spec], outputs, outputs_said, task,
                   f"from {name} (task {facts.task})", list(facts.classes), None, size, 3, facts.as_dict(), post,
                   notes, checkpoint=True)
+
+
+def _instance_outputs(task: str) -> tuple[list[str], JsonObject]:
+    """A pose, segmentation or obb task's outputs as edgebuild's Ultralytics adapter names them (docs/tasks.md),
+    and its ``[task.postprocess]``: those names and Ultralytics' val settings."""
+    from edgebuild.project.schema import TASK_KINDS
+
+    named = {k: v for k, v in TASK_KINDS[task][0].model_fields["postprocess"].default.model_dump().items()
+             if k.endswith("_output")}
+    return list(named.values()), {**named, **_val_defaults()}
 
 
 def _dims(value: Any) -> list[int | None]:
@@ -201,7 +207,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
         fixed = [dims[2] or size[0], dims[3] or size[1]]
         _size_given(name, fixed, f"{_shown(dims)} in {name}", size)
     else:
-        default = DEFAULT_SIZES[task]
+        default = DEFAULT_SIZES.get(task, DEFAULT_SIZES["detection"])
         size, size_said = [dims[2] or default, dims[3] or default], f"a default for {task}: check it"
         notes.append(f"CHECK: {name} fixes no image size and has no imgsz metadata; the profile uses "
                      f"{size[0]}x{size[1]}: set the size the model was trained at (--input-size, or input_size "
@@ -222,6 +228,12 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         outputs, postprocess = nms_free_outputs(int(postprocess["nms_free"]))
         outputs_said = f"{NMS_FREE_NOTE}: {head}"
+    elif task in INSTANCE_KINDS and postprocess.get("instance_head"):
+        heads = ", ".join(f"{o!r} {_shown(out_dims.get(o, []))}" for o in outputs)
+        outputs, postprocess = _instance_outputs(task)
+        notes.append(f"{name} outputs Ultralytics' raw {ultra['task']} head {heads}: model.outputs names what "
+                     f"edgebuild's Ultralytics adapter gives ({', '.join(outputs)}).")
+        outputs_said = f"Ultralytics' raw {ultra['task']} head {heads}, read as {', '.join(outputs)}"
     elif task == "detection" and postprocess.get("raw_head"):
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         notes.append(f"{name} outputs Ultralytics' raw detection head {head}: model.outputs names what "
@@ -260,9 +272,7 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
 
     utask = ultra.get("task") if ultra else None
     if utask in ("segment", "pose", "obb"):
-        raise ModelError(f"--model: {name} is an Ultralytics {utask} export: edgebuild init reads detection and "
-                         f"classification exports; a {utask} model goes through init as its checkpoint",
-                         hint="pass the checkpoint it was exported from (--model best.pt --trust-checkpoint)")
+        return _instance_task(name, str(utask), outputs, dims, ultra)
     lower = [o.lower() for o in outputs]
     boxes = next((outputs[lower.index(b)] for b in _BOXES if b in lower), None)
     scores = next((outputs[lower.index(s)] for s in _SCORES if s in lower), None)
@@ -289,6 +299,29 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
                      "(one output [N, C])",
                      hint="export the model with those outputs, or write the project file by hand "
                           "(`edgebuild init` without --model writes a starter)")
+
+
+def _instance_task(name: str, utask: str, outputs: list[str], dims: dict[str, list[int | None]],
+                   ultra: JsonObject) -> tuple[str, str, dict[str, str], int | None]:
+    """``_task`` for an Ultralytics pose, segment or OBB export: its raw head [N, 4+C+..., A] (segment: and the
+    prototypes [N, M, H/4, W/4]), which edgebuild's adapter splits into the task's outputs."""
+    from edgebuild.project.ultralytics_facts import TASKS
+
+    heads = [o for o in outputs if len(dims.get(o, [])) == 3]
+    prototypes = [o for o in outputs if len(dims.get(o, [])) == 4]
+    wanted = 2 if utask == "segment" else 1
+    if len(outputs) != wanted or len(heads) != 1 or len(prototypes) != wanted - 1:
+        form = "[N, 4+C+M, A] and prototypes [N, M, H/4, W/4]" if utask == "segment" else \
+            "[N, 4+C+K*D, A]" if utask == "pose" else "[N, 4+C+1, A]"
+        raise ModelError(f"--model: {name} is an Ultralytics {utask} export with outputs "
+                         f"{ {o: _shown(dims.get(o, [])) for o in outputs} }, not its raw head {form}",
+                         hint="export it again with yolo export format=onnx dynamic=True")
+    channels = dims[heads[0]][1]
+    kpt = ultra.get("kpt_shape") or []
+    extra = (dims[prototypes[0]][1] if prototypes else None) if utask == "segment" else \
+        (kpt[0] * kpt[1] if len(kpt) == 2 else None) if utask == "pose" else 1
+    count = channels - 4 - extra if channels and extra is not None else None
+    return TASKS[utask], f"from {name}'s metadata (task {utask})", {"instance_head": "1"}, count
 
 
 # -- the fleet --------------------------------------------------------------------------------------
