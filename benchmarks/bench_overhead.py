@@ -53,7 +53,7 @@ def main() -> None:
     for block in range(args.rounds):
         bare.append(statistics.median(bare_loop(session, feed, args.iterations)))
         result = run_bench(args.artifact, backend="onnxruntime", batches=[1], iterations=args.iterations, warmup=50,
-                           report=lambda _: None)
+                           progress=lambda _: None)
         bench.append(result["configs"][0]["latency"]["p50_ms"])
         print(f"block {block + 1}: bare p50 {bare[-1]:.3f} ms, bench p50 {bench[-1]:.3f} ms", flush=True)
     ratio = statistics.median(bench) / statistics.median(bare)

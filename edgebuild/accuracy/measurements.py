@@ -537,7 +537,7 @@ class MeasurementStore:
             profiles={s.name: (tuple(s.min_shape), tuple(s.opt_shape), tuple(s.max_shape))
                       for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
-            report=self.say), trt=self.trt)
+            progress=self.say), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
     def ranking(self, int8: Measurement) -> list[JsonObject]:

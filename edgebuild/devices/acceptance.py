@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.project.config import Project
     from edgebuild.runtime.device import DeviceFacts
-    from edgebuild.targets.profiles import SelectedGroup
+    from edgebuild.targets.profiles import Module, SelectedGroup
 
 __all__ = ["build_and_accept", "device_needed", "validation_key"]
 
@@ -123,18 +123,30 @@ def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host
     return True
 
 
+@dataclass(frozen=True)
+class _PlannedRecipe:
+    """What ``engine_build_key`` reads of the recipe ``plan_engine`` would write (``devices.engines.BuildInputs``)."""
+
+    onnx_sha256: str
+    module: Module
+    l4t: str
+    tensorrt: str
+    precision: str
+    profiles: dict[str, list[list[int]]]
+    workspace_bytes: int
+    dla_core: int | None
+
+
 def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candidate: str, host: DeviceFacts,
                  build_on: str | None, state: EngineState) -> str:
     """The ``engine_build_key`` ``plan_engine`` would give ``candidate``, without writing or building anything."""
-    from types import SimpleNamespace
-
     target, chosen = group.target, gate.candidate(candidate)
     placement = decide_placement(target, host, build_on or group.build_on)[0]
     if not shippable(placement) and state.built is not None and shippable(state.built.placement):
         placement = state.built.placement  # plan_engine keeps a device-built engine (its key says so)
-    recipe = SimpleNamespace(onnx_sha256=file_sha256(gate.folder / chosen.onnx), module=target.module,
-                             l4t=target.release.l4t, tensorrt=target.release.tensorrt,
-                             **builder_settings(project, group, candidate))
+    recipe = _PlannedRecipe(onnx_sha256=file_sha256(gate.folder / chosen.onnx), module=target.module,
+                            l4t=target.release.l4t, tensorrt=target.release.tensorrt,
+                            **builder_settings(project, group, candidate))
     return engine_build_key(recipe, placement, host)
 
 
@@ -146,6 +158,7 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
     folder = project.build_dir / record.folder
     # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again
     state = store.read()
+    assert state.built is not None, "plan_engine has just recorded the engine it kept or built"
     plan_sha256 = state.built.plan_sha256
     stored = None if remeasure else state.measurement(record.build_key, plan_sha256, validation)
     if stored is not None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from edgebuild.content import digest, file_sha256
-from edgebuild.devices.placement import decide_placement, fallback_candidate, shippable
+from edgebuild.devices.placement import chosen_candidate, decide_placement, fallback_candidate, shippable
 from edgebuild.devices.recipes import acceptance_payload, check_engine_memory, write_recipe
 from edgebuild.errors import RemoteError
 from edgebuild.jsontypes import JsonObject
@@ -105,7 +106,34 @@ class EngineRecord:
         return cls(**data)
 
 
-def engine_build_key(recipe: Recipe, placement: str, host: DeviceFacts | None = None) -> str:
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class BuildInputs(Protocol):
+    """What ``engine_build_key`` reads: a ``Recipe``, or the plan of one that ``plan_engine`` would write
+    (``devices.acceptance``, which asks for a key before anything is written)."""
+
+    @property
+    def onnx_sha256(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def profiles(self) -> Mapping[str, list[list[int]]]: ...
+    @property
+    def workspace_bytes(self) -> int: ...
+    @property
+    def dla_core(self) -> int | None: ...
+    @property
+    def module(self) -> _Identified: ...
+    @property
+    def l4t(self) -> str: ...
+    @property
+    def tensorrt(self) -> str: ...
+
+
+def engine_build_key(recipe: BuildInputs, placement: str, host: DeviceFacts | None = None) -> str:
     """What a built engine depends on: the ONNX, the builder settings, module, L4T and TensorRT.
 
     Not the model version, the runtime settings or the limits beyond the memory pool: changing
@@ -274,7 +302,9 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
     overrides the group's own build device. ``acceptance`` is the candidate's ``acceptance_payload``
     when the caller made it already.
     """
-    candidate = candidate or gate.selected
+    candidate = chosen_candidate(gate, candidate)
+    limits = group.limits
+    assert limits is not None, "select_work resolves every group's limit preset"
     acceptance = acceptance if acceptance is not None else acceptance_payload(project, gate, candidate)
     store = EngineStateStore.of(project, group.name)
     state = store.read()
@@ -300,14 +330,15 @@ def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, hos
     if not force and engine_kept(state, folder, key):
         progress(f"engine: {group.name}: kept the {candidate} engine built {placement} (ONNX, builder settings, "
                  "module, L4T and TensorRT unchanged)")
-        check_engine_memory(folder / ENGINE_JSON, group.limits)  # the budget may have changed since
+        check_engine_memory(folder / ENGINE_JSON, limits)  # the budget may have changed since
         return replace(record, built=True, kept=True)
     _drop_engine(folder, store)
     if placement.startswith("ssh://"):
         engine_json = build_over_ssh(recipe_path, placement, progress=progress)
     else:
         progress(f"engine: building {group.target.id} ({placement}, {candidate})")
-        engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt, report=progress)
+        engine_json = build_from_recipe(recipe_path, host, verify_device=placement == "local", trt=trt,
+                                        progress=progress)
     store.set_built(BuiltEngine(key, file_sha256(folder / ENGINE_FILE), placement, why))
-    check_engine_memory(Path(engine_json), group.limits)
+    check_engine_memory(Path(engine_json), limits)
     return replace(record, built=True)

@@ -63,7 +63,7 @@ class Board:
 def target_tags(group: SelectedGroup) -> dict[str, str]:
     """The place tags a fleet group's board must have: module, jetpack, power_mode if the group names one."""
     tags = {"module": group.target.module.id, "jetpack": group.target.release.jetpack}
-    if getattr(group, "power_mode", None):
+    if group.power_mode:
         tags["power_mode"] = group.power_mode
     return tags
 

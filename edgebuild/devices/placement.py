@@ -71,6 +71,17 @@ def candidate_order(gate: GateResult) -> list[str]:
     return [gate.selected, *(c.precision for c in rest)]
 
 
+def chosen_candidate(gate: GateResult, candidate: str | None = None) -> str:
+    """``candidate``, else the gate's selection: what a group's engine is built from.
+
+    The engine stage runs only after a gate that selected one: a gate that selected nothing
+    stops the compile with its verdict (``accuracy.gate.verdict``) before any recipe is written.
+    """
+    chosen = candidate or gate.selected
+    assert chosen is not None, "the gate selected nothing: its verdict stops the compile before the engine stage"
+    return chosen
+
+
 def fallback_candidate(project: Project, gate: GateResult, candidate: str) -> str | None:
     """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 engine fails acceptance.
 

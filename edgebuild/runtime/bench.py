@@ -51,6 +51,7 @@ from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.bench_request import measure_request
 from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.sustained import DEFAULT_WINDOW, drift_of, parse_duration, windows_of
 from edgebuild.runtime.tegrastats import (  # noqa: F401 (parse_tegrastats, summarize_tegrastats: read from here too)
@@ -206,7 +207,7 @@ def input_shapes(profiles: Dict[str, List[List[int]]], batch: int, overrides: Op
 
 def measure_latency(runners: List[Runner], inputs: Dict[str, np.ndarray], *, iterations: Optional[int],
                     duration_s: Optional[float], ci_pct: float, budget_s: float, min_iterations: int,
-                    report: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> JsonObject:
+                    progress: Progress, clock: Callable[[], float] = time.perf_counter) -> JsonObject:
     """Latency samples from len(runners) threads, each calling its runner in a loop.
 
     Every duration (a run, a round, the budget) is read from ``clock`` (seconds), so the stopping
@@ -255,7 +256,7 @@ def measure_latency(runners: List[Runner], inputs: Dict[str, np.ndarray], *, ite
         while wall < budget_s:
             wall += round_of(min_iterations, None)
             width = ci_width_pct(samples)
-            report("  {} runs, p50 {:.3f} ms, 95% CI width {:.2f}% (target {:g}%)".format(
+            progress("  {} runs, p50 {:.3f} ms, 95% CI width {:.2f}% (target {:g}%)".format(
                 len(samples), float(np.median(samples)), width, ci_pct))
             if len(samples) >= min_iterations and width <= ci_pct:
                 stop = "ci"
@@ -283,7 +284,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
               duration_s: Union[float, str, None] = None, warmup: int = 20, ci_pct: float = 1.0,
               budget_s: float = 30.0, min_iterations: int = 50, engine_cache: Optional[Path] = None,
               window: Union[float, str, None] = None, drift_warn_pct: Optional[float] = None,
-              report: Callable[[str], None] = _log) -> JsonObject:
+              progress: Progress = _log) -> JsonObject:
     """Measure an artifact folder on this machine; returns the versioned result (``SCHEMA``).
 
     ``duration_s`` (seconds, or text such as ``"30m"``) runs each configuration that long and cuts
@@ -308,7 +309,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     over_current_before = over_current_events()
     sampler.start()
     load_started = time.perf_counter()
-    runner, why = load_backend(folder, backend, engine_cache, report=report, recipe=recipe)
+    runner, why = load_backend(folder, backend, engine_cache, progress=progress, recipe=recipe)
     load_s = time.perf_counter() - load_started
     rng = np.random.default_rng(0)
     first_inputs = {n: rng.random(s, dtype=np.float32) for n, s in plans[0][1].items()}
@@ -316,20 +317,22 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     runner.run(first_inputs)
     first_ms = (time.perf_counter() - first_started) * 1000.0
     age_at_first = process_age_s()
-    report("backend {} ({}); loaded in {:.3f} s, first result {:.2f} ms".format(runner.backend, why, load_s, first_ms))
+    progress("backend {} ({}); loaded in {:.3f} s, first result {:.2f} ms".format(
+        runner.backend, why, load_s, first_ms))
     per_thread_runner = runner.backend.startswith("tensorrt")  # an execution context serves one thread
     configs = []
     for batch, batch_shapes in plans:
         inputs = {n: rng.random(s, dtype=np.float32) for n, s in batch_shapes.items()}
         for threads in concurrency:
-            runners = [runner] + ([load_backend(folder, backend, engine_cache, report=lambda _: None, recipe=recipe)[0]
+            runners = [runner] + ([load_backend(folder, backend, engine_cache, progress=lambda _: None,
+                                                recipe=recipe)[0]
                                    for _ in range(threads - 1)] if per_thread_runner else [runner] * (threads - 1))
-            report("batch {}, concurrency {}: {} warm-up runs".format(batch, threads, warmup))
+            progress("batch {}, concurrency {}: {} warm-up runs".format(batch, threads, warmup))
             for _ in range(warmup):
                 runner.run(inputs)
             measured = measure_latency(runners, inputs, iterations=iterations, duration_s=duration_s,
                                        ci_pct=ci_pct, budget_s=budget_s, min_iterations=min_iterations,
-                                       report=report)
+                                       progress=progress)
             samples, ends, began = measured.pop("samples"), measured.pop("ends"), measured.pop("began")
             config = {"batch": batch, "concurrency": threads, "shapes": batch_shapes, "iterations": len(samples),
                       "latency": latency_stats(samples),
@@ -340,20 +343,20 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
             config["histogram_ms"] = _histogram(samples)
             if duration_s is not None:
                 config["sustained"] = _sustained(samples, ends, began, measured["wall_s"], window_s, batch,
-                                                 list(sampler.samples), drift_warn, sampler.unavailable, report)
+                                                 list(sampler.samples), drift_warn, sampler.unavailable, progress)
             configs.append(config)
             lat = config["latency"]
-            report("batch {}, concurrency {}: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s ({} runs, stopped by "
-                   "{})".format(batch, threads, lat["p50_ms"], lat["p99_ms"], config["throughput_ips"],
-                                len(samples), config["stopped_by"]))
+            progress("batch {}, concurrency {}: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s ({} runs, stopped by "
+                     "{})".format(batch, threads, lat["p50_ms"], lat["p99_ms"], config["throughput_ips"],
+                                  len(samples), config["stopped_by"]))
     runs = iterations if iterations is not None else max(min_iterations, 100)
-    report("one request, stage by stage: {} runs at batch 1".format(runs))
+    progress("one request, stage by stage: {} runs at batch 1".format(runs))
     request = measure_request(runner, recipe, runs)
     if request["measured"]:
-        report("per request: preprocess {}, inference {:.3f} ms, post-processing {:.3f} ms, end to end {:.3f} ms "
-               "(p50)".format("{:.3f} ms".format(request["preprocess"]["p50_ms"]) if request["preprocess"] else
-                              "not measured", request["inference"]["p50_ms"], request["postprocess"]["p50_ms"],
-                              request["end_to_end"]["p50_ms"]))
+        progress("per request: preprocess {}, inference {:.3f} ms, post-processing {:.3f} ms, end to end {:.3f} ms "
+                 "(p50)".format("{:.3f} ms".format(request["preprocess"]["p50_ms"]) if request["preprocess"] else
+                                "not measured", request["inference"]["p50_ms"], request["postprocess"]["p50_ms"],
+                                request["end_to_end"]["p50_ms"]))
     tegrastats = sampler.stop()
     state["over_current_events"] = _over_current(over_current_before, over_current_events())
     versions = {"python": platform.python_version(), "numpy": np.__version__, "edgebuild": __version__}
@@ -394,16 +397,16 @@ def _histogram(samples: Sequence[float], bins: int = 40) -> Dict[str, List[float
 
 def _sustained(samples: Sequence[float], ends: Sequence[float], began: float, wall_s: float, window_s: float,
                batch: int, tegra: List[JsonObject], drift_warn: float, no_tegrastats: Optional[str],
-               report: Callable[[str], None]) -> JsonObject:
+               progress: Progress) -> JsonObject:
     """The configuration's run in windows, the last against the first, and what tegrastats said per window."""
     windows = windows_of(ends, samples, began=began, wall_s=wall_s, window_s=window_s, batch=batch, tegrastats=tegra)
     drift = drift_of(windows, drift_warn)
     for w in windows:
-        report("  window {} ({:.0f}-{:.0f} s): {} runs, p50 {} ms, p99 {} ms, {} images/s".format(
+        progress("  window {} ({:.0f}-{:.0f} s): {} runs, p50 {} ms, p99 {} ms, {} images/s".format(
             w["index"] + 1, w["start_s"], w["start_s"] + w["seconds"], w["runs"], w.get("p50_ms", "-"),
             w.get("p99_ms", "-"), w.get("throughput_ips", "-")))
     if drift.get("warning"):
-        report("WARNING: " + drift["warning"])
+        progress("WARNING: " + drift["warning"])
     return {"window_s": window_s, "windows": windows, "drift": drift,
             "tegrastats_unavailable": no_tegrastats}
 

@@ -19,7 +19,7 @@ Python 3.8, the standard library and numpy.
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from edgebuild.runtime.bench import (
 )
 from edgebuild.runtime.group import GroupManifest, model_folders
 from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.sustained import parse_duration
 from edgebuild.runtime.tegrastats import TegrastatsSampler
@@ -47,7 +48,7 @@ TOGETHER_S = 10.0
 
 def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[float, str, None] = None,
                     warmup: int = 20, engine_cache: Optional[Path] = None,
-                    report: Callable[[str], None] = _log, **alone: Any) -> JsonObject:
+                    progress: Progress = _log, **alone: Any) -> JsonObject:
     """Every model of the group folder alone (``run_bench`` with ``alone``'s settings), then all at once."""
     folder = Path(folder)
     duration_s = parse_duration(duration_s)  # "30m" from the command line
@@ -55,11 +56,11 @@ def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[fl
     folders = model_folders(folder)
     results = {}
     for name, path in folders.items():
-        report("== {} alone".format(name))
+        progress("== {} alone".format(name))
         results[name] = run_bench(path, backend=backend, duration_s=duration_s, warmup=warmup,
-                                  engine_cache=engine_cache, report=report, **alone)
-    report("== every model at once ({})".format(", ".join(folders)))
-    together = _together(folders, backend, engine_cache, duration_s or TOGETHER_S, warmup, report)
+                                  engine_cache=engine_cache, progress=progress, **alone)
+    progress("== every model at once ({})".format(", ".join(folders)))
+    together = _together(folders, backend, engine_cache, duration_s or TOGETHER_S, warmup, progress)
     for name, row in together["models"].items():
         alone_p50 = next((c["latency"]["p50_ms"] for c in results[name]["configs"]
                           if c["batch"] == 1 and c["concurrency"] == 1), None)
@@ -71,12 +72,12 @@ def run_group_bench(folder: Path, *, backend: str = "auto", duration_s: Union[fl
 
 
 def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Path], seconds: float, warmup: int,
-              report: Callable[[str], None]) -> JsonObject:
+              progress: Progress) -> JsonObject:
     rng = np.random.default_rng(0)
     loaded = {}
     for name, path in folders.items():
         recipe = Recipe.load(path)
-        runner, _ = load_backend(path, backend, engine_cache, report=lambda _: None, recipe=recipe)
+        runner, _ = load_backend(path, backend, engine_cache, progress=lambda _: None, recipe=recipe)
         inputs = {n: rng.random(s, dtype=np.float32) for n, s in input_shapes(recipe.profiles, 1).items()}
         for _ in range(warmup):
             runner.run(inputs)
@@ -110,7 +111,7 @@ def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Pat
                       "latency": latency_stats(values) if values else None,
                       "throughput_ips": round(len(values) / wall, 2)}
         if values:
-            report("{} with the others: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s".format(
+            progress("{} with the others: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s".format(
                 name, rows[name]["latency"]["p50_ms"], rows[name]["latency"]["p99_ms"], rows[name]["throughput_ips"]))
     return {"duration_s": seconds, "wall_s": round(wall, 3), "batch": 1, "models": rows,
             "memory": {"peak_rss_bytes": peak_rss_bytes(), "cgroup": cgroup_memory()}, "tegrastats": sampler.stop()}

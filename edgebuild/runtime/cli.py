@@ -41,7 +41,7 @@ def _build_engine(args: argparse.Namespace) -> JsonObject:
     facts = device.probe(args.root)
     engine_json = device.build_from_recipe(
         Path(args.recipe), facts, timing_cache_dir=Path(args.timing_cache_dir) if args.timing_cache_dir else None,
-        verify_device=not args.no_verify_device, report=_progress)
+        verify_device=not args.no_verify_device, progress=_progress)
     metadata = json.loads(engine_json.read_text())
     folder = engine_json.parent
     files = {name: sha256_file(folder / name) for name in (ENGINE_FILE, ENGINE_JSON)}
@@ -86,7 +86,7 @@ def _bench(args: argparse.Namespace) -> JsonObject:
                     shapes=shapes or None, iterations=args.iterations, duration_s=args.duration, warmup=args.warmup,
                     ci_pct=args.ci_pct, budget_s=args.budget_s, min_iterations=args.min_iterations,
                     engine_cache=args.engine_cache, window=args.window, drift_warn_pct=args.drift_warn,
-                    report=_progress)
+                    progress=_progress)
     if is_group_folder(args.artifact):  # every model alone, then all of them at once
         from edgebuild.runtime.bench_group import run_group_bench
 
@@ -136,7 +136,7 @@ def _evaluate(args: argparse.Namespace) -> JsonObject:
 
     detection = json.loads(args.detection) if args.detection else None
     result = evaluate_folder(args.artifact, Path(args.inputs), Path(args.out), backend=args.backend,
-                             engine_cache=args.engine_cache, detection=detection, report=_progress)
+                             engine_cache=args.engine_cache, detection=detection, progress=_progress)
     return {"evaluate": result, "device": device.probe(args.root).as_dict()}
 
 

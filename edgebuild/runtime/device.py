@@ -17,12 +17,13 @@ import json
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import CapabilityMissing, TargetError
 from edgebuild.runtime.files import atomic_write_text, sha256_file
 from edgebuild.runtime.identity import read_identity
 from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.provenance import build_context
 from edgebuild.runtime.recipe import (
     ENGINE_FILE,
@@ -132,7 +133,7 @@ def require_match(facts: DeviceFacts, recipe: Union[Recipe, JsonObject], where: 
 
 def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir: Optional[Path] = None,
                       verify_device: bool = True, trt: Optional["TensorRT"] = None,
-                      report: Callable[[str], None] = lambda _: None) -> Path:
+                      progress: Progress = lambda _: None) -> Path:
     """Build the recipe's engine here: writes ``engine.plan`` and ``engine.json`` beside the recipe.
 
     With ``verify_device`` (every placement but host-check) the device must be the recipe's module
@@ -164,7 +165,7 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
         # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
         profiles={name: (tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in recipe.profiles.items()},
         workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,
-        dla_core=recipe.dla_core, report=report)
+        dla_core=recipe.dla_core, progress=progress)
     metadata = build_engine(settings, trt=trt)
     capability = facts.compute_capability
     if capability is None and verify_device:  # the SoC fixes the SM version; the device was verified above

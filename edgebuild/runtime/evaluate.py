@@ -18,7 +18,7 @@ differ only by what the backend computed.
 import io
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.files import atomic_write_bytes, sha256_file
 from edgebuild.runtime.json_object import JsonObject
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.recipe import Recipe
 from edgebuild.runtime.vision import decode_outputs
 
@@ -34,14 +35,14 @@ __all__ = []
 
 def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "auto",
                     engine_cache: Optional[Path] = None, detection: Optional[JsonObject] = None,
-                    report: Callable[[str], None] = lambda _: None) -> JsonObject:
+                    progress: Progress = lambda _: None) -> JsonObject:
     """Run the folder's backend over ``inputs``; write ``out``; say what ran and how long inference took.
 
     ``detection`` (boxes_output, scores_output, score_threshold, nms_iou, max_detections) turns
     on the on-device decode; without it the raw outputs are written.
     """
     recipe = Recipe.load(folder)
-    runner, why = load_backend(Path(folder), backend, engine_cache, report=report, recipe=recipe)
+    runner, why = load_backend(Path(folder), backend, engine_cache, progress=progress, recipe=recipe)
     began = time.perf_counter()
     stored = _inputs(Path(inputs))
     files = list(stored.files if hasattr(stored, "files") else stored)
@@ -62,7 +63,7 @@ def evaluate_folder(folder: Path, inputs: Path, out: Path, *, backend: str = "au
         else:
             for key, value in outputs.items():
                 collected.setdefault(key, []).append(np.asarray(value))
-        report("evaluate: batch {}/{}".format(index + 1, len(names)))
+        progress("evaluate: batch {}/{}".format(index + 1, len(names)))
     buffer = io.BytesIO()
     # the keys are the model's output names; numpy's stub checks them against savez_compressed's allow_pickle
     # keyword, which the device's numpy 1.x does not have (there every keyword is an array)

@@ -168,7 +168,7 @@ class ModelService:
 
     def _load(self, folder: Path, recipe: Recipe, engine_cache: Optional[Path]) -> Runner:
         """The backend of ``folder``, checked against its acceptance set."""
-        runner, why = load_backend(folder, self._backend_choice, engine_cache, report=_log, recipe=recipe)
+        runner, why = load_backend(folder, self._backend_choice, engine_cache, progress=_log, recipe=recipe)
         self.backend, self.backend_reason = runner.backend, why
         self.output_names = list(getattr(runner, "output_names", []))
         self.outputs = output_tensors(recipe, runner, self.output_names)

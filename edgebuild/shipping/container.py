@@ -484,6 +484,7 @@ def group_container_spec(group: SelectedGroup, model_folder: Path, *, flavor: st
     if recipe.target != group.target.id:
         raise ConfigError(f"{model_folder}: the recipe is for {recipe.target}, but group {group.name} "
                           f"is now {group.target.id}", hint="rerun `edgebuild compile` for it")
+    assert group.limits is not None, "select_work resolves every group's limit preset"
     return container_spec(recipe, group.target, group.limits, flavor=flavor, base_image=base_image)
 
 

@@ -46,6 +46,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
 
     project, group, gate = inputs.project, inputs.unit, inputs.record(GATE)
     session = inputs.session
+    assert group.limits is not None, "select_work resolves every group's limit preset"
     order = [gate.candidate(name) for name in candidate_order(gate)]
     state = EngineStateStore.of(project, group.name).read()
     build_on = _build_on(inputs)
@@ -85,7 +86,9 @@ def _run(inputs: CompileInputs) -> EngineRecord:
         return build(inputs.session.settings.build_on)
     if not inputs.forced and not device_needed(project, group, gate, session.host()):
         inputs.progress(f"engine: {group.name}: the engine a farm board built is current and accepted; no board needed")
-        return build(EngineStateStore.of(project, group.name).read().built.placement)
+        built = EngineStateStore.of(project, group.name).read().built
+        assert built is not None, "device_needed is False only where the folder holds a built engine"
+        return build(built.placement)
     from edgebuild.devices.farm import run_on_board, target_tags
 
     outcome = run_on_board(farm, group.name, target_tags(group), lambda board: build(board.url))

@@ -42,7 +42,7 @@ def test_real_engine_matches_onnxruntime_at_min_opt_max(onnx_path: Path, tmp_pat
     settings = BuildSettings(onnx_path=onnx_path, plan_path=tmp_path / f"model-{precision}.plan",
                              precision=precision, profiles={"images": tuple(SHAPES.values())},
                              workspace_bytes=1 << 28, timing_cache_path=tmp_path / "timing.cache",
-                             builder_optimization_level=None, report=messages.append)
+                             builder_optimization_level=None, progress=messages.append)
     meta = build_engine(settings)
     assert meta["tensorrt_version"] == trt.__version__
     assert settings.plan_path.stat().st_size == meta["plan_bytes"] > 0

@@ -51,7 +51,7 @@ def test_the_stopping_rule_says_why_it_stopped(tmp_path: Path) -> None:
     depends on how busy it is, so only the rule's word and its numbers are asserted here; the rule itself is
     tested on samples with a clock the runner advances (tests/unit/runtime/test_bench.py)."""
     folder = write_artifact(tmp_path / "yard")
-    quiet = dict(report=lambda _: None, warmup=2, batches=[1])
+    quiet = dict(progress=lambda _: None, warmup=2, batches=[1])
     ruled = run_bench(folder, ci_pct=5.0, budget_s=2.0, min_iterations=20, **quiet)["configs"][0]
     assert ruled["stopped_by"] in ("ci", "budget") and ruled["iterations"] >= 20
     assert ruled["stopped_by"] == "budget" or ruled["p50_ci_width_pct"] <= 5.0

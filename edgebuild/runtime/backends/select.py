@@ -18,11 +18,12 @@ Python 3.8; TensorRT and ONNX Runtime are imported only when chosen.
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from edgebuild.errors import CapabilityMissing, EdgebuildError
 from edgebuild.runtime import device
 from edgebuild.runtime.files import atomic_write_bytes
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
 
 __all__ = ["load_backend"]
@@ -36,14 +37,14 @@ def _stderr(message: str) -> None:
 
 
 def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path] = None,
-                 report: Callable[[str], None] = _stderr, recipe: Optional[Recipe] = None) -> Tuple[Any, str]:
+                 progress: Progress = _stderr, recipe: Optional[Recipe] = None) -> Tuple[Any, str]:
     """(runner, why this backend) for a model folder; ``choice`` is one of ``BACKENDS``."""
     folder = Path(folder)
     recipe = recipe or Recipe.load(folder)
     recipe.verify_files(folder)  # nothing loads from a folder whose files are not the ones recorded
     if choice in ("auto", "tensorrt"):
         try:
-            return tensorrt_runner(folder, recipe, engine_cache, report)
+            return tensorrt_runner(folder, recipe, engine_cache, progress)
         except EdgebuildError as exc:
             if choice == "tensorrt":
                 raise
@@ -58,12 +59,12 @@ def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path
         raise CapabilityMissing("neither the TensorRT engine nor ONNX Runtime can be used: " + reason,
                                 hint="install JetPack's TensorRT, or `pip install onnxruntime`") from None
     why = "ONNX Runtime on the CPU, NOT TensorRT: " + reason
-    report("WARNING: serving with " + why)
+    progress("WARNING: serving with " + why)
     return runner, why
 
 
 def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
-                    report: Callable[[str], None]) -> Tuple[Any, str]:
+                    progress: Progress) -> Tuple[Any, str]:
     """The folder's engine, or the one built here from its recipe into the engine cache."""
     from edgebuild.runtime.backends.tensorrt import TensorRTRunner
 
@@ -80,12 +81,12 @@ def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
                                    recipe.onnx_sha256[:12])
     cache = Path(engine_cache or os.environ.get(ENGINE_CACHE_ENV) or folder / "engine-cache") / key
     if not (cache / ENGINE_JSON).is_file():
-        report("no engine for {} yet: building it from the recipe into {} (this takes minutes, once)".format(
+        progress("no engine for {} yet: building it from the recipe into {} (this takes minutes, once)".format(
             key, cache))
         for name in recipe.file_names(engine=False):
             staged = cache / name
             if not staged.exists():
                 atomic_write_bytes(staged, (folder / name).read_bytes())
-        device.build_from_recipe(cache / RECIPE_FILE, facts, report=report)
+        device.build_from_recipe(cache / RECIPE_FILE, facts, progress=progress)
     return (TensorRTRunner(cache / ENGINE_FILE, cache / ENGINE_JSON),
             "TensorRT engine built on this device from the recipe, cached in {}".format(cache))

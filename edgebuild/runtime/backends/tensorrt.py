@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, ExportError, TargetError
 from edgebuild.runtime.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
@@ -42,6 +42,7 @@ from edgebuild.runtime.files import atomic_write_bytes, sha256_bytes, sha256_fil
 from edgebuild.runtime.identity import read_identity
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.plan_header import read_header
+from edgebuild.runtime.progress import Progress
 from edgebuild.runtime.provenance import REBUILD_HINT, EngineProvenance, RunningDevice, plan_damage, refusal
 from edgebuild.runtime.recipe import PRECISIONS
 
@@ -54,7 +55,7 @@ Shape = Tuple[int, ...]
 ShapeRange = Tuple[Shape, Shape, Shape]
 
 
-def _no_report(message: str) -> None:
+def _no_progress(message: str) -> None:
     pass
 
 
@@ -79,7 +80,7 @@ class BuildSettings:
     dla_core: Optional[int] = None
     builder_optimization_level: Optional[int] = None
     strongly_typed: bool = False
-    report: Callable[[str], None] = field(default=_no_report, compare=False)
+    progress: Progress = field(default=_no_progress, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "onnx_path", Path(self.onnx_path))
@@ -189,7 +190,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     """
     if trt is None:
         trt = import_tensorrt()
-    report = settings.report
+    progress = settings.progress
     version = str(trt.__version__)
     if not settings.onnx_path.is_file():
         raise ExportError(f"{settings.onnx_path}: ONNX file not found (run `edgebuild export` first)")
@@ -199,7 +200,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     typed = strongly_typed(trt, settings.strongly_typed)
     network = builder.create_network(network_flags(trt, typed))
     parser = trt.OnnxParser(network, logger)
-    report(f"TensorRT {version}: parsing {settings.onnx_path.name}")
+    progress(f"TensorRT {version}: parsing {settings.onnx_path.name}")
     if not parser.parse_from_file(str(settings.onnx_path)):
         errors = _parser_errors(parser) or ["the parser reported failure without an error message"]
         raise ExportError(
@@ -239,8 +240,8 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
             config.builder_optimization_level = int(settings.builder_optimization_level)
             optimization_level = int(settings.builder_optimization_level)
         else:
-            report(f"TensorRT {version} has no builder optimization level (8.6+); "
-                   f"level {settings.builder_optimization_level} ignored")
+            progress(f"TensorRT {version} has no builder optimization level (8.6+); "
+                     f"level {settings.builder_optimization_level} ignored")
 
     cache_path = settings.timing_cache_path
     cache_loaded = False
@@ -249,13 +250,13 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
         if cache_path.is_file():
             blob = cache_path.read_bytes()
             cache_loaded = True
-            report(f"timing cache: loaded {cache_path} ({len(blob)} bytes)")
+            progress(f"timing cache: loaded {cache_path} ({len(blob)} bytes)")
         cache = config.create_timing_cache(blob)
         if not config.set_timing_cache(cache, ignore_mismatch=False):
             raise TargetError(f"TensorRT {version} rejected the timing cache {cache_path} (made for another "
                               "device or TensorRT version?)", hint=f"delete {cache_path} to start a new one")
 
-    report(f"TensorRT {version}: building the {settings.precision} engine (this can take minutes)")
+    progress(f"TensorRT {version}: building the {settings.precision} engine (this can take minutes)")
     started = time.monotonic()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.monotonic() - started
@@ -267,7 +268,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
         )
     plan = bytes(serialized)
     atomic_write_bytes(settings.plan_path, plan)
-    report(f"built in {seconds:.1f} s: {settings.plan_path} ({len(plan)} bytes)")
+    progress(f"built in {seconds:.1f} s: {settings.plan_path} ({len(plan)} bytes)")
     if cache_path is not None:
         atomic_write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
 

@@ -176,7 +176,7 @@ class _ClockedRunner:
 def _measured(durations_ms: list[float], **settings: object) -> dict:
     runner = _ClockedRunner(durations_ms)
     rule = {"iterations": None, "duration_s": None, "ci_pct": 1.0, "budget_s": 30.0, "min_iterations": 20, **settings}
-    return measure_latency([runner], {}, report=lambda _: None, clock=runner.clock, **rule)  # type: ignore[arg-type]
+    return measure_latency([runner], {}, progress=lambda _: None, clock=runner.clock, **rule)  # type: ignore[arg-type]
 
 
 def test_the_stopping_rule_stops_when_the_p50_interval_is_narrow_enough() -> None:

@@ -45,7 +45,7 @@ class _SlowingRunner:
 
 def _sustained(runner: _SlowingRunner, seconds: float, window: float, tegra: list | None = None) -> tuple:
     measured = measure_latency([runner], {}, iterations=None, duration_s=seconds, ci_pct=1.0, budget_s=30.0,
-                               min_iterations=20, report=lambda _: None, clock=runner.clock)
+                               min_iterations=20, progress=lambda _: None, clock=runner.clock)
     windows = windows_of(measured["ends"], measured["samples"], began=measured["began"], wall_s=measured["wall_s"],
                          window_s=window, batch=1, tegrastats=tegra or [])
     return measured, windows
@@ -93,7 +93,7 @@ def test_tegrastats_samples_land_in_their_windows() -> None:
 def test_a_sustained_run_here_says_tegrastats_is_missing_and_still_windows(tmp_path: Path) -> None:
     """A real (short) run on ONNX Runtime: the structure, not the timing."""
     folder = write_artifact(tmp_path / "yard")
-    result = run_bench(folder, batches=[1], duration_s="0.3s", window="0.1s", warmup=2, report=lambda _: None)
+    result = run_bench(folder, batches=[1], duration_s="0.3s", window="0.1s", warmup=2, progress=lambda _: None)
     sustained = result["configs"][0]["sustained"]
     assert sustained["window_s"] == 0.1 and len(sustained["windows"]) >= 2
     assert sum(w["runs"] for w in sustained["windows"]) == result["configs"][0]["iterations"]

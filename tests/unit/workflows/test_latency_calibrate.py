@@ -75,7 +75,7 @@ def test_a_jetson_measurement_is_stored_next_to_its_prediction_and_a_cpu_one_is_
     folder = project / "build" / "engines" / "yard"
     written = record_measured(project, folder, _jetson_result(folder, {1: 1.5, 4: 5.0}))
     assert written == [project / "build" / "latency" / "yard.json"]
-    cpu = run_bench(folder, batches=[1], iterations=5, warmup=1, report=lambda _: None)
+    cpu = run_bench(folder, batches=[1], iterations=5, warmup=1, progress=lambda _: None)
     record_measured(project, folder, dict(cpu, ran_on="this host"))
     checks = latency_checks(project / "build")
     assert [(c.batch, c.backend.split()[0], c.comparable) for c in checks] == [
@@ -114,7 +114,7 @@ def test_calibrate_refits_keeps_the_measurements_and_plan_says_so(project: Path,
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(_jetson_result(folder, {1: 1.8 * predicted, 4: 1.8 * batch4})))
     cpu = tmp_path / "cpu.json"
-    cpu.write_text(json.dumps(dict(run_bench(folder, batches=[1], iterations=3, warmup=1, report=lambda _: None),
+    cpu.write_text(json.dumps(dict(run_bench(folder, batches=[1], iterations=3, warmup=1, progress=lambda _: None),
                                    ran_on="this host")))
     foreign = tmp_path / "foreign.json"
     result = _jetson_result(folder, {1: 2.0})

@@ -215,7 +215,7 @@ def test_dla_core_the_device_lacks_and_fp32_on_dla_are_refused(tmp_path: Path) -
 @pytest.mark.parametrize(("version", "applied"), [("8.5.3.1", False), ("8.6.1", True), ("10.3.0", True)])
 def test_builder_optimization_level_only_where_it_exists(tmp_path: Path, version: str, applied: bool) -> None:
     trt, messages = make_tensorrt(version), []
-    meta = build_engine(_settings(tmp_path, builder_optimization_level=5, report=messages.append), trt=trt)
+    meta = build_engine(_settings(tmp_path, builder_optimization_level=5, progress=messages.append), trt=trt)
     sets = [args[0] for n, args, _ in trt.calls if n == "IBuilderConfig.builder_optimization_level ="]
     assert sets == ([5] if applied else [])
     assert meta["builder_optimization_level"] == (5 if applied else None)
@@ -225,7 +225,7 @@ def test_builder_optimization_level_only_where_it_exists(tmp_path: Path, version
 @pytest.mark.parametrize("version", VERSIONS)
 def test_progress_is_reported(tmp_path: Path, version: str) -> None:
     messages: list[str] = []
-    build_engine(_settings(tmp_path, report=messages.append), trt=_double(version))
+    build_engine(_settings(tmp_path, progress=messages.append), trt=_double(version))
     assert messages[0] == f"TensorRT {version}: parsing model.onnx"
     assert any("building the fp16 engine" in m for m in messages)
     assert messages[-1].startswith("built in ")
