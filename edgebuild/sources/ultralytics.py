@@ -48,6 +48,7 @@ from edgebuild.project.ultralytics_facts import (
 if TYPE_CHECKING:
     import onnx
     import torch
+    from numpy.typing import DTypeLike
 
     from edgebuild.project.config import Project
 
@@ -202,6 +203,20 @@ def top_k_to_detections(found: torch.Tensor, score_threshold: float) -> tuple[to
 PREFIX = "edgebuild_ultralytics_"
 
 
+def _constant(graph: onnx.GraphProto, name: str, value: object, dtype: DTypeLike | None = None) -> str:
+    """An initializer ``name`` holding ``value`` (int64 unless ``dtype``) added to ``graph``; its name."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype or np.int64), name))
+    return name
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A graph dimension: its size, its symbolic name, or None where it has neither."""
+    return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+
+
 def append_detection_adapter(proto: onnx.ModelProto, head: str, boxes: str = "boxes", scores: str = "scores",
                              classes: int | None = None) -> onnx.ModelProto:
     """A copy of ``proto`` whose output ``head`` ([N, 4+C, A]) is replaced by ``boxes`` and ``scores``.
@@ -211,7 +226,7 @@ def append_detection_adapter(proto: onnx.ModelProto, head: str, boxes: str = "bo
     """
     import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
@@ -223,9 +238,8 @@ def append_detection_adapter(proto: onnx.ModelProto, head: str, boxes: str = "bo
     elem = found[0].type.tensor_type.elem_type or TensorProto.FLOAT
     np_dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
 
-    def const(name: str, value: Any, dtype: Any = np.int64) -> str:
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), PREFIX + name))
-        return PREFIX + name
+    def const(name: str, value: object, dtype: DTypeLike | None = None) -> str:
+        return _constant(graph, PREFIX + name, value, dtype)
 
     n = lambda name: PREFIX + name  # noqa: E731
     axes = const("axes", [2])
@@ -243,11 +257,7 @@ def append_detection_adapter(proto: onnx.ModelProto, head: str, boxes: str = "bo
         helper.make_node("Concat", [n("x1y1"), n("x2y2")], [boxes], axis=2, name=n("boxes")),
     ]
     graph.node.extend(nodes)
-
-    def dim(d: Any) -> Any:
-        return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-
-    batch, channels, anchors = (dim(d) for d in dims) if len(dims) == 3 else (None, None, None)
+    batch, channels, anchors = (_dim(d) for d in dims) if len(dims) == 3 else (None, None, None)
     classes = channels - 4 if isinstance(channels, int) else classes
     index = [o.name for o in graph.output].index(head)
     del graph.output[index]
@@ -283,7 +293,7 @@ def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: flo
     Mul and ReduceSum (opset 13+), no NonMaxSuppression."""
     import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     from edgebuild.runtime.vision import NMS_OUTPUTS
 
@@ -293,18 +303,16 @@ def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: flo
     found = [o for o in graph.output if o.name == head]
     if not found:
         raise ValueError(f"no output {head!r} (outputs: {[o.name for o in graph.output]})")
-    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in found[0].type.tensor_type.shape.dim]
+    dims = [_dim(d) for d in found[0].type.tensor_type.shape.dim]
     batch, k = (dims[0], dims[1]) if len(dims) == 3 else (None, None)
 
-    def const(name: str, value: Any, dtype: Any = np.int64) -> str:
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), PREFIX + name))
-        return PREFIX + name
+    def const(name: str, value: object, dtype: DTypeLike | None = None) -> str:
+        return _constant(graph, PREFIX + name, value, dtype)
 
     n = lambda name: PREFIX + name  # noqa: E731
     axes = const("top_k_axes", [2])
 
-    def column(name: str, start: int, end: int, out: str) -> Any:
+    def column(name: str, start: int, end: int, out: str) -> onnx.NodeProto:
         return helper.make_node("Slice", [head, const(f"{name}_s", [start]), const(f"{name}_e", [end]), axes],
                                 [out], name=n(f"slice_{name}"))
 
@@ -366,7 +374,7 @@ def append_instance_adapter(proto: onnx.ModelProto, task: str, head: str, names:
     Reshape and Concat (opset 10+), no ultralytics import."""
     import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
@@ -378,13 +386,12 @@ def append_instance_adapter(proto: onnx.ModelProto, task: str, head: str, names:
     elem = declared[head].type.tensor_type.elem_type or TensorProto.FLOAT
     p = f"{PREFIX}{task}_"
 
-    def const(name: str, value: Any, dtype: Any = np.int64) -> str:
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), p + name))
-        return p + name
+    def const(name: str, value: object, dtype: DTypeLike | None = None) -> str:
+        return _constant(graph, p + name, value, dtype)
 
     axes = const("axes", [2])
 
-    def columns(start: int, end: int, out: str) -> Any:
+    def columns(start: int, end: int, out: str) -> onnx.NodeProto:
         return helper.make_node("Slice", [p + "anchors", const(f"s{start}", [start]), const(f"e{end}", [end]), axes],
                                 [out], name=out if out.startswith(p) else p + out)
 
@@ -411,18 +418,15 @@ def append_instance_adapter(proto: onnx.ModelProto, task: str, head: str, names:
         if prototypes is not None and rest[1] != prototypes:
             nodes.append(helper.make_node("Identity", [prototypes], [rest[1]], name=p + "prototypes"))
     graph.node.extend(nodes)
-
-    def dim(d: Any) -> Any:
-        return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-
-    head_dims = [dim(d) for d in declared[head].type.tensor_type.shape.dim]
+    head_dims = [_dim(d) for d in declared[head].type.tensor_type.shape.dim]
     batch, channels, anchors = head_dims if len(head_dims) == 3 else (None, None, None)
-    shapes: list[list[Any] | None] = [[batch, anchors, 5 if task == "obb" else 4], [batch, anchors, classes]]
+    shapes: list[list[int | str | None] | None] = [[batch, anchors, 5 if task == "obb" else 4],
+                                                   [batch, anchors, classes]]
     if task == "pose":
         shapes.append([batch, anchors, *kpt_shape])
     elif task == "segment":
         shapes.append([batch, anchors, channels - 4 - classes if isinstance(channels, int) else None])
-        shapes.append([dim(d) for d in declared[prototypes].type.tensor_type.shape.dim] if prototypes else None)
+        shapes.append([_dim(d) for d in declared[prototypes].type.tensor_type.shape.dim] if prototypes else None)
     before = [o.name for o in graph.output][:[o.name for o in graph.output].index(head)]
     kept = [o for o in graph.output if o.name not in (head, prototypes)]
     index = len([name for name in before if name != prototypes])
