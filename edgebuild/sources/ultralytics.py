@@ -212,6 +212,18 @@ def _constant(graph: onnx.GraphProto, name: str, value: object, dtype: DTypeLike
     return name
 
 
+def _copy_with_output(proto: onnx.ModelProto, head: str) -> tuple[onnx.ModelProto, onnx.ValueInfoProto]:
+    """A copy of ``proto`` to append nodes to, and its output ``head`` (a ValueError where it has none)."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    found = [o for o in model.graph.output if o.name == head]
+    if not found:
+        raise ValueError(f"no output {head!r} (outputs: {[o.name for o in model.graph.output]})")
+    return model, found[0]
+
+
 def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
     """A graph dimension: its size, its symbolic name, or None where it has neither."""
     return d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
@@ -228,14 +240,10 @@ def append_detection_adapter(proto: onnx.ModelProto, head: str, boxes: str = "bo
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
+    model, found = _copy_with_output(proto, head)
     graph = model.graph
-    found = [o for o in graph.output if o.name == head]
-    if not found:
-        raise ValueError(f"no output {head!r} (outputs: {[o.name for o in graph.output]})")
-    dims = list(found[0].type.tensor_type.shape.dim)
-    elem = found[0].type.tensor_type.elem_type or TensorProto.FLOAT
+    dims = list(found.type.tensor_type.shape.dim)
+    elem = found.type.tensor_type.elem_type or TensorProto.FLOAT
     np_dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
 
     def const(name: str, value: object, dtype: DTypeLike | None = None) -> str:
@@ -292,18 +300,13 @@ def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: flo
     is replaced by ``NMS_OUTPUTS``, as ``top_k_to_detections`` computes them: Slice, Greater, Cast,
     Mul and ReduceSum (opset 13+), no NonMaxSuppression."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper
 
     from edgebuild.runtime.vision import NMS_OUTPUTS
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
+    model, found = _copy_with_output(proto, head)
     graph = model.graph
-    found = [o for o in graph.output if o.name == head]
-    if not found:
-        raise ValueError(f"no output {head!r} (outputs: {[o.name for o in graph.output]})")
-    dims = [_dim(d) for d in found[0].type.tensor_type.shape.dim]
+    dims = [_dim(d) for d in found.type.tensor_type.shape.dim]
     batch, k = (dims[0], dims[1]) if len(dims) == 3 else (None, None)
 
     def const(name: str, value: object, dtype: DTypeLike | None = None) -> str:

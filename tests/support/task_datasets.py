@@ -13,6 +13,7 @@ whole pixels).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +61,10 @@ def _polygon(kind: int, cx: float, cy: float, radius: float) -> list[tuple[float
     return [(cx + radius * np.cos(a), cy + radius * np.sin(a)) for a in angles]
 
 
-def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
-    """Red triangles (class 0) and blue octagons (class 1), labelled by their polygons; returns the data.yaml."""
+def _labelled_shapes(root: Path, train: int, val: int, seed: int, names: tuple[str, str],
+                     shape: Callable[[np.random.Generator, int, int, int], list[tuple[float, float]]]) -> Path:
+    """Two objects an image, each of class 0 (red) or 1 (blue), drawn and labelled by the points ``shape`` gives
+    (a polygon, or an oriented box's 4 corners), normalized; returns the data.yaml."""
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
@@ -72,47 +75,40 @@ def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int =
             draw, lines = ImageDraw.Draw(image), []
             for _ in range(2):
                 kind = int(rng.integers(0, 2))
-                radius = float(rng.uniform(0.12, 0.22)) * min(width, height)
-                cx = float(rng.uniform(radius, width - radius))
-                cy = float(rng.uniform(radius, height - radius))
-                points = _polygon(kind, cx, cy, radius)
+                points = shape(rng, kind, width, height)
                 draw.polygon(points, fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
-                lines.append(f"{kind} " + " ".join(f"{min(max(px / width, 0), 1):.6f} {min(max(py / height, 0), 1):.6f}"
-                                                   for px, py in points))
+                lines.append(f"{kind} " + " ".join(f"{min(max(x / width, 0), 1):.6f} {min(max(y / height, 0), 1):.6f}"
+                                                   for x, y in points))
             image.save(root / split / "images" / f"{i}.png")
             (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
     (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
-                                    "names:\n  0: triangle\n  1: octagon\n")
+                                    f"names:\n  0: {names[0]}\n  1: {names[1]}\n")
     return root / "data.yaml"
+
+
+def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
+    """Red triangles (class 0) and blue octagons (class 1), labelled by their polygons; returns the data.yaml."""
+    def polygon(rng: np.random.Generator, kind: int, width: int, height: int) -> list[tuple[float, float]]:
+        radius = float(rng.uniform(0.12, 0.22)) * min(width, height)
+        cx = float(rng.uniform(radius, width - radius))
+        cy = float(rng.uniform(radius, height - radius))
+        return _polygon(kind, cx, cy, radius)
+
+    return _labelled_shapes(root, train, val, seed, ("triangle", "octagon"), polygon)
 
 
 def obb_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
     """Turned red bars (class 0) and blue blocks (class 1), labelled by their corners; returns the data.yaml."""
-    from PIL import Image, ImageDraw
+    def corners(rng: np.random.Generator, kind: int, width: int, height: int) -> list[tuple[float, float]]:
+        long = float(rng.uniform(0.35, 0.5)) * min(width, height)
+        short = long * (0.3 if kind == 0 else 0.7)
+        angle = float(rng.uniform(0, np.pi))
+        reach = (abs(np.cos(angle)) * long + abs(np.sin(angle)) * short) / 2, \
+            (abs(np.sin(angle)) * long + abs(np.cos(angle)) * short) / 2
+        cx, cy = float(rng.uniform(reach[0], width - reach[0])), float(rng.uniform(reach[1], height - reach[1]))
+        along = np.array([np.cos(angle), np.sin(angle)]) * long / 2
+        across = np.array([-np.sin(angle), np.cos(angle)]) * short / 2
+        return [tuple((cx, cy) + sign_a * along + sign_b * across)
+                for sign_a, sign_b in ((1, 1), (1, -1), (-1, -1), (-1, 1))]
 
-    rng = np.random.default_rng(seed)
-    for split, count in _splits(root, train, val):
-        for i in range(count):
-            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
-            image = Image.new("RGB", (width, height), (40, 40, 40))
-            draw, lines = ImageDraw.Draw(image), []
-            for _ in range(2):
-                kind = int(rng.integers(0, 2))
-                long = float(rng.uniform(0.35, 0.5)) * min(width, height)
-                short = long * (0.3 if kind == 0 else 0.7)
-                angle = float(rng.uniform(0, np.pi))
-                reach = (abs(np.cos(angle)) * long + abs(np.sin(angle)) * short) / 2, \
-                    (abs(np.sin(angle)) * long + abs(np.cos(angle)) * short) / 2
-                cx, cy = float(rng.uniform(reach[0], width - reach[0])), float(rng.uniform(reach[1], height - reach[1]))
-                along = np.array([np.cos(angle), np.sin(angle)]) * long / 2
-                across = np.array([-np.sin(angle), np.cos(angle)]) * short / 2
-                corners = [(cx, cy) + sign_a * along + sign_b * across
-                           for sign_a, sign_b in ((1, 1), (1, -1), (-1, -1), (-1, 1))]
-                draw.polygon([tuple(c) for c in corners], fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
-                lines.append(f"{kind} " + " ".join(f"{min(max(x / width, 0), 1):.6f} {min(max(y / height, 0), 1):.6f}"
-                                                   for x, y in corners))
-            image.save(root / split / "images" / f"{i}.png")
-            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
-    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
-                                    "names:\n  0: bar\n  1: block\n")
-    return root / "data.yaml"
+    return _labelled_shapes(root, train, val, seed, ("bar", "block"), corners)

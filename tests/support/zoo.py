@@ -19,8 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pytest
 
 # A two-JetPack fleet: TensorRT 10.3 (JetPack 6.2) and TensorRT 8.5 (JetPack 5.1.2)
 FLEET = """\
@@ -171,3 +175,26 @@ def write_images(root: Path, task: str, classes: list[str], count: int = 6, size
         categories = [{"id": k + 1, "name": c} for k, c in enumerate(classes)]
         coco = {"images": images, "annotations": annotations, "categories": categories}
         (root / "data" / "val" / "annotations.json").write_text(json.dumps(coco))
+
+
+def train_briefly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, yaml: str, data: Path, epochs: int,
+                  imgsz: int) -> Path:
+    """Ultralytics' ``yaml`` model trained from scratch on ``data`` on the CPU, as the zoo's parity tests train
+    (AdamW, no mosaic, no warm-up, no val between epochs; torchvision's NMS replaced by Ultralytics' own, which
+    the CPU build here runs); returns the last checkpoint."""
+    import time
+
+    torchvision = import_torchvision()
+    from ultralytics import YOLO
+    from ultralytics.engine.trainer import BaseTrainer
+    from ultralytics.utils.nms import TorchNMS
+
+    monkeypatch.setattr(BaseTrainer, "read_results_csv", lambda self: {})
+    monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
+    monkeypatch.chdir(tmp_path)
+    started = time.perf_counter()
+    YOLO(yaml).train(data=str(data), epochs=epochs, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0,
+                     imgsz=imgsz, device="cpu", batch=8, workers=0, plots=False, amp=False,
+                     project=str(tmp_path / "runs"), name="t", exist_ok=True, verbose=False, val=False)
+    print(f"train {yaml}: {time.perf_counter() - started:.1f} s")
+    return tmp_path / "runs" / "t" / "weights" / "last.pt"

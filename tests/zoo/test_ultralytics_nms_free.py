@@ -12,7 +12,6 @@ head (``nms=False``: metadata end2end, output [N, 300, 6]) is read the same way.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from edgebuild.runtime.vision import NMS_OUTPUTS
+from tests.support.zoo import train_briefly
 from tests.zoo.test_ultralytics_source import _cocoeval, _shapes_dataset
 
 pytestmark = pytest.mark.zoo
@@ -43,21 +43,8 @@ def _init(root: Path, model: Path, data: Path, trust: bool) -> None:
 
 def _train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, yaml: str, epochs: int) -> tuple[Path, Path]:
     """(the checkpoint, data.yaml): ``yaml`` trained on 48 generated images, as the YOLOv8n parity test does."""
-    import torchvision
-    from ultralytics import YOLO
-    from ultralytics.engine.trainer import BaseTrainer
-    from ultralytics.utils.nms import TorchNMS
-
-    monkeypatch.setattr(BaseTrainer, "read_results_csv", lambda self: {})
-    monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
-    monkeypatch.chdir(tmp_path)
     data = _shapes_dataset(tmp_path / "shapes")
-    started = time.perf_counter()
-    YOLO(yaml).train(data=str(data), epochs=epochs, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0,
-                     imgsz=SIZE, device="cpu", batch=8, workers=0, plots=False, amp=False,
-                     project=str(tmp_path / "runs"), name="t", exist_ok=True, verbose=False, val=False)
-    print(f"train {yaml}: {time.perf_counter() - started:.1f} s")
-    return tmp_path / "runs" / "t" / "weights" / "last.pt", data
+    return train_briefly(tmp_path, monkeypatch, yaml, data, epochs, SIZE), data
 
 
 def _their_map(model: str, data: Path, tmp_path: Path) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli import main
-from tests.support.zoo import FLEET, SERVED_GROUP, write_images
+from tests.support.zoo import FLEET, SERVED_GROUP, train_briefly, write_images
 
 pytestmark = pytest.mark.zoo
 
@@ -252,23 +252,11 @@ def test_the_reference_map_of_an_ultralytics_onnx_matches_ultralytics_val(tmp_pa
     COCOeval as edgebuild's) must be the same, and Ultralytics' own mAP (its ap_per_class, on boxes
     it does not clip to the image) within the issue's 0.01 of edgebuild's.
     """
-    import torchvision
     from PIL import Image
     from ultralytics import YOLO
-    from ultralytics.engine.trainer import BaseTrainer
-    from ultralytics.utils.nms import TorchNMS
 
-    monkeypatch.setattr(BaseTrainer, "read_results_csv", lambda self: {})
-    monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
-    monkeypatch.chdir(tmp_path)
     data = _shapes_dataset(tmp_path / "shapes")
-    started = time.perf_counter()
-    model = YOLO("yolov8n.yaml")
-    model.train(data=str(data), epochs=30, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0, imgsz=128,
-                device="cpu", batch=8, workers=0, plots=False, amp=False, project=str(tmp_path / "runs"), name="t",
-                exist_ok=True, verbose=False, val=False)
-    print(f"train: {time.perf_counter() - started:.1f} s")
-    trained = YOLO(str(tmp_path / "runs" / "t" / "weights" / "last.pt"))
+    trained = YOLO(str(train_briefly(tmp_path, monkeypatch, "yolov8n.yaml", data, 30, 128)))
     exported = Path(trained.export(format="onnx", dynamic=True, imgsz=128, opset=17, simplify=False))
     theirs = YOLO(str(exported), task="detect").val(data=str(data), imgsz=128, batch=1, rect=False, device="cpu",
                                                      plots=False, workers=0, save_json=True,

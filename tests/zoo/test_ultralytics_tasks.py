@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from edgebuild.cli import main
 from tests.support.task_datasets import obb_dataset, pose_dataset, segmentation_dataset
+from tests.support.zoo import train_briefly
 
 pytestmark = pytest.mark.zoo
 
@@ -36,22 +37,9 @@ TASKS = {
 
 def _train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str) -> tuple[Path, Path]:
     """(the checkpoint, data.yaml): the task's model trained on 48 generated images, 48 held out."""
-    import torchvision
-    from ultralytics import YOLO
-    from ultralytics.engine.trainer import BaseTrainer
-    from ultralytics.utils.nms import TorchNMS
-
     yaml, dataset, epochs, _, _ = TASKS[task]
-    monkeypatch.setattr(BaseTrainer, "read_results_csv", lambda self: {})
-    monkeypatch.setattr(torchvision.ops, "nms", TorchNMS.nms)
-    monkeypatch.chdir(tmp_path)
     data = dataset(tmp_path / "data")
-    started = time.perf_counter()
-    YOLO(yaml).train(data=str(data), epochs=epochs, optimizer="AdamW", lr0=0.01, mosaic=0.0, warmup_epochs=0,
-                     imgsz=SIZE, device="cpu", batch=8, workers=0, plots=False, amp=False,
-                     project=str(tmp_path / "runs"), name="t", exist_ok=True, verbose=False, val=False)
-    print(f"train {yaml}: {time.perf_counter() - started:.1f} s")
-    return tmp_path / "runs" / "t" / "weights" / "last.pt", data
+    return train_briefly(tmp_path, monkeypatch, yaml, data, epochs, SIZE), data
 
 
 def _theirs(checkpoint: Path, data: Path, tmp_path: Path, task: str) -> tuple[float, float]:
