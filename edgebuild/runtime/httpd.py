@@ -485,7 +485,12 @@ class HTTPServer:
             return None
         deadline = time.perf_counter() + self.follow_s
         poller = _poll()
-        poller.register(conn.sock, _POLLIN)
+        try:
+            poller.register(conn.sock, _POLLIN)
+        except (ValueError, OSError):  # the server stopped and closed the socket under the worker
+            self._done.append((conn, False, True))
+            self._wake()
+            return None
         read = read_request(conn.sock, conn.inbox, self.max_body, lambda: self._readable(poller, deadline))
         if read is None:
             self._done.append((conn, False, True))

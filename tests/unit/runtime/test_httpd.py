@@ -253,3 +253,19 @@ def test_a_worker_reads_its_connections_next_requests_itself_and_gives_way_to_an
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_a_worker_whose_connection_the_stopping_server_closed_gives_it_back_instead_of_raising() -> None:
+    """A stopping server closes every socket, a worker's too; the worker waiting for that connection's next
+    request must not die on the closed socket (select.poll refuses fd -1 with a ValueError)."""
+    server = HTTPServer(("127.0.0.1", 0), lambda request: Answer(200, b"", "text/plain"), max_body=1024, workers=1,
+                        follow_s=60.0)
+    ours, theirs = socket.socketpair()
+    try:
+        conn = httpd._Connection(ours, deadline=0.0)
+        ours.close()
+        assert server._next_request(conn) is None
+        assert list(server._done) == [(conn, False, True)]  # to be closed by the dispatcher
+    finally:
+        theirs.close()
+        server.server_close()
