@@ -121,8 +121,8 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
              progress: bool = True, desc: str | None = None, raw_head: bool = False) -> Evaluation:
     """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it).
 
-    ``raw_head``: the runner is a detector's raw head even where the project puts NMS inside the
-    model (the gate's INT8 signal and the parity of the appended NMS read the head). An NMS-free
+    ``raw_head``: the runner is a detector's (or pose or segmentation model's) raw head even where the project
+    puts NMS inside the model (the gate's INT8 signal and the parity of the appended NMS read the head). An NMS-free
     head's raw head is its top-k, already the detections: read as NMS inside answers them."""
     from tqdm import tqdm
 
@@ -132,7 +132,7 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
     bar = tqdm(total=len(data), desc=desc or f"evaluate [{runner.backend}]", unit="img",
                disable=not progress, leave=False)
     collect = _DetectionCollector(project, data, raw_head) if project.task.kind == "detection" \
-        else InstanceCollector(project, data) if project.task.kind in INSTANCE_TASKS \
+        else InstanceCollector(project, data, raw_head) if project.task.kind in INSTANCE_TASKS \
         else _ClassificationCollector(project, data)
     try:
         for chunk, batch, transforms in data.batches():
@@ -156,11 +156,15 @@ class _DetectionCollector:
         self.results: list[JsonObject] = []
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        for sample, transform, found in zip(chunk, transforms, self.decode(outputs)):
+            self.add_found(sample, transform, found)
+
+    def decode(self, outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Every image's detections (boxes in network-input pixels), decoded here or read from NMS inside."""
         boxes, scores = self.settings["boxes_output"], self.settings["scores_output"]
         if not self.settings["in_model"]:  # NMS inside: decode_outputs checks its outputs
             check_detection_outputs(outputs[boxes], outputs[scores], boxes, scores, len(self.coco.category_ids))
-        for sample, transform, found in zip(chunk, transforms, decode_outputs(outputs, self.settings)):
-            self.add_found(sample, transform, found)
+        return decode_outputs(outputs, self.settings)
 
     def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
         """One image's decoded detections (boxes in network-input pixels), from here or from a device."""
@@ -183,18 +187,21 @@ def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationS
 
     ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
     metrics, their difference, how many images got the same detections (same classes; boxes and
-    scores within ``NMS_PARITY_ATOL``, compared best first) and the largest difference seen.
+    scores, and pose's keypoints or segmentation's mask coefficients, within ``NMS_PARITY_ATOL``,
+    compared best first) and the largest difference seen.
     An NMS-free head had nothing appended: both are its top-k, and ``nms_free`` says so.
     """
-    settings = detection_settings(project)
-    assert settings is not None
     nms_free = nms_free_head(project)
-    raw = settings if nms_free else {**settings, "in_model": False}
-    host, graph = _DetectionCollector(project, data, raw_head=True), _DetectionCollector(project, data)
+    host: _DetectionCollector | InstanceCollector
+    graph: _DetectionCollector | InstanceCollector
+    if project.task.kind in INSTANCE_TASKS:
+        host, graph = InstanceCollector(project, data, raw_head=True), InstanceCollector(project, data)
+    else:
+        host, graph = _DetectionCollector(project, data, raw_head=True), _DetectionCollector(project, data)
     name, same, worst = project.model.inputs[0].name, 0, 0.0
     for chunk, batch, transforms in data.batches():
-        want = decode_outputs(head.run({name: batch}), raw)
-        got = decode_outputs(inside.run({name: batch}), settings)
+        want = host.decode(head.run({name: batch}))
+        got = graph.decode(inside.run({name: batch}))
         for sample, transform, w, g in zip(chunk, transforms, want, got):
             host.add_found(sample, transform, w)
             graph.add_found(sample, transform, g)
@@ -216,11 +223,12 @@ def _detections_difference(want: dict[str, np.ndarray], got: dict[str, np.ndarra
     if len(want["labels"]) != len(got["labels"]):
         return float("inf")
     order = [np.lexsort((f["labels"], -f["scores"])) for f in (want, got)]
-    (w, g) = ({k: f[k][o] for k in ("boxes", "scores", "labels")} for f, o in zip((want, got), order))
+    # pose's keypoints and segmentation's mask coefficients are compared as the boxes are
+    keys = [k for k in ("boxes", "scores", "labels", "keypoints", "coefficients") if k in want and k in got]
+    (w, g) = ({k: np.asarray(f[k])[o] for k in keys} for f, o in zip((want, got), order))
     if not np.array_equal(w["labels"], g["labels"]):
         return float("inf")
-    return float(max(np.abs(w["boxes"] - g["boxes"]).max(initial=0.0),
-                     np.abs(w["scores"] - g["scores"]).max(initial=0.0)))
+    return float(max(np.abs(w[k].astype(np.float64) - g[k]).max(initial=0.0) for k in keys if k != "labels"))
 
 
 class _ClassificationCollector:
@@ -285,14 +293,15 @@ def detection_settings(project: Project) -> JsonObject | None:
 def instance_box_settings(project: Project) -> JsonObject | None:
     """A pose, segmentation or OBB task's boxes and scores as ``decode_outputs`` reads a detector's (None: another
     task): what its acceptance set compares. The decode is detection's (upright NMS, edgebuild's top-k), not the
-    gate's; it is applied alike to FP32's outputs and to the backend's, so it compares the two."""
+    gate's; it is applied alike to FP32's outputs and to the backend's, so it compares the two. With NMS inside
+    the model (pose, segmentation) the boxes and scores are its detections, read as they are."""
     if project.task.kind not in INSTANCE_TASKS:
         return None
     post = project.task.postprocess
     assert isinstance(post, InstancePostprocess)
     return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
             "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
-            "pre_nms_top_k": DetectionParams.pre_nms_top_k, "in_model": False}
+            "pre_nms_top_k": DetectionParams.pre_nms_top_k, "in_model": post.in_model}
 
 
 def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,

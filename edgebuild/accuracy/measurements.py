@@ -11,10 +11,10 @@ backend; INT8 ones also on the calibration data and the quantization settings (p
 per-channel weights, histogram bins) and on their variant (range method, bias correction). So
 a new calibration method or set re-measures only INT8 candidates.
 
-NMS inside the model (``[task.postprocess] in_model``): every candidate is made from the raw head
-(so Q/DQ never reaches the NMS part) and gets the decode appended after, as ``detections.onnx``
-beside its ``model.onnx``. The metric, latency and TensorRT check read that file, the one that
-ships; the INT8 signal and the layer ranking read the head.
+NMS inside the model (``[task.postprocess] in_model``; detection, pose, segmentation): every candidate
+is made from the raw head (so Q/DQ never reaches the NMS part) and gets the decode appended after, as
+``detections.onnx`` beside its ``model.onnx``. The metric, latency and TensorRT check read that file,
+the one that ships; the INT8 signal and the layer ranking read the head.
 """
 
 from __future__ import annotations
@@ -355,7 +355,8 @@ class MeasurementStore:
 
     @property
     def nms_inside(self) -> bool:
-        return self.project.task.kind == "detection" and self.project.task.postprocess.in_model
+        return self.project.task.kind in ("detection", "pose", "segmentation") and \
+            self.project.task.postprocess.in_model
 
     def _append_nms(self, head: Path, out: Path) -> None:
         """The candidate with the project's decode and NMS appended (``edgebuild.sources.nms_graph``)."""
@@ -364,7 +365,7 @@ class MeasurementStore:
         from edgebuild.sources.export_checks import save_onnx
         from edgebuild.sources.nms_graph import append_nms, check_nms_settings
 
-        settings = check_nms_settings("detection", self.project.task.postprocess.model_dump())
+        settings = check_nms_settings(self.project.task.kind, self.project.task.postprocess.model_dump())
         external = head.with_name(f"{head.name}.data").exists()
         save_onnx(append_nms(onnx.load(str(head)), settings, len(self.project.task.classes)), out, external)
 

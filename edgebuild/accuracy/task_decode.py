@@ -16,6 +16,12 @@ Ultralytics' ``non_max_suppression(rotated=True)``: the same candidates, then Fa
 IoU (``rotated_fast_nms``: a box is dropped when any better box of its class overlaps it above
 ``nms_iou``, whether or not that one was kept), and are mapped back as its OBB validator's
 ``scale_boxes(xywh=True)`` maps them (centre less the padding, centre and size over the scale).
+
+NMS inside the model (``[task.postprocess] in_model``, pose and segmentation: ``edgebuild.sources.nms_graph``)
+answers ``INSTANCE_NMS_OUTPUTS``: the same detections with each one's keypoints or mask coefficients, and the
+prototypes. ``instances_in_model`` reads them into the host decode's form, so both are scored alike; the host's
+decode of such a model's raw head keeps the graph's ``pre_nms_top_k`` (1000), not Ultralytics' 30000, to be
+its parity reference (as detection's does).
 """
 
 from __future__ import annotations
@@ -30,7 +36,15 @@ from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import InstancePostprocess, ObbPostprocess, PosePostprocess, SegmentationPostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
-from edgebuild.runtime.vision import ImageTransform, check_detection_outputs, class_aware_nms
+from edgebuild.runtime.vision import (
+    INSTANCE_NMS_OUTPUTS,
+    DetectionParams,
+    ImageTransform,
+    check_detection_outputs,
+    check_nms_outputs,
+    class_aware_nms,
+    split_detections,
+)
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import ValidationSet
@@ -61,6 +75,28 @@ def decode_instances(boxes: np.ndarray, scores: np.ndarray, score_threshold: flo
         keep = class_aware_nms(candidates, found, class_idx, nms_iou, max_detections)
     return {"boxes": candidates[keep], "scores": found[keep].astype(np.float32),
             "labels": class_idx[keep].astype(np.int64), "anchors": anchor_idx[keep].astype(np.int64)}
+
+
+def instances_in_model(outputs: dict[str, np.ndarray], kind: str) -> list[dict[str, np.ndarray]]:
+    """Every image's detections from a pose or segmentation model with NMS inside (``INSTANCE_NMS_OUTPUTS``), in
+    ``decode_instances``' form without ``anchors``: boxes, scores, labels and ``keypoints`` [D, kpts, dims], or
+    ``coefficients`` [D, M] and ``prototypes`` [M, h, w] (the image's)."""
+    check_nms_outputs(outputs)
+    names = INSTANCE_NMS_OUTPUTS[kind][4:]
+    missing = [n for n in names if n not in outputs]
+    if missing:
+        raise ModelError(f"the model has no {', '.join(missing)} output(s) (found {', '.join(sorted(outputs))}): "
+                         f"it is not a {kind} model with NMS inside",
+                         hint="a raw-head model decodes on the host: set [task.postprocess] in_model to what "
+                              "the ONNX is")
+    found = split_detections(outputs)
+    for i, image in enumerate(found):
+        rows = np.asarray(outputs[names[0]])[i, :len(image["scores"])].astype(np.float32)
+        if kind == "pose":
+            image["keypoints"] = rows
+        else:
+            image["coefficients"], image["prototypes"] = rows, np.asarray(outputs[names[1]][i], np.float32)
+    return found
 
 
 def rotated_fast_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float) -> np.ndarray:
@@ -116,11 +152,15 @@ def keypoints_to_original(keypoints: np.ndarray, transform: ImageTransform) -> n
 class InstanceCollector:
     """Pose, segmentation or oriented-box results of a validation set, batch by batch, and their metrics."""
 
-    def __init__(self, project: Project, data: ValidationSet) -> None:
+    def __init__(self, project: Project, data: ValidationSet, raw_head: bool = False) -> None:
+        """``raw_head``: the outputs are the raw head's even where the project puts NMS inside the model."""
         task = project.task
         assert isinstance(task.postprocess, InstancePostprocess) and data.coco is not None, \
             "a pose, segmentation or OBB task's set"
         self.kind, self.post, self.coco = task.kind, task.postprocess, data.coco
+        self.in_model = task.postprocess.in_model and not raw_head
+        # the graph keeps detection's 1000 candidates: its raw head is decoded as it, to be its reference
+        self.pre_nms_top_k = DetectionParams.pre_nms_top_k if task.postprocess.in_model else VAL_PRE_NMS_TOP_K
         height, width = task.preprocess.input_size
         self.input_size = (int(height), int(width))
         self.results: list[JsonObject] = []
@@ -129,6 +169,14 @@ class InstanceCollector:
         self.truth_masks: dict[int, list[JsonObject]] = data.__dict__.setdefault("_instance_truth_masks", {})
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
+        for sample, transform, found in zip(chunk, transforms, self.decode(outputs)):
+            self.add_found(sample, transform, found)
+
+    def decode(self, outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Every image's kept detections in network-input pixels: boxes, scores, labels and pose's ``keypoints``
+        or segmentation's ``coefficients`` and ``prototypes``; read as they are from a model with NMS inside."""
+        if self.in_model:
+            return instances_in_model(outputs, self.kind)
         post = self.post
         boxes, scores = outputs[post.boxes_output], outputs[post.scores_output]
         if isinstance(post, ObbPostprocess):
@@ -136,22 +184,34 @@ class InstanceCollector:
         else:
             check_detection_outputs(boxes, scores, post.boxes_output, post.scores_output,
                                     len(self.coco.category_ids))
-        for i, (sample, transform) in enumerate(zip(chunk, transforms)):
-            found = decode_instances(boxes[i], scores[i], post.score_threshold, post.nms_iou, post.max_detections)
-            if isinstance(post, ObbPostprocess):
-                self._rotated(sample, transform, found)
-                continue
-            xyxy = transform.boxes_to_original(found["boxes"])
-            extra: list[JsonObject] = [{} for _ in found["anchors"]]
+        decoded = []
+        for i in range(boxes.shape[0]):
+            found = decode_instances(boxes[i], scores[i], post.score_threshold, post.nms_iou, post.max_detections,
+                                     self.pre_nms_top_k)
             if isinstance(post, PosePostprocess):
-                points = keypoints_to_original(outputs[post.keypoints_output][i][found["anchors"]], transform)
-                extra = [{"keypoints": [float(v) for v in p.reshape(-1)]} for p in points]
-            else:
-                extra = self._masks(sample, transform, outputs, i, found)
-            for box, score, label, more in zip(xyxy, found["scores"], found["labels"], extra):
-                x1, y1, x2, y2 = (float(v) for v in box)
-                self.results.append({"image_id": sample.image_id, "category_id": self.coco.category_ids[int(label)],
-                                     "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(score), **more})
+                found["keypoints"] = np.asarray(outputs[post.keypoints_output][i][found["anchors"]], np.float32)
+            elif isinstance(post, SegmentationPostprocess):
+                found["coefficients"] = np.asarray(outputs[post.coefficients_output][i][found["anchors"]])
+                found["prototypes"] = np.asarray(outputs[post.prototypes_output][i])
+            decoded.append(found)
+        return decoded
+
+    def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
+        """One image's decoded detections (``decode``'s form) as results in the original image."""
+        if self.kind == "obb":
+            self._rotated(sample, transform, found)
+            return
+        xyxy = transform.boxes_to_original(found["boxes"])
+        extra: list[JsonObject]
+        if self.kind == "pose":
+            points = keypoints_to_original(found["keypoints"], transform)
+            extra = [{"keypoints": [float(v) for v in p.reshape(-1)]} for p in points]
+        else:
+            extra = self._masks(sample, transform, found)
+        for box, score, label, more in zip(xyxy, found["scores"], found["labels"], extra):
+            x1, y1, x2, y2 = (float(v) for v in box)
+            self.results.append({"image_id": sample.image_id, "category_id": self.coco.category_ids[int(label)],
+                                 "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(score), **more})
 
     def _rotated(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
         """Oriented boxes: ``obb`` [cx, cy, w, h, angle] in the original image, ``bbox`` their corners' extent."""
@@ -165,14 +225,10 @@ class InstanceCollector:
                                           float(end[1] - start[1])],
                                  "score": float(score), "obb": [float(v) for v in box]})
 
-    def _masks(self, sample: Sample, transform: ImageTransform, outputs: dict[str, np.ndarray], i: int,
-               found: dict[str, np.ndarray]) -> list[JsonObject]:
+    def _masks(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> list[JsonObject]:
         from edgebuild.runtime.vision import prototype_masks
 
-        post = self.post
-        assert isinstance(post, SegmentationPostprocess)
-        prototypes = outputs[post.prototypes_output][i]
-        coefficients = outputs[post.coefficients_output][i][found["anchors"]]
+        prototypes, coefficients = found["prototypes"], found["coefficients"]
         self.frames[sample.image_id] = MaskFrame(transform, self.input_size, tuple(prototypes.shape[1:]))
         masks = prototype_masks(prototypes, coefficients, found["boxes"], self.input_size)
         return [{"mask": mask} for mask in masks]

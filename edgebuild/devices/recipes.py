@@ -115,6 +115,8 @@ def recipe_task(project: Project) -> RecipeTask:
     decode = detection_settings(project)
     if project.task.kind in ("pose", "segmentation", "obb"):  # the application decodes (docs/tasks.md)
         form, post = "raw", project.task.postprocess.model_dump(exclude={"in_model"})
+        if project.task.postprocess.in_model:  # pose, segmentation: the raw outputs are INSTANCE_NMS_OUTPUTS
+            post["in_model"] = True
         if project.task.kind == "pose":
             post["kpt_shape"] = list(project.task.kpt_shape)
     elif decode is None:

@@ -184,16 +184,19 @@ class InstancePostprocess(_Section):
     score_threshold: float = Field(0.001, ge=0.0, lt=1.0)
     nms_iou: float = Field(0.7, gt=0.0, le=1.0)
     max_detections: PositiveInt = 300
-    # NMS inside the model is built for detection only (docs/tasks.md says what the device form is today)
+    # NMS inside the model (pose, segmentation): detection's outputs plus each detection's keypoints or mask
+    # coefficients and the prototypes (edgebuild.sources.nms_graph; docs/tasks.md, "On the device")
     in_model: bool = False
 
-    @field_validator("in_model")
-    @classmethod
-    def _not_yet(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("NMS inside the model is not built for this task yet: the host decodes its outputs "
-                             "(docs/tasks.md); leave in_model out")
-        return value
+    @model_validator(mode="after")
+    def _in_model_limit(self) -> InstancePostprocess:
+        limit = DetectionParams.pre_nms_top_k  # as detection's: the graph feeds NMS 1000 candidates at most
+        if self.in_model and self.max_detections > limit:
+            raise ValueError(f"max_detections = {self.max_detections} is more than NMS inside the model returns "
+                             f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
+        if self.in_model and self.boxes_output == self.scores_output:
+            raise ValueError(f"boxes_output and scores_output are both {self.boxes_output!r}")
+        return self
 
 
 class PosePostprocess(InstancePostprocess):
@@ -208,6 +211,14 @@ class SegmentationPostprocess(InstancePostprocess):
 class ObbPostprocess(InstancePostprocess):
     """Oriented boxes: boxes_output is [N, A, 5], cx, cy, w, h in input pixels and the angle in radians
     (Ultralytics' xywhr); decoded by rotated NMS (probiou) on the host."""
+
+    @field_validator("in_model")
+    @classmethod
+    def _no_rotated_nms(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("NMS inside the model is not built for this task yet: TensorRT has no rotated NMS, "
+                             "so the host decodes its outputs (docs/tasks.md); leave in_model out")
+        return value
 
 
 class DetectionTask(_Section):

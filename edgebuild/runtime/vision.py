@@ -11,13 +11,20 @@ import numpy as np
 
 from edgebuild.errors import ModelError
 
-__all__ = ["NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec", "check_detection_outputs",
-           "decode_detections", "decode_outputs", "preprocess", "stack_batch", "top_k"]
+__all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec",
+           "check_detection_outputs", "decode_detections", "decode_outputs", "preprocess", "stack_batch", "top_k"]
 
 RESIZE_MODES = ("letterbox", "resize")
 #: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.nms_graph) answers
 #: these, in this order: count [N, 1] int32, boxes [N, K, 4] xyxy pixels, scores [N, K], classes [N, K]
 NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
+#: pose and segmentation with NMS inside answer ``NMS_OUTPUTS`` and, after them, per detection its keypoints
+#: [N, K, kpts, D] (x, y in input pixels, D = 3: a visibility) or its mask coefficients [N, K, M] with the
+#: prototypes [N, M, H/4, W/4] passed through (masks: ``prototype_masks``); zero rows past num_detections
+INSTANCE_NMS_OUTPUTS: Dict[str, Tuple[str, ...]] = {
+    "pose": NMS_OUTPUTS + ("detection_keypoints",),
+    "segmentation": NMS_OUTPUTS + ("detection_mask_coefficients", "mask_prototypes"),
+}
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 
 

@@ -20,6 +20,15 @@ and later) reads by output index; the names are those of TensorRT's EfficientNMS
 Every added node and tensor is named ``edgebuild_nms/...`` so the INT8 quantizer can leave the part
 out and preflight can point at it.
 
+Pose and segmentation (``settings.task``) get the same NMS on their boxes and scores and, per kept
+detection, the rows of their per-anchor outputs gathered at its anchor (``INSTANCE_NMS_OUTPUTS``):
+
+    detection_keypoints          [N, K, kpts, D]  float32  pose: x, y in input pixels (and D = 3: visibility)
+    detection_mask_coefficients  [N, K, M]        float32  segmentation: the detection's mask coefficients
+    mask_prototypes              [N, M, H/4, W/4] float32  segmentation: the prototypes, passed through
+
+zero past num_detections. Oriented boxes get none: TensorRT has no rotated NMS.
+
 An NMS-free head (YOLOv10, YOLO26: ``edgebuild.sources.ultralytics``) already answers these four
 outputs from its one-to-one top-k, with no NonMaxSuppression node: ``append_nms`` appends nothing
 to such a graph (``answers_detections``) and returns it as it is.
@@ -35,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import NMS_OUTPUTS, DetectionParams
+from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
 
 if TYPE_CHECKING:
     import onnx
@@ -58,6 +67,9 @@ MIN_OPSET = 13
 MIN_TENSORRT = "8.5"
 
 _KEY = "task.postprocess."
+#: the tasks whose NMS can go inside the model, and the per-anchor outputs each gathers after it
+NMS_TASKS = {"detection": (), "pose": ("keypoints_output",),
+             "segmentation": ("coefficients_output", "prototypes_output")}
 
 
 @dataclass(frozen=True)
@@ -70,22 +82,38 @@ class NmsSettings:
     nms_iou: float = 0.6
     max_detections: int = 100
     pre_nms_top_k: int = PRE_NMS_TOP_K
+    task: str = "detection"  # pose, segmentation: their per-anchor outputs are gathered too
+    keypoints_output: str = "keypoints"
+    coefficients_output: str = "mask_coefficients"
+    prototypes_output: str = "prototypes"
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The graph's outputs once NMS is appended."""
+        return INSTANCE_NMS_OUTPUTS.get(self.task, NMS_OUTPUTS)
 
 
 def check_nms_settings(task_kind: str, settings: Mapping[str, Any]) -> NmsSettings:
     """``[task.postprocess]`` as NMS inside the model needs it, or ConfigError naming the key."""
-    if task_kind != "detection":
-        raise ConfigError(f"{_KEY}in_model: NMS inside the model needs task.kind = \"detection\", "
-                          f"not {task_kind!r}", hint=f"remove {_KEY}in_model for a {task_kind} task")
+    if task_kind == "obb":
+        raise ConfigError(f"{_KEY}in_model: TensorRT has no rotated NMS, so an OBB task's NMS cannot go inside "
+                          "the model", hint=f"remove {_KEY}in_model: the host (or the application) decodes OBB")
+    if task_kind not in NMS_TASKS:
+        raise ConfigError(f"{_KEY}in_model: NMS inside the model needs task.kind = \"detection\", \"pose\" or "
+                          f"\"segmentation\", not {task_kind!r}", hint=f"remove {_KEY}in_model for a {task_kind} task")
     # pre_nms_top_k is not a project key: it is the host decode's own cap, which the graph must share
-    keys = ("boxes_output", "scores_output", "score_threshold", "nms_iou", "max_detections")
-    merged = {**asdict(NmsSettings()), **{k: v for k, v in settings.items() if k in keys}}
-    for key in ("boxes_output", "scores_output"):
+    names = ("boxes_output", "scores_output", *NMS_TASKS[task_kind])
+    keys = (*names, "score_threshold", "nms_iou", "max_detections")
+    merged = {**asdict(NmsSettings()), **{k: v for k, v in settings.items() if k in keys}, "task": task_kind}
+    for key in names:
         if not isinstance(merged[key], str) or not merged[key]:
             raise ConfigError(f"{_KEY}{key} must name a model output, found {merged[key]!r}")
     if merged["boxes_output"] == merged["scores_output"]:
         raise ConfigError(f"{_KEY}boxes_output and {_KEY}scores_output are both {merged['boxes_output']!r}",
                           hint="name the [N, A, 4] boxes output and the [N, A, C] scores output")
+    if len({merged[k] for k in names}) < len(names):
+        raise ConfigError(f"{_KEY}: {', '.join(f'{k} = {merged[k]!r}' for k in names)} name one output twice",
+                          hint="each names a different output of the model")
     score, iou, limit = _number(merged, "score_threshold"), _number(merged, "nms_iou"), merged["max_detections"]
     if not 0.0 <= score < 1.0:
         raise ConfigError(f"{_KEY}score_threshold = {score} is outside [0, 1)",
@@ -101,7 +129,7 @@ def check_nms_settings(task_kind: str, settings: Mapping[str, Any]) -> NmsSettin
             hint=f"the host's decode keeps the best {PRE_NMS_TOP_K} candidates before NMS, TensorRT's TopK takes "
                  f"K <= {TENSORRT_TOPK_MAX} and its NMS layer considers at most {TENSORRT_NMS_BOX_LIMIT} boxes "
                  f"an image on some devices; set max_detections <= {MAX_DETECTIONS}")
-    return NmsSettings(merged["boxes_output"], merged["scores_output"], score, iou, limit, merged["pre_nms_top_k"])
+    return NmsSettings(**{**merged, "score_threshold": score, "nms_iou": iou})
 
 
 def _number(settings: Mapping[str, Any], key: str) -> float:
@@ -185,11 +213,13 @@ def answers_detections(model: onnx.ModelProto) -> bool:
 
 def append_nms(model: onnx.ModelProto | str | Path, settings: NmsSettings,
                num_classes: int | None = None) -> onnx.ModelProto:
-    """A copy of ``model`` whose outputs are ``NMS_OUTPUTS`` (the raw head's outputs are dropped).
+    """A copy of ``model`` whose outputs are ``settings.output_names`` (the raw head's outputs are dropped).
 
     ``model``: an ONNX model (or its path) returning ``settings.boxes_output`` [N, A, 4] and
     ``settings.scores_output`` [N, A, C] in float32; N (and A) may be dynamic, C must be known
-    from the graph or given as ``num_classes``. The model keeps its opset (13 or later).
+    from the graph or given as ``num_classes``. Pose adds ``keypoints_output`` [N, A, kpts, D],
+    segmentation ``coefficients_output`` [N, A, M] and ``prototypes_output`` [N, M, h, w], their
+    sizes known from the graph. The model keeps its opset (13 or later).
     A model that ``answers_detections`` (an NMS-free head) is returned unchanged: nothing is appended.
     """
     import onnx
@@ -205,22 +235,67 @@ def append_nms(model: onnx.ModelProto | str | Path, settings: NmsSettings,
                          hint=f"export at a later opset (export.opset = 17), or leave {_KEY}in_model off")
     taken = {t for n in out.graph.node for t in (n.name, *n.output)} | {i.name for i in out.graph.initializer} \
         | {i.name for i in out.graph.input}
-    clash = sorted(taken & set(NMS_OUTPUTS))
+    names = settings.output_names
+    clash = sorted(taken & set(names))
     if clash:
         raise ModelError(f"the model already has tensors named {', '.join(clash)}, the names of the NMS outputs",
                          hint="NMS may be inside the model already: use its raw-head export")
     batch, anchors, classes = _head_dims(out, settings, num_classes)
-    g = _Graph(taken | set(NMS_OUTPUTS))
-    _build(g, settings, anchors, classes)
+    extra = _extra_dims(out, settings)
+    g = _Graph(taken | set(names))
+    kept = _build(g, settings, anchors, classes)
+    _gather_extras(g, settings, kept, extra)
     out.graph.node.extend(g.nodes)
     out.graph.initializer.extend(g.initializers)
     del out.graph.output[:]
     k = settings.max_detections
-    for name, elem, shape in zip(NMS_OUTPUTS, (onnx.TensorProto.INT32,) + (onnx.TensorProto.FLOAT,) * 3,
-                                 ([batch, 1], [batch, k, 4], [batch, k], [batch, k])):
+    shapes: list[list[int | str | None]] = [[batch, 1], [batch, k, 4], [batch, k], [batch, k]]
+    if settings.task == "pose":
+        shapes.append([batch, k, *extra["keypoints_output"]])
+    elif settings.task == "segmentation":
+        shapes += [[batch, k, *extra["coefficients_output"]], [batch, *extra["prototypes_output"]]]
+    for name, shape in zip(names, shapes):
+        elem = onnx.TensorProto.INT32 if name == NMS_OUTPUTS[0] else onnx.TensorProto.FLOAT
         out.graph.output.append(onnx.helper.make_tensor_value_info(name, elem, shape))
     _prune(out.graph)
     return out
+
+
+def _extra_dims(model: onnx.ModelProto, settings: NmsSettings) -> dict[str, list[int | str | None]]:
+    """{settings key: the sizes after (N, A)} of pose's or segmentation's other outputs (the prototypes' after N);
+    every size but the prototypes' height and width must be known."""
+    import onnx
+
+    keys = NMS_TASKS[settings.task]
+    if not keys:
+        return {}
+    outputs = {o.name: o for o in model.graph.output}
+    missing = [f"{_KEY}{k} = {getattr(settings, k)!r}" for k in keys if getattr(settings, k) not in outputs]
+    if missing:
+        raise ModelError(f"{', '.join(missing)}: not an output of the model (outputs: {', '.join(outputs)})",
+                         hint=f"name the raw head's {settings.task} outputs in [task.postprocess]")
+    declared = [d for k in keys for d in outputs[getattr(settings, k)].type.tensor_type.shape.dim[1:]]
+    if not all(d.HasField("dim_value") for d in declared):  # as _head_dims: ONNX's inference may know them
+        outputs = {o.name: o for o in onnx.shape_inference.infer_shapes(model, data_prop=True).graph.output}
+    found: dict[str, list[int | str | None]] = {}
+    for key, rank in zip(keys, (4,) if settings.task == "pose" else (3, 4)):
+        name = getattr(settings, key)
+        tensor = outputs[name].type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
+        fixed = dims[2:] if key != "prototypes_output" else dims[1:2]
+        if tensor.elem_type != onnx.TensorProto.FLOAT or len(dims) != rank or \
+                not all(isinstance(d, int) for d in fixed):
+            want = {"keypoints_output": "[N, A, kpts, D]", "coefficients_output": "[N, A, M]",
+                    "prototypes_output": "[N, M, H/4, W/4]"}[key]
+            raise ModelError(f"cannot append NMS: {_KEY}{key} = {name!r} is {dims} "
+                             f"({onnx.TensorProto.DataType.Name(tensor.elem_type)}), not float32 {want} with "
+                             "its sizes known", hint="export the raw head in float32 with those sizes fixed")
+        found[key] = dims[1:] if key == "prototypes_output" else dims[2:]
+    if settings.task == "segmentation" and found["coefficients_output"][0] != found["prototypes_output"][0]:
+        raise ModelError(f"cannot append NMS: {settings.coefficients_output} has {found['coefficients_output'][0]} "
+                         f"coefficients, {settings.prototypes_output} {found['prototypes_output'][0]} prototypes",
+                         hint="one coefficient per prototype")
+    return found
 
 
 def _head_dims(model: onnx.ModelProto, settings: NmsSettings,
@@ -269,7 +344,17 @@ def _head_dims(model: onnx.ModelProto, settings: NmsSettings,
     return boxes[0], anchors, classes
 
 
-def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) -> None:
+@dataclass(frozen=True)
+class _Kept:
+    """What the per-anchor outputs of pose and segmentation need of the NMS part (tensor names)."""
+
+    anchor: str  # [N, keep] int64: the anchor of each kept row (any in-range anchor on padding rows)
+    valid: str  # [N, keep] float32: 1 on a detection's row, 0 past num_detections
+    keep: int  # rows the NMS part yields; padded with zeros to max_detections
+    extra_rows: int  # dynamic anchors: rows to pad a per-anchor table with, so every candidate's anchor is in it
+
+
+def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) -> _Kept:
     """The host's decode as ONNX nodes, ending in the four ``NMS_OUTPUTS``."""
     from onnx import TensorProto, helper
 
@@ -290,6 +375,7 @@ def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) 
     # Candidates: the best `top` (anchor, class) pairs of each image, as TopK over the flat scores
     # (ties: the lower flat index first, the order of numpy's nonzero in the host's decode).
     flat = g.op("Reshape", [scores, g.const("flat_shape", [0, -1], i64)], "flat_scores")
+    extra = 0
     if anchors is None:
         # A dynamic anchor count may be below `top`: pad with scores no threshold lets through, and
         # the boxes with enough rows that a padded candidate's anchor index stays in range.
@@ -341,6 +427,37 @@ def _build(g: _Graph, settings: NmsSettings, anchors: int | None, classes: int) 
         for source, target in zip(outputs[1:], NMS_OUTPUTS[1:]):
             rank = 3 if target == NMS_OUTPUTS[1] else 2
             g.op("Pad", [source, pads[rank]], f"{target}_padded", outputs=[target])
+    if not NMS_TASKS[settings.task]:
+        return _Kept("", valid, keep, extra)
+    kept_anchor = g.op("GatherElements", [anchor, position], "kept_anchors", axis=1)
+    return _Kept(kept_anchor, valid, keep, extra)
+
+
+def _gather_extras(g: _Graph, settings: NmsSettings, kept: _Kept, dims: dict[str, list[int | str | None]]) -> None:
+    """Pose's keypoints or segmentation's mask coefficients of each kept detection, at its anchor (zero rows past
+    num_detections), and segmentation's prototypes passed through: the outputs after ``NMS_OUTPUTS``."""
+    i64 = np.int64
+    names = settings.output_names[len(NMS_OUTPUTS):]
+    for key, name in zip(NMS_TASKS[settings.task], names):
+        source = getattr(settings, key)
+        if key == "prototypes_output":
+            g.op("Identity", [source], name, outputs=[name])
+            continue
+        sizes = [int(d) for d in dims[key] if isinstance(d, int)]
+        width = int(np.prod(sizes))
+        table = g.op("Reshape", [source, g.const(f"{key}_flat_shape", [0, 0, width], i64)], f"{key}_rows")
+        if kept.extra_rows:  # as the boxes: a padded candidate's anchor must index a row
+            table = g.op("Pad", [table, g.const(f"{key}_pads", [0, 0, 0, 0, kept.extra_rows, 0], i64),
+                                 g.const(f"{key}_fill", 0.0, np.float32)], f"{key}_padded_rows")
+        index = g.op("Expand", [g.op("Unsqueeze", [kept.anchor, g.const(f"{key}_axis_2", [2], i64)],
+                                     f"{key}_index"), g.const(f"{key}_width", [1, 1, width], i64)], f"{key}_index_w")
+        rows = g.op("GatherElements", [table, index], f"{key}_kept", axis=1)
+        valid = g.op("Unsqueeze", [kept.valid, g.const(f"{key}_valid_axis", [2], i64)], f"{key}_valid")
+        rows = g.op("Mul", [rows, valid], f"{key}_detections")
+        if kept.keep < settings.max_detections:
+            pads = g.const(f"{key}_pad_rows", [0, 0, 0, 0, settings.max_detections - kept.keep, 0], i64)
+            rows = g.op("Pad", [rows, pads], f"{key}_padded")
+        g.op("Reshape", [rows, g.const(f"{key}_shape", [0, 0, *sizes], i64)], name, outputs=[name])
 
 
 def _prune(graph: onnx.GraphProto) -> None:

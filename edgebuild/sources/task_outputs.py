@@ -7,6 +7,9 @@ an oriented box is [N, A, 5]: cx, cy, w, h in input pixels and the angle in radi
 An NMS-free head (YOLOv10, YOLO26: ``nms_free_head``) answers the detections themselves, as NMS inside
 the model does: num_detections [N, 1] int32, detection_boxes [N, K, 4], detection_scores and
 detection_classes [N, K], K = ``[task.postprocess] max_detections``.
+With ``[task.postprocess] in_model`` the export is still the raw head (the gate appends NMS to it); pose and
+segmentation's graph with NMS appended answers ``in_model_outputs``, and an export that already answers those
+is named as such.
 A wrapper that gets this wrong still exports, and would fail much later inside the decoder, so the
 model stage checks the outputs at the min, opt and max shapes and names the mistake they look like.
 """
@@ -29,7 +32,7 @@ from edgebuild.project.schema import (
     PoseTask,
     SegmentationPostprocess,
 )
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -73,6 +76,21 @@ def instance_outputs(project: Project) -> dict[str, str]:
         return {**shapes, post.keypoints_output: f"[N, A, {keypoints}, {dims}]"}
     assert isinstance(post, SegmentationPostprocess)
     return {**shapes, post.coefficients_output: "[N, A, M]", post.prototypes_output: "[N, M, H/4, W/4]"}
+
+
+def in_model_outputs(project: Project) -> dict[str, str]:
+    """Pose and segmentation with NMS inside the model: {output name: shape} of the graph that ships
+    (``edgebuild.sources.nms_graph``; K = max_detections, M the mask coefficients)."""
+    post, kind = project.task.postprocess, project.task.kind
+    assert isinstance(post, InstancePostprocess) and kind in INSTANCE_NMS_OUTPUTS, f"a {kind} task"
+    k = post.max_detections
+    shapes = ["[N, 1] int32", f"[N, {k}, 4]", f"[N, {k}]", f"[N, {k}]"]
+    if isinstance(project.task, PoseTask):
+        keypoints, dims = project.task.kpt_shape
+        shapes.append(f"[N, {k}, {keypoints}, {dims}]")
+    else:
+        shapes += [f"[N, {k}, M]", "[N, M, H/4, W/4]"]
+    return dict(zip(INSTANCE_NMS_OUTPUTS[kind], shapes))
 
 
 def task_output_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
@@ -157,6 +175,11 @@ def _instance_mismatches(project: Project, outputs: Mapping[str, np.ndarray], ba
     found: list[Mismatch] = []
     wanted = instance_outputs(project)
     anchors = None
+    in_model = INSTANCE_NMS_OUTPUTS.get(project.task.kind, ())
+    if in_model and not any(n in outputs for n in wanted) and all(n in outputs for n in in_model):
+        return [Mismatch(in_model[0], "in_model",
+                         f"the outputs are {', '.join(in_model)}: the model has NMS inside already; export its raw "
+                         f"head ({', '.join(wanted)}), and set task.postprocess.in_model = true to ship NMS inside")]
     for name, text in wanted.items():
         if name not in outputs:
             found.append(Mismatch(name, "missing", f"{name} is not among the outputs {sorted(outputs)}"))

@@ -46,7 +46,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
         return check_target(graph, inputs.unit)
     from edgebuild.sources.nms_graph import answers_detections, append_nms, check_nms_settings
 
-    found = check_target(append_nms(graph, check_nms_settings("detection", post.model_dump()),
+    found = check_target(append_nms(graph, check_nms_settings(inputs.project.task.kind, post.model_dump()),
                                        len(inputs.project.task.classes)), inputs.unit)
     if answers_detections(graph):  # an NMS-free (one-to-one) head: no NMS added, nothing of NMS to check
         return found

@@ -64,7 +64,7 @@ CLASSES = {"pose": ["box"], "segmentation": ["triangle", "octagon"], "obb": ["ba
 DATASETS = {"pose": pose_dataset, "segmentation": segmentation_dataset, "obb": obb_dataset}
 
 
-def _project(root: Path, kind: str) -> Path:
+def _project(root: Path, kind: str, postprocess: str = "") -> Path:
     (root / "heads").mkdir(parents=True)
     (root / "heads" / "__init__.py").write_text("")
     (root / "heads" / "model.py").write_text(textwrap.dedent(MODELS))
@@ -88,7 +88,7 @@ max_shape = [4, 3, 96, 96]
 [task]
 kind = "{kind}"
 classes = {json.dumps(CLASSES[kind])}
-{extra}
+{extra}{postprocess}
 [task.preprocess]
 input_size = [64, 64]
 resize = "letterbox"
@@ -256,3 +256,40 @@ def test_the_bench_times_no_post_processing_for_raw_outputs(compiled) -> None:
     assert measured["measured"] and measured["outputs"] == "raw", measured
     assert measured["postprocess_step"].startswith("none (the application decodes")
     assert measured["detections_p50"] is None
+
+
+def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_gate_s_parity(tmp_path: Path) -> None:
+    """``[task.postprocess] in_model = true`` for pose: the gate scores the graph with NMS appended against the
+    host's decode of the head, and the model folder ships it (docs/tasks.md, "On the device")."""
+    from edgebuild.accuracy.evaluate import ValidationSet, device_inputs, score_device_results
+    from edgebuild.project.config import load_project
+    from edgebuild.runtime import acceptance
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.evaluate import evaluate_folder
+    from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
+
+    root = _project(tmp_path / "pose", "pose", "\n[task.postprocess]\nin_model = true\nmax_detections = 50\n")
+    result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--ship-ungated",
+                                       "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "NMS inside the model: pose mAP50-95" in result.output and "the same detections on 4 of 4" in result.output
+    gate = json.loads((root / "build/gate/gate.json").read_text())
+    parity = gate["nms_parity"]
+    assert parity["metric"] == "pose mAP50-95" and parity["difference"] <= 1e-6
+    assert parity["same_detections"] == parity["images"] == 4
+
+    folder = root / "build" / "engines" / "yard"
+    recipe = Recipe.load(folder)
+    assert recipe.task is not None and recipe.task.postprocess["in_model"] is True
+    assert list(recipe.outputs or {}) == list(INSTANCE_NMS_OUTPUTS["pose"])
+    assert recipe.outputs["detection_keypoints"].shape == [-1, 50, 4, 3]
+    stored = _acceptance(folder)  # the boxes and scores of the detections, read as they are
+    assert bool(stored["in_model"]) and stored["fp32_counts"].sum() > 0
+    assert acceptance.check(OnnxRuntimeRunner(folder / recipe.onnx), folder, "images", 4)["passed"]
+    # what `validate --device` sends back is scored as the gate scored the shipped graph
+    project = load_project(root)
+    data = ValidationSet(project)
+    (tmp_path / "inputs.npz").write_bytes(device_inputs(project, data))
+    answer = evaluate_folder(folder, tmp_path / "inputs.npz", tmp_path / "results.npz", backend="onnxruntime")
+    device = score_device_results(project, data, (tmp_path / "results.npz").read_bytes(), answer["backend"], 0.0)
+    assert device.value == pytest.approx(parity["in_model"], abs=1e-9)

@@ -63,12 +63,12 @@ def test_the_box_map_may_be_the_gate_s_metric(tmp_path: Path) -> None:
     (POSE.replace("kpt_shape = [4, 3]", "kpt_shape = [4, 5]"), "must be [keypoints, 2 or 3]"),
     (POSE.replace("kpt_shape = [4, 3]\n", ""), "task.kpt_shape"),
     (POSE.replace('"keypoints"]', '"kpts"]'), "task.postprocess.keypoints_output: 'keypoints' is not one of"),
-    (POSE.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]"),
-     "not built for this task yet"),
+    (POSE.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\nmax_detections = 1001\n\n"
+                  "[task.preprocess]"), "max_detections = 1001 is more than NMS inside the model returns (1000"),
     (_metric(OBB, "box mAP50-95"), "'box mAP50-95' does not apply to obb (allowed: obb mAP50-95, obb mAP50)"),
     (OBB.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]"),
-     "not built for this task yet"),
-], ids=["detection-metric", "mask-metric-for-pose", "kpt-dims", "no-kpt-shape", "keypoints-output", "in-model",
+     "not built for this task yet: TensorRT has no rotated NMS"),
+], ids=["detection-metric", "mask-metric-for-pose", "kpt-dims", "no-kpt-shape", "keypoints-output", "in-model-limit",
         "box-metric-for-obb", "obb-in-model"])
 def test_what_does_not_fit_the_task_is_said(tmp_path: Path, text: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -84,3 +84,22 @@ def test_obb_outputs_are_checked_as_rotated_boxes(tmp_path: Path) -> None:
     assert task_output_mismatches(project, {"boxes": np.zeros((2, 21, 5), np.float32), "scores": scores}, 2) == []
     found = task_output_mismatches(project, {"boxes": np.zeros((2, 21, 4), np.float32), "scores": scores}, 2)
     assert [(m.output, m.kind, m.text) for m in found] == [("boxes", "layout", "boxes is [2, 21, 4], not [N, A, 5]")]
+
+
+@pytest.mark.parametrize("text, kind", [(POSE, "pose"), (SEGMENTATION, "segmentation")])
+def test_pose_and_segmentation_take_nms_inside_and_know_its_outputs(tmp_path: Path, text: str, kind: str) -> None:
+    from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
+    from edgebuild.sources.task_outputs import in_model_outputs
+
+    project = _load(tmp_path, text.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n"
+                                                                "[task.preprocess]"))
+    assert project.task.postprocess.in_model
+    shapes = in_model_outputs(project)
+    assert list(shapes) == list(INSTANCE_NMS_OUTPUTS[kind])
+    k = project.task.postprocess.max_detections
+    assert shapes[INSTANCE_NMS_OUTPUTS[kind][4]] == (f"[N, {k}, 4, 3]" if kind == "pose" else f"[N, {k}, M]")
+    # the export is the raw head: an export that answers the in-model form already is named as such
+    answered = {name: np.zeros((2, 1) if name == "num_detections" else (2, k, 4), np.float32)
+                for name in INSTANCE_NMS_OUTPUTS[kind]}
+    found = task_output_mismatches(project, answered, 2)
+    assert [m.kind for m in found] == ["in_model"] and "has NMS inside already" in found[0].text
