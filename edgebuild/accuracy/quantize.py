@@ -228,6 +228,8 @@ def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan
             )
     except Exception as exc:  # the quantizer raises plain exceptions for graphs it cannot handle
         raise ExportError(f"{source}: INT8 quantization failed: {type(exc).__name__}: {exc}") from exc
+    if exclude:
+        _unshare_kept_inputs(out, exclude)
     leaks = float_leaks(out, exclude)
     if leaks:  # a bug of ours or the quantizer's: never measure a graph that is not what it says
         raise ExportError(f"{out}: layers meant to stay in float still read quantized tensors: {', '.join(leaks)}")
@@ -237,6 +239,32 @@ def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan
     if exclude:
         return Candidate("int8-mixed", out, tuple(exclude), f"Q/DQ INT8, {len(exclude)} layer(s) kept in float; {how}")
     return Candidate("int8", out, note=f"Q/DQ INT8, {how}")
+
+
+def _unshare_kept_inputs(path: Path, kept: tuple[str, ...]) -> None:
+    """Give the nodes of ``kept`` their float inputs back where ONNX Runtime's quantizer shared a Q/DQ pair.
+
+    Its ``DedicatedQDQPair`` makes one pair per quantized reader only where a tensor has two or more of
+    them; a tensor with one quantized reader gets a single pair whose output every reader reads, those
+    kept in float too (a YOLO26 feature map read by the next stage's Conv and by the head's branches)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    produced = {out: node for node in model.graph.node for out in node.output}
+    wanted, changed = set(kept), False
+    for node in model.graph.node:
+        if node.name not in wanted:
+            continue
+        for k, name in enumerate(node.input):
+            dequantize = produced.get(name)
+            if dequantize is None or dequantize.op_type != "DequantizeLinear":
+                continue
+            quantize = produced.get(dequantize.input[0])
+            if quantize is not None and quantize.op_type == "QuantizeLinear":  # an activation's pair, not a weight's
+                node.input[k] = quantize.input[0]
+                changed = True
+    if changed:
+        onnx.save(model, str(path))
 
 
 def float_leaks(path: Path, kept: tuple[str, ...]) -> list[str]:
