@@ -36,7 +36,8 @@ def _floats(ctx: click.Context, param: click.Parameter, value: str | None) -> li
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing edgebuild.toml.")
 @click.option("--model", "model", default=None, metavar="PATH_OR_NAME",
-              help="The model to write the project from: an ONNX file, an Ultralytics best.pt, a TorchScript file "
+              help="The model to write the project from: an ONNX file, an Ultralytics best.pt (detect, segment, "
+                   "pose or OBB; a YOLOv10/YOLO26 NMS-free head ships as trained), a TorchScript file "
                    "(torch.jit.save), or a classifier by name: torchvision:resnet18, timm:mobilenetv3_small_100.")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
               help="Its dataset: a YOLO data.yaml, a Pascal VOC root, a COCO JSON, or split folders of class folders. "
