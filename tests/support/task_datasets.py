@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import ImageDraw
 
 SIZES = [(160, 120), (120, 160), (128, 128), (256, 192), (64, 48), (200, 150), (96, 128)]
 
@@ -28,8 +32,11 @@ def _splits(root: Path, train: int, val: int) -> list[tuple[str, int]]:
     return [("train", train), ("val", val)]
 
 
-def pose_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
-    """Rectangles whose corners are the keypoints; returns the data.yaml."""
+def _generated_set(root: Path, train: int, val: int, seed: int, yaml_tail: str,
+                   draw_object: Callable[[np.random.Generator, ImageDraw.ImageDraw, int, int], str]) -> Path:
+    """Images of the ``SIZES`` on grey, two objects each, drawn by ``draw_object`` (which returns the object's
+    YOLO label line), in train/ and val/; ``yaml_tail``: the data.yaml's lines after the splits. Returns the
+    data.yaml."""
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
@@ -37,21 +44,27 @@ def pose_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> P
         for i in range(count):
             width, height = SIZES[int(rng.integers(0, len(SIZES)))]
             image = Image.new("RGB", (width, height), (40, 40, 40))
-            draw, lines = ImageDraw.Draw(image), []
-            for _ in range(2):
-                w, h = int(rng.integers(width // 5, width * 2 // 5)), int(rng.integers(height // 5, height * 2 // 5))
-                x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
-                draw.rectangle([x, y, x + w - 1, y + h - 1], fill=(230, 200, 30))
-                draw.rectangle([x, y, x + w // 3, y + h // 3], fill=(30, 30, 230))  # the top-left corner marked
-                corners = [(x, y), (x + w, y), (x + w, y + h), (x, y + h)]
-                points = " ".join(f"{px / width:.6f} {py / height:.6f} 2" for px, py in corners)
-                lines.append(f"0 {(x + w / 2) / width:.6f} {(y + h / 2) / height:.6f} {w / width:.6f} "
-                             f"{h / height:.6f} {points}")
+            draw = ImageDraw.Draw(image)
+            lines = [draw_object(rng, draw, width, height) for _ in range(2)]
             image.save(root / split / "images" / f"{i}.png")
             (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
-    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\nkpt_shape: [4, 3]\n"
-                                    "flip_idx: [1, 0, 3, 2]\nnames:\n  0: box\n")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n{yaml_tail}")
     return root / "data.yaml"
+
+
+def pose_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:
+    """Rectangles whose corners are the keypoints; returns the data.yaml."""
+    def rectangle(rng: np.random.Generator, draw: ImageDraw.ImageDraw, width: int, height: int) -> str:
+        w, h = int(rng.integers(width // 5, width * 2 // 5)), int(rng.integers(height // 5, height * 2 // 5))
+        x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
+        draw.rectangle([x, y, x + w - 1, y + h - 1], fill=(230, 200, 30))
+        draw.rectangle([x, y, x + w // 3, y + h // 3], fill=(30, 30, 230))  # the top-left corner marked
+        corners = [(x, y), (x + w, y), (x + w, y + h), (x, y + h)]
+        points = " ".join(f"{px / width:.6f} {py / height:.6f} 2" for px, py in corners)
+        return f"0 {(x + w / 2) / width:.6f} {(y + h / 2) / height:.6f} {w / width:.6f} {h / height:.6f} {points}"
+
+    return _generated_set(root, train, val, seed, "kpt_shape: [4, 3]\nflip_idx: [1, 0, 3, 2]\nnames:\n  0: box\n",
+                          rectangle)
 
 
 def _polygon(kind: int, cx: float, cy: float, radius: float) -> list[tuple[float, float]]:
@@ -65,25 +78,14 @@ def _labelled_shapes(root: Path, train: int, val: int, seed: int, names: tuple[s
                      shape: Callable[[np.random.Generator, int, int, int], list[tuple[float, float]]]) -> Path:
     """Two objects an image, each of class 0 (red) or 1 (blue), drawn and labelled by the points ``shape`` gives
     (a polygon, or an oriented box's 4 corners), normalized; returns the data.yaml."""
-    from PIL import Image, ImageDraw
+    def labelled(rng: np.random.Generator, draw: ImageDraw.ImageDraw, width: int, height: int) -> str:
+        kind = int(rng.integers(0, 2))
+        points = shape(rng, kind, width, height)
+        draw.polygon(points, fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
+        return f"{kind} " + " ".join(f"{min(max(x / width, 0), 1):.6f} {min(max(y / height, 0), 1):.6f}"
+                                     for x, y in points)
 
-    rng = np.random.default_rng(seed)
-    for split, count in _splits(root, train, val):
-        for i in range(count):
-            width, height = SIZES[int(rng.integers(0, len(SIZES)))]
-            image = Image.new("RGB", (width, height), (40, 40, 40))
-            draw, lines = ImageDraw.Draw(image), []
-            for _ in range(2):
-                kind = int(rng.integers(0, 2))
-                points = shape(rng, kind, width, height)
-                draw.polygon(points, fill=(230, 30, 30) if kind == 0 else (30, 30, 230))
-                lines.append(f"{kind} " + " ".join(f"{min(max(x / width, 0), 1):.6f} {min(max(y / height, 0), 1):.6f}"
-                                                   for x, y in points))
-            image.save(root / split / "images" / f"{i}.png")
-            (root / split / "labels" / f"{i}.txt").write_text("\n".join(lines) + "\n")
-    (root / "data.yaml").write_text(f"path: {root}\ntrain: train/images\nval: val/images\n"
-                                    f"names:\n  0: {names[0]}\n  1: {names[1]}\n")
-    return root / "data.yaml"
+    return _generated_set(root, train, val, seed, f"names:\n  0: {names[0]}\n  1: {names[1]}\n", labelled)
 
 
 def segmentation_dataset(root: Path, train: int = 48, val: int = 48, seed: int = 0) -> Path:

@@ -198,24 +198,29 @@ def _nms_tables() -> list[str]:
                    if nms_target_problem(t.release.tensorrt) is None}, key=lambda v: tuple(map(int, v.split("."))))
 
 
-def test_every_added_operator_is_in_the_parser_tables_of_tensorrt_8_5_8_6_and_10_with_their_rules_kept() -> None:
+def assert_parsers_take_the_added_nodes(model: onnx.ModelProto) -> None:
+    """Every node ``append_nms`` added is supported by the parser table of every TensorRT that runs NMS, with
+    each of its restrictions checked on the node (RESTRICTION_CHECKS)."""
     from onnx import numpy_helper
 
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    added = [n for n in model.graph.node if is_nms_node(n.name)]
+    for version in _nms_tables():
+        operators = parser_table(version)["operators"]
+        for node in added:
+            entry = operators.get(node.op_type)
+            assert entry and entry["supported"], (version, node.op_type)
+            rule = entry["restrictions"]
+            if rule:
+                assert rule in RESTRICTION_CHECKS, f"TensorRT {version} {node.op_type}: unchecked rule {rule!r}"
+                assert RESTRICTION_CHECKS[rule](node, constants), (version, node.name, rule)
+
+
+def test_every_added_operator_is_in_the_parser_tables_of_tensorrt_8_5_8_6_and_10_with_their_rules_kept() -> None:
+    assert {"8.5", "8.6", "10.3"} <= set(_nms_tables())
     for model in (append_nms(_head(8400, 80), NmsSettings(max_detections=300)),
                   append_nms(_head("anchors", 3), NmsSettings(max_detections=MAX_DETECTIONS))):
-        constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-        added = [n for n in model.graph.node if is_nms_node(n.name)]
-        tables = _nms_tables()
-        assert {"8.5", "8.6", "10.3"} <= set(tables)
-        for version in tables:
-            operators = parser_table(version)["operators"]
-            for node in added:
-                entry = operators.get(node.op_type)
-                assert entry and entry["supported"], (version, node.op_type)
-                rule = entry["restrictions"]
-                if rule:
-                    assert rule in RESTRICTION_CHECKS, f"TensorRT {version} {node.op_type}: unchecked rule {rule!r}"
-                    assert RESTRICTION_CHECKS[rule](node, constants), (version, node.name, rule)
+        assert_parsers_take_the_added_nodes(model)
 
 
 def test_preflight_finds_nothing_blocking_in_the_nms_part_on_any_target_that_runs_it() -> None:

@@ -13,9 +13,9 @@ from edgebuild.accuracy.task_decode import decode_instances, instances_in_model
 from edgebuild.errors import ConfigError, ModelError
 from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
 from edgebuild.sources.nms_graph import NmsSettings, append_nms, check_nms_settings, is_nms_node, nms_target_problem
-from edgebuild.targets.preflight import BLOCKING, check_target, parser_table
+from edgebuild.targets.preflight import BLOCKING, check_target
 from edgebuild.targets.profiles import SelectedGroup, load_catalog
-from tests.unit.sources.test_nms_graph import RESTRICTION_CHECKS, _crowded_head, _nms_tables, _run
+from tests.unit.sources.test_nms_graph import _crowded_head, _run, assert_parsers_take_the_added_nodes
 
 KEYPOINTS, COEFFICIENTS, PROTO = (5, 3), 8, (16, 16)
 
@@ -97,24 +97,13 @@ def test_the_instance_graph_is_valid_with_full_shape_inference_and_only_its_outp
 
 
 def test_every_operator_added_for_pose_and_segmentation_is_in_the_parser_tables_and_preflight_passes() -> None:
-    from onnx import numpy_helper
-
     checked = set()
     for kind in ("pose", "segmentation"):
         for anchors in (8400, "anchors"):
             model = append_nms(_head(kind, anchors, 3), check_nms_settings(kind, {"max_detections": 300}))
-            constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
             added = [n for n in model.graph.node if is_nms_node(n.name)]
             assert {"GatherElements", "Reshape"} <= {n.op_type for n in added}
-            for version in _nms_tables():
-                operators = parser_table(version)["operators"]
-                for node in added:
-                    entry = operators.get(node.op_type)
-                    assert entry and entry["supported"], (version, node.op_type)
-                    rule = entry["restrictions"]
-                    if rule:
-                        assert rule in RESTRICTION_CHECKS, f"TensorRT {version} {node.op_type}: unchecked {rule!r}"
-                        assert RESTRICTION_CHECKS[rule](node, constants), (version, node.name, rule)
+            assert_parsers_take_the_added_nodes(model)
         inferred = onnx.shape_inference.infer_shapes(model)
         for target in load_catalog().all_targets():
             version = ".".join(target.release.tensorrt.split(".")[:2])
