@@ -87,6 +87,8 @@ class ValidationSet:
         self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES
         self._cache: list[tuple[list[Sample], np.ndarray, list[ImageTransform]]] = []
         self._ground_truth: Any = None
+        #: segmentation: each image's ground-truth masks, drawn once per set (every candidate is scored against them)
+        self.truth_masks: dict[int, list[JsonObject]] = {}
 
     @property
     def ground_truth(self) -> Any:

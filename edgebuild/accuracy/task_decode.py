@@ -166,7 +166,7 @@ class InstanceCollector:
         self.results: list[JsonObject] = []
         self.frames: dict[int, MaskFrame] = {}
         # the ground truth's masks, drawn once per validation set: every candidate is scored against them
-        self.truth_masks: dict[int, list[JsonObject]] = data.__dict__.setdefault("_instance_truth_masks", {})
+        self.truth_masks = data.truth_masks
 
     def add(self, chunk: list[Sample], transforms: list[ImageTransform], outputs: dict[str, np.ndarray]) -> None:
         for sample, transform, found in zip(chunk, transforms, self.decode(outputs)):

@@ -53,7 +53,7 @@ def _data(annotation: dict, extra: dict) -> SimpleNamespace:
     truth = {"images": [{"id": 1, "width": 64, "height": 32, "file_name": "a.png"}],
              "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 0, **annotation}],
              "categories": [{"id": 1, "name": "a"}], **extra}
-    return SimpleNamespace(coco=SimpleNamespace(ground_truth=truth, category_ids=[1]))
+    return SimpleNamespace(coco=SimpleNamespace(ground_truth=truth, category_ids=[1]), truth_masks={})
 
 
 def test_a_pose_model_that_outputs_the_ground_truth_scores_the_best() -> None:

@@ -48,6 +48,7 @@ class _Data:
             truth["kpt_shape"] = [5, 3]
         self.coco = SimpleNamespace(ground_truth=truth, category_ids=[1, 2])
         self.samples = [Sample(path=None, image_id=i) for i in (1, 2)]  # type: ignore[arg-type]
+        self.truth_masks: dict = {}  # as ValidationSet: the ground-truth masks drawn once per set
 
     def __len__(self) -> int:
         return 2
