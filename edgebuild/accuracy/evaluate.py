@@ -20,7 +20,7 @@ from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
 from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.schema import InstancePostprocess
+from edgebuild.project.schema import DetectionPostprocess, InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head, source_facts
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.vision import (
@@ -286,10 +286,7 @@ def detection_settings(project: Project) -> JsonObject | None:
     post = project.task.postprocess
     facts = source_facts(project)
     ultralytics = facts is not None and facts.task == "detect" and not post.in_model
-    top_k = VAL_PRE_NMS_TOP_K if ultralytics else DetectionParams.pre_nms_top_k
-    return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
-            "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
-            "pre_nms_top_k": top_k, "in_model": post.in_model}
+    return _box_decode(post, VAL_PRE_NMS_TOP_K if ultralytics else DetectionParams.pre_nms_top_k)
 
 
 def instance_box_settings(project: Project) -> JsonObject | None:
@@ -301,9 +298,14 @@ def instance_box_settings(project: Project) -> JsonObject | None:
         return None
     post = project.task.postprocess
     assert isinstance(post, InstancePostprocess)
+    return _box_decode(post, DetectionParams.pre_nms_top_k)
+
+
+def _box_decode(post: DetectionPostprocess | InstancePostprocess, pre_nms_top_k: int) -> JsonObject:
+    """The settings ``decode_outputs`` reads to decode boxes and scores (``runtime.vision``)."""
     return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
             "score_threshold": post.score_threshold, "nms_iou": post.nms_iou, "max_detections": post.max_detections,
-            "pre_nms_top_k": DetectionParams.pre_nms_top_k, "in_model": post.in_model}
+            "pre_nms_top_k": pre_nms_top_k, "in_model": post.in_model}
 
 
 def score_device_results(project: Project, data: ValidationSet, results: bytes, backend: str,
