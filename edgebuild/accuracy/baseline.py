@@ -7,7 +7,8 @@ number. Before any candidate is decided, the FP32 value is judged twice:
 - against chance: a classifier at or below ``CHANCE_FACTOR`` x k/classes (top-k), a detector
   below ``DETECTION_FLOORS`` (docs/accuracy.md says why these numbers);
 - against the metric its source records, where it records one (an Ultralytics checkpoint's
-  ``train_metrics``; ONNX ``metadata_props``, ``edgebuild.project.ultralytics_facts.recorded_metric``):
+  ``train_metrics``; ONNX ``metadata_props``, ``edgebuild.project.ultralytics_facts.recorded_metric``, read
+  by the project's task: a pose model's ``(P)`` is its pose mAP, an OBB model's ``(B)`` its obb mAP):
   an FP32 here below ``RECORDED_FRACTION`` of it is refused naming both.
 
 ``judge_baseline`` gives a ``BaselineCheck`` record, carried in the gate's result and shown by the
@@ -43,7 +44,7 @@ VERDICTS = ("ok", "chance", "below-recorded", "accepted")
 class RecordedMetric:
     """A validation metric the model's own file records (what its training measured)."""
 
-    metric: str  # edgebuild's name: mAP50-95, mAP50, top-1, top-5
+    metric: str  # edgebuild's name: mAP50-95, top-1, mask mAP50-95, pose mAP50, obb mAP50-95, ...
     value: float
     where: str  # e.g. "best.pt train_metrics['metrics/mAP50-95(B)']"
 
@@ -159,7 +160,8 @@ def judge_baseline(value: float, *, metric: str, classes: int, backend: str, ima
             said = (f"chance is {uniform:.3f} for {classes} classes and {value:.4f} is at most {CHANCE_FACTOR}x "
                     f"that ({floor:.3f})")
     else:
-        floor = DETECTION_FLOORS.get(metric, DETECTION_FLOORS["mAP50-95"])
+        # a task's "mask mAP50" or "pose mAP50" has the floor of detection's mAP50
+        floor = DETECTION_FLOORS["mAP50"] if metric.endswith("mAP50") else DETECTION_FLOORS["mAP50-95"]
         at_chance = value < floor
         said = f"below the floor {floor:.3f} a detector that finds what it was trained on scores above"
     finding = ""

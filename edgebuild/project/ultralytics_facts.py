@@ -88,10 +88,14 @@ class _Stub:
 
     _name = "?"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-        self.state: object = None
-        self.items: dict[object, object] = {}
+    args: tuple[Any, ...]
+    state: object
+    items: dict[object, object]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Stub:  # not __init__: NEWOBJ (an object with no state) skips it
+        self = super().__new__(cls)
+        self.args, self.state, self.items = args, None, {}
+        return self
 
     def __setstate__(self, state: Any) -> None:
         self.state = state
@@ -421,9 +425,19 @@ def _facts_for_source(name: str, mtime_ns: int, size: int) -> UltralyticsFacts |
 
 # -- the validation metric a model file records for itself -----------------------------------------
 
-#: Ultralytics' names of its validation metrics (a checkpoint's ``train_metrics``) -> edgebuild's metric names
+#: Ultralytics' names of its validation metrics (a checkpoint's ``train_metrics``) -> edgebuild's metric names,
+#: for a detector or a classifier (and a model whose task is not known)
 RECORDED_KEYS = {"metrics/mAP50-95(B)": "mAP50-95", "metrics/mAP50(B)": "mAP50", "metrics/accuracy_top1": "top-1",
                  "metrics/accuracy_top5": "top-5"}
+#: the same for the other tasks (edgebuild's task.kind), as Ultralytics' SegmentMetrics / PoseMetrics / OBBMetrics
+#: name them: (M) masks, (P) keypoints, (B) boxes, which for an OBB model are its oriented boxes
+TASK_RECORDED_KEYS = {
+    "segmentation": {"metrics/mAP50-95(M)": "mask mAP50-95", "metrics/mAP50(M)": "mask mAP50",
+                     "metrics/mAP50-95(B)": "box mAP50-95", "metrics/mAP50(B)": "box mAP50"},
+    "pose": {"metrics/mAP50-95(P)": "pose mAP50-95", "metrics/mAP50(P)": "pose mAP50",
+             "metrics/mAP50-95(B)": "box mAP50-95", "metrics/mAP50(B)": "box mAP50"},
+    "obb": {"metrics/mAP50-95(B)": "obb mAP50-95", "metrics/mAP50(B)": "obb mAP50"},
+}
 #: an ONNX file's ``metadata_props`` key for a metric in edgebuild's names (docs/accuracy.md): ``val_metric.top-1``
 ONNX_METRIC_PREFIX = "val_metric."
 
@@ -435,21 +449,28 @@ def recorded_metric(project: Project) -> tuple[str, float, str] | None:
     path = project.path(project.model.source)
     if not path.is_file():
         return None
-    return recorded_metric_of(path).get(project.metric)
+    return recorded_metric_of(path, project.task.kind).get(project.metric)
 
 
-def recorded_metric_of(path: Path) -> dict[str, tuple[str, float, str]]:
+def recorded_metric_of(path: Path, kind: str | None = None) -> dict[str, tuple[str, float, str]]:
     """Every validation metric a checkpoint (``train_metrics``, read without running it) or an ONNX file
-    (``metadata_props``: Ultralytics' key names or ``val_metric.<metric>``) records, by edgebuild's metric name."""
+    (``metadata_props``: Ultralytics' key names or ``val_metric.<metric>``) records, by edgebuild's metric name.
+
+    Ultralytics' names mean another metric per task (``metrics/mAP50-95(B)``: a detector's mAP50-95, a pose or
+    segmentation model's box mAP50-95, an OBB model's obb mAP50-95): ``kind`` is edgebuild's task.kind, and
+    where it is None the file's own ``task`` says (``facts_for_source``)."""
     try:
         stat = path.stat()
     except OSError:
         return {}
-    return _recorded(str(path), stat.st_mtime_ns, stat.st_size)
+    if kind is None:
+        facts = facts_for_source(path)
+        kind = TASKS.get(facts.task) if facts is not None else None
+    return _recorded(str(path), stat.st_mtime_ns, stat.st_size, kind or "")
 
 
 @lru_cache(maxsize=8)
-def _recorded(name: str, mtime_ns: int, size: int) -> dict[str, tuple[str, float, str]]:
+def _recorded(name: str, mtime_ns: int, size: int, kind: str) -> dict[str, tuple[str, float, str]]:
     path = Path(name)
     try:
         with open(path, "rb") as handle:
@@ -471,10 +492,11 @@ def _recorded(name: str, mtime_ns: int, size: int) -> dict[str, tuple[str, float
         values = {p.key: read_literal(p.value) for p in proto.metadata_props}
     else:
         return {}
+    names = TASK_RECORDED_KEYS.get(kind, RECORDED_KEYS)
     found: dict[str, tuple[str, float, str]] = {}
     for key, value in values.items():
-        metric = RECORDED_KEYS.get(key) or (key[len(ONNX_METRIC_PREFIX):] if isinstance(key, str) and
-                                            key.startswith(ONNX_METRIC_PREFIX) else None)
+        metric = names.get(key) or (key[len(ONNX_METRIC_PREFIX):] if isinstance(key, str) and
+                                    key.startswith(ONNX_METRIC_PREFIX) else None)
         percent = isinstance(value, str) and value.strip().endswith("%")  # "76.1%"
         if percent:
             value = read_literal(value.strip()[:-1])

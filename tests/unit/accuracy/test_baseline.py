@@ -54,9 +54,9 @@ def test_top5_is_judged_against_five_over_classes_and_not_at_all_where_it_is_alw
     assert _judge(1.0, "top-5", classes=4).verdict == "ok"  # top-5 of 4 classes: always 1
 
 
-@pytest.mark.parametrize("metric", sorted(DETECTION_FLOORS))
+@pytest.mark.parametrize("metric", sorted(DETECTION_FLOORS) + ["mask mAP50", "pose mAP50-95", "obb mAP50"])
 def test_a_detector_below_the_floor_is_at_chance(metric: str) -> None:
-    floor = DETECTION_FLOORS[metric]
+    floor = DETECTION_FLOORS[metric.split()[-1]]  # a task's mask/pose/obb mAP has its detection namesake's floor
     low, fine = _judge(floor * 0.9, metric, classes=80), _judge(floor, metric, classes=80)
     assert low.verdict == "chance" and "floor" in low.finding and low.chance == 0.0
     assert fine.verdict == "ok"
@@ -204,3 +204,99 @@ def test_only_mean_given_labels_each_std_by_where_it_comes_from() -> None:
     assert {c.name for c in both} == {"given"} and len(both) == 2  # RGB and BGR
     only_std = conventions(1, "letterbox", {"std": [0.5]})
     assert [c.name for c in only_std] == ["0-1 mean, given std", "ImageNet mean, given std"]
+
+
+# -- issue 38: what a pose / segmentation / OBB checkpoint records, read by its task ----------------------
+
+#: every key Ultralytics' metrics write, at a value of its own (SegmentMetrics: (B) and (M); PoseMetrics: (B) and
+#: (P); OBBMetrics: DetMetrics' (B), the oriented boxes)
+TRAIN_METRICS = {"metrics/mAP50-95(B)": 0.61, "metrics/mAP50(B)": 0.81, "metrics/mAP50-95(M)": 0.52,
+                 "metrics/mAP50(M)": 0.72, "metrics/mAP50-95(P)": 0.43, "metrics/mAP50(P)": 0.63,
+                 "metrics/accuracy_top1": 0.91, "metrics/accuracy_top5": 0.99, "fitness": 0.7}
+RECORDED_BY_TASK = {
+    "DetectionModel": {"mAP50-95": "metrics/mAP50-95(B)", "mAP50": "metrics/mAP50(B)",
+                       "top-1": "metrics/accuracy_top1", "top-5": "metrics/accuracy_top5"},
+    "ClassificationModel": {"mAP50-95": "metrics/mAP50-95(B)", "mAP50": "metrics/mAP50(B)",
+                            "top-1": "metrics/accuracy_top1", "top-5": "metrics/accuracy_top5"},
+    "SegmentationModel": {"mask mAP50-95": "metrics/mAP50-95(M)", "mask mAP50": "metrics/mAP50(M)",
+                          "box mAP50-95": "metrics/mAP50-95(B)", "box mAP50": "metrics/mAP50(B)"},
+    "PoseModel": {"pose mAP50-95": "metrics/mAP50-95(P)", "pose mAP50": "metrics/mAP50(P)",
+                  "box mAP50-95": "metrics/mAP50-95(B)", "box mAP50": "metrics/mAP50(B)"},
+    "OBBModel": {"obb mAP50-95": "metrics/mAP50-95(B)", "obb mAP50": "metrics/mAP50(B)"},
+}
+
+
+def _checkpoint(path: Path, monkeypatch: pytest.MonkeyPatch, model_class: str, **state: object) -> Path:
+    """A checkpoint-shaped zip (``archive/data.pkl``) of a stand-in ``ultralytics.nn.tasks.<model_class>`` and
+    ``TRAIN_METRICS``, as a trained best.pt records them; read without running it, so torch is not needed."""
+    import pickle
+    import sys
+    import types
+    import zipfile
+
+    with monkeypatch.context() as patched:
+        for name in ("ultralytics", "ultralytics.nn", "ultralytics.nn.tasks"):
+            patched.setitem(sys.modules, name, types.ModuleType(name))
+        cls = type(model_class, (), {"__module__": "ultralytics.nn.tasks"})
+        setattr(sys.modules["ultralytics.nn.tasks"], model_class, cls)
+        model = cls()
+        model.__dict__.update(state)
+        data = pickle.dumps({"model": model, "version": "8.4.0", "train_args": {"imgsz": 128},
+                             "train_metrics": TRAIN_METRICS}, protocol=2)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", data)
+    return path
+
+
+@pytest.mark.parametrize("model_class", sorted(RECORDED_BY_TASK))
+def test_each_task_reads_the_key_its_ultralytics_metrics_write(tmp_path: Path, monkeypatch, model_class) -> None:
+    from edgebuild.project.ultralytics_facts import TASKS, facts_for_source
+
+    path = _checkpoint(tmp_path / "best.pt", monkeypatch, model_class)
+    expected = {metric: (metric, TRAIN_METRICS[key], f"best.pt train_metrics[{key!r}]")
+                for metric, key in RECORDED_BY_TASK[model_class].items()}
+    assert recorded_metric_of(path) == expected  # the kind from the checkpoint's own task
+    facts = facts_for_source(path)
+    assert facts is not None
+    assert recorded_metric_of(path, TASKS[facts.task]) == expected  # or the project's
+
+
+def test_an_obb_project_far_below_what_its_checkpoint_records_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """Before issue 38 an OBB checkpoint's (B) was read as "mAP50-95", a metric no OBB project has: not shown,
+    not checked. Now it is its obb mAP50-95, shown and checked as a detector's mAP50-95 is."""
+    import importlib.util
+
+    from edgebuild.accuracy.baseline import judge_project_baseline
+    from edgebuild.project.config import load_project
+    from edgebuild.project.ultralytics_facts import recorded_metric
+    from edgebuild.workflows.init import init_from_files
+    from tests.support.task_datasets import obb_dataset
+
+    checkpoint = _checkpoint(tmp_path / "best.pt", monkeypatch, "OBBModel", names={0: "bar", 1: "block"},
+                             stride=[8, 16, 32], args={"imgsz": 128, "task": "obb"})
+    find_spec = importlib.util.find_spec  # init checks only that ultralytics is installed: it is said to be
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: object() if name == "ultralytics" else find_spec(name, *rest))
+    init_from_files(tmp_path / "p", model=checkpoint, data=obb_dataset(tmp_path / "data", train=2, val=2),
+                    trust_checkpoint=True)
+    project = load_project(tmp_path / "p")
+    assert project.metric == "obb mAP50-95"
+    where = "best.pt train_metrics['metrics/mAP50-95(B)']"
+    assert recorded_metric(project) == ("obb mAP50-95", 0.61, where)
+    below = judge_project_baseline(project, 0.2, backend="onnxruntime-cpu", images=2)
+    assert below.verdict == "below-recorded" and below.refuses, below
+    assert "far below the 0.6100 its source records" in below.finding and where in below.finding, below.finding
+    assert f"the source records 0.6100 ({where})" in below.line()
+    near = judge_project_baseline(project, 0.5, backend="onnxruntime-cpu", images=2)
+    assert near.verdict == "ok" and near.recorded == pytest.approx(0.61)
+
+
+def test_an_ultralytics_export_s_metadata_is_read_by_its_task(tmp_path: Path) -> None:
+    props = {"author": "Ultralytics", "task": "pose", "metrics/mAP50-95(P)": "0.43", "metrics/mAP50-95(B)": "0.61",
+             "val_metric.pose mAP50": "0.63"}
+    path = _onnx_with(tmp_path / "pose.onnx", props)
+    found = recorded_metric_of(path)
+    assert found == {"pose mAP50-95": ("pose mAP50-95", 0.43, "pose.onnx metadata_props['metrics/mAP50-95(P)']"),
+                     "box mAP50-95": ("box mAP50-95", 0.61, "pose.onnx metadata_props['metrics/mAP50-95(B)']"),
+                     "pose mAP50": ("pose mAP50", 0.63, "pose.onnx metadata_props['val_metric.pose mAP50']")}
+    assert recorded_metric_of(path, "detection")["mAP50-95"][1] == 0.61  # the project's kind, where it is given
