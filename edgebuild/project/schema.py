@@ -97,6 +97,9 @@ class ModelSection(_Section):
     python_path: list[str] = ["."]
     inputs: list[InputSpec] = Field(min_length=1)
     outputs: list[str] = Field(min_length=1)
+    # an NMS-free (YOLOv10/YOLO26) checkpoint: which branch of its head ships. None: "one-to-one" (its top-k, no
+    # NMS); "one-to-many": the raw per-anchor head with NMS, as for any YOLO detector (docs/model-sources.md)
+    head: Literal["one-to-one", "one-to-many"] | None = None
 
     @field_validator("entry_point")
     @classmethod
@@ -121,6 +124,9 @@ class ModelSection(_Section):
             raise ValueError("kind applies to source (the kind of model file); entry_point is always PyTorch")
         if self.trust_checkpoint and self.source is None:
             raise ValueError("trust_checkpoint applies to source (a checkpoint file); an entry point loads its own")
+        if self.head is not None and self.source is None:
+            raise ValueError("head applies to source (an Ultralytics checkpoint with an NMS-free head); an entry "
+                             "point returns what its function builds")
         return self
 
 

@@ -16,6 +16,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE
 from edgebuild.project.schema import INSTANCE_KINDS, TASK_KINDS
+from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
 
 __all__ = ["FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
 
@@ -231,7 +232,13 @@ def render_project(found: FoundProject) -> str:
                 '# weights = "model.pth"']
     out += [
             _comment(f"The model's outputs, in order ({found.outputs_said})."),
-            _line("outputs", found.outputs), ""]
+            _line("outputs", found.outputs)]
+    if found.trust_checkpoint is not None and NMS_FREE_NOTE in found.outputs_said:
+        out += ["# Or its one-to-many head with NMS, the one Ultralytics validates with by default (it may score",
+                '# higher: compare both with validate): head = "one-to-many", outputs = ["boxes", "scores"],',
+                '# and in [task.postprocess] boxes_output = "boxes", scores_output = "scores", nms_iou = 0.7',
+                "# (Ultralytics' val; docs/model-sources.md)"]
+    out += [""]
     for spec in found.inputs:
         out += [_comment(f"The model's input ({spec.said}). Axes whose min and max differ are the TensorRT "
                          "optimization profile (min/opt/max); the model must keep them dynamic."),

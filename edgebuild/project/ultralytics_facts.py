@@ -339,8 +339,22 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
             if len(shape) == 4 and off:
                 problems.append(f"model.inputs[0].{which}: {shape}: image sizes must be multiples of the model's "
                                 f"stride {facts.stride}, {off} {'is' if len(off) == 1 else 'are'} not")
-    if facts.nms_free and kind == "detection":
+    if facts.nms_free and kind == "detection" and project.model.head == "one-to-many" and facts.told_by != "checkpoint":
+        problems.append("model.head: \"one-to-many\", but the ONNX export has only its NMS-free (one-to-one) head "
+                        "(exported with nms=False): leave head out, or export again without nms=False (the raw "
+                        "one-to-many head, NMS added by edgebuild)")
+    elif nms_free_head(project):
         problems += _nms_free_problems(project, facts)
+    elif facts.nms_free and kind == "detection":  # head = "one-to-many": the raw head's boxes and scores, NMS after
+        post = project.detection_postprocess
+        if len(project.model.outputs) != 2 or [post.boxes_output, post.scores_output] != list(project.model.outputs):
+            problems.append(f"model.outputs: {project.model.outputs}, but model.head = \"one-to-many\" answers the raw "
+                            "head's boxes and scores (NMS after, as for any YOLO detector): set model.outputs = "
+                            "[\"boxes\", \"scores\"] and in [task.postprocess] boxes_output = \"boxes\", "
+                            "scores_output = \"scores\" (in_model = true appends NMS to the graph)")
+    if project.model.head is not None and not facts.nms_free:
+        problems.append(f"model.head: {project.model.head!r}, but the {facts.told_by} has no NMS-free (one-to-one) "
+                        "head to choose from: leave head out")
     return problems
 
 
@@ -391,7 +405,8 @@ def nms_free_head(project: Project) -> bool:
     """Whether the project's model is an Ultralytics detector whose NMS-free (one-to-one) head ships:
     its outputs are already the detections (``NMS_OUTPUTS``), and nothing is appended to it."""
     facts = source_facts(project)
-    return facts is not None and facts.nms_free and project.task.kind == "detection"
+    return facts is not None and facts.nms_free and project.task.kind == "detection" \
+        and project.model.head != "one-to-many"
 
 
 def source_facts(project: Project) -> UltralyticsFacts | None:
@@ -449,7 +464,25 @@ def recorded_metric(project: Project) -> tuple[str, float, str] | None:
     path = project.path(project.model.source)
     if not path.is_file():
         return None
-    return recorded_metric_of(path, project.task.kind).get(project.metric)
+    found = recorded_metric_of(path, project.task.kind).get(project.metric)
+    facts = source_facts(project)
+    if found is not None and facts is not None and facts.nms_free and facts.told_by == "checkpoint" \
+            and project.task.kind == "detection" and _version(facts.version) >= (8, 4):
+        # Ultralytics 8.4 validates an NMS-free model during training through its one-to-many head and NMS
+        # (its validator's nms=None): not the head that ships by default (docs/model-sources.md)
+        metric, value, where = found
+        found = (metric, value, f"{where}, measured by training through the one-to-many head with NMS")
+    return found
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(8, 4, 190) of "8.4.190"; () where it does not start with numbers."""
+    parts = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
 
 
 def recorded_metric_of(path: Path, kind: str | None = None) -> dict[str, tuple[str, float, str]]:

@@ -39,6 +39,7 @@ def _init(root: Path, model: Path, data: Path, trust: bool, int8: bool = False) 
     assert "NMS-free (one-to-one) head: no NMS added" in result.output, result.output
     text = (root / "edgebuild.toml").read_text()
     assert f"outputs = {json.dumps(list(NMS_OUTPUTS))}" in text and "in_model = true" in text, text
+    assert ('head = "one-to-many"' in text) is trust, text  # a checkpoint's other head, offered in a comment
     if not int8:
         (root / "edgebuild.toml").write_text(text + '\n[quantize]\nprecisions = ["fp32"]\n')
 

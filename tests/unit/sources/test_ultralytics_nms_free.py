@@ -212,6 +212,31 @@ def test_a_project_reads_an_nms_free_head_s_detections_or_says_what_to_change(tm
         assert said in text, text
 
 
+def test_head_one_to_many_ships_the_raw_head_with_nms_or_says_what_to_change(tmp_path, monkeypatch) -> None:
+    """``model.head = "one-to-many"``: the checkpoint's raw head, decoded with NMS as any YOLO detector's; the
+    one-to-one project's outputs are refused naming what to write; a head that is not NMS-free has no choice."""
+    from edgebuild.errors import ConfigError
+    from edgebuild.project.config import load_project
+    from edgebuild.project.ultralytics_facts import nms_free_head
+    from edgebuild.sources.ultralytics_checkpoint import _top_k as checkpoint_top_k
+
+    _checkpoint(tmp_path / "best.pt", monkeypatch)
+    toml = tmp_path / "edgebuild.toml"
+    one_to_many = PROJECT.replace('source = "best.pt"', 'source = "best.pt"\nhead = "one-to-many"')
+    toml.write_text(one_to_many.format(outputs='["boxes", "scores"]', size=128, post=(
+        '[task.postprocess]\nboxes_output = "boxes"\nscores_output = "scores"\nin_model = true\n')))
+    project = load_project(toml, check_paths=False)
+    assert not nms_free_head(project) and checkpoint_top_k(project) == 0  # the adapter runs the one-to-many branch
+    toml.write_text(one_to_many.format(outputs=list(NMS_OUTPUTS), size=128, post="").replace("'", '"'))
+    with pytest.raises(ConfigError, match='model.head = "one-to-many" answers the raw head\'s boxes and scores'):
+        load_project(toml, check_paths=False)
+    _checkpoint(tmp_path / "best.pt", monkeypatch, one_to_one=False)
+    toml.write_text(one_to_many.format(outputs='["boxes", "scores"]', size=128, post=(
+        '[task.postprocess]\nboxes_output = "boxes"\nscores_output = "scores"\n')))
+    with pytest.raises(ConfigError, match="has no NMS-free \\(one-to-one\\) head to choose from"):
+        load_project(toml, check_paths=False)
+
+
 def _detections_graph(with_nms: bool = False) -> onnx.ModelProto:
     adapted = append_top_k_adapter(_export(["batch", K, 6]), "output0", THRESHOLD)
     if with_nms:
