@@ -6,7 +6,8 @@ pixels, with D = 3 a visibility in 0..1) or the mask coefficients [N, A, M] with
 [N, M, H/4, W/4]. Each image is decoded as Ultralytics' val decodes it (``non_max_suppression`` with
 ``multi_label=True``): every (anchor, class) above ``score_threshold`` is a candidate, the best
 ``VAL_PRE_NMS_TOP_K`` of them go through class-aware NMS at ``nms_iou``, ``max_detections`` are kept,
-and the kept candidates' anchors give their keypoints or mask coefficients. Boxes and keypoints are
+and the kept candidates' anchors give their keypoints or mask coefficients (``edgebuild.runtime.task_decode``:
+one decode, which the device's server runs too). Boxes and keypoints are
 mapped back to the original image (OKS and box IoU do not change under the letterbox's uniform
 scale and shift); masks stay at the prototypes' resolution in the network input, where Ultralytics
 compares them (``MaskFrame``). The metrics are ``edgebuild.accuracy.task_metrics``'.
@@ -31,18 +32,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame
-from edgebuild.accuracy.task_metrics import obb_metrics, pose_metrics, probiou, segmentation_metrics
+from edgebuild.accuracy.task_metrics import obb_metrics, pose_metrics, segmentation_metrics
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.schema import InstancePostprocess, ObbPostprocess, PosePostprocess, SegmentationPostprocess
+from edgebuild.project.schema import InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
+from edgebuild.runtime.task_decode import decode_instance_outputs
+from edgebuild.runtime.task_decode import decode_instances as decode_instances  # the tests' and sources' name
+from edgebuild.runtime.task_decode import rotated_fast_nms as rotated_fast_nms
 from edgebuild.runtime.vision import (
     INSTANCE_NMS_OUTPUTS,
     DetectionParams,
     ImageTransform,
-    check_detection_outputs,
     check_nms_outputs,
-    class_aware_nms,
     split_detections,
 )
 
@@ -54,27 +56,6 @@ if TYPE_CHECKING:
 __all__ = []
 
 INSTANCE_TASKS = ("pose", "segmentation", "obb")
-#: rotated NMS compares its candidates in blocks of about this many pairs (its memory, not its result)
-_PAIRS_PER_BLOCK = 2_000_000
-
-
-def decode_instances(boxes: np.ndarray, scores: np.ndarray, score_threshold: float, nms_iou: float,
-                     max_detections: int, pre_nms_top_k: int = VAL_PRE_NMS_TOP_K) -> dict[str, np.ndarray]:
-    """One image's boxes [A, 4] and scores [A, C] -> the kept detections, best first: boxes [D, 4], scores [D],
-    labels [D] and ``anchors`` [D], the anchor each came from (its keypoints or mask coefficients).
-    Oriented boxes [A, 5] (cx, cy, w, h, angle) go through ``rotated_fast_nms`` instead."""
-    anchor_idx, class_idx = np.nonzero(scores > score_threshold)
-    found = scores[anchor_idx, class_idx]
-    if found.size > pre_nms_top_k:
-        top = np.argpartition(-found, pre_nms_top_k - 1)[:pre_nms_top_k]
-        anchor_idx, class_idx, found = anchor_idx[top], class_idx[top], found[top]
-    candidates = boxes[anchor_idx].astype(np.float32)
-    if candidates.shape[-1] == 5:
-        keep = rotated_fast_nms(candidates, found, class_idx, nms_iou)[:max_detections]
-    else:
-        keep = class_aware_nms(candidates, found, class_idx, nms_iou, max_detections)
-    return {"boxes": candidates[keep], "scores": found[keep].astype(np.float32),
-            "labels": class_idx[keep].astype(np.int64), "anchors": anchor_idx[keep].astype(np.int64)}
 
 
 def instances_in_model(outputs: dict[str, np.ndarray], kind: str) -> list[dict[str, np.ndarray]]:
@@ -97,23 +78,6 @@ def instances_in_model(outputs: dict[str, np.ndarray], kind: str) -> list[dict[s
         else:
             image["coefficients"], image["prototypes"] = rows, np.asarray(outputs[names[1]][i], np.float32)
     return found
-
-
-def rotated_fast_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Ultralytics' rotated NMS (``TorchNMS.fast_nms`` with ``batch_probiou``, classes apart as its ``max_wh``
-    offset keeps them): the indices of the boxes [D, 5] that no better box of their class overlaps above
-    ``iou_threshold`` by probabilistic IoU, best first. Unlike greedy NMS, a suppressed box still suppresses."""
-    order = np.argsort(-scores, kind="stable")
-    ranked, ranked_classes = boxes[order], classes[order]
-    dropped = np.zeros(len(order), bool)
-    for label in np.unique(ranked_classes):
-        members = np.nonzero(ranked_classes == label)[0]  # positions in score order
-        rows = max(1, _PAIRS_PER_BLOCK // len(members))
-        for start in range(0, len(members), rows):
-            iou = probiou(ranked[members[start:start + rows]], ranked[members])
-            later = np.arange(len(members))[None, :] > np.arange(start, start + len(iou))[:, None]
-            dropped[members] |= ((iou > iou_threshold) & later).any(axis=0)
-    return order[~dropped]
 
 
 def rotated_to_original(boxes: np.ndarray, transform: ImageTransform) -> np.ndarray:
@@ -158,6 +122,7 @@ class InstanceCollector:
         assert isinstance(task.postprocess, InstancePostprocess) and data.coco is not None, \
             "a pose, segmentation or OBB task's set"
         self.kind, self.post, self.coco = task.kind, task.postprocess, data.coco
+        self.settings = task.postprocess.model_dump()  # the decode's: output names and thresholds
         self.in_model = task.postprocess.in_model and not raw_head
         # the graph keeps detection's 1000 candidates: its raw head is decoded as it, to be its reference
         self.pre_nms_top_k = DetectionParams.pre_nms_top_k if task.postprocess.in_model else VAL_PRE_NMS_TOP_K
@@ -177,24 +142,8 @@ class InstanceCollector:
         or segmentation's ``coefficients`` and ``prototypes``; read as they are from a model with NMS inside."""
         if self.in_model:
             return instances_in_model(outputs, self.kind)
-        post = self.post
-        boxes, scores = outputs[post.boxes_output], outputs[post.scores_output]
-        if isinstance(post, ObbPostprocess):
-            _check_rotated_outputs(boxes, scores, post, len(self.coco.category_ids))
-        else:
-            check_detection_outputs(boxes, scores, post.boxes_output, post.scores_output,
-                                    len(self.coco.category_ids))
-        decoded = []
-        for i in range(boxes.shape[0]):
-            found = decode_instances(boxes[i], scores[i], post.score_threshold, post.nms_iou, post.max_detections,
-                                     self.pre_nms_top_k)
-            if isinstance(post, PosePostprocess):
-                found["keypoints"] = np.asarray(outputs[post.keypoints_output][i][found["anchors"]], np.float32)
-            elif isinstance(post, SegmentationPostprocess):
-                found["coefficients"] = np.asarray(outputs[post.coefficients_output][i][found["anchors"]])
-                found["prototypes"] = np.asarray(outputs[post.prototypes_output][i])
-            decoded.append(found)
-        return decoded
+        return decode_instance_outputs(outputs, self.kind, self.settings, self.pre_nms_top_k,
+                                       len(self.coco.category_ids))
 
     def add_found(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> None:
         """One image's decoded detections (``decode``'s form) as results in the original image."""
@@ -243,11 +192,3 @@ class InstanceCollector:
                   if int(image["id"]) in self.frames}
         return segmentation_metrics(truth, self.results, frames, self.truth_masks)
 
-
-def _check_rotated_outputs(boxes: np.ndarray, scores: np.ndarray, post: ObbPostprocess, classes: int) -> None:
-    """ModelError unless boxes are [N, A, 5] and scores [N, A, C] (the model stage says the usual causes)."""
-    if boxes.ndim == 3 and boxes.shape[2] == 5 and scores.ndim == 3 and scores.shape[:2] == boxes.shape[:2] \
-            and scores.shape[2] == classes:
-        return
-    raise ModelError(f"cannot decode oriented boxes: {post.boxes_output} is {list(boxes.shape)} and "
-                     f"{post.scores_output} is {list(scores.shape)}, not [N, A, 5] and [N, A, {classes}]")

@@ -42,6 +42,7 @@ import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame, prediction_rle, rle_iou, truth_rles
 from edgebuild.jsontypes import JsonObject
+from edgebuild.runtime.task_decode import probiou
 
 #: each task's metrics, the gate's default first (the one its users read), the box mAP beside it
 TASK_METRICS: dict[str, tuple[str, ...]] = {
@@ -117,26 +118,6 @@ def keypoint_oks(true_kpts: np.ndarray, pred_kpts: np.ndarray, area: np.ndarray,
     labelled = t[..., 2] != 0
     e = d / ((2 * np.asarray(sigmas, np.float32)) ** 2 * (np.asarray(area, np.float32)[:, None, None] + EPS) * 2)
     return (np.exp(-e) * labelled[:, None]).sum(-1) / (labelled.sum(-1).astype(np.float32)[:, None] + EPS)
-
-
-def _covariance(xywhr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a, b, angle = xywhr[:, 2] ** 2 / 12, xywhr[:, 3] ** 2 / 12, xywhr[:, 4]
-    cos, sin = np.cos(angle), np.sin(angle)
-    return a * cos**2 + b * sin**2, a * sin**2 + b * cos**2, (a - b) * cos * sin
-
-
-def probiou(true_xywhr: np.ndarray, pred_xywhr: np.ndarray, eps: float = 1e-7) -> np.ndarray:
-    """[G, D] probabilistic IoU of rotated boxes [cx, cy, w, h, angle] (Ultralytics' batch_probiou)."""
-    t, p = np.asarray(true_xywhr, np.float64), np.asarray(pred_xywhr, np.float64)
-    x1, y1, x2, y2 = t[:, 0:1], t[:, 1:2], p[None, :, 0], p[None, :, 1]
-    a1, b1, c1 = (v[:, None] for v in _covariance(t))
-    a2, b2, c2 = (v[None] for v in _covariance(p))
-    joint = (a1 + a2) * (b1 + b2) - (c1 + c2) ** 2
-    t1 = ((a1 + a2) * (y1 - y2) ** 2 + (b1 + b2) * (x1 - x2) ** 2) / (joint + eps) * 0.25
-    t2 = ((c1 + c2) * (x2 - x1) * (y1 - y2)) / (joint + eps) * 0.5
-    t3 = np.log(joint / (4 * np.sqrt((a1 * b1 - c1**2).clip(0) * (a2 * b2 - c2**2).clip(0)) + eps) + eps) * 0.5
-    distance = (t1 + t2 + t3).clip(eps, 100.0)
-    return 1 - np.sqrt(1.0 - np.exp(-distance) + eps)
 
 
 def corners_to_xywhr(corners: np.ndarray) -> np.ndarray:

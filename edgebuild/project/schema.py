@@ -552,10 +552,10 @@ class Project(_Section):
 
     @model_validator(mode="after")
     def _detections_on_the_device(self) -> Project:
-        if self.runtime.detections and self.task.kind != "detection":
-            raise ValueError("runtime.detections decodes a detector's raw head on the device; this task is "
-                             f"{self.task.kind!r}: remove it")
-        if self.runtime.detections and self.task.kind == "detection" and self.task.postprocess.in_model:
+        if self.runtime.detections and self.task.kind == "classification":
+            raise ValueError("runtime.detections decodes a raw head's detections on the device (detection, pose, "
+                             "segmentation, obb); a classifier answers its logits: remove it")
+        if self.runtime.detections and getattr(self.task.postprocess, "in_model", False):
             raise ValueError("runtime.detections decodes a raw head on the device, but task.postprocess.in_model "
                              "puts the decode inside the model already: keep one of them")
         return self

@@ -3,7 +3,8 @@
 A request is timed as a client and the device would run it (batch 1): preprocessing from a JPEG
 (the decode with PIL, else OpenCV, and ``vision.preprocess``), inference, and post-processing by
 the recipe's output form (``vision.decode_outputs``' host decode and NMS for a raw head,
-``vision.split_detections`` for a model with NMS inside, ``vision.top_k`` for a classifier), and
+``vision.split_detections`` for a model with NMS inside, ``vision.top_k`` for a classifier, the server's
+``task_decode.decode_instance_outputs`` for a pose, segmentation or OBB model's raw outputs), and
 end to end. A device image without a JPEG decoder gets no preprocessing figure, and the reason.
 
 Python 3.8 and numpy (PIL or OpenCV where importable).
@@ -21,6 +22,7 @@ from edgebuild.runtime import vision
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe, RecipeTask
+from edgebuild.runtime.task_decode import decode_instance_outputs, server_decodes
 
 __all__ = []
 
@@ -31,7 +33,8 @@ TOP_K = 5
 _POSTPROCESS = {"nms": "split_detections (NMS inside the model)",
                 "raw_head": "decode_outputs (raw head: decode and class-aware NMS on the host)",
                 "logits": "top_k ({} best classes of the logits)".format(TOP_K),
-                "raw": "none (the application decodes the raw outputs: docs/tasks.md)"}
+                "raw": "none (the application decodes the raw outputs: docs/tasks.md)",
+                "raw_task": "decode_instance_outputs ({}: candidates, NMS and the per-detection gather on the host)"}
 
 
 class JpegCodec:
@@ -100,6 +103,10 @@ def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndar
     if task.outputs == "raw_head":
         settings = dict(task.postprocess, in_model=False)
         return _POSTPROCESS["raw_head"], lambda outputs: vision.decode_outputs(outputs, settings)
+    if task.outputs == "raw" and server_decodes(task):  # pose, segmentation, OBB: the server's own decode
+        kind, post = task.kind, dict(task.postprocess)
+        return (_POSTPROCESS["raw_task"].format(kind),
+                lambda outputs: decode_instance_outputs(outputs, kind, post))
     if task.outputs == "raw":
         return _POSTPROCESS["raw"], lambda outputs: []
     logits = str(task.postprocess.get("logits_output", "logits"))
@@ -161,7 +168,7 @@ def measure_request(runner: Runner, recipe: Recipe, runs: int, warmup: int = 3,
         stages["inference"].append((answered - inferred) * 1000.0)
         stages["postprocess"].append((ended - answered) * 1000.0)
         stages["end_to_end"].append((ended - (began if codec is not None else inferred)) * 1000.0)
-        if task.kind == "detection":
+        if task.kind != "classification" and decoded:  # each image's detections (none: the application decodes)
             detections.append(len(decoded[0]["labels"]))
     result = {"measured": True, "batch": 1, "runs": runs, "input": name, "input_shape": [1] + list(tensor.shape[1:]),
               "outputs": task.outputs, "postprocess_step": step,

@@ -8,8 +8,9 @@ what it returns; the model service (``service.py``) runs the arrays.
   tensors of the inputs that give ``parameters.binary_data_size`` (little-endian, C order);
   outputs go back raw when the request asks (``binary_data_output`` for all, ``binary_data``
   per output), which spares the JSON encoding of an image;
-- ``parameters.detections`` (true or false) chooses, for a raw-head detector, between the
-  detections the server decodes and the raw head tensors (``AnswerForms``: what a model can answer);
+- ``parameters.detections`` (true or false) chooses, for a raw-head detector or a pose, segmentation or
+  OBB model's raw outputs, between the detections the server decodes and the raw tensors (``AnswerForms``:
+  what a model can answer);
 - a request that does not fit the model (unknown input, datatype, shape outside the profile,
   sizes that do not add up) is a ``BadRequest`` with a message, which the server answers with 400.
 
@@ -72,11 +73,13 @@ class InputSpec:
 
 
 class AnswerForms:
-    """What a model can answer: its raw outputs and, for a raw-head detector, the detections the server decodes.
+    """What a model can answer: its raw outputs and, for a raw-head detector or a pose, segmentation or OBB
+    model's raw outputs, the detections the server decodes.
 
-    ``decoded``: the outputs' names when the server decodes (None: it cannot, the model is not a
-    raw-head detector); ``decode``: whether it does when a request does not say; ``detects``: the raw
-    outputs are detections already (NMS inside), so a request asking for detections gets them as they are.
+    ``decoded``: the outputs' names when the server decodes (None: it cannot: a classifier, NMS inside, a
+    recipe that does not name the outputs); ``decode``: whether it does when a request does not say;
+    ``detects``: the raw outputs are detections already (NMS inside), so a request asking for detections
+    gets them as they are.
     """
 
     def __init__(self, raw: List[str], decoded: Optional[List[str]] = None, decode: bool = False,
@@ -94,7 +97,8 @@ class AnswerForms:
             return True, list(self.decoded)
         if asked and not self.detects:
             raise BadRequest("parameters.detections: this model answers {} and the server cannot decode them into "
-                             "detections (it is not a raw-head detector); leave it out".format(self.raw))
+                             "detections (they are not a detector's, pose, segmentation or OBB model's raw "
+                             "outputs); leave it out".format(self.raw))
         return False, list(self.raw)
 
 

@@ -12,7 +12,8 @@ What ``edgebuild serve`` runs behind HTTP (``server.py``) and what the OTA healt
   ``InferenceSession.run`` is thread-safe) runs on the callers' threads instead when batching is
   off, as a bare multi-threaded loop would, without two thread handoffs a request;
 - detections: a raw-head detector's outputs decoded on the device (``decode_outputs``, the host's
-  decode and class-aware NMS) into the four outputs of a model with NMS inside, when the recipe says
+  decode and class-aware NMS) into the four outputs of a model with NMS inside, a pose, segmentation or
+  OBB model's raw outputs into theirs (``task_decode``, the host gate's decode), when the recipe says
   so (``[runtime] detections``) or a request asks (``AnswerForms``);
 - dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
   up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
@@ -43,7 +44,15 @@ from edgebuild.runtime.backends.select import load_backend
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.protocol import DATATYPES, AnswerForms, InputSpec, PlanCache, model_metadata
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE, Recipe, RecipeTask
-from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
+from edgebuild.runtime.task_decode import (
+    ANSWER_OUTPUTS,
+    ROTATED_BOX_CONVENTION,
+    detection_metadata,
+    detection_tensors,
+    instance_metadata,
+    instance_tensors,
+    server_decodes,
+)
 
 __all__ = []
 
@@ -358,9 +367,11 @@ class ModelService:
         return result
 
     def decode(self, outputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """A raw head's outputs as detections, in the four outputs of a model with NMS inside."""
+        """Raw outputs as detections, in the outputs of a model with NMS inside (OBB: ``OBB_NMS_OUTPUTS``)."""
         assert self.task is not None
-        return detection_tensors(outputs, self.task.postprocess)
+        if self.task.kind == "detection":
+            return detection_tensors(outputs, self.task.postprocess)
+        return instance_tensors(outputs, self.task.kind, self.task.postprocess)
 
     def observe(self, stages: Dict[str, float]) -> None:
         """One answered request's seconds per stage (``STAGES``; a stage it did not pass is left out)."""
@@ -387,7 +398,9 @@ class ModelService:
         if decode and self.task is not None:
             batch = min(s.min_shape[0] for s in self.inputs.values())
             batch = batch if batch == max(s.max_shape[0] for s in self.inputs.values()) else -1
-            return detection_metadata(batch, int(self.task.postprocess["max_detections"]))
+            if self.task.kind == "detection":
+                return detection_metadata(batch, int(self.task.postprocess["max_detections"]))
+            return instance_metadata(self.task, batch, self.outputs)
         return self.outputs or [{"name": n} for n in self.output_names]
 
     def task_metadata(self) -> JsonObject:
@@ -396,16 +409,16 @@ class ModelService:
             return {"output_form": "raw", "detections": {"available": False}}
         described = {"kind": self.task.kind, "classes": list(self.task.classes),
                      "model_outputs": self.task.outputs}  # type: JsonObject
-        if self.task.kind != "detection":
-            return dict(described, output_form=self.task.outputs, detections={"available": False})
         decodes = self.forms.decoded is not None
-        described["output_form"] = "detections" if self.forms.decode or not decodes else "raw_head"
+        if self.task.kind not in ANSWER_OUTPUTS or not (decodes or self.forms.detects):
+            return dict(described, output_form=self.task.outputs, detections={"available": False})
+        described["output_form"] = "detections" if self.forms.decode or not decodes else self.task.outputs
         described["detections"] = {
-            "available": self.task.outputs == "nms" or decodes,
-            "decoded_by": "model" if self.task.outputs == "nms" else "server" if decodes else None,
-            "default": self.forms.decode or self.task.outputs == "nms",
+            "available": True, "decoded_by": "server" if decodes else "model",
+            "default": self.forms.decode or self.forms.detects,
             "per_request": 'parameters.detections: true or false' if decodes else None,
-            "outputs": list(NMS_OUTPUTS), "box_convention": BOX_CONVENTION,
+            "outputs": list(ANSWER_OUTPUTS[self.task.kind]),
+            "box_convention": ROTATED_BOX_CONVENTION if self.task.kind == "obb" else BOX_CONVENTION,
             "max_detections": int(self.task.postprocess.get("max_detections", 0)),
             "score_threshold": self.task.postprocess.get("score_threshold"),
             "nms_iou": self.task.postprocess.get("nms_iou")}
@@ -518,33 +531,12 @@ class _Answer:
 
 
 def answer_forms(task: Optional[RecipeTask], raw: List[str], decode: bool) -> AnswerForms:
-    """What a model folder answers: a raw-head detector's detections too (by default with ``decode``)."""
-    if task is not None and task.outputs == "raw_head":
-        return AnswerForms(raw, list(NMS_OUTPUTS), decode)
-    return AnswerForms(raw, detects=task is not None and task.outputs == "nms")
-
-
-def detection_metadata(batch: int, max_detections: int) -> List[JsonObject]:
-    """The v2 metadata tensors of detections, as a model with NMS inside returns them."""
-    shapes = ([batch, 1], [batch, max_detections, 4], [batch, max_detections], [batch, max_detections])
-    return [{"name": n, "datatype": d, "shape": s} for n, d, s in zip(NMS_OUTPUTS, ("INT32", "FP32", "FP32", "FP32"),
-                                                                      shapes)]
-
-
-def detection_tensors(outputs: Dict[str, np.ndarray], settings: JsonObject) -> Dict[str, np.ndarray]:
-    """A raw head's outputs decoded (``decode_outputs``) into ``NMS_OUTPUTS``: count [N, 1] int32, boxes
-    [N, K, 4], scores [N, K], classes [N, K] float32, K = ``max_detections``, zero past the count."""
-    images = decode_outputs(outputs, dict(settings, in_model=False))
-    k = int(settings["max_detections"])
-    count = np.zeros((len(images), 1), np.int32)
-    boxes = np.zeros((len(images), k, 4), np.float32)
-    scores = np.zeros((len(images), k), np.float32)
-    classes = np.zeros((len(images), k), np.float32)
-    for i, found in enumerate(images):
-        n = min(k, len(found["scores"]))
-        count[i, 0] = n
-        boxes[i, :n], scores[i, :n], classes[i, :n] = found["boxes"][:n], found["scores"][:n], found["labels"][:n]
-    return dict(zip(NMS_OUTPUTS, (count, boxes, scores, classes)))
+    """What a model folder answers: the detections the server decodes of a raw-head detector or of a pose,
+    segmentation or OBB model's raw outputs too (by default with ``decode``); NMS inside: its detections."""
+    if task is not None and server_decodes(task):
+        return AnswerForms(raw, list(ANSWER_OUTPUTS[task.kind]), decode)
+    in_model = task is not None and (task.outputs == "nms" or bool(task.postprocess.get("in_model")))
+    return AnswerForms(raw, detects=in_model)
 
 
 #: ONNX Runtime's element types (``NodeArg.type``) as v2 datatypes

@@ -25,6 +25,10 @@ INSTANCE_NMS_OUTPUTS: Dict[str, Tuple[str, ...]] = {
     "pose": NMS_OUTPUTS + ("detection_keypoints",),
     "segmentation": NMS_OUTPUTS + ("detection_mask_coefficients", "mask_prototypes"),
 }
+#: oriented boxes decoded by the server (rotated NMS: no model has it inside), in this order: count [N, 1]
+#: int32, rotated boxes [N, K, 5] (cx, cy, w, h in input pixels, the angle in radians), scores [N, K],
+#: classes [N, K]; zero rows past num_detections
+OBB_NMS_OUTPUTS = ("num_detections", "detection_rotated_boxes", "detection_scores", "detection_classes")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 
 

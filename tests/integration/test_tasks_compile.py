@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from edgebuild.cli import main
 from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
 from tests.support.task_datasets import obb_dataset, pose_dataset, segmentation_dataset
 
 MODELS = '''
@@ -211,16 +212,16 @@ def test_the_server_answers_a_pose_model_s_raw_tensors(compiled) -> None:
         status, meta = client.json("GET", "/v2/models/tiny-pose")
         assert status == 200, meta
         task = meta["parameters"]["task"]
-        assert (task["kind"], task["output_form"], task["detections"]["available"]) == ("pose", "raw", False)
+        assert (task["kind"], task["output_form"], task["detections"]["decoded_by"]) == ("pose", "raw", "server")
         assert [o["name"] for o in meta["outputs"]] == OUTPUTS["pose"]
         image = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
         status, answer = client.json("POST", "/v2/models/tiny-pose/infer", infer_body(image))
         assert status == 200, answer
         shapes = {o["name"]: o["shape"] for o in answer["outputs"]}
         assert shapes == {"boxes": [1, 64, 4], "scores": [1, 64, 1], "keypoints": [1, 64, 4, 3]}
-        body = dict(infer_body(image), parameters={"detections": True})
-        status, refused = client.json("POST", "/v2/models/tiny-pose/infer", body)
-        assert status == 400 and "detections" in refused["error"], refused
+        body = dict(infer_body(image), parameters={"detections": True})  # decoded on the device when asked
+        status, decoded = client.json("POST", "/v2/models/tiny-pose/infer", body)
+        assert status == 200 and [o["name"] for o in decoded["outputs"]] == list(INSTANCE_NMS_OUTPUTS["pose"])
     finally:
         running.stop()
 
@@ -245,7 +246,7 @@ def test_the_device_side_evaluation_scores_the_task_as_the_host_does(compiled, t
     assert device.metrics == pytest.approx(host.metrics, abs=1e-9)
 
 
-def test_the_bench_times_no_post_processing_for_raw_outputs(compiled) -> None:
+def test_the_bench_times_the_server_s_decode_of_raw_outputs(compiled) -> None:
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.runtime.bench_request import measure_request
 
@@ -254,8 +255,8 @@ def test_the_bench_times_no_post_processing_for_raw_outputs(compiled) -> None:
     measured = measure_request(OnnxRuntimeRunner(folder / "model.onnx"), Recipe.load(folder), runs=3, warmup=1,
                                codec=None)
     assert measured["measured"] and measured["outputs"] == "raw", measured
-    assert measured["postprocess_step"].startswith("none (the application decodes")
-    assert measured["detections_p50"] is None
+    assert measured["postprocess_step"].startswith("decode_instance_outputs (pose:"), measured
+    assert measured["postprocess"]["p50_ms"] > 0 and measured["detections_p50"] is not None
 
 
 def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_gate_s_parity(tmp_path: Path) -> None:
