@@ -103,3 +103,14 @@ def test_pose_and_segmentation_take_nms_inside_and_know_its_outputs(tmp_path: Pa
                 for name in INSTANCE_NMS_OUTPUTS[kind]}
     found = task_output_mismatches(project, answered, 2)
     assert [m.kind for m in found] == ["in_model"] and "has NMS inside already" in found[0].text
+
+
+@pytest.mark.parametrize("text", [POSE, SEGMENTATION, OBB])
+def test_the_server_may_decode_every_instance_task_s_raw_outputs_by_default(tmp_path: Path, text: str) -> None:
+    """``[runtime] detections = true``: the server's decode (runtime/task_decode.py) as the default answer."""
+    assert _load(tmp_path, text + "\n[runtime]\ndetections = true\n").runtime.detections
+    with_nms = text.replace("[task.postprocess]\n", "[task.postprocess]\nin_model = true\n") \
+        if "[task.postprocess]\n" in text else text + "\n[task.postprocess]\nin_model = true\n"
+    if text is not OBB:  # NMS inside decodes already: one of the two
+        with pytest.raises(ConfigError, match="puts the decode inside the model already"):
+            _load(tmp_path, with_nms + "\n[runtime]\ndetections = true\n")
