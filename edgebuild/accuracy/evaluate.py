@@ -289,18 +289,6 @@ def detection_settings(project: Project) -> JsonObject | None:
     return _box_decode(post, VAL_PRE_NMS_TOP_K if ultralytics else DetectionParams.pre_nms_top_k)
 
 
-def instance_box_settings(project: Project) -> JsonObject | None:
-    """A pose, segmentation or OBB task's boxes and scores as ``decode_outputs`` reads a detector's (None: another
-    task): what its acceptance set compares. The decode is detection's (upright NMS, edgebuild's top-k), not the
-    gate's; it is applied alike to FP32's outputs and to the backend's, so it compares the two. With NMS inside
-    the model (pose, segmentation) the boxes and scores are its detections, read as they are."""
-    if project.task.kind not in INSTANCE_TASKS:
-        return None
-    post = project.task.postprocess
-    assert isinstance(post, InstancePostprocess)
-    return _box_decode(post, DetectionParams.pre_nms_top_k)
-
-
 def _box_decode(post: DetectionPostprocess | InstancePostprocess, pre_nms_top_k: int) -> JsonObject:
     """The settings ``decode_outputs`` reads to decode boxes and scores (``runtime.vision``)."""
     return {"boxes_output": post.boxes_output, "scores_output": post.scores_output,
@@ -370,16 +358,22 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     fp32 = acceptance.run_outputs(OnnxRuntimeRunner(fp32_onnx), inputs, name, batch)
     settings: JsonObject = {"inputs_u8": packed, "inputs_scale": np.float64(scale),
                                 "inputs_offset": np.float64(offset), "threshold": np.float64(0.0)}
-    decode = detection_settings(project) or instance_box_settings(project)
+    decode = detection_settings(project)
     if decode is not None:
-        # pose, segmentation and OBB: their boxes and scores, as detection's (OBB's as the upright boxes around
-        # them); the keypoints and masks are not compared (docs/tasks.md, "On the device")
-        kind = "obb" if project.task.kind == "obb" else "detection"
-        found = decode_outputs(acceptance.upright_boxes(fp32, decode["boxes_output"]) if kind == "obb" else fp32,
-                               decode)
-        settings.update(kind=np.asarray(kind), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
+        found = decode_outputs(fp32, decode)
+        settings.update(kind=np.asarray("detection"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
                         iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in decode.items()},
                         **acceptance.pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], "fp32_"))
+    elif project.task.kind in INSTANCE_TASKS:
+        # pose, segmentation and OBB: the task's own decode, a match needing the keypoints, mask or rotated box too
+        post = project.task.postprocess
+        instance = {**post.model_dump(), "kind": project.task.kind, "pre_nms_top_k": DetectionParams.pre_nms_top_k,
+                    "in_model": bool(getattr(post, "in_model", False)),
+                    "input_size": list(project.task.preprocess.input_size)}
+        settings.update(match=np.asarray("instances"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
+                        iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in instance.items()},
+                        **acceptance.pack_instances(acceptance.task_instances(fp32, instance), "fp32_",
+                                                    ACCEPTANCE_MIN_SCORE))
     else:
         assert project.task.kind == "classification", "a classifier's acceptance is its top-1 class"
         logits = project.task.postprocess.logits_output

@@ -33,19 +33,15 @@ import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame
 from edgebuild.accuracy.task_metrics import obb_metrics, pose_metrics, segmentation_metrics
-from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
-from edgebuild.runtime.task_decode import decode_instance_outputs
+from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model
 from edgebuild.runtime.task_decode import decode_instances as decode_instances  # the tests' and sources' name
 from edgebuild.runtime.task_decode import rotated_fast_nms as rotated_fast_nms
 from edgebuild.runtime.vision import (
-    INSTANCE_NMS_OUTPUTS,
     DetectionParams,
     ImageTransform,
-    check_nms_outputs,
-    split_detections,
 )
 
 if TYPE_CHECKING:
@@ -56,28 +52,6 @@ if TYPE_CHECKING:
 __all__ = []
 
 INSTANCE_TASKS = ("pose", "segmentation", "obb")
-
-
-def instances_in_model(outputs: dict[str, np.ndarray], kind: str) -> list[dict[str, np.ndarray]]:
-    """Every image's detections from a pose or segmentation model with NMS inside (``INSTANCE_NMS_OUTPUTS``), in
-    ``decode_instances``' form without ``anchors``: boxes, scores, labels and ``keypoints`` [D, kpts, dims], or
-    ``coefficients`` [D, M] and ``prototypes`` [M, h, w] (the image's)."""
-    check_nms_outputs(outputs)
-    names = INSTANCE_NMS_OUTPUTS[kind][4:]
-    missing = [n for n in names if n not in outputs]
-    if missing:
-        raise ModelError(f"the model has no {', '.join(missing)} output(s) (found {', '.join(sorted(outputs))}): "
-                         f"it is not a {kind} model with NMS inside",
-                         hint="a raw-head model decodes on the host: set [task.postprocess] in_model to what "
-                              "the ONNX is")
-    found = split_detections(outputs)
-    for i, image in enumerate(found):
-        rows = np.asarray(outputs[names[0]])[i, :len(image["scores"])].astype(np.float32)
-        if kind == "pose":
-            image["keypoints"] = rows
-        else:
-            image["coefficients"], image["prototypes"] = rows, np.asarray(outputs[names[1]][i], np.float32)
-    return found
 
 
 def rotated_to_original(boxes: np.ndarray, transform: ImageTransform) -> np.ndarray:

@@ -10,9 +10,14 @@ ready with the numbers, and the OTA health check fails, so the update rolls back
 Detection agreement: per image, the confident detections (score >= ``min_score``) of the backend
 are matched greedily, best score first, to the FP32 ones of the same class at IoU >= ``iou``;
 agreement = 2 x matches / (backend's + FP32's confident detections), over all images (an F1).
-Pose and segmentation: the detection agreement of their boxes and scores; OBB: of the upright boxes
-around its oriented ones (keypoints and masks are not compared). Classification: the share of
-inputs whose top-1 class is FP32's.
+Pose, segmentation and OBB (``match = "instances"``): the same F1 of the task's own decode
+(``task_decode``: the gate's, raw outputs or NMS inside), where a detection matches only when its
+box and what the task adds both agree with FP32's at ``iou``: pose the box IoU and the keypoints'
+OKS (``KEYPOINT_SIGMA`` of the box's size, FP32's visible keypoints); segmentation the box IoU and
+the mask IoU (masks at the prototypes' resolution, ``prototype_masks``); OBB the probabilistic IoU
+of the rotated boxes. An engine that breaks only the keypoints, the masks or the angle fails.
+(Files written before that compare pose's and segmentation's boxes, and the upright boxes around
+OBB's.) Classification: the share of inputs whose top-1 class is FP32's.
 
 Python 3.8 and numpy.
 """
@@ -20,18 +25,25 @@ Python 3.8 and numpy.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 from pathlib import Path
-from typing import Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE
-from edgebuild.runtime.vision import decode_outputs
+from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model, probiou
+from edgebuild.runtime.vision import decode_outputs, prototype_masks
 
 __all__ = ["ACCEPTANCE_FILE"]
 
 Found = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes [K, 4], scores [K], labels [K]
+#: a task's detections: boxes, scores, labels and pose's ``keypoints`` [K, kpts, D] or segmentation's ``masks``
+#: [K, h, w] bool
+Instances = List[Dict[str, np.ndarray]]
+#: the keypoint similarity of the acceptance set: OKS with every keypoint's sigma this (a keypoint off by 5 % of
+#: the box's size scores about 0.88, by 10 % about 0.61)
+KEYPOINT_SIGMA = 0.05
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -110,8 +122,113 @@ def upright_boxes(outputs: Dict[str, np.ndarray], name: str) -> Dict[str, np.nda
     return dict(outputs, **{name: np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=-1)})
 
 
+def task_instances(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> Instances:
+    """A pose, segmentation or OBB model's detections by its task's own decode (``settings``: the stored
+    decode settings: ``kind``, the output names, thresholds, ``in_model``, ``input_size``), segmentation's
+    masks drawn from its prototypes."""
+    kind = str(settings["kind"])
+    if bool(settings["in_model"]):
+        found = instances_in_model(outputs, kind)
+    else:
+        found = decode_instance_outputs(outputs, kind, settings, int(settings["pre_nms_top_k"]))
+    if kind == "segmentation":
+        size = tuple(int(v) for v in np.asarray(settings["input_size"]).reshape(-1))
+        for image in found:
+            image["masks"] = prototype_masks(image.pop("prototypes"), image.pop("coefficients"), image["boxes"],
+                                             (size[0], size[1]))
+    return found
+
+
+def _oks(reference: np.ndarray, keypoints: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """OKS of one FP32 detection's keypoints [kpts, D] with candidates' [M, kpts, D], FP32's visible ones (all
+    where D = 2), the box's area as the scale."""
+    visible = reference[:, 2] > 0.5 if reference.shape[-1] == 3 else np.ones(len(reference), bool)
+    if not visible.any():
+        return np.ones(len(keypoints))
+    area = max(float((box[2] - box[0]) * (box[3] - box[1])), 1e-9)
+    squared = ((keypoints[:, :, :2] - reference[None, :, :2]) ** 2).sum(-1)
+    return np.exp(-squared / (2 * area * (2 * KEYPOINT_SIGMA) ** 2))[:, visible].mean(-1)
+
+
+def _mask_iou(reference: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """IoU of one FP32 mask [h, w] with candidates' [M, h, w] (two empty masks agree)."""
+    inter = (masks & reference[None]).reshape(len(masks), -1).sum(-1)
+    union = (masks | reference[None]).reshape(len(masks), -1).sum(-1)
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
+def instance_agreement(reference: Instances, got: Instances, kind: str, min_score: float, iou: float) -> float:
+    """The F1 of ``detection_agreement`` where a match needs the box (OBB: rotated, by probabilistic IoU) and pose's
+    keypoints (OKS) or segmentation's mask (IoU) all at ``iou`` or above."""
+    matched, total = 0, 0
+    for ref, found in zip(reference, got):
+        keep_ref, keep = ref["scores"] >= min_score, found["scores"] >= min_score
+        total += int(keep_ref.sum()) + int(keep.sum())
+        ref_index = np.nonzero(keep_ref)[0]
+        free = np.ones(len(ref_index), dtype=bool)
+        for i in np.nonzero(keep)[0][np.argsort(-found["scores"][keep], kind="stable")]:
+            candidates = free & (ref["labels"][ref_index] == found["labels"][i])
+            if not candidates.any():
+                continue
+            if kind == "obb":
+                similar = probiou(found["boxes"][i:i + 1], ref["boxes"][ref_index])[0]
+            else:
+                similar = _iou(found["boxes"][i], ref["boxes"][ref_index])
+            for j, r in enumerate(ref_index):
+                if not candidates[j] or similar[j] < iou:
+                    continue
+                if kind == "pose":
+                    similar[j] = min(similar[j], float(_oks(ref["keypoints"][r], found["keypoints"][i:i + 1],
+                                                            ref["boxes"][r])[0]))
+                elif kind == "segmentation":
+                    similar[j] = min(similar[j], float(_mask_iou(ref["masks"][r], found["masks"][i:i + 1])[0]))
+            overlap = np.where(candidates, similar, -1.0)
+            best = int(np.argmax(overlap))
+            if overlap[best] >= iou:
+                free[best] = False
+                matched += 1
+    return 1.0 if total == 0 else 2.0 * matched / total
+
+
+def pack_instances(found: Instances, prefix: str, min_score: float) -> Dict[str, np.ndarray]:
+    """``pack_found`` of the detections scoring ``min_score`` or more (the only ones compared: a segmentation
+    model's masks at 640 are 3 kB each) with pose's keypoints and segmentation's masks (bit-packed)."""
+    found = [{k: v[image["scores"] >= min_score] for k, v in image.items()} for image in found]
+    packed = pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], prefix)
+    if found and "keypoints" in found[0]:
+        packed[prefix + "keypoints"] = np.concatenate([f["keypoints"] for f in found]).astype(np.float32)
+    if found and "masks" in found[0]:
+        masks = np.concatenate([f["masks"] for f in found]).astype(bool)
+        packed[prefix + "mask_shape"] = np.asarray(masks.shape, np.int64)
+        packed[prefix + "masks"] = np.packbits(masks.reshape(-1))
+    return packed
+
+
+def split_instances(stored: Mapping[str, np.ndarray], prefix: str) -> Instances:
+    """What ``pack_instances`` packed, per image."""
+    keypoints = stored[prefix + "keypoints"] if prefix + "keypoints" in stored else None
+    masks = None
+    if prefix + "masks" in stored:
+        shape = tuple(int(v) for v in stored[prefix + "mask_shape"])
+        masks = np.unpackbits(stored[prefix + "masks"])[:int(np.prod(shape))].astype(bool).reshape(shape)
+    out, start = [], 0
+    for boxes, scores, labels in split_found(stored, prefix):
+        end = start + len(scores)
+        image = {"boxes": boxes, "scores": scores, "labels": labels}
+        if keypoints is not None:
+            image["keypoints"] = keypoints[start:end]
+        if masks is not None:
+            image["masks"] = masks[start:end]
+        out.append(image)
+        start = end
+    return out
+
+
 def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray]) -> float:
     """This backend's agreement with the FP32 results stored in an acceptance file."""
+    if "match" in stored and str(stored["match"]) == "instances":
+        return instance_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored),
+                                  str(stored["kind"]), float(stored["min_score"]), float(stored["iou"]))
     if str(stored["kind"]) == "obb":
         outputs = upright_boxes(outputs, str(stored["boxes_output"]))
     if str(stored["kind"]) in ("detection", "obb"):
@@ -121,12 +238,19 @@ def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray
     return float(np.mean(np.argmax(logits, axis=-1) == stored["fp32_top1"]))
 
 
+_STATISTICS = {kind: "detection agreement with FP32 (F1)" for kind in ("detection", "pose", "segmentation", "obb")}
+#: what an instance task's match compares beside the box
+_COMPARED = {"pose": "boxes and keypoints (OKS)", "segmentation": "boxes and masks (IoU)",
+             "obb": "rotated boxes (probabilistic IoU)"}
+
+
 def check(runner: Runner, folder: Path, input_name: str, batch: int) -> JsonObject:
     """Run the acceptance set of ``folder`` through ``runner``: the agreement, the threshold, and the verdict."""
     with np.load(str(Path(folder) / ACCEPTANCE_FILE), allow_pickle=False) as stored:
         inputs = unpack_inputs(stored["inputs_u8"], float(stored["inputs_scale"]), float(stored["inputs_offset"]))
         value = agreement_of(stored, run_outputs(runner, inputs, input_name, batch))
         threshold = float(stored["threshold"])
-        return {"statistic": "detection agreement with FP32 (F1)" if str(stored["kind"]) in ("detection", "obb")
-                else "top-1 agreement with FP32", "value": round(value, 4), "threshold": round(threshold, 4),
+        return {"statistic": _STATISTICS.get(str(stored["kind"]), "top-1 agreement with FP32")
+                + (": " + _COMPARED[str(stored["kind"])] if "match" in stored else ""),
+                "value": round(value, 4), "threshold": round(threshold, 4),
                 "images": int(inputs.shape[0]), "passed": value >= threshold}

@@ -31,11 +31,13 @@ from edgebuild.runtime.vision import (
     NMS_OUTPUTS,
     OBB_NMS_OUTPUTS,
     check_detection_outputs,
+    check_nms_outputs,
     class_aware_nms,
     decode_outputs,
+    split_detections,
 )
 
-__all__ = ["decode_instance_outputs", "probiou"]
+__all__ = ["decode_instance_outputs", "instances_in_model", "probiou"]
 
 #: the candidates Ultralytics' val keeps before NMS (its ``max_nms``; ``edgebuild.project.ultralytics_facts``'
 #: ``VAL_PRE_NMS_TOP_K``, which a test holds it to): a recipe's task that names none decodes with it
@@ -99,6 +101,28 @@ def decode_instance_outputs(outputs: Mapping[str, np.ndarray], kind: str, settin
             found["prototypes"] = np.asarray(outputs[str(settings["prototypes_output"])][i])
         decoded.append(found)
     return decoded
+
+
+def instances_in_model(outputs: Mapping[str, np.ndarray], kind: str) -> List[Dict[str, np.ndarray]]:
+    """Every image's detections from a pose or segmentation model with NMS inside (``INSTANCE_NMS_OUTPUTS``), in
+    ``decode_instances``' form without ``anchors``: boxes, scores, labels and ``keypoints`` [D, kpts, dims], or
+    ``coefficients`` [D, M] and ``prototypes`` [M, h, w] (the image's)."""
+    check_nms_outputs(outputs)
+    names = INSTANCE_NMS_OUTPUTS[kind][4:]
+    missing = [n for n in names if n not in outputs]
+    if missing:
+        raise ModelError("the model has no {} output(s) (found {}): it is not a {} model with NMS inside".format(
+                         ", ".join(missing), ", ".join(sorted(outputs)), kind),
+                         hint="a raw-head model decodes on the host: set [task.postprocess] in_model to what "
+                              "the ONNX is")
+    found = split_detections(outputs)
+    for i, image in enumerate(found):
+        rows = np.asarray(outputs[names[0]])[i, :len(image["scores"])].astype(np.float32)
+        if kind == "pose":
+            image["keypoints"] = rows
+        else:
+            image["coefficients"], image["prototypes"] = rows, np.asarray(outputs[names[1]][i], np.float32)
+    return found
 
 
 def check_rotated_outputs(boxes: np.ndarray, scores: np.ndarray, boxes_name: str = "boxes",

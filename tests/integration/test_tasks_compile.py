@@ -176,18 +176,63 @@ def _acceptance(folder: Path) -> dict:
         return {k: stored[k] for k in stored.files}
 
 
-@pytest.mark.parametrize("kind", ["pose", "obb"])
-def test_the_acceptance_set_compares_the_boxes_and_the_model_passes_its_own(compiled, kind: str) -> None:
+class _Breaking:
+    """A backend that computes the model's boxes and scores right and breaks only what the task adds: pose's
+    keypoints (moved by a quarter of the input), segmentation's mask coefficients (sign flipped), OBB's angle
+    (turned by 45 degrees)."""
+
+    def __init__(self, runner, kind: str) -> None:  # noqa: ANN001 (a Runner)
+        self.runner, self.kind, self.backend = runner, kind, runner.backend
+
+    def run(self, inputs: dict) -> dict:
+        outputs = dict(self.runner.run(inputs))
+        if self.kind == "pose":
+            outputs["keypoints"] = outputs["keypoints"] + np.asarray([32.0, 32.0, 0.0], np.float32)
+        elif self.kind == "segmentation":
+            outputs["mask_coefficients"] = -outputs["mask_coefficients"]
+        else:
+            outputs["boxes"] = outputs["boxes"] + np.asarray([0, 0, 0, 0, np.pi / 4], np.float32)
+        return outputs
+
+
+@pytest.mark.parametrize("kind", ["pose", "segmentation", "obb"])
+def test_the_acceptance_set_compares_what_the_task_adds_and_the_model_passes_its_own(compiled, kind: str) -> None:
     from edgebuild.runtime import acceptance
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
     root, _ = compiled(kind)
     folder = root / "build" / "engines" / "yard"
     stored = _acceptance(folder)
-    assert str(stored["kind"]) == ("obb" if kind == "obb" else "detection")
+    assert str(stored["kind"]) == kind and str(stored["match"]) == "instances"
     assert stored["fp32_counts"].sum() > 0  # random heads still score above min_score somewhere
-    check = acceptance.check(OnnxRuntimeRunner(folder / "model.onnx"), folder, "images", 4)
+    assert ("fp32_keypoints" in stored) is (kind == "pose") and ("fp32_masks" in stored) is (kind == "segmentation")
+    runner = OnnxRuntimeRunner(folder / "model.onnx")
+    check = acceptance.check(runner, folder, "images", 4)
     assert check["passed"] and check["value"] >= check["threshold"], check
+    assert check["statistic"].startswith("detection agreement with FP32 (F1): ")
+    broken = acceptance.check(_Breaking(runner, kind), folder, "images", 4)  # the boxes and scores unchanged
+    assert not broken["passed"] and broken["value"] < check["value"], (check, broken)
+
+
+def test_an_acceptance_file_of_an_earlier_release_still_compares_the_boxes(compiled) -> None:
+    """Before the task's own match, pose's file held detection's decode of its boxes and scores (kind detection)."""
+    from edgebuild.runtime import acceptance
+    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.vision import decode_outputs
+
+    root, _ = compiled("pose")
+    folder = root / "build" / "engines" / "yard"
+    stored = _acceptance(folder)
+    runner = OnnxRuntimeRunner(folder / "model.onnx")
+    inputs = acceptance.unpack_inputs(stored["inputs_u8"], float(stored["inputs_scale"]),
+                                      float(stored["inputs_offset"]))
+    outputs = acceptance.run_outputs(runner, inputs, "images", 4)
+    decode = {"boxes_output": "boxes", "scores_output": "scores", "score_threshold": 0.001, "nms_iou": 0.7,
+              "max_detections": 300, "pre_nms_top_k": 1000, "in_model": False}
+    found = [(f["boxes"], f["scores"], f["labels"]) for f in decode_outputs(outputs, decode)]
+    earlier = {"kind": np.asarray("detection"), "min_score": 0.25, "iou": 0.85, **decode,
+               **acceptance.pack_found(found, "fp32_")}
+    assert acceptance.agreement_of(earlier, outputs) == 1.0
 
 
 def test_an_obb_acceptance_turns_boxes_upright_around_their_angle() -> None:
@@ -284,8 +329,8 @@ def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_g
     assert recipe.task is not None and recipe.task.postprocess["in_model"] is True
     assert list(recipe.outputs or {}) == list(INSTANCE_NMS_OUTPUTS["pose"])
     assert recipe.outputs["detection_keypoints"].shape == [-1, 50, 4, 3]
-    stored = _acceptance(folder)  # the boxes and scores of the detections, read as they are
-    assert bool(stored["in_model"]) and stored["fp32_counts"].sum() > 0
+    stored = _acceptance(folder)  # the detections and their keypoints, read as they are
+    assert bool(stored["in_model"]) and stored["fp32_counts"].sum() > 0 and "fp32_keypoints" in stored
     assert acceptance.check(OnnxRuntimeRunner(folder / recipe.onnx), folder, "images", 4)["passed"]
     # what `validate --device` sends back is scored as the gate scored the shipped graph
     project = load_project(root)
