@@ -4,7 +4,8 @@ A request is timed as a client and the device would run it (batch 1): preprocess
 (the decode with PIL, else OpenCV, and ``vision.preprocess``), inference, and post-processing by
 the recipe's output form (``vision.decode_outputs``' host decode and NMS for a raw head,
 ``vision.split_detections`` for a model with NMS inside, ``vision.top_k`` for a classifier, the server's
-``task_decode.decode_instance_outputs`` for a pose, segmentation or OBB model's raw outputs), and
+``task_decode.decode_instance_outputs`` for a pose, segmentation or OBB model's raw outputs,
+``instances_in_model`` for pose's and segmentation's with NMS inside), and
 end to end. A device image without a JPEG decoder gets no preprocessing figure, and the reason.
 
 Python 3.8 and numpy (PIL or OpenCV where importable).
@@ -22,7 +23,7 @@ from edgebuild.runtime import vision
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe, RecipeTask
-from edgebuild.runtime.task_decode import decode_instance_outputs, server_decodes
+from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model, server_decodes
 
 __all__ = []
 
@@ -34,7 +35,8 @@ _POSTPROCESS = {"nms": "split_detections (NMS inside the model)",
                 "raw_head": "decode_outputs (raw head: decode and class-aware NMS on the host)",
                 "logits": "top_k ({} best classes of the logits)".format(TOP_K),
                 "raw": "none (the application decodes the raw outputs: docs/tasks.md)",
-                "raw_task": "decode_instance_outputs ({}: candidates, NMS and the per-detection gather on the host)"}
+                "raw_task": "decode_instance_outputs ({}: candidates, NMS and the per-detection gather on the host)",
+                "in_model_task": "instances_in_model ({}: NMS inside the model, its detections read per image)"}
 
 
 class JpegCodec:
@@ -103,6 +105,9 @@ def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndar
     if task.outputs == "raw_head":
         settings = dict(task.postprocess, in_model=False)
         return _POSTPROCESS["raw_head"], lambda outputs: vision.decode_outputs(outputs, settings)
+    if task.outputs == "raw" and task.postprocess.get("in_model"):  # pose, segmentation with NMS inside
+        kind = task.kind
+        return _POSTPROCESS["in_model_task"].format(kind), lambda outputs: instances_in_model(outputs, kind)
     if task.outputs == "raw" and server_decodes(task):  # pose, segmentation, OBB: the server's own decode
         kind, post = task.kind, dict(task.postprocess)
         return (_POSTPROCESS["raw_task"].format(kind),

@@ -70,12 +70,20 @@ LOGITS_NOTE = ("the model answers logits, and nvinfer's default classifier parse
 #: pose, segmentation and OBB: their models end in raw outputs, which no stock nvinfer parser reads
 RAW_TENSOR_TASKS = ("pose", "segmentation", "obb")
 RAW_TENSORS_NOTE = (
-    "a {kind} model: nvinfer's stock parsers read none of its raw outputs ({outputs}; docs/tasks.md, \"The "
-    "outputs\"), so network-type=100 and output-tensor-meta=1 make nvinfer attach them to each frame as "
-    "NvDsInferTensorMeta and draw nothing. Decode them in your app (a pad probe after nvinfer reading the tensor "
-    "meta, by docs/tasks.md's recipe: score threshold, NMS, then the keypoints, masks or rotated boxes of the kept "
+    "a {kind} model: nvinfer's stock parsers read none of its raw outputs ({outputs}; docs/{kind}.md), so "
+    "network-type=100 and output-tensor-meta=1 make nvinfer attach them to each frame as NvDsInferTensorMeta and "
+    "draw nothing. Decode them in your app (a pad probe after nvinfer reading the tensor meta, by docs/{kind}.md's "
+    "recipe: score threshold, NMS, then the keypoints, masks or rotated boxes of the kept "
     "anchors) or write a custom parser library (parse-bbox-func-name; parse-bbox-instance-mask-func-name for "
     "masks) with custom-lib-path")
+#: pose and segmentation with NMS inside: detections, but more than the four outputs the stock parser takes
+IN_MODEL_TENSORS_NOTE = (
+    "a {kind} model with NMS inside: its outputs ({outputs}) are detections, but the stock parser reads exactly "
+    "the four of a detector (docs/{kind}.md), so network-type=100 and output-tensor-meta=1 make nvinfer attach "
+    "them to each frame as NvDsInferTensorMeta and draw nothing. Read them in your app (a pad probe after nvinfer): "
+    "the first num_detections rows of each, the keypoints as they are, a mask as its coefficients times the "
+    "prototypes, above 0, inside its box; or write a custom parser library (parse-bbox-func-name; "
+    "parse-bbox-instance-mask-func-name for masks) with custom-lib-path")
 
 
 # -- the data tables -------------------------------------------------------------------------------
@@ -280,7 +288,8 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
     elif task.kind in RAW_TENSOR_TASKS:
         # no stock parser reads these outputs: nvinfer attaches them to the frame as tensor meta for the app
         props += [("network-type", "100"), ("output-tensor-meta", "1")]
-        notes.append(RAW_TENSORS_NOTE.format(kind=task.kind, outputs=", ".join(recipe.outputs or {})))
+        note = IN_MODEL_TENSORS_NOTE if task.postprocess.get("in_model") else RAW_TENSORS_NOTE
+        notes.append(note.format(kind=task.kind, outputs=", ".join(recipe.outputs or {})))
     else:
         props += [("network-type", "1"), ("classifier-threshold", "0")]
         notes.append(LOGITS_NOTE)

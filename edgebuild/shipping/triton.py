@@ -22,7 +22,8 @@ A detector with NMS inside the model (``[task.postprocess] in_model``) gives Tri
 fixed-size outputs (num_detections, detection_boxes, detection_scores, detection_classes), so
 Triton answers detections with no ensemble and no Python backend; a raw-head detector is served
 as its raw tensors, and the record's notes say how to change that. Pose, segmentation and OBB models
-are served as their raw outputs (docs/tasks.md), each with its dims, and the notes say the client decodes.
+are served as their outputs (raw, or pose's and segmentation's detections with NMS inside; docs/tasks.md),
+each with its dims, and the notes say who decodes.
 """
 
 from __future__ import annotations
@@ -176,10 +177,15 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
         if each.task is not None and each.task.outputs == "raw_head":
             notes.append(f"Triton serves {name}'s raw head (every client decodes and runs NMS itself): set "
                          "task.postprocess.in_model = true to serve detections (docs/detections.md)")
+        elif each.task is not None and each.task.outputs == "raw" and each.task.postprocess.get("in_model"):
+            notes.append(f"Triton serves {name}'s {each.task.kind} detections from NMS inside the model "
+                         f"({', '.join(each.outputs or {})}): clients read num_detections rows of each "
+                         f"(docs/{each.task.kind}.md)")
         elif each.task is not None and each.task.outputs == "raw":
             notes.append(f"Triton serves {name}'s raw {each.task.kind} outputs ({', '.join(each.outputs or {})}): "
-                         "every client decodes them (NMS, then keypoints, masks or rotated boxes) by the recipe of "
-                         "docs/tasks.md; no decode inside the model or the server is built for this task")
+                         f"every client decodes them (NMS, then keypoints, masks or rotated boxes) by the recipe of "
+                         f"docs/{each.task.kind}.md; edgebuild's server decodes them on the device ([runtime] "
+                         "detections), and pose and segmentation can put NMS inside the model (in_model = true)")
     with atomic_output_dir(out) as staging:
         for name, each in recipes.items():
             each_engine = each.shippable_engine and Recipe.has_engine(folders[name])

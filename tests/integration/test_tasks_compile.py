@@ -153,7 +153,7 @@ def test_the_device_gets_the_raw_outputs_and_says_who_decodes_them(compiled, kin
                     "segmentation": {"boxes": [-1, 4], "scores": [-1, 2], "mask_coefficients": [-1, 8],
                                      "prototypes": [8, -1, -1]},
                     "obb": {"boxes": [-1, 5], "scores": [-1, 2]}}[kind]
-    assert any(f"raw {kind} outputs" in n and "docs/tasks.md" in n for n in triton["notes"]), triton["notes"]
+    assert any(f"raw {kind} outputs" in n and f"docs/{kind}.md" in n for n in triton["notes"]), triton["notes"]
 
     # DeepStream: raw tensors to the app, and a note naming what to write
     deepstream = _record(report, "container")["deepstream"]
@@ -164,7 +164,7 @@ def test_the_device_gets_the_raw_outputs_and_says_who_decodes_them(compiled, kin
     assert properties["output-blob-names"] == ";".join(OUTPUTS[kind])
     assert not any(k.startswith(("parse-bbox", "custom-lib", "num-detected")) for k in properties)
     note = next(line for line in text.splitlines() if line.startswith(f"# NOTE: a {kind} model"))
-    assert "stock parsers read none" in note and "custom parser" in note and "docs/tasks.md" in note
+    assert "stock parsers read none" in note and "custom parser" in note and f"docs/{kind}.md" in note
 
     # the package carries the recipe as the model folder has it
     package = _record(report, "package")
@@ -311,12 +311,13 @@ def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_g
     from edgebuild.project.config import load_project
     from edgebuild.runtime import acceptance
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.bench_request import measure_request
     from edgebuild.runtime.evaluate import evaluate_folder
     from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
 
     root = _project(tmp_path / "pose", "pose", "\n[task.postprocess]\nin_model = true\nmax_detections = 50\n")
     result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--ship-ungated",
-                                       "--no-progress"])
+                                       "--no-progress", "--json"])
     assert result.exit_code == 0, result.output
     assert "NMS inside the model: pose mAP50-95" in result.output and "the same detections on 4 of 4" in result.output
     gate = json.loads((root / "build/gate/gate.json").read_text())
@@ -332,6 +333,13 @@ def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_g
     stored = _acceptance(folder)  # the detections and their keypoints, read as they are
     assert bool(stored["in_model"]) and stored["fp32_counts"].sum() > 0 and "fp32_keypoints" in stored
     assert acceptance.check(OnnxRuntimeRunner(folder / recipe.onnx), folder, "images", 4)["passed"]
+    # the bench reads the detections as they are; Triton's and DeepStream's notes say the model decodes
+    measured = measure_request(OnnxRuntimeRunner(folder / recipe.onnx), recipe, runs=3, warmup=1, codec=None)
+    assert measured["postprocess_step"].startswith("instances_in_model (pose:"), measured
+    container = _record(json.loads(result.stdout), "container")
+    assert any("detections from NMS inside the model" in n for n in container["triton"]["notes"]), container["triton"]
+    text = (root / "build" / container["deepstream"]["folder"] / "config_infer_primary.txt").read_text()
+    assert "# NOTE: a pose model with NMS inside" in text
     # what `validate --device` sends back is scored as the gate scored the shipped graph
     project = load_project(root)
     data = ValidationSet(project)
