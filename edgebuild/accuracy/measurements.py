@@ -116,7 +116,8 @@ def int8_key_parts(project: Project) -> dict[str, str]:
     from edgebuild.datasets.project_data import calibration_digest
 
     settings = project.quantize.model_dump(exclude={"precisions", "max_kept_layers", *INT8_CHOICE_SETTINGS})
-    return {"int8": "calibration/2", "calibration": calibration_digest(project), "quantize": digest(settings)}
+    # calibration/3: a DFL head's expectation Conv left in float (quantize._expectations)
+    return {"int8": "calibration/3", "calibration": calibration_digest(project), "quantize": digest(settings)}
 
 
 def int8_variants(project: Project) -> list[Int8Variant]:

@@ -50,3 +50,23 @@ def test_a_layer_kept_in_float_reads_the_float_tensor_its_quantized_neighbour_re
     produced = {o: n.op_type for n in graph.node for o in n.output}
     readers = {n.name: n.input[0] for n in graph.node if n.op_type == "Conv"}
     assert readers["kept"] == "t" and produced[readers["quantized"]] == "DequantizeLinear"
+
+
+def test_a_dfl_expectation_stays_in_float_and_the_layers_before_it_do_not(tmp_path: Path) -> None:
+    """Ultralytics' DFL: a 1x1 Conv of fixed weights 0..n-1 over a Softmax is box decode math, never quantized; a
+    learned Conv beside it is (quantize._expectations)."""
+    from edgebuild.accuracy.quantize import quantization_plan
+
+    rng = np.random.default_rng(0)
+    bins = 16
+    weights = [numpy_helper.from_array(rng.normal(size=(bins, 3, 1, 1)).astype(np.float32), "learned"),
+               numpy_helper.from_array(np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1), "bins")]
+    nodes = [helper.make_node("Conv", ["x", "learned"], ["logits"], name="head"),
+             helper.make_node("Softmax", ["logits"], ["distribution"], name="softmax", axis=1),
+             helper.make_node("Conv", ["distribution", "bins"], ["distance"], name="dfl")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("distance", TensorProto.FLOAT, [1, 1, 8, 8])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "model.onnx"))
+    project = SimpleNamespace(quantize=SimpleNamespace(op_types=["Conv"], residual_add=True))
+    plan = quantization_plan(project, tmp_path / "model.onnx")  # type: ignore[arg-type]
+    assert plan.nodes == ("head",)
