@@ -82,7 +82,7 @@ def _one_to_many(text: str) -> str:
     text = text.replace('outputs = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]',
                         'outputs = ["boxes", "scores"]')
     return text.replace('boxes_output = "detection_boxes"', 'boxes_output = "boxes"').replace(
-        'scores_output = "detection_scores"', 'scores_output = "scores"\nnms_iou = 0.7')
+        'scores_output = "detection_scores"', 'scores_output = "scores"')  # in_model = true stays: NMS inside
 
 
 def _edgebuild(checkpoint: Path, data: Path, root: Path, min_retention: float, head: str) -> dict:

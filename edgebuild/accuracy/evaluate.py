@@ -329,7 +329,7 @@ def score_device_results(project: Project, data: ValidationSet, results: bytes, 
 
 #: the acceptance statistic's settings, chosen by measurement (README, "Accuracy on the device");
 #: change ACCEPTANCE_VERSION with them or with acceptance_set, so stored sets are made again
-ACCEPTANCE_VERSION = 1
+ACCEPTANCE_VERSION = 2  # 2: pose, segmentation and OBB matched by their own decode
 ACCEPTANCE_IMAGES = 32
 ACCEPTANCE_MIN_SCORE = 0.25
 ACCEPTANCE_IOU = 0.85
@@ -367,13 +367,13 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     elif project.task.kind in INSTANCE_TASKS:
         # pose, segmentation and OBB: the task's own decode, a match needing the keypoints, mask or rotated box too
         post = project.task.postprocess
+        # the device's top-k (1000, as NMS inside keeps), not the gate's 30000: FP32 and the backend decode alike
         instance = {**post.model_dump(), "kind": project.task.kind, "pre_nms_top_k": DetectionParams.pre_nms_top_k,
-                    "in_model": bool(getattr(post, "in_model", False)),
                     "input_size": list(project.task.preprocess.input_size)}
         settings.update(match=np.asarray("instances"), min_score=np.float64(ACCEPTANCE_MIN_SCORE),
                         iou=np.float64(ACCEPTANCE_IOU), **{k: np.asarray(v) for k, v in instance.items()},
-                        **acceptance.pack_instances(acceptance.task_instances(fp32, instance), "fp32_",
-                                                    ACCEPTANCE_MIN_SCORE))
+                        **acceptance.pack_instances(acceptance.task_instances(fp32, instance, ACCEPTANCE_MIN_SCORE),
+                                                    "fp32_"))
     else:
         assert project.task.kind == "classification", "a classifier's acceptance is its top-1 class"
         logits = project.task.postprocess.logits_output

@@ -236,8 +236,8 @@ def render_project(found: FoundProject) -> str:
     if found.trust_checkpoint is not None and NMS_FREE_NOTE in found.outputs_said:
         out += ["# Or its one-to-many head with NMS, the one Ultralytics validates with by default (it may score",
                 '# higher: compare both with validate): head = "one-to-many", outputs = ["boxes", "scores"],',
-                '# and in [task.postprocess] boxes_output = "boxes", scores_output = "scores", nms_iou = 0.7',
-                "# (Ultralytics' val; docs/model-sources.md)"]
+                '# and in [task.postprocess] boxes_output = "boxes", scores_output = "scores" (in_model = true:',
+                "# NMS appended to the graph; false: decoded on the host; docs/model-sources.md)"]
     out += [""]
     for spec in found.inputs:
         out += [_comment(f"The model's input ({spec.said}). Axes whose min and max differ are the TensorRT "

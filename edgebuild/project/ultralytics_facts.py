@@ -258,8 +258,9 @@ def read_literal(text: str | None) -> Any:
 
 # -- the facts against the project -----------------------------------------------------------------
 
-def project_defaults(facts: UltralyticsFacts) -> JsonObject:
-    """What the model says, as the ``[task]`` keys a project may leave out."""
+def project_defaults(facts: UltralyticsFacts, head: object = None) -> JsonObject:
+    """What the model says, as the ``[task]`` keys a project may leave out (``head``: the project's
+    ``model.head``; "one-to-many" reads an NMS-free checkpoint's raw head, decoded as any detector's)."""
     kind = TASKS.get(facts.task)
     if kind is None:
         return {}
@@ -273,7 +274,7 @@ def project_defaults(facts: UltralyticsFacts) -> JsonObject:
         task["postprocess"] = dict(VAL_DEFAULTS)
     if kind == "pose" and facts.kpt_shape:
         task["kpt_shape"] = list(facts.kpt_shape)
-    if facts.nms_free:  # the one-to-one top-k is the detections: NMS_OUTPUTS from the model itself
+    if facts.nms_free and head != "one-to-many":  # the one-to-one top-k is the detections: NMS_OUTPUTS themselves
         task["postprocess"] = nms_free_outputs(facts.max_det)[1]
     return task
 
@@ -287,7 +288,8 @@ def nms_free_outputs(max_det: int) -> tuple[list[str], JsonObject]:
 
 def fill_raw_defaults(raw: JsonObject, facts: UltralyticsFacts) -> JsonObject:
     """The project file's dict with what it leaves out taken from the model (what it states is kept)."""
-    defaults = project_defaults(facts)
+    model = raw.get("model")
+    defaults = project_defaults(facts, model.get("head") if isinstance(model, dict) else None)
     task = raw.get("task")
     if not defaults or not isinstance(task, dict | None):
         return raw
@@ -354,7 +356,7 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
                             "scores_output = \"scores\" (in_model = true appends NMS to the graph)")
     if project.model.head is not None and not facts.nms_free:
         problems.append(f"model.head: {project.model.head!r}, but the {facts.told_by} has no NMS-free (one-to-one) "
-                        "head to choose from: leave head out")
+                        "detection head to choose from (head applies to YOLOv10/YOLO26 detectors): leave head out")
     return problems
 
 

@@ -15,7 +15,8 @@ Pose, segmentation and OBB (``match = "instances"``): the same F1 of the task's 
 box and what the task adds both agree with FP32's at ``iou``: pose the box IoU and the keypoints'
 OKS (``KEYPOINT_SIGMA`` of the box's size, FP32's visible keypoints); segmentation the box IoU and
 the mask IoU (masks at the prototypes' resolution, ``prototype_masks``); OBB the probabilistic IoU
-of the rotated boxes. An engine that breaks only the keypoints, the masks or the angle fails.
+of the rotated boxes. An engine that breaks only the keypoints, the masks or the angle fails (the angle
+where the boxes are elongated: the probabilistic IoU of a near-square box barely moves with it).
 (Files written before that compare pose's and segmentation's boxes, and the upright boxes around
 OBB's.) Classification: the share of inputs whose top-1 class is FP32's.
 
@@ -122,15 +123,18 @@ def upright_boxes(outputs: Dict[str, np.ndarray], name: str) -> Dict[str, np.nda
     return dict(outputs, **{name: np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=-1)})
 
 
-def task_instances(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any]) -> Instances:
-    """A pose, segmentation or OBB model's detections by its task's own decode (``settings``: the stored
-    decode settings: ``kind``, the output names, thresholds, ``in_model``, ``input_size``), segmentation's
-    masks drawn from its prototypes."""
+def task_instances(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any], min_score: float) -> Instances:
+    """A pose, segmentation or OBB model's detections scoring ``min_score`` or more (the only ones compared) by its
+    task's own decode (``settings``: the stored decode settings: ``kind``, the output names, thresholds,
+    ``in_model``, ``input_size``), segmentation's masks drawn from its prototypes for those alone."""
     kind = str(settings["kind"])
     if bool(settings["in_model"]):
         found = instances_in_model(outputs, kind)
     else:
         found = decode_instance_outputs(outputs, kind, settings, int(settings["pre_nms_top_k"]))
+    for image in found:
+        keep = image["scores"] >= min_score
+        image.update({k: v[keep] for k, v in image.items() if k != "prototypes"})
     if kind == "segmentation":
         size = tuple(int(v) for v in np.asarray(settings["input_size"]).reshape(-1))
         for image in found:
@@ -190,10 +194,8 @@ def instance_agreement(reference: Instances, got: Instances, kind: str, min_scor
     return 1.0 if total == 0 else 2.0 * matched / total
 
 
-def pack_instances(found: Instances, prefix: str, min_score: float) -> Dict[str, np.ndarray]:
-    """``pack_found`` of the detections scoring ``min_score`` or more (the only ones compared: a segmentation
-    model's masks at 640 are 3 kB each) with pose's keypoints and segmentation's masks (bit-packed)."""
-    found = [{k: v[image["scores"] >= min_score] for k, v in image.items()} for image in found]
+def pack_instances(found: Instances, prefix: str) -> Dict[str, np.ndarray]:
+    """``pack_found`` with pose's keypoints and segmentation's masks (bit-packed, with their shape)."""
     packed = pack_found([(f["boxes"], f["scores"], f["labels"]) for f in found], prefix)
     if found and "keypoints" in found[0]:
         packed[prefix + "keypoints"] = np.concatenate([f["keypoints"] for f in found]).astype(np.float32)
@@ -227,8 +229,9 @@ def split_instances(stored: Mapping[str, np.ndarray], prefix: str) -> Instances:
 def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray]) -> float:
     """This backend's agreement with the FP32 results stored in an acceptance file."""
     if "match" in stored and str(stored["match"]) == "instances":
-        return instance_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored),
-                                  str(stored["kind"]), float(stored["min_score"]), float(stored["iou"]))
+        min_score = float(stored["min_score"])
+        return instance_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored, min_score),
+                                  str(stored["kind"]), min_score, float(stored["iou"]))
     if str(stored["kind"]) == "obb":
         outputs = upright_boxes(outputs, str(stored["boxes_output"]))
     if str(stored["kind"]) in ("detection", "obb"):

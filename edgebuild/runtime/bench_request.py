@@ -23,7 +23,12 @@ from edgebuild.runtime import vision
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import Recipe, RecipeTask
-from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model, server_decodes
+from edgebuild.runtime.task_decode import (
+    DEVICE_PRE_NMS_TOP_K,
+    decode_instance_outputs,
+    instances_in_model,
+    server_decodes,
+)
 
 __all__ = []
 
@@ -111,7 +116,7 @@ def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndar
     if task.outputs == "raw" and server_decodes(task):  # pose, segmentation, OBB: the server's own decode
         kind, post = task.kind, dict(task.postprocess)
         return (_POSTPROCESS["raw_task"].format(kind),
-                lambda outputs: decode_instance_outputs(outputs, kind, post))
+                lambda outputs: decode_instance_outputs(outputs, kind, post, DEVICE_PRE_NMS_TOP_K))
     if task.outputs == "raw":
         return _POSTPROCESS["raw"], lambda outputs: []
     logits = str(task.postprocess.get("logits_output", "logits"))

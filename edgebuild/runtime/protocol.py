@@ -97,8 +97,8 @@ class AnswerForms:
             return True, list(self.decoded)
         if asked and not self.detects:
             raise BadRequest("parameters.detections: this model answers {} and the server cannot decode them into "
-                             "detections (they are not a detector's, pose, segmentation or OBB model's raw "
-                             "outputs); leave it out".format(self.raw))
+                             "detections (a classifier's logits, or a model folder whose recipe does not name its "
+                             "task's outputs: compile it again with this edgebuild); leave it out".format(self.raw))
         return False, list(self.raw)
 
 

@@ -50,7 +50,8 @@ class RuntimeSettings:
     port: int
     max_batch_size: int
     max_queue_delay_ms: float
-    #: a raw-head detector: the server also decodes and answers detections (``[runtime] detections``)
+    #: raw outputs (a detector's head, a pose, segmentation or OBB model's): the server decodes and answers
+    #: detections by default (``[runtime] detections``; a request chooses with ``parameters.detections``)
     detections: bool = False
 
 
@@ -66,7 +67,8 @@ class RecipeModule:
 
 
 #: what a model's outputs are: NMS inside (``NMS_OUTPUTS``), a detector's raw head, a classifier's logits, a
-#: pose, segmentation or OBB model's raw outputs (answered as they are: the application decodes them)
+#: pose, segmentation or OBB model's outputs (raw: the server decodes them where asked, ``task_decode``; or pose's
+#: and segmentation's detections with NMS inside, ``postprocess["in_model"]``)
 OUTPUT_FORMS = ("nms", "raw_head", "logits", "raw")
 
 

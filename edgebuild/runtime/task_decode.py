@@ -30,6 +30,7 @@ from edgebuild.runtime.vision import (
     INSTANCE_NMS_OUTPUTS,
     NMS_OUTPUTS,
     OBB_NMS_OUTPUTS,
+    DetectionParams,
     check_detection_outputs,
     check_nms_outputs,
     class_aware_nms,
@@ -42,6 +43,11 @@ __all__ = ["decode_instance_outputs", "instances_in_model", "probiou"]
 #: the candidates Ultralytics' val keeps before NMS (its ``max_nms``; ``edgebuild.project.ultralytics_facts``'
 #: ``VAL_PRE_NMS_TOP_K``, which a test holds it to): a recipe's task that names none decodes with it
 INSTANCE_PRE_NMS_TOP_K = 30000
+#: the candidates the device's decode (the server's, the bench's) keeps before NMS where the recipe names none: as
+#: NMS inside the model keeps (``DetectionParams.pre_nms_top_k``), not Ultralytics' val's 30000 (the gate's): at
+#: val's score threshold (0.001) rotated Fast-NMS compares every pair of a class's candidates, about 50 s an image
+#: for 30000 on a desktop CPU
+DEVICE_PRE_NMS_TOP_K = DetectionParams.pre_nms_top_k
 #: rotated NMS compares its candidates in blocks of about this many pairs (its memory, not its result)
 _PAIRS_PER_BLOCK = 2_000_000
 #: what the decode reads from a task's postprocess, beyond boxes and scores and the thresholds
@@ -228,7 +234,7 @@ def instance_tensors(outputs: Mapping[str, np.ndarray], kind: str, settings: Jso
     """A pose, segmentation or OBB model's raw outputs decoded (``decode_instance_outputs``) into
     ``ANSWER_OUTPUTS[kind]``: detection's four (OBB: rotated boxes [N, K, 5]) and pose's keypoints
     [N, K, kpts, D] or segmentation's mask coefficients [N, K, M] and the prototypes, passed through."""
-    top_k = int(settings["pre_nms_top_k"]) if "pre_nms_top_k" in settings else INSTANCE_PRE_NMS_TOP_K
+    top_k = int(settings["pre_nms_top_k"]) if "pre_nms_top_k" in settings else DEVICE_PRE_NMS_TOP_K
     images = decode_instance_outputs(outputs, kind, settings, top_k)
     k = int(settings["max_detections"])
     answer = dict(zip(ANSWER_OUTPUTS[kind], _rows(images, k, 5 if kind == "obb" else 4)))

@@ -60,13 +60,16 @@ def test_a_dfl_expectation_stays_in_float_and_the_layers_before_it_do_not(tmp_pa
     rng = np.random.default_rng(0)
     bins = 16
     weights = [numpy_helper.from_array(rng.normal(size=(bins, 3, 1, 1)).astype(np.float32), "learned"),
-               numpy_helper.from_array(np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1), "bins")]
+               numpy_helper.from_array(np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1), "bins"),
+               numpy_helper.from_array(rng.normal(size=(1, bins, 1, 1)).astype(np.float32), "gate")]
     nodes = [helper.make_node("Conv", ["x", "learned"], ["logits"], name="head"),
              helper.make_node("Softmax", ["logits"], ["distribution"], name="softmax", axis=1),
-             helper.make_node("Conv", ["distribution", "bins"], ["distance"], name="dfl")]
+             helper.make_node("Conv", ["distribution", "bins"], ["distance"], name="dfl"),
+             helper.make_node("Conv", ["distribution", "gate"], ["gated"], name="learned_after_softmax")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("distance", TensorProto.FLOAT, [1, 1, 8, 8])], weights)
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1, 8, 8])
+                               for n in ("distance", "gated")], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "model.onnx"))
     project = SimpleNamespace(quantize=SimpleNamespace(op_types=["Conv"], residual_add=True))
     plan = quantization_plan(project, tmp_path / "model.onnx")  # type: ignore[arg-type]
-    assert plan.nodes == ("head",)
+    assert plan.nodes == ("head", "learned_after_softmax")  # a learned Conv after a Softmax is quantized

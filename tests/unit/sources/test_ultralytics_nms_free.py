@@ -227,13 +227,16 @@ def test_head_one_to_many_ships_the_raw_head_with_nms_or_says_what_to_change(tmp
         '[task.postprocess]\nboxes_output = "boxes"\nscores_output = "scores"\nin_model = true\n')))
     project = load_project(toml, check_paths=False)
     assert not nms_free_head(project) and checkpoint_top_k(project) == 0  # the adapter runs the one-to-many branch
+    toml.write_text(one_to_many.format(outputs='["boxes", "scores"]', size=128, post=""))
+    post = load_project(toml, check_paths=False).task.postprocess  # what it leaves out: Ultralytics' val's
+    assert (post.in_model, post.nms_iou, post.max_detections) == (False, 0.7, 300)
     toml.write_text(one_to_many.format(outputs=list(NMS_OUTPUTS), size=128, post="").replace("'", '"'))
     with pytest.raises(ConfigError, match='model.head = "one-to-many" answers the raw head\'s boxes and scores'):
         load_project(toml, check_paths=False)
     _checkpoint(tmp_path / "best.pt", monkeypatch, one_to_one=False)
     toml.write_text(one_to_many.format(outputs='["boxes", "scores"]', size=128, post=(
         '[task.postprocess]\nboxes_output = "boxes"\nscores_output = "scores"\n')))
-    with pytest.raises(ConfigError, match="has no NMS-free \\(one-to-one\\) head to choose from"):
+    with pytest.raises(ConfigError, match="has no NMS-free \\(one-to-one\\) detection head to choose from"):
         load_project(toml, check_paths=False)
 
 
