@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
+from edgebuild.errors import ModelError
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE
@@ -226,9 +227,19 @@ def split_instances(stored: Mapping[str, np.ndarray], prefix: str) -> Instances:
     return out
 
 
+#: the kinds and matches this runtime reads; a file that names another was written by a newer edgebuild
+KINDS, MATCHES = ("detection", "classification", "pose", "segmentation", "obb"), ("instances",)
+
+
 def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray]) -> float:
-    """This backend's agreement with the FP32 results stored in an acceptance file."""
-    if "match" in stored and str(stored["match"]) == "instances":
+    """This backend's agreement with the FP32 results stored in an acceptance file (a ModelError for a file this
+    runtime cannot read, rather than a KeyError deep inside)."""
+    kind, match = str(stored["kind"]), str(stored["match"]) if "match" in stored else None
+    if kind not in KINDS or (match is not None and match not in MATCHES):
+        raise ModelError("the acceptance set is of a form this runtime does not read (kind {!r}{}): a newer "
+                         "edgebuild wrote the model folder".format(kind, ", match {!r}".format(match) if match else ""),
+                         hint="update the device's edgebuild runtime image to the release that compiled the model")
+    if match == "instances":
         min_score = float(stored["min_score"])
         return instance_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored, min_score),
                                   str(stored["kind"]), min_score, float(stored["iou"]))

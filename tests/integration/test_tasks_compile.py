@@ -216,6 +216,7 @@ def test_the_acceptance_set_compares_what_the_task_adds_and_the_model_passes_its
 
 def test_an_acceptance_file_of_an_earlier_release_still_compares_the_boxes(compiled) -> None:
     """Before the task's own match, pose's file held detection's decode of its boxes and scores (kind detection)."""
+    from edgebuild.errors import ModelError
     from edgebuild.runtime import acceptance
     from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.runtime.vision import decode_outputs
@@ -233,6 +234,8 @@ def test_an_acceptance_file_of_an_earlier_release_still_compares_the_boxes(compi
     earlier = {"kind": np.asarray("detection"), "min_score": 0.25, "iou": 0.85, **decode,
                **acceptance.pack_found(found, "fp32_")}
     assert acceptance.agreement_of(earlier, outputs) == 1.0
+    with pytest.raises(ModelError, match="a newer edgebuild wrote the model folder"):  # a later form: said clearly
+        acceptance.agreement_of(dict(earlier, kind=np.asarray("depth")), outputs)
 
 
 def test_an_obb_acceptance_turns_boxes_upright_around_their_angle() -> None:
