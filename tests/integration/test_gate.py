@@ -168,6 +168,9 @@ def test_changing_only_the_decision_settings_measures_nothing_again(example_copy
     for changed, selected in ((text.replace("min_retention = 0.92", "min_retention = 0.9"), "int8"),
                               (text.replace("[accuracy]", '[accuracy]\nselect = "fastest"'), None),
                               (text.replace("[accuracy]", '[accuracy]\nbaseline = "accept"'), "int8"),
+                              # select "auto" picks by the latency plan's prediction at each group's power mode
+                              (text.replace('module = "orin-nano-4gb"', 'module = "orin-nano-4gb"\npower_mode = "7W"'),
+                               "int8"),
                               (text.replace("[fleet]", "[fleet]", 1).replace(
                                   "[accuracy]", '[quantize]\nprecisions = ["fp16", "fp32"]\n\n[accuracy]'), "fp16")):
         toml.write_text(changed)
