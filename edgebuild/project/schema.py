@@ -156,6 +156,16 @@ class PreprocessSection(_Section):
         return 1 if self.channel_order == "GRAY" else 3
 
 
+def _check_nms_inside(in_model: bool, max_detections: int, boxes_output: str, scores_output: str) -> None:
+    """What NMS inside the model needs of a detection's, pose's or segmentation's ``[task.postprocess]``."""
+    limit = DetectionParams.pre_nms_top_k  # the graph feeds NMS the host decode's candidates at most
+    if in_model and max_detections > limit:
+        raise ValueError(f"max_detections = {max_detections} is more than NMS inside the model returns "
+                         f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
+    if in_model and boxes_output == scores_output:
+        raise ValueError(f"boxes_output and scores_output are both {boxes_output!r}")
+
+
 class DetectionPostprocess(_Section):
     boxes_output: str = "boxes"
     scores_output: str = "scores"
@@ -169,12 +179,7 @@ class DetectionPostprocess(_Section):
 
     @model_validator(mode="after")
     def _in_model_limit(self) -> DetectionPostprocess:
-        limit = DetectionParams.pre_nms_top_k  # the graph feeds NMS the host decode's candidates at most
-        if self.in_model and self.max_detections > limit:
-            raise ValueError(f"max_detections = {self.max_detections} is more than NMS inside the model returns "
-                             f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
-        if self.in_model and self.boxes_output == self.scores_output:
-            raise ValueError(f"boxes_output and scores_output are both {self.boxes_output!r}")
+        _check_nms_inside(self.in_model, self.max_detections, self.boxes_output, self.scores_output)
         return self
 
 
@@ -196,12 +201,7 @@ class InstancePostprocess(_Section):
 
     @model_validator(mode="after")
     def _in_model_limit(self) -> InstancePostprocess:
-        limit = DetectionParams.pre_nms_top_k  # as detection's: the graph feeds NMS 1000 candidates at most
-        if self.in_model and self.max_detections > limit:
-            raise ValueError(f"max_detections = {self.max_detections} is more than NMS inside the model returns "
-                             f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
-        if self.in_model and self.boxes_output == self.scores_output:
-            raise ValueError(f"boxes_output and scores_output are both {self.boxes_output!r}")
+        _check_nms_inside(self.in_model, self.max_detections, self.boxes_output, self.scores_output)
         return self
 
 
