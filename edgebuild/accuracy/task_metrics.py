@@ -42,7 +42,7 @@ import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame, prediction_rle, rle_iou, truth_rles
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.task_decode import probiou
+from edgebuild.runtime.task_decode import keypoint_oks, probiou
 
 #: each task's metrics, the gate's default first (the one its users read), the box mAP beside it
 TASK_METRICS: dict[str, tuple[str, ...]] = {
@@ -109,15 +109,6 @@ def box_iou(true_xyxy: np.ndarray, pred_xyxy: np.ndarray) -> np.ndarray:
     area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
     area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
     return inter / (area_a + area_b - inter + EPS)
-
-
-def keypoint_oks(true_kpts: np.ndarray, pred_kpts: np.ndarray, area: np.ndarray, sigmas: np.ndarray) -> np.ndarray:
-    """[G, D] object keypoint similarity (Ultralytics' kpt_iou): ground truth [G, K, 3] (v = 0: not labelled)."""
-    t, p = np.asarray(true_kpts, np.float32), np.asarray(pred_kpts, np.float32)
-    d = (t[:, None, :, 0] - p[None, :, :, 0]) ** 2 + (t[:, None, :, 1] - p[None, :, :, 1]) ** 2
-    labelled = t[..., 2] != 0
-    e = d / ((2 * np.asarray(sigmas, np.float32)) ** 2 * (np.asarray(area, np.float32)[:, None, None] + EPS) * 2)
-    return (np.exp(-e) * labelled[:, None]).sum(-1) / (labelled.sum(-1).astype(np.float32)[:, None] + EPS)
 
 
 def corners_to_xywhr(corners: np.ndarray) -> np.ndarray:

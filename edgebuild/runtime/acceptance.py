@@ -34,7 +34,7 @@ from edgebuild.errors import ModelError
 from edgebuild.runtime.backends import Runner
 from edgebuild.runtime.json_object import JsonObject
 from edgebuild.runtime.recipe import ACCEPTANCE_FILE
-from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model, probiou
+from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model, keypoint_oks, probiou
 from edgebuild.runtime.vision import decode_outputs, prototype_masks
 
 __all__ = ["ACCEPTANCE_FILE"]
@@ -145,14 +145,15 @@ def task_instances(outputs: Mapping[str, np.ndarray], settings: Mapping[str, Any
 
 
 def _oks(reference: np.ndarray, keypoints: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """OKS of one FP32 detection's keypoints [kpts, D] with candidates' [M, kpts, D], FP32's visible ones (all
-    where D = 2), the box's area as the scale."""
+    """OKS (``keypoint_oks``, the metric's) of one FP32 detection's keypoints [kpts, D] with candidates' [M, kpts, D]:
+    FP32's visible ones count (all where D = 2), every sigma ``KEYPOINT_SIGMA``, the box's area as the scale; a
+    detection with no visible keypoint agrees."""
     visible = reference[:, 2] > 0.5 if reference.shape[-1] == 3 else np.ones(len(reference), bool)
     if not visible.any():
         return np.ones(len(keypoints))
-    area = max(float((box[2] - box[0]) * (box[3] - box[1])), 1e-9)
-    squared = ((keypoints[:, :, :2] - reference[None, :, :2]) ** 2).sum(-1)
-    return np.exp(-squared / (2 * area * (2 * KEYPOINT_SIGMA) ** 2))[:, visible].mean(-1)
+    truth = np.concatenate([reference[:, :2], visible[:, None]], axis=-1)[None]
+    area = np.asarray([(box[2] - box[0]) * (box[3] - box[1])])
+    return keypoint_oks(truth, keypoints, area, np.full(len(reference), KEYPOINT_SIGMA))[0]
 
 
 def _mask_iou(reference: np.ndarray, masks: np.ndarray) -> np.ndarray:

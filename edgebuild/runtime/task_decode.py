@@ -38,7 +38,7 @@ from edgebuild.runtime.vision import (
     split_detections,
 )
 
-__all__ = ["decode_instance_outputs", "instances_in_model", "probiou"]
+__all__ = ["decode_instance_outputs", "instances_in_model", "keypoint_oks", "probiou"]
 
 #: the candidates Ultralytics' val keeps before NMS (its ``max_nms``; ``edgebuild.project.ultralytics_facts``'
 #: ``VAL_PRE_NMS_TOP_K``, which a test holds it to): a recipe's task that names none decodes with it
@@ -48,6 +48,8 @@ INSTANCE_PRE_NMS_TOP_K = 30000
 #: val's score threshold (0.001) rotated Fast-NMS compares every pair of a class's candidates, about 50 s an image
 #: for 30000 on a desktop CPU
 DEVICE_PRE_NMS_TOP_K = DetectionParams.pre_nms_top_k
+#: keypoint_oks' guard against a zero area or no labelled keypoint (Ultralytics' kpt_iou: 1e-7)
+_OKS_EPS = np.float32(1e-7)
 #: rotated NMS compares its candidates in blocks of about this many pairs (its memory, not its result)
 _PAIRS_PER_BLOCK = 2_000_000
 #: what the decode reads from a task's postprocess, beyond boxes and scores and the thresholds
@@ -176,6 +178,15 @@ def probiou(true_xywhr: np.ndarray, pred_xywhr: np.ndarray, eps: float = 1e-7) -
     t3 = np.log(joint / (4 * np.sqrt((a1 * b1 - c1**2).clip(0) * (a2 * b2 - c2**2).clip(0)) + eps) + eps) * 0.5
     distance = (t1 + t2 + t3).clip(eps, 100.0)
     return 1 - np.sqrt(1.0 - np.exp(-distance) + eps)
+
+
+def keypoint_oks(true_kpts: np.ndarray, pred_kpts: np.ndarray, area: np.ndarray, sigmas: np.ndarray) -> np.ndarray:
+    """[G, D] object keypoint similarity (Ultralytics' kpt_iou): ground truth [G, K, 3] (v = 0: not labelled)."""
+    t, p = np.asarray(true_kpts, np.float32), np.asarray(pred_kpts, np.float32)
+    d = (t[:, None, :, 0] - p[None, :, :, 0]) ** 2 + (t[:, None, :, 1] - p[None, :, :, 1]) ** 2
+    labelled = t[..., 2] != 0
+    e = d / ((2 * np.asarray(sigmas, np.float32)) ** 2 * (np.asarray(area, np.float32)[:, None, None] + _OKS_EPS) * 2)
+    return (np.exp(-e) * labelled[:, None]).sum(-1) / (labelled.sum(-1).astype(np.float32)[:, None] + _OKS_EPS)
 
 
 # -- the server's answer ---------------------------------------------------------------------------
