@@ -57,26 +57,6 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area + areas - inter, 1e-9)
 
 
-def detection_agreement(reference: List[Found], got: List[Found], min_score: float, iou: float) -> float:
-    matched, total = 0, 0
-    for (ref_boxes, ref_scores, ref_labels), (boxes, scores, labels) in zip(reference, got):
-        keep_ref, keep = ref_scores >= min_score, scores >= min_score
-        ref_boxes, ref_labels = ref_boxes[keep_ref], ref_labels[keep_ref]
-        boxes, labels, scores = boxes[keep], labels[keep], scores[keep]
-        total += len(ref_boxes) + len(boxes)
-        free = np.ones(len(ref_boxes), dtype=bool)
-        for i in np.argsort(-scores, kind="stable"):
-            candidates = free & (ref_labels == labels[i])
-            if not candidates.any():
-                continue
-            overlap = np.where(candidates, _iou(boxes[i], ref_boxes), -1.0)
-            best = int(np.argmax(overlap))
-            if overlap[best] >= iou:
-                free[best] = False
-                matched += 1
-    return 1.0 if total == 0 else 2.0 * matched / total
-
-
 def split_found(stored: Mapping[str, np.ndarray], prefix: str) -> List[Found]:
     counts = stored[prefix + "counts"].tolist()
     out, start = [], 0
@@ -163,9 +143,10 @@ def _mask_iou(reference: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
 
 
-def instance_agreement(reference: Instances, got: Instances, kind: str, min_score: float, iou: float) -> float:
-    """The F1 of ``detection_agreement`` where a match needs the box (OBB: rotated, by probabilistic IoU) and pose's
-    keypoints (OKS) or segmentation's mask (IoU) all at ``iou`` or above."""
+def detection_agreement(reference: Instances, got: Instances, kind: str, min_score: float, iou: float) -> float:
+    """The F1 of the detections scoring ``min_score`` or more, ``got``'s matched greedily, best score first, to
+    ``reference``'s of the same class where the box (``kind`` "obb": rotated, by probabilistic IoU) and pose's
+    keypoints (OKS) or segmentation's mask (IoU) all reach ``iou``: 2 x matches / (both counts)."""
     matched, total = 0, 0
     for ref, found in zip(reference, got):
         keep_ref, keep = ref["scores"] >= min_score, found["scores"] >= min_score
@@ -242,13 +223,13 @@ def agreement_of(stored: Mapping[str, np.ndarray], outputs: Dict[str, np.ndarray
                          hint="update the device's edgebuild runtime image to the release that compiled the model")
     if match == "instances":
         min_score = float(stored["min_score"])
-        return instance_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored, min_score),
-                                  str(stored["kind"]), min_score, float(stored["iou"]))
-    if str(stored["kind"]) == "obb":
+        return detection_agreement(split_instances(stored, "fp32_"), task_instances(outputs, stored, min_score),
+                                   str(stored["kind"]), min_score, float(stored["iou"]))
+    if str(stored["kind"]) == "obb":  # a file of an earlier release: the upright boxes around the rotated ones
         outputs = upright_boxes(outputs, str(stored["boxes_output"]))
     if str(stored["kind"]) in ("detection", "obb"):
-        got = [(f["boxes"], f["scores"], f["labels"]) for f in decode_outputs(outputs, stored)]
-        return detection_agreement(split_found(stored, "fp32_"), got, float(stored["min_score"]), float(stored["iou"]))
+        return detection_agreement(split_instances(stored, "fp32_"), decode_outputs(outputs, stored), "detection",
+                                   float(stored["min_score"]), float(stored["iou"]))
     logits = outputs[str(stored["logits_output"])]
     return float(np.mean(np.argmax(logits, axis=-1) == stored["fp32_top1"]))
 
