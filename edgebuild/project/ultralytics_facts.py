@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.runtime import semver
 from edgebuild.runtime.vision import NMS_OUTPUTS
 
 if TYPE_CHECKING:
@@ -469,22 +470,13 @@ def recorded_metric(project: Project) -> tuple[str, float, str] | None:
     found = recorded_metric_of(path, project.task.kind).get(project.metric)
     facts = source_facts(project)
     if found is not None and facts is not None and facts.nms_free and facts.told_by == "checkpoint" \
-            and project.task.kind == "detection" and _version(facts.version) >= (8, 4):
+            and project.task.kind == "detection" and semver.parse(facts.version) is not None \
+            and semver.compare(facts.version, "8.4.0") >= 0:
         # Ultralytics 8.4 validates an NMS-free model during training through its one-to-many head and NMS
         # (its validator's nms=None): not the head that ships by default (docs/model-sources.md)
         metric, value, where = found
         found = (metric, value, f"{where}, measured by training through the one-to-many head with NMS")
     return found
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """(8, 4, 190) of "8.4.190"; () where it does not start with numbers."""
-    parts = []
-    for part in text.split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)
 
 
 def recorded_metric_of(path: Path, kind: str | None = None) -> dict[str, tuple[str, float, str]]:

@@ -122,7 +122,7 @@ def test_an_end2end_export_s_metadata_says_nms_free_and_fills_the_project() -> N
     assert not UltralyticsFacts("detect").nms_free
 
 
-def _checkpoint(path, monkeypatch, one_to_one: bool = True) -> None:
+def _checkpoint(path, monkeypatch, one_to_one: bool = True, version: str = "8.4.0") -> None:
     """Stand-ins for Ultralytics' classes (a v10Detect head with or without its one2one_cv2), pickled by torch."""
     import sys
     import types
@@ -145,7 +145,7 @@ def _checkpoint(path, monkeypatch, one_to_one: bool = True) -> None:
     layers = stand_in("Sequential", _modules={"0": stand_in("Conv"), "23": head})
     model = stand_in("DetectionModel", _modules={"model": layers}, names={0: "cat", 1: "dog"},
                      args={"imgsz": 128}, stride=[8, 16, 32])
-    torch.save({"model": model, "version": "8.4.0"}, path)
+    torch.save({"model": model, "version": version, "train_metrics": {"metrics/mAP50-95(B)": 0.61}}, path)
 
 
 def test_a_checkpoint_s_head_with_a_one_to_one_branch_is_nms_free(tmp_path, monkeypatch) -> None:
@@ -210,6 +210,20 @@ def test_a_project_reads_an_nms_free_head_s_detections_or_says_what_to_change(tm
                  "task.postprocess.in_model: false", "task.postprocess.boxes_output/scores_output",
                  "gives 21 anchors, fewer than the NMS-free head's top 300"):
         assert said in text, text
+
+
+@pytest.mark.parametrize("version, said", [("8.4.0", True), ("8.3.200", False), ("unknown", False)])
+def test_the_recorded_map_of_an_8_4_checkpoint_says_its_one_to_many_head_measured_it(tmp_path, monkeypatch,
+                                                                                      version: str, said: bool) -> None:
+    from edgebuild.project.config import load_project
+    from edgebuild.project.ultralytics_facts import recorded_metric
+
+    _checkpoint(tmp_path / "best.pt", monkeypatch, version=version)
+    toml = tmp_path / "edgebuild.toml"
+    toml.write_text(PROJECT.format(outputs=list(NMS_OUTPUTS), size=128, post="").replace("'", '"'))
+    found = recorded_metric(load_project(toml, check_paths=False))
+    assert found is not None and found[:2] == ("mAP50-95", 0.61)
+    assert ("measured by training through the one-to-many head with NMS" in found[2]) is said, found
 
 
 def test_head_one_to_many_ships_the_raw_head_with_nms_or_says_what_to_change(tmp_path, monkeypatch) -> None:
