@@ -183,7 +183,7 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
                          f"(docs/{each.task.kind}.md)")
         elif each.task is not None and each.task.outputs == "raw":
             notes.append(f"Triton serves {name}'s raw {each.task.kind} outputs ({', '.join(each.outputs or {})}): "
-                         f"every client decodes them (NMS, then keypoints, masks or rotated boxes) by the recipe of "
+                         "every client decodes them (NMS, then keypoints, masks or rotated boxes) by the recipe of "
                          f"docs/{each.task.kind}.md; edgebuild's server decodes them on the device ([runtime] "
                          "detections), and pose and segmentation can put NMS inside the model (in_model = true)")
     with atomic_output_dir(out) as staging:
