@@ -285,3 +285,16 @@ def test_the_top_k_tail_is_never_quantized() -> None:
     tail = _selection_tail(model)
     assert {"topk", "gather", "late_conv"} <= tail and "conv" not in tail
     assert {"TopK", "GatherElements", "NonMaxSuppression"} <= SELECTION_OPS
+
+
+def test_head_one_to_many_is_refused_for_an_export_that_has_only_its_one_to_one_head(tmp_path) -> None:
+    from edgebuild.errors import ConfigError
+    from edgebuild.project.config import load_project
+
+    onnx.save(_export([1, K, 6]), str(tmp_path / "model.onnx"))
+    toml = tmp_path / "edgebuild.toml"
+    toml.write_text(PROJECT.replace('source = "best.pt"', 'source = "model.onnx"\nhead = "one-to-many"').format(
+        outputs='["boxes", "scores"]', size=128, post=""))
+    with pytest.raises(ConfigError, match=r"the ONNX export has only its NMS-free \(one-to-one\) head \(exported "
+                                          r"with nms=False\): leave head out, or export again without nms=False"):
+        load_project(toml, check_paths=False)
