@@ -29,6 +29,7 @@ from edgebuild.runtime.vision import (
     PreprocessSpec,
     check_detection_outputs,
     decode_outputs,
+    in_canonical_order,
     preprocess,
     stack_batch,
 )
@@ -224,10 +225,9 @@ def _detections_difference(want: dict[str, np.ndarray], got: dict[str, np.ndarra
     """The largest box or score difference between two images' detections (inf: other counts or classes)."""
     if len(want["labels"]) != len(got["labels"]):
         return float("inf")
-    order = [np.lexsort((f["labels"], -f["scores"])) for f in (want, got)]
     # pose's keypoints and segmentation's mask coefficients are compared as the boxes are
     keys = [k for k in ("boxes", "scores", "labels", "keypoints", "coefficients") if k in want and k in got]
-    (w, g) = ({k: np.asarray(f[k])[o] for k in keys} for f, o in zip((want, got), order))
+    (w, g) = (in_canonical_order({k: f[k] for k in keys}) for f in (want, got))
     if not np.array_equal(w["labels"], g["labels"]):
         return float("inf")
     return float(max(np.abs(w[k].astype(np.float64) - g[k]).max(initial=0.0) for k in keys if k != "labels"))

@@ -31,6 +31,7 @@ from edgebuild.runtime.vision import (
     NMS_OUTPUTS,
     OBB_NMS_OUTPUTS,
     DetectionParams,
+    best_first_cut,
     check_detection_outputs,
     check_nms_outputs,
     class_aware_nms,
@@ -72,7 +73,7 @@ def decode_instances(boxes: np.ndarray, scores: np.ndarray, score_threshold: flo
     anchor_idx, class_idx = np.nonzero(scores > score_threshold)
     found = scores[anchor_idx, class_idx]
     if found.size > pre_nms_top_k:
-        top = np.argpartition(-found, pre_nms_top_k - 1)[:pre_nms_top_k]
+        top = best_first_cut(found, pre_nms_top_k)  # ties: the lower (anchor, class), as the appended graph's TopK
         anchor_idx, class_idx, found = anchor_idx[top], class_idx[top], found[top]
     candidates = boxes[anchor_idx].astype(np.float32)
     if candidates.shape[-1] == 5:

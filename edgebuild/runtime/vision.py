@@ -168,6 +168,37 @@ def class_aware_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, 
         prefix *= 4
 
 
+def best_first_cut(scores: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the ``count`` best ``scores``, in their original order; of equal scores at the
+    cut, the lower positions.
+
+    This is the tie rule of ONNX's TopK (the lower index first), which the appended NMS graph uses;
+    ``np.argpartition`` alone would pick among equal scores by its selection algorithm, which numpy
+    does not promise from one release to the next.
+    """
+    if scores.size <= count:
+        return np.arange(scores.size)
+    kth = np.partition(scores, scores.size - count)[scores.size - count]  # the count-th best score
+    above = np.flatnonzero(scores > kth)
+    at = np.flatnonzero(scores == kth)[: count - above.size]
+    return np.sort(np.concatenate([above, at]))
+
+
+def in_canonical_order(detections: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """One image's detections best first; equal scores by class, then box (x1, y1, x2, y2).
+
+    Which of two equally scored detections comes first is promised by neither TensorRT's TopK and
+    NMS layers nor ONNX Runtime's NonMaxSuppression: lists of detections are compared in this order
+    (the gate's NMS parity, the tests), so a tie never decides a comparison.
+    """
+    scores = np.asarray(detections["scores"]).reshape(-1)
+    boxes = np.asarray(detections["boxes"]).reshape(len(scores), -1)
+    order = np.lexsort(tuple(boxes[:, i] for i in reversed(range(boxes.shape[1])))
+                       + (np.asarray(detections["labels"]).reshape(-1), -scores))
+    return {k: (np.asarray(v)[order] if np.ndim(v) and len(v) == len(order) else np.asarray(v))
+            for k, v in detections.items()}
+
+
 @dataclass(frozen=True)
 class DetectionParams:
     score_threshold: float = 0.001
@@ -186,10 +217,10 @@ def decode_detections(
     multi-label heads (Ultralytics' val: ``multi_label=True``); the ``pre_nms_top_k`` best of them
     go through NMS. Returns boxes [K, 4], scores [K], labels [K] (0-based class index), best first.
     """
-    anchor_idx, class_idx = np.nonzero(scores > params.score_threshold)
+    anchor_idx, class_idx = np.nonzero(scores > params.score_threshold)  # in flat (anchor, class) order
     cand_scores = scores[anchor_idx, class_idx]
     if cand_scores.size > params.pre_nms_top_k:
-        top = np.argpartition(-cand_scores, params.pre_nms_top_k - 1)[: params.pre_nms_top_k]
+        top = best_first_cut(cand_scores, params.pre_nms_top_k)
         anchor_idx, class_idx, cand_scores = anchor_idx[top], class_idx[top], cand_scores[top]
     cand_boxes = boxes[anchor_idx].astype(np.float32)
     keep = class_aware_nms(cand_boxes, cand_scores, class_idx, params.nms_iou, params.max_detections)

@@ -14,9 +14,13 @@ from onnx import TensorProto, helper
 
 from edgebuild.errors import ConfigError, ModelError
 from edgebuild.runtime.vision import (
+    DetectionParams,
     ImageTransform,
     PreprocessSpec,
+    best_first_cut,
+    decode_detections,
     decode_outputs,
+    in_canonical_order,
     preprocess,
     split_detections,
     stack_batch,
@@ -59,8 +63,10 @@ def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.n
 
 
 def _assert_same(got: list[dict], want: list[dict]) -> None:
+    """The same detections per image, best first; equally scored ones in any order (no backend promises theirs)."""
     assert len(got) == len(want)
     for image, (g, w) in enumerate(zip(got, want)):
+        g, w = in_canonical_order(g), in_canonical_order(w)
         assert len(g["scores"]) == len(w["scores"]), image
         np.testing.assert_allclose(g["scores"], w["scores"], atol=1e-5, rtol=0, err_msg=f"image {image}")
         np.testing.assert_allclose(g["boxes"], w["boxes"], atol=1e-5, rtol=0, err_msg=f"image {image}")
@@ -117,6 +123,28 @@ def test_ties_and_values_at_the_thresholds_are_decided_as_the_host_decides() -> 
     assert kept == [(0.9, 0, [0, 0, 10, 10]), (0.8, 0, [0, 0, 10, 20]), (0.7, 0, [50, 50, 60, 60]),
                     (0.7, 1, [50, 50, 60, 60]), (0.6, 0, [100, 100, 120, 120]), (0.5, 1, [0, 0, 10, 10]),
                     (0.3, 1, [200, 0, 210, 10])]
+
+
+def test_the_host_decode_cuts_ties_at_the_top_k_by_the_lower_anchor_and_class() -> None:
+    # ONNX TopK's rule, which the appended graph relies on: not whatever np.argpartition picks
+    scores = np.full((50, 4), 0.5, np.float32)
+    scores[[3, 17, 40], 1] = 0.9
+    params = DetectionParams(score_threshold=0.1, nms_iou=0.99, max_detections=100, pre_nms_top_k=10)
+    boxes = np.array([[a * 20, 0, a * 20 + 10, 10] for a in range(50)], np.float32)  # no two overlap
+    found = decode_detections(boxes, scores, params)
+    flat = [int(x // 20) * 4 + int(c) for x, c in zip(found["boxes"][:, 0], found["labels"])]
+    assert flat == [13, 69, 161] + [0, 1, 2, 3, 4, 5, 6]  # the 0.9s, then the lowest flat indices of the 0.5s
+    assert best_first_cut(np.array([0.2, 0.7, 0.7, 0.7, 0.1], np.float32), 2).tolist() == [1, 2]
+
+
+def test_equal_scores_compare_in_any_order() -> None:
+    a = {"boxes": np.array([[0, 0, 5, 5], [9, 9, 20, 20], [1, 1, 4, 4]], np.float32),
+         "scores": np.array([0.9, 0.5, 0.5], np.float32), "labels": np.array([0, 2, 1])}
+    swapped = {k: v[[0, 2, 1]] for k, v in a.items()}
+    _assert_same([a], [swapped])
+    moved = {**swapped, "scores": np.array([0.9, 0.5, 0.4], np.float32)}
+    with pytest.raises(AssertionError):
+        _assert_same([a], [moved])
 
 
 def test_fewer_detections_than_max_detections_are_zero_rows_after_the_count() -> None:
