@@ -501,9 +501,13 @@ def detections_mismatch(want: Mapping[str, np.ndarray], got: Mapping[str, np.nda
     A top-k (an NMS-free head's, or NMS inside's last step) is not continuous: two candidates whose scores
     differ by float rounding may come out in either order, and at the last place (the K-th row, or the
     score threshold) either may be kept. So rows are matched per image by class, score and box (each
-    within ``atol + rtol * |want|``) in any order, and a row without a match is allowed only where its
-    score is that close to its side's lowest kept score."""
+    within ``atol + rtol * |want|``, the boxes' atol scaled by their largest |coordinate| as
+    ``export_checks.output_tolerance`` scales every output's) in any order, and a row without a match is
+    allowed only where its score is that close to its side's lowest kept score."""
+    from edgebuild.sources.export_checks import output_tolerance
+
     count, boxes, scores, classes = NMS_OUTPUTS
+    box_atol = output_tolerance(atol, np.asarray(want[boxes], np.float64))
     worst, problems = 0.0, []
     for image in range(len(np.asarray(want[count]).reshape(-1))):
         rows = []
@@ -516,7 +520,7 @@ def detections_mismatch(want: Mapping[str, np.ndarray], got: Mapping[str, np.nda
         lost = []
         for i in range(len(ws)):
             close = free & (gc == wc[i]) & (np.abs(gs - ws[i]) <= atol + rtol * abs(ws[i])) & \
-                np.all(np.abs(gb - wb[i]) <= atol + rtol * np.abs(wb[i]), axis=1)
+                np.all(np.abs(gb - wb[i]) <= box_atol + rtol * np.abs(wb[i]), axis=1)
             if close.any():
                 j = int(np.argmax(close))
                 free[j] = False
