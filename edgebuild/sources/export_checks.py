@@ -171,7 +171,8 @@ def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], ru
         shapes = {n: list(a.shape) for n, a in inputs.items()}
         if list(expected) == list(NMS_OUTPUTS) and all(n in got for n in NMS_OUTPUTS):
             # detections (an NMS-free head's top-k): compared as detections, in any order of near-equal scores
-            worst, problem = detections_mismatch(expected, got, atol, rtol)
+            box_atol = output_tolerance(atol, np.asarray(expected[NMS_OUTPUTS[1]], np.float64))
+            worst, problem = detections_mismatch(expected, got, atol, rtol, box_atol)
             results.append(OutputParity(which, shapes, "detections", worst, 0.0, not problem, problem))
             continue
         for name, want in expected.items():
