@@ -52,6 +52,8 @@ class Evaluation:
     backend: str
     images: int
     seconds: float
+    #: with ``evaluate(per_image=True)``: each image's own score, in the set's order (see ``per_image_scores``)
+    per_image: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
         return {"metric": self.metric, "value": self.value, "metrics": self.metrics,
@@ -121,7 +123,8 @@ class ValidationSet:
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
-             progress: bool = True, desc: str | None = None, raw_head: bool = False) -> Evaluation:
+             progress: bool = True, desc: str | None = None, raw_head: bool = False,
+             per_image: bool = False) -> Evaluation:
     """The project's metric for ``runner`` on the validation set (or ``data``, a subset of it).
 
     ``raw_head``: the runner is a detector's (or pose or segmentation model's) raw head even where the project
@@ -145,7 +148,18 @@ def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = N
         bar.close()
     metrics = collect.metrics()
     return Evaluation(project.metric, metrics[project.metric], metrics, runner.backend, len(data),
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, per_image_scores(collect, data) if per_image else ())
+
+
+def per_image_scores(collect: Any, data: ValidationSet) -> tuple[float, ...]:
+    """Each image's own score, for paired comparisons of two runs on the same images: a classifier's top-1 hit
+    (1 or 0); a detector's (and pose, segmentation and OBB models') box mAP50-95 on that image alone."""
+    if isinstance(collect, _ClassificationCollector):
+        logits = np.concatenate(collect.logits) if collect.logits else np.zeros((0, collect.classes))
+        return tuple(float(v) for v in (logits.argmax(1) == collect.labels[:len(logits)]))
+    limit = int(collect.settings.get("max_detections") or 100)
+    return tuple(coco_detection_metrics(data.ground_truth, collect.results, limit, image_ids=[s.image_id])["mAP50-95"]
+                 for s in data.samples)
 
 
 class _DetectionCollector:

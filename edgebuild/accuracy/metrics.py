@@ -39,13 +39,14 @@ def coco_ground_truth(ground_truth: JsonObject) -> Any:
 
 
 def coco_detection_metrics(ground_truth: Any, detections: list[JsonObject],
-                           max_detections: int = 100) -> dict[str, float]:
+                           max_detections: int = 100, image_ids: list[int] | None = None) -> dict[str, float]:
     """mAP50-95 and mAP50 (COCO's stats[0] and stats[1]) of ``detections`` against ``ground_truth``
     (a COCO dict, or its index from ``coco_ground_truth``), scoring up to ``max_detections`` (at
     least COCO's 100) per image and class.
 
     ``detections`` are COCO result dicts: image_id, category_id, bbox [x, y, w, h], score.
-    An empty detection list scores 0 rather than raising, as pycocotools would.
+    An empty detection list scores 0 rather than raising, as pycocotools would. ``image_ids``: only those
+    images are scored (one image's own mAP, for a paired comparison).
     """
     from faster_coco_eval import COCOeval_faster
 
@@ -57,6 +58,8 @@ def coco_detection_metrics(ground_truth: Any, detections: list[JsonObject],
         evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox", print_function=lambda *_: None)
         # stats[0] and [1] are taken at the last maxDets (faster-coco-eval; pycocotools fixes them at 100)
         evaluator.params.maxDets = [1, 10, max(100, int(max_detections))]
+        if image_ids is not None:
+            evaluator.params.imgIds = list(image_ids)
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()

@@ -246,7 +246,8 @@ def export_text(exported: Exported) -> str:
         f"  simplify: {record.simplify_note}",
         f"  dynamic axes: {record.dynamic_axes}",
         f"  sha256 {record.sha256}" + ("  (weights in external data)" if record.external_data else ""),
-        *([f"\nparity vs PyTorch [onnxruntime-cpu] (atol {record.atol}, rtol {record.rtol}):",
+        *([f"\nparity vs PyTorch [onnxruntime-cpu] (atol {record.atol} x each output's largest |value| "
+           f"(at least 1), rtol {record.rtol}):",
            table(rows, ["shape", "inputs", "output", "max abs err", "max rel err", ""])] if record.parity else
           ["  (an imported model file: no PyTorch to compare with; the checks run are the exporter line's)"]),
     ])

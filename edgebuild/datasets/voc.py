@@ -148,6 +148,19 @@ def voc_object_files(root: Path, split: str, key: str = "data.dataset") -> dict[
     return first
 
 
+def voc_class_sources(root: Path, split: str, key: str = "data.dataset") -> str:
+    """Where a split's object names come from, rarest first (the likeliest a model lacks: a class it was not
+    trained on is usually a stray label in a few files): "'hexagon' in 1 XML file (.../a2.xml), ..."."""
+    files: dict[str, list[Path]] = {}
+    for image_id in _split_ids(root, split, key)[0]:
+        xml = root / "Annotations" / f"{image_id}.xml"
+        for name in dict.fromkeys(o.name for o in (read_voc_xml(xml, key).objects if xml.is_file() else ())):
+            files.setdefault(name, []).append(xml)
+    rarest = sorted(files.items(), key=lambda item: (len(item[1]), item[0]))
+    return ", ".join(f"{name!r} in {len(found)} XML file{'s' if len(found) > 1 else ''} (first {found[0]})"
+                     for name, found in rarest)
+
+
 def voc_split_images(root: Path, split: str, key: str = "data.dataset") -> tuple[list[Path], Path]:
     """The images of a split of a VOC root (its XML files are not read), and the split list."""
     ids, listing = _split_ids(root, split, key)

@@ -176,6 +176,15 @@ def _names(data: JsonObject, path: Path, key: str) -> list[str]:
         raise DataError(f"{key}: {path}: 'names' is empty")
     if nc is not None and int(nc) != len(result):
         raise DataError(f"{key}: {path}: 'names' has {len(result)} classes but 'nc' is {nc}")
+    at: dict[str, list[int]] = {}
+    for index, name in enumerate(result):
+        at.setdefault(name, []).append(index)
+    twice = {name: indices for name, indices in at.items() if len(indices) > 1}
+    if twice:  # task.classes are these names: refused here, where they are written, not in a project file
+        listed = "; ".join(f"{name!r} at ids {', '.join(map(str, indices))}" for name, indices in twice.items())
+        raise DataError(f"{key}: {path}: 'names' lists a class name more than once: {listed}",
+                        hint="give each class id its own name, in the order the model was trained with (each id "
+                             "is one of the model's outputs)")
     return result
 
 

@@ -38,6 +38,7 @@ from edgebuild.sources.export_checks import (
     reference_outputs,
     save_onnx,
     simplify,
+    tolerance_words,
 )
 from edgebuild.sources.tool_output import first_line, hide_path, native_output_dropped, quiet
 from edgebuild.text import Progress
@@ -367,7 +368,7 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
     bad = [r for r in results if not r.ok]
     if bad:
         raise Refused(exporter, f"wrote a model whose outputs differ from PyTorch in {len(bad)} of {len(results)} "
-                                f"checks (atol {project.export.atol}, rtol {project.export.rtol})",
+                                f"checks ({tolerance_words(project.export.atol, project.export.rtol)})",
                       tuple(mismatch_lines(bad)), parity=True)
     return results, False, simplify_note
 

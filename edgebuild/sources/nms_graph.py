@@ -494,16 +494,18 @@ def _prune(graph: onnx.GraphProto) -> None:
 # -- parity of detections ------------------------------------------------------------------------
 
 def detections_mismatch(want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], atol: float,
-                        rtol: float) -> tuple[float, str]:
+                        rtol: float, box_atol: float | None = None) -> tuple[float, str]:
     """How far ``got``'s ``NMS_OUTPUTS`` are from ``want``'s, compared as detections: (the largest box or
     score difference of matched rows, "" or what does not match).
 
     A top-k (an NMS-free head's, or NMS inside's last step) is not continuous: two candidates whose scores
     differ by float rounding may come out in either order, and at the last place (the K-th row, or the
     score threshold) either may be kept. So rows are matched per image by class, score and box (each
-    within ``atol + rtol * |want|``) in any order, and a row without a match is allowed only where its
-    score is that close to its side's lowest kept score."""
+    within ``atol + rtol * |want|``; the boxes within ``box_atol`` (default ``atol``) + ``rtol * |want|``: the
+    export's parity scales it by the boxes' pixel scale) in any order, and a row without a match is
+    allowed only where its score is that close to its side's lowest kept score."""
     count, boxes, scores, classes = NMS_OUTPUTS
+    box_atol = atol if box_atol is None else box_atol
     worst, problems = 0.0, []
     for image in range(len(np.asarray(want[count]).reshape(-1))):
         rows = []
@@ -516,7 +518,7 @@ def detections_mismatch(want: Mapping[str, np.ndarray], got: Mapping[str, np.nda
         lost = []
         for i in range(len(ws)):
             close = free & (gc == wc[i]) & (np.abs(gs - ws[i]) <= atol + rtol * abs(ws[i])) & \
-                np.all(np.abs(gb - wb[i]) <= atol + rtol * np.abs(wb[i]), axis=1)
+                np.all(np.abs(gb - wb[i]) <= box_atol + rtol * np.abs(wb[i]), axis=1)
             if close.any():
                 j = int(np.argmax(close))
                 free[j] = False

@@ -140,9 +140,30 @@ def raise_for_task_outputs(project: Project,
              "  expected  " + ", ".join(f"{n} {shape}" for n, shape in wanted.items())
              + f", float; N = the input's batch, {len(classes)} = len(task.classes)"]
     lines += [f"  - {m.text}" for m in seen.values()]
+    if any(m.kind == "classes" for m in seen.values()):
+        lines += _class_sources(project)
     raise ModelError("\n".join(lines), hint="forward must return exactly these: a wrapper torch.nn.Module is the "
                                             "usual place to transpose, split or slice (model.entry_point names the "
                                             "function that builds the model)")
+
+
+def _class_sources(project: Project) -> list[str]:
+    """Where task.classes' names are used when the data is a Pascal VOC root (init takes its object names, so
+    a stray object name becomes a class the model does not score): each name's XML files, rarest first."""
+    from edgebuild.datasets.formats import data_format
+    from edgebuild.datasets.voc import voc_class_sources
+    from edgebuild.errors import EdgebuildError
+
+    try:
+        found = data_format(project)
+        if found.name != "voc" or not found.has_splits:
+            return []
+        split = project.data.validation_split
+        return [f"  task.classes are the object names of {found.path}'s {split} split; by use, rarest first (a "
+                f"class the model was not trained on is usually a stray name): "
+                f"{voc_class_sources(found.path, split, found.key)}"]
+    except EdgebuildError:  # the data's own problems are check's next report
+        return []
 
 
 def _detections(project: Project) -> bool:

@@ -397,9 +397,16 @@ def _classes(model: _Model, data: FoundData, model_name: str) -> tuple[list[str]
     else:
         classes, said = data.names, data.names_said
     if model.num_classes and model.num_classes != len(classes):
+        sources = ""
+        if data.title == "Pascal VOC root":  # the names are every object name found: say where each is
+            from edgebuild.datasets.voc import voc_class_sources
+
+            sources = f"; by use, rarest first: {voc_class_sources(Path(data.data['dataset']), 'val', '--data')}"
         raise DataError(f"--data: {model_name} predicts {model.num_classes} classes, the dataset names "
-                        f"{len(classes)} ({data.names_said}): {classes}",
-                        hint="pass the dataset the model was trained on")
+                        f"{len(classes)} ({data.names_said}): {classes}{sources}",
+                        hint="pass the dataset the model was trained on"
+                             + (", or rename or remove the objects of the classes it was not trained on in those "
+                                "XML files" if sources else ""))
     return classes, said
 
 

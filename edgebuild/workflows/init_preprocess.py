@@ -12,7 +12,9 @@ usual conventions and writes the best:
 - detectors: letterbox and resize, tried with the best of the above.
 
 A flag the user gave (``--mean``, ``--std``, ``--channel-order``, ``--resize``) is kept and only the
-rest is measured. What each convention scored, and why the best was chosen, is said in init's output
+rest is measured. BGR replaces the convention (RGB) only where the sample resolves the difference
+(``channel_order_resolved``); otherwise RGB stays and init says it could not tell.
+What each convention scored, and why the best was chosen, is said in init's output
 and written as a comment above ``[task.preprocess]``.
 """
 
@@ -132,6 +134,40 @@ def choose(scores: list[tuple[Convention, float]], images: int, detection: bool 
                     f"chosen {chosen.label(detection)} {picked:.3f} ({reason}) over {others}")
 
 
+#: the fewest images a paired comparison may decide the channel order from
+MIN_PAIRED_IMAGES = 10
+#: how many standard errors the mean per-image difference must exceed
+PAIRED_STANDARD_ERRORS = 2.0
+
+
+def channel_order_resolved(differences: list[float]) -> tuple[bool, str]:
+    """Whether per-image score differences (a BGR convention minus its RGB rival, image by image on the same
+    sample) show BGR better beyond the sample's noise, and the numbers that say so.
+
+    The rule is a paired comparison: both conventions score the same images, so each image's difference
+    cancels what the images themselves contribute (easy or hard), and the mean difference is judged against
+    its standard error (the differences' standard deviation / sqrt(n)). BGR is taken only where the mean
+    exceeds ``PAIRED_STANDARD_ERRORS`` (2) standard errors (about 97.5% one-sided, a paired t-test's
+    threshold for tens of images) and at least ``MIN_PAIRED_IMAGES`` (10) images were compared (below that
+    the standard error itself is too uncertain to trust). A model trained on BGR scores far below on RGB
+    image after image, which passes easily; two conventions within noise of each other (0.7509 against
+    0.7247 on 5 images) do not, and the convention stays: RGB, what torchvision, timm, Ultralytics and PIL
+    give a model. A classifier's per-image score is its top-1 hit; a detector's its box mAP50-95 on that
+    image alone."""
+    import numpy as np
+
+    d = np.asarray(differences, np.float64)
+    n = len(d)
+    if n < MIN_PAIRED_IMAGES:
+        return False, f"{n} images, too few to compare (at least {MIN_PAIRED_IMAGES})"
+    mean = float(d.mean())
+    error = float(d.std(ddof=1) / np.sqrt(n))
+    words = f"per-image difference {mean:+.4f} +- {error:.4f} (standard error) over {n} images"
+    if mean > 0 and mean > PAIRED_STANDARD_ERRORS * error:
+        return True, words
+    return False, f"{words}, not above {PAIRED_STANDARD_ERRORS:g} standard errors"
+
+
 def _with(project: Project, convention: Convention) -> Project:
     pre = project.task.preprocess.model_copy(update=convention.keys())
     return project.model_copy(update={"task": project.task.model_copy(update={"preprocess": pre})})
@@ -171,13 +207,14 @@ def sample_statistics(project: Project, images: int) -> dict[str, tuple[list[flo
     return {"RGB": rgb, "BGR": (rgb[0][::-1], rgb[1][::-1])}
 
 
-def _score(project: Project, runner: Any, convention: Convention, images: int) -> tuple[float, int]:
+def _score(project: Project, runner: Any, convention: Convention, images: int) -> tuple[float, int, tuple[float, ...]]:
+    """(the metric, the images scored, each image's own score) under ``convention``."""
     from edgebuild.accuracy.evaluate import ValidationSet, evaluate
 
     variant = _with(project, convention)
     data = ValidationSet(variant, limit=images)
-    result = evaluate(variant, runner, data=data, progress=False)
-    return float(result.value), len(data)
+    result = evaluate(variant, runner, data=data, progress=False, per_image=True)
+    return float(result.value), len(data), result.per_image
 
 
 def measure_conventions(project: Project, given: JsonObject, images: int = SAMPLE_IMAGES) -> Measured:
@@ -186,18 +223,33 @@ def measure_conventions(project: Project, given: JsonObject, images: int = SAMPL
     pre = project.task.preprocess
     runner = _runner(project)
     scores: list[tuple[Convention, float]] = []
+    per_image: list[tuple[float, ...]] = []  # scores' order
     count = 0
     stats = sample_statistics(project, images)
     for convention in conventions(pre.channels, pre.resize, given, stats):
-        value, count = _score(project, runner, convention, images)
+        value, count, each = _score(project, runner, convention, images)
         scores.append((convention, value))
+        per_image.append(each)
     best = max(scores, key=lambda s: s[1])[0]
     if detection and not given.get("resize"):
         other = "resize" if best.resize == "letterbox" else "letterbox"
         alternative = Convention(best.name, best.mean, best.std, best.channel_order, other)
-        value, count = _score(project, runner, alternative, images)
+        value, count, each = _score(project, runner, alternative, images)
         scores.append((alternative, value))
+        per_image.append(each)
     best, tie_note = choose(scores, count, detection)
+    order_note = ""
+    rgb = [i for i, (c, _) in enumerate(scores) if c.channel_order == "RGB"]
+    if best.channel_order == "BGR" and rgb:  # measured, not given: BGR only where the sample resolves it
+        rival, _ = choose([scores[i] for i in rgb], count, detection)
+        mine = next(i for i, (c, _) in enumerate(scores) if c == best)
+        theirs = next(i for i, (c, _) in enumerate(scores) if c == rival)
+        resolved, words = channel_order_resolved([a - b for a, b in zip(per_image[mine], per_image[theirs])])
+        if not resolved:
+            order_note = (f"could not tell the channel order from {count} validation images: "
+                          f"{best.label(detection)} {scores[mine][1]:.4f} against {rival.label(detection)} "
+                          f"{scores[theirs][1]:.4f}, {words}; kept the convention, RGB")
+            best, tie_note = rival, ""
     metric = project.metric
     table = ", ".join(f"{c.label(detection)} {v:.3f}" for c, v in scores)
     top = next(v for c, v in scores if c == best)
@@ -208,6 +260,8 @@ def measure_conventions(project: Project, given: JsonObject, images: int = SAMPL
     lead = f"the highest FP32 {metric} ({top:.3f}{margin})"
     if runner_up is not None and runner_up > top:  # a conventional one within noise of the best
         lead = f"conventional, and within noise of the highest FP32 {metric} ({top:.3f}, {top - runner_up:+.3f})"
+    if order_note:
+        lead = f"RGB, the convention: the sample could not tell BGR's higher FP32 {metric} from noise ({top:.3f})"
     why = lead + (f"; kept as given: {given_keys}" if given_keys else "")
     said = (f"measured by init (the model file does not say): FP32 {metric} on {count} validation images under "
             f"each convention (data: the images' own mean/std): {table}; chosen {best.label(detection)} "
@@ -232,6 +286,10 @@ def measure_conventions(project: Project, given: JsonObject, images: int = SAMPL
     if tie_note:
         lines.append(f"  note: {tie_note}: check [task.preprocess] against how the model was trained")
         said += f". Note: {tie_note}"
+    if order_note:
+        lines.append(f"  note: {order_note}: set task.preprocess.channel_order = \"BGR\" (or pass "
+                     "--channel-order BGR) if the model was trained on BGR (OpenCV) images")
+        said += f". Note: {order_note}; set channel_order = \"BGR\" if the model was trained on BGR (OpenCV) images"
     return Measured(chosen=best, scores=scores, metric=metric, images=count, said=said, lines=lines)
 
 

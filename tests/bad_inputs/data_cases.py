@@ -66,6 +66,27 @@ def _folders(change: Callable[[Path], object]) -> Make:
     return make
 
 
+def _nameless(kit: Kit, folder: Path) -> Path:
+    """The kit's detector without its class names (a model file that says only how many classes it scores)."""
+    import onnx
+
+    model = onnx.load(str(kit.detector))
+    kept = [p for p in model.metadata_props if p.key != "names"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "nameless.onnx"))
+    return folder / "nameless.onnx"
+
+
+def _yolo_nameless(change: Callable[[Path], object]) -> Make:
+    def make(kit: Kit, folder: Path) -> Inputs:
+        data = kit.copy(kit.yolo, folder)
+        change(data.parent)
+        return Inputs(model=_nameless(kit, folder), data=data)
+    return make
+
+
 def _after_init(of: str, change: Callable[[Path], object]) -> Make:
     """A project ``init`` wrote from valid data, whose data is then broken: ``check`` must refuse it."""
     def make(kit: Kit, folder: Path) -> Inputs:
@@ -181,6 +202,11 @@ YOLO = [
     Case("data-yolo-names-differ", _yolo(lambda r: _yaml(r, "path: .\ntrain: images/train\nval: images/val\n"
                                                            "names: [square, circle, triangle]\n")), "init", DATA,
          ("data.yaml", "circle"), "names in another order than the model's"),
+    Case("data-yolo-names-duplicated",
+         _yolo_nameless(lambda r: _yaml(r, "path: .\ntrain: images/train\nval: images/val\n"
+                                           "names: [circle, square, circle]\n")),
+         "init", DATA, ("data.yaml", "'names'", "'circle' at ids 0, 2"),
+         "a class name twice in data.yaml (with a model that names no classes: it would become task.classes)"),
     Case("data-yolo-names-not-list", _yolo(lambda r: _yaml(r, "train: images/train\nval: images/val\nnames: 5\n")),
          "init", DATA, ("data.yaml", "'names'"), "names that are a number"),
     Case("data-yolo-val-folder-missing", _yolo(lambda r: _yaml(r, "path: .\ntrain: images/train\nval: images/nope\n"
@@ -295,7 +321,19 @@ def _voc_object(root: Path, stem: str, name: str, box: tuple[int, int, int, int]
     xml.write_text(text)
 
 
+def _voc_nameless(change: Callable[[Path], object]) -> Make:
+    """The nameless detector with a copy of the VOC root: task.classes come from the XML files' object names."""
+    def make(kit: Kit, folder: Path) -> Inputs:
+        root = kit.copy(kit.voc, folder)
+        change(root)
+        return Inputs(model=_nameless(kit, folder), data=root)
+    return make
+
+
 VOC = [
+    Case("data-voc-class-the-model-lacks", _voc_nameless(lambda r: _voc_object(r, "a2", "hexagon", (2, 2, 9, 9))),
+         "init", DATA, ("hexagon", "a2.xml", "predicts 3 classes"),
+         "an object name the model (which names no classes) was not trained on: a fourth class from the XML files"),
     Case("data-voc-unknown-class", _voc(lambda r: _voc_object(r, "a1", "hexagon", (2, 2, 9, 9))), "init", DATA,
          ("hexagon", "a1.xml"), "an object of a class the model does not have"),
     Case("data-voc-box-outside-clipped", _voc(lambda r: _voc_object(r, "a0", "circle", (40, 40, 90, 60))), "note", 0,

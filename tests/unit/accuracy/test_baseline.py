@@ -300,3 +300,54 @@ def test_an_ultralytics_export_s_metadata_is_read_by_its_task(tmp_path: Path) ->
                      "box mAP50-95": ("box mAP50-95", 0.61, "pose.onnx metadata_props['metrics/mAP50-95(B)']"),
                      "pose mAP50": ("pose mAP50", 0.63, "pose.onnx metadata_props['val_metric.pose mAP50']")}
     assert recorded_metric_of(path, "detection")["mAP50-95"][1] == 0.61  # the project's kind, where it is given
+
+
+def test_the_channel_order_is_resolved_only_by_a_paired_difference_beyond_its_noise() -> None:
+    from edgebuild.workflows.init_preprocess import channel_order_resolved
+
+    assert not channel_order_resolved([0.1, -0.05, 0.2, 0.0, -0.12])[0]  # 5 images: too few whatever they say
+    decided, words = channel_order_resolved([0.3] * 5 + [0.0] * 5)  # 5 of 10 images better, none worse
+    assert decided and "over 10 images" in words, words
+    noisy, words = channel_order_resolved([0.2, -0.15, 0.1, -0.1, 0.05, 0.0, -0.05, 0.1, 0.02, 0.03])
+    assert not noisy and "not above 2 standard errors" in words, words
+    assert not channel_order_resolved([-0.3] * 20)[0]
+
+
+def _measured(monkeypatch, tmp_path: Path, rgb: list[float], bgr: list[float]):
+    """measure_conventions on the tiny detector's project with each convention's per-image scores given."""
+    import numpy as np
+
+    from edgebuild.project.config import load_project
+    from edgebuild.workflows import init_preprocess
+    from tests.support.project import write_tiny_project
+
+    project = load_project(write_tiny_project(tmp_path / "tiny"))
+
+    def score(project, runner, convention, images):
+        each = bgr if convention.channel_order == "BGR" else rgb
+        each = [v * (1.0 if convention.name == "0-1" else 0.5) for v in each]  # 0-1 the best normalization
+        return float(np.mean(each)), len(each), tuple(each)
+
+    monkeypatch.setattr(init_preprocess, "_score", score)
+    monkeypatch.setattr(init_preprocess, "_runner", lambda project: type("R", (), {"backend": "fake"})())
+    monkeypatch.setattr(init_preprocess, "sample_statistics", lambda project, images: {})
+    return init_preprocess.measure_conventions(project, {})
+
+
+def test_init_keeps_rgb_where_the_sample_cannot_tell_bgr_from_noise(monkeypatch, tmp_path: Path) -> None:
+    """Issue 44: BGR was chosen for a model trained on RGB from 5 validation images (0.7509 vs 0.7247)."""
+    measured = _measured(monkeypatch, tmp_path, rgb=[0.80, 0.60, 0.90, 0.70, 0.6235],
+                         bgr=[0.85, 0.55, 0.95, 0.72, 0.6845])
+    assert measured.chosen.channel_order == "RGB" and measured.chosen.name == "0-1"
+    said = "\n".join(measured.lines)
+    assert "could not tell the channel order from 5 validation images" in said, said
+    assert "0-1 BGR letterbox 0.7509 against 0-1 RGB letterbox 0.7247" in said, said
+    assert "kept the convention, RGB" in said and 'channel_order = "BGR"' in said, said
+    assert "could not tell the channel order" in measured.said
+
+
+def test_init_chooses_bgr_where_every_image_says_so(monkeypatch, tmp_path: Path) -> None:
+    rgb = [0.1 + 0.01 * (i % 7) for i in range(24)]
+    measured = _measured(monkeypatch, tmp_path, rgb=rgb, bgr=[v + 0.5 for v in rgb])
+    assert measured.chosen.channel_order == "BGR", measured.lines
+    assert "could not tell" not in "\n".join(measured.lines)

@@ -67,3 +67,52 @@ def test_onnxslim_runs_on_onnx_shape_inference_and_infers_itself_where_that_fail
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", fails)
     export_checks._slim(_model())
     assert calls[1] == (False, 0)
+
+
+def test_parity_follows_each_output_s_scale_float32_rounding_on_pixels_passes() -> None:
+    """A trained YOLO11n-pose's export (issue 44): boxes 0.005 px and keypoints 0.0027 px from PyTorch at 128 px
+    (relative error 4.7 on a keypoint near zero) is float32 rounding, within atol x the output's peak."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    keypoints = rng.uniform(0, 128, (1, 300, 17, 2)).astype(np.float32)
+    keypoints[0, 0, 0, 0] = 0.00057
+    nudged = keypoints + rng.choice([-1, 1], keypoints.shape).astype(np.float32) * np.float32(0.0027)
+    passed = export_checks._compare("min", {}, "keypoints", keypoints, nudged, atol=1e-4, rtol=1e-3)
+    assert passed.ok, passed.problem
+    assert passed.max_rel > 4  # what a fixed atol of 1e-4 refused
+    logits = rng.normal(0, 1, (1, 1000)).astype(np.float32)
+    assert export_checks._compare("min", {}, "logits", logits, logits + np.float32(5e-5), 1e-4, 1e-3).ok
+
+
+def test_parity_still_fails_a_real_divergence_at_pixel_scale_and_at_logit_scale() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    boxes = rng.uniform(0, 128, (1, 300, 4)).astype(np.float32)
+    wrong = boxes.copy()
+    wrong[0, 7, 2] += 0.5  # half a pixel on one box: a real difference
+    failed = export_checks._compare("opt", {}, "boxes", boxes, wrong, atol=1e-4, rtol=1e-3)
+    assert not failed.ok and "max abs error 0.5" in failed.problem
+    logits = rng.normal(0, 1, (1, 1000)).astype(np.float32)  # peak ~3: its atol stays near 1e-4
+    assert not export_checks._compare("opt", {}, "logits", logits, logits + np.float32(2e-3), 1e-4, 1e-3).ok
+    assert not export_checks._compare("opt", {}, "boxes", boxes, None, 1e-4, 1e-3).ok
+
+
+def test_detections_parity_scales_the_boxes_tolerance_and_not_the_scores() -> None:
+    import numpy as np
+
+    from edgebuild.runtime.vision import NMS_OUTPUTS
+    from edgebuild.sources.nms_graph import detections_mismatch
+
+    count, boxes, scores, classes = NMS_OUTPUTS
+    want = {count: np.array([[2]]), boxes: np.array([[[0.0, 1.0, 120.0, 126.0], [10.0, 20.0, 30.0, 40.0]]]),
+            scores: np.array([[0.9, 0.5]]), classes: np.array([[0, 1]])}
+    box_atol = export_checks.output_tolerance(1e-4, want[boxes])  # what parity_results passes: 0.0126 px here
+    rounded = dict(want, **{boxes: want[boxes] + 0.004})
+    assert detections_mismatch(want, rounded, 1e-4, 1e-3, box_atol)[1] == ""
+    assert detections_mismatch(want, rounded, 1e-4, 1e-3)[1]  # the fixed atol refused float32 rounding
+    moved = dict(want, **{boxes: want[boxes] + np.array([[[0.6, 0, 0, 0], [0, 0, 0, 0]]])})  # the top row
+    assert detections_mismatch(want, moved, 1e-4, 1e-3, box_atol)[1]
+    rescored = dict(want, **{scores: np.array([[0.88, 0.5]])})
+    assert detections_mismatch(want, rescored, 1e-4, 1e-3, box_atol)[1]
