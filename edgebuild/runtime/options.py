@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
+from edgebuild.runtime.engines.backends.select import BACKENDS, ENGINE_CACHE_ENV
 
 __all__ = ["GRPC_PORT", "Option"]
 

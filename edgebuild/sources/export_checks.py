@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import onnx
 
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends import Runner
+    from edgebuild.runtime.engines.backends import Runner
 
 __all__ = ["save_onnx"]
 
@@ -145,7 +145,7 @@ def reference_outputs(project: Project, runner: Runner) -> dict[str, tuple[dict,
 
 def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Runner) -> list[OutputParity]:
     """Every output at every shape against atol + rtol * |torch|, run with an OnnxRuntimeRunner."""
-    from edgebuild.runtime.vision import NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import NMS_OUTPUTS
     from edgebuild.sources.nms_graph import detections_mismatch
 
     atol, rtol = project.export.atol, project.export.rtol
@@ -165,7 +165,7 @@ def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], ru
 
 def _check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
     """Every output at every shape within atol + rtol * |torch|; one error listing every mismatch."""
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     results = parity_results(project, reference, OnnxRuntimeRunner(path))
     bad = [r for r in results if not r.ok]

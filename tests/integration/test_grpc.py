@@ -17,10 +17,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from edgebuild.errors import CapabilityMissing, ConfigError
-from edgebuild.runtime.group import GroupManifest, GroupModel
-from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.server import Server
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.base.group import GroupManifest, GroupModel
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.vision import NMS_OUTPUTS
+from edgebuild.runtime.serving.server import Server
 from tests.integration.test_kserve import _assert_detections, _host_raw, _images, detector  # noqa: F401
 from tests.support.runtime_artifacts import SHAPES, TARGET, Client, free_port, same_numbers, write_artifact
 
@@ -199,7 +199,7 @@ def test_a_group_folder_answers_every_model_over_grpc(tmp_path: Path) -> None:
 def test_a_raw_head_detector_answers_detections_over_grpc_as_over_http(detector) -> None:  # noqa: F811
     recipe, folder, servers, clients = detector
     array = _images(recipe, 2)
-    from edgebuild.runtime.vision import decode_outputs
+    from edgebuild.runtime.base.vision import decode_outputs
 
     host = decode_outputs(_host_raw(folder, array), dict(recipe.task.postprocess, in_model=False))
     running = Server(folder, host="127.0.0.1", port=0, grpc_port=0, warmup_budget_s=1).start()

@@ -110,8 +110,9 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 
 def test_the_layer_check_finds_an_upward_import() -> None:
-    graph = {"edgebuild.runtime.server": {"edgebuild.stages.engine"}, "edgebuild.stages.engine": {"edgebuild.errors"}}
-    assert upward_imports(graph) == ["edgebuild.runtime.server (layer edgebuild.runtime) imports "
+    graph = {"edgebuild.runtime.serving.server": {"edgebuild.stages.engine"},
+             "edgebuild.stages.engine": {"edgebuild.errors"}}
+    assert upward_imports(graph) == ["edgebuild.runtime.serving.server (layer edgebuild.runtime) imports "
                                      "edgebuild.stages.engine (layer edgebuild.stages)"]
 
 
