@@ -3,7 +3,7 @@
 PATH is a fleet group folder (``build/groups/<group>``), a model folder (``build/engines/<group>``),
 a folder of model folders (``build/engines``), an ``engine.json`` or a plan file. For every engine
 found: its provenance (``engine.json`` read as :class:`EngineProvenance`, missing fields "unknown"),
-what the plan's own header says (:mod:`edgebuild.runtime.engines.plan_header`), and whether the plan's
+what the plan's own header says (:mod:`edgebuild.runtime.engines.engine_header`), and whether the plan's
 sha256 is the one ``engine.json`` records. A model folder without an engine says why (a deferred
 placement builds it on the device at first start); engines a device built into a model folder's
 ``engine-cache/`` are listed too.
@@ -22,7 +22,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.files import sha256_file
 from edgebuild.runtime.base.group import is_group_folder, model_folders
 from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
-from edgebuild.runtime.engines.plan_header import PlanHeader, read_header_file
+from edgebuild.runtime.engines.engine_header import EngineHeader, read_header_file
 from edgebuild.runtime.engines.provenance import EngineProvenance
 
 __all__ = ["engines_json", "inspect_path", "render_engines"]
@@ -43,7 +43,7 @@ class EngineInfo:
     plan_sha256: Optional[str] = None
     #: the plan's sha256 is engine.json's plan_sha256 (None: no record, or it has none)
     sha256_matches: Optional[bool] = None
-    header: Optional[PlanHeader] = None
+    header: Optional[EngineHeader] = None
     note: str = ""
 
     def as_dict(self) -> Dict[str, Any]:

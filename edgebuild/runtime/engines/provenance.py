@@ -10,7 +10,7 @@ older edgebuild wrote still reads, its missing fields are ``None`` and shown as 
 
 :func:`refusal` compares a record with the device about to deserialize the plan (its L4T release
 and module; ``backends.tensorrt.check_engine_compatible`` its TensorRT and compute capability) and
-:func:`plan_damage` with the plan's bytes (sha256), so a mismatched or damaged engine is refused,
+:func:`engine_damage` with the plan's bytes (sha256), so a mismatched or damaged engine is refused,
 both sides named, before TensorRT sees it.
 
 Python 3.8, standard library only.
@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from edgebuild import __version__
 from edgebuild.runtime.base.json_object import JsonObject
-from edgebuild.runtime.engines.plan_header import PlanHeader
+from edgebuild.runtime.engines.engine_header import EngineHeader
 
 __all__ = []  # used only inside the runtime layer
 
@@ -205,7 +205,7 @@ def _release(version: Optional[str], parts: int = 3) -> Optional[Tuple[str, ...]
     return tuple(str(version).split(".")[:parts]) if version else None
 
 
-def plan_damage(record: Optional[EngineProvenance], plan_sha256: str, plan: str) -> Optional[str]:
+def engine_damage(record: Optional[EngineProvenance], plan_sha256: str, plan: str) -> Optional[str]:
     """Why the plan is not the one its engine.json describes (damaged, truncated or replaced); None when it is,
     or when the record has no ``plan_sha256`` to compare."""
     if record is None or not record.plan_sha256 or record.plan_sha256 == plan_sha256:
@@ -215,7 +215,7 @@ def plan_damage(record: Optional[EngineProvenance], plan_sha256: str, plan: str)
             "was built, and is not loaded".format(plan, plan_sha256, record.plan_sha256, size))
 
 
-def refusal(record: Optional[EngineProvenance], header: Optional[PlanHeader], here: RunningDevice,
+def refusal(record: Optional[EngineProvenance], header: Optional[EngineHeader], here: RunningDevice,
             plan: str) -> Optional[str]:
     """Why ``plan`` must not be deserialized on ``here``, naming both sides; None when nothing says so.
 

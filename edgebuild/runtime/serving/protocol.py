@@ -161,19 +161,19 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
 
 
 #: the largest JSON header whose checked reading is kept for the next request with the same header
-_PLAN_HEADER_BYTES = 4096
-#: plans kept per cache (a client sends the same header every time; past this many, the cache starts over)
-_PLANS_KEPT = 64
+_CACHED_HEADER_BYTES = 4096
+#: readings kept per cache (a client sends the same header every time; past this many, the cache starts over)
+_READINGS_KEPT = 64
 #: a shared-memory place: (region, offset, byte_size)
 ShmPlace = Tuple[str, int, int]
-#: one input of a plan: (name, dtype, element count, shape, where its array comes from: an offset into the binary
+#: one input of a reading: (name, dtype, element count, shape, where its array comes from: an offset into the binary
 #: tensors, a shared-memory place, or the array of its JSON data)
 _Source = Tuple[str, np.dtype, int, List[int], Union[int, ShmPlace, np.ndarray]]
 
 
-class _Plan:
+class _HeaderReading:
     """A request header read and checked: where each input's array comes from, and what goes back. The same
-    header and body length give the same plan, so the server keeps it (``parse_inference``'s ``cache``) and
+    header and body length give the same reading, so the server keeps it (``parse_inference``'s ``cache``) and
     the next such request only makes its arrays."""
 
     __slots__ = ("sources", "asked", "binary", "request_id", "decode", "shared", "cacheable")
@@ -191,22 +191,23 @@ class _Plan:
             if isinstance(where, int):  # an offset into the binary tensors: a view of the body
                 arrays[name] = np.frombuffer(binary, dtype=dtype, count=count, offset=where).reshape(shape)
             elif isinstance(where, tuple):  # (region, offset, byte_size) of system shared memory: a view of it
-                if shared_memory is None:  # not met: a plan that reads shared memory is made only where it is taken
+                if shared_memory is None:  # not met: a reading that takes shared memory is made only where it is taken
                     raise BadRequest("input {!r} asks for shared memory, which this server does not take here".format(
                         name))
                 arrays[name] = shared_memory.read(name, where[0], where[1], where[2], dtype, shape)
-            else:  # JSON data, read already (a plan with any is not kept)
+            else:  # JSON data, read already (a reading with any is not kept)
                 arrays[name] = where
         return Inference(arrays, self.asked, self.binary, self.request_id, self.decode, self.shared)
 
 
-#: one model's plans by (JSON header, binary bytes, whether shared memory is taken): ``parse_inference``'s ``cache``
-PlanCache = Dict[Tuple[bytes, int, bool], _Plan]
+#: one model's header readings by (JSON header, binary bytes, whether shared memory is taken):
+#: ``parse_inference``'s ``cache``
+HeaderReadingCache = Dict[Tuple[bytes, int, bool], _HeaderReading]
 
 
 def parse_inference(body: Union[bytes, bytearray], header_length: Optional[int], inputs: Dict[str, InputSpec],
                     output_names: Union[List[str], AnswerForms], shared_memory: Optional["SystemSharedMemory"] = None,
-                    cache: Optional[PlanCache] = None) -> Inference:
+                    cache: Optional[HeaderReadingCache] = None) -> Inference:
     """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
 
     ``output_names``: the outputs, or the forms a model can answer (then ``parameters.detections`` chooses);
@@ -222,34 +223,35 @@ def parse_inference(body: Union[bytes, bytearray], header_length: Optional[int],
         view = memoryview(body)  # the tensors are read where they lie: the arrays are views of the body
         body, binary = bytes(view[:header_length]), view[header_length:]
     key = None
-    if len(body) <= _PLAN_HEADER_BYTES:  # the JSON (a whole body without binary tensors: the buffer it was read in)
+    if len(body) <= _CACHED_HEADER_BYTES:  # the JSON (a whole body without binary tensors: the buffer it was read in)
         body = body if isinstance(body, bytes) else bytes(body)
         key = (body, len(binary), shared_memory is not None)
-    plan = cache.get(key) if cache is not None and key is not None else None
-    if plan is None:
-        plan = _read_plan(body, len(binary), header_length is not None, inputs, output_names, shared_memory)
-        if cache is not None and key is not None and plan.cacheable:
-            if len(cache) >= _PLANS_KEPT:
+    reading = cache.get(key) if cache is not None and key is not None else None
+    if reading is None:
+        reading = _read_header(body, len(binary), header_length is not None, inputs, output_names, shared_memory)
+        if cache is not None and key is not None and reading.cacheable:
+            if len(cache) >= _READINGS_KEPT:
                 cache.clear()
-            cache[key] = plan
-    return plan.inference(binary, shared_memory)
+            cache[key] = reading
+    return reading.inference(binary, shared_memory)
 
 
-def _read_plan(body: Union[bytes, bytearray], binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
-               output_names: Union[List[str], AnswerForms], shared_memory: Optional["SystemSharedMemory"]) -> _Plan:
+def _read_header(body: Union[bytes, bytearray], binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
+                 output_names: Union[List[str], AnswerForms],
+                 shared_memory: Optional["SystemSharedMemory"]) -> _HeaderReading:
     try:
         request = json.loads(body)
     except ValueError as exc:
         raise BadRequest("the body is not valid JSON: {}".format(exc)) from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise BadRequest('the body must be an object with an "inputs" list (KServe v2 inference request)')
-    plan = _Plan()
-    plan.sources, plan.cacheable = [], True
+    reading = _HeaderReading()
+    reading.sources, reading.cacheable = [], True
     offset, seen = 0, set()
     for item in request["inputs"]:
         source, used = _input(item, inputs, binary_size, offset, has_header, shared_memory)
-        plan.sources.append(source)
-        plan.cacheable = plan.cacheable and isinstance(source[4], (int, tuple))
+        reading.sources.append(source)
+        reading.cacheable = reading.cacheable and isinstance(source[4], (int, tuple))
         seen.add(source[0])
         offset += used
     if offset != binary_size:
@@ -258,25 +260,25 @@ def _read_plan(body: Union[bytes, bytearray], binary_size: int, has_header: bool
     missing = sorted(set(inputs) - seen)
     if missing:
         raise BadRequest("inputs {} are missing".format(missing))
-    plan.request_id = request.get("id")
-    if plan.request_id is not None and not isinstance(plan.request_id, str):
+    reading.request_id = request.get("id")
+    if reading.request_id is not None and not isinstance(reading.request_id, str):
         raise BadRequest('"id" must be a string')
     parameters = request.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise BadRequest('"parameters" must be an object')
     forms = output_names if isinstance(output_names, AnswerForms) else AnswerForms(output_names)
-    plan.decode, names = forms.choose(parameters.get("detections"))
-    plan.asked = _asked_outputs(request, names)
-    plan.shared = {}
+    reading.decode, names = forms.choose(parameters.get("detections"))
+    reading.asked = _asked_outputs(request, names)
+    reading.shared = {}
     for item in request.get("outputs") or []:
         place = shared_memory_place("output {!r}".format(item["name"]), item.get("parameters"))
         if place is not None:
             if shared_memory is None:
                 raise BadRequest("output {!r} asks for shared memory, which this server does not take here".format(
                     item["name"]))
-            plan.shared[item["name"]] = place
-    plan.binary = [n for n in _binary_outputs(request, names) if n not in plan.shared]
-    return plan
+            reading.shared[item["name"]] = place
+    reading.binary = [n for n in _binary_outputs(request, names) if n not in reading.shared]
+    return reading
 
 
 def shared_memory_place(where: str, parameters: JsonValue) -> Optional[ShmPlace]:

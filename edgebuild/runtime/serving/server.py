@@ -188,7 +188,8 @@ def _infer(service: ModelService, request: Request, memory: SystemSharedMemory) 
     stages = request.stages
     try:
         length = protocol.header_length(request.headers.get(protocol.HEADER_LENGTH))
-        parsed = protocol.parse_inference(request.body, length, service.inputs, service.forms, memory, service.plans)
+        parsed = protocol.parse_inference(request.body, length, service.inputs, service.forms, memory,
+                                          service.header_readings)
     except BadRequest as exc:
         service.record("bad_request")
         return error(400, str(exc))

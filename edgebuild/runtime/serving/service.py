@@ -52,7 +52,7 @@ from edgebuild.runtime.base.task_decode import (
     server_decodes,
 )
 from edgebuild.runtime.engines.backends.select import load_backend
-from edgebuild.runtime.serving.protocol import DATATYPES, AnswerForms, InputSpec, PlanCache, model_metadata
+from edgebuild.runtime.serving.protocol import DATATYPES, AnswerForms, HeaderReadingCache, InputSpec, model_metadata
 
 __all__ = []
 
@@ -134,7 +134,7 @@ class ModelService:
         self.task = self.recipe.task  # type: Optional[RecipeTask]
         self.forms = answer_forms(self.task, list(self.recipe.outputs or []), runtime.detections)
         #: the checked readings of request headers, for these inputs and forms (``protocol.parse_inference``)
-        self.plans: PlanCache = {}
+        self.header_readings: HeaderReadingCache = {}
         self._runner = None  # type: Optional[Runner]
         #: runs on the callers' threads (a backend whose runs may overlap, batching off)
         self.direct = False
@@ -183,7 +183,7 @@ class ModelService:
         self.outputs = output_tensors(recipe, runner, self.output_names)
         self.task = recipe.task
         self.forms = answer_forms(recipe.task, self.output_names, self.recipe.runtime.detections)
-        self.plans = {}
+        self.header_readings = {}
         _log("backend {} ({})".format(runner.backend, why))
         self._accept(runner, folder, recipe)
         return runner

@@ -43,8 +43,8 @@ from edgebuild.runtime.engines.backends.trt_api import (
     IOnnxParser,
     TensorRT,
 )
-from edgebuild.runtime.engines.plan_header import read_header
-from edgebuild.runtime.engines.provenance import REBUILD_HINT, EngineProvenance, RunningDevice, plan_damage, refusal
+from edgebuild.runtime.engines.engine_header import read_header
+from edgebuild.runtime.engines.provenance import REBUILD_HINT, EngineProvenance, RunningDevice, engine_damage, refusal
 
 if TYPE_CHECKING:  # numpy is imported where a runner runs, not to build settings
     import numpy as np
@@ -341,7 +341,7 @@ def check_engine_compatible(engine_json: JsonObject, running_trt_version: str,
 def _refuse_mismatch(plan_name: str, plan: bytes, record: Optional[EngineProvenance], version: str,
                      compute_capability: str, device_root: Optional[Path]) -> None:
     """Refuse, before TensorRT deserializes it, a plan that is not its record's or not for this device."""
-    damage = plan_damage(record, sha256_bytes(plan), plan_name)
+    damage = engine_damage(record, sha256_bytes(plan), plan_name)
     if damage:
         raise BundleError(damage, hint=REBUILD_HINT)
     l4t, compatible = read_identity(device_root)

@@ -34,7 +34,7 @@ def test_a_model_folder_shows_provenance_header_and_integrity(tmp_path: Path) ->
     assert info.plan == str(folder / "engine.plan") and info.record_file == str(folder / "engine.json")
     assert info.sha256_matches is True and info.plan_sha256 == sha256_file(folder / "engine.plan")
     assert info.provenance.tensorrt_version == "10.3.0" and info.provenance.unknown() == []
-    assert not info.header.is_plan  # the double's plan bytes are not a TensorRT plan, and inspect says so
+    assert not info.header.is_engine  # the double's plan bytes are not a TensorRT plan, and inspect says so
     text = render_engines([info])
     assert "matches engine.json: yes" in text and "does not start with the magic 'ftrt'" in text
     assert "TensorRT                10.3.0" in text and "L4T R36.4.3" in text

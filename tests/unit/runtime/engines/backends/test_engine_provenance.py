@@ -144,7 +144,7 @@ def test_an_engine_for_another_tensorrt_or_gpu_is_refused(tmp_path: Path) -> Non
     _refused(make_tensorrt("10.3.0"), plan, record, tmp_path, TargetError, "compute capability differ")
 
 
-def test_without_engine_json_the_plan_header_decides(tmp_path: Path) -> None:
+def test_without_engine_json_the_engine_header_decides(tmp_path: Path) -> None:
     # a header laid out as trtexec's printPlanVersion reads it: b"ftrt", layout word 0, version at 24-27
     head = bytearray(28)
     head[0:4], head[24:28] = b"ftrt", bytes((10, 3, 0, 30))
