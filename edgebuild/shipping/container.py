@@ -43,7 +43,7 @@ from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, Edg
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.recipe import Recipe
-from edgebuild.runtime.options import GRPC_PORT
+from edgebuild.runtime.serving.ports import GRPC_PORT
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 from edgebuild.text import Progress

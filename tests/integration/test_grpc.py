@@ -310,7 +310,7 @@ def test_serve_without_grpc_port_falls_back_to_http_when_8001_is_taken(tmp_path:
     answers HTTP; SIGTERM then stops it cleanly."""
     import signal
 
-    from edgebuild.runtime.options import GRPC_PORT
+    from edgebuild.runtime.serving.ports import GRPC_PORT
 
     folder = write_artifact(tmp_path / "yard")
     port = free_port()
@@ -335,7 +335,7 @@ def test_serve_without_grpc_port_falls_back_to_http_when_8001_is_taken(tmp_path:
 def test_the_container_and_the_unit_publish_the_grpc_port(tmp_path: Path) -> None:
     import yaml
 
-    from edgebuild.runtime.options import GRPC_PORT
+    from edgebuild.runtime.serving.ports import GRPC_PORT
     from edgebuild.shipping.container import container_spec, run_args, systemd_unit, write_container
     from edgebuild.targets.limits import load_preset
     from edgebuild.targets.profiles import load_catalog

@@ -48,10 +48,11 @@ import numpy as np
 
 from edgebuild.errors import CapabilityMissing, ConfigError
 from edgebuild.runtime.base.json_object import JsonObject
-from edgebuild.runtime.serving import protocol
-from edgebuild.runtime.serving.protocol import BadRequest, InputSpec
+from edgebuild.runtime.serving import model_answers, protocol
+from edgebuild.runtime.serving.bad_request import BadRequest
+from edgebuild.runtime.serving.protocol import InputSpec
 from edgebuild.runtime.serving.service import ModelService
-from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory
+from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, shared_memory_place
 
 if TYPE_CHECKING:  # for the annotations (never evaluated); where gRPC is served, the functions import them
     import grpc
@@ -118,7 +119,7 @@ def parse_request(request: service_pb2.ModelInferRequest, inputs: Dict[str, Inpu
         dtype, count = protocol.check_tensor(tensor.name, tensor.datatype, shape, inputs)
         if tensor.name in arrays:
             raise BadRequest("input {!r} is given twice".format(tensor.name))
-        place = protocol.shared_memory_place("input {!r}".format(tensor.name), parameters(tensor.parameters))
+        place = shared_memory_place("input {!r}".format(tensor.name), parameters(tensor.parameters))
         if place is not None:
             arrays[tensor.name] = memory.read(tensor.name, place[0], place[1], place[2], dtype, shape)
         elif used < len(raw):  # raw_input_contents: one entry per input not in shared memory, in order
@@ -138,7 +139,7 @@ def parse_request(request: service_pb2.ModelInferRequest, inputs: Dict[str, Inpu
     asked = protocol.check_outputs([o.name for o in request.outputs], names) if request.outputs else None
     shared = {}
     for output in request.outputs:
-        place = protocol.shared_memory_place("output {!r}".format(output.name), parameters(output.parameters))
+        place = shared_memory_place("output {!r}".format(output.name), parameters(output.parameters))
         if place is not None:
             shared[output.name] = place
     return protocol.Inference(arrays, asked, [], request.id or None, decode, shared)
@@ -217,12 +218,12 @@ def _servicer(services: Dict[str, ModelService],
 
         def ModelConfig(self, request: service_pb2.ModelConfigRequest,
                         context: ServicerContext) -> service_pb2.ModelConfigResponse:
-            config = protocol.model_config(find(request.name, request.version, context))
+            config = model_answers.model_config(find(request.name, request.version, context))
             return pb.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
 
         def RepositoryIndex(self, request: service_pb2.RepositoryIndexRequest,
                             context: ServicerContext) -> service_pb2.RepositoryIndexResponse:
-            index = [m for m in protocol.repository_index(services) if not request.ready or m["state"] == "READY"]
+            index = [m for m in model_answers.repository_index(services) if not request.ready or m["state"] == "READY"]
             return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in index])
 
         RepositoryModelLoad = not_supported(_NOT_LOADABLE)
@@ -276,8 +277,8 @@ def infer(service: ModelService, request: service_pb2.ModelInferRequest, memory:
         return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     stages["parse"] = time.perf_counter() - clock
     try:
-        outputs, ms, rows, placed = protocol.run_inference(service, parsed, memory, stages)
-    except protocol.InferenceFailed as exc:
+        outputs, ms, rows, placed = model_answers.run_inference(service, parsed, memory, stages)
+    except model_answers.InferenceFailed as exc:
         return None, (grpc.StatusCode.INTERNAL, str(exc))
     except BadRequest as exc:
         return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -1,7 +1,8 @@
 """The KServe / Triton v2 inference protocol: requests in, responses and metadata out.
 
 No sockets here: the HTTP layer (``server.py``) hands this module a body and headers and sends
-what it returns; the model service (``service.py``) runs the arrays.
+what it returns; the model service (``service.py``) runs the arrays, and ``model_answers.py`` joins the
+two (it knows the model service; this module does not).
 
 - tensors as JSON (``data``: a flat list in C order), or raw in the body with the binary tensor
   extension: the body is ``Inference-Header-Content-Length`` bytes of JSON followed by the
@@ -22,18 +23,15 @@ Python 3.8, the standard library and numpy.
 import json
 import math
 import sys
-import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from edgebuild import __version__
 from edgebuild.runtime.base.json_object import JsonObject
+from edgebuild.runtime.serving.bad_request import BadRequest
+from edgebuild.runtime.serving.shared_memory import ShmPlace, SystemSharedMemory, shared_memory_place
 from edgebuild.runtime.serving.wire_types import BodyPart, JsonValue
-
-if TYPE_CHECKING:  # service.py and shared_memory.py import this module
-    from edgebuild.runtime.serving.service import ModelService
-    from edgebuild.runtime.serving.shared_memory import SystemSharedMemory
 
 __all__ = []
 
@@ -45,14 +43,8 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 #: the answer to ``GET /v2`` ($metadata_server_response)
 SERVER_METADATA = {"name": "edgebuild", "version": __version__,
                    "extensions": ["binary_tensor_data", "model_configuration", "system_shared_memory"]}
-#: a tensor's parameters that place it in a registered system shared-memory region (``shared_memory.py``)
-SHM_REGION, SHM_OFFSET, SHM_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 #: the v2 ``platform`` of a backend, by the start of its name (Triton's platform names)
 PLATFORMS = (("tensorrt", "tensorrt_plan"), ("onnxruntime", "onnxruntime_onnx"))
-
-
-class BadRequest(Exception):
-    """A request the server refuses with a 400."""
 
 
 class InputSpec:
@@ -115,36 +107,6 @@ class Inference:
         self.shared_outputs = shared_outputs or {}
 
 
-class InferenceFailed(Exception):
-    """The backend (or the decode) failed on a request that parsed: HTTP 500, gRPC INTERNAL."""
-
-
-def run_inference(service: "ModelService", parsed: "Inference", memory: "SystemSharedMemory",
-                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, Dict[str, JsonObject]]:
-    """A parsed request through ``service`` (a ``ModelService``), the same for every transport: (the
-    outputs asked for, backend ms, batch rows, {output: its shared-memory placement} for those written in
-    ``memory``'s regions). The backend's and the decode's seconds go to ``stages``; the outcome to the
-    service's metrics. Raises InferenceFailed, or BadRequest when an output does not fit its region."""
-    try:
-        outputs, ms, rows = service.infer(parsed.inputs, stages)
-        if parsed.decode:
-            clock = time.perf_counter()
-            outputs = service.decode(outputs)
-            stages["decode"] = time.perf_counter() - clock
-    except Exception as exc:
-        service.record("failure")
-        raise InferenceFailed("inference failed: {}".format(exc)) from exc
-    if parsed.outputs is not None:
-        outputs = {n: outputs[n] for n in parsed.outputs}
-    try:
-        placed = memory.write_outputs(parsed.shared_outputs, outputs)
-    except BadRequest:
-        service.record("bad_request")
-        raise
-    service.record("success", ms)
-    return outputs, ms, rows, placed
-
-
 def header_length(value: Optional[str]) -> Optional[int]:
     """The ``Inference-Header-Content-Length`` header as a number (None: no binary tensors)."""
     try:
@@ -164,8 +126,6 @@ def parse_request(body: bytes, header_length: Optional[int], inputs: Dict[str, I
 _CACHED_HEADER_BYTES = 4096
 #: readings kept per cache (a client sends the same header every time; past this many, the cache starts over)
 _READINGS_KEPT = 64
-#: a shared-memory place: (region, offset, byte_size)
-ShmPlace = Tuple[str, int, int]
 #: one input of a reading: (name, dtype, element count, shape, where its array comes from: an offset into the binary
 #: tensors, a shared-memory place, or the array of its JSON data)
 _Source = Tuple[str, np.dtype, int, List[int], Union[int, ShmPlace, np.ndarray]]
@@ -185,7 +145,7 @@ class _HeaderReading:
     shared: Dict[str, ShmPlace]
     cacheable: bool
 
-    def inference(self, binary: Union[bytes, memoryview], shared_memory: Optional["SystemSharedMemory"]) -> Inference:
+    def inference(self, binary: Union[bytes, memoryview], shared_memory: Optional[SystemSharedMemory]) -> Inference:
         arrays = {}
         for name, dtype, count, shape, where in self.sources:
             if isinstance(where, int):  # an offset into the binary tensors: a view of the body
@@ -206,7 +166,7 @@ HeaderReadingCache = Dict[Tuple[bytes, int, bool], _HeaderReading]
 
 
 def parse_inference(body: Union[bytes, bytearray], header_length: Optional[int], inputs: Dict[str, InputSpec],
-                    output_names: Union[List[str], AnswerForms], shared_memory: Optional["SystemSharedMemory"] = None,
+                    output_names: Union[List[str], AnswerForms], shared_memory: Optional[SystemSharedMemory] = None,
                     cache: Optional[HeaderReadingCache] = None) -> Inference:
     """A v2 inference request ($inference_request), checked against the model's inputs and outputs.
 
@@ -238,7 +198,7 @@ def parse_inference(body: Union[bytes, bytearray], header_length: Optional[int],
 
 def _read_header(body: Union[bytes, bytearray], binary_size: int, has_header: bool, inputs: Dict[str, InputSpec],
                  output_names: Union[List[str], AnswerForms],
-                 shared_memory: Optional["SystemSharedMemory"]) -> _HeaderReading:
+                 shared_memory: Optional[SystemSharedMemory]) -> _HeaderReading:
     try:
         request = json.loads(body)
     except ValueError as exc:
@@ -281,24 +241,6 @@ def _read_header(body: Union[bytes, bytearray], binary_size: int, has_header: bo
     return reading
 
 
-def shared_memory_place(where: str, parameters: JsonValue) -> Optional[ShmPlace]:
-    """(region, offset, byte_size) a tensor's parameters give in system shared memory; None where they name no
-    region (``where``: the tensor, for the message)."""
-    if not isinstance(parameters, dict) or parameters.get(SHM_REGION) is None:
-        return None
-    region, offset, size = parameters[SHM_REGION], parameters.get(SHM_OFFSET, 0), parameters.get(SHM_SIZE)
-    if not isinstance(region, str):
-        raise BadRequest("{}: {} must be a region's name, not {!r}".format(where, SHM_REGION, region))
-    return region, _byte_count(where, SHM_OFFSET, offset), _byte_count(where, SHM_SIZE, size)
-
-
-def _byte_count(where: str, key: str, value: JsonValue) -> int:
-    """``value`` where it is a whole number of bytes, else a ``BadRequest`` naming the tensor and ``key``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise BadRequest("{}: {} must be a whole number of bytes (at least 0), not {!r}".format(where, key, value))
-    return value
-
-
 def check_outputs(asked: List[str], output_names: List[str]) -> List[str]:
     """``asked``, each an output the model answers (else a ``BadRequest`` naming the others)."""
     unknown = [n for n in asked if n not in output_names]
@@ -318,7 +260,7 @@ def _asked_outputs(request: JsonObject, output_names: List[str]) -> Optional[Lis
 
 
 def _input(item: JsonValue, inputs: Dict[str, InputSpec], binary_size: int, offset: int,
-           has_header: bool, shared_memory: Optional["SystemSharedMemory"] = None) -> Tuple[_Source, int]:
+           has_header: bool, shared_memory: Optional[SystemSharedMemory] = None) -> Tuple[_Source, int]:
     """((name, dtype, element count, shape, where its array comes from), binary bytes used) of one entry of
     ``inputs``; where: an offset into the binary tensors, a shared-memory (region, offset, byte_size), or
     the array of its JSON data."""
@@ -441,43 +383,6 @@ def model_metadata(name: str, version: str, backend: str, inputs: Dict[str, Inpu
     return {"name": name, "versions": [version], "platform": platform(backend),
             "inputs": [s.as_dict() for s in inputs.values()], "outputs": outputs,
             "parameters": dict(parameters, profiles={n: s.profile() for n, s in inputs.items()})}
-
-
-def model_config(service: "ModelService") -> JsonObject:
-    """Triton's model configuration of a model service (``ModelConfig`` as JSON: ``GET /v2/models/NAME/config``
-    and gRPC's ``ModelConfig``).
-
-    As ``config.pbtxt`` has it (``shipping/triton.py``): where axis 0 of every input is dynamic from 1,
-    ``max_batch_size`` is the profile's max batch and the dims leave the batch axis out; -1 for a dynamic
-    axis; the outputs are what an inference answers by default; ``dynamic_batching`` where the server batches.
-    """
-    inputs = service.inputs  # type: Dict[str, InputSpec]
-    outputs = service.answer_outputs(service.forms.decode)
-    lows = [s.min_shape[0] for s in inputs.values()]
-    highs = [s.max_shape[0] for s in inputs.values()]
-    batched = bool(inputs) and min(lows) == 1 and all(hi > lo for lo, hi in zip(lows, highs))
-    skip = 1 if batched else 0
-
-    def tensor(name: str, kind: str, shape: List[int]) -> JsonObject:
-        return {"name": name, "data_type": "TYPE_" + (kind if kind in DATATYPES else "INVALID"),
-                "dims": [int(d) for d in shape[skip:]]}
-
-    config = {"name": service.name, "platform": platform(service.backend),
-              "max_batch_size": min(highs) if batched else 0,
-              "input": [tensor(n, s.datatype, s.as_dict()["shape"]) for n, s in inputs.items()],
-              "output": [tensor(o["name"], o.get("datatype", ""), list(o.get("shape") or [])) for o in outputs]}
-    if batched and service.max_batch_size > 1:
-        config["dynamic_batching"] = {"max_queue_delay_microseconds": int(round(service.max_queue_delay_ms * 1000))}
-    return config
-
-
-def repository_index(services: Dict[str, "ModelService"]) -> List[Dict[str, str]]:
-    """The models of a server's model services, as Triton's repository index: name, version, state, reason."""
-    index = []
-    for name, service in services.items():
-        state = "READY" if service.ready.is_set() else "UNAVAILABLE" if service.failed else "LOADING"
-        index.append({"name": name, "version": service.version, "state": state, "reason": service.failed or ""})
-    return index
 
 
 #: byte orders that are little-endian on this machine (or do not matter: one byte)

@@ -37,10 +37,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
-from edgebuild.runtime.serving import protocol
+from edgebuild.runtime.serving import model_answers, protocol
+from edgebuild.runtime.serving.bad_request import BadRequest
 from edgebuild.runtime.serving.http_messages import Answer, Request, error
 from edgebuild.runtime.serving.httpd import HTTPServer
-from edgebuild.runtime.serving.protocol import BadRequest
+from edgebuild.runtime.serving.ports import GRPC_PORT
 from edgebuild.runtime.serving.service import ModelService
 from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, http_route
 
@@ -104,7 +105,7 @@ def make_handler(services: Union[ModelService, Dict[str, ModelService]],
         if path == "/v2/repository/index":
             if method != "POST":
                 return error(405, "{} takes POST, not {}".format(path, method), Allow="POST")
-            return Answer(200, json.dumps(protocol.repository_index(by_name)).encode())
+            return Answer(200, json.dumps(model_answers.repository_index(by_name)).encode())
         return error(404, "no such endpoint: {}".format(path))
 
     return handle
@@ -176,7 +177,7 @@ def _model_route(services: Dict[str, ModelService], request: Request, parts: Lis
             return Answer(200, {"name": service.name, "ready": True})
         return Answer(503, {"name": service.name, "ready": False, "error": service.failed or "warming up"})
     if action == "config":
-        return Answer(200, protocol.model_config(service))
+        return Answer(200, model_answers.model_config(service))
     return _infer(service, request, memory)
 
 
@@ -195,8 +196,8 @@ def _infer(service: ModelService, request: Request, memory: SystemSharedMemory) 
         return error(400, str(exc))
     stages["parse"], clock = _lap(clock)
     try:
-        outputs, ms, rows, placed = protocol.run_inference(service, parsed, memory, stages)
-    except protocol.InferenceFailed as exc:
+        outputs, ms, rows, placed = model_answers.run_inference(service, parsed, memory, stages)
+    except model_answers.InferenceFailed as exc:
         stages.clear()
         return error(500, str(exc))
     except BadRequest as exc:
@@ -327,8 +328,6 @@ def serve(folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None, gr
     and the port is free, else HTTP only with a warning.
     """
     import signal
-
-    from edgebuild.runtime.options import GRPC_PORT
 
     server = Server(folder, host=host, port=port, grpc_port=GRPC_PORT if grpc_port is None else grpc_port or None,
                     grpc_required=grpc_port is not None, **options)

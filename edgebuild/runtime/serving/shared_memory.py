@@ -36,11 +36,15 @@ from typing import Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from edgebuild.runtime.base.json_object import JsonObject
-from edgebuild.runtime.serving.protocol import SHM_OFFSET, SHM_REGION, SHM_SIZE, BadRequest
+from edgebuild.runtime.serving.bad_request import BadRequest
 from edgebuild.runtime.serving.wire_types import JsonValue
 
 __all__ = []
 
+#: a tensor's parameters that place it in a registered system shared-memory region (``shared_memory_place`` reads them)
+SHM_REGION, SHM_OFFSET, SHM_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
+#: a shared-memory place: (region, offset, byte_size)
+ShmPlace = Tuple[str, int, int]
 #: where POSIX shared-memory objects live (``shm_open`` names)
 SHM_DIR = Path("/dev/shm")
 CUDA_NOT_SUPPORTED = (
@@ -178,6 +182,24 @@ def _unmap(region: _Region) -> None:
         region.mapping.close()
     except BufferError:
         pass  # an inference still holds a view: the mapping goes with the last one
+
+
+def shared_memory_place(where: str, parameters: JsonValue) -> Optional[ShmPlace]:
+    """(region, offset, byte_size) a tensor's parameters give in system shared memory; None where they name no
+    region (``where``: the tensor, for the message)."""
+    if not isinstance(parameters, dict) or parameters.get(SHM_REGION) is None:
+        return None
+    region, offset, size = parameters[SHM_REGION], parameters.get(SHM_OFFSET, 0), parameters.get(SHM_SIZE)
+    if not isinstance(region, str):
+        raise BadRequest("{}: {} must be a region's name, not {!r}".format(where, SHM_REGION, region))
+    return region, _byte_count(where, SHM_OFFSET, offset), _byte_count(where, SHM_SIZE, size)
+
+
+def _byte_count(where: str, key: str, value: JsonValue) -> int:
+    """``value`` where it is a whole number of bytes, else a ``BadRequest`` naming the tensor and ``key``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest("{}: {} must be a whole number of bytes (at least 0), not {!r}".format(where, key, value))
+    return value
 
 
 def http_route(memory: SystemSharedMemory, method: str, parts: List[str],
