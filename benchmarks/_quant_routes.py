@@ -215,7 +215,7 @@ def calibration_items(project) -> list[dict[str, np.ndarray]]:  # noqa: ANN001
     """The project's calibration images, preprocessed as the gate feeds them (one image a step)."""
     from edgebuild.accuracy.evaluate import preprocess_spec
     from edgebuild.datasets.project_data import calibration_images, read_image
-    from edgebuild.runtime.vision import preprocess
+    from edgebuild.runtime.base.vision import preprocess
 
     spec, name = preprocess_spec(project), project.model.inputs[0].name
     gray = spec.channel_order == "GRAY"

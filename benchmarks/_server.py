@@ -15,7 +15,7 @@ from pathlib import Path
 CHILD = """
 import json, sys
 from pathlib import Path
-from edgebuild.runtime.server import Server
+from edgebuild.runtime.serving.server import Server
 server = Server(Path(sys.argv[1]), host="127.0.0.1", port=0, **json.loads(sys.argv[2]))
 server.start()
 print(json.dumps({"port": server.port, "grpc_port": server.grpc_port}), flush=True)
@@ -28,11 +28,11 @@ BARE_CHILD = """
 import json, sys, threading, time
 from pathlib import Path
 import numpy as np
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 folder, session_options, shapes = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 onnx = folder / Recipe.load(folder).onnx
 if session_options == "server":  # made as the server's backend makes it (backends.select)
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
     make = getattr(OnnxRuntimeRunner, "for_device", OnnxRuntimeRunner)  # a tree from before it: the plain one
     session = make(onnx).session
 else:  # ONNX Runtime's defaults
@@ -85,8 +85,8 @@ run = lambda: None
 if len(sys.argv) > 2:
     from pathlib import Path
     import numpy as np
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.base.recipe import Recipe
     folder = Path(sys.argv[2])
     session = OnnxRuntimeRunner.for_device(folder / Recipe.load(folder).onnx).session
     rng = np.random.default_rng(0)

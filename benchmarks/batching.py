@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from _server import running_server
 
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 
 
 def _counter(metrics: str, name: str, labels: str = "") -> float:

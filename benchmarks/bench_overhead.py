@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from edgebuild.runtime.bench import input_shapes, run_bench
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.bench.bench import input_shapes, run_bench
 
 
 def bare_loop(session: ort.InferenceSession, feed: dict, iterations: int) -> list[float]:

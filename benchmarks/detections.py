@@ -86,7 +86,7 @@ def _tensors(project: Path) -> list[np.ndarray]:
     from PIL import Image
 
     from edgebuild._compat import tomllib
-    from edgebuild.runtime.vision import PreprocessSpec, preprocess
+    from edgebuild.runtime.base.vision import PreprocessSpec, preprocess
 
     pre = tomllib.loads((project / "edgebuild.toml").read_text())["task"]["preprocess"]
     spec = PreprocessSpec(**dict(pre, input_size=tuple(pre["input_size"]), mean=tuple(pre["mean"]),
@@ -176,7 +176,7 @@ class Form:
     def __init__(self, label: str, folder: Path, port: int, settings: dict) -> None:
         import tritonclient.http as httpclient
 
-        from edgebuild.runtime.recipe import Recipe
+        from edgebuild.runtime.base.recipe import Recipe
 
         recipe = Recipe.load(folder)
         self.label, self.port, self.settings, self.model = label, port, settings, recipe.model_name
@@ -194,7 +194,7 @@ class Form:
         return inputs, [self.http.InferRequestedOutput(n, binary_data=True) for n in self.outputs]
 
     def detect(self, tensor: np.ndarray, record: bool) -> None:
-        from edgebuild.runtime.vision import decode_outputs
+        from edgebuild.runtime.base.vision import decode_outputs
 
         started = time.perf_counter()
         inputs, outputs = self._request(tensor)
@@ -250,7 +250,7 @@ def _measure(name: str, raw_folder: Path, nms_folder: Path, tensors: list[np.nda
 
 
 def _postprocess(folder: Path) -> dict:
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     return dict(Recipe.load(folder).task.postprocess)
 

@@ -37,7 +37,7 @@ def main() -> None:
     from edgebuild.accuracy.evaluate import ValidationSet, detection_settings, device_inputs
     from edgebuild.pipeline.runner import Options
     from edgebuild.project.config import load_project
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.stages import compile_work
     from edgebuild.stages.engine import ENGINE
     from edgebuild.workflows.work import select_work

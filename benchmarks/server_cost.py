@@ -66,8 +66,8 @@ import numpy as np
 from _server import running_bare, running_null_server, running_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests.support
-from edgebuild.runtime import protocol
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.serving import protocol
 from tests.support.nvidia_shared_memory import nvidia_shared_memory  # noqa: E402
 
 #: the Server options every run takes (batching off: the comparison is one request, one run)

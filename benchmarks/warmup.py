@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from _server import running_server
 
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 
 
 def _post(port: int, path: str, body: bytes) -> tuple[float, dict]:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from edgebuild.runtime.files import sha256_file
+from edgebuild.runtime.base.files import sha256_file
 
 __all__ = ["atomic_output_dir", "changed_parts", "digest", "file_sha256", "files_digest", "tool_versions",
            "tree_sha256"]

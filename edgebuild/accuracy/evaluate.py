@@ -1,6 +1,6 @@
 """Task evaluation: run a backend over the validation set and compute the project's metric.
 
-Works with any runner of ``edgebuild.runtime.backends`` (``backend`` name, ``run(inputs) -> outputs``);
+Works with any runner of ``edgebuild.runtime.engines.backends`` (``backend`` name, ``run(inputs) -> outputs``);
 every result records which backend produced it. A ``ValidationSet`` decodes and preprocesses
 the images once, so comparing several candidates does not redo that work.
 """
@@ -22,8 +22,7 @@ from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import DetectionPostprocess, InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head, source_facts
-from edgebuild.runtime.backends import Runner
-from edgebuild.runtime.vision import (
+from edgebuild.runtime.base.vision import (
     DetectionParams,
     ImageTransform,
     PreprocessSpec,
@@ -33,6 +32,7 @@ from edgebuild.runtime.vision import (
     preprocess,
     stack_batch,
 )
+from edgebuild.runtime.engines.backends import Runner
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -360,8 +360,8 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     """
     import io
 
-    from edgebuild.runtime import acceptance
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines import acceptance
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     inputs = np.concatenate([batch for _, batch, _ in data.batches()])[:ACCEPTANCE_IMAGES]
     # 8 bits a value, as the camera gave them (the bundle grows by about 1 MB, not 10): FP32's

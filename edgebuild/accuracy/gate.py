@@ -46,7 +46,7 @@ from edgebuild.errors import AccuracyGateError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import HUB_SOURCE
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from edgebuild.accuracy.calibration import Int8Variant
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends.trt_api import DeviceMemory
+    from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -178,7 +178,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
     tests) and measured with it.
     """
     if project.accuracy.backend == "tensorrt" and trt is None:
-        from edgebuild.runtime.backends.tensorrt import import_tensorrt
+        from edgebuild.runtime.engines.backends.tensorrt import import_tensorrt
 
         import_tensorrt()  # fail before anything is measured when TensorRT is missing
     started = time.perf_counter()

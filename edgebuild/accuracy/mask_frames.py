@@ -2,7 +2,7 @@
 
 Ultralytics' ``yolo val`` (rect=False, no save_json) compares masks at the prototypes' resolution
 in the network input's (letterboxed) frame: a predicted mask is the prototype logit above 0 cropped
-to its box (``edgebuild.runtime.vision.prototype_masks``), and a ground-truth polygon is resampled
+to its box (``edgebuild.runtime.base.vision.prototype_masks``), and a ground-truth polygon is resampled
 to 1000 points, truncated to whole input pixels, filled at the input size by OpenCV's ``fillPoly``
 and shrunk four times by ``cv2.resize`` (bilinear, uint8). Where instances overlap, each pixel
 belongs to the smallest one (``overlap_mask=True``, its default). ``frame_masks`` does the same in
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.vision import ImageTransform
+from edgebuild.runtime.base.vision import ImageTransform
 
 XY_SHIFT = 16  # OpenCV's fixed-point polygon edges
 RESAMPLED_POINTS = 1000  # Ultralytics' YOLODataset resamples every polygon to this many points
@@ -33,7 +33,7 @@ RESAMPLED_POINTS = 1000  # Ultralytics' YOLODataset resamples every polygon to t
 class MaskFrame:
     """Where one image's masks are compared: the network input at the prototypes' resolution."""
 
-    transform: ImageTransform  # original image -> network input (edgebuild.runtime.vision.preprocess)
+    transform: ImageTransform  # original image -> network input (edgebuild.runtime.base.vision.preprocess)
     input_size: tuple[int, int]  # (height, width) of the network input
     mask_size: tuple[int, int]  # (height, width) of the prototypes, input_size / 4 for YOLO-seg
 

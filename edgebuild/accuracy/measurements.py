@@ -35,7 +35,7 @@ from edgebuild.accuracy.calibration import Int8Variant
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import ValidationSet
     from edgebuild.accuracy.quantize import Candidate, QuantizationPlan
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends import Runner
-    from edgebuild.runtime.backends.trt_api import DeviceMemory
+    from edgebuild.runtime.engines.backends import Runner
+    from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -440,7 +440,7 @@ class MeasurementStore:
         """The INT8 variant's cheap error signal: its outputs' SQNR against FP32's on the first
         ``quantize.sensitivity_images`` validation images (stored); None when it makes the graph
         of a variant already looked at."""
-        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+        from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
         try:
             built = self.built("int8", (), variant)
@@ -474,7 +474,7 @@ class MeasurementStore:
 
     def reference_outputs(self) -> list[dict[str, np.ndarray]]:
         if self._reference is None:
-            from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+            from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
             runner = OnnxRuntimeRunner(self.fp32_path())
             self._reference = [runner.run({self.project.model.inputs[0].name: b}) for b in self._signal_batches()]
@@ -487,7 +487,7 @@ class MeasurementStore:
         if stored is not None:
             return dict(stored)
         from edgebuild.accuracy.evaluate import nms_parity
-        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+        from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
         self.say(f"gate: NMS inside the model against the host's decode of the FP32 head on {len(self.data)} "
                  "validation images")
@@ -526,10 +526,10 @@ class MeasurementStore:
     def _runner(self, candidate: _Built, folder: Path) -> Runner:
         """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
         if self.project.accuracy.backend == "onnxruntime":
-            from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+            from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
             return OnnxRuntimeRunner(candidate.shipped or candidate.onnx)
-        from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
+        from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
         plan = folder / "model.plan"
         self.say(f"gate: building a host-check TensorRT engine for {candidate.precision}")

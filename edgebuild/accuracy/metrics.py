@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.vision import top_k
+from edgebuild.runtime.base.vision import top_k
 from edgebuild.text import python_output_dropped
 
 __all__ = ["coco_detection_metrics"]

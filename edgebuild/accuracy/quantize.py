@@ -71,7 +71,7 @@ def calibration_feeds(project: Project, progress: bool, limit: int | None = None
 
     from edgebuild.accuracy.evaluate import evaluation_batch_size, preprocess_spec
     from edgebuild.datasets.project_data import calibration_images, read_image
-    from edgebuild.runtime.vision import preprocess, stack_batch
+    from edgebuild.runtime.base.vision import preprocess, stack_batch
 
     paths = calibration_images(project)[:limit]
     spec = preprocess_spec(project)

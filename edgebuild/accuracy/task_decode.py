@@ -6,7 +6,7 @@ pixels, with D = 3 a visibility in 0..1) or the mask coefficients [N, A, M] with
 [N, M, H/4, W/4]. Each image is decoded as Ultralytics' val decodes it (``non_max_suppression`` with
 ``multi_label=True``): every (anchor, class) above ``score_threshold`` is a candidate, the best
 ``VAL_PRE_NMS_TOP_K`` of them go through class-aware NMS at ``nms_iou``, ``max_detections`` are kept,
-and the kept candidates' anchors give their keypoints or mask coefficients (``edgebuild.runtime.task_decode``:
+and the kept candidates' anchors give their keypoints or mask coefficients (``edgebuild.runtime.base.task_decode``:
 one decode, which the device's server runs too). Boxes and keypoints are
 mapped back to the original image (OKS and box IoU do not change under the letterbox's uniform
 scale and shift); masks stay at the prototypes' resolution in the network input, where Ultralytics
@@ -36,10 +36,10 @@ from edgebuild.accuracy.task_metrics import obb_metrics, pose_metrics, segmentat
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
-from edgebuild.runtime.task_decode import decode_instance_outputs, instances_in_model
-from edgebuild.runtime.task_decode import decode_instances as decode_instances  # the tests' and sources' name
-from edgebuild.runtime.task_decode import rotated_fast_nms as rotated_fast_nms
-from edgebuild.runtime.vision import (
+from edgebuild.runtime.base.task_decode import decode_instance_outputs, instances_in_model
+from edgebuild.runtime.base.task_decode import decode_instances as decode_instances  # the tests' and sources' name
+from edgebuild.runtime.base.task_decode import rotated_fast_nms as rotated_fast_nms
+from edgebuild.runtime.base.vision import (
     DetectionParams,
     ImageTransform,
 )
@@ -149,7 +149,7 @@ class InstanceCollector:
                                  "score": float(score), "obb": [float(v) for v in box]})
 
     def _masks(self, sample: Sample, transform: ImageTransform, found: dict[str, np.ndarray]) -> list[JsonObject]:
-        from edgebuild.runtime.vision import prototype_masks
+        from edgebuild.runtime.base.vision import prototype_masks
 
         prototypes, coefficients = found["prototypes"], found["coefficients"]
         self.frames[sample.image_id] = MaskFrame(transform, self.input_size, tuple(prototypes.shape[1:]))

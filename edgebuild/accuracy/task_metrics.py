@@ -42,7 +42,7 @@ import numpy as np
 
 from edgebuild.accuracy.mask_frames import MaskFrame, prediction_rle, rle_iou, truth_rles
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.task_decode import keypoint_oks, probiou
+from edgebuild.runtime.base.task_decode import keypoint_oks, probiou
 
 #: each task's metrics, the gate's default first (the one its users read), the box mAP beside it
 TASK_METRICS: dict[str, tuple[str, ...]] = {
@@ -188,7 +188,7 @@ def segmentation_metrics(ground_truth: JsonObject, predictions: Sequence[JsonObj
     """Mask and box mAP50-95/mAP50 of instance masks, as Ultralytics' segment val.
 
     ``frames`` (image id -> MaskFrame): the predictions' masks are at the prototypes' resolution in the
-    network input (``edgebuild.runtime.vision.prototype_masks``), where Ultralytics' val compares them
+    network input (``edgebuild.runtime.base.vision.prototype_masks``), where Ultralytics' val compares them
     and the ground truth is drawn as it draws it. Without frames, masks are at each image's size.
     ``truth_masks``: a dict this call fills with each image's ground-truth masks and reuses; pass the
     same one to score several candidates against the same ground truth and frames.

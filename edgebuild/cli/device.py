@@ -128,7 +128,7 @@ def serve_command(artifact: Path, **options: Any) -> None:
     `python3 edgebuild-device.pyz serve ARTIFACT`; under limits: `edgebuild run --limits PRESET
     -- edgebuild serve ARTIFACT`.
     """
-    from edgebuild.runtime.server import serve
+    from edgebuild.runtime.serving.server import serve
 
     serve(artifact, **options)  # host, port, backend, warm-up, engine cache, batching: device_options.SERVE
 
@@ -168,7 +168,7 @@ def ota() -> None:
 
 
 def _public_key(path: Path | None) -> Any:
-    from edgebuild.runtime.bundle import load_public_key
+    from edgebuild.runtime.ota.bundle import load_public_key
 
     return load_public_key(path) if path else None
 
@@ -184,7 +184,7 @@ _ota_root_option = click.option("--device-root", type=click.Path(file_okay=False
 def ota_verify_command(bundle: Path, public_key: Path | None, allow_unsigned: bool, any_device: bool,
                        device_root: Path | None) -> None:
     """Check a bundle's signature, compatibility and every file, without installing (exit 15 if refused)."""
-    from edgebuild.runtime.bundle import verify
+    from edgebuild.runtime.ota.bundle import verify
 
     manifest = verify(bundle, _public_key(public_key), require_signature=not allow_unsigned, root=device_root,
                       check_device=not any_device)
@@ -204,7 +204,7 @@ def ota_install_command(bundle: Path, install_root: Path, public_key: Path | Non
     manifest's sequence) is refused unless --allow-downgrade. One installer at a time per
     install root.
     """
-    from edgebuild.runtime.ota import install
+    from edgebuild.runtime.ota.ota import install
 
     done = install(bundle, install_root, _public_key(public_key), require_signature=not allow_unsigned,
                    root=device_root, keep=keep, allow_downgrade=allow_downgrade)
@@ -259,7 +259,7 @@ def inspect_command(path: Path, as_json: bool) -> None:
     the TensorRT version at most, never the GPU). On a device: `python3 edgebuild-device.pyz
     inspect PATH`.
     """
-    from edgebuild.runtime.engine_info import engines_json, inspect_path, render_engines
+    from edgebuild.runtime.engines.engine_info import engines_json, inspect_path, render_engines
 
     engines = inspect_path(path)
     click.echo(render.as_json(engines_json(engines)) if as_json else render_engines(engines))

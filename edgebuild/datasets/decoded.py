@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgebuild.datasets.images import decode_traits
 from edgebuild.errors import DataError
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 
 __all__ = ["decode_all"]
 

@@ -30,15 +30,15 @@ from edgebuild.devices.engines import (
 from edgebuild.devices.placement import candidate_order, decide_placement, shippable
 from edgebuild.devices.recipes import acceptance_payload, builder_settings
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.files import atomic_write_bytes
-from edgebuild.runtime.recipe import ENGINE_JSON, Recipe
+from edgebuild.runtime.base.files import atomic_write_bytes
+from edgebuild.runtime.base.recipe import ENGINE_JSON, Recipe
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.evaluate import Evaluation, ValidationSet
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.project.config import Project
-    from edgebuild.runtime.device import DeviceFacts
+    from edgebuild.runtime.engines.device import DeviceFacts
     from edgebuild.targets.profiles import Module, SelectedGroup
 
 __all__ = ["build_and_accept", "device_needed", "validation_key"]
@@ -170,7 +170,7 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
     data = ValidationSet(project, limit=project.accuracy.device_images)
     reference = gate.reference_value
     if project.accuracy.device_images and len(data) < gate.images:  # FP32 on the same images, here
-        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+        from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
         fp32 = OnnxRuntimeRunner(gate.folder / gate.candidate("fp32").onnx)
         reference = evaluate(project, fp32, data=data, progress=False).value
@@ -209,7 +209,7 @@ def _record_acceptance(folder: Path, measured: Acceptance) -> None:
 
 def _evaluate_here(project: Project, folder: Path, data: ValidationSet) -> Evaluation:
     from edgebuild.accuracy.evaluate import evaluate
-    from edgebuild.runtime.backends.select import load_backend
+    from edgebuild.runtime.engines.backends.select import load_backend
 
     runner, _ = load_backend(folder, "tensorrt")
     return evaluate(project, runner, data=data, progress=False)

@@ -24,9 +24,9 @@ from edgebuild.devices.recipes import acceptance_payload, check_engine_memory, w
 from edgebuild.errors import RemoteError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.device import DeviceFacts, build_from_recipe, require_match
-from edgebuild.runtime.files import atomic_write_bytes
-from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
+from edgebuild.runtime.base.files import atomic_write_bytes
+from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
+from edgebuild.runtime.engines.device import DeviceFacts, build_from_recipe, require_match
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:

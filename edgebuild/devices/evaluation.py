@@ -23,7 +23,7 @@ from edgebuild.accuracy.evaluate import (
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.runtime.base.recipe import RECIPE_FILE, Recipe
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:

@@ -287,7 +287,7 @@ def write_jobs_file(path: Path, results: list[JobResult], extra: JsonObject | No
     """``build/farm/<command>.json``: every job's board, start and end, error, and the command's records."""
     import json
 
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps({"jobs": [r.as_dict() for r in results], **(extra or {})}, indent=2,

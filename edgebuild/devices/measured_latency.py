@@ -24,7 +24,7 @@ from pathlib import Path
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.targets.latency import LatencyModel, predict_ms
 
 __all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks", "measurements_of", "record_bench"]
@@ -113,7 +113,7 @@ def _predicted(check: LatencyCheck, folder: Path, fit: LatencyModel) -> LatencyC
     """``check`` with the plan's prediction for the folder's ONNX at its batch, input size, module and power mode."""
     from dataclasses import replace
 
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
     from edgebuild.targets.latency_graph import graph_cost_from_file
     from edgebuild.targets.profiles import load_catalog
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgebuild.runtime.device import DeviceFacts, module_matches
+from edgebuild.runtime.engines.device import DeviceFacts, module_matches
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult

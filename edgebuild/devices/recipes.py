@@ -19,9 +19,8 @@ from edgebuild.devices.placement import chosen_candidate, fallback_candidate, sh
 from edgebuild.errors import LimitError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.acceptance import ACCEPTANCE_FILE
-from edgebuild.runtime.files import atomic_write_bytes, atomic_writer
-from edgebuild.runtime.recipe import (
+from edgebuild.runtime.base.files import atomic_write_bytes, atomic_writer
+from edgebuild.runtime.base.recipe import (
     ENGINE_FILE,
     FALLBACK_FOLDER,
     ONNX_FILE,
@@ -32,6 +31,7 @@ from edgebuild.runtime.recipe import (
     RuntimeSettings,
     TensorSpec,
 )
+from edgebuild.runtime.engines.acceptance import ACCEPTANCE_FILE
 from edgebuild.targets.limits import LimitPreset, human_size
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """``edgebuild bench``: run the device-side bench runner here or over SSH, then report and compare.
 
-The measuring happens in ``edgebuild/runtime/bench.py`` (Python 3.8, on the device); this module
+The measuring happens in ``edgebuild/runtime/bench/bench.py`` (Python 3.8, on the device); this module
 starts it (a fresh process here, so the cold start is real; or ``edgebuild-device.pyz bench`` on
 an SSH device after copying the artifact there), and turns its versioned JSON into a table, a PNG
 plot and a comparison against a baseline run.
@@ -17,9 +17,9 @@ from typing import Any
 from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime import options as device_options
-from edgebuild.runtime.bench import SCHEMA
-from edgebuild.runtime.files import sha256_bytes
-from edgebuild.runtime.recipe import RECIPE_FILE, Recipe
+from edgebuild.runtime.base.files import sha256_bytes
+from edgebuild.runtime.base.recipe import RECIPE_FILE, Recipe
+from edgebuild.runtime.bench.bench import SCHEMA
 from edgebuild.text import Progress
 
 __all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",
@@ -150,7 +150,7 @@ def table(result: JsonObject) -> str:
     return "\n".join(lines)
 
 
-GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench_group
+GROUP_SCHEMA = "edgebuild.bench-group/1"  # edgebuild.runtime.bench.bench_group
 
 
 def sustained_lines(config: JsonObject, result: JsonObject) -> list[str]:

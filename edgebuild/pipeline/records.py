@@ -16,7 +16,7 @@ from edgebuild import __version__
 from edgebuild.content import changed_parts, digest, file_sha256
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 
 __all__ = ["load_stage_record"]
 

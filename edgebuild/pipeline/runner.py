@@ -245,7 +245,7 @@ def write_last_compile(report: CompileReport) -> Path:
     detail, seconds, error, record), what ``edgebuild report`` rebuilds the build report from."""
     import json
 
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     path = BuildLayout.of(report.work.project).last_compile
     path.parent.mkdir(parents=True, exist_ok=True)

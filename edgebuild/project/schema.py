@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.runtime.vision import DetectionParams
+from edgebuild.runtime.base.vision import DetectionParams
 
 __all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
            "ProjectSection", "RuntimeSection"]
@@ -500,7 +500,7 @@ class OtaSection(_Section):
     @field_validator("version")
     @classmethod
     def _semantic(cls, value: str) -> str:
-        from edgebuild.runtime import semver
+        from edgebuild.runtime.base import semver
 
         if semver.parse(value) is None:  # devices install only newer versions, compared as semver
             raise ValueError(f"must be a semantic version MAJOR.MINOR.PATCH[-prerelease][+build], found {value!r}")

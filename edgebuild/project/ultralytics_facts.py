@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime import semver
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.base import semver
+from edgebuild.runtime.base.vision import NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project

@@ -43,7 +43,7 @@ def write_report(build_dir: Path) -> dict[str, Path]:
     Returns the paths by kind (``html``, ``markdown``, ``junit``). Raises ConfigError when the
     build folder has no compile recorded.
     """
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     report = load(Path(build_dir))
     out = BuildLayout(Path(build_dir)).report

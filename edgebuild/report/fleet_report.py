@@ -72,7 +72,7 @@ class FleetRecord:
 
 
 def write_fleet_report(build_dir: Path) -> dict[str, Path]:
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     layout = BuildLayout(Path(build_dir))
     path = layout.fleet_record

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from edgebuild import __version__
 from edgebuild.errors import EdgebuildError
-from edgebuild.runtime import device, options
-from edgebuild.runtime.files import sha256_file
-from edgebuild.runtime.identity import ROOT_ENV
-from edgebuild.runtime.json_object import JsonObject
-from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON
+from edgebuild.runtime import options
+from edgebuild.runtime.base.files import sha256_file
+from edgebuild.runtime.base.identity import ROOT_ENV
+from edgebuild.runtime.base.json_object import JsonObject
+from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON
+from edgebuild.runtime.engines import device
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
@@ -51,7 +52,7 @@ def _build_engine(args: argparse.Namespace) -> JsonObject:
 
 
 def _inspect(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.engine_info import engines_json, inspect_path, render_engines
+    from edgebuild.runtime.engines.engine_info import engines_json, inspect_path, render_engines
 
     engines = inspect_path(args.path)
     _progress(render_engines(engines))  # the text on stderr; the JSON, as every command's, on stdout
@@ -59,7 +60,7 @@ def _inspect(args: argparse.Namespace) -> JsonObject:
 
 
 def _serve(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.server import serve
+    from edgebuild.runtime.serving.server import serve
 
     serve(args.artifact, host=args.host, port=args.port, grpc_port=args.grpc_port, backend=args.backend,
           warmup_budget_s=args.warmup_budget_s,
@@ -69,7 +70,7 @@ def _serve(args: argparse.Namespace) -> JsonObject:
 
 
 def _bench(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.bench import run_bench
+    from edgebuild.runtime.bench.bench import run_bench
 
     shapes: Dict[str, List[int]] = {}
     for item in args.shape or []:
@@ -80,7 +81,7 @@ def _bench(args: argparse.Namespace) -> JsonObject:
             from edgebuild.errors import ConfigError
 
             raise ConfigError("--shape {!r}: write NAME:CxHxW (the dims after the batch axis)".format(item)) from None
-    from edgebuild.runtime.group import is_group_folder
+    from edgebuild.runtime.base.group import is_group_folder
 
     settings = dict(backend=args.backend, batches=_ints(args.batch), concurrency=_ints(args.concurrency) or [1],
                     shapes=shapes or None, iterations=args.iterations, duration_s=args.duration, warmup=args.warmup,
@@ -88,7 +89,7 @@ def _bench(args: argparse.Namespace) -> JsonObject:
                     engine_cache=args.engine_cache, window=args.window, drift_warn_pct=args.drift_warn,
                     progress=_progress)
     if is_group_folder(args.artifact):  # every model alone, then all of them at once
-        from edgebuild.runtime.bench_group import run_group_bench
+        from edgebuild.runtime.bench.bench_group import run_group_bench
 
         return {"bench": run_group_bench(args.artifact, **settings)}
     return {"bench": run_bench(args.artifact, **settings)}
@@ -100,7 +101,7 @@ def _ints(text: Optional[str]) -> List[int]:
 
 def _ota_key(args: argparse.Namespace) -> Tuple[Optional["PublicKeyTypes"], Optional[JsonObject]]:
     """The verifying key and what the output says about it (file, type, fingerprint), or (None, None)."""
-    from edgebuild.runtime.bundle import load_verify_key
+    from edgebuild.runtime.ota.bundle import load_verify_key
 
     if not args.public_key:
         return None, None
@@ -111,7 +112,7 @@ def _ota_key(args: argparse.Namespace) -> Tuple[Optional["PublicKeyTypes"], Opti
 
 
 def _ota_verify(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.bundle import verify
+    from edgebuild.runtime.ota.bundle import verify
 
     key, described = _ota_key(args)
     manifest = verify(args.bundle, key, require_signature=not args.allow_unsigned, root=args.root,
@@ -122,7 +123,7 @@ def _ota_verify(args: argparse.Namespace) -> JsonObject:
 
 
 def _ota_install(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.ota import install
+    from edgebuild.runtime.ota.ota import install
 
     key, described = _ota_key(args)
     done = install(args.bundle, args.install_root, key, require_signature=not args.allow_unsigned, root=args.root,
@@ -132,7 +133,7 @@ def _ota_install(args: argparse.Namespace) -> JsonObject:
 
 
 def _evaluate(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.evaluate import evaluate_folder
+    from edgebuild.runtime.engines.evaluate import evaluate_folder
 
     detection = json.loads(args.detection) if args.detection else None
     result = evaluate_folder(args.artifact, Path(args.inputs), Path(args.out), backend=args.backend,
@@ -142,7 +143,7 @@ def _evaluate(args: argparse.Namespace) -> JsonObject:
 
 def _ota_rollback(args: argparse.Namespace) -> JsonObject:
     from edgebuild.errors import ConfigError
-    from edgebuild.runtime.ota import rollback, rollback_recorded
+    from edgebuild.runtime.ota.ota import rollback, rollback_recorded
 
     if args.state_file is not None and args.to is not None:
         raise ConfigError("ota-rollback: give --to or --state-file, not both")

@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from edgebuild.runtime.backends.select import BACKENDS, ENGINE_CACHE_ENV
+from edgebuild.runtime.engines.backends.select import BACKENDS, ENGINE_CACHE_ENV
+from edgebuild.runtime.serving.ports import GRPC_PORT
 
-__all__ = ["GRPC_PORT", "Option"]
-
-#: Triton's gRPC port: where ``serve`` answers KServe v2 over gRPC unless ``--grpc-port`` says otherwise
-GRPC_PORT = 8001
+__all__ = ["Option"]
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ from edgebuild.devices.ssh import device_tool_archive
 from edgebuild.errors import CapabilityMissing, ConfigError, ContainerError, EdgebuildError, LimitError, TargetError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.options import GRPC_PORT
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.serving.ports import GRPC_PORT
 from edgebuild.targets.limits import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 from edgebuild.text import Progress
@@ -451,7 +451,7 @@ class ContainerRecord:
 
 def _first_recipe(folder: Path) -> Recipe:
     """The recipe of a model folder, or of a group folder's first model (the group's target, limits and runtime)."""
-    from edgebuild.runtime.group import model_folders
+    from edgebuild.runtime.base.group import model_folders
 
     hint = "run `edgebuild compile` first (the engine stage writes build/engines/<group>/)"
     if not (folder / "recipe.json").is_file() and not (folder / "group.json").is_file():
@@ -462,7 +462,7 @@ def _first_recipe(folder: Path) -> Recipe:
 def _served_files(folder: Path, recipe: Recipe, engine: bool) -> list[str]:
     """The files the server reads, relative to ``folder``: a model folder's, or a group folder's manifest and
     every model's."""
-    from edgebuild.runtime.group import GROUP_FILE, GroupManifest, is_group_folder
+    from edgebuild.runtime.base.group import GROUP_FILE, GroupManifest, is_group_folder
 
     if not is_group_folder(folder):
         return recipe.file_names(engine=engine)

@@ -16,7 +16,7 @@ The container stage writes ``build/deepstream/<group>/`` for every group whose r
                                   start into the same name and reuses it after
     int8.calib                    an INT8 model only: see ``INT8_NOTE``
 
-A fleet group that runs several models (a group folder, ``edgebuild.runtime.group``) gets one set:
+A fleet group that runs several models (a group folder, ``edgebuild.runtime.base.group``) gets one set:
 its detector as the primary model (``config_infer_primary.txt``) and each classifier as a secondary
 model on the detector's objects (``config_infer_<model>.txt``, ``labels_<model>.txt``, its ONNX),
 as DeepStream runs a detector and a classifier of its crops; the app config names them all.
@@ -43,7 +43,7 @@ from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import EdgebuildError, ProfileDataError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.recipe import ENGINE_FILE, Recipe
+from edgebuild.runtime.base.recipe import ENGINE_FILE, Recipe
 
 __all__ = []
 
@@ -464,7 +464,7 @@ def _engine_fits(recipe: Recipe, folder: Path) -> str | None:
 def write_deepstream(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> DeepStreamRecord:
     """``out`` (``build/deepstream/<group>``): the nvinfer and deepstream-app configs, labels and model, or a
     record saying why DeepStream cannot run the group's model (and no folder)."""
-    from edgebuild.runtime.group import is_group_folder
+    from edgebuild.runtime.base.group import is_group_folder
 
     if is_group_folder(folder):
         return _write_group(folder, out, build_dir)
@@ -507,7 +507,7 @@ def write_deepstream(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
 
 def _write_group(folder: Path, out: Path, build_dir: Path) -> DeepStreamRecord:
     """One config set for a group's models: its detector primary, each classifier secondary on its objects."""
-    from edgebuild.runtime.group import model_folders
+    from edgebuild.runtime.base.group import model_folders
 
     models = {name: (path, Recipe.load(path)) for name, path in model_folders(folder).items()}
     for name, (path, recipe) in models.items():

@@ -1,6 +1,6 @@
 """What ships to a fleet group that runs several models: one folder, one container, one bundle.
 
-``ship_group`` writes ``build/groups/<group>/`` (``edgebuild.runtime.group``: ``group.json`` and a
+``ship_group`` writes ``build/groups/<group>/`` (``edgebuild.runtime.base.group``: ``group.json`` and a
 copy of every model's folder under ``models/<name>/``), then the group's container build context
 and run specs (one server for every model, the group's limit preset for the set) and its signed
 bundle and Mender artifact carrying every model, through the same writers a one-model project
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from edgebuild.content import atomic_output_dir
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
+from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ A Mender artifact is an uncompressed tar whose members come in a fixed order (Me
 Archives are written deterministically (fixed mtime, owner and mode), so the same inputs give
 the same bytes.
 
-Native bundles (for fleets without Mender) are described in ``edgebuild/runtime/bundle.py``;
-``edgebuild/runtime/ota.py`` verifies and installs them on the device; this module writes them.
+Native bundles (for fleets without Mender) are described in ``edgebuild/runtime/ota/bundle.py``;
+``edgebuild/runtime/ota/ota.py`` verifies and installs them on the device; this module writes them.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
-from edgebuild.runtime.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.files import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def write_bundle(out: Path, *, manifest: JsonObject, files: Mapping[str, bytes],
     here. With ``base`` (the manifest of the exact version this one replaces) the bundle is a
     delta: files whose hash is unchanged are listed ``from_base`` and not carried.
     """
-    from edgebuild.runtime.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, PAYLOAD, SIGNATURE
+    from edgebuild.runtime.ota.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, PAYLOAD, SIGNATURE
 
     entries = [_file_entry(name, files[name]) for name in sorted(files)]
     carried = [e["path"] for e in entries]
@@ -235,7 +235,7 @@ def write_bundle(out: Path, *, manifest: JsonObject, files: Mapping[str, bytes],
 def read_bundle_manifest(path: Path) -> JsonObject:
     """The manifest of a bundle (its first member), for ``--since``; the signature is checked on install."""
     from edgebuild.errors import BundleError
-    from edgebuild.runtime.bundle import MANIFEST, parse_manifest
+    from edgebuild.runtime.ota.bundle import MANIFEST, parse_manifest
 
     try:
         with tarfile.open(path, mode="r|gz") as tar:
@@ -258,7 +258,7 @@ def reference_outputs(artifact: Path, recipe: Recipe) -> bytes:
     """``reference.npz``: an input at the profile's min shape and the outputs ONNX Runtime gives for it."""
     import numpy as np
 
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     rng = np.random.default_rng(0)
     inputs = {name: rng.random(low, dtype=np.float32) for name, (low, _, _) in recipe.profiles.items()}
@@ -276,7 +276,7 @@ def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None 
     """(recipe, files) of one group: the servable model folder (or a group folder: its manifest and every
     model's folder, each with its health reference), the health reference and the run specs. The recipe
     returned is the model's, or the group's first model's (the target and module are the group's)."""
-    from edgebuild.runtime.group import GROUP_FILE, GroupManifest, is_group_folder
+    from edgebuild.runtime.base.group import GROUP_FILE, GroupManifest, is_group_folder
 
     if is_group_folder(artifact):
         manifest = GroupManifest.load(artifact)
@@ -297,7 +297,7 @@ def bundle_payload(artifact: Path, containers: Path | None, *, hint: str | None 
 
 
 def _model_payload(artifact: Path, hint: str | None) -> tuple[Recipe, dict[str, bytes]]:
-    from edgebuild.runtime.bundle import REFERENCE
+    from edgebuild.runtime.ota.bundle import REFERENCE
 
     recipe = Recipe.load(artifact, hint=hint)
     names = recipe.file_names(engine=recipe.shippable_engine and Recipe.has_engine(artifact))
@@ -368,7 +368,7 @@ def mender_keys(project: Shipped, name: str, version: str, group: str, l4t: str,
 
 def _group_models(folder: Path | None) -> list[JsonObject]:
     """A group folder's models as the bundle manifest and fleet.json list them (empty: a model folder)."""
-    from edgebuild.runtime.group import GroupManifest, is_group_folder
+    from edgebuild.runtime.base.group import GroupManifest, is_group_folder
 
     if folder is None or not is_group_folder(folder):
         return []

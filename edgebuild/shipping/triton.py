@@ -37,7 +37,7 @@ from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError, ProfileDataError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.runtime.recipe import ENGINE_FILE, Recipe
+from edgebuild.runtime.base.recipe import ENGINE_FILE, Recipe
 
 __all__ = []
 
@@ -155,8 +155,8 @@ class TritonRecord:
 def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> TritonRecord:
     """``out`` (``build/triton/<group>``): the model repository, a Dockerfile and run.sh for Triton
     (``recipe``: the folder's, where the caller has read it already). A group folder (several models,
-    ``edgebuild.runtime.group``) gives one repository with every model."""
-    from edgebuild.runtime.group import model_folders
+    ``edgebuild.runtime.base.group``) gives one repository with every model."""
+    from edgebuild.runtime.base.group import model_folders
 
     folders = model_folders(folder)
     recipes = {name: Recipe.load(path) for name, path in folders.items()}

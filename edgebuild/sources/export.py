@@ -333,7 +333,7 @@ def _attempt(project: Project, exporter: str, module: torch.nn.Module, args: tup
     when it does not is the exporter's own model run in ONNX Runtime. Returns the kept model's
     parity, whether it is onnxslim's, and what onnxslim did.
     """
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     export = _export_dynamo if exporter == "dynamo" else _export_torchscript
     try:

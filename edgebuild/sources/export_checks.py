@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import onnx
 
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends import Runner
+    from edgebuild.runtime.engines.backends import Runner
 
 __all__ = ["save_onnx"]
 
@@ -161,7 +161,7 @@ def output_tolerance(atol: float, want: np.ndarray) -> float:
 def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Runner) -> list[OutputParity]:
     """Every output at every shape within ``output_tolerance(atol, torch) + rtol * |torch|`` (the absolute
     part scaled by each output's own magnitude), run with an OnnxRuntimeRunner."""
-    from edgebuild.runtime.vision import NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import NMS_OUTPUTS
     from edgebuild.sources.nms_graph import detections_mismatch
 
     atol, rtol = project.export.atol, project.export.rtol
@@ -182,7 +182,7 @@ def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], ru
 
 def _check_parity(project: Project, reference: dict[str, tuple[dict, dict]], path: Path) -> list[OutputParity]:
     """Every output at every shape within the tolerance (``parity_results``); one error listing every mismatch."""
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     results = parity_results(project, reference, OnnxRuntimeRunner(path))
     bad = [r for r in results if not r.ok]

@@ -2,7 +2,7 @@
 
 A raw head is edgebuild's detection contract (``boxes [N, A, 4]`` xyxy in input pixels,
 ``scores [N, A, C]`` per-class probabilities). ``append_nms`` adds, with standard ONNX operators
-only, the same decode the host runs (``edgebuild.runtime.vision.decode_detections``): every
+only, the same decode the host runs (``edgebuild.runtime.base.vision.decode_detections``): every
 (anchor, class) pair above ``score_threshold`` is a candidate, the best ``pre_nms_top_k`` of them
 go through per-class NMS at ``nms_iou``, and the best ``max_detections`` survivors over all classes
 come out sorted by score. The outputs have static shapes, which TensorRT and DeepStream want:
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
+from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
 
 if TYPE_CHECKING:
     import onnx
@@ -53,8 +53,9 @@ __all__ = ["PREFIX", "answers_detections", "append_nms", "check_nms_settings",
            "nms_target_problem"]
 
 PREFIX = "edgebuild_nms/"
-#: NMS_OUTPUTS (runtime/vision.py): the order DeepStream's parser reads them (by index): count, boxes, scores, classes
-#: candidates the host's decode keeps before NMS (runtime/vision.py); more detections cannot come out
+#: NMS_OUTPUTS (runtime/base/vision.py): the order DeepStream's parser reads them (by index): count, boxes, scores,
+#: classes
+#: candidates the host's decode keeps before NMS (runtime/base/vision.py); more detections cannot come out
 PRE_NMS_TOP_K = DetectionParams().pre_nms_top_k
 #: TensorRT's TopK layer takes K <= 3840 (NvInfer.h ITopKLayer::setK, 8.5 to 10.x)
 TENSORRT_TOPK_MAX = 3840

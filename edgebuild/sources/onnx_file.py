@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import onnx
 
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -472,7 +472,7 @@ def describe_model(record: OnnxModelRecord) -> str:
 
 def onnx_runner(project: Project) -> OnnxRuntimeRunner:
     """ONNX Runtime (CPU) over ``model.source``: the route's FP32 reference backend."""
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     try:
         return OnnxRuntimeRunner(model_path(project))

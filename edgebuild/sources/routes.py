@@ -20,7 +20,7 @@ from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
-    from edgebuild.runtime.backends import Runner
+    from edgebuild.runtime.engines.backends import Runner
     from edgebuild.sources.entry_point import LastModelRun, ModelRecord, TorchRunner
     from edgebuild.sources.export import ExportRecord
     from edgebuild.sources.onnx_file import OnnxModelRecord

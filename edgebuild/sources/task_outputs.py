@@ -32,7 +32,7 @@ from edgebuild.project.schema import (
     PoseTask,
     SegmentationPostprocess,
 )
-from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS
+from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project

@@ -302,7 +302,7 @@ def append_top_k_adapter(proto: onnx.ModelProto, head: str, score_threshold: flo
     import numpy as np
     from onnx import TensorProto, helper
 
-    from edgebuild.runtime.vision import NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import NMS_OUTPUTS
 
     model, found = _copy_with_output(proto, head)
     graph = model.graph

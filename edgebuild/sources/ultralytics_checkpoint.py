@@ -117,7 +117,7 @@ def _facts(project: Project) -> UltralyticsFacts:
 def _outputs(project: Project) -> list[str]:
     task = project.task
     if _top_k(project):
-        from edgebuild.runtime.vision import NMS_OUTPUTS
+        from edgebuild.runtime.base.vision import NMS_OUTPUTS
 
         return list(NMS_OUTPUTS)
     if task.kind == "classification":

@@ -26,7 +26,7 @@ RUNTIME_PACKAGE = Path(__file__).resolve().parents[1] / "runtime"  # the device-
 
 def model_folder_key(inputs: CompileInputs) -> dict[str, str]:
     """The sha256 of every file of the group's model folder (recipe, ONNX, acceptance set, engine where built)."""
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     folder = model_folder(inputs)
     return Recipe.load(folder).file_hashes(folder)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.devices.farm import Farm
     from edgebuild.project.config import Project
-    from edgebuild.runtime.device import DeviceFacts
+    from edgebuild.runtime.engines.device import DeviceFacts
     from edgebuild.sources.entry_point import TorchRunner
 
 __all__ = ["CompileSession", "CompileSettings"]
@@ -61,7 +61,7 @@ class CompileSession:
         """This machine's TensorRT, GPU and Jetson facts, probed once."""
         with self._lock:
             if self._host is None:
-                from edgebuild.runtime.device import probe
+                from edgebuild.runtime.engines.device import probe
 
                 self._host = probe()
             return self._host

@@ -174,7 +174,7 @@ class PredictedLatency:
     def save(self, path: Path) -> None:
         import json
 
-        from edgebuild.runtime.files import atomic_write_text
+        from edgebuild.runtime.base.files import atomic_write_text
 
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(self.as_dict(), indent=2))

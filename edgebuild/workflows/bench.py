@@ -36,8 +36,8 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
     unlike run)."""
     from edgebuild.devices.remote_bench import bench_here, bench_over_ssh, check_remote_url, compare, load_result
     from edgebuild.errors import EdgebuildError
-    from edgebuild.runtime.group import is_group_folder
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.group import is_group_folder
+    from edgebuild.runtime.base.recipe import Recipe
 
     if artifact is None:
         artifact = compiled_artifact(project_dir, selector)
@@ -68,7 +68,7 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
 
 def check_durations(options: JsonObject) -> None:
     """``--duration`` and ``--window`` read as the device will read them, before anything is copied or run."""
-    from edgebuild.runtime.sustained import parse_duration
+    from edgebuild.runtime.bench.sustained import parse_duration
 
     parse_duration(options.get("duration"))
     parse_duration(options.get("window"), "--window")
@@ -102,7 +102,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     from edgebuild.devices.remote_bench import bench_over_ssh, fleet_summary
     from edgebuild.errors import ConfigError
     from edgebuild.project.layout import BuildLayout
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     work = load_work(project_dir, selector)
     project = work.project

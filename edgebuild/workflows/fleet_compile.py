@@ -246,7 +246,7 @@ def _write_record(fleet: Fleet, groups: list[GroupOutcome], path: Path) -> None:
     import json
 
     from edgebuild.report.fleet_report import FleetRecord
-    from edgebuild.runtime.files import atomic_write_text
+    from edgebuild.runtime.base.files import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     record = FleetRecord(fleet.name, tuple(g.record() for g in groups),

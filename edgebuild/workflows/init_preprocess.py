@@ -177,7 +177,7 @@ def _runner(project: Project) -> Any:
     from edgebuild.project.config import model_source_kind
 
     if model_source_kind(project)[0] == "onnx":
-        from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+        from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
         return OnnxRuntimeRunner(project.path(project.model.source or ""))
     from edgebuild.sources.torch_source import source_runner

@@ -26,7 +26,7 @@ from edgebuild.devices.measured_latency import LatencyCheck, measurements_of, re
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout, project_latency_files
-from edgebuild.runtime.files import atomic_write_text
+from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.targets.latency import (
     USER_WEIGHT,
     Calibration,
@@ -78,7 +78,7 @@ def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, so
         return []
     runs = [(artifact, result)]
     if result.get("schema") == BENCH_GROUP:
-        from edgebuild.runtime.group import model_folders
+        from edgebuild.runtime.base.group import model_folders
 
         folders = model_folders(artifact)
         runs = [(folders[name], alone) for name, alone in result["alone"].items() if name in folders]
@@ -119,7 +119,7 @@ def _results(path: Path) -> list[JsonObject]:
 def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: JsonObject) -> tuple[Path | None, list[Path]]:
     """The ONNX the result was measured with, found in the project's build by its sha256."""
     from edgebuild.errors import EdgebuildError
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     folders = [layout.engine(check.group)] + sorted(p for p in layout.fleet_group(check.group).glob("*")
                                                     if p.is_dir())

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LatencyPlan", "plan_latency", "plan_project"]
 
-#: the runtime's preprocessing (edgebuild.runtime.vision.preprocess: a bilinear resize by fancy
+#: the runtime's preprocessing (edgebuild.runtime.base.vision.preprocess: a bilinear resize by fancy
 #: indexing, the letterbox canvas, the normalisation, the CHW copy) counted as this many passes,
 #: each a read and a write, over the float32 input tensor ...
 PREPROCESS_PASSES = 20

@@ -92,7 +92,7 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
                    data: ValidationSet, progress: Progress = lambda _: None) -> JsonObject:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
     from edgebuild.devices.evaluation import evaluate_on_device
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     recipe = Recipe.load(folder)
     evaluation, answer = evaluate_on_device(project, folder, url, data=data, progress=progress)

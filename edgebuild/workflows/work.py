@@ -112,7 +112,7 @@ def compiled_folders(work: CompileWork) -> dict[str, Path]:
 
 
 def is_compiled(folder: Path) -> bool:
-    from edgebuild.runtime.recipe import RECIPE_FILE
+    from edgebuild.runtime.base.recipe import RECIPE_FILE
 
     return (folder / RECIPE_FILE).is_file()
 

@@ -3,7 +3,7 @@
     python train.py [--epochs 30] [--out weights/digits_classifier.pt]
 
 Deterministic (fixed seeds, 2 CPU threads); about half a minute on 2 cores.
-Every image, in training and in evaluation, goes through edgebuild.runtime.vision.preprocess.
+Every image, in training and in evaluation, goes through edgebuild.runtime.base.vision.preprocess.
 """
 
 import argparse
@@ -22,7 +22,7 @@ try:
     import edgebuild  # noqa: F401
 except ImportError:  # running from a source checkout without edgebuild installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-from edgebuild.runtime.vision import PreprocessSpec, preprocess, stack_batch, top_k  # noqa: E402
+from edgebuild.runtime.base.vision import PreprocessSpec, preprocess, stack_batch, top_k  # noqa: E402
 
 sys.path.insert(0, HERE)
 from digits_classifier import (  # noqa: E402

@@ -2,7 +2,7 @@
 
     python evaluate_fp32.py [--weights weights/shapes_detector.pt]
 
-Reads each PNG with PIL, preprocesses it with edgebuild.runtime.vision.preprocess (the same
+Reads each PNG with PIL, preprocesses it with edgebuild.runtime.base.vision.preprocess (the same
 function training and the device use), runs the model in batches, decodes with
 decode_detections, maps boxes back to the original image and scores with pycocotools.
 """
@@ -27,7 +27,7 @@ except ImportError:  # running from a source checkout without edgebuild installe
 
 from shapes_detector import INPUT_SIZE, MEAN, RESIZE, STD, build_model, prepare  # noqa: E402
 
-from edgebuild.runtime.vision import (  # noqa: E402
+from edgebuild.runtime.base.vision import (  # noqa: E402
     DetectionParams,
     PreprocessSpec,
     decode_detections,

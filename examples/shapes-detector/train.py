@@ -3,7 +3,7 @@
     python train.py            # about 6 minutes on 2 CPU cores, then evaluates on data/val
 
 Samples are rendered on the fly (shapes_detector.data.render_sample, seeded) and preprocessed
-with edgebuild.runtime.vision.preprocess exactly as evaluation and the device do. Assignment is
+with edgebuild.runtime.base.vision.preprocess exactly as evaluation and the device do. Assignment is
 task-aligned (TOOD / YOLOv8 style: top-k anchors inside each box ranked by score^a * IoU^b), the
 classification target is the normalised alignment (IoU-aware BCE) and boxes use GIoU + L1.
 The saved weights are an exponential moving average of the trained ones.
@@ -32,7 +32,7 @@ from evaluate_fp32 import evaluate  # noqa: E402
 from shapes_detector import INPUT_SIZE, MEAN, RESIZE, STD, build_model, prepare  # noqa: E402
 from shapes_detector.data import TRAIN_SEED, render_sample  # noqa: E402
 
-from edgebuild.runtime.vision import PreprocessSpec, preprocess  # noqa: E402
+from edgebuild.runtime.base.vision import PreprocessSpec, preprocess  # noqa: E402
 
 SPEC = PreprocessSpec(input_size=INPUT_SIZE, resize=RESIZE, mean=MEAN, std=STD)
 

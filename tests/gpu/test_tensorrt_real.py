@@ -15,8 +15,13 @@ import numpy as np
 import pytest
 
 from edgebuild.project.config import load_project
-from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-from edgebuild.runtime.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine, check_engine_compatible
+from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.runtime.engines.backends.tensorrt import (
+    BuildSettings,
+    TensorRTRunner,
+    build_engine,
+    check_engine_compatible,
+)
 from edgebuild.sources.export import export_model
 from tests.support.project import write_tiny_project
 

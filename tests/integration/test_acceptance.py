@@ -21,10 +21,10 @@ from onnx import numpy_helper
 from edgebuild.errors import BundleError
 from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
-from edgebuild.runtime.files import sha256_file
-from edgebuild.runtime.ota import health_check
-from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.server import Server
+from edgebuild.runtime.base.files import sha256_file
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.ota.ota import health_check
+from edgebuild.runtime.serving.server import Server
 from edgebuild.stages import compile_work
 from edgebuild.workflows.work import select_work
 from tests.support.project import EXAMPLES
@@ -80,7 +80,7 @@ def test_a_correct_model_folder_passes_its_acceptance_check(shapes_folder: Path)
 
 
 def test_the_health_check_of_a_correct_folder_passes(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.runtime.bundle import REFERENCE
+    from edgebuild.runtime.ota.bundle import REFERENCE
     from edgebuild.shipping.ota import reference_outputs
 
     folder = shutil.copytree(shapes_folder, tmp_path / "installed")  # as a bundle installs it: with its reference
@@ -115,7 +115,7 @@ def test_a_model_that_computes_something_else_is_not_served_and_fails_the_health
 
 
 def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.runtime.bundle import REFERENCE
+    from edgebuild.runtime.ota.bundle import REFERENCE
     from edgebuild.shipping.ota import reference_outputs
 
     damaged = _damaged_copy(shapes_folder, tmp_path / "damaged", noise=0.10)
@@ -137,7 +137,7 @@ def test_a_failing_engine_falls_back_to_the_bundles_fp16_recipe(shapes_folder: P
 
 
 def test_an_update_whose_engine_fails_acceptance_is_rolled_back(shapes_folder: Path, tmp_path: Path) -> None:
-    from edgebuild.runtime.ota import active_version, install
+    from edgebuild.runtime.ota.ota import active_version, install
     from edgebuild.shipping.ota import bundle_payload, write_bundle
     from tests.support.jetson import write_device_root
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli import main
-from edgebuild.runtime.bench import SCHEMA, run_bench
+from edgebuild.runtime.bench.bench import SCHEMA, run_bench
 from tests.support.runtime_artifacts import write_artifact
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -49,7 +49,7 @@ def test_bench_here_writes_table_json_and_plot(tmp_path: Path) -> None:
 def test_the_stopping_rule_says_why_it_stopped(tmp_path: Path) -> None:
     """A real model through run_bench: the result says which rule stopped it. Which one fires on this machine
     depends on how busy it is, so only the rule's word and its numbers are asserted here; the rule itself is
-    tested on samples with a clock the runner advances (tests/unit/runtime/test_bench.py)."""
+    tested on samples with a clock the runner advances (tests/unit/runtime/bench/test_bench.py)."""
     folder = write_artifact(tmp_path / "yard")
     quiet = dict(progress=lambda _: None, warmup=2, batches=[1])
     ruled = run_bench(folder, ci_pct=5.0, budget_s=2.0, min_iterations=20, **quiet)["configs"][0]

@@ -19,7 +19,7 @@ from edgebuild.accuracy.evaluate import ValidationSet, evaluate
 from edgebuild.cli import main
 from edgebuild.datasets.project_data import describe_data, prepare_data
 from edgebuild.project.config import load_project
-from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.export import choose_opset, export_model
 from edgebuild.targets.profiles import load_catalog
 from tests.support.project import EXAMPLES

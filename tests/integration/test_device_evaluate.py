@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from edgebuild.accuracy.evaluate import ValidationSet, evaluate
 from edgebuild.cli import main
 from edgebuild.project.config import load_project
-from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
 pytestmark = pytest.mark.ssh
 

@@ -15,7 +15,7 @@ from edgebuild.cli import main
 from edgebuild.errors import ExportError, ModelError
 from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
-from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.entry_point import load_model
 from edgebuild.sources.export import choose_opset, export_dir, export_model
 from edgebuild.sources.export_checks import ParityError, verify_onnx
@@ -62,7 +62,7 @@ def test_auto_tries_the_torchscript_exporter_first_and_keeps_its_valid_model(tin
 
 
 def _count_onnxruntime_sessions(monkeypatch) -> list[str]:
-    from edgebuild.runtime.backends import onnxruntime
+    from edgebuild.runtime.engines.backends import onnxruntime
 
     sessions: list[str] = []
     original = onnxruntime.OnnxRuntimeRunner.__init__

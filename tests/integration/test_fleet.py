@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from edgebuild.cli import main
 from edgebuild.errors import ConfigError
 from edgebuild.project.fleet_file import load_fleet
-from edgebuild.runtime.group import GroupManifest, model_folders
+from edgebuild.runtime.base.group import GroupManifest, model_folders
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def _compiled_group(camera_box: Path) -> Path:
 def _serving(folder: Path):
     import time
 
-    from edgebuild.runtime.server import Server
+    from edgebuild.runtime.serving.server import Server
 
     running = Server(folder, host="127.0.0.1", port=0, warmup_budget_s=1).start()
     deadline = time.time() + 90
@@ -219,8 +219,8 @@ def test_a_model_that_fails_its_acceptance_keeps_the_whole_group_not_ready(yard_
     import onnx
     from onnx import numpy_helper
 
-    from edgebuild.runtime.files import sha256_file
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.files import sha256_file
+    from edgebuild.runtime.base.recipe import Recipe
     from tests.support.runtime_artifacts import Client
 
     group = shutil.copytree(yard_cams[0], tmp_path / "group")

@@ -54,7 +54,7 @@ def _release(root: Path, version: str, since: Path | None = None) -> Path:
 
 def _with_broken_model(root: Path, artifact: Path, model: str, private: Path) -> Path:
     """The same release, validly signed, whose ``model`` no longer gives its health reference's output."""
-    from edgebuild.runtime.bundle import MANIFEST, PAYLOAD
+    from edgebuild.runtime.ota.bundle import MANIFEST, PAYLOAD
     from edgebuild.shipping.ota import load_bundle_key, mender_artifact, write_bundle
 
     bundle = artifact.with_suffix(".edgebundle")

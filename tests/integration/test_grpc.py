@@ -17,10 +17,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from edgebuild.errors import CapabilityMissing, ConfigError
-from edgebuild.runtime.group import GroupManifest, GroupModel
-from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.server import Server
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.base.group import GroupManifest, GroupModel
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.vision import NMS_OUTPUTS
+from edgebuild.runtime.serving.server import Server
 from tests.integration.test_kserve import _assert_detections, _host_raw, _images, detector  # noqa: F401
 from tests.support.runtime_artifacts import SHAPES, TARGET, Client, free_port, same_numbers, write_artifact
 
@@ -199,7 +199,7 @@ def test_a_group_folder_answers_every_model_over_grpc(tmp_path: Path) -> None:
 def test_a_raw_head_detector_answers_detections_over_grpc_as_over_http(detector) -> None:  # noqa: F811
     recipe, folder, servers, clients = detector
     array = _images(recipe, 2)
-    from edgebuild.runtime.vision import decode_outputs
+    from edgebuild.runtime.base.vision import decode_outputs
 
     host = decode_outputs(_host_raw(folder, array), dict(recipe.task.postprocess, in_model=False))
     running = Server(folder, host="127.0.0.1", port=0, grpc_port=0, warmup_budget_s=1).start()
@@ -310,7 +310,7 @@ def test_serve_without_grpc_port_falls_back_to_http_when_8001_is_taken(tmp_path:
     answers HTTP; SIGTERM then stops it cleanly."""
     import signal
 
-    from edgebuild.runtime.options import GRPC_PORT
+    from edgebuild.runtime.serving.ports import GRPC_PORT
 
     folder = write_artifact(tmp_path / "yard")
     port = free_port()
@@ -335,7 +335,7 @@ def test_serve_without_grpc_port_falls_back_to_http_when_8001_is_taken(tmp_path:
 def test_the_container_and_the_unit_publish_the_grpc_port(tmp_path: Path) -> None:
     import yaml
 
-    from edgebuild.runtime.options import GRPC_PORT
+    from edgebuild.runtime.serving.ports import GRPC_PORT
     from edgebuild.shipping.container import container_spec, run_args, systemd_unit, write_container
     from edgebuild.targets.limits import load_preset
     from edgebuild.targets.profiles import load_catalog

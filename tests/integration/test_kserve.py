@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from edgebuild.cli import main
-from edgebuild.runtime.recipe import Recipe, TensorSpec
-from edgebuild.runtime.server import Server
-from edgebuild.runtime.service import STAGES
-from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
+from edgebuild.runtime.base.recipe import Recipe, TensorSpec
+from edgebuild.runtime.base.vision import NMS_OUTPUTS, decode_outputs
+from edgebuild.runtime.serving.server import Server
+from edgebuild.runtime.serving.service import STAGES
 from tests.support.project import EXAMPLES
 from tests.support.runtime_artifacts import SHAPES, Client, write_artifact
 

@@ -158,7 +158,7 @@ def test_package_writes_artifacts_mender_accepts(tiny_project: Path, signed: boo
     """`edgebuild package` for a compiled group: its Mender artifact validates; its bundle is inside."""
     import json
 
-    from edgebuild.runtime.bundle import verify
+    from edgebuild.runtime.ota.bundle import verify
     from edgebuild.shipping.ota import package_group
 
     project, public = _compiled_tiny(tiny_project, signed)
@@ -200,7 +200,7 @@ def test_package_since_a_previous_release_writes_deltas(tiny_project: Path, tmp_
     entry = record.as_dict()
     assert entry["delta_over"] == "1.0.0" and entry["carried"] == 1 and entry["files"] == 3
 def _public(path: Path):
-    from edgebuild.runtime.bundle import load_public_key
+    from edgebuild.runtime.ota.bundle import load_public_key
 
     return load_public_key(path)
 

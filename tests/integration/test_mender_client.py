@@ -89,7 +89,7 @@ def _broken_release(root: Path, version: str, private: Path) -> Path:
     import tarfile
 
     from edgebuild.project.config import load_project
-    from edgebuild.runtime.bundle import MANIFEST, PAYLOAD, REFERENCE
+    from edgebuild.runtime.ota.bundle import MANIFEST, PAYLOAD, REFERENCE
     from edgebuild.shipping.ota import load_bundle_key, mender_artifact, mender_keys, write_bundle
 
     good = _release(root, version)

@@ -12,10 +12,10 @@ import onnx
 from click.testing import CliRunner
 
 from edgebuild.cli import main
-from edgebuild.runtime import acceptance
-from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.vision import NMS_OUTPUTS
+from edgebuild.runtime.engines import acceptance
+from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.nms_graph import is_nms_node
 
 

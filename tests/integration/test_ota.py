@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from edgebuild.errors import BundleError
-from edgebuild.runtime.bundle import verify
-from edgebuild.runtime.ota import active_version, install, rollback
+from edgebuild.runtime.ota.bundle import verify
+from edgebuild.runtime.ota.ota import active_version, install, rollback
 from edgebuild.shipping.ota import bundle_payload, write_bundle
 from tests.support.jetson import write_device_root
 from tests.support.runtime_artifacts import recipe_for, write_artifact
@@ -185,7 +185,7 @@ def test_a_process_killed_before_the_switch_leaves_the_previous_version_serving(
     pem.write_bytes(public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        "from edgebuild.runtime.bundle import load_public_key\nfrom edgebuild.runtime.ota import install\n"
+        "from edgebuild.runtime.ota.bundle import load_public_key\nfrom edgebuild.runtime.ota.ota import install\n"
         "install(Path(sys.argv[1]), Path(sys.argv[2]), load_public_key(Path(sys.argv[3])), root=Path(sys.argv[4]),\n"
         "        before_switch=lambda slot: os.kill(os.getpid(), 9))\n")
     done = subprocess.run([sys.executable, "-c", script, str(bundle), str(root), str(pem), str(device)],
@@ -376,8 +376,8 @@ def test_every_file_and_folder_is_on_disk_before_current_is_switched(
     bundle = _bundle(artifact, tmp_path / "v2.edgebundle", "2.0.0", key)
     pem = _pem(public, tmp_path / "public.pem")
     log = tmp_path / "strace.log"
-    script = ("import sys\nfrom pathlib import Path\nfrom edgebuild.runtime.bundle import load_public_key\n"
-              "from edgebuild.runtime.ota import install\n"
+    script = ("import sys\nfrom pathlib import Path\nfrom edgebuild.runtime.ota.bundle import load_public_key\n"
+              "from edgebuild.runtime.ota.ota import install\n"
               "install(Path(sys.argv[1]), Path(sys.argv[2]), load_public_key(Path(sys.argv[3])), "
               "root=Path(sys.argv[4]))\n")
     done = subprocess.run([shutil.which("strace"), "-f", "-y", "-qq", "-s", "4096", "-e", "signal=none", "-e",
@@ -427,8 +427,8 @@ def test_a_second_install_while_one_runs_is_refused_and_changes_nothing(
     second_bundle = _bundle(artifact, tmp_path / "v3.edgebundle", "3.0.0", key)
     ready, go = tmp_path / "ready", tmp_path / "go"
     script = (
-        "import sys, time\nfrom pathlib import Path\nfrom edgebuild.runtime.bundle import load_public_key\n"
-        "from edgebuild.runtime.ota import install\n"
+        "import sys, time\nfrom pathlib import Path\nfrom edgebuild.runtime.ota.bundle import load_public_key\n"
+        "from edgebuild.runtime.ota.ota import install\n"
         "ready, go = Path(sys.argv[5]), Path(sys.argv[6])\n"
         "def wait(slot):\n    ready.touch()\n    deadline = time.time() + 120\n"
         "    while not go.exists() and time.time() < deadline:\n        time.sleep(0.05)\n"
@@ -485,7 +485,7 @@ def _openssl(*args: str) -> None:
 @pytest.mark.parametrize("form", list(OPENSSL_KEYS))
 def test_bundles_signed_with_openssl_rsa_and_ec_keys_verify(tmp_path: Path, artifact: Path, device: Path,
                                                             form: str) -> None:
-    from edgebuild.runtime.bundle import load_verify_key
+    from edgebuild.runtime.ota.bundle import load_verify_key
     from edgebuild.shipping.ota import load_bundle_key
 
     private = tmp_path / f"{form}.pem"

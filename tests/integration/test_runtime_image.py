@@ -24,7 +24,7 @@ import onnxruntime as ort
 import pytest
 
 from edgebuild.errors import LimitError
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import (
     build_image,
     container_spec,

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from edgebuild.runtime.server import Server
+from edgebuild.runtime.serving.server import Server
 from tests.support.runtime_artifacts import (
     SHAPES,
     TARGET,

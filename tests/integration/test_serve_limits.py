@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.runtime.server import HTTP_LIMITS, Server
+from edgebuild.runtime.serving.server import HTTP_LIMITS, Server
 from tests.support.runtime_artifacts import SHAPES, Client, free_port, infer_body, write_artifact
 
 CONNECTIONS = 1000

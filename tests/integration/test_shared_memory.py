@@ -13,9 +13,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from edgebuild.runtime.protocol import BadRequest
-from edgebuild.runtime.server import Server
-from edgebuild.runtime.shared_memory import SystemSharedMemory
+from edgebuild.runtime.serving.protocol import BadRequest
+from edgebuild.runtime.serving.server import Server
+from edgebuild.runtime.serving.shared_memory import SystemSharedMemory
 from tests.support.nvidia_shared_memory import nvidia_shared_memory
 from tests.support.runtime_artifacts import SHAPES, Client, same_numbers, write_artifact
 

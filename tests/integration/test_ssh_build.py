@@ -22,7 +22,7 @@ from edgebuild.devices.engines import build_over_ssh, plan_engine
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.project.config import load_project
-from edgebuild.runtime.device import DeviceFacts
+from edgebuild.runtime.engines.device import DeviceFacts
 from edgebuild.workflows.work import select_work
 from tests.fakes.tensorrt_double import PLAN
 from tests.support.project import EXAMPLES, REPO

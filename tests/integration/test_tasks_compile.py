@@ -15,8 +15,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from edgebuild.cli import main
-from edgebuild.runtime.recipe import Recipe
-from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS
 from tests.support.task_datasets import obb_dataset, pose_dataset, segmentation_dataset
 
 MODELS = '''
@@ -197,8 +197,8 @@ class _Breaking:
 
 @pytest.mark.parametrize("kind", ["pose", "segmentation", "obb"])
 def test_the_acceptance_set_compares_what_the_task_adds_and_the_model_passes_its_own(compiled, kind: str) -> None:
-    from edgebuild.runtime import acceptance
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines import acceptance
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     root, _ = compiled(kind)
     folder = root / "build" / "engines" / "yard"
@@ -217,9 +217,9 @@ def test_the_acceptance_set_compares_what_the_task_adds_and_the_model_passes_its
 def test_an_acceptance_file_of_an_earlier_release_still_compares_the_boxes(compiled) -> None:
     """Before the task's own match, pose's file held detection's decode of its boxes and scores (kind detection)."""
     from edgebuild.errors import ModelError
-    from edgebuild.runtime import acceptance
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.runtime.vision import decode_outputs
+    from edgebuild.runtime.base.vision import decode_outputs
+    from edgebuild.runtime.engines import acceptance
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     root, _ = compiled("pose")
     folder = root / "build" / "engines" / "yard"
@@ -239,7 +239,7 @@ def test_an_acceptance_file_of_an_earlier_release_still_compares_the_boxes(compi
 
 
 def test_an_obb_acceptance_turns_boxes_upright_around_their_angle() -> None:
-    from edgebuild.runtime.acceptance import upright_boxes
+    from edgebuild.runtime.engines.acceptance import upright_boxes
 
     boxes = np.asarray([[[10.0, 20.0, 8.0, 2.0, 0.0], [10.0, 20.0, 8.0, 2.0, np.pi / 2]]], np.float32)
     got = upright_boxes({"boxes": boxes, "scores": np.ones((1, 2, 1))}, "boxes")
@@ -248,7 +248,7 @@ def test_an_obb_acceptance_turns_boxes_upright_around_their_angle() -> None:
 
 
 def test_the_server_answers_a_pose_model_s_raw_tensors(compiled) -> None:
-    from edgebuild.runtime.server import Server
+    from edgebuild.runtime.serving.server import Server
     from tests.support.runtime_artifacts import Client, infer_body
 
     root, _ = compiled("pose")
@@ -279,8 +279,8 @@ def test_the_device_side_evaluation_scores_the_task_as_the_host_does(compiled, t
     """What `validate --device` runs on the device (the raw outputs of every batch), scored here."""
     from edgebuild.accuracy.evaluate import ValidationSet, device_inputs, evaluate, score_device_results
     from edgebuild.project.config import load_project
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.runtime.evaluate import evaluate_folder
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.evaluate import evaluate_folder
 
     root, _ = compiled(kind)
     project = load_project(root)
@@ -295,8 +295,8 @@ def test_the_device_side_evaluation_scores_the_task_as_the_host_does(compiled, t
 
 
 def test_the_bench_times_the_server_s_decode_of_raw_outputs(compiled) -> None:
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.runtime.bench_request import measure_request
+    from edgebuild.runtime.bench.bench_request import measure_request
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
     root, _ = compiled("pose")
     folder = root / "build" / "engines" / "yard"
@@ -312,11 +312,11 @@ def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_g
     host's decode of the head, and the model folder ships it (docs/tasks.md, "On the device")."""
     from edgebuild.accuracy.evaluate import ValidationSet, device_inputs, score_device_results
     from edgebuild.project.config import load_project
-    from edgebuild.runtime import acceptance
-    from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.runtime.bench_request import measure_request
-    from edgebuild.runtime.evaluate import evaluate_folder
-    from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS
+    from edgebuild.runtime.bench.bench_request import measure_request
+    from edgebuild.runtime.engines import acceptance
+    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.engines.evaluate import evaluate_folder
 
     root = _project(tmp_path / "pose", "pose", "\n[task.postprocess]\nin_model = true\nmax_detections = 50\n")
     result = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin", "--ship-ungated",

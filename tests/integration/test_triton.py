@@ -13,7 +13,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from edgebuild.cli import main
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 
 
 def _parsed(path: Path) -> model_config_pb2.ModelConfig:

@@ -80,7 +80,7 @@ class MenderDevice:
         return self.ok("show-artifact").stdout.strip()
 
     def active_model(self) -> str | None:
-        from edgebuild.runtime.ota import active_version
+        from edgebuild.runtime.ota.ota import active_version
 
         return active_version(self.install_root)
 

@@ -17,8 +17,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from edgebuild.devices.recipes import onnx_outputs
-from edgebuild.runtime.files import sha256_file
-from edgebuild.runtime.recipe import Recipe, RecipeModule, RuntimeSettings
+from edgebuild.runtime.base.files import sha256_file
+from edgebuild.runtime.base.recipe import Recipe, RecipeModule, RuntimeSettings
 from edgebuild.targets.limits import load_preset
 from edgebuild.targets.profiles import load_catalog
 

@@ -68,7 +68,11 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 #: the layers, lowest first (docs/architecture.md): a module may import its own layer and those below
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild", "edgebuild.errors", "edgebuild._compat"),  # shared with the device
-    ("edgebuild.runtime",),  # the device side: Python 3.8 + numpy
+    ("edgebuild.runtime.base",),  # the device side (Python 3.8 + numpy): what its jobs and the build side share
+    ("edgebuild.runtime.engines",),
+    ("edgebuild.runtime.serving", "edgebuild.runtime.bench"),
+    ("edgebuild.runtime.ota",),  # its health check runs a model service
+    ("edgebuild.runtime",),  # the device command line: cli, options, __main__
     ("edgebuild.content", "edgebuild.datafiles", "edgebuild.jsontypes", "edgebuild.text"),  # build-host support
     ("edgebuild.targets",),
     ("edgebuild.project",),
@@ -110,8 +114,9 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 
 def test_the_layer_check_finds_an_upward_import() -> None:
-    graph = {"edgebuild.runtime.server": {"edgebuild.stages.engine"}, "edgebuild.stages.engine": {"edgebuild.errors"}}
-    assert upward_imports(graph) == ["edgebuild.runtime.server (layer edgebuild.runtime) imports "
+    graph = {"edgebuild.runtime.serving.server": {"edgebuild.stages.engine"},
+             "edgebuild.stages.engine": {"edgebuild.errors"}}
+    assert upward_imports(graph) == ["edgebuild.runtime.serving.server (layer edgebuild.runtime.serving) imports "
                                      "edgebuild.stages.engine (layer edgebuild.stages)"]
 
 

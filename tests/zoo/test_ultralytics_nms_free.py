@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli import main
-from edgebuild.runtime.vision import NMS_OUTPUTS
+from edgebuild.runtime.base.vision import NMS_OUTPUTS
 from tests.support.zoo import train_briefly
 from tests.zoo.test_ultralytics_source import _cocoeval, _shapes_dataset
 

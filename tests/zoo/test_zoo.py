@@ -102,7 +102,7 @@ def _through_every_stage(root: Path) -> dict[str, float]:
 
 
 def _serve_one(root: Path) -> None:
-    from edgebuild.runtime.server import Server
+    from edgebuild.runtime.serving.server import Server
 
     config = tomllib.loads((root / "edgebuild.toml").read_text())
     folder = root / "build" / "engines" / SERVED_GROUP

@@ -7,7 +7,7 @@ renders the synthetic data set and ``prepare(project_dir)`` writes the evaluatio
 from .data import CLASS_NAMES, prepare, render_sample
 from .model import build_model
 
-# Preprocessing the weights were trained with (edgebuild.runtime.vision.PreprocessSpec fields).
+# Preprocessing the weights were trained with (edgebuild.runtime.base.vision.PreprocessSpec fields).
 INPUT_SIZE = (160, 160)  # (height, width)
 RESIZE = "letterbox"
 MEAN = (0.5, 0.5, 0.5)

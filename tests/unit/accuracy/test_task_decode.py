@@ -21,7 +21,7 @@ from edgebuild.accuracy.task_decode import (
 from edgebuild.datasets.project_data import Sample
 from edgebuild.errors import ModelError
 from edgebuild.project.schema import ObbPostprocess, PosePostprocess, SegmentationPostprocess
-from edgebuild.runtime.vision import ImageTransform
+from edgebuild.runtime.base.vision import ImageTransform
 
 # a 64x32 image letterboxed into 64x64: scale 1, 16 pixels of padding above and below
 TRANSFORM = ImageTransform(scale_x=1.0, scale_y=1.0, pad_x=0.0, pad_y=16.0, original_width=64, original_height=32)

@@ -14,7 +14,7 @@ from edgebuild.accuracy.task_decode import InstanceCollector
 from edgebuild.datasets.project_data import Sample
 from edgebuild.errors import ModelError
 from edgebuild.project.schema import PosePostprocess, SegmentationPostprocess
-from edgebuild.runtime.vision import ImageTransform
+from edgebuild.runtime.base.vision import ImageTransform
 from edgebuild.sources.nms_graph import append_nms, check_nms_settings
 from tests.unit.sources.test_nms_graph_instances import _feeds, _head
 

@@ -24,7 +24,7 @@ from edgebuild.accuracy.task_metrics import (
     pose_metrics,
     segmentation_metrics,
 )
-from edgebuild.runtime.vision import ImageTransform, prototype_masks
+from edgebuild.runtime.base.vision import ImageTransform, prototype_masks
 from tests.support.zoo import import_torchvision
 
 ultralytics = pytest.importorskip("ultralytics", reason="the parity checks call Ultralytics' own metric functions "

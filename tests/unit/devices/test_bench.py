@@ -12,9 +12,9 @@ import pytest
 
 from edgebuild.devices.remote_bench import compare, request_lines
 from edgebuild.errors import ConfigError
-from edgebuild.runtime import vision
-from edgebuild.runtime.bench_request import jpeg_codec, measure_request, synthetic_frame
-from edgebuild.runtime.recipe import Recipe, RecipeTask
+from edgebuild.runtime.base import vision
+from edgebuild.runtime.base.recipe import Recipe, RecipeTask
+from edgebuild.runtime.bench.bench_request import jpeg_codec, measure_request, synthetic_frame
 
 
 def _result(p50: float, ips: float, mode: str | None = "MAXN", engine: str = "aa") -> dict:

@@ -14,7 +14,7 @@ from edgebuild.devices.engines import plan_engine
 from edgebuild.devices.placement import decide_placement
 from edgebuild.errors import LimitError
 from edgebuild.project.config import load_project
-from edgebuild.runtime.device import DeviceFacts
+from edgebuild.runtime.engines.device import DeviceFacts
 from edgebuild.targets.profiles import load_catalog
 from edgebuild.workflows.work import select_work
 from tests.fakes.tensorrt_double import make_tensorrt
@@ -129,7 +129,7 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
 def _recorded_device(reference: float, retention: dict[str, float], calls: list[str]):
     """A device evaluation that gives each candidate a recorded retention (the plumbing test is test_ssh_build)."""
     from edgebuild.accuracy.evaluate import Evaluation
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     def evaluate(project, folder, url, data=None, backend="auto", progress=None):
         assert backend == "tensorrt"
@@ -144,7 +144,7 @@ def _recorded_device(reference: float, retention: dict[str, float], calls: list[
 def _built_there(monkeypatch: pytest.MonkeyPatch, trt) -> None:
     """Builds "on the device" go to the TensorRT double here (test_ssh_build runs the real SSH path)."""
     import edgebuild.devices.engines as engine
-    from edgebuild.runtime.device import build_from_recipe
+    from edgebuild.runtime.engines.device import build_from_recipe
 
     monkeypatch.setattr(engine, "build_over_ssh", lambda recipe_path, url, progress=None: build_from_recipe(
         recipe_path, HOST_CHECK, verify_device=False, trt=trt))
@@ -154,7 +154,7 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
         example_copy, monkeypatch: pytest.MonkeyPatch) -> None:
     from edgebuild.devices.acceptance import build_and_accept
     from edgebuild.devices.placement import candidate_order
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
     from edgebuild.stages.engine import refusal
 
     project, gate = _gated(example_copy("digits-classifier"))
@@ -218,7 +218,7 @@ def test_only_engines_that_ship_are_measured(example_copy) -> None:
 
 
 def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> None:
-    from edgebuild.runtime.recipe import Recipe
+    from edgebuild.runtime.base.recipe import Recipe
 
     project, gate = _gated(example_copy("digits-classifier"))
     group = select_work(project, "sorters").groups[0]

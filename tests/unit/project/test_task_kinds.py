@@ -88,7 +88,7 @@ def test_obb_outputs_are_checked_as_rotated_boxes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text, kind", [(POSE, "pose"), (SEGMENTATION, "segmentation")])
 def test_pose_and_segmentation_take_nms_inside_and_know_its_outputs(tmp_path: Path, text: str, kind: str) -> None:
-    from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS
     from edgebuild.sources.task_outputs import in_model_outputs
 
     project = _load(tmp_path, text.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n"
@@ -107,7 +107,7 @@ def test_pose_and_segmentation_take_nms_inside_and_know_its_outputs(tmp_path: Pa
 
 @pytest.mark.parametrize("text", [POSE, SEGMENTATION, OBB])
 def test_the_server_may_decode_every_instance_task_s_raw_outputs_by_default(tmp_path: Path, text: str) -> None:
-    """``[runtime] detections = true``: the server's decode (runtime/task_decode.py) as the default answer."""
+    """``[runtime] detections = true``: the server's decode (runtime/base/task_decode.py) as the default answer."""
     assert _load(tmp_path, text + "\n[runtime]\ndetections = true\n").runtime.detections
     with_nms = text.replace("[task.postprocess]\n", "[task.postprocess]\nin_model = true\n") \
         if "[task.postprocess]\n" in text else text + "\n[task.postprocess]\nin_model = true\n"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from edgebuild.errors import ConfigError, TargetError
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import (
     ENGINE_CACHE,
     RUNTIME_UID,

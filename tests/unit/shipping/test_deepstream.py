@@ -10,8 +10,8 @@ import pytest
 
 from edgebuild.devices.recipes import recipe_task
 from edgebuild.project.config import load_project
-from edgebuild.runtime.recipe import ENGINE_FILE, ENGINE_JSON, Recipe, TensorSpec
-from edgebuild.runtime.vision import NMS_OUTPUTS, PreprocessSpec, preprocess
+from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, Recipe, TensorSpec
+from edgebuild.runtime.base.vision import NMS_OUTPUTS, PreprocessSpec, preprocess
 from edgebuild.shipping.deepstream import (
     APP_CONFIG,
     INFER_CONFIG,

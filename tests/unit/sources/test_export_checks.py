@@ -102,7 +102,7 @@ def test_parity_still_fails_a_real_divergence_at_pixel_scale_and_at_logit_scale(
 def test_detections_parity_scales_the_boxes_tolerance_and_not_the_scores() -> None:
     import numpy as np
 
-    from edgebuild.runtime.vision import NMS_OUTPUTS
+    from edgebuild.runtime.base.vision import NMS_OUTPUTS
     from edgebuild.sources.nms_graph import detections_mismatch
 
     count, boxes, scores, classes = NMS_OUTPUTS

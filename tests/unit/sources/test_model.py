@@ -14,7 +14,7 @@ from edgebuild.cli import main
 from edgebuild.errors import ModelError
 from edgebuild.project.config import Project, load_project
 from edgebuild.project.schema import ClassificationTask
-from edgebuild.runtime.vision import decode_outputs
+from edgebuild.runtime.base.vision import decode_outputs
 from edgebuild.sources.entry_point import (
     TorchRunner,
     check_model,

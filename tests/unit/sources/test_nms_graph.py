@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.vision import (
+from edgebuild.runtime.base.vision import (
     DetectionParams,
     ImageTransform,
     PreprocessSpec,

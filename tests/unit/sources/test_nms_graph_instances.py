@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 from edgebuild.accuracy.task_decode import decode_instances
 from edgebuild.errors import ConfigError, ModelError
-from edgebuild.runtime.task_decode import instances_in_model
-from edgebuild.runtime.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
+from edgebuild.runtime.base.task_decode import instances_in_model
+from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
 from edgebuild.sources.nms_graph import NmsSettings, append_nms, check_nms_settings, is_nms_node, nms_target_problem
 from edgebuild.targets.preflight import BLOCKING, check_target
 from edgebuild.targets.profiles import SelectedGroup, load_catalog

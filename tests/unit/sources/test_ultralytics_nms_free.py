@@ -15,7 +15,7 @@ from edgebuild.project.ultralytics_facts import (
     facts_from_props,
     fill_raw_defaults,
 )
-from edgebuild.runtime.vision import NMS_OUTPUTS, decode_outputs
+from edgebuild.runtime.base.vision import NMS_OUTPUTS, decode_outputs
 from edgebuild.sources.nms_graph import answers_detections, append_nms, check_nms_settings
 from edgebuild.sources.ultralytics import append_top_k_adapter, top_k_output
 

@@ -19,8 +19,8 @@ from edgebuild.errors import ConfigError
 from edgebuild.project.layout import project_latency_files
 from edgebuild.report.build_report import from_compile
 from edgebuild.report.markdown import to_markdown
-from edgebuild.runtime.bench import run_bench
-from edgebuild.runtime.recipe import Recipe
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.bench.bench import run_bench
 from edgebuild.workflows.latency_calibrate import calibrate_project, project_fit, record_measured
 from edgebuild.workflows.latency_plan import plan_latency
 from tests.support.runtime_artifacts import recipe_for

@@ -1,0 +1,373 @@
+"""The recipe of a model folder: the one contract between the build host and the device.
+
+``edgebuild compile``'s engine stage writes a model folder per fleet group
+(``build/engines/<group>/``): ``recipe.json`` (this record), the selected ONNX, and where the
+engine was built ``engine.plan`` with its metadata ``engine.json``. The container and package
+stages, the SSH builder, the device's engine builder, server, bench runner and OTA health check
+all read the folder through :meth:`Recipe.load`, which checks every field once and says which
+file and field are wrong, so nothing downstream reads a dict by string key.
+
+``schema`` names the recipe format; a folder written by an edgebuild with another format is
+refused with a message saying so, rather than failing later on a missing key.
+
+Python 3.8, standard library only.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import json
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
+
+from edgebuild.errors import ConfigError
+from edgebuild.runtime.base.files import atomic_write_text, sha256_file
+from edgebuild.runtime.base.json_object import JsonObject
+
+__all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeModule",
+           "RecipeTask", "RuntimeSettings", "TensorSpec"]
+
+RECIPE_SCHEMA = "edgebuild.recipe/1"
+RECIPE_FILE = "recipe.json"
+ONNX_FILE = "model.onnx"
+ENGINE_FILE = "engine.plan"
+ENGINE_JSON = "engine.json"
+#: the acceptance set the server runs before it serves (runtime/engines/acceptance.py)
+ACCEPTANCE_FILE = "acceptance.npz"
+#: the subfolder of a first-boot folder holding the recipe the device falls back to (FP16)
+FALLBACK_FOLDER = "fallback"
+#: the precisions an engine is built at (the device contract owns them; the TensorRT backend reads them)
+PRECISIONS = ("fp32", "fp16", "int8")
+
+_REBUILD = "rebuild the model folder with this edgebuild: `edgebuild compile --force --target GROUP`"
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """The project's ``[runtime]`` settings the server starts with."""
+
+    warmup_budget_s: float
+    port: int
+    max_batch_size: int
+    max_queue_delay_ms: float
+    #: raw outputs (a detector's head, a pose, segmentation or OBB model's): the server decodes and answers
+    #: detections by default (``[runtime] detections``; a request chooses with ``parameters.detections``)
+    detections: bool = False
+
+
+@dataclass(frozen=True)
+class RecipeModule:
+    """The Jetson module the recipe targets, as the device check and the OTA compatibility need it."""
+
+    id: str
+    name: str
+    compute_capability: str
+    #: device-tree compatible strings: the module's boards first, the SoC (shared by a family) last
+    compatible: List[str]
+
+
+#: what a model's outputs are: NMS inside (``NMS_OUTPUTS``), a detector's raw head, a classifier's logits, a
+#: pose, segmentation or OBB model's outputs (raw: the server decodes them where asked, ``task_decode``; or pose's
+#: and segmentation's detections with NMS inside, ``postprocess["in_model"]``)
+OUTPUT_FORMS = ("nms", "raw_head", "logits", "raw")
+
+
+@dataclass(frozen=True)
+class RecipeTask:
+    """What the model's outputs mean and how an image becomes its input: for the server's decode,
+    the bench's per-stage timing and the DeepStream config."""
+
+    kind: str  # detection | classification | pose | segmentation | obb
+    classes: List[str]
+    #: one of OUTPUT_FORMS
+    outputs: str
+    #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``;
+    #: "raw": the task's ``[task.postprocess]`` (output names, thresholds) for the application's decode
+    postprocess: JsonObject
+    #: ``edgebuild.runtime.base.vision.PreprocessSpec``'s fields
+    preprocess: JsonObject
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model output as the KServe v2 metadata gives it: datatype and shape (-1 for a dynamic axis)."""
+
+    datatype: str
+    shape: List[int]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one fleet group's model folder holds and how its engine is built."""
+
+    group: str
+    model_name: str
+    model_version: str
+    runtime: RuntimeSettings
+    target: str
+    #: ``local``, ``ssh://user@host``, ``host-check`` or ``deferred`` (see edgebuild/devices/engine.py)
+    placement: str
+    placement_reason: str
+    shippable_engine: bool
+    #: the ONNX file's name inside the folder
+    onnx: str
+    onnx_sha256: str
+    #: the TensorRT builder precision: fp32, fp16 or int8
+    precision: str
+    #: the gate candidate it came from (``int8``, ``int8-mixed``, ...)
+    candidate: str
+    kept_fp32: List[str]
+    retention: float
+    accuracy_backend: str
+    #: input name -> [min_shape, opt_shape, max_shape]
+    profiles: Dict[str, List[List[int]]]
+    #: the preset's TensorRT memory-pool limit
+    workspace_bytes: int
+    #: the group's cgroup limit preset (``edgebuild.targets.limits.LimitPreset.as_dict()``)
+    limits: JsonObject
+    dla_core: Optional[int]
+    timing_cache: str
+    module: RecipeModule
+    jetpack: str
+    l4t: str
+    l4t_accepted: List[str]
+    tensorrt: str
+    #: the acceptance set the server runs before it serves (``runtime/engines/acceptance.py``), and its sha256
+    acceptance: Optional[str] = None
+    acceptance_sha256: Optional[str] = None
+    #: a first-boot folder's fallback (``FALLBACK_FOLDER``: a recipe of its own, FP16, with its
+    #: ONNX and acceptance set), served when this recipe's engine fails its acceptance set
+    fallback: Optional[str] = None
+    fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
+    #: an engine built on a device: its metric measured there by the compile (edgebuild.devices.engine.Acceptance)
+    accepted: Optional[JsonObject] = None
+    #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
+    outputs: Optional[Dict[str, TensorSpec]] = None
+    #: what the outputs mean (a folder written before it existed: None, raw tensors only)
+    task: Optional[RecipeTask] = None
+    schema: str = RECIPE_SCHEMA
+
+    # -- the folder ------------------------------------------------------------------------------
+
+    def file_names(self, engine: bool = True) -> List[str]:
+        """The folder's files: the recipe and the ONNX, and with ``engine`` the plan and its metadata."""
+        names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
+        if self.fallback:  # the fallback recipe is deferred: it never holds an engine
+            names += ["{}/{}".format(self.fallback, n) for n in (RECIPE_FILE, ONNX_FILE, ACCEPTANCE_FILE)]
+        if engine:
+            names += [ENGINE_FILE, ENGINE_JSON]
+        return names
+
+    def model_files(self, folder: Union[str, Path], engine: bool = True) -> Dict[str, Path]:
+        """Those of :meth:`file_names` that exist in ``folder``, by name."""
+        found = {name: Path(folder) / name for name in self.file_names(engine)}
+        return {name: path for name, path in found.items() if path.is_file()}
+
+    def file_hashes(self, folder: Union[str, Path]) -> Dict[str, str]:
+        """sha256 of the folder's files that decide what runs (those of :meth:`model_files`), by name."""
+        return {name: sha256_file(path) for name, path in sorted(self.model_files(folder).items())}
+
+    @staticmethod
+    def has_engine(folder: Union[str, Path]) -> bool:
+        return (Path(folder) / ENGINE_FILE).is_file() and (Path(folder) / ENGINE_JSON).is_file()
+
+    def verify_files(self, folder: Union[str, Path]) -> None:
+        """Check the folder's model files against the hashes they were written with, before anything loads.
+
+        The ONNX must be the one the recipe names (``onnx_sha256``) and an engine plan the one its
+        ``engine.json`` describes (``plan_sha256``). Raises BundleError naming the file: a damaged or
+        swapped model is never served, benchmarked or built from.
+        """
+        from edgebuild.errors import BundleError
+
+        folder = Path(folder)
+        onnx_path = folder / self.onnx
+        if not onnx_path.is_file():
+            raise BundleError("{}: {} is missing".format(folder, self.onnx), hint=_REBUILD)
+        if sha256_file(onnx_path) != self.onnx_sha256:
+            raise BundleError("{}: {} does not match the onnx_sha256 of {} (the file was changed or damaged "
+                              "after the recipe was written)".format(folder, self.onnx, RECIPE_FILE), hint=_REBUILD)
+        if self.acceptance and (not (folder / self.acceptance).is_file()
+                                or sha256_file(folder / self.acceptance) != self.acceptance_sha256):
+            raise BundleError("{}: {} is missing or does not match the acceptance_sha256 of {}".format(
+                folder, self.acceptance, RECIPE_FILE), hint=_REBUILD)
+        if self.fallback and (not (folder / self.fallback / RECIPE_FILE).is_file()
+                              or sha256_file(folder / self.fallback / RECIPE_FILE) != self.fallback_sha256):
+            raise BundleError("{}: {}/{} is missing or does not match the fallback_sha256 of {}".format(
+                folder, self.fallback, RECIPE_FILE, RECIPE_FILE), hint=_REBUILD)
+        if Recipe.has_engine(folder):
+            try:
+                expected = json.loads((folder / ENGINE_JSON).read_text()).get("plan_sha256")
+            except ValueError as exc:
+                raise BundleError("{}: {} is not JSON ({})".format(folder, ENGINE_JSON, exc), hint=_REBUILD) from None
+            if expected and sha256_file(folder / ENGINE_FILE) != expected:
+                raise BundleError("{}: {} does not match the plan_sha256 of {}".format(folder, ENGINE_FILE,
+                                                                                      ENGINE_JSON), hint=_REBUILD)
+
+    def compatibility(self) -> JsonObject:
+        """What a device must be to run this folder (the OTA manifest's ``compatibility``)."""
+        module = self.module
+        return {"module": {"id": module.id, "name": module.name, "compatible": list(module.compatible)},
+                "l4t_accepted": list(self.l4t_accepted), "jetpack": self.jetpack}
+
+    # -- reading and writing ---------------------------------------------------------------------
+
+    def to_dict(self) -> JsonObject:
+        data = asdict(self)
+        return dict(schema=data.pop("schema"), **data)
+
+    def save(self, folder: Union[str, Path]) -> Path:
+        """Write ``recipe.json`` into ``folder`` atomically; the record is checked as a reader would first."""
+        path = Path(folder) / RECIPE_FILE
+        data = self.to_dict()
+        Recipe.from_dict(data, source=str(path))
+        atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, folder_or_path: Union[str, Path], hint: Optional[str] = None) -> "Recipe":
+        """The recipe of a model folder (or of a ``recipe.json`` path), checked field by field.
+
+        Raises ConfigError naming the file and what is wrong: no such file, not JSON, a recipe of
+        another edgebuild (``schema``), a missing, unknown or mistyped field. ``hint`` replaces the
+        default advice for a missing file.
+        """
+        path = Path(folder_or_path)
+        if not path.is_file() and path.name != RECIPE_FILE:
+            path = path / RECIPE_FILE
+        if not path.is_file():
+            raise ConfigError("{}: no {} here; use a model folder `edgebuild compile` wrote for a fleet group "
+                              "(build/engines/<group>/)".format(path.parent, RECIPE_FILE),
+                              hint=hint or "run `edgebuild compile` for that group first")
+        try:
+            data = json.loads(path.read_text())
+        except UnicodeDecodeError as exc:
+            raise ConfigError("{}: not a text file ({})".format(path, exc), hint=_REBUILD) from None
+        except ValueError as exc:
+            raise ConfigError("{}: not valid JSON ({}); the file is truncated or was edited by hand".format(
+                path, exc), hint=_REBUILD) from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: object, source: str = "recipe") -> "Recipe":
+        """A recipe from its JSON object; ``source`` (the file) starts every error message."""
+        if not isinstance(data, dict):
+            raise ConfigError("{}: not a recipe (a JSON {}, not an object)".format(source, type(data).__name__),
+                              hint=_REBUILD)
+        schema = data.get("schema")
+        if schema != RECIPE_SCHEMA:
+            found = "has no schema field (an edgebuild before recipe schemas wrote it)" if schema is None \
+                else "is schema {!r}".format(schema)
+            raise ConfigError("{}: the recipe {}; this edgebuild reads {!r}".format(source, found, RECIPE_SCHEMA),
+                              hint=_REBUILD + ", or serve it with the edgebuild-device.pyz built with it")
+        try:
+            recipe = _build(cls, data, "")
+            _check_values(recipe)
+        except _FieldError as exc:
+            raise ConfigError("{}: {}".format(source, exc), hint=_REBUILD) from None
+        return recipe
+
+
+# -- checking ---------------------------------------------------------------------------------
+
+class _FieldError(Exception):
+    pass
+
+
+def _join(where: str, name: str) -> str:
+    return "{}.{}".format(where, name) if where else name
+
+
+def _build(cls: Any, data: Any, where: str) -> Any:
+    """An instance of the dataclass ``cls`` from a JSON object, each field checked against its type."""
+    if not isinstance(data, dict):
+        raise _FieldError("field {!r} must be an object, not {}".format(where, _shown(data)))
+    known = {f.name: f for f in fields(cls)}
+    required = [name for name, f in known.items() if f.default is MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise _FieldError("field{} {} missing".format(
+            "s" if len(missing) > 1 else "", ", ".join(repr(_join(where, m)) for m in missing)
+            + (" are" if len(missing) > 1 else " is")))
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise _FieldError("unknown field{} {}".format("s" if len(unknown) > 1 else "",
+                                                      ", ".join(repr(_join(where, u)) for u in unknown)))
+    hints = get_type_hints(cls)
+    return cls(**{name: _value(data[name], hints[name], _join(where, name)) for name in known if name in data})
+
+
+def _value(value: Any, hint: Any, where: str) -> Any:
+    if is_dataclass(hint):
+        return _build(hint, value, where)
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Union:  # Optional[X]
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _value(value, inner[0], where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _mistyped(where, value, "a list")
+        return [_value(v, args[0], "{}[{}]".format(where, i)) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _mistyped(where, value, "an object")
+        return {k: _value(v, args[1], _join(where, k)) for k, v in value.items()}
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _mistyped(where, value, "true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _mistyped(where, value, "a whole number")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _mistyped(where, value, "a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise _mistyped(where, value, "a string")
+        return value
+    raise TypeError("recipe field {} has a type the reader does not know: {}".format(where, hint))  # a bug
+
+
+def _mistyped(where: str, value: object, expected: str) -> _FieldError:
+    return _FieldError("field {!r} must be {}, not {}".format(where, expected, _shown(value)))
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_values(recipe: Recipe) -> None:
+    """What the types alone do not say: the precision, the profiles' shapes, the runtime settings."""
+    if recipe.precision not in PRECISIONS:
+        raise _FieldError("field 'precision' is {!r}, not one of {}".format(recipe.precision, ", ".join(PRECISIONS)))
+    if not recipe.profiles:
+        raise _FieldError("field 'profiles' names no input")
+    for name, shapes in recipe.profiles.items():
+        where = _join("profiles", name)
+        if len(shapes) != 3 or len({len(s) for s in shapes}) != 1 or not shapes[0]:
+            raise _FieldError("field {!r} must be [min_shape, opt_shape, max_shape] of one rank, not {}".format(
+                where, _shown(shapes)))
+        low, opt, high = shapes
+        if any(not 1 <= lo <= o <= hi for lo, o, hi in zip(low, opt, high)):
+            raise _FieldError("field {!r}: every dimension needs 1 <= min <= opt <= max, not {}".format(
+                where, _shown(shapes)))
+    if recipe.task is not None and recipe.task.outputs not in OUTPUT_FORMS:
+        raise _FieldError("field 'task.outputs' is {!r}, not one of {}".format(recipe.task.outputs,
+                                                                              ", ".join(OUTPUT_FORMS)))
+    runtime = recipe.runtime
+    if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
+        raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "
+                          "warmup_budget_s > 0, not {}".format(_shown(asdict(runtime))))
+
+
+def recipe_of(recipe: Union[Recipe, JsonObject]) -> Recipe:
+    """A Recipe from a Recipe or from its dict (for callers that still hold the JSON)."""
+    return recipe if isinstance(recipe, Recipe) else Recipe.from_dict(dict(recipe))

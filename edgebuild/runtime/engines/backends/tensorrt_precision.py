@@ -1,0 +1,100 @@
+"""Where a TensorRT engine's precision comes from: builder flags, or the ONNX graph itself.
+
+Weakly typed (TensorRT 8.5 to 10.x, the default there): the network is created without
+STRONGLY_TYPED and ``BuilderFlag.FP16`` / ``BuilderFlag.INT8`` let TensorRT pick lower-precision
+kernels; an INT8 build reads its scales from the ONNX's Q/DQ nodes (no calibrator).
+
+Strongly typed (always from TensorRT 11, which removed every precision builder flag and the
+calibrators; on request from 10.0, which added the creation flag): every tensor keeps the type the
+ONNX gives it, so the ONNX must already be the precision asked for. An INT8 build needs
+QuantizeLinear/DequantizeLinear nodes (edgebuild's INT8 candidates have them) and an FP16 build
+needs FP16 tensors (edgebuild's FP16 candidate is the model converted to FP16 with FP32 I/O).
+Layers an INT8 candidate leaves without Q/DQ run in FP32 here, not FP16 as with the flags.
+
+Sources: TensorRT 11.x migration guide, "Removed Python APIs and Replacements" (BuilderFlag.FP16,
+INT8, ..., IBuilderConfig.int8_calibrator) and "Strongly Typed Networks Are Now Required"; NVIDIA's
+trt-strong-typing-migration skill (the STRONGLY_TYPED flag is "accepted but ignored" on 11.x,
+required on 10.x); the API listings in tests/fakes/tensorrt-api/ (11.4: no EXPLICIT_BATCH, no
+BuilderFlag.FP16/INT8, no IInt8Calibrator classes).
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+# (typing.Set on purpose: this file must run on Python 3.8)
+
+from pathlib import Path
+from typing import Set
+
+from edgebuild.errors import ConfigError, ExportError
+from edgebuild.runtime.engines.backends.trt_api import IBuilderConfig, INetworkDefinition, TensorRT
+
+__all__: list = []  # used by tensorrt.py, the same layer
+
+#: the first TensorRT major version in which every network is strongly typed
+ALWAYS_STRONGLY_TYPED = 11
+
+
+def _major(version: str) -> int:
+    return int(str(version).split(".")[0])
+
+
+def strongly_typed(trt: TensorRT, requested: bool) -> bool:
+    """Whether the network is created strongly typed: always from 11, on request from 10."""
+    major = _major(trt.__version__)
+    if major >= ALWAYS_STRONGLY_TYPED:
+        return True
+    if requested and major < 10:
+        raise ConfigError(f"a strongly typed build needs TensorRT 10 or later; this TensorRT is {trt.__version__}",
+                          hint="build weakly typed (the default before TensorRT 11)")
+    return bool(requested)
+
+
+def network_flags(trt: TensorRT, typed: bool) -> int:
+    """``create_network`` flags: STRONGLY_TYPED when typed (required on 10.x, accepted and ignored on 11,
+    where it is always on); else ``0`` from 10 (EXPLICIT_BATCH is ignored there, gone in 11) and
+    EXPLICIT_BATCH before 10."""
+    if typed:
+        return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    if _major(trt.__version__) >= 10:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+
+
+def graph_precisions(trt: TensorRT, network: INetworkDefinition) -> Set[str]:
+    """What the parsed network itself carries: "int8" (Q/DQ layers), "fp16" (FP16 tensors)."""
+    quantizing = {trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE}
+    half = trt.DataType.HALF
+    found = set()  # type: Set[str]
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if layer.type in quantizing:
+            found.add("int8")
+        if any(layer.get_output(i).dtype == half for i in range(layer.num_outputs)):
+            found.add("fp16")
+    return found
+
+
+def apply_precision(trt: TensorRT, config: IBuilderConfig, network: INetworkDefinition, precision: str, typed: bool,
+                    onnx_path: Path) -> None:
+    """Set the precision flags (weakly typed), or check that the graph carries ``precision`` (strongly typed).
+
+    Strongly typed, an INT8 request on an ONNX without Q/DQ nodes (or FP16 on one without FP16
+    tensors) would silently build an FP32 engine, so it is refused. Never constructs a calibrator.
+    """
+    if not typed:
+        if precision in ("fp16", "int8"):
+            config.set_flag(trt.BuilderFlag.FP16)
+        if precision == "int8":
+            config.set_flag(trt.BuilderFlag.INT8)  # explicit Q/DQ in the ONNX gives the scales; no calibrator
+        return
+    if precision == "fp32":
+        return
+    found = graph_precisions(trt, network)
+    if precision in found:
+        return
+    what = "QuantizeLinear/DequantizeLinear nodes" if precision == "int8" else "FP16 tensors"
+    candidate = "INT8 candidate (Q/DQ ONNX)" if precision == "int8" else "FP16 candidate (the model converted to FP16)"
+    raise ExportError(
+        f"TensorRT {trt.__version__} builds strongly typed networks, whose precision comes from the ONNX, and "
+        f"{onnx_path.name} has no {what}: it would build an FP32 engine, not the {precision} engine asked for",
+        hint=f"build from edgebuild's {candidate}, which the accuracy gate writes, or ask for precision fp32",
+    )
