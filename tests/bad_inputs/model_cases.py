@@ -472,5 +472,12 @@ CASES: list[Case] = [
          _entry_point_project(_sub(r"min_shape = \[1, 3, 64, 64\]", "min_shape = [1, 3, 40, 40]")), "check", 3,
          ("model.inputs[0].min_shape", "stride 32", "40x40", "32 or 64"),
          "an image size off the model's stride: the forward fails at min_shape (validate's RuntimeError before)"),
+    Case("model3-entry-point-fewer-classes-than-voc-names", _entry_point_project(_four_classes, hexagon=True),
+         "check", 6, ("scores have 3 classes, task.classes lists 4", "'hexagon' in 1 XML file", "a2.xml"),
+         "a stray object name in the VOC XML files made a fourth class of a 3-class entry-point model"),
+    Case("model3-ultralytics-head-fewer-classes-than-voc-names", _nameless_voc_then_hexagon, "check", 6,
+         ("nameless.onnx", "'output0' [?, 7, 64] is the Ultralytics raw detection head", "scores 3 classes",
+          "task.classes lists 4", "'hexagon' in 1 XML file", "a2.xml", "make task.classes the 3 classes"),
+         "an Ultralytics head of 3 classes with task.classes of 4: the adapter does not apply, say why"),
 ]
 
