@@ -106,9 +106,10 @@ def init(directory: Path, force: bool, model: str | None, data: Path | None, wei
 def check(project_dir: Path, as_json: bool) -> None:
     """Validate the project file, its code and data, and list the fleet groups.
 
-    The entry points are imported, not called (no model is built, data.prepare does not run),
-    class folders are checked against task.classes, every label is read and every image decoded
-    (remembered by content in the build folder, so a second check is instant). A model file
+    A model.entry_point's model is built and run at the min/opt/max shapes, as validate's model
+    stage runs it (data.prepare is imported, not run); class folders are checked against
+    task.classes, every label is read and every image decoded (remembered by content in the build
+    folder, so a second check is instant). A model file
     ([model] source) gets the model stage's checks without the export: its bytes against its kind,
     the ONNX checker, its opset against every group's TensorRT, its inputs, outputs and stride (run
     with ONNX Runtime), an Ultralytics checkpoint's trust_checkpoint. A fleet file is

@@ -464,7 +464,8 @@ def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
     """Run forward at the min, opt and max shapes and check the outputs against the task.
 
     A forward that raises, or outputs the task cannot read (shape, class count, dtype, batch),
-    is a ModelError that lists every mismatch at once.
+    is a ModelError that lists every mismatch at once; a forward that fails at an image size off
+    the model's stride (found by probing, ``probed_stride``) is a ConfigError naming the profile's key.
     """
     import time
 
@@ -472,9 +473,14 @@ def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
 
     started = time.perf_counter()
     runs = {}
-    for which in ("min_shape", "opt_shape", "max_shape"):
+    for which in _SHAPES:
         inputs = example_inputs(project, which)
-        runs[which] = (inputs, runner.run(inputs))
+        try:
+            runs[which] = (inputs, runner.run(inputs))
+        except ModelError as exc:
+            if isinstance(exc.__cause__, RuntimeError):  # a forward that fails at this size: the stride?
+                raise_for_probed_stride(project, runner, which, exc.__cause__)
+            raise
     raise_for_task_outputs(project, runs)
     shapes = {which: {name: list(array.shape) for name, array in outputs.items()}
               for which, (_, outputs) in runs.items()}
@@ -482,6 +488,80 @@ def check_model(project: Project, runner: TorchRunner) -> ModelRecord:
     built_from = project.model.entry_point or str(project.model.source)
     return ModelRecord(built_from, sum(p.numel() for p in runner.model.parameters()), shapes,
                        round(time.perf_counter() - started, 3), dict(getattr(runner, "loaded_files", {})))
+
+
+_SHAPES = ("min_shape", "opt_shape", "max_shape")
+#: the strides a probe tells apart, smallest first: a model whose image sizes must be multiples of s runs at an odd
+#: multiple of s and fails at an odd multiple of s / 2 (one that is not a multiple of s)
+_PROBED_STRIDES = (8, 16, 32, 64, 128)
+
+
+def probed_stride(project: Project, runner: TorchRunner, which: str) -> tuple[int, str] | None:
+    """The forward at the profile's ``which`` shape failed: (the model's stride, what showed it) where the model
+    runs at an odd multiple of a stride near that size and fails at the odd multiples of the smaller strides
+    (the profile's size is not a multiple of the stride found), else None: the failure is not the stride's.
+    At most five forwards of the profile's smallest batch."""
+    spec = project.model.inputs[0]
+    shape = list(getattr(spec, which))
+    if len(shape) != 4 or len(project.model.inputs) != 1 or min(shape[2:]) < _PROBED_STRIDES[0]:
+        return None
+    failed = [f"{shape[2]}x{shape[3]}"]
+    rng = np.random.default_rng(0)
+    for stride in _PROBED_STRIDES:
+        size = [_odd_multiple(side, stride) for side in shape[2:]]
+        said = f"{size[0]}x{size[1]}"
+        if said in failed:
+            continue
+        images = rng.standard_normal([spec.min_shape[0], shape[1], *size]).astype(spec.dtype)
+        try:
+            runner.run({spec.name: images})
+        except ModelError:
+            failed.append(said)
+            continue
+        if all(side % stride == 0 for side in shape[2:]):
+            return None  # the profile's size is a multiple of this stride already: it fails for another reason
+        return stride, f"runs at {said}, not at {', '.join(failed[:-1])} or {failed[-1]}" if len(failed) > 1 \
+            else f"runs at {said}, not at {failed[0]}"
+    return None
+
+
+def raise_for_probed_stride(project: Project, runner: TorchRunner, which: str, error: Exception) -> None:
+    """ConfigError naming the profile's keys whose image size is off the model's stride (``probed_stride``) and the
+    nearest sizes that are on it; nothing where the stride does not explain the failed forward."""
+    from edgebuild.errors import ConfigError
+
+    found = probed_stride(project, runner, which)
+    if found is None:
+        return
+    stride, said = found
+    spec = project.model.inputs[0]
+    off = [w for w in _SHAPES if len(getattr(spec, w)) == 4 and any(side % stride for side in getattr(spec, w)[2:])]
+    keys = ", ".join(f"model.inputs[0].{w}" for w in off)
+    sizes = ", ".join(f"{w} {getattr(spec, w)[2]}x{getattr(spec, w)[3]} (nearest valid: "
+                      f"{_nearest_sizes(getattr(spec, w)[2:], stride)})" for w in off)
+    raise ConfigError(
+        f"{project.source}: {keys}: image size not a multiple of the model's stride {stride}: {sizes}; the forward "
+        f"at {which} {getattr(spec, which)} raised {type(error).__name__}: {str(error).strip()[:300]} (the model "
+        f"{said})",
+        hint=f"make the height and width of min_shape, opt_shape and max_shape (and task.preprocess.input_size) "
+             f"multiples of {stride}")
+
+
+def _odd_multiple(side: int, stride: int) -> int:
+    """The odd multiple of ``stride`` nearest ``side`` (the lower one on a tie)."""
+    low = max(1, side // stride - (side // stride + 1) % 2)  # the odd multiple at or below side (1 at least)
+    return min((low * stride, (low + 2) * stride), key=lambda size: abs(size - side))
+
+
+def _nearest_sizes(sides: list[int], stride: int) -> str:
+    """``96 or 128`` for a side of 100 at stride 32; per side where height and width differ."""
+    def nearest(side: int) -> str:
+        low, high = side // stride * stride, (side // stride + 1) * stride
+        return str(side) if side % stride == 0 else str(high) if low == 0 else f"{low} or {high}"
+
+    if sides[0] == sides[1]:
+        return nearest(sides[0])
+    return f"height {nearest(sides[0])}, width {nearest(sides[1])}"
 
 
 def example_inputs(project: Project, which: str = "opt_shape", seed: int = 0) -> dict[str, np.ndarray]:

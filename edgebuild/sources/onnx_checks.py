@@ -320,15 +320,47 @@ def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> No
             hint="; ".join(hints))
 
 
-def raise_for_output_names(project: Project, path: Path, proto: onnx.ModelProto) -> None:
+def raise_for_output_names(project: Project, path: Path, proto: onnx.ModelProto,
+                           summary: JsonObject | None = None) -> None:
+    """model.outputs against the file's outputs; ``summary``: what an Ultralytics export says of itself, so that its raw
+    detection head left unadapted (it scores another number of classes than task.classes lists) is named as such."""
     outputs = [o.name for o in proto.graph.output]
     if outputs != list(project.model.outputs):
         order = " (the same names in another order: list them in the file's order)" \
             if sorted(outputs) == sorted(project.model.outputs) else ""
+        head = _unadapted_head(project, proto, summary or {}, outputs)
         raise ModelError(f"{_where(project, path)}: its outputs are {outputs}, model.outputs lists "
-                         f"{list(project.model.outputs)}{order}",
-                         hint="model.outputs names the file's outputs, in its order, and task.postprocess says "
-                              "which the task reads; " + OUTPUTS_HINT)
+                         f"{list(project.model.outputs)}{order}{head[0] if head else ''}",
+                         hint=head[1] if head else "model.outputs names the file's outputs, in its order, and "
+                                                   "task.postprocess says which the task reads; " + OUTPUTS_HINT)
+
+
+def _unadapted_head(project: Project, proto: onnx.ModelProto, summary: JsonObject,
+                    outputs: list[str]) -> tuple[str, str] | None:
+    """(what is said, the hint) where the file is an Ultralytics detect export whose one output, the raw head
+    [N, 4+C, A], scores another number of classes than task.classes lists: edgebuild's adapter, which gives the
+    boxes and scores ``init`` writes in model.outputs, fits only a head of len(task.classes) classes."""
+    if summary.get("task") != "detect" or project.task.kind != "detection" or len(outputs) != 1:
+        return None
+    shape = graph_output_dims(proto).get(outputs[0]) or []
+    classes = len(project.task.classes)
+    if len(shape) != 3 or shape[1] is None or shape[1] <= 4 or shape[1] - 4 == classes or \
+            (shape[2] is not None and shape[2] <= shape[1]):
+        return None
+    from edgebuild.sources.task_outputs import class_sources
+
+    scored = shape[1] - 4
+    got = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    said = (f": {outputs[0]!r} {got} is the Ultralytics raw detection head [N, 4+C, A], which scores {scored} "
+            f"classes, and task.classes lists {classes}; edgebuild's Ultralytics adapter turns that head into the "
+            f"boxes and scores model.outputs names only when task.classes lists the {scored} classes the model "
+            "scores")
+    said += "".join("\n" + line for line in class_sources(project))
+    hint = (f"make task.classes the {scored} classes the model was trained on, in its output order, and keep "
+            f"model.outputs = {list(project.model.outputs)} (what `edgebuild init` writes for an Ultralytics detect "
+            "export: the adapter's outputs); an object name in the dataset that the model was not trained on (a "
+            "stray label) is no class of it: fix or remove those objects in the annotations")
+    return said, hint
 
 
 def dynamic_axis_names(project: Project, proto: onnx.ModelProto) -> dict[str, dict[str, str]]:

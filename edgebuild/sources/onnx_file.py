@@ -396,7 +396,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     checks.raise_for_inputs(project, path, proto)
     done.append(f"inputs {[s.name for s in project.model.inputs]} against [model.inputs]: names, rank, dtype, "
                 "the min/opt/max profile")
-    checks.raise_for_output_names(project, path, proto)
+    checks.raise_for_output_names(project, path, proto, ultralytics)
     stride = checks.model_stride(project, ultralytics, checks.graph_output_dims(proto))
     checks.raise_for_stride(project, path, stride)
     if stride:

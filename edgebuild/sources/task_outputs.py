@@ -141,13 +141,13 @@ def raise_for_task_outputs(project: Project,
              + f", float; N = the input's batch, {len(classes)} = len(task.classes)"]
     lines += [f"  - {m.text}" for m in seen.values()]
     if any(m.kind == "classes" for m in seen.values()):
-        lines += _class_sources(project)
+        lines += class_sources(project)
     raise ModelError("\n".join(lines), hint="forward must return exactly these: a wrapper torch.nn.Module is the "
                                             "usual place to transpose, split or slice (model.entry_point names the "
                                             "function that builds the model)")
 
 
-def _class_sources(project: Project) -> list[str]:
+def class_sources(project: Project) -> list[str]:
     """Where task.classes' names are used when the data is a Pascal VOC root (init takes its object names, so
     a stray object name becomes a class the model does not score): each name's XML files, rarest first."""
     from edgebuild.datasets.formats import data_format

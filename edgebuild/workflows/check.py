@@ -1,7 +1,10 @@
 """What ``edgebuild check`` verifies beyond the project file: the code and the data it names.
 
-The entry points are imported (``importlib`` and ``getattr``), never called: no model is built and
-``data.prepare`` does not run. The data is read with the readers every stage uses: every label and
+``model.entry_point`` is called: the model is built (with ``model.weights``) and run at the profile's min,
+opt and max shapes against the task, as validate's model stage does (a forward of the model at three
+shapes, so that a weights file that does not fit, an image size off the model's stride or outputs the
+task cannot read are found here); ``data.prepare`` is imported (``importlib`` and ``getattr``), never
+called. The data is read with the readers every stage uses: every label and
 annotation parsed, every image the stages will read decoded (``edgebuild.datasets.decoded``: once per
 content, remembered in the build folder, so a second ``check`` is instant), so a mistyped module, a
 missing class folder, a bad label or a broken image is reported here instead of by the stage that
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.errors import DataError, EdgebuildError, ModelError
+from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 
 if TYPE_CHECKING:
     from edgebuild.datasets.images import CocoSet
@@ -44,9 +47,8 @@ class Finding:
 
 def check_code_and_data(project: Project) -> list[Finding]:
     """Problems and notes about the project's entry points and data folders, in that order."""
-    # a model file ([model] source) is checked by the model stage; only Python entry points import here
-    findings = _entry_point(project, project.model.entry_point, "model.entry_point") if project.model.entry_point \
-        else []
+    # a model file ([model] source) is checked by model_file_findings; an entry point's model is built and run here
+    findings = _model(project) if project.model.entry_point else []
     if project.data.prepare:
         findings += _entry_point(project, project.data.prepare, "data.prepare")
     return findings + _check_data(project)
@@ -94,6 +96,35 @@ def _entry_point(project: Project, spec: str, key: str) -> list[Finding]:
         message = exc.message.removeprefix(f"{project.source}: ").removeprefix(f"{key}: ")
         return [Finding(key, message, ModelError, exc.hint)]
     return [Finding(key, f"{spec} imports (not called)")]
+
+
+def _model(project: Project) -> list[Finding]:
+    """``model.entry_point`` imported, then the model built and run at the min, opt and max shapes against the task
+    (``check_model``, the model stage's own check)."""
+    from edgebuild.sources.entry_point import TorchRunner, check_model
+
+    key, spec = "model.entry_point", project.model.entry_point
+    assert spec is not None, "check_code_and_data calls this only with model.entry_point set"
+    imported = _entry_point(project, spec, key)
+    if any(f.is_problem for f in imported):
+        return imported
+    try:
+        record = check_model(project, TorchRunner(project))
+    except (ConfigError, ModelError) as exc:
+        return [_finding(project, exc, key)]
+    return [Finding(key, f"{spec} builds ({record.parameters:,} parameters); run at the min/opt/max shapes, its "
+                         f"outputs {list(project.model.outputs)} fit the {project.task.kind} task "
+                         f"({record.seconds:.1f} s)")]
+
+
+def _finding(project: Project, error: EdgebuildError, key: str) -> Finding:
+    """``error`` as a finding of the key its message names after the project file (``model.weights: ...``), else of
+    ``key``."""
+    message = error.message.removeprefix(f"{project.source}: ")
+    named, _, rest = message.partition(": ")
+    if rest and named.startswith(("model.", "task.")):
+        return Finding(named, rest, type(error), error.hint)
+    return Finding(key, message.removeprefix(f"{key}: "), type(error), error.hint)
 
 
 def _missing_for_prepare(project: Project, path: Path) -> bool:

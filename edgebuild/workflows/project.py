@@ -30,7 +30,7 @@ class Checked:
 def check_project(project_dir: Path) -> Checked:
     """The project file, its entry points and data checked (raises the first problem) and its fleet planned.
 
-    The entry points are imported, not called; data.prepare does not run.
+    An entry point's model is built and run at the profile's shapes; data.prepare is imported, not run.
     """
     from edgebuild.datasets.project_data import missing_data
     from edgebuild.project.config import load_project

@@ -296,6 +296,84 @@ def _torchscript_tuple(kit: Kit, folder: Path) -> Inputs:
     return Inputs(model=path, data=kit.folders)
 
 
+# -- a PyTorch model from Python code (model.entry_point): check builds it and runs it at the profile's shapes ----
+
+#: a detector of the kit's 3 classes whose feature maps at strides 16 and 32 (rounded up, as padded convolutions
+#: round) are added: its image sizes must be multiples of 32 (at 40x40 the two do not line up)
+KITNET = """
+import torch
+from torch.nn.functional import avg_pool2d, interpolate
+
+
+class KitNet(torch.nn.Module):
+    def __init__(self, classes=3):
+        super().__init__()
+        self.head = torch.nn.Conv2d(3, 4 + classes, 1)
+
+    def forward(self, images):
+        maps = avg_pool2d(images, 16, ceil_mode=True) + interpolate(avg_pool2d(images, 32, ceil_mode=True),
+                                                                    scale_factor=2.0)
+        y = self.head(maps).flatten(2).transpose(1, 2)
+        return y[..., :4].abs() * 16.0, torch.sigmoid(y[..., 4:])
+
+
+def build_model():
+    return KitNet().eval()
+"""
+
+
+def _hexagon_in_a2(root: Path) -> None:
+    """A fourth object name, in one XML file of the kit's VOC root's val split."""
+    xml = root / "Annotations" / "a2.xml"
+    xml.write_text(xml.read_text().replace("</annotation>", "<object><name>hexagon</name><difficult>0</difficult>"
+                                           "<bndbox><xmin>2</xmin><ymin>2</ymin><xmax>9</xmax><ymax>9</ymax></bndbox>"
+                                           "</object></annotation>"))
+
+
+def _four_classes(text: str) -> str:
+    return _sub(r"^classes = \[.*\]", 'classes = ["circle", "hexagon", "square", "triangle"]')(text)
+
+
+def _entry_point_project(edit: Callable[[str], str], hexagon: bool = False) -> Callable[[Kit, Path], Inputs]:
+    """The project init writes for the kit's detector and VOC root, made an entry-point project (KITNET, 3 classes,
+    stride 32) and then edited; ``hexagon``: a fourth object name added to the VOC root."""
+    def make(kit: Kit, folder: Path) -> Inputs:
+        model, data = kit.copy(kit.detector, folder), kit.copy(kit.voc, folder)
+        project = folder / "project"
+        ran = invoke("init", "--model", str(model), "--data", str(data), str(project))
+        assert ran.exit_code == 0, ran.output
+        (project / "kitnet.py").write_text(KITNET)
+        toml = project / "edgebuild.toml"
+        toml.write_text(edit(_sub(r'^source = ".*"', 'entry_point = "kitnet:build_model"\npython_path = ["."]')(
+            toml.read_text())))
+        if hexagon:
+            _hexagon_in_a2(data)
+        return Inputs(project=project)
+    return make
+
+
+def _nameless_voc_then_hexagon(kit: Kit, folder: Path) -> Inputs:
+    """The kit's detector without its names metadata, with the VOC root: init takes the 3 classes from the XML
+    files; then a fourth object name is added and task.classes lists it (the head still scores 3)."""
+    import onnx
+
+    proto = onnx.load(str(kit.detector))
+    kept = [p for p in proto.metadata_props if p.key != "names"]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    path = folder / "models" / "nameless.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(proto, str(path))
+    data = kit.copy(kit.voc, folder)
+    project = folder / "project"
+    ran = invoke("init", "--model", str(path), "--data", str(data), str(project))
+    assert ran.exit_code == 0, ran.output
+    toml = project / "edgebuild.toml"
+    toml.write_text(_four_classes(toml.read_text()))
+    _hexagon_in_a2(data)
+    return Inputs(project=project)
+
+
 CASES: list[Case] = [
     # -- the file itself: empty, truncated, a folder, missing ------------------------------------------
     Case("model-empty-onnx", _file("model.onnx", b""), "init", 6, ("model.onnx", "empty")),
@@ -387,5 +465,19 @@ CASES: list[Case] = [
          ("best.onnx", "class names could not be read", "not checked")),
     Case("model2-state-dict-pt", _state_dict, "init", 6, ("state_dict.pt", "torch.onnx.export", "model.entry_point")),
     Case("model2-torchscript-tuple-output", _torchscript_tuple, "init", 6, ("two.ts", "returns 2 values", "[N, C]")),
+    # -- issue 44: a model.entry_point built and run by check; an Ultralytics head left unadapted -----------
+    Case("model3-entry-point-valid", _entry_point_project(lambda t: t), "note", 0,
+         ("kitnet:build_model builds", "fit the detection task"), "the entry-point project itself passes check"),
+    Case("model3-entry-point-size-off-stride",
+         _entry_point_project(_sub(r"min_shape = \[1, 3, 64, 64\]", "min_shape = [1, 3, 40, 40]")), "check", 3,
+         ("model.inputs[0].min_shape", "stride 32", "40x40", "32 or 64"),
+         "an image size off the model's stride: the forward fails at min_shape (validate's RuntimeError before)"),
+    Case("model3-entry-point-fewer-classes-than-voc-names", _entry_point_project(_four_classes, hexagon=True),
+         "check", 6, ("scores have 3 classes, task.classes lists 4", "'hexagon' in 1 XML file", "a2.xml"),
+         "a stray object name in the VOC XML files made a fourth class of a 3-class entry-point model"),
+    Case("model3-ultralytics-head-fewer-classes-than-voc-names", _nameless_voc_then_hexagon, "check", 6,
+         ("nameless.onnx", "'output0' [?, 7, 64] is the Ultralytics raw detection head", "scores 3 classes",
+          "task.classes lists 4", "'hexagon' in 1 XML file", "a2.xml", "make task.classes the 3 classes"),
+         "an Ultralytics head of 3 classes with task.classes of 4: the adapter does not apply, say why"),
 ]
 
