@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from edgebuild.devices.measured_latency import LatencyCheck, latency_checks
 from edgebuild.errors import ConfigError, EdgebuildError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.latency.budget import PredictedLatency
+from edgebuild.latency.measured import LatencyCheck, latency_checks
 from edgebuild.project.layout import BuildLayout
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.stages.preflight import PREFLIGHT
-from edgebuild.targets.latency_budget import PredictedLatency
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult

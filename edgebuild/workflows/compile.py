@@ -19,7 +19,7 @@ from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.errors import EdgebuildError
-    from edgebuild.targets.latency_budget import PredictedLatency
+    from edgebuild.latency.budget import PredictedLatency
     from edgebuild.workflows.work import CompileWork
 
 __all__ = ["compile_project"]
@@ -156,9 +156,9 @@ def _with_refused(outcome: StageOutcome, refused: Mapping[str, EdgebuildError], 
 def _predict(work: CompileWork, done: CompileReport) -> PredictedLatency | None:
     """The selected groups' predicted latency on the export, or None when the export did not succeed."""
     from edgebuild.errors import EdgebuildError
+    from edgebuild.latency.budget import predict_groups
+    from edgebuild.latency.calibration import project_fit
     from edgebuild.stages.export import EXPORT
-    from edgebuild.workflows.latency_calibrate import project_fit
-    from edgebuild.workflows.latency_plan import predict_groups
 
     export = done.record(EXPORT)
     if export is None:

@@ -12,7 +12,7 @@ ONNX is looked up in the project's build (``build/engines/<group>``, a fleet's
 The accepted measurements are kept in ``latency_measurements.json`` beside ``edgebuild.toml`` with
 their graphs' counts (a later ``--calibrate`` refits with them and the new files, without the ONNX),
 and the refit in ``latency_model.toml`` there: ``edgebuild plan`` in that project uses it and says so.
-How the refit weighs them, and the error before and after: ``edgebuild.targets.latency.calibrate``.
+How the refit weighs them, and the error before and after: ``edgebuild.latency.model.calibrate``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.devices.measured_latency import LatencyCheck, measurements_of, record_bench
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.layout import BuildLayout, project_latency_files
-from edgebuild.runtime.files import atomic_write_text
-from edgebuild.targets.latency import (
+from edgebuild.latency.measured import LatencyCheck, measurements_of, record_bench
+from edgebuild.latency.model import (
     USER_WEIGHT,
     Calibration,
     FitSample,
@@ -39,6 +37,8 @@ from edgebuild.targets.latency import (
     load_latency_model,
     write_latency_model,
 )
+from edgebuild.project.layout import BuildLayout, project_latency_files
+from edgebuild.runtime.files import atomic_write_text
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def project_fit(project_dir: Path) -> LatencyModel:
 def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, source: str = "bench",
                     progress: Progress = lambda _: None) -> list[Path]:
     """Store a bench result's measurements next to their predictions when ``artifact`` is a model
-    folder of the project's build (``devices.measured_latency``); nothing for a folder elsewhere."""
+    folder of the project's build (``latency.measured``); nothing for a folder elsewhere."""
     from edgebuild.errors import EdgebuildError
     from edgebuild.project.config import load_project
 
@@ -137,7 +137,7 @@ def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: JsonObject) -> tu
 def _sample_of(path: Path, result: JsonObject, check: LatencyCheck, layout: BuildLayout,
                catalog: Catalog) -> tuple[JsonObject | None, str | None]:
     """One stored measurement (with its graph's counts), or why the configuration is not one."""
-    from edgebuild.targets.latency_graph import graph_cost_from_file
+    from edgebuild.latency.graph import graph_cost_from_file
 
     where = f"{path.name}: {check.group} batch {check.batch} {check.precision}"
     if not check.comparable:

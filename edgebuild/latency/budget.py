@@ -1,6 +1,6 @@
 """A fleet group's latency budget against the predicted latency of each candidate precision.
 
-The prediction is ``edgebuild.targets.latency``'s (a roofline per fused layer with factors fitted
+The prediction is ``edgebuild.latency.model``'s (a roofline per fused layer with factors fitted
 to published figures), at batch 1 on the group's module, JetPack and power mode (the fastest mode
 with a known clock where the group names none). Each candidate precision gets a verdict:
 
@@ -16,19 +16,31 @@ another precision, a smaller input, a faster power mode, the cheapest module tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgebuild.errors import LatencyBudgetError
+from edgebuild.errors import ConfigError, EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.targets.latency import LatencyModel, layer_seconds, load_latency_model, performance_modes, predict_ms
-from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
-from edgebuild.targets.profiles import Module, ModulePerformance
+from edgebuild.latency.graph import GraphCost, graph_cost_from_file
+from edgebuild.latency.model import (
+    PRECISIONS,
+    LatencyModel,
+    layer_seconds,
+    load_latency_model,
+    performance_modes,
+    predict_ms,
+)
+from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 
-__all__ = ["PredictedLatency", "budget_ms", "module_cost_key", "predict_candidates", "predict_group"]
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.project.schema import FleetGroup
+
+__all__ = ["PredictedLatency", "budget_ms", "module_cost_key", "predict_candidates", "predict_group", "predict_groups"]
 
 
 def budget_ms(latency_budget_ms: float | None, min_fps: float | None) -> float | None:
@@ -187,6 +199,49 @@ class PredictedLatency:
             return cls.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup], fleet: Sequence[FleetGroup],
+                   *, model: str = "", fit: LatencyModel | None = None) -> PredictedLatency:
+    """Each of ``groups`` on ``onnx_path`` at batch 1 and the input profile's optimal size, per candidate
+    precision (``quantize.precisions``), against its budget in ``fleet`` (the ``[[fleet]]`` entries).
+
+    A group the latency model cannot predict (no known clock for its power mode, a graph without fixed
+    shapes) gets a note instead; its budget is then not checked, which the note says."""
+    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
+    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
+    precisions = tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    budgets = {g.name: budget_ms(g.latency_budget_ms, g.min_fps) for g in fleet}
+    notes: list[str] = []
+    try:
+        fit = fit or load_latency_model()
+        cost = _fixed_cost(onnx_path, hw)
+    except EdgebuildError as exc:
+        checked = [g.name for g in groups if budgets.get(g.name) is not None]
+        return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
+                                     + (f"; the latency budget of {', '.join(checked)} is NOT checked" if checked
+                                        else ""),))
+    catalog = list(load_catalog().modules.values())
+    found = []
+    for group in groups:
+        budget = budgets.get(group.name)
+        predicted = predict_group(cost, group=group.name, module=group.target.module,
+                                  jetpack=group.target.release.jetpack, power_mode=group.power_mode,
+                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model)
+        if predicted is None:
+            notes.append(f"{group.name}: no latency prediction: power mode {group.power_mode or 'any'} of "
+                         f"{group.target.module.id} has no known GPU clock (profiles/modules/)"
+                         + ("; its latency budget is NOT checked" if budget is not None else ""))
+        else:
+            found.append(predicted)
+    return PredictedLatency(tuple(found), tuple(notes))
+
+
+def _fixed_cost(onnx_path: Path, hw: tuple[int, int] | None) -> GraphCost:
+    cost = graph_cost_from_file(onnx_path, batch=1, input_hw=hw)
+    if cost.dynamic_inputs:
+        raise ConfigError(f"{onnx_path}: input {', '.join(cost.dynamic_inputs)} has no fixed shape")
+    return cost
 
 
 def _verdict(ms: float, low: float, budget: float | None) -> str:

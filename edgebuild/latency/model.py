@@ -1,6 +1,6 @@
 """Predicted TensorRT latency of an ONNX graph on a Jetson module, power mode and precision.
 
-A roofline per fused layer (``edgebuild.targets.latency_graph``): a layer takes
+A roofline per fused layer (``edgebuild.latency.graph``): a layer takes
 ``max(flops / (e_p * peak_p), bytes / (e_m * bandwidth)) + overhead * 1 GHz / clock``, where
 ``peak_p`` is the module's dense peak at that precision and power mode (``profiles/modules/*.toml``,
 ``[[performance]]``), ``e_p`` the compute efficiency at precision ``p``, ``e_m`` the memory
@@ -26,7 +26,7 @@ import numpy as np
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ProfileDataError, TargetError
-from edgebuild.targets.latency_graph import GraphCost
+from edgebuild.latency.graph import GraphCost
 from edgebuild.targets.profiles import Module, ModulePerformance
 
 __all__ = [
@@ -366,7 +366,7 @@ def compact_cost(cost: GraphCost) -> list[list[float]]:
 
 
 def cost_from_compact(layers: list[list[float]], batch: int, hw: tuple[int, int] | None) -> GraphCost:
-    from edgebuild.targets.latency_graph import LayerCost
+    from edgebuild.latency.graph import LayerCost
 
     return GraphCost(tuple(LayerCost(f"layer{i}", "", float(f), int(w), int(a), bool(tc))
                            for i, (f, w, a, tc) in enumerate(layers)), batch, hw, 0)
