@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = []
 
 #: the stages, for --help without importing them (tests/unit/cli/test_cli.py checks it against edgebuild.stages)
-_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, budget, engine, container, package"
 
 
 def _parse_force(value: str | None) -> frozenset[str]:
@@ -75,8 +75,8 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     """Run the pipeline for every fleet group the target selects.
 
     \b
-    Stages, in order (per group: preflight, engine, container, package):
-      model, reference, export, preflight, gate, engine, container, package
+    Stages, in order (per group: preflight, budget, engine, container, package):
+      model, reference, export, preflight, gate, budget, engine, container, package
     The engine stage measures an engine built on a device (local, ssh://) on that device
     over the validation set (accept); one below accuracy.min_retention is not packaged:
     the next passing candidate of the gate (INT8 with more layers in float, FP16, FP32) is
@@ -91,7 +91,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     compile per project at a time (the build folder is locked).
     The summary shows each group's predicted latency per candidate precision (a latency
     model, not a measurement); a group whose [[fleet]] latency_budget_ms / min_fps every
-    candidate misses even at the low end of the error band is refused after the gate,
+    candidate misses even at the low end of the error band is refused by the budget stage,
     before its engine is built (exit 17); inside the band it is a warning.
     With --farm (or [farm] coordinator), every group without a build device builds and is
     accepted on a board of its profile reserved from the labgrid farm, groups in parallel
@@ -103,7 +103,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     build/fleet.json (docs/fleets.md).
     """
     from edgebuild.project.fleet_file import is_fleet_file
-    from edgebuild.workflows.compile import compile_project
+    from edgebuild.workflows.compile import CompileFeedback, CompileFlags, compile_project
 
     forced = _parse_force(force)
     _check_ssh_url(build_on, "--build-on")
@@ -126,10 +126,12 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
 
     with farm_usage():
         done = compile_project(
-            project_dir, selector, force=forced, build_on=build_on, farm_address=farm_address, jobs=jobs,
-            farm_timeout=farm_timeout, gate=not no_gate, ship_ungated=ship_ungated,
-            progress=cli.progress(no_progress=no_progress, as_json=as_json), say=cli.progress_lines(quiet=as_json),
-            farm_say=cli.say, on_work=show_work, on_stage=show_stage)
+            project_dir, selector,
+            CompileFlags(force=forced, build_on=build_on, farm_address=farm_address, farm_timeout=farm_timeout,
+                         jobs=jobs, gate=not no_gate, ship_ungated=ship_ungated),
+            CompileFeedback(bars=cli.progress(no_progress=no_progress, as_json=as_json),
+                            say=cli.progress_lines(quiet=as_json), farm_say=cli.say, on_work=show_work,
+                            on_stage=show_stage))
     if as_json:
         click.echo(render.as_json({**done.report.as_dict(),
                                    "predicted_latency": done.latency.as_dict() if done.latency else None}))

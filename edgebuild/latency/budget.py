@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.project.schema import FleetGroup
 
-__all__ = ["PredictedLatency", "budget_ms", "module_cost_key", "predict_candidates", "predict_group", "predict_groups"]
+__all__ = ["PredictedLatency", "predict_candidates", "predict_groups"]
 
 
 def budget_ms(latency_budget_ms: float | None, min_fps: float | None) -> float | None:
@@ -157,7 +157,7 @@ class GroupLatency:
 @dataclass(frozen=True)
 class PredictedLatency:
     """A compile's predicted latency per selected group (and model) and candidate precision; what could not be
-    predicted, and why. Saved beside the compile's records for the build report."""
+    predicted, and why. The budget stage's record (one group's), kept with the compile's records for the report."""
 
     groups: tuple[GroupLatency, ...]
     notes: tuple[str, ...] = ()
@@ -173,6 +173,12 @@ class PredictedLatency:
     def warnings(self) -> list[str]:
         return [w for g in self.groups if (w := g.warning)]
 
+    @classmethod
+    def merged(cls, parts: Iterable[PredictedLatency]) -> PredictedLatency:
+        """One prediction of several (the budget stage's, one per group), each note once."""
+        parts = list(parts)
+        return cls(tuple(g for p in parts for g in p.groups), tuple(dict.fromkeys(n for p in parts for n in p.notes)))
+
     def for_group(self, group: str) -> tuple[GroupLatency, ...]:
         return tuple(g for g in self.groups if g.group == group)
 
@@ -182,23 +188,6 @@ class PredictedLatency:
     @classmethod
     def from_dict(cls, data: JsonObject) -> PredictedLatency:
         return cls(tuple(GroupLatency.from_dict(g) for g in data.get("groups", [])), tuple(data.get("notes", [])))
-
-    def save(self, path: Path) -> None:
-        import json
-
-        from edgebuild.runtime.files import atomic_write_text
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(self.as_dict(), indent=2))
-
-    @classmethod
-    def load(cls, path: Path) -> PredictedLatency | None:
-        import json
-
-        try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
 
 
 def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup], fleet: Sequence[FleetGroup],
@@ -333,7 +322,6 @@ def predict_candidates(onnx_path: Path, input_hw: tuple[int, int] | None,
     """Each gate candidate (precision, layers kept in float) predicted at batch 1 on every target (module,
     JetPack, power mode or None for its fastest): its time on the slowest. A candidate some target cannot
     predict is left out; nothing at all when the graph or the latency model cannot be read."""
-    from edgebuild.errors import EdgebuildError
 
     targets = list(targets)
     try:

@@ -44,7 +44,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.targets.profiles import Catalog
 
-__all__ = ["CalibrationRun", "calibrate_project", "project_fit"]
+__all__ = ["CalibrationRun", "calibrate_project", "project_fit", "project_fit_digest"]
 
 SCHEMA = "edgebuild.latency-measurements/1"
 BENCH = "edgebuild.bench/1"
@@ -57,8 +57,22 @@ def _project_folder(project_dir: Path) -> Path:
 
 def project_fit(project_dir: Path) -> LatencyModel:
     """The project's own fit (``plan --calibrate``) where it has one, else the published fit."""
+    return load_latency_model(_project_fit_file(project_dir))
+
+
+def project_fit_digest(project_dir: Path) -> str:
+    """The content hash of the fit :func:`project_fit` reads ("none" where there is none): what a stored
+    prediction depends on."""
+    from edgebuild.content import file_sha256
+    from edgebuild.latency.model import published_model_path
+
+    path = _project_fit_file(project_dir) or published_model_path()
+    return file_sha256(path) if path.is_file() else "none"
+
+
+def _project_fit_file(project_dir: Path) -> Path | None:
     own, _ = project_latency_files(_project_folder(project_dir))
-    return load_latency_model(own if own.is_file() else None)
+    return own if own.is_file() else None
 
 
 def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, source: str = "bench",

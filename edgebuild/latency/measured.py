@@ -27,7 +27,7 @@ from edgebuild.latency.model import LatencyModel, predict_ms
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.files import atomic_write_text
 
-__all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks", "measurements_of", "record_bench"]
+__all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks"]
 
 SCHEMA = "edgebuild.latency-check/1"
 #: entries kept per group file (the newest)

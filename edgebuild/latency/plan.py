@@ -34,8 +34,7 @@ from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup,
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
-__all__ = ["LatencyPlan", "LatencyRow", "ModuleChoice", "PlanRequest", "candidate_precisions", "plan_groups",
-           "plan_latency"]
+__all__ = ["LatencyPlan", "ModuleChoice", "PlanRequest", "candidate_precisions", "plan_groups", "plan_latency"]
 
 #: the runtime's preprocessing (edgebuild.runtime.vision.preprocess: a bilinear resize by fancy
 #: indexing, the letterbox canvas, the normalisation, the CHW copy) counted as this many passes,

@@ -77,11 +77,6 @@ class BuildLayout:
     def last_compile(self) -> Path:
         return self.records / "last-compile.json"
 
-    @property
-    def predicted_latency(self) -> Path:
-        """The last compile's predicted latency per group and candidate (edgebuild.latency.budget)."""
-        return self.records / "predicted-latency.json"
-
     # -- the stages' outputs
     @property
     def adapted_sources(self) -> Path:
