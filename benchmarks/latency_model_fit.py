@@ -4,8 +4,8 @@ Reads ``profiles/reference/published_latency.csv`` (one published figure a row, 
 makes each model's ONNX without downloading anything (Ultralytics architectures from their YAML
 with random weights, MLPerf's ResNet-50 and RetinaNet from ``benchmarks/_latency_models.py``; cached
 under ``build/latency-onnx/``, never committed), counts each graph's FLOPs and bytes per fused layer
-(``edgebuild/targets/latency_graph.py``) and fits the five factors of
-``edgebuild/targets/latency.py``. Then, for every model, fits again without that model's figures
+(``edgebuild/latency/graph.py``) and fits the five factors of
+``edgebuild/latency/model.py``. Then, for every model, fits again without that model's figures
 and predicts them: the leave-one-model-out error, printed per figure and summarised (median and
 max relative error, per precision, module and source). Writes the full fit and the
 leave-one-model-out band to ``profiles/reference/latency_model.toml``, and the fitted figures'
@@ -36,7 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from edgebuild.targets.latency import (  # noqa: E402
+from edgebuild.latency.graph import GraphCost, graph_cost_from_file  # noqa: E402
+from edgebuild.latency.model import (  # noqa: E402
     FITTED,
     FitSample,
     LatencyModel,
@@ -48,7 +49,6 @@ from edgebuild.targets.latency import (  # noqa: E402
     write_latency_model,
     write_published_costs,
 )
-from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file  # noqa: E402
 from edgebuild.targets.profiles import load_catalog  # noqa: E402
 from edgebuild.text import python_output_dropped, table  # noqa: E402
 

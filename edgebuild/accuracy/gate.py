@@ -349,7 +349,7 @@ def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGro
     (nothing is measured on TensorRT): {} otherwise."""
     if project.accuracy.select != "auto" or project.accuracy.backend == "tensorrt" or not groups:
         return {}
-    from edgebuild.targets.latency_budget import predict_candidates
+    from edgebuild.latency.budget import predict_candidates
 
     image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     return predict_candidates(export.onnx_path, (image.opt_shape[2], image.opt_shape[3]) if image else None,

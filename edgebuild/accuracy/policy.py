@@ -34,7 +34,7 @@ C = TypeVar("C", bound=_Candidate)
 
 def fastest_predicted(passing: Sequence[C], predicted: Mapping[str, float] | None) -> C | None:
     """``accuracy.select = "auto"`` where nothing measured on TensorRT: the passing candidate with the lowest
-    predicted latency (``edgebuild.targets.latency_budget.predict_candidates``, on the slowest of the groups'
+    predicted latency (``edgebuild.latency.budget.predict_candidates``, on the slowest of the groups'
     targets), the earlier of ``passing`` on a tie; None when none of them is predicted (the caller falls back
     to the lowest precision). A candidate a target cannot run at its precision is not predicted, so not chosen
     here."""

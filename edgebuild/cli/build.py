@@ -6,6 +6,8 @@ an error the result carries is raised after it is shown (``_Group`` prints it wi
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,7 @@ from edgebuild.cli.context import CliContext, farm_usage, pass_cli
 from edgebuild.cli.options import farm_options, json_option, project_option, target_option
 
 if TYPE_CHECKING:
+    from edgebuild.latency.plan import ModuleChoice, PlanRequest
     from edgebuild.pipeline.runner import StageOutcome
     from edgebuild.workflows.validate import DeviceValidation
     from edgebuild.workflows.work import CompileWork
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = []
 
 #: the stages, for --help without importing them (tests/unit/cli/test_cli.py checks it against edgebuild.stages)
-_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, engine, container, package"
+_STAGE_NAMES_HELP = "model, reference, export, preflight, gate, budget, engine, container, package"
 
 
 def _parse_force(value: str | None) -> frozenset[str]:
@@ -72,8 +75,8 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     """Run the pipeline for every fleet group the target selects.
 
     \b
-    Stages, in order (per group: preflight, engine, container, package):
-      model, reference, export, preflight, gate, engine, container, package
+    Stages, in order (per group: preflight, budget, engine, container, package):
+      model, reference, export, preflight, gate, budget, engine, container, package
     The engine stage measures an engine built on a device (local, ssh://) on that device
     over the validation set (accept); one below accuracy.min_retention is not packaged:
     the next passing candidate of the gate (INT8 with more layers in float, FP16, FP32) is
@@ -88,7 +91,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     compile per project at a time (the build folder is locked).
     The summary shows each group's predicted latency per candidate precision (a latency
     model, not a measurement); a group whose [[fleet]] latency_budget_ms / min_fps every
-    candidate misses even at the low end of the error band is refused after the gate,
+    candidate misses even at the low end of the error band is refused by the budget stage,
     before its engine is built (exit 17); inside the band it is a warning.
     With --farm (or [farm] coordinator), every group without a build device builds and is
     accepted on a board of its profile reserved from the labgrid farm, groups in parallel
@@ -100,7 +103,7 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
     build/fleet.json (docs/fleets.md).
     """
     from edgebuild.project.fleet_file import is_fleet_file
-    from edgebuild.workflows.compile import compile_project
+    from edgebuild.workflows.compile import CompileFeedback, CompileFlags, compile_project
 
     forced = _parse_force(force)
     _check_ssh_url(build_on, "--build-on")
@@ -123,10 +126,12 @@ def compile_command(cli: CliContext, project_dir: Path, selector: str, force: st
 
     with farm_usage():
         done = compile_project(
-            project_dir, selector, force=forced, build_on=build_on, farm_address=farm_address, jobs=jobs,
-            farm_timeout=farm_timeout, gate=not no_gate, ship_ungated=ship_ungated,
-            progress=cli.progress(no_progress=no_progress, as_json=as_json), say=cli.progress_lines(quiet=as_json),
-            farm_say=cli.say, on_work=show_work, on_stage=show_stage)
+            project_dir, selector,
+            CompileFlags(force=forced, build_on=build_on, farm_address=farm_address, farm_timeout=farm_timeout,
+                         jobs=jobs, gate=not no_gate, ship_ungated=ship_ungated),
+            CompileFeedback(bars=cli.progress(no_progress=no_progress, as_json=as_json),
+                            say=cli.progress_lines(quiet=as_json), farm_say=cli.say, on_work=show_work,
+                            on_stage=show_stage))
     if as_json:
         click.echo(render.as_json({**done.report.as_dict(),
                                    "predicted_latency": done.latency.as_dict() if done.latency else None}))
@@ -390,6 +395,57 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str | None) -
     return chosen
 
 
+def _plan_request(command: Callable[..., None]) -> Callable[..., None]:
+    """--precision, --batch, --budget-ms and --min-fps, handed to ``command`` as one ``PlanRequest``: what any
+    plan is asked for, with --model or in a project."""
+
+    @functools.wraps(command)
+    def with_request(*args: object, precisions: tuple[str, ...] | None, batch: int | None, budget_ms: float | None,
+                     min_fps: float | None, **kwargs: object) -> None:
+        from edgebuild.latency.plan import PlanRequest
+
+        command(*args, request=PlanRequest(precisions, batch, budget_ms, min_fps), **kwargs)
+
+    options = (
+        click.option("--precision", "precisions", default=None, callback=_precisions, metavar="fp32,fp16,int8",
+                     help="Precisions to predict, separated by commas (default: all three with --model; in a "
+                          "project the gate's candidates, quantize.precisions)."),
+        click.option("--batch", "batch", type=click.IntRange(min=1), default=None,
+                     help="Images per inference (default: 1 with --model; in a project 1 and the profile's largest)."),
+        click.option("--budget-ms", "budget_ms", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Latency budget per inference: says the cheapest module and power mode meeting it, per "
+                          "precision."),
+        click.option("--min-fps", "min_fps", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Throughput needed, images per second: a budget of batch*1000/min-fps ms."),
+    )
+    for option in reversed(options):
+        with_request = option(with_request)
+    return with_request
+
+
+def _module_choice(command: Callable[..., None]) -> Callable[..., None]:
+    """--module, --power-mode and --jetpack (with --model), handed to ``command`` as one ``ModuleChoice``."""
+
+    @functools.wraps(command)
+    def with_modules(*args: object, module: str, power_mode: str | None, jetpack: str | None,
+                     **kwargs: object) -> None:
+        from edgebuild.latency.plan import ModuleChoice
+
+        command(*args, modules=ModuleChoice(module, power_mode, jetpack), **kwargs)
+
+    options = (
+        click.option("--module", "module", default="all", show_default=True, metavar="NAME[,NAME]|all",
+                     help="With --model: module ids (edgebuild profiles list), or all."),
+        click.option("--power-mode", "power_mode", default=None,
+                     help="With --model: only this power mode (default: every one with a known GPU clock)."),
+        click.option("--jetpack", "jetpack", default=None,
+                     help="With --model: only modules and power modes this JetPack release has."),
+    )
+    for option in reversed(options):
+        with_modules = option(with_modules)
+    return with_modules
+
+
 @click.command("plan")
 @click.option("--model", "model", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The ONNX file to plan for (default: the project's export, per fleet group).")
@@ -397,25 +453,12 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str | None) -
 @target_option
 @click.option("--input-size", "input_size", default=None, metavar="N|H,W", callback=_input_size,
               help="With --model: the image size to predict at (default: the model's fixed input size).")
-@click.option("--module", "module", default="all", show_default=True, metavar="NAME[,NAME]|all",
-              help="With --model: module ids (edgebuild profiles list), or all.")
-@click.option("--power-mode", "power_mode", default=None,
-              help="With --model: only this power mode (default: every one with a known GPU clock).")
-@click.option("--jetpack", "jetpack", default=None,
-              help="With --model: only modules and power modes this JetPack release has.")
-@click.option("--precision", "precisions", default=None, callback=_precisions, metavar="fp32,fp16,int8",
-              help="Precisions to predict, separated by commas (default: all three with --model; in a project "
-                   "the gate's candidates, quantize.precisions).")
-@click.option("--batch", "batch", type=click.IntRange(min=1), default=None,
-              help="Images per inference (default: 1 with --model; in a project 1 and the profile's largest).")
-@click.option("--budget-ms", "budget_ms", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Latency budget per inference: says the cheapest module and power mode meeting it, per precision.")
-@click.option("--min-fps", "min_fps", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Throughput needed, images per second: a budget of batch*1000/min-fps ms.")
+@_module_choice
+@_plan_request
 @click.option("--calibrate", "calibrate", is_flag=True,
               help="Refit the efficiency factors with BENCH.json files (`edgebuild bench --json` results of TensorRT "
                    "on a Jetson) plus the published figures; the project keeps the fit (latency_model.toml) and "
-                   "plan uses it from then on.")
+                   "plan uses it from then on. It plans nothing: give no --model or plan options with it.")
 @click.option("--weight", "weight", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --calibrate: how many published figures each of your measurements counts as in the "
                    "refit of the efficiency factors (default 1).")
@@ -423,9 +466,8 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str | None) -
 @json_option
 @pass_cli
 def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selector: str, input_size: list[int] | None,
-                 module: str, power_mode: str | None, jetpack: str | None, precisions: tuple[str, ...] | None,
-                 batch: int | None, budget_ms: float | None, min_fps: float | None, calibrate: bool,
-                 weight: float | None, bench_files: tuple[Path, ...], as_json: bool) -> None:
+                 modules: ModuleChoice, request: PlanRequest, calibrate: bool, weight: float | None,
+                 bench_files: tuple[Path, ...], as_json: bool) -> None:
     """Predict TensorRT latency per Jetson module, power mode and precision, before any device.
 
     No device and no engine: the graph's FLOPs and bytes per fused layer against the module's
@@ -438,7 +480,8 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     as needed), with end_to_end_ms: + input upload, output download and the runtime's
     preprocessing (an estimate from the memory bandwidth), and the engine memory the fleet's
     memory plan estimates for that precision; the budget is the group's own
-    latency_budget_ms / min_fps unless --budget-ms / --min-fps. See docs/latency-plan.md.
+    latency_budget_ms / min_fps unless --budget-ms / --min-fps. With --calibrate, no plan: the
+    project's fit is refitted with your bench results. See docs/latency-plan.md.
 
     \b
     Examples:
@@ -447,34 +490,51 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
       edgebuild plan -p myproject --min-fps 30
       edgebuild plan -p myproject --calibrate bench-b1.json bench-b8.json
     """
-    from edgebuild.workflows.latency_calibrate import project_fit
-    from edgebuild.workflows.latency_plan import plan_latency, plan_project
-
     if bench_files and not calibrate:
         raise click.UsageError("BENCH.json files go with --calibrate")
+    if weight and not calibrate:
+        raise click.UsageError("--weight goes with --calibrate")
+    model_flags = [flag for flag, value in (("--input-size", input_size), ("--module", modules.module != "all"),
+                                            ("--power-mode", modules.power_mode), ("--jetpack", modules.jetpack))
+                   if value]
     if calibrate:
+        planned = [flag for flag, value in (("--model", model), ("--precision", request.precisions),
+                                            ("--batch", request.batch), ("--budget-ms", request.budget_ms),
+                                            ("--min-fps", request.min_fps)) if value]
+        if planned + model_flags:
+            raise click.UsageError(f"--calibrate refits the latency model and plans nothing: "
+                                   f"{', '.join(planned + model_flags)} go without it")
         _calibrate(cli, project_dir, bench_files, weight, as_json)
-        return
-    fit = project_fit(project_dir)  # the project's own (plan --calibrate) where it has one
-
-    if model is None:
-        given = [flag for flag, value in (("--input-size", input_size), ("--module", module != "all"),
-                                          ("--power-mode", power_mode), ("--jetpack", jetpack)) if value]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} go with --model; in a project the fleet groups say them")
-        plan = plan_project(project_dir, selector, precisions=precisions, batch=batch, budget_ms=budget_ms,
-                            min_fps=min_fps, progress=cli.say, fit=fit)
+    elif model is not None:
+        _plan_model(model, project_dir, input_size, modules, request, as_json)
     else:
-        plan = plan_latency(model, input_size=input_size, module=module, power_mode=power_mode, jetpack=jetpack,
-                            precisions=precisions or ("fp32", "fp16", "int8"), batch=batch or 1, budget_ms=budget_ms,
-                            min_fps=min_fps, fit=fit)
+        if model_flags:
+            raise click.UsageError(f"{', '.join(model_flags)} go with --model; in a project the fleet groups say them")
+        _plan_project(cli, project_dir, selector, request, as_json)
+
+
+def _plan_model(model: Path, project_dir: Path, input_size: list[int] | None, modules: ModuleChoice,
+                request: PlanRequest, as_json: bool) -> None:
+    """``plan --model FILE.onnx``: the modules asked for, with the project's own fit where it has one."""
+    from edgebuild.latency.calibration import project_fit
+    from edgebuild.latency.plan import plan_latency
+
+    plan = plan_latency(model, request, modules, input_size=input_size, fit=project_fit(project_dir))
+    click.echo(render.as_json(plan.as_dict()) if as_json else render.latency_plan_text(plan))
+
+
+def _plan_project(cli: CliContext, project_dir: Path, selector: str, request: PlanRequest, as_json: bool) -> None:
+    """``plan`` in a project: each selected fleet group on the project's export."""
+    from edgebuild.workflows.plan import plan_project
+
+    plan = plan_project(project_dir, selector, request, progress=cli.say)
     click.echo(render.as_json(plan.as_dict()) if as_json else render.latency_plan_text(plan))
 
 
 def _calibrate(cli: CliContext, project_dir: Path, bench_files: tuple[Path, ...], weight: float | None,
                as_json: bool) -> None:
     """``plan --calibrate BENCH.json...``: the refit, its error before and after, and where it was written."""
-    from edgebuild.workflows.latency_calibrate import calibrate_project
+    from edgebuild.latency.calibration import calibrate_project
 
     if not bench_files:
         raise click.UsageError("--calibrate needs BENCH.json files (what `edgebuild bench --json` writes)")

@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.devices.engines import EngineRecord
     from edgebuild.devices.farm import JobResult
+    from edgebuild.latency.budget import PredictedLatency
+    from edgebuild.latency.calibration import CalibrationRun
+    from edgebuild.latency.plan import LatencyPlan
     from edgebuild.pipeline.runner import CompileReport, StageOutcome, UnitOutcome
-    from edgebuild.targets.latency_budget import PredictedLatency
     from edgebuild.workflows.build import Exported
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
-    from edgebuild.workflows.latency_calibrate import CalibrationRun
-    from edgebuild.workflows.latency_plan import LatencyPlan
     from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation
     from edgebuild.workflows.work import CompileWork

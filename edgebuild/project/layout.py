@@ -77,11 +77,6 @@ class BuildLayout:
     def last_compile(self) -> Path:
         return self.records / "last-compile.json"
 
-    @property
-    def predicted_latency(self) -> Path:
-        """The last compile's predicted latency per group and candidate (edgebuild.workflows.latency_plan)."""
-        return self.records / "predicted-latency.json"
-
     # -- the stages' outputs
     @property
     def adapted_sources(self) -> Path:
@@ -154,7 +149,7 @@ class BuildLayout:
         return self.bench / "fleet.json"
 
     def latency_check(self, group: str) -> Path:
-        """A group's device measurements next to the latency plan's predictions (``devices.measured_latency``)."""
+        """A group's device measurements next to the latency plan's predictions (``latency.measured``)."""
         return self.root / "latency" / f"{group}.json"
 
     def farm_jobs(self, command: str) -> Path:

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from edgebuild.devices.measured_latency import LatencyCheck, latency_checks
 from edgebuild.errors import ConfigError, EdgebuildError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.latency.budget import PredictedLatency
+from edgebuild.latency.measured import LatencyCheck, latency_checks
 from edgebuild.project.layout import BuildLayout
+from edgebuild.stages.budget import BUDGET
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.stages.preflight import PREFLIGHT
-from edgebuild.targets.latency_budget import PredictedLatency
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
@@ -80,7 +81,7 @@ class BuildReport:
     bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
     fleet_bench: JsonObject | None = None  # build/bench/fleet.json (bench --farm)
     bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
-    latency: PredictedLatency | None = None  # the compile's predicted latency per group (latency_budget)
+    latency: PredictedLatency | None = None  # the budget stage's predicted latency per group
     measured: tuple[LatencyCheck, ...] = ()  # build/latency/<group>.json: device measurements and predictions
 
     @property
@@ -142,7 +143,9 @@ def from_compile(data: JsonObject, build_dir: Path | None = None) -> BuildReport
                             _typed(stage["name"], record) if isinstance(record, dict) else None))
         stages.append((stage["name"], tuple(runs)))
     bench, fleet, pngs = _bench(build_dir) if build_dir is not None else ((), None, ())
-    latency = PredictedLatency.load(BuildLayout(build_dir).predicted_latency) if build_dir is not None else None
+    predicted = [r.record for name, runs in stages if name == BUDGET.name for r in runs
+                 if isinstance(r.record, PredictedLatency)]
+    latency = PredictedLatency.merged(predicted) if predicted else None
     return BuildReport(data.get("project", "?"), data.get("project_file", ""), data.get("selector", ""),
                        data.get("finished", ""), int(data.get("exit_code") or 0), data.get("error"),
                        tuple(data.get("units", [])), tuple(stages), bench, fleet, pngs, latency,

@@ -15,10 +15,10 @@ from pathlib import Path
 from edgebuild.devices.memory_plan import MemoryPlan
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.latency.budget import PredictedLatency
 from edgebuild.project.layout import BuildLayout
 from edgebuild.report.build_report import LATENCY_HEADERS, latency_rows
 from edgebuild.report.html import _CSS, _badge, _e, _html_table
-from edgebuild.targets.latency_budget import PredictedLatency
 from edgebuild.targets.limits import human_size
 
 __all__ = ["FleetGroupRecord", "FleetRecord", "write_fleet_report"]
@@ -89,8 +89,8 @@ def write_fleet_report(build_dir: Path) -> dict[str, Path]:
 
 
 def _measured(build_dir: Path) -> tuple[str, str]:
-    """(HTML, Markdown) of what devices measured next to the latency plan's prediction (devices.measured_latency)."""
-    from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows, latency_checks
+    """(HTML, Markdown) of what devices measured next to the latency plan's prediction (latency.measured)."""
+    from edgebuild.latency.measured import CHECK_HEADERS, check_rows, latency_checks
 
     rows = check_rows(latency_checks(build_dir))
     if not rows:

@@ -304,8 +304,8 @@ def _html_packaged(report: BuildReport) -> str:
 
 
 def _html_measured(report: BuildReport) -> str:
-    """Device measurements next to the latency plan's prediction, and the error (devices.measured_latency)."""
-    from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows
+    """Device measurements next to the latency plan's prediction, and the error (latency.measured)."""
+    from edgebuild.latency.measured import CHECK_HEADERS, check_rows
 
     rows = check_rows(list(report.measured))
     return ("<h2>Predicted vs measured latency</h2>" + _html_table(CHECK_HEADERS, [[_e(c) for c in r] for r in rows],

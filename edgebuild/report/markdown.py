@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows
+from edgebuild.latency.measured import CHECK_HEADERS, check_rows
 from edgebuild.report.build_report import (
     BENCH_HEADERS,
     LATENCY_HEADERS,
@@ -63,7 +63,7 @@ def to_markdown(report: BuildReport) -> str:
     bench = bench_rows(report)
     if bench:
         lines += ["### Bench", "", *_md_table(BENCH_HEADERS, bench)]
-    if report.measured:  # what devices measured next to the latency plan's prediction (devices.measured_latency)
+    if report.measured:  # what devices measured next to the latency plan's prediction (latency.measured)
         lines += ["### Predicted vs measured latency", "", *_md_table(CHECK_HEADERS, check_rows(list(report.measured)))]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -7,8 +7,9 @@ comes after every stage it reads.
 
     model ─► reference
       └────► export ─► preflight (per group) ─┐
-                 └───► gate ──────────────────┴─► engine (+ accept) ─► container ─► package
-                                                  (per group from preflight on)
+                 ├───► gate ──────────────────┼─► engine (+ accept) ─► container ─► package
+                 └───► budget (per group) ────┘
+                                                  (per group from preflight on, but the gate)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgebuild.pipeline.runner import CompileReport, Options, Stage, StageOutcome, Work, run_stages
+from edgebuild.stages.budget import BUDGET
 from edgebuild.stages.container import CONTAINER
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.export import EXPORT
@@ -30,7 +32,7 @@ from edgebuild.text import Progress
 
 __all__ = ["MODEL_STAGES", "STAGES", "compile_work", "stage_names"]
 
-STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, ENGINE, CONTAINER, PACKAGE)
+STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE, BUDGET, ENGINE, CONTAINER, PACKAGE)
 #: what a fleet file's compile runs per model before its groups' memory plans (edgebuild.workflows.fleet_compile)
 MODEL_STAGES: tuple[Stage, ...] = (MODEL, REFERENCE, EXPORT, PREFLIGHT, GATE)
 #: the stages that read the validation data: the project's ``data.prepare`` runs once before the first of them

@@ -2,7 +2,8 @@
 
 Reads: the gate's result (its candidates, in the order they may be tried, and its accuracy
 policy), the group's target, limits and build device (``build_on``, ``--build-on``, or a board
-of the device farm), and this host's facts. Writes the group's model folder
+of the device farm), and this host's facts. It runs for a group only when the budget stage passed
+it (a group whose every candidate misses its latency budget gets no engine). Writes the group's model folder
 ``build/engines/<group>/`` (recipe, ONNX, acceptance set, engine where built) and its state
 beside it; its record is an ``EngineRecord``.
 
@@ -129,7 +130,7 @@ ENGINE = Stage(
     summary="TensorRT engine per JetPack profile: built here (local, host-check), on a build device over SSH, "
             "or deferred to the device with its recipe (and an FP16 fallback); an engine built on a device is "
             "measured there (accept) and, below the threshold, replaced by the next passing candidate",
-    record=EngineRecord, after=("gate", "preflight"), per_group=True, key=_key, run=_run,
+    record=EngineRecord, after=("gate", "preflight", "budget"), per_group=True, key=_key, run=_run,
     outputs=lambda inputs, r: [inputs.project.build_dir / r.folder], describe=_describe,
     verdict=lambda inputs, record: refusal(record, inputs.record(GATE)), concurrent=True)
 

@@ -55,7 +55,7 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
         result = bench_over_ssh(check_remote_url(device_url), artifact, options, progress=progress)
     else:
         result = bench_here(artifact, options)
-    from edgebuild.workflows.latency_calibrate import record_measured
+    from edgebuild.latency.calibration import record_measured
 
     recorded = tuple(record_measured(project_dir, artifact, result, progress=progress))
     if before is None:
@@ -118,7 +118,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
     layout = BuildLayout.of(project)
     out = layout.bench
     out.mkdir(parents=True, exist_ok=True)
-    from edgebuild.workflows.latency_calibrate import record_measured
+    from edgebuild.latency.calibration import record_measured
 
     for r in results:
         if r.error is None:

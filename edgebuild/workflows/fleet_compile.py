@@ -26,12 +26,12 @@ from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.devices.memory_plan import MemoryPlan
+    from edgebuild.latency.budget import GroupLatency, PredictedLatency
     from edgebuild.pipeline.runner import CompileReport, StageOutcome
     from edgebuild.project.fleet_file import Fleet
     from edgebuild.project.schema import FleetGroup
     from edgebuild.report.fleet_report import FleetGroupRecord
     from edgebuild.stages.session import CompileSession, CompileSettings
-    from edgebuild.targets.latency_budget import GroupLatency, PredictedLatency
     from edgebuild.workflows.work import CompileWork
 
 __all__ = ["compile_fleet"]
@@ -193,10 +193,9 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
 def _predict_latency(group: FleetGroup, models: dict[str, _Model], names: list[str]) -> PredictedLatency:
     """Each of the group's models on its own against the group's budget (the server answers each model's
     requests on their own), before any engine is built."""
+    from edgebuild.latency.budget import PredictedLatency, predict_groups
+    from edgebuild.latency.calibration import project_fit
     from edgebuild.stages.export import EXPORT
-    from edgebuild.targets.latency_budget import PredictedLatency
-    from edgebuild.workflows.latency_calibrate import project_fit
-    from edgebuild.workflows.latency_plan import predict_groups
 
     found: list[GroupLatency] = []
     notes: list[str] = []

@@ -62,7 +62,7 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     assert {u["target"]: u["tensorrt"] for u in report["units"]}["agx-orin-64gb@5.1.2"].startswith("8.5")
     stages = {s["name"]: s for s in report["stages"]}
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
-        ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
+        ["model", "reference", "export", "preflight", "gate", "budget", "engine", "container", "package"], "ran")
     containers = _runs(stages["container"])
     assert {g: c["base_image"] for g, c in containers.items()} == {
         "yard-cams": "nvcr.io/nvidia/l4t-tensorrt:r10.3.0-runtime",
@@ -86,5 +86,5 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     statuses = {s["name"]: s["status"] for s in json.loads(again.stdout)["stages"]}
     assert set(statuses.values()) == {"reused"}, statuses
     text = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin"]).output
-    assert "reused (up to date): model, reference, export, preflight, gate, engine, container, package" \
+    assert "reused (up to date): model, reference, export, preflight, gate, budget, engine, container, package" \
         in text

@@ -1,5 +1,5 @@
-"""A latency budget no candidate can meet stops the compile before the engine stage (issue 37): its own exit
-code, the table of predictions, nothing built for the group, and the build report saying why."""
+"""A latency budget no candidate can meet stops the group at the budget stage, before its engine (issues 37, 44):
+its own exit code, the table of predictions, nothing built for the group, and the build report saying why."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def test_an_impossible_budget_refuses_the_group_before_its_engine_and_the_others
     done = CliRunner().invoke(main, ["compile", "-p", str(tmp_path), "--no-progress", "--no-gate",
                                      "--ship-ungated"])
     assert done.exit_code == 17, done.output
-    assert "engine     failed   yard-cams: failed" in done.output and "dock: ran" in done.output
+    # one walk: the budget stage refuses the group, the runner runs none of its later stages
+    assert "budget     failed   yard-cams: failed" in done.output and "dock: ran" in done.output
+    assert "yard-cams: not run (budget did not succeed for yard-cams)" in done.output  # the engine stage's line
     assert list((tmp_path / "build" / "packages" / "dock").glob("*.edgebundle"))  # the other group went on
     assert "error: latency budget: yard-cams: every candidate's predicted latency misses the 0.0001 ms" in done.output
     for words in ("precision  p50 ms  band ms", "misses", "orin-nano-8gb MAXN_SUPER", "not a measurement",

@@ -98,7 +98,7 @@ def test_an_onnx_file_compiles_end_to_end_like_its_entry_point(exported: Path, t
     assert result.exit_code == 0, result.output
     stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
-        ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
+        ["model", "reference", "export", "preflight", "gate", "budget", "engine", "container", "package"], "ran")
     assert "model.onnx [onnx, told by its .onnx suffix] (opset 20" in stages["model"]["detail"]
     model = stage_record(report, "model")
     assert model["kind"] == "onnx" and model["opset"] == 20 and model["fleet_opset"] == 20

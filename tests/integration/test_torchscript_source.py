@@ -65,7 +65,7 @@ def test_a_torchscript_file_compiles_end_to_end(example: Path, tmp_path: Path) -
     assert result.exit_code == 0, result.output
     stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
-        ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
+        ["model", "reference", "export", "preflight", "gate", "budget", "engine", "container", "package"], "ran")
     assert "digits.ts [torchscript, told by its content (a TorchScript archive)]" in stages["model"]["detail"]
     assert "loaded with torch.jit.load" in stages["model"]["detail"]
     model = stage_record(report, "model")

@@ -77,6 +77,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild.targets",),
     ("edgebuild.project",),
     ("edgebuild.sources", "edgebuild.datasets"),  # what models and data are
+    ("edgebuild.latency",),  # performance: predicted and measured latency
     ("edgebuild.accuracy",),
     ("edgebuild.devices",),
     ("edgebuild.shipping",),

@@ -50,7 +50,7 @@ def test_a_torchvision_model_by_name_with_its_state_dict_compiles(tmp_path: Path
     assert result.exit_code == 0, result.output
     stages = report_stages(report)
     assert {n: s["status"] for n, s in stages.items()} == dict.fromkeys(
-        ["model", "reference", "export", "preflight", "gate", "engine", "container", "package"], "ran")
+        ["model", "reference", "export", "preflight", "gate", "budget", "engine", "container", "package"], "ran")
     detail = stages["model"]["detail"]
     assert "torchvision:resnet18 [hub, told by its name (library:model)]" in detail, detail
     assert "resnet18, 3 classes, weights resnet18.pth (sha256" in detail and "weights_only=True" in detail, detail

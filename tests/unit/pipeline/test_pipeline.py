@@ -197,3 +197,30 @@ def test_moving_an_image_to_another_class_folder_changes_the_validation_identity
     moved = sorted(first.iterdir())[0]
     moved.rename(second / moved.name)  # same names, same bytes, another label
     assert validation_digest(project) != before
+
+
+def test_a_verdict_refusing_a_group_stops_its_later_stages_in_the_same_run(toy) -> None:
+    """The budget stage's shape: a valid per-group record whose verdict refuses one group; one walk, no second run."""
+    ran: list[str] = []
+
+    def judge_run(inputs):
+        ran.append(f"judge/{inputs.group.name}")
+        return _Counted(inputs.group.name)
+
+    def copy_run(inputs):
+        ran.append(f"copy/{inputs.group.name}")
+        return _Copied(inputs.record(judge).value)
+
+    judge = Stage(name="judge", version=1, summary="", record=_Counted, per_group=True, key=lambda i: {},
+                  run=judge_run, describe=lambda r: r.value,
+                  verdict=lambda i, r: ModelError(f"{r.value} refused") if r.value == "dock" else None)
+    copy = Stage(name="copy", version=1, summary="", record=_Copied, after=("judge",), per_group=True,
+                 key=lambda i: {}, run=copy_run, describe=lambda r: r.file)
+    for done in ("ran", "reused"):  # the refusal stands when the judge's record is reused
+        report = run_stages(toy.work, (judge, copy))
+        assert _statuses(report) == {"judge/yard-cams": done, "judge/dock": "failed", "copy/yard-cams": done,
+                                     "copy/dock": "not run"}
+        assert report.outcome(copy).units[1].why == "judge did not succeed for dock"
+        assert report.record(judge, "dock") == _Counted("dock")  # the refused group's record is kept
+        assert "dock refused" in str(report.error)
+    assert ran == ["judge/yard-cams", "judge/dock", "copy/yard-cams"]  # the second walk ran nothing

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from edgebuild.cli.render import predicted_latency_lines
+from edgebuild.latency.budget import CandidateLatency, GroupLatency, PredictedLatency
 from edgebuild.report.fleet_report import FleetGroupRecord, FleetRecord, write_fleet_report
-from edgebuild.targets.latency_budget import CandidateLatency, GroupLatency, PredictedLatency
 
 SOURCE = "latency model fitted to 53 published figures of TensorRT latency, not a measurement"
 

@@ -1,6 +1,6 @@
 """Predicted TensorRT latency of an ONNX graph on a Jetson module, power mode and precision.
 
-A roofline per fused layer (``edgebuild.targets.latency_graph``): a layer takes
+A roofline per fused layer (``edgebuild.latency.graph``): a layer takes
 ``max(flops / (e_p * peak_p), bytes / (e_m * bandwidth)) + overhead * 1 GHz / clock``, where
 ``peak_p`` is the module's dense peak at that precision and power mode (``profiles/modules/*.toml``,
 ``[[performance]]``), ``e_p`` the compute efficiency at precision ``p``, ``e_m`` the memory
@@ -26,13 +26,12 @@ import numpy as np
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ProfileDataError, TargetError
-from edgebuild.targets.latency_graph import GraphCost
+from edgebuild.latency.graph import GraphCost
 from edgebuild.targets.profiles import Module, ModulePerformance
 
 __all__ = [
-    "FITTED", "PRECISIONS", "Calibration", "FitSample", "LatencyModel", "PublishedLatency", "calibrate",
-    "compact_cost", "cost_from_compact", "fit_latency_model", "leave_one_out", "load_latency_model",
-    "load_published_latencies", "performance_modes", "predict_ms", "write_latency_model", "write_published_costs",
+    "FITTED", "FitSample", "LatencyModel", "PublishedLatency", "fit_latency_model", "leave_one_out",
+    "load_published_latencies", "predict_ms", "write_latency_model", "write_published_costs"
 ]
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -289,12 +288,13 @@ def leave_one_out(samples: list[FitSample],
 
 # -- the stored fit --------------------------------------------------------------------------
 
-def _model_path() -> Path:
+def published_model_path() -> Path:
+    """The fit to published figures that ships with edgebuild (profiles/reference/latency_model.toml)."""
     return data_dir("profiles") / "reference" / "latency_model.toml"
 
 
 def load_latency_model(path: Path | None = None) -> LatencyModel:
-    path = path or _model_path()
+    path = path or published_model_path()
     if not path.is_file():
         raise ProfileDataError(
             f"{path}: no fitted latency model", hint="run benchmarks/latency_model_fit.py in a source checkout",
@@ -317,7 +317,7 @@ def load_latency_model(path: Path | None = None) -> LatencyModel:
 
 def write_latency_model(model: LatencyModel, path: Path | None = None,
                         written_by: str = "benchmarks/latency_model_fit.py") -> Path:
-    path = path or _model_path()
+    path = path or published_model_path()
     fit = {"compute_fp32": model.compute_efficiency["fp32"], "compute_fp16": model.compute_efficiency["fp16"],
            "compute_int8": model.compute_efficiency["int8"], "memory": model.memory_efficiency,
            "layer_overhead_us": model.layer_overhead_us}
@@ -366,7 +366,7 @@ def compact_cost(cost: GraphCost) -> list[list[float]]:
 
 
 def cost_from_compact(layers: list[list[float]], batch: int, hw: tuple[int, int] | None) -> GraphCost:
-    from edgebuild.targets.latency_graph import LayerCost
+    from edgebuild.latency.graph import LayerCost
 
     return GraphCost(tuple(LayerCost(f"layer{i}", "", float(f), int(w), int(a), bool(tc))
                            for i, (f, w, a, tc) in enumerate(layers)), batch, hw, 0)

@@ -12,15 +12,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebuild.accuracy.policy import fastest_predicted
 from edgebuild.errors import ConfigError, LatencyBudgetError
-from edgebuild.project.config import load_project
-from edgebuild.targets.latency import load_latency_model
-from edgebuild.targets.latency_budget import (
+from edgebuild.latency.budget import (
     PredictedLatency,
     budget_ms,
     predict_candidates,
     predict_group,
 )
-from edgebuild.targets.latency_graph import graph_cost_from_file
+from edgebuild.latency.graph import graph_cost_from_file
+from edgebuild.latency.model import load_latency_model
+from edgebuild.project.config import load_project
 from edgebuild.targets.profiles import load_catalog
 from tests.support.project import TINY_TOML, write_tiny_project
 

@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebuild.cli import main
 from edgebuild.errors import ConfigError, TargetError
-from edgebuild.workflows.latency_plan import plan_latency, plan_project
+from edgebuild.latency.plan import ModuleChoice, PlanRequest, plan_latency
+from edgebuild.workflows.plan import plan_project
 
 
 def _conv_silu(h: int | str = 8, w: int | str = 8) -> onnx.ModelProto:
@@ -34,22 +35,22 @@ def conv_file(tmp_path: Path) -> Path:
 
 
 def test_plan_budget_names_the_cheapest_mode_meeting_it(conv_file: Path) -> None:
-    plan = plan_latency(conv_file, module="orin-nano-8gb,agx-orin-64gb", precisions=("fp16",), budget_ms=1e3)
+    plan = plan_latency(conv_file, PlanRequest(("fp16",), budget_ms=1e3), ModuleChoice("orin-nano-8gb,agx-orin-64gb"))
     assert [r.module for r in plan.rows][0] == "orin-nano-8gb"  # fewer tensor cores: the cheaper module first
     assert plan.cheapest["fp16"] == plan.rows[0]
     assert all(r.low_ms <= r.latency_ms <= r.high_ms for r in plan.rows)
-    none_meet = plan_latency(conv_file, module="orin-nano-8gb", precisions=("fp16",), budget_ms=1e-6)
+    none_meet = plan_latency(conv_file, PlanRequest(("fp16",), budget_ms=1e-6), ModuleChoice("orin-nano-8gb"))
     assert none_meet.cheapest["fp16"] is None
     with pytest.raises(TargetError):
-        plan_latency(conv_file, module="orin-nano-9gb")
+        plan_latency(conv_file, modules=ModuleChoice("orin-nano-9gb"))
 
 
 def test_plan_asks_for_an_input_size_the_model_does_not_fix(tmp_path: Path) -> None:
     path = tmp_path / "dynamic.onnx"
     onnx.save(_conv_silu("h", "w"), str(path))
     with pytest.raises(ConfigError, match="--input-size"):
-        plan_latency(path, module="orin-nano-8gb")
-    assert plan_latency(path, module="orin-nano-8gb", input_size=[32, 32]).input_hw == (32, 32)
+        plan_latency(path, modules=ModuleChoice("orin-nano-8gb"))
+    assert plan_latency(path, modules=ModuleChoice("orin-nano-8gb"), input_size=[32, 32]).input_hw == (32, 32)
 
 
 def test_cli_plan_json_rows(conv_file: Path) -> None:
@@ -68,7 +69,7 @@ def test_cli_plan_json_rows(conv_file: Path) -> None:
 
 
 def test_project_plan_has_a_row_per_group_batch_and_precision(tiny_project: Path) -> None:
-    plan = plan_project(tiny_project, precisions=("fp16",), min_fps=30)
+    plan = plan_project(tiny_project, request=PlanRequest(("fp16",), min_fps=30))
     groups = {(r.group, r.module, r.batch) for r in plan.rows}
     # the tiny project's groups: yard-cams (orin-nano-8gb), dock (agx-orin-64gb), legacy (xavier-nx); its
     # input profile allows batch 1 to 4
@@ -87,7 +88,7 @@ def test_plan_takes_a_model_without_an_image_input(tmp_path: Path) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
     path = tmp_path / "tokens.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    plan = plan_latency(path, module="agx-orin-64gb", precisions=("fp16",))
+    plan = plan_latency(path, PlanRequest(("fp16",)), ModuleChoice("agx-orin-64gb"))
     assert plan.input_hw is None and plan.gflops == pytest.approx(2 * 16 * 32 * 64 / 1e9)
     assert plan.as_dict()["input_size"] is None
 
@@ -98,7 +99,7 @@ def test_project_plan_rows_are_the_gate_s_candidates_with_end_to_end_and_the_gro
     toml = TINY_TOML.replace('jetpack = "6.2"\n', 'jetpack = "6.2"\nlatency_budget_ms = 1000\n', 1)
     write_tiny_project(tmp_path, toml.replace("[accuracy]\n", '[quantize]\nprecisions = ["fp16", "int8"]\n\n'
                                                                "[accuracy]\n"))
-    plan = plan_project(tmp_path, "yard-cams", batch=1)
+    plan = plan_project(tmp_path, "yard-cams", PlanRequest(batch=1))
     assert [(r.group, r.power_mode, r.precision) for r in plan.rows] == [("yard-cams", "MAXN_SUPER", "fp16"),
                                                                         ("yard-cams", "MAXN_SUPER", "int8")]
     for row in plan.rows:
@@ -123,8 +124,8 @@ def test_project_plan_rows_are_the_gate_s_candidates_with_end_to_end_and_the_gro
 
 
 def test_end_to_end_adds_copies_at_the_memory_bandwidth_and_the_preprocessing() -> None:
+    from edgebuild.latency.plan import CPU_BANDWIDTH_SHARE, PREPROCESS_PASSES, _host_ms
     from edgebuild.targets.profiles import load_catalog
-    from edgebuild.workflows.latency_plan import CPU_BANDWIDTH_SHARE, PREPROCESS_PASSES, _host_ms
 
     perf = load_catalog().modules["orin-nano-8gb"].performance[0]
     inputs, outputs = 3 * 640 * 640 * 4, 8400 * 84 * 4

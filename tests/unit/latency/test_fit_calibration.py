@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from edgebuild.targets.latency import (
+from edgebuild.latency.model import (
     FitSample,
     calibrate,
     fit_latency_model,

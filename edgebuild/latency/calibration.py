@@ -12,7 +12,7 @@ ONNX is looked up in the project's build (``build/engines/<group>``, a fleet's
 The accepted measurements are kept in ``latency_measurements.json`` beside ``edgebuild.toml`` with
 their graphs' counts (a later ``--calibrate`` refits with them and the new files, without the ONNX),
 and the refit in ``latency_model.toml`` there: ``edgebuild plan`` in that project uses it and says so.
-How the refit weighs them, and the error before and after: ``edgebuild.targets.latency.calibrate``.
+How the refit weighs them, and the error before and after: ``edgebuild.latency.model.calibrate``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.devices.measured_latency import LatencyCheck, measurements_of, record_bench
 from edgebuild.errors import ConfigError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.layout import BuildLayout, project_latency_files
-from edgebuild.runtime.base.files import atomic_write_text
-from edgebuild.targets.latency import (
+from edgebuild.latency.measured import LatencyCheck, measurements_of, record_bench
+from edgebuild.latency.model import (
     USER_WEIGHT,
     Calibration,
     FitSample,
@@ -39,12 +37,14 @@ from edgebuild.targets.latency import (
     load_latency_model,
     write_latency_model,
 )
+from edgebuild.project.layout import BuildLayout, project_latency_files
+from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.targets.profiles import Catalog
 
-__all__ = ["CalibrationRun", "calibrate_project", "project_fit"]
+__all__ = ["CalibrationRun", "calibrate_project", "project_fit", "project_fit_digest"]
 
 SCHEMA = "edgebuild.latency-measurements/1"
 BENCH = "edgebuild.bench/1"
@@ -57,14 +57,28 @@ def _project_folder(project_dir: Path) -> Path:
 
 def project_fit(project_dir: Path) -> LatencyModel:
     """The project's own fit (``plan --calibrate``) where it has one, else the published fit."""
+    return load_latency_model(_project_fit_file(project_dir))
+
+
+def project_fit_digest(project_dir: Path) -> str:
+    """The content hash of the fit :func:`project_fit` reads ("none" where there is none): what a stored
+    prediction depends on."""
+    from edgebuild.content import file_sha256
+    from edgebuild.latency.model import published_model_path
+
+    path = _project_fit_file(project_dir) or published_model_path()
+    return file_sha256(path) if path.is_file() else "none"
+
+
+def _project_fit_file(project_dir: Path) -> Path | None:
     own, _ = project_latency_files(_project_folder(project_dir))
-    return load_latency_model(own if own.is_file() else None)
+    return own if own.is_file() else None
 
 
 def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, source: str = "bench",
                     progress: Progress = lambda _: None) -> list[Path]:
     """Store a bench result's measurements next to their predictions when ``artifact`` is a model
-    folder of the project's build (``devices.measured_latency``); nothing for a folder elsewhere."""
+    folder of the project's build (``latency.measured``); nothing for a folder elsewhere."""
     from edgebuild.errors import EdgebuildError
     from edgebuild.project.config import load_project
 
@@ -137,7 +151,7 @@ def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: JsonObject) -> tu
 def _sample_of(path: Path, result: JsonObject, check: LatencyCheck, layout: BuildLayout,
                catalog: Catalog) -> tuple[JsonObject | None, str | None]:
     """One stored measurement (with its graph's counts), or why the configuration is not one."""
-    from edgebuild.targets.latency_graph import graph_cost_from_file
+    from edgebuild.latency.graph import graph_cost_from_file
 
     where = f"{path.name}: {check.group} batch {check.batch} {check.precision}"
     if not check.comparable:

@@ -1,6 +1,6 @@
 """A fleet group's latency budget against the predicted latency of each candidate precision.
 
-The prediction is ``edgebuild.targets.latency``'s (a roofline per fused layer with factors fitted
+The prediction is ``edgebuild.latency.model``'s (a roofline per fused layer with factors fitted
 to published figures), at batch 1 on the group's module, JetPack and power mode (the fastest mode
 with a known clock where the group names none). Each candidate precision gets a verdict:
 
@@ -16,19 +16,31 @@ another precision, a smaller input, a faster power mode, the cheapest module tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgebuild.errors import LatencyBudgetError
+from edgebuild.errors import ConfigError, EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.targets.latency import LatencyModel, layer_seconds, load_latency_model, performance_modes, predict_ms
-from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
-from edgebuild.targets.profiles import Module, ModulePerformance
+from edgebuild.latency.graph import GraphCost, graph_cost_from_file
+from edgebuild.latency.model import (
+    PRECISIONS,
+    LatencyModel,
+    layer_seconds,
+    load_latency_model,
+    performance_modes,
+    predict_ms,
+)
+from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 
-__all__ = ["PredictedLatency", "budget_ms", "module_cost_key", "predict_candidates", "predict_group"]
+if TYPE_CHECKING:
+    from edgebuild.project.config import Project
+    from edgebuild.project.schema import FleetGroup
+
+__all__ = ["PredictedLatency", "predict_candidates", "predict_groups"]
 
 
 def budget_ms(latency_budget_ms: float | None, min_fps: float | None) -> float | None:
@@ -145,7 +157,7 @@ class GroupLatency:
 @dataclass(frozen=True)
 class PredictedLatency:
     """A compile's predicted latency per selected group (and model) and candidate precision; what could not be
-    predicted, and why. Saved beside the compile's records for the build report."""
+    predicted, and why. The budget stage's record (one group's), kept with the compile's records for the report."""
 
     groups: tuple[GroupLatency, ...]
     notes: tuple[str, ...] = ()
@@ -161,6 +173,12 @@ class PredictedLatency:
     def warnings(self) -> list[str]:
         return [w for g in self.groups if (w := g.warning)]
 
+    @classmethod
+    def merged(cls, parts: Iterable[PredictedLatency]) -> PredictedLatency:
+        """One prediction of several (the budget stage's, one per group), each note once."""
+        parts = list(parts)
+        return cls(tuple(g for p in parts for g in p.groups), tuple(dict.fromkeys(n for p in parts for n in p.notes)))
+
     def for_group(self, group: str) -> tuple[GroupLatency, ...]:
         return tuple(g for g in self.groups if g.group == group)
 
@@ -171,22 +189,48 @@ class PredictedLatency:
     def from_dict(cls, data: JsonObject) -> PredictedLatency:
         return cls(tuple(GroupLatency.from_dict(g) for g in data.get("groups", [])), tuple(data.get("notes", [])))
 
-    def save(self, path: Path) -> None:
-        import json
 
-        from edgebuild.runtime.base.files import atomic_write_text
+def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup], fleet: Sequence[FleetGroup],
+                   *, model: str = "", fit: LatencyModel | None = None) -> PredictedLatency:
+    """Each of ``groups`` on ``onnx_path`` at batch 1 and the input profile's optimal size, per candidate
+    precision (``quantize.precisions``), against its budget in ``fleet`` (the ``[[fleet]]`` entries).
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(self.as_dict(), indent=2))
+    A group the latency model cannot predict (no known clock for its power mode, a graph without fixed
+    shapes) gets a note instead; its budget is then not checked, which the note says."""
+    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
+    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
+    precisions = tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    budgets = {g.name: budget_ms(g.latency_budget_ms, g.min_fps) for g in fleet}
+    notes: list[str] = []
+    try:
+        fit = fit or load_latency_model()
+        cost = _fixed_cost(onnx_path, hw)
+    except EdgebuildError as exc:
+        checked = [g.name for g in groups if budgets.get(g.name) is not None]
+        return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
+                                     + (f"; the latency budget of {', '.join(checked)} is NOT checked" if checked
+                                        else ""),))
+    catalog = list(load_catalog().modules.values())
+    found = []
+    for group in groups:
+        budget = budgets.get(group.name)
+        predicted = predict_group(cost, group=group.name, module=group.target.module,
+                                  jetpack=group.target.release.jetpack, power_mode=group.power_mode,
+                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model)
+        if predicted is None:
+            notes.append(f"{group.name}: no latency prediction: power mode {group.power_mode or 'any'} of "
+                         f"{group.target.module.id} has no known GPU clock (profiles/modules/)"
+                         + ("; its latency budget is NOT checked" if budget is not None else ""))
+        else:
+            found.append(predicted)
+    return PredictedLatency(tuple(found), tuple(notes))
 
-    @classmethod
-    def load(cls, path: Path) -> PredictedLatency | None:
-        import json
 
-        try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+def _fixed_cost(onnx_path: Path, hw: tuple[int, int] | None) -> GraphCost:
+    cost = graph_cost_from_file(onnx_path, batch=1, input_hw=hw)
+    if cost.dynamic_inputs:
+        raise ConfigError(f"{onnx_path}: input {', '.join(cost.dynamic_inputs)} has no fixed shape")
+    return cost
 
 
 def _verdict(ms: float, low: float, budget: float | None) -> str:
@@ -278,7 +322,6 @@ def predict_candidates(onnx_path: Path, input_hw: tuple[int, int] | None,
     """Each gate candidate (precision, layers kept in float) predicted at batch 1 on every target (module,
     JetPack, power mode or None for its fastest): its time on the slowest. A candidate some target cannot
     predict is left out; nothing at all when the graph or the latency model cannot be read."""
-    from edgebuild.errors import EdgebuildError
 
     targets = list(targets)
     try:

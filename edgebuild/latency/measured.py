@@ -5,7 +5,7 @@ Whenever ``edgebuild bench`` (on this host, over SSH, or ``--farm``) measures a 
 project's build, each configuration at concurrency 1 becomes one entry of
 ``build/latency/<group>.json`` (``BuildLayout.latency_check``): the measurement (module, power mode,
 JetPack, TensorRT, precision, batch, p50, what it includes, backend, when) and the prediction of
-``edgebuild.targets.latency`` for the same ONNX, batch, input size, module and power mode.
+``edgebuild.latency.model`` for the same ONNX, batch, input size, module and power mode.
 
 What a p50 includes: on TensorRT the bench also times the GPU compute alone (its copy/compute
 split), which is what the plan predicts, so that is the figure compared (``gpu_compute``);
@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.latency.model import LatencyModel, predict_ms
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.files import atomic_write_text
-from edgebuild.targets.latency import LatencyModel, predict_ms
 
-__all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks", "measurements_of", "record_bench"]
+__all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks"]
 
 SCHEMA = "edgebuild.latency-check/1"
 #: entries kept per group file (the newest)
@@ -113,8 +113,8 @@ def _predicted(check: LatencyCheck, folder: Path, fit: LatencyModel) -> LatencyC
     """``check`` with the plan's prediction for the folder's ONNX at its batch, input size, module and power mode."""
     from dataclasses import replace
 
+    from edgebuild.latency.graph import graph_cost_from_file
     from edgebuild.runtime.base.recipe import Recipe
-    from edgebuild.targets.latency_graph import graph_cost_from_file
     from edgebuild.targets.profiles import load_catalog
 
     recipe = Recipe.load(folder)

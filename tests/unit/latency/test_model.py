@@ -7,7 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.targets.latency import (
+from edgebuild.latency.graph import graph_cost
+from edgebuild.latency.model import (
     PRECISIONS,
     FitSample,
     LatencyModel,
@@ -19,7 +20,6 @@ from edgebuild.targets.latency import (
     performance_modes,
     predict_ms,
 )
-from edgebuild.targets.latency_graph import graph_cost
 from edgebuild.targets.profiles import ModulePerformance, load_catalog
 
 

@@ -1,41 +1,40 @@
 """``edgebuild plan``: predicted TensorRT latency per module, power mode and precision.
 
-With ``--model FILE.onnx``, for the modules asked for; in a project, for each selected fleet group
-(its module, JetPack and power mode) on the project's export, at batch 1 and at the largest batch
-its input profile allows.
+With ``--model FILE.onnx``, for the modules asked for (:func:`plan_latency`); in a project, for each
+selected fleet group (its module, JetPack and power mode) on the project's export, at batch 1 and at
+the largest batch its input profile allows (:func:`plan_groups`; ``edgebuild.workflows.plan`` runs the
+export first).
 
 No device and no engine: the ONNX graph's FLOPs and bytes per fused layer, the module's peaks at
 the power mode's clock and the efficiency factors fitted to published figures
-(``edgebuild.targets.latency``). Each prediction carries the band that held every published
+(``edgebuild.latency.model``). Each prediction carries the band that held every published
 figure when its model, or its module, was left out of the fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.errors import ConfigError, EdgebuildError, TargetError
-from edgebuild.targets.latency import (
+from edgebuild.errors import ConfigError, TargetError
+from edgebuild.latency.budget import module_cost_key
+from edgebuild.latency.graph import GraphCost, graph_cost_from_file
+from edgebuild.latency.model import (
     PRECISIONS,
     LatencyModel,
     load_latency_model,
     performance_modes,
     predict_ms,
 )
-from edgebuild.targets.latency_budget import PredictedLatency, budget_ms, module_cost_key, predict_group
-from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
 from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
-from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
-    from edgebuild.project.schema import FleetGroup
 
-__all__ = ["LatencyPlan", "plan_latency", "plan_project"]
+__all__ = ["LatencyPlan", "ModuleChoice", "PlanRequest", "candidate_precisions", "plan_groups", "plan_latency"]
 
 #: the runtime's preprocessing (edgebuild.runtime.base.vision.preprocess: a bilinear resize by fancy
 #: indexing, the letterbox canvas, the normalisation, the CHW copy) counted as this many passes,
@@ -141,77 +140,90 @@ def _selected_modules(module: str, jetpack: str | None) -> list[Module]:
     return sorted(chosen, key=module_cost_key)
 
 
-def plan_latency(model: Path, *, input_size: list[int] | None = None, module: str = "all",
-                 power_mode: str | None = None, jetpack: str | None = None,
-                 precisions: tuple[str, ...] = PRECISIONS, batch: int = 1, budget_ms: float | None = None,
-                 min_fps: float | None = None, fit: LatencyModel | None = None) -> LatencyPlan:
-    """Predict ``model`` on every selected module's power modes with a known clock, at each precision.
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a plan is asked for, whatever it plans: precisions, batch and budget (``--precision``, ``--batch``,
+    ``--budget-ms``, ``--min-fps``). ``min_fps`` becomes a budget of ``batch * 1000 / min_fps`` ms (the tighter
+    of the two when both are given)."""
 
-    ``min_fps`` becomes a budget of ``batch * 1000 / min_fps`` ms (the tighter of the two when both
-    are given). The rows are ordered cheapest module first, then by clock.
-    """
+    precisions: tuple[str, ...] | None = None  # None: all three for a model file, the gate's candidates in a project
+    batch: int | None = None  # None: 1 for a model file; in a project 1 and the input profile's largest
+    budget_ms: float | None = None
+    min_fps: float | None = None
+
+    def budget(self, batch: int) -> float | None:
+        return _budget(self.budget_ms, self.min_fps, batch)
+
+
+@dataclass(frozen=True)
+class ModuleChoice:
+    """The modules and power modes a model file is planned on (``--module``, ``--power-mode``, ``--jetpack``);
+    in a project the fleet groups say them."""
+
+    module: str = "all"  # module ids, comma-separated, or all
+    power_mode: str | None = None  # None: every one with a known GPU clock
+    jetpack: str | None = None  # only modules and power modes this release has
+
+
+def plan_latency(model: Path, request: PlanRequest = PlanRequest(), modules: ModuleChoice = ModuleChoice(), *,
+                 input_size: list[int] | None = None, fit: LatencyModel | None = None) -> LatencyPlan:
+    """Predict ``model`` on every chosen module's power modes with a known clock, at each precision asked
+    (default all three) and batch (default 1). The rows are ordered cheapest module first, then by clock."""
+    precisions = request.precisions or PRECISIONS
+    batch = request.batch or 1
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:
         raise ConfigError(f"unknown precision {', '.join(bad)}", hint=f"precisions: {', '.join(PRECISIONS)}")
     if batch < 1:
         raise ConfigError(f"--batch {batch}: a batch is 1 or more images")
-    budget = _budget(budget_ms, min_fps, batch)
+    budget = request.budget(batch)
     fit = fit or load_latency_model()
     cost = _cost(model, batch, (input_size[0], input_size[-1]) if input_size else None)
-    rows, skipped = _rows(cost, _selected_modules(module, jetpack), power_mode, jetpack, precisions, batch, budget, fit)
+    rows, skipped = _rows(cost, _selected_modules(modules.module, modules.jetpack), modules.power_mode,
+                          modules.jetpack, precisions, batch, budget, fit)
     return _plan(model, batch, cost, rows, skipped, precisions, budget, fit)
 
 
-def plan_project(project_dir: Path, selector: str = "all", *, precisions: tuple[str, ...] | None = None,
-                 batch: int | None = None, budget_ms: float | None = None, min_fps: float | None = None,
-                 progress: Progress = lambda _: None, fit: LatencyModel | None = None) -> LatencyPlan:
-    """Each selected fleet group on the project's export (the export stage run as needed), one row per
-    candidate precision the gate makes (``quantize.precisions``, or ``precisions``), at the input
-    profile's optimal size, at batch 1 and at the profile's largest batch (or ``batch``).
+def candidate_precisions(project: Project, request: PlanRequest = PlanRequest()) -> tuple[str, ...]:
+    """The precisions a project's plan predicts: those asked, else the gate's candidates (``quantize.precisions``)."""
+    return request.precisions or tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+
+
+def plan_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup],
+                request: PlanRequest = PlanRequest(), *, fit: LatencyModel | None = None,
+                engine_memory: Mapping[str, int] | None = None) -> LatencyPlan:
+    """Each of ``groups`` on the project's export ``onnx_path``, one row per precision
+    (:func:`candidate_precisions`), at the input profile's optimal size, at batch 1 and at the profile's
+    largest batch (or ``request.batch``).
 
     A group's power mode is its ``power_mode``, else its module's fastest with a known clock (as the
-    compile's budget check assumes). The budget is ``budget_ms``/``min_fps``, else the group's own
+    compile's budget stage assumes). The budget is the request's, else the group's own
     ``latency_budget_ms``/``min_fps``. Each row also carries ``end_to_end_ms``: the GPU compute time
-    plus the input's upload, the outputs' download and the runtime's preprocessing (:func:`_host_ms`).
+    plus the input's upload, the outputs' download and the runtime's preprocessing (:func:`_host_ms`),
+    and ``engine_memory``'s figure for its precision (the memory plan's estimate, from the caller).
     """
-    from edgebuild.stages.export import EXPORT
-    from edgebuild.workflows.work import load_work, run_until
-
-    work = load_work(project_dir, selector)
-    project = work.project
-    precisions = precisions or tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    precisions = candidate_precisions(project, request)
     image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
-    batches = [batch] if batch else sorted({1, image.max_shape[0] if image else 1})
+    batches = [request.batch] if request.batch else sorted({1, image.max_shape[0] if image else 1})
     fit = fit or load_latency_model()
-    export = run_until(work, EXPORT, say=progress).record(EXPORT)
-    assert export is not None, "the export stage ran without a record"
     rows: list[LatencyRow] = []
     skipped: list[str] = []
     own = {g.name: g for g in project.fleet}
-    memory = _engine_memory(project, export.onnx_path, precisions)
     for size in batches:
-        cost = _cost(export.onnx_path, size, hw)
-        io = _io_bytes(export.onnx_path, size, hw)
-        for group in work.groups:
+        cost = _cost(onnx_path, size, hw)
+        io = _io_bytes(onnx_path, size, hw)
+        for group in groups:
             fleet_group = own.get(group.name)
-            budget = (_budget(budget_ms, min_fps, size) if budget_ms or min_fps else
+            budget = (request.budget(size) if request.budget_ms or request.min_fps else
                       _budget(fleet_group.latency_budget_ms, fleet_group.min_fps, size) if fleet_group else None)
             got, missed = _rows(cost, [group.target.module], group.power_mode or _fastest_mode(group),
                                 group.target.release.jetpack, precisions, size, budget, fit,
                                 host_ms=partial(_host_ms, io))
-            rows += [replace(r, group=group.name, engine_memory_bytes=memory[r.precision]) for r in got]
+            rows += [replace(r, group=group.name, engine_memory_bytes=(engine_memory or {}).get(r.precision))
+                     for r in got]
             skipped += [f"group {group.name}: {s}" for s in missed if f"group {group.name}: {s}" not in skipped]
-    return _plan(export.onnx_path, batches[-1], cost, rows, skipped, precisions,
-                 _budget(budget_ms, min_fps, batches[-1]), fit)
-
-
-def _engine_memory(project: Project, onnx_path: Path, precisions: Sequence[str]) -> dict[str, int]:
-    """Per precision, the engine memory the fleet's memory plan counts for this model before its engine is built."""
-    from edgebuild.devices.memory_plan import estimate_model_memory
-
-    shapes = {s.name: list(s.max_shape) for s in project.model.inputs}
-    return {p: estimate_model_memory(project.project.name, onnx_path, p, shapes, 0, False).engine for p in precisions}
+    return _plan(onnx_path, batches[-1], cost, rows, skipped, precisions, request.budget(batches[-1]), fit)
 
 
 def _fastest_mode(group: SelectedGroup) -> str | None:
@@ -262,42 +274,6 @@ def _host_ms(io: tuple[int, int], perf: ModulePerformance) -> float:
     copies = 2 * (inputs + outputs) / bandwidth
     preprocess = PREPROCESS_PASSES * 2 * inputs / (bandwidth * CPU_BANDWIDTH_SHARE)
     return (copies + preprocess) * 1e3
-
-
-def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup], fleet: Sequence[FleetGroup],
-                   *, model: str = "", fit: LatencyModel | None = None) -> PredictedLatency:
-    """Each of ``groups`` on ``onnx_path`` at batch 1 and the input profile's optimal size, per candidate
-    precision (``quantize.precisions``), against its budget in ``fleet`` (the ``[[fleet]]`` entries).
-
-    A group the latency model cannot predict (no known clock for its power mode, a graph without fixed
-    shapes) gets a note instead; its budget is then not checked, which the note says."""
-    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
-    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
-    precisions = tuple(p for p in PRECISIONS if p in project.quantize.precisions)
-    budgets = {g.name: budget_ms(g.latency_budget_ms, g.min_fps) for g in fleet}
-    notes: list[str] = []
-    try:
-        fit = fit or load_latency_model()
-        cost = _cost(onnx_path, 1, hw)
-    except EdgebuildError as exc:
-        checked = [g.name for g in groups if budgets.get(g.name) is not None]
-        return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
-                                     + (f"; the latency budget of {', '.join(checked)} is NOT checked" if checked
-                                        else ""),))
-    catalog = list(load_catalog().modules.values())
-    found = []
-    for group in groups:
-        budget = budgets.get(group.name)
-        predicted = predict_group(cost, group=group.name, module=group.target.module,
-                                  jetpack=group.target.release.jetpack, power_mode=group.power_mode,
-                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model)
-        if predicted is None:
-            notes.append(f"{group.name}: no latency prediction: power mode {group.power_mode or 'any'} of "
-                         f"{group.target.module.id} has no known GPU clock (profiles/modules/)"
-                         + ("; its latency budget is NOT checked" if budget is not None else ""))
-        else:
-            found.append(predicted)
-    return PredictedLatency(tuple(found), tuple(notes))
 
 
 def _budget(budget_ms: float | None, min_fps: float | None, batch: int) -> float | None:

@@ -14,16 +14,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.devices.measured_latency import CHECK_HEADERS, check_rows, latency_checks
 from edgebuild.errors import ConfigError
+from edgebuild.latency.calibration import calibrate_project, project_fit, record_measured
+from edgebuild.latency.measured import CHECK_HEADERS, check_rows, latency_checks
+from edgebuild.latency.plan import ModuleChoice, PlanRequest, plan_latency
 from edgebuild.project.layout import project_latency_files
 from edgebuild.report.build_report import from_compile
 from edgebuild.report.markdown import to_markdown
-from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.bench.bench import run_bench
-from edgebuild.workflows.latency_calibrate import calibrate_project, project_fit, record_measured
-from edgebuild.workflows.latency_plan import plan_latency
+from edgebuild.runtime.base.recipe import Recipe
 from tests.support.runtime_artifacts import recipe_for
+
+MAXN_SUPER = ModuleChoice("orin-nano-8gb", "MAXN_SUPER")
 
 
 def _conv_folder(folder: Path) -> Path:
@@ -106,11 +108,11 @@ def test_calibrate_refits_keeps_the_measurements_and_plan_says_so(project: Path,
     folder = project / "build" / "engines" / "yard"
     before = project_fit(project)
     assert before.measured == 0
-    predicted = plan_latency(folder / "model.onnx", input_size=[256], module="orin-nano-8gb",
-                             power_mode="MAXN_SUPER", precisions=("fp16",), fit=before).rows[0].latency_ms
+    predicted = plan_latency(folder / "model.onnx", PlanRequest(("fp16",)), MAXN_SUPER, input_size=[256],
+                             fit=before).rows[0].latency_ms
     # the device is 1.8x slower than the published fit predicts, at batch 1 and 4
-    batch4 = plan_latency(folder / "model.onnx", input_size=[256], module="orin-nano-8gb", power_mode="MAXN_SUPER",
-                          precisions=("fp16",), batch=4, fit=before).rows[0].latency_ms
+    batch4 = plan_latency(folder / "model.onnx", PlanRequest(("fp16",), batch=4), MAXN_SUPER, input_size=[256],
+                          fit=before).rows[0].latency_ms
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(_jetson_result(folder, {1: 1.8 * predicted, 4: 1.8 * batch4})))
     cpu = tmp_path / "cpu.json"
@@ -132,8 +134,7 @@ def test_calibrate_refits_keeps_the_measurements_and_plan_says_so(project: Path,
     assert done.model_path == model_path and model_path.is_file() and measurements_path.is_file()
     fit = project_fit(project)
     assert (fit.published, fit.measured) == (53, 2) and fit.fitted_on[0].startswith("53 published figures + 2 of")
-    after = plan_latency(folder / "model.onnx", input_size=[256], module="orin-nano-8gb", power_mode="MAXN_SUPER",
-                         precisions=("fp16",), fit=fit)
+    after = plan_latency(folder / "model.onnx", PlanRequest(("fp16",)), MAXN_SUPER, input_size=[256], fit=fit)
     assert after.rows[0].latency_ms > 1.3 * predicted  # the plan follows the device now
     assert after.as_dict()["error_band"]["fitted_on"][0].startswith("53 published figures + 2 of your")
 
@@ -156,6 +157,12 @@ def test_the_command_line_refuses_half_a_calibration_and_a_bad_duration(project:
     assert no_flag.exit_code == 2 and "BENCH.json files go with --calibrate" in no_flag.output
     no_files = CliRunner().invoke(main, ["plan", "-p", str(project), "--calibrate"])
     assert no_files.exit_code == 2 and "--calibrate needs BENCH.json files" in no_files.output
+    # a refit plans nothing: a plan's options with it are refused, not silently dropped
+    planned = CliRunner().invoke(main, ["plan", "-p", str(project), "--calibrate", "--min-fps", "30", "--module",
+                                        "nano", str(bench)])
+    assert planned.exit_code == 2 and "plans nothing: --min-fps, --module go without it" in planned.output
+    weight = CliRunner().invoke(main, ["plan", "-p", str(project), "--weight", "2"])
+    assert weight.exit_code == 2 and "--weight goes with --calibrate" in weight.output
     folder = project / "build" / "engines" / "yard"
     bad = CliRunner().invoke(main, ["bench", str(folder), "-p", str(project), "--duration", "30x"])
     assert bad.exit_code != 0 and "write a duration like 90s, 30m, 2h or 1h30m" in bad.output
