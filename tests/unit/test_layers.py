@@ -69,7 +69,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild", "edgebuild.errors", "edgebuild._compat"),  # shared with the device
     ("edgebuild.runtime",),  # the device side: Python 3.8 + numpy
-    ("edgebuild.content", "edgebuild.datafiles", "edgebuild.jsontypes", "edgebuild.text"),  # build-host support
+    ("edgebuild.content", "edgebuild.statcache", "edgebuild.datafiles", "edgebuild.jsontypes",
+     "edgebuild.text"),  # build-host support
     ("edgebuild.targets",),
     ("edgebuild.project",),
     ("edgebuild.sources", "edgebuild.datasets"),  # what models and data are
