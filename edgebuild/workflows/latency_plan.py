@@ -16,9 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ConfigError, EdgebuildError, TargetError
+from edgebuild.project.layout import BuildLayout
+from edgebuild.statcache import cached, use
 from edgebuild.targets.latency import (
     PRECISIONS,
     LatencyModel,
@@ -27,7 +29,7 @@ from edgebuild.targets.latency import (
     predict_ms,
 )
 from edgebuild.targets.latency_budget import PredictedLatency, budget_ms, module_cost_key, predict_group
-from edgebuild.targets.latency_graph import GraphCost, graph_cost_from_file
+from edgebuild.targets.latency_graph import GraphCost
 from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 from edgebuild.text import Progress
 
@@ -102,11 +104,40 @@ class LatencyPlan:
 
 
 def _cost(model: Path, batch: int, input_hw: tuple[int, int] | None) -> GraphCost:
-    cost = graph_cost_from_file(model, batch=batch, input_hw=input_hw)
+    """The graph's cost; while a file cache is in use (a compile's prediction), not read again (nor onnx
+    imported) for an ONNX file whose stat is unchanged, by the same counting code and onnx version."""
+    cost = cached(model, _cost_kind(batch, input_hw), partial(_graph_cost, batch=batch, input_hw=input_hw),
+                  _graph_cost_of, asdict)
     if cost.dynamic_inputs:
         raise ConfigError(f"{model}: input {', '.join(cost.dynamic_inputs)} has no fixed shape",
                           hint="give --input-size N or H,W (an image input's height and width)")
     return cost
+
+
+def _graph_cost(model: Path, *, batch: int, input_hw: tuple[int, int] | None) -> GraphCost:
+    from edgebuild.targets.latency_graph import graph_cost_from_file
+
+    return graph_cost_from_file(model, batch=batch, input_hw=input_hw)
+
+
+def _cost_kind(batch: int, input_hw: tuple[int, int] | None) -> str:
+    """What a graph's cost is kept under in the file cache: the counting code's hash and onnx's version
+    (shape inference) with the batch and input size, so a change to either counts again."""
+    from edgebuild.content import digest, file_sha256, tool_versions
+    from edgebuild.targets import latency_graph
+
+    code = file_sha256(Path(latency_graph.__file__))
+    return f"graph-cost:{digest([code, tool_versions('onnx'), batch, input_hw])[:24]}"
+
+
+def _graph_cost_of(value: Any) -> GraphCost:
+    """A GraphCost from the file cache's JSON (``dataclasses.asdict`` of it)."""
+    from edgebuild.targets.latency_graph import LayerCost
+
+    hw = value["input_hw"]
+    return GraphCost(tuple(LayerCost(**layer) for layer in value["layers"]), int(value["batch"]),
+                     (int(hw[0]), int(hw[1])) if hw is not None else None, int(value["unknown_shapes"]),
+                     tuple(str(name) for name in value["dynamic_inputs"]))
 
 
 def _jetpack_text(perf: ModulePerformance, jetpack: str | None) -> str:
@@ -278,7 +309,8 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
     notes: list[str] = []
     try:
         fit = fit or load_latency_model()
-        cost = _cost(onnx_path, 1, hw)
+        with use(BuildLayout.of(project).file_cache):
+            cost = _cost(onnx_path, 1, hw)
     except EdgebuildError as exc:
         checked = [g.name for g in groups if budgets.get(g.name) is not None]
         return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
