@@ -22,11 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from edgebuild.runtime.base.files import sha256_file
+from edgebuild.statcache import cached
 
 __all__ = ["atomic_output_dir", "changed_parts", "digest", "file_sha256", "files_digest", "tool_versions",
            "tree_sha256"]
 
-file_sha256 = sha256_file  # the one streaming sha256, shared with the device side
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file (the one streaming ``sha256_file``, shared with the device side); while a
+    file cache is in use (``edgebuild.statcache``), not read again when its stat is unchanged."""
+    return cached(Path(path), "sha256", sha256_file, _sha256_hex)
+
+
+def _sha256_hex(value: object) -> str:
+    if not (isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+        raise ValueError(value)
+    return value
 
 
 def tree_sha256(root: Path, pattern: str = "*.py") -> str:

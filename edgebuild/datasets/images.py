@@ -145,7 +145,23 @@ def image_size(path: Path, key: str) -> tuple[int, int]:
     """(width, height) of an image as ``read_image`` decodes it, from its header (the pixels are not decoded):
     with an EXIF orientation that turns it a quarter, width and height swap, as Ultralytics' ``exif_size``
     and ``cv2.imread`` take it (boxes are drawn on the upright view by labelling tools, which show the
-    image as a browser does, EXIF applied)."""
+    image as a browser does, EXIF applied).
+
+    While a file cache is in use (``edgebuild.statcache``) a file whose stat is unchanged is not opened
+    (a PNG's EXIF can follow its pixels, and PIL decodes them all to find it)."""
+    from edgebuild.statcache import cached
+
+    return cached(path, "image_size", lambda p: _image_size(p, key), _size_pair)
+
+
+def _size_pair(value: Any) -> tuple[int, int]:
+    width, height = value
+    if not (type(width) is int and type(height) is int and width > 0 and height > 0):
+        raise ValueError(value)
+    return width, height
+
+
+def _image_size(path: Path, key: str) -> tuple[int, int]:
     from PIL import Image, UnidentifiedImageError
 
     try:

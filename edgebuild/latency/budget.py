@@ -25,7 +25,7 @@ import numpy as np
 
 from edgebuild.errors import ConfigError, EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.latency.graph import GraphCost, graph_cost_from_file
+from edgebuild.latency.graph import GraphCost, cached_graph_cost, graph_cost_from_file
 from edgebuild.latency.model import (
     PRECISIONS,
     LatencyModel,
@@ -227,7 +227,7 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
 
 
 def _fixed_cost(onnx_path: Path, hw: tuple[int, int] | None) -> GraphCost:
-    cost = graph_cost_from_file(onnx_path, batch=1, input_hw=hw)
+    cost = cached_graph_cost(onnx_path, batch=1, input_hw=hw)
     if cost.dynamic_inputs:
         raise ConfigError(f"{onnx_path}: input {', '.join(cost.dynamic_inputs)} has no fixed shape")
     return cost

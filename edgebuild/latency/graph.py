@@ -25,9 +25,9 @@ the activations it writes that someone outside the group reads (or that are grap
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgebuild.errors import ModelError
 
@@ -96,6 +96,26 @@ def graph_cost_from_file(path: Path, *, batch: int = 1, input_hw: tuple[int, int
     except Exception as exc:  # onnx raises DecodeError, OSError... for a file that is not ONNX
         raise ModelError(f"{path}: not an ONNX model ({exc})") from None
     return graph_cost(model, batch=batch, input_hw=input_hw)
+
+
+def cached_graph_cost(path: Path, *, batch: int = 1, input_hw: tuple[int, int] | None = None) -> GraphCost:
+    """``graph_cost_from_file``, but while a file cache is in use (``edgebuild.statcache.use``: a compile),
+    an ONNX file whose stat is unchanged is not read again, nor onnx imported; the entry is kept under
+    this module's own hash and onnx's version (its shape inference), so a change to either counts again."""
+    from edgebuild.content import digest, file_sha256, tool_versions
+    from edgebuild.statcache import cached
+
+    kind = f"graph-cost:{digest([file_sha256(Path(__file__)), tool_versions('onnx'), batch, input_hw])[:24]}"
+    return cached(path, kind, lambda p: graph_cost_from_file(p, batch=batch, input_hw=input_hw),
+                  _graph_cost_of, asdict)
+
+
+def _graph_cost_of(value: Any) -> GraphCost:
+    """A GraphCost from the file cache's JSON (``dataclasses.asdict`` of it)."""
+    hw = value["input_hw"]
+    return GraphCost(tuple(LayerCost(**layer) for layer in value["layers"]), int(value["batch"]),
+                     (int(hw[0]), int(hw[1])) if hw is not None else None, int(value["unknown_shapes"]),
+                     tuple(str(name) for name in value["dynamic_inputs"]))
 
 
 def graph_cost(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, int] | None = None) -> GraphCost:

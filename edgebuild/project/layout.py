@@ -22,6 +22,7 @@
       farm/<command>.json         the device farm's jobs of the last validate/bench --farm
       report/                     the build report (index.html, summary.md, junit.xml)
       .cache/decoded-images.json  what `check` found decoding each image, by content (datasets.decoded)
+      .cache/files.json           files' hashes and image sizes, by path and stat (statcache)
 
 A stage writes only under its own folders; a later stage reads the folders its input records
 name (an ``EngineRecord.folder``, a ``ContainerRecord.context``), which are these.
@@ -163,6 +164,11 @@ class BuildLayout:
     def decoded_images(self) -> Path:
         """What ``check`` found decoding each data image, by its bytes' SHA-256 (``datasets.decoded``)."""
         return self.root / ".cache" / "decoded-images.json"
+
+    @property
+    def file_cache(self) -> Path:
+        """What was read from each file (its SHA-256, an image's size), by path and stat (``edgebuild.statcache``)."""
+        return self.root / ".cache" / "files.json"
 
 
 def project_latency_files(project_dir: Path) -> tuple[Path, Path]:

@@ -13,8 +13,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgebuild.runtime.base.vision import DetectionParams
-
 __all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
            "ProjectSection", "RuntimeSection"]
 
@@ -158,11 +156,15 @@ class PreprocessSection(_Section):
 
 def _check_nms_inside(in_model: bool, max_detections: int, boxes_output: str, scores_output: str) -> None:
     """What NMS inside the model needs of a detection's, pose's or segmentation's ``[task.postprocess]``."""
+    if not in_model:
+        return
+    from edgebuild.runtime.base.vision import DetectionParams  # (numpy) imported only where it is asked for
+
     limit = DetectionParams.pre_nms_top_k  # the graph feeds NMS the host decode's candidates at most
-    if in_model and max_detections > limit:
+    if max_detections > limit:
         raise ValueError(f"max_detections = {max_detections} is more than NMS inside the model returns "
                          f"({limit}: the candidates it keeps before NMS); set max_detections <= {limit}")
-    if in_model and boxes_output == scores_output:
+    if boxes_output == scores_output:
         raise ValueError(f"boxes_output and scores_output are both {boxes_output!r}")
 
 

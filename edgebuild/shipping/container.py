@@ -33,8 +33,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from edgebuild import __version__
 from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
@@ -300,6 +298,8 @@ def write_container(artifact_dir: Path, out_dir: Path, spec: ContainerSpec,
         run_sh = staging / "run.sh"
         run_sh.write_text(_run_script(spec))
         run_sh.chmod(0o755)
+        import yaml  # only where a compose file is written (a reused container stage never imports it)
+
         header = (f"# Compose file of {spec.group} ({spec.target.id}), limits of preset {spec.preset.name}; "
                   f"written by edgebuild {__version__}.\n")
         (staging / "compose.yaml").write_text(header + yaml.safe_dump(compose_spec(spec), sort_keys=False))

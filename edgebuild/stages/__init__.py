@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edgebuild.pipeline.runner import CompileReport, Options, Stage, StageOutcome, Work, run_stages
+from edgebuild.project.layout import BuildLayout
 from edgebuild.stages.budget import BUDGET
 from edgebuild.stages.container import CONTAINER
 from edgebuild.stages.engine import ENGINE
@@ -56,13 +57,16 @@ def compile_work(work: Work[SelectedGroup], *, stages: tuple[Stage, ...] = STAGE
 
     ``settings`` are the command's flags the stages read; ``session`` what several runs for one
     model share (a fleet's model: its gate, then its engines); the project's data is prepared
-    first when a stage that runs reads it.
+    first when a stage that runs reads it. Files are hashed and images sized through the build
+    folder's file cache (``edgebuild.statcache``), so a second compile reads only what changed.
     """
     from edgebuild.datasets.project_data import prepare_data
+    from edgebuild.statcache import use
 
     def prepare(running: tuple[Stage, ...]) -> None:
         if any(s.name in READS_DATA for s in running):
             prepare_data(work.project, progress)
 
-    return run_stages(work, stages, until=until, options=options, progress=progress, on_stage=on_stage,
-                      session=session or CompileSession(settings), prepare=prepare)
+    with use(BuildLayout.of(work.project).file_cache):  # the stages' keys hash files and size images through it
+        return run_stages(work, stages, until=until, options=options, progress=progress, on_stage=on_stage,
+                          session=session or CompileSession(settings), prepare=prepare)

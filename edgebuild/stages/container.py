@@ -28,8 +28,8 @@ def model_folder_key(inputs: CompileInputs) -> dict[str, str]:
     """The sha256 of every file of the group's model folder (recipe, ONNX, acceptance set, engine where built)."""
     from edgebuild.runtime.base.recipe import Recipe
 
-    folder = model_folder(inputs)
-    return Recipe.load(folder).file_hashes(folder)
+    folder = model_folder(inputs)  # Recipe.file_hashes's files, hashed through the file cache
+    return {name: file_sha256(path) for name, path in sorted(Recipe.load(folder).model_files(folder).items())}
 
 
 def folder_key(folder: Path) -> dict[str, str]:

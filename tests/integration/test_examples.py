@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,21 @@ def test_compile_orin_on_the_shapes_example(example_copy) -> None:
     text = CliRunner().invoke(main, ["compile", "-p", str(root), "--target", "orin"]).output
     assert "reused (up to date): model, reference, export, preflight, gate, budget, engine, container, package" \
         in text
+    assert (root / "build" / ".cache" / "files.json").is_file(), "hashes and image sizes are kept by stat"
+    assert _no_op_imports(root) == [], "a no-op compile reads keys and records: no model library is imported"
+
+
+#: what a compile that reuses every stage has no use for (tensorrt: not installed here, but neither needed)
+HEAVY = ("torch", "onnx", "onnxruntime", "tensorrt", "matplotlib")
+
+
+def _no_op_imports(root: Path) -> list[str]:
+    """The HEAVY modules a fresh process imported running ``compile`` again on ``root`` (every stage reused)."""
+    code = ("import sys\nfrom edgebuild.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code, "compile", "-p", str(root), "--target", "orin", "--json"],
+                         capture_output=True, text=True, check=True)
+    statuses = {s["name"]: s["status"] for s in json.loads(out.stdout[:out.stdout.rindex("HEAVY")])["stages"]}
+    assert set(statuses.values()) == {"reused"}, statuses
+    return list(ast.literal_eval(out.stdout[out.stdout.rindex("HEAVY") + len("HEAVY"):].strip()))

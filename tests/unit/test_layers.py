@@ -73,7 +73,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild.runtime.serving", "edgebuild.runtime.bench"),
     ("edgebuild.runtime.ota",),  # its health check runs a model service
     ("edgebuild.runtime",),  # the device command line: cli, options, __main__
-    ("edgebuild.content", "edgebuild.datafiles", "edgebuild.jsontypes", "edgebuild.text"),  # build-host support
+    ("edgebuild.content", "edgebuild.statcache", "edgebuild.datafiles", "edgebuild.jsontypes",
+     "edgebuild.text"),  # build-host support
     ("edgebuild.targets",),
     ("edgebuild.project",),
     ("edgebuild.sources", "edgebuild.datasets"),  # what models and data are

@@ -21,8 +21,8 @@ from edgebuild.latency.plan import ModuleChoice, PlanRequest, plan_latency
 from edgebuild.project.layout import project_latency_files
 from edgebuild.report.build_report import from_compile
 from edgebuild.report.markdown import to_markdown
-from edgebuild.runtime.bench.bench import run_bench
 from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.bench.bench import run_bench
 from tests.support.runtime_artifacts import recipe_for
 
 MAXN_SUPER = ModuleChoice("orin-nano-8gb", "MAXN_SUPER")
