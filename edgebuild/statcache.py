@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["cached", "use"]
+__all__ = ["cached"]  # and use, which only stages.compile_work enters
 
 #: bump when a kind's value changes meaning, so an old cache is not trusted
 CACHE_VERSION = 1
