@@ -365,7 +365,7 @@ def baseline_lines(gate: GateResult) -> list[str]:
 # -- the latency plan ---------------------------------------------------------------------------
 
 def latency_plan_text(plan: LatencyPlan) -> str:
-    from edgebuild.targets.limits import human_size
+    from edgebuild.targets.presets import human_size
 
     size = f"{plan.input_hw[0]}x{plan.input_hw[1]}" if plan.input_hw else "its input shape"
     lines = [f"{plan.model}: {plan.gflops:.2f} GFLOP at {size}, batch {plan.batch}, {plan.layers} fused layers"

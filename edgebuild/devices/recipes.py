@@ -32,7 +32,7 @@ from edgebuild.runtime.recipe import (
     RuntimeSettings,
     TensorSpec,
 )
-from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.targets.presets import LimitPreset, human_size
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult

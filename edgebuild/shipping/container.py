@@ -44,7 +44,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.options import GRPC_PORT
 from edgebuild.runtime.recipe import Recipe
-from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.targets.presets import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 from edgebuild.text import Progress
 
