@@ -49,7 +49,7 @@ from edgebuild.targets.profiles import SelectedGroup, Target
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
-    from edgebuild.shipping.ota import Shipped
+    from edgebuild.shipping.shipped import Shipped
 
 __all__ = ["ContainerRecord", "build_image", "group_container_spec", "write_group_container"]
 
