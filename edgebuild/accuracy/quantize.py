@@ -69,7 +69,7 @@ def calibration_feeds(project: Project, progress: bool, limit: int | None = None
     count and a progress bar to close."""
     from tqdm import tqdm
 
-    from edgebuild.accuracy.evaluate import evaluation_batch_size, preprocess_spec
+    from edgebuild.accuracy.validation_set import evaluation_batch_size, preprocess_spec
     from edgebuild.datasets.project_data import calibration_images, read_image
     from edgebuild.runtime.vision import preprocess, stack_batch
 
