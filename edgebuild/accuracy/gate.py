@@ -211,7 +211,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         measured.append(fp16)
     sensitivity: list[JsonObject] = []
     choice: JsonObject = {}
-    if "int8" in wanted and store.plan.empty:
+    if "int8" in wanted and store.placement.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
                      "(quantize.op_types), so TensorRT would run nothing in INT8")
         say(f"gate: {notes[-1]}")

@@ -41,7 +41,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.accuracy.calibration import ActivationStatistics
     from edgebuild.accuracy.evaluate import ValidationSet
-    from edgebuild.accuracy.quantize import Candidate, QuantizationPlan
+    from edgebuild.accuracy.quantize import Candidate, QdqPlacement
     from edgebuild.project.config import Project
     from edgebuild.runtime.backends import Runner
     from edgebuild.runtime.backends.trt_api import DeviceMemory
@@ -176,7 +176,7 @@ class MeasurementStore:
         self.stored = 0
         self._data: ValidationSet | None = None
         self._latency_inputs: dict[str, np.ndarray] | None = None
-        self._plan: QuantizationPlan | None = None
+        self._placement: QdqPlacement | None = None
         self._statistics: ActivationStatistics | None = None
         self._thresholds: dict[str, np.ndarray] = {}
         self._shifts: dict[str, dict[str, np.ndarray]] = {}
@@ -230,19 +230,20 @@ class MeasurementStore:
         return out
 
     @property
-    def plan(self) -> QuantizationPlan:
-        """Which nodes TensorRT would run in INT8 (``edgebuild.accuracy.quantize.quantization_plan``)."""
-        if self._plan is None:
-            from edgebuild.accuracy.quantize import QuantizationPlan, quantization_plan
+    def placement(self) -> QdqPlacement:
+        """Which nodes TensorRT would run in INT8 (``edgebuild.accuracy.quantize.qdq_placement``)."""
+        if self._placement is None:
+            from edgebuild.accuracy.quantize import QdqPlacement, qdq_placement
 
+            # the file's name and key are what stored measurements were written under: kept as they were
             path = self.root / f"plan-{self._key({'plan': 1})}.json"
             stored = self._stored(path, "INT8 placement")
             if stored is not None:
-                self._plan = QuantizationPlan(**{k: tuple(v) for k, v in stored.items()})
+                self._placement = QdqPlacement(**{k: tuple(v) for k, v in stored.items()})
             else:
-                self._plan = quantization_plan(self.project, self.prepared_path())
-                atomic_write_text(path, json.dumps(asdict(self._plan)))
-        return self._plan
+                self._placement = qdq_placement(self.project, self.prepared_path())
+                atomic_write_text(path, json.dumps(asdict(self._placement)))
+        return self._placement
 
     # -- calibration: statistics once, every method's ranges from them ----------------------------
 
@@ -256,7 +257,8 @@ class MeasurementStore:
             if path.is_file() and not self.force:
                 self._statistics = ActivationStatistics.load(path)
             else:
-                tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(), self.plan)
+                tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(),
+                                                                      self.placement)
                 feeds, count, bar = calibration_feeds(self.project, self.progress)
                 if not self.progress:
                     self.say(f"gate: calibrating INT8: activation statistics of {len(quantized)} tensors on "
@@ -426,7 +428,7 @@ class MeasurementStore:
         assert variant is not None
         if not variant.bias_correction:
             return int8_candidate(self.project, self.prepared_path(), out, self.ranges_cache(variant.method),
-                                  self.plan, exclude=kept, how=variant.describe())
+                                  self.placement, exclude=kept, how=variant.describe())
         from edgebuild.accuracy.calibration import correct_biases
 
         plain = self._built(precision, kept, Int8Variant(variant.method, False))  # the same Q/DQ, biases as exported
