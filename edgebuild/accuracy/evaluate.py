@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgebuild.accuracy.gate_records import NmsParity
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
 from edgebuild.accuracy.validation_set import ValidationSet, evaluation_batch_size, preprocess_spec
@@ -117,7 +118,7 @@ class _DetectionCollector:
         return coco_detection_metrics(self.data.ground_truth, self.results, self.settings["max_detections"])
 
 
-def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> JsonObject:
+def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> NmsParity:
     """NMS inside the model against the host's decode of its raw head, on every validation image.
 
     ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
@@ -144,9 +145,9 @@ def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationS
             worst = max(worst, difference)
             same += difference <= NMS_PARITY_ATOL
     want_value, got_value = host.metrics()[project.metric], graph.metrics()[project.metric]
-    return {"metric": project.metric, "host_decode": want_value, "in_model": got_value,
-            "difference": abs(want_value - got_value), "images": len(data), "same_detections": same,
-            "largest_difference": worst, "nms_free": nms_free}
+    return NmsParity(metric=project.metric, host_decode=want_value, in_model=got_value,
+                     difference=abs(want_value - got_value), images=len(data), same_detections=same,
+                     largest_difference=worst, nms_free=nms_free)
 
 
 #: boxes (input pixels) and scores of NMS inside the model may differ from the host's by float rounding

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.accuracy.calibration import Int8Variant
+from edgebuild.accuracy.gate_records import LayerSensitivity, NmsParity
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
@@ -482,12 +483,14 @@ class MeasurementStore:
             self._reference = [runner.run({self.project.model.inputs[0].name: b}) for b in self._signal_batches()]
         return self._reference
 
-    def nms_parity(self, fp32: Measurement) -> JsonObject:
+    def nms_parity(self, fp32: Measurement) -> NmsParity:
         """NMS inside the FP32 candidate against the host's decode of its head (stored beside it)."""
         path = (self.gate / fp32.onnx).with_name("nms-parity.json")
         stored = self._stored(path, "NMS parity")
-        if stored is not None:
-            return dict(stored)
+        if stored:
+            parity = NmsParity.from_dict(stored)
+            assert parity is not None
+            return parity
         from edgebuild.accuracy.evaluate import nms_parity
         from edgebuild.runtime.backends.onnxruntime import OnnxRuntimeRunner
 
@@ -495,7 +498,7 @@ class MeasurementStore:
                  "validation images")
         found = nms_parity(self.project, OnnxRuntimeRunner(self.gate / fp32.onnx),
                            OnnxRuntimeRunner(self.gate / fp32.ships), self.data)
-        atomic_write_text(path, json.dumps(found, indent=2))
+        atomic_write_text(path, json.dumps(found.as_dict(), indent=2))
         return found
 
     def _say(self, m: Measurement, how: str) -> None:
@@ -544,7 +547,7 @@ class MeasurementStore:
             progress=self.say), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
-    def ranking(self, int8: Measurement) -> list[JsonObject]:
+    def ranking(self, int8: Measurement) -> list[LayerSensitivity]:
         """The INT8 candidate's layers by the quantization error of their inputs, worst first
         (``edgebuild.accuracy.quantize.layer_errors`` on ``quantize.sensitivity_images`` validation images)."""
         settings = self.project.quantize
@@ -554,7 +557,7 @@ class MeasurementStore:
         if stored is not None:
             self.stored += 1
             self.say(f"gate: layer ranking of {len(stored)} layers (stored)")
-            return stored
+            return [LayerSensitivity.from_dict(row) for row in stored]
         from edgebuild.accuracy.quantize import layer_errors
 
         batches = list(self._signal_batches())
@@ -564,7 +567,7 @@ class MeasurementStore:
                  f"{self._signal_images} images in {time.perf_counter() - started:.1f} s")
         atomic_write_text(path, json.dumps(ranking, indent=1))
         self.measured += 1
-        return ranking
+        return [LayerSensitivity.from_dict(row) for row in ranking]
 
     def prune_other_models(self) -> None:
         """Measurements of models that are no longer the export are never read again."""
