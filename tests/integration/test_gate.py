@@ -232,7 +232,8 @@ def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) 
     releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
     export = export_model(project, *choose_opset(project, releases))
     store = MeasurementStore(project, export, force=False, progress=False, say=messages.append)
-    variant = next(v for v in int8_variants(project) if result.int8_choice is not None and v.name == result.int8_choice.variant)
+    assert result.int8_choice is not None
+    variant = next(v for v in int8_variants(project) if v.name == result.int8_choice.variant)
     int8 = store.candidate("int8", variant=variant)
     relu = next(n.name for n in onnx.load(str(store.prepared_path())).graph.node if n.op_type == "Relu")
     assert store.candidate("int8", (relu,), variant) is None  # a Relu is never quantized: same graph as int8
