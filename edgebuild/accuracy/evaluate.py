@@ -1,23 +1,25 @@
 """Task evaluation: run a backend over the validation set and compute the project's metric.
 
 Works with any runner of ``edgebuild.runtime.engines.backends`` (``backend`` name, ``run(inputs) -> outputs``);
-every result records which backend produced it. A ``ValidationSet`` decodes and preprocesses
-the images once, so comparing several candidates does not redo that work.
+every result records which backend produced it. A ``ValidationSet`` (``edgebuild.accuracy.validation_set``, and
+named here too, where the backends are run over it) decodes and preprocesses the images once, so comparing
+several candidates does not redo that work.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgebuild.accuracy.gate_records import NmsParity
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
-from edgebuild.datasets.project_data import Sample, load_validation_set, read_image
+from edgebuild.accuracy.validation_set import ValidationSet, evaluation_batch_size, preprocess_spec
+from edgebuild.datasets.project_data import Sample
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import DetectionPostprocess, InstancePostprocess
@@ -25,12 +27,9 @@ from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head
 from edgebuild.runtime.base.vision import (
     DetectionParams,
     ImageTransform,
-    PreprocessSpec,
     check_detection_outputs,
     decode_outputs,
     in_canonical_order,
-    preprocess,
-    stack_batch,
 )
 from edgebuild.runtime.engines.backends import Runner
 
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
            "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
-
-#: preprocessed batches are kept in memory up to this size; bigger sets are decoded per pass
-CACHE_BUDGET_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -58,68 +54,6 @@ class Evaluation:
     def as_dict(self) -> dict:
         return {"metric": self.metric, "value": self.value, "metrics": self.metrics,
                 "backend": self.backend, "images": self.images, "seconds": round(self.seconds, 3)}
-
-
-def preprocess_spec(project: Project) -> PreprocessSpec:
-    pre = project.task.preprocess
-    return PreprocessSpec(
-        input_size=(pre.input_size[0], pre.input_size[1]),
-        resize=pre.resize,
-        pad_value=pre.pad_value,
-        channel_order=pre.channel_order,
-        mean=tuple(pre.mean),
-        std=tuple(pre.std),
-    )
-
-
-def evaluation_batch_size(project: Project, requested: int = 8) -> int:
-    spec = project.model.inputs[0]
-    return max(spec.min_shape[0], min(requested, spec.max_shape[0]))
-
-
-class ValidationSet:
-    """The project's validation images, preprocessed, in batches, with their ground truth."""
-
-    def __init__(self, project: Project, *, limit: int | None = None, batch_size: int = 8) -> None:
-        self.project = project
-        self.batch_size = evaluation_batch_size(project, batch_size)
-        # whatever the format on disk (COCO, YOLO, VOC, class folders): the COCO form of a detection set
-        self.coco, self.samples = load_validation_set(project, limit)
-        self._spec = preprocess_spec(project)
-        channels, (height, width) = project.task.preprocess.channels, self._spec.input_size
-        self._cacheable = len(self.samples) * channels * height * width * 4 <= CACHE_BUDGET_BYTES
-        self._cache: list[tuple[list[Sample], np.ndarray, list[ImageTransform]]] = []
-        self._ground_truth: Any = None
-        #: segmentation: each image's ground-truth masks, drawn once per set (every candidate is scored against them)
-        self.truth_masks: dict[int, list[JsonObject]] = {}
-
-    @property
-    def ground_truth(self) -> Any:
-        """The COCO index of the detection ground truth, built once per set (every candidate reuses it)."""
-        if self._ground_truth is None:
-            from edgebuild.accuracy.metrics import coco_ground_truth
-
-            assert self.coco is not None, "only a detection set has ground truth boxes, and its COCO form"
-            self._ground_truth = coco_ground_truth(self.coco.ground_truth)
-        return self._ground_truth
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def batches(self) -> Iterator[tuple[list[Sample], np.ndarray, list[ImageTransform]]]:
-        if self._cache:
-            yield from self._cache
-            return
-        gray = self._spec.channel_order == "GRAY"
-        filled = []
-        for start in range(0, len(self.samples), self.batch_size):
-            chunk = self.samples[start : start + self.batch_size]
-            tensors, transforms = zip(*(preprocess(read_image(s.path, gray), self._spec) for s in chunk))
-            batch = (chunk, stack_batch(tensors), list(transforms))
-            if self._cacheable:
-                filled.append(batch)
-            yield batch
-        self._cache = filled
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
@@ -199,7 +133,7 @@ class _DetectionCollector:
         return coco_detection_metrics(self.data.ground_truth, self.results, self.settings["max_detections"])
 
 
-def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> JsonObject:
+def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationSet) -> NmsParity:
     """NMS inside the model against the host's decode of its raw head, on every validation image.
 
     ``head`` runs the raw head, ``inside`` the same model with the decode appended. Returns both
@@ -226,9 +160,9 @@ def nms_parity(project: Project, head: Runner, inside: Runner, data: ValidationS
             worst = max(worst, difference)
             same += difference <= NMS_PARITY_ATOL
     want_value, got_value = host.metrics()[project.metric], graph.metrics()[project.metric]
-    return {"metric": project.metric, "host_decode": want_value, "in_model": got_value,
-            "difference": abs(want_value - got_value), "images": len(data), "same_detections": same,
-            "largest_difference": worst, "nms_free": nms_free}
+    return NmsParity(metric=project.metric, host_decode=want_value, in_model=got_value,
+                     difference=abs(want_value - got_value), images=len(data), same_detections=same,
+                     largest_difference=worst, nms_free=nms_free)
 
 
 #: boxes (input pixels) and scores of NMS inside the model may differ from the host's by float rounding

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
+from edgebuild.accuracy.gate_records import Int8Choice, Int8VariantRow, LayerSensitivity, NmsParity
 from edgebuild.accuracy.measurements import (
     INT8_CHOICE_SETTINGS,
     Measurement,
@@ -94,16 +95,16 @@ class GateResult:
     candidates: list[CandidateResult]
     selected: str | None
     selection_rule: str
-    sensitivity: list[JsonObject]
+    sensitivity: list[LayerSensitivity]
     next_steps: list[str]
     notes: list[str]
     measured: int  # measurements taken in this run (the rest were stored)
     stored: int  # measurements reused from earlier runs
     seconds: float
     # how the INT8 candidate was made: its variant, why, and every variant looked at
-    int8_choice: JsonObject = field(default_factory=dict)
+    int8_choice: Int8Choice | None = None  # None: no INT8 candidate (``{}`` in the file)
     # NMS inside the model: its FP32 candidate against the host's decode of the head (evaluate.nms_parity)
-    nms_parity: JsonObject = field(default_factory=dict)
+    nms_parity: NmsParity | None = None  # None: no NMS inside the model (``{}`` in the file)
     # the FP32 baseline judged (None: a record written before the check existed)
     baseline: BaselineCheck | None = None
 
@@ -131,6 +132,9 @@ class GateResult:
         data = asdict(self)
         data["folder"] = str(self.folder)
         data["policy"] = self.policy.as_dict()
+        data["sensitivity"] = [s.as_dict() for s in self.sensitivity]
+        data["int8_choice"] = self.int8_choice.as_dict() if self.int8_choice else {}
+        data["nms_parity"] = self.nms_parity.as_dict() if self.nms_parity else {}
         data["stage"] = STAGE_VERSION
         return data
 
@@ -140,6 +144,9 @@ class GateResult:
         data["folder"] = folder  # the project may have moved since
         data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
         data["policy"] = AccuracyPolicy.from_dict(data["policy"])
+        data["sensitivity"] = [LayerSensitivity.from_dict(s) for s in data["sensitivity"]]
+        data["int8_choice"] = Int8Choice.from_dict(data.get("int8_choice") or {})
+        data["nms_parity"] = NmsParity.from_dict(data.get("nms_parity") or {})
         if data.get("baseline") is not None:
             data["baseline"] = BaselineCheck.from_dict(data["baseline"])
         return cls(**data)
@@ -201,17 +208,17 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
                  "output order; to try the later stages with an untrained model: `edgebuild compile --no-gate`")
     measured: list[Measurement] = [fp32]
     notes: list[str] = []
-    parity = _check_nms_parity(project, store, fp32, say) if store.nms_inside else {}
+    parity = _check_nms_parity(project, store, fp32, say) if store.nms_inside else None
     if parity:  # the report, the summary and the CLI show the notes
-        notes.append(_parity_line(parity))
+        notes.append(parity.line())
     wanted = project.quantize.precisions
     if "fp16" in wanted:
         fp16 = store.candidate("fp16")
         assert fp16 is not None, "an FP16 graph differs from the FP32 one measured before it"
         measured.append(fp16)
-    sensitivity: list[JsonObject] = []
-    choice: JsonObject = {}
-    if "int8" in wanted and store.plan.empty:
+    sensitivity: list[LayerSensitivity] = []
+    choice: Int8Choice | None = None
+    if "int8" in wanted and store.placement.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
                      "(quantize.op_types), so TensorRT would run nothing in INT8")
         say(f"gate: {notes[-1]}")
@@ -224,7 +231,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         if policy.refuses(policy.retention(int8.value, fp32.value)) and project.quantize.max_kept_layers > 0:
             sensitivity = store.ranking(int8)
             variant = next(v for v in int8_variants(project) if v.name == int8.variant)
-            mixed = _search(project, policy, store, fp32, [r["layer"] for r in sensitivity], variant)
+            mixed = _search(project, policy, store, fp32, [r.layer for r in sensitivity], variant)
             if mixed is not None:
                 measured.append(mixed)
     predicted = _predicted(project, export, groups, measured)
@@ -254,14 +261,14 @@ def check_baseline(project: Project, fp32: Measurement, progress: Progress) -> B
 NMS_PARITY_METRIC_TOLERANCE = 1e-6
 
 
-def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, progress: Progress) -> JsonObject:
+def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measurement, progress: Progress) -> NmsParity:
     """The appended NMS must find what the host's decode finds: the same metric to 1e-6, or the gate stops."""
     parity = store.nms_parity(fp32)
-    line = _parity_line(parity)
+    line = parity.line()
     progress(f"gate: {line}")
-    if parity["difference"] > NMS_PARITY_METRIC_TOLERANCE:
+    if parity.difference > NMS_PARITY_METRIC_TOLERANCE:
         raise AccuracyGateError(
-            f"{project.source}: {line}: they differ by {parity['difference']:.2g} (more than "
+            f"{project.source}: {line}: they differ by {parity.difference:.2g} (more than "
             f"{NMS_PARITY_METRIC_TOLERANCE:g}), so the model would not ship what the gate measures",
             hint="usually ties in score at the pre-NMS cut (1000 candidates) or boxes with no area; set "
                  "task.postprocess.in_model = false to decode on the host, and report the model at "
@@ -269,24 +276,15 @@ def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measureme
     return parity
 
 
-def _parity_line(parity: JsonObject) -> str:
-    if parity.get("nms_free"):  # YOLOv10/YOLO26: the one-to-one top-k ships as it is (sources/ultralytics.py)
-        return (f"NMS-free (one-to-one) head: no NMS added; {parity['metric']} {parity['in_model']:.6f} from its "
-                f"top-k detections on {parity['images']} images")
-    return (f"NMS inside the model: {parity['metric']} {parity['in_model']:.6f} against the host's decode of the "
-            f"FP32 head {parity['host_decode']:.6f}; the same detections on {parity['same_detections']} of "
-            f"{parity['images']} images")
-
-
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-                 progress: Progress) -> tuple[Measurement, JsonObject]:
+                 progress: Progress) -> tuple[Measurement, Int8Choice]:
     """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal."""
     variants = int8_variants(project)
     if len(variants) == 1:
         only = store.candidate("int8", variant=variants[0])
         assert only is not None  # the first INT8 graph of a run is never one already measured
-        return only, {"variant": only.variant, "why": "the one variant quantize.calibration_method and "
-                      "quantize.bias_correction name", "variants": [{"variant": only.variant, "value": only.value}]}
+        why = "the one variant quantize.calibration_method and quantize.bias_correction name"
+        return only, Int8Choice(only.variant, why, (Int8VariantRow(only.variant, only.value, ranked=False),))
     started = time.perf_counter()
     signals = {v.name: store.signal(v) for v in variants}
     looked = [v for v in variants if signals[v.name] is not None]
@@ -314,13 +312,13 @@ def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementSto
     rows = []
     for v in variants:
         m = next((t for t in tried if t.variant == v.name), None)
-        rows.append({"variant": v.name, "sqnr_db": signals[v.name], "value": m.value if m else None,
-                     "retention": round(policy.retention(m.value, fp32.value), 6) if m else None})
+        rows.append(Int8VariantRow(v.name, m.value if m else None, sqnr_db=signals[v.name],
+                                   retention=round(policy.retention(m.value, fp32.value), 6) if m else None))
     why = (f"highest {best.metric} ({best.value:.4f}, retention {policy.retention(best.value, fp32.value):.3f}) of "
            f"the {len(tried) - further} best of {len(looked)} variants by output SQNR on "
            f"{min(len(store.data), project.quantize.sensitivity_images)} images"
            + (f", and {further} more measured because none of those kept min_retention" if further else ""))
-    return best, {"variant": best.variant, "why": why, "variants": rows}
+    return best, Int8Choice(best.variant, why, tuple(rows))
 
 
 def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
@@ -357,9 +355,9 @@ def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGro
                               [(m.precision, m.kept_fp32) for m in measured])
 
 
-def _decide(project: Project, measured: list[Measurement], sensitivity: list[JsonObject], *,
+def _decide(project: Project, measured: list[Measurement], sensitivity: list[LayerSensitivity], *,
             groups: tuple[SelectedGroup, ...], notes: list[str], store: MeasurementStore, seconds: float,
-            int8_choice: JsonObject | None = None, nms_parity: JsonObject | None = None,
+            int8_choice: Int8Choice | None = None, nms_parity: NmsParity | None = None,
             predicted: dict[str, float] | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     policy = AccuracyPolicy.of(project)
@@ -408,8 +406,8 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Jso
         folder=gate_dir(project), policy=policy, reference_value=reference,
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
         selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
-        notes=notes, measured=store.measured, stored=store.stored, seconds=seconds, int8_choice=int8_choice or {},
-        nms_parity=nms_parity or {})
+        notes=notes, measured=store.measured, stored=store.stored, seconds=seconds, int8_choice=int8_choice,
+        nms_parity=nms_parity)
 
 
 def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgebuild.accuracy.calibration import Int8Variant
+from edgebuild.accuracy.gate_records import LayerSensitivity, NmsParity
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
@@ -41,7 +42,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.accuracy.calibration import ActivationStatistics
     from edgebuild.accuracy.evaluate import ValidationSet
-    from edgebuild.accuracy.quantize import Candidate, QuantizationPlan
+    from edgebuild.accuracy.quantize import Candidate, QdqPlacement
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends import Runner
     from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
@@ -176,7 +177,7 @@ class MeasurementStore:
         self.stored = 0
         self._data: ValidationSet | None = None
         self._latency_inputs: dict[str, np.ndarray] | None = None
-        self._plan: QuantizationPlan | None = None
+        self._placement: QdqPlacement | None = None
         self._statistics: ActivationStatistics | None = None
         self._thresholds: dict[str, np.ndarray] = {}
         self._shifts: dict[str, dict[str, np.ndarray]] = {}
@@ -230,19 +231,20 @@ class MeasurementStore:
         return out
 
     @property
-    def plan(self) -> QuantizationPlan:
-        """Which nodes TensorRT would run in INT8 (``edgebuild.accuracy.quantize.quantization_plan``)."""
-        if self._plan is None:
-            from edgebuild.accuracy.quantize import QuantizationPlan, quantization_plan
+    def placement(self) -> QdqPlacement:
+        """Which nodes TensorRT would run in INT8 (``edgebuild.accuracy.quantize.qdq_placement``)."""
+        if self._placement is None:
+            from edgebuild.accuracy.quantize import QdqPlacement, qdq_placement
 
+            # the file's name and key are what stored measurements were written under: kept as they were
             path = self.root / f"plan-{self._key({'plan': 1})}.json"
             stored = self._stored(path, "INT8 placement")
             if stored is not None:
-                self._plan = QuantizationPlan(**{k: tuple(v) for k, v in stored.items()})
+                self._placement = QdqPlacement(**{k: tuple(v) for k, v in stored.items()})
             else:
-                self._plan = quantization_plan(self.project, self.prepared_path())
-                atomic_write_text(path, json.dumps(asdict(self._plan)))
-        return self._plan
+                self._placement = qdq_placement(self.project, self.prepared_path())
+                atomic_write_text(path, json.dumps(asdict(self._placement)))
+        return self._placement
 
     # -- calibration: statistics once, every method's ranges from them ----------------------------
 
@@ -256,7 +258,8 @@ class MeasurementStore:
             if path.is_file() and not self.force:
                 self._statistics = ActivationStatistics.load(path)
             else:
-                tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(), self.plan)
+                tensors, quantized, weighted = calibration_tensors_of(self.project, self.prepared_path(),
+                                                                      self.placement)
                 feeds, count, bar = calibration_feeds(self.project, self.progress)
                 if not self.progress:
                     self.say(f"gate: calibrating INT8: activation statistics of {len(quantized)} tensors on "
@@ -426,7 +429,7 @@ class MeasurementStore:
         assert variant is not None
         if not variant.bias_correction:
             return int8_candidate(self.project, self.prepared_path(), out, self.ranges_cache(variant.method),
-                                  self.plan, exclude=kept, how=variant.describe())
+                                  self.placement, exclude=kept, how=variant.describe())
         from edgebuild.accuracy.calibration import correct_biases
 
         plain = self._built(precision, kept, Int8Variant(variant.method, False))  # the same Q/DQ, biases as exported
@@ -480,12 +483,14 @@ class MeasurementStore:
             self._reference = [runner.run({self.project.model.inputs[0].name: b}) for b in self._signal_batches()]
         return self._reference
 
-    def nms_parity(self, fp32: Measurement) -> JsonObject:
+    def nms_parity(self, fp32: Measurement) -> NmsParity:
         """NMS inside the FP32 candidate against the host's decode of its head (stored beside it)."""
         path = (self.gate / fp32.onnx).with_name("nms-parity.json")
         stored = self._stored(path, "NMS parity")
-        if stored is not None:
-            return dict(stored)
+        if stored:
+            parity = NmsParity.from_dict(stored)
+            assert parity is not None
+            return parity
         from edgebuild.accuracy.evaluate import nms_parity
         from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
@@ -493,7 +498,7 @@ class MeasurementStore:
                  "validation images")
         found = nms_parity(self.project, OnnxRuntimeRunner(self.gate / fp32.onnx),
                            OnnxRuntimeRunner(self.gate / fp32.ships), self.data)
-        atomic_write_text(path, json.dumps(found, indent=2))
+        atomic_write_text(path, json.dumps(found.as_dict(), indent=2))
         return found
 
     def _say(self, m: Measurement, how: str) -> None:
@@ -542,7 +547,7 @@ class MeasurementStore:
             progress=self.say), trt=self.trt)
         return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
 
-    def ranking(self, int8: Measurement) -> list[JsonObject]:
+    def ranking(self, int8: Measurement) -> list[LayerSensitivity]:
         """The INT8 candidate's layers by the quantization error of their inputs, worst first
         (``edgebuild.accuracy.quantize.layer_errors`` on ``quantize.sensitivity_images`` validation images)."""
         settings = self.project.quantize
@@ -552,7 +557,7 @@ class MeasurementStore:
         if stored is not None:
             self.stored += 1
             self.say(f"gate: layer ranking of {len(stored)} layers (stored)")
-            return stored
+            return [LayerSensitivity.from_dict(row) for row in stored]
         from edgebuild.accuracy.quantize import layer_errors
 
         batches = list(self._signal_batches())
@@ -562,7 +567,7 @@ class MeasurementStore:
                  f"{self._signal_images} images in {time.perf_counter() - started:.1f} s")
         atomic_write_text(path, json.dumps(ranking, indent=1))
         self.measured += 1
-        return ranking
+        return [LayerSensitivity.from_dict(row) for row in ranking]
 
     def prune_other_models(self) -> None:
         """Measurements of models that are no longer the export are never read again."""

@@ -69,7 +69,7 @@ def calibration_feeds(project: Project, progress: bool, limit: int | None = None
     count and a progress bar to close."""
     from tqdm import tqdm
 
-    from edgebuild.accuracy.evaluate import evaluation_batch_size, preprocess_spec
+    from edgebuild.accuracy.validation_set import evaluation_batch_size, preprocess_spec
     from edgebuild.datasets.project_data import calibration_images, read_image
     from edgebuild.runtime.base.vision import preprocess, stack_batch
 
@@ -88,7 +88,7 @@ def calibration_feeds(project: Project, progress: bool, limit: int | None = None
     return feeds(), len(paths), bar
 
 
-def calibration_tensors_of(project: Project, prepared: Path, plan: QuantizationPlan
+def calibration_tensors_of(project: Project, prepared: Path, placement: QdqPlacement
                            ) -> tuple[list[str], list[str], list[str]]:
     """The activations ONNX Runtime's quantizer looks up ranges for, those its Q/DQ pairs read, and
     the weighted layers' inputs (``edgebuild.accuracy.calibration.calibration_tensors``)."""
@@ -98,8 +98,8 @@ def calibration_tensors_of(project: Project, prepared: Path, plan: QuantizationP
     from edgebuild.project.schema import WEIGHTED_OPS
 
     model = onnx.load(str(prepared), load_external_data=False)
-    op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
-    return calibration_tensors(model, plan.nodes, op_types, WEIGHTED_OPS)
+    op_types = list(placement.op_types) + (["Add"] if placement.residual_adds else [])
+    return calibration_tensors(model, placement.nodes, op_types, WEIGHTED_OPS)
 
 
 def prepare_for_quantization(source: Path, out: Path) -> Path:
@@ -132,7 +132,7 @@ _FUSED_ACTIVATIONS = frozenset({"Relu", "BatchNormalization", "LeakyRelu", "Clip
 
 
 @dataclass(frozen=True)
-class QuantizationPlan:
+class QdqPlacement:
     """Which nodes of a model get Q/DQ on their inputs (and weights): TensorRT's placement."""
 
     nodes: tuple[str, ...]  # graph order
@@ -144,7 +144,7 @@ class QuantizationPlan:
         return not self.nodes
 
 
-def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
+def qdq_placement(project: Project, source: Path) -> QdqPlacement:
     """The nodes TensorRT would run in INT8: ``quantize.op_types`` (inputs and weights), plus the
     Adds that join a weighted op's output with another activation (skip connections, which
     TensorRT fuses into the convolution when the residual input is quantized). Everything else,
@@ -179,7 +179,7 @@ def quantization_plan(project: Project, source: Path) -> QuantizationPlan:
     residual = tuple(n for n in residual if n not in tail)
     nodes = tuple(n.name for n in model.graph.node if n.name and n.name not in tail
                   and (n.op_type in op_types or n.name in residual))
-    return QuantizationPlan(nodes, op_types, residual)
+    return QdqPlacement(nodes, op_types, residual)
 
 
 def _expectations(model: Any) -> set[str]:
@@ -227,9 +227,9 @@ def _selection_tail(model: Any) -> set[str]:
     return {n.name for n in model.graph.node if id(n) in seen and n.name}
 
 
-def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan: QuantizationPlan, *,
+def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, placement: QdqPlacement, *,
                    exclude: tuple[str, ...] = (), how: str = "") -> Candidate:
-    """Static INT8 Q/DQ on the plan's nodes but ``exclude``, with the activation ranges of ``ranges``
+    """Static INT8 Q/DQ on the placement's nodes but ``exclude``, with the activation ranges of ``ranges``
     (ONNX Runtime's calibration cache, written by ``edgebuild.accuracy.calibration``).
 
     Signed symmetric INT8 (zero point 0) for weights (per channel) and activations (per tensor),
@@ -239,10 +239,10 @@ def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    op_types = list(plan.op_types) + (["Add"] if plan.residual_adds else [])
+    op_types = list(placement.op_types) + (["Add"] if placement.residual_adds else [])
     extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
              "DedicatedQDQPair": True, "OpTypesToExcludeOutputQuantization": op_types}
-    nodes = [n for n in plan.nodes if n not in set(exclude)]
+    nodes = [n for n in placement.nodes if n not in set(exclude)]
     try:
         with _quiet():
             quantize_static(
@@ -259,8 +259,8 @@ def int8_candidate(project: Project, source: Path, out: Path, ranges: Path, plan
     if leaks:  # a bug of ours or the quantizer's: never measure a graph that is not what it says
         raise ExportError(f"{out}: layers meant to stay in float still read quantized tensors: {', '.join(leaks)}")
     how = (f"{how or 'calibrated'}, {'per-channel' if project.quantize.per_channel else 'per-tensor'} "
-           f"weights, Q/DQ on {len(nodes)} node(s) ({', '.join(plan.op_types)}"
-           + (f", {len(plan.residual_adds)} residual Add" if plan.residual_adds else "") + ")")
+           f"weights, Q/DQ on {len(nodes)} node(s) ({', '.join(placement.op_types)}"
+           + (f", {len(placement.residual_adds)} residual Add" if placement.residual_adds else "") + ")")
     if exclude:
         return Candidate("int8-mixed", out, tuple(exclude), f"Q/DQ INT8, {len(exclude)} layer(s) kept in float; {how}")
     return Candidate("int8", out, note=f"Q/DQ INT8, {how}")

@@ -45,7 +45,7 @@ from edgebuild.runtime.base.vision import (
 )
 
 if TYPE_CHECKING:
-    from edgebuild.accuracy.evaluate import ValidationSet
+    from edgebuild.accuracy.validation_set import ValidationSet
     from edgebuild.datasets.project_data import Sample
     from edgebuild.project.config import Project
 

@@ -287,14 +287,14 @@ def gate_text(result: GateResult, groups: list[str], reused: bool) -> str:
             lines.append(f"{c.precision}: TensorRT would reject it: {rejection}")
     lines += result.notes
     choice = result.int8_choice
-    if choice.get("variants") and len(choice["variants"]) > 1:
-        looked = ", ".join(f"{v['variant']} {v['sqnr_db']:.1f} dB" + (f" -> {v['retention']:.3f}" if v["retention"]
-                                                                        is not None else "")
-                           for v in sorted(choice["variants"], key=lambda v: -(v["sqnr_db"] or -1e9))
-                           if v["sqnr_db"] is not None)
-        lines.append(f"int8: {choice['variant']}, {choice['why']} (output SQNR -> retention: {looked})")
+    if choice and len(choice.variants) > 1:
+        looked = ", ".join(f"{v.variant} {v.sqnr_db:.1f} dB" + (f" -> {v.retention:.3f}" if v.retention
+                                                                 is not None else "")
+                           for v in sorted(choice.variants, key=lambda v: -(v.sqnr_db or -1e9))
+                           if v.sqnr_db is not None)
+        lines.append(f"int8: {choice.variant}, {choice.why} (output SQNR -> retention: {looked})")
     if result.sensitivity:
-        worst = ", ".join(f"{s['layer']} ({s['sqnr_db']:.1f} dB)" for s in result.sensitivity[:5])
+        worst = ", ".join(f"{s.layer} ({s.sqnr_db:.1f} dB)" for s in result.sensitivity[:5])
         lines.append(f"layers whose INT8 inputs lose most (per-channel SQNR, worst first): {worst}")
     if result.selected:
         lines.append(f"selected: {result.selected} ({result.selection_rule})")
@@ -366,7 +366,7 @@ def baseline_lines(gate: GateResult) -> list[str]:
 # -- the latency plan ---------------------------------------------------------------------------
 
 def latency_plan_text(plan: LatencyPlan) -> str:
-    from edgebuild.targets.limits import human_size
+    from edgebuild.targets.presets import human_size
 
     size = f"{plan.input_hw[0]}x{plan.input_hw[1]}" if plan.input_hw else "its input shape"
     lines = [f"{plan.model}: {plan.gflops:.2f} GFLOP at {size}, batch {plan.batch}, {plan.layers} fused layers"

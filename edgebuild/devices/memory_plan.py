@@ -26,7 +26,7 @@ from pathlib import Path
 
 from edgebuild.errors import LimitError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.targets.presets import LimitPreset, human_size
 
 __all__ = ["MemoryPlan", "estimate_model_memory", "plan_group_memory"]
 

@@ -32,7 +32,7 @@ from edgebuild.runtime.base.recipe import (
     TensorSpec,
 )
 from edgebuild.runtime.engines.acceptance import ACCEPTANCE_FILE
-from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.targets.presets import LimitPreset, human_size
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult

@@ -226,7 +226,7 @@ def group_table(result: JsonObject) -> str:
 
 def _memory_line(label: str, memory: JsonObject) -> str:
     """The process's peak RSS, and its cgroup's peak and limit where it runs in a memory-limited one."""
-    from edgebuild.targets.limits import human_size
+    from edgebuild.targets.presets import human_size
 
     cgroup = memory.get("cgroup") or {}
     return f"  {label}: RSS {human_size(memory['peak_rss_bytes'])}" + (

@@ -13,87 +13,22 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
-from edgebuild.project.schema import (
-    HUB_SOURCE,
-    NAME_PATTERN,
-    PROJECT_FILE,
-    TASK_KINDS,
-    DetectionTask,
-    Project,
-)
-
-if TYPE_CHECKING:
-    from edgebuild.project.fleet_file import FleetFile
-    from edgebuild.targets.profiles import Catalog
+from edgebuild.project.groups import check_groups
+from edgebuild.project.schema import HUB_SOURCE, PROJECT_FILE, TASK_KINDS, Project
+from edgebuild.project.toml_file import find_project_file, format_problems, format_validation_error, read_toml
+from edgebuild.targets.profiles import Catalog, load_catalog
 
 __all__ = ["PROJECT_FILE", "Project", "data_paths", "is_torchscript_archive", "load_project", "model_source_kind"]
 
 
-def _find_project_file(location: str | Path) -> Path:
-    path = Path(location)
-    if path.is_dir():
-        path = path / PROJECT_FILE
-    if path.is_dir():
-        raise ConfigError(f"{path}: a folder, not a project file", hint="remove the folder, or run `edgebuild init`")
-    if not path.is_file():
-        raise ConfigError(
-            f"{path}: project file not found",
-            hint="run `edgebuild init` to write a starter file, or pass --project DIR",
-        )
-    return path
-
-
-def read_toml(source: Path) -> dict[str, Any]:
-    """The TOML of a project or fleet file, or ConfigError saying why it cannot be read."""
-    try:
-        text = source.read_text(encoding="utf-8-sig")  # a UTF-8 BOM (Windows editors write one) is no TOML
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{source}: a folder, not a project file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(_toml_error(source, text, exc)) from None
-
-
-_LISTS_OF_TABLES = {"fleet": "device group", "model.inputs": "model input"}
-
-
-def _toml_error(source: Path, text: str, exc: Exception) -> str:
-    """A TOML syntax error with its line: ``file: line N: not valid TOML: what`` and the line as written."""
-    import re
-
-    found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-    if not found:
-        return f"{source}: not valid TOML: {exc}"
-    number, column = int(found.group(1)), int(found.group(2))
-    lines = text.splitlines()
-    what = str(exc)[:found.start()].strip()
-    shown = lines[number - 1] if 0 < number <= len(lines) else ""
-    hint = ""
-    table = re.match(r"\s*\[\[?\s*([\w.]+)\s*\]", shown)
-    if table and table.group(1) in _LISTS_OF_TABLES:
-        name = table.group(1)
-        hint = (f" ([{name}] is a list of tables, one per {_LISTS_OF_TABLES[name]}: write [[{name}]], two pairs of "
-                "brackets, above each)")
-    elif what.startswith("Cannot declare") or what.startswith("Cannot overwrite"):
-        hint = " (a key or table written twice: keep one)"
-    return (f"{source}: line {number}, column {column}: not valid TOML: {what}{hint}\n"
-            f"    {number} | {shown}\n    {' ' * len(str(number))} | {' ' * max(0, column - 1)}^")
-
-
 def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Project:
     """Read, parse and validate a project file (or the edgebuild.toml in a folder)."""
-    from edgebuild.targets.profiles import load_catalog
-
-    source = _find_project_file(location)
+    source = find_project_file(location)
     raw = read_toml(source)
     if "models" in raw:
         raise ConfigError(f"{source}: a fleet file ([models] names the model projects it composes), not a model "
@@ -104,115 +39,14 @@ def load_project(location: str | Path = ".", *, check_paths: bool = True) -> Pro
     try:
         project = Project.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(source, exc, raw)) from None
+        raise ConfigError(format_validation_error(source, exc, raw)) from None
     project = project.model_copy(update={"root": source.parent.resolve(), "source": source})
     problems = _check_meaning(project, load_catalog())
     if check_paths and not problems:
         problems = _check_paths_exist(project)
     if problems:
-        raise ConfigError(_format_problems(source, problems))
+        raise ConfigError(format_problems(source, problems))
     return project
-
-
-# -- pass 1: pydantic errors made readable ------------------------------------------------
-
-def _key_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]"]
-        elif item in TASK_KINDS and parts and parts[-1] == "task":
-            continue  # the discriminated-union branch is not a key the user wrote
-        else:
-            parts.append(str(item))
-    return ".".join(parts) or "(top level)"
-
-
-def _allowed_keys(loc: tuple[Any, ...], raw: dict[str, Any], top: Any = Project) -> list[str]:
-    model: Any = top
-    node: Any = raw
-    for item in loc[:-1]:
-        if isinstance(item, int):
-            node = node[item] if isinstance(node, list) and item < len(node) else {}
-            continue
-        if item in TASK_KINDS:
-            model = TASK_KINDS[item][0]
-            continue
-        field = model.model_fields.get(str(item))
-        node = node.get(item, {}) if isinstance(node, dict) else {}
-        if field is None:
-            return []
-        model = _section_type(field.annotation, node)
-        if model is None:
-            return []
-    return [k for k in model.model_fields if k not in ("root", "source")]
-
-
-def _section_type(annotation: Any, node: Any) -> Any:
-    for candidate in getattr(annotation, "__args__", ()) or (annotation,):
-        inner = _section_type(candidate, node) if getattr(candidate, "__args__", None) else candidate
-        if isinstance(inner, type) and issubclass(inner, BaseModel):
-            if issubclass(inner, tuple(section for section, _ in TASK_KINDS.values())):
-                kind = node.get("kind") if isinstance(node, dict) else None
-                return TASK_KINDS[kind][0] if kind in TASK_KINDS else DetectionTask
-            return inner
-    return None
-
-
-def _format_validation_error(source: Path, exc: ValidationError, raw: dict[str, Any], top: Any = Project) -> str:
-    lines = []
-    for err in exc.errors(include_url=False):
-        loc = err["loc"]
-        key = _key_path(loc)
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            allowed = _allowed_keys(loc, raw, top)
-            lines.append(f"{key}: unknown key{_close_match(str(loc[-1]), allowed, loc, top)} "
-                         f"(allowed here: {', '.join(allowed)})")
-        elif kind == "list_type" and isinstance(err.get("input"), dict):
-            table = key.split("[")[0]
-            lines.append(f"{key}: written as one table [{table}]; it is a list of tables: write [[{table}]] (two "
-                         f"pairs of brackets) above each entry's keys, one [[{table}]] per entry")
-        elif kind in ("model_type", "dict_type", "model_attributes_type") and isinstance(err.get("input"), list):
-            lines.append(f"{key}: written as a list of tables [[{key}]]; it is one table: write [{key}] (one pair "
-                         "of brackets)")
-        elif kind == "missing":
-            lines.append(f"{key}: required key is missing")
-        elif kind in ("union_tag_invalid", "union_tag_not_found"):
-            found = err["input"].get("kind") if isinstance(err.get("input"), dict) else err.get("input")
-            kinds = [repr(kind) for kind in TASK_KINDS]
-            lines.append(f"{key}: kind must be {', '.join(kinds[:-1])} or {kinds[-1]}, found {found!r}")
-        else:
-            message = err["msg"].removeprefix("Value error, ")
-            found = err.get("input")
-            if kind.startswith(("value_error", "assertion_error")) or isinstance(found, dict):
-                lines.append(f"{key}: {message}")
-            else:
-                shown = repr(found)
-                lines.append(f"{key}: {message}, found {shown if len(shown) <= 120 else shown[:117] + '...'}")
-    return _format_problems(source, lines)
-
-
-def _close_match(name: str, allowed: list[str], loc: tuple[Any, ...], top: Any) -> str:
-    """`` (did you mean 'x'?)`` for a typo, or where a top-level key belongs under a table; else ""."""
-    import difflib
-
-    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.7)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    if len(loc) == 1:  # a key written above every table, or in the wrong one
-        homes = [section for section, field in top.model_fields.items()
-                 if isinstance(getattr(field.annotation, "model_fields", None), dict)
-                 and name in field.annotation.model_fields]
-        if homes:
-            return f" (a key of [{homes[0]}]: write it under that table)"
-    return ""
-
-
-def _format_problems(source: Path, problems: list[str]) -> str:
-    if len(problems) == 1:
-        return f"{source}: {problems[0]}"
-    return f"{source}: {len(problems)} problems\n" + "\n".join(f"  - {p}" for p in problems)
 
 
 # -- pass 2: meaning ---------------------------------------------------------------------
@@ -220,7 +54,7 @@ def _format_problems(source: Path, problems: list[str]) -> str:
 def _check_meaning(project: Project, catalog: Catalog) -> list[str]:
     """Problems that need more than one key, or the profile catalog, to see."""
     problems: list[str] = []
-    problems += _check_fleet(project, catalog)
+    problems += check_groups(project.fleet, project.ota, project.runtime, catalog)
     problems += _check_model_against_task(project)
     problems += _check_data(project)
     problems += _check_model_source(project)
@@ -360,46 +194,6 @@ def _check_batching(project: Project) -> list[str]:
     return [f"runtime.max_batch_size: {size} needs input {spec.name!r} to take a batch of {size} on axis 0, "
             f"but its max_shape is {spec.max_shape}; raise max_shape[0] or lower max_batch_size"
             for spec in project.model.inputs if spec.max_shape[0] < size]
-
-
-def _check_fleet(project: Project | FleetFile, catalog: Catalog) -> list[str]:
-    problems: list[str] = []
-    first_seen: dict[str, int] = {}
-    for i, group in enumerate(project.fleet):
-        key = f"fleet[{i}]"
-        if group.name in first_seen:
-            problems.append(
-                f"{key}.name: duplicate group name {group.name!r} (also fleet[{first_seen[group.name]}])"
-            )
-        first_seen.setdefault(group.name, i)
-        module = catalog.modules.get(group.module)
-        if module is None:
-            problems.append(
-                f"{key}.module: unknown module {group.module!r} (allowed: {', '.join(sorted(catalog.modules))})"
-            )
-            continue
-        release = catalog.releases.get(group.jetpack)
-        if release is None:
-            problems.append(
-                f"{key}.jetpack: unknown JetPack release {group.jetpack!r} "
-                f"(allowed for {module.id}: {', '.join(module.jetpack)})"
-            )
-            continue
-        if module.id not in release.modules:
-            problems.append(
-                f"{key}: {module.name} is not supported by JetPack {release.jetpack} "
-                f"(JetPack releases for {module.id}: {', '.join(module.jetpack)})"
-            )
-        if group.use_dla and module.dla_cores == 0:
-            problems.append(f"{key}.use_dla: {module.name} has no DLA cores; set use_dla = false")
-    for module_id in project.ota.device_types:
-        if module_id not in catalog.modules:
-            problems.append(f"ota.device_types: {module_id!r} is not a module id "
-                            f"(allowed: {', '.join(sorted(catalog.modules))})")
-    preset = project.runtime.cgroup_preset
-    if preset is not None and not NAME_PATTERN.match(preset):
-        problems.append(f"runtime.cgroup_preset: not a preset name, found {preset!r}")
-    return problems
 
 
 def _check_model_against_task(project: Project) -> list[str]:

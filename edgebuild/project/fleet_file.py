@@ -29,12 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
+from edgebuild.project.config import load_project
+from edgebuild.project.groups import check_groups
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import (
     NAME_PATTERN,
@@ -47,9 +48,8 @@ from edgebuild.project.schema import (
     RuntimeSection,
     _Section,
 )
-
-if TYPE_CHECKING:
-    from edgebuild.targets.profiles import Catalog
+from edgebuild.project.toml_file import find_project_file, format_problems, format_validation_error, read_toml
+from edgebuild.targets.profiles import load_catalog
 
 __all__ = ["Fleet", "is_fleet_file", "load_fleet"]
 
@@ -156,23 +156,15 @@ def is_fleet_file(location: str | Path) -> bool:
 
 def load_fleet(location: str | Path = ".") -> Fleet:
     """Read and check a fleet file and every model project it names; every problem at once."""
-    from edgebuild.project.config import (
-        _find_project_file,
-        _format_problems,
-        _format_validation_error,
-        load_project,
-        read_toml,
-    )
-    from edgebuild.targets.profiles import load_catalog
-
-    source = _find_project_file(location)
+    source = find_project_file(location)
     raw = read_toml(source)
     try:
         file = FleetFile.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(source, exc, raw, FleetFile)) from None
+        raise ConfigError(format_validation_error(source, exc, raw, FleetFile)) from None
     root = source.parent.resolve()
-    problems = _check_targets(file, load_catalog())
+    # modules, releases, DLA, device types, the preset name: as a model project's
+    problems = check_groups(file.fleet, file.ota, file.runtime, load_catalog())
     models: dict[str, Project] = {}
     for name, folder in file.models.items():
         path = (root / folder).resolve()
@@ -188,14 +180,8 @@ def load_fleet(location: str | Path = ".") -> Fleet:
             problems.append(f"models.{name}: {exc.message}")
     problems += _check_models(file, models)
     if problems:
-        raise ConfigError(_format_problems(source, problems))
+        raise ConfigError(format_problems(source, problems))
     return Fleet(file, root, source, models)
-
-
-def _check_targets(file: FleetFile, catalog: Catalog) -> list[str]:
-    from edgebuild.project.config import _check_fleet
-
-    return _check_fleet(file, catalog)  # modules, releases, DLA, device types, the preset name
 
 
 def _check_models(file: FleetFile, models: dict[str, Project]) -> list[str]:

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgebuild.targets.presets import parse_size
+
 __all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
            "ProjectSection", "RuntimeSection"]
 
@@ -481,8 +483,6 @@ class RuntimeSection(_Section):
     @field_validator("footprint")
     @classmethod
     def _size(cls, value: str) -> str:
-        from edgebuild.targets.limits import parse_size
-
         parse_size(value)  # its ValueError says how to write a size
         return value
 

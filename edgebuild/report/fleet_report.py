@@ -19,7 +19,7 @@ from edgebuild.latency.budget import PredictedLatency
 from edgebuild.project.layout import BuildLayout
 from edgebuild.report.build_report import LATENCY_HEADERS, latency_rows
 from edgebuild.report.html import _CSS, _badge, _e, _html_table
-from edgebuild.targets.limits import human_size
+from edgebuild.targets.presets import human_size
 
 __all__ = ["FleetGroupRecord", "FleetRecord", "write_fleet_report"]
 #: what a shipped group wrote (paths from the fleet file's folder; ``signed`` whether its bundle is)

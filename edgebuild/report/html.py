@@ -211,16 +211,16 @@ def _html_gate(report: BuildReport) -> str:
                   "</p>" + ("<ol>" + "".join(f"<li>{_e(c)}</li>" for c in gate.baseline.causes) + "</ol>"
                             if gate.baseline.causes else ""))
     choice = gate.int8_choice
-    if len(choice.get("variants", [])) > 1:
-        looked = [[_e(v["variant"]) + (" &#9733;" if v["variant"] == choice["variant"] else ""),
-                   "-" if v["sqnr_db"] is None else f"{v['sqnr_db']:.1f}",
-                   "-" if v["value"] is None else f"{v['value']:.4f}",
-                   "-" if v["retention"] is None else f"{v['retention']:.4f}"] for v in choice["variants"]]
-        extra += (f"<h3>INT8 variants (chosen: {_e(choice['variant'])}, {_e(choice['why'])})</h3>"
+    if choice and len(choice.variants) > 1:
+        looked = [[_e(v.variant) + (" &#9733;" if v.variant == choice.variant else ""),
+                   "-" if v.sqnr_db is None else f"{v.sqnr_db:.1f}",
+                   "-" if v.value is None else f"{v.value:.4f}",
+                   "-" if v.retention is None else f"{v.retention:.4f}"] for v in choice.variants]
+        extra += (f"<h3>INT8 variants (chosen: {_e(choice.variant)}, {_e(choice.why)})</h3>"
                   + _html_table(["range method, bias correction", "output SQNR dB", gate.metric, "retention"], looked,
                                 numeric={1, 2, 3}))
     if gate.sensitivity:
-        ranked = [[str(i + 1), _e(s.get("layer", "?")), f"{s.get('sqnr_db', 0):.2f}"]
+        ranked = [[str(i + 1), _e(s.layer), f"{s.sqnr_db:.2f}"]
                   for i, s in enumerate(gate.sensitivity[:12])]
         extra += ("<h3>Layer sensitivity (lowest SQNR first: the first kept in float)</h3>"
                   + _html_table(["rank", "layer", "SQNR dB"], ranked, numeric={0, 2}))

@@ -92,14 +92,14 @@ def _md_gate(report: BuildReport) -> list[str]:
         lines += ["", gate.baseline.line()]
         lines += [f"- likely cause {n}: {c}" for n, c in enumerate(gate.baseline.causes, 1)]
     choice = gate.int8_choice
-    if len(choice.get("variants", [])) > 1:
-        lines += ["", f"INT8 variant: **{choice['variant']}**, {choice['why']}", ""]
+    if choice and len(choice.variants) > 1:
+        lines += ["", f"INT8 variant: **{choice.variant}**, {choice.why}", ""]
         lines += _md_table(["range method, bias correction", "output SQNR dB", gate.metric, "retention"],
-                           [[v["variant"], "-" if v["sqnr_db"] is None else f"{v['sqnr_db']:.1f}",
-                             "-" if v["value"] is None else f"{v['value']:.4f}",
-                             "-" if v["retention"] is None else f"{v['retention']:.3f}"] for v in choice["variants"]])
+                           [[v.variant, "-" if v.sqnr_db is None else f"{v.sqnr_db:.1f}",
+                             "-" if v.value is None else f"{v.value:.4f}",
+                             "-" if v.retention is None else f"{v.retention:.3f}"] for v in choice.variants])
     lines += [f"- {note}" for note in gate.notes] + [f"- next: {step}" for step in gate.next_steps]
-    return lines + ([""] if gate.notes or gate.next_steps or choice.get("variants") else [])
+    return lines + ([""] if gate.notes or gate.next_steps or (choice and choice.variants) else [])
 
 
 def _md_preflight(report: BuildReport) -> list[str]:

@@ -42,12 +42,14 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.serving.ports import GRPC_PORT
-from edgebuild.targets.limits import LimitPreset, human_size
+from edgebuild.shipping.deepstream import DeepStreamRecord, write_deepstream
+from edgebuild.shipping.triton import TritonRecord, write_repository
+from edgebuild.targets.presets import LimitPreset, human_size
 from edgebuild.targets.profiles import SelectedGroup, Target
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
-    from edgebuild.shipping.ota import Shipped
+    from edgebuild.shipping.shipped import Shipped
 
 __all__ = ["ContainerRecord", "build_image", "group_container_spec", "write_group_container"]
 
@@ -433,20 +435,23 @@ class ContainerRecord:
     image: str
     base_image: str
     ships_engine: bool
-    limits: JsonObject
+    limits: LimitPreset
     systemd_unit: str | None
     context: str  # the build context, relative to the build folder
     notes: list[str]
-    triton: JsonObject | None = None  # the Triton model repository (shipping.triton.TritonRecord), if asked for
-    #: the DeepStream configs (shipping.deepstream.DeepStreamRecord) of a recipe with a task: written or why not
-    deepstream: JsonObject | None = None
+    triton: TritonRecord | None = None  # the Triton model repository, if asked for
+    #: the DeepStream configs of a recipe with a task: written or why not
+    deepstream: DeepStreamRecord | None = None
 
     def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> ContainerRecord:
-        return cls(**data)
+        triton, deepstream = data.get("triton"), data.get("deepstream")
+        return cls(**{**data, "limits": LimitPreset.from_dict(data["limits"], "container record"),
+                      "triton": TritonRecord.from_dict(triton) if triton is not None else None,
+                      "deepstream": DeepStreamRecord.from_dict(deepstream) if deepstream is not None else None})
 
 
 def _first_recipe(folder: Path) -> Recipe:
@@ -503,26 +508,22 @@ def write_group_container(project: Shipped, group: SelectedGroup, model_folder: 
     progress(f"{group.name}: wrote {out} (FROM {spec.base_image}, limits {spec.preset.name})")
     triton = None
     if project.runtime.server in ("triton", "both"):
-        from edgebuild.shipping.triton import write_repository
-
-        record = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir, recipe=recipe)
-        triton = record.as_dict()
+        record = triton = write_repository(folder, layout.triton(group.name), build_dir=project.build_dir,
+                                           recipe=recipe)
         progress(f"{group.name}: wrote the Triton model repository {record.repository} ({record.platform}"
                  + (f", FROM {record.image}" if record.image else "") + ")")
         for note in record.notes:
             progress(f"{group.name}: Triton: {note}")
     deepstream = None
     if recipe.task is not None:
-        from edgebuild.shipping.deepstream import write_deepstream
-
-        ds = write_deepstream(folder, layout.deepstream(group.name), build_dir=project.build_dir, recipe=recipe)
-        deepstream = ds.as_dict()
+        ds = deepstream = write_deepstream(folder, layout.deepstream(group.name), build_dir=project.build_dir,
+                                           recipe=recipe)
         progress(f"{group.name}: " + (f"wrote the DeepStream {ds.deepstream} configs {ds.folder}" if ds.written
                                       else f"no DeepStream config: {ds.reason}"))
         for note in ds.notes:
             progress(f"{group.name}: DeepStream: {note}")
     return ContainerRecord(group=group.name, target=group.target.id, flavor=flavor, image=spec.image,
-                           base_image=spec.base_image, ships_engine=spec.ships_engine, limits=written["limits"],
+                           base_image=spec.base_image, ships_engine=spec.ships_engine, limits=spec.preset,
                            systemd_unit=written["systemd_unit"], context=str(out.relative_to(project.build_dir)),
                            notes=written["notes"], triton=triton,
                            deepstream=deepstream)

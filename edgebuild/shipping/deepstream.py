@@ -45,7 +45,7 @@ from edgebuild.errors import EdgebuildError, ProfileDataError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.base.recipe import ENGINE_FILE, Recipe
 
-__all__ = []
+__all__ = ["DeepStreamRecord"]
 
 INFER_CONFIG = "config_infer_primary.txt"
 APP_CONFIG = "deepstream_app_config.txt"
@@ -417,6 +417,10 @@ class DeepStreamRecord:
 
     def as_dict(self) -> JsonObject:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> DeepStreamRecord:
+        return cls(**data)
 
 
 def _not_written(reason: str, out: Path) -> DeepStreamRecord:

@@ -12,53 +12,25 @@ fleet those writers read.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.content import atomic_output_dir
+from edgebuild.errors import AccuracyGateError
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.group import GROUP_FILE, MODELS_DIR, GroupManifest, GroupModel
 from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.shipping.container import write_group_container
+from edgebuild.shipping.ota import package_group
+from edgebuild.shipping.shipped import FleetShipping
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.devices.memory_plan import MemoryPlan
     from edgebuild.project.fleet_file import Fleet
-    from edgebuild.project.schema import OtaSection, ProjectSection, RuntimeSection
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["ship_group"]
-
-
-@dataclass(frozen=True)
-class FleetShipping:
-    """The fleet as the container and package writers read a project: its name, folders, [ota] and [runtime]."""
-
-    fleet: Fleet
-
-    @property
-    def project(self) -> ProjectSection:
-        return self.fleet.file.project
-
-    @property
-    def ota(self) -> OtaSection:
-        return self.fleet.file.ota
-
-    @property
-    def runtime(self) -> RuntimeSection:
-        return self.fleet.file.runtime
-
-    @property
-    def root(self) -> Path:
-        return self.fleet.root
-
-    @property
-    def build_dir(self) -> Path:
-        return self.fleet.build_dir
-
-    def path(self, relative: str) -> Path:
-        return (self.fleet.root / relative).resolve()
 
 
 def write_group_folder(fleet: Fleet, group: str, target: str, folders: dict[str, Path], memory: MemoryPlan) -> Path:
@@ -89,10 +61,6 @@ def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], mem
     """The group folder, its container and its bundle; returns what was written (paths from the fleet).
     ``ungated``: models whose candidate was selected with the gate off (not packaged without ``ship_ungated``,
     --ship-ungated); ``package_since`` an earlier bundle the group's is a delta over."""
-    from edgebuild.errors import AccuracyGateError
-    from edgebuild.shipping.container import write_group_container
-    from edgebuild.shipping.ota import package_group
-
     view = FleetShipping(fleet)
     folder = write_group_folder(fleet, group.name, group.target.id, folders, memory)
     progress(f"{group.name}: wrote {folder.relative_to(fleet.root)} ({', '.join(folders)})")

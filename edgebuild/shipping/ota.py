@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ConfigError
@@ -44,12 +44,9 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
     from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-    from edgebuild.project.config import Project
-    from edgebuild.shipping.group import FleetShipping
+    from edgebuild.shipping.shipped import Shipped
     from edgebuild.targets.profiles import SelectedGroup
 
-    #: what packages: a model project, or a fleet file's view for a group with several models
-    Shipped: TypeAlias = "Project | FleetShipping"
     MenderKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     BundleKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

@@ -151,6 +151,10 @@ class TritonRecord:
     def as_dict(self) -> JsonObject:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> TritonRecord:
+        return cls(**data)
+
 
 def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe | None = None) -> TritonRecord:
     """``out`` (``build/triton/<group>``): the model repository, a Dockerfile and run.sh for Triton

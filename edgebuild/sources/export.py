@@ -26,6 +26,7 @@ from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versi
 from edgebuild.errors import ExportError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.project.schema import InputSpec
 from edgebuild.sources.export_advice import export_failure
 from edgebuild.sources.export_checks import (
     OutputParity,
@@ -79,7 +80,7 @@ class ExportRecord:
     exporter_note: str
     simplified: bool
     simplify_note: str
-    inputs: list[JsonObject]
+    inputs: list[InputSpec]  # [model.inputs] as exported
     outputs: list[str]
     dynamic_axes: dict[str, dict[str, str]]
     atol: float
@@ -107,6 +108,7 @@ class ExportRecord:
     def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["onnx_path"] = str(self.onnx_path)
+        data["inputs"] = [spec.model_dump() for spec in self.inputs]
         data["stage"] = STAGE_VERSION
         return data
 
@@ -115,6 +117,7 @@ class ExportRecord:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["onnx_path"] = folder / MODEL_FILE  # the folder may have moved since
         data["parity"] = [OutputParity(**p) for p in data["parity"]]
+        data["inputs"] = [InputSpec.model_validate(spec) for spec in data["inputs"]]
         return cls(**data)
 
     @classmethod
@@ -212,7 +215,7 @@ def export_model(project: Project, opset: int, opset_reason: str, *, progress: P
             exporter_note=passed.note + (f"; {source_note}" if source_note else ""),
             simplified=passed.simplified,
             simplify_note=passed.simplify_note,
-            inputs=[s.model_dump() for s in project.model.inputs],
+            inputs=list(project.model.inputs),
             outputs=list(project.model.outputs),
             dynamic_axes=_dynamic_axis_names(project),
             atol=project.export.atol,

@@ -42,6 +42,7 @@ from edgebuild.errors import EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import INSTANCE_KINDS
+from edgebuild.project.ultralytics_facts import UltralyticsFacts
 from edgebuild.sources.entry_point import ModelRecord
 from edgebuild.sources.export_checks import SHAPES
 from edgebuild.text import Progress
@@ -82,7 +83,7 @@ def read_model_record(data: JsonObject) -> ModelRecord:
     if data.get("kind") == "ultralytics":
         from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord
 
-        return UltralyticsModelRecord(**data)
+        return UltralyticsModelRecord(**{**data, "ultralytics": UltralyticsFacts(**data["ultralytics"])})
     if data.get("kind") in ("torchscript", "hub"):
         from edgebuild.sources.torch_source import TorchSourceModelRecord
 
@@ -534,7 +535,7 @@ def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[Selec
             exporter_note=f"imported {project.model.source} as given, no export (parity with itself is moot); "
                           f"checks run: {'; '.join(checks)}",
             simplified=False, simplify_note="not applied: an imported ONNX is used as given",
-            inputs=[s.model_dump() for s in project.model.inputs], outputs=list(project.model.outputs),
+            inputs=list(project.model.inputs), outputs=list(project.model.outputs),
             dynamic_axes=dynamic_axis_names(project, load_structure(project, target)),
             atol=project.export.atol, rtol=project.export.rtol, parity=[], cache_key=digest(parts),
             key_parts=parts, versions=tool_versions(*_TOOLS), seconds=round(time.perf_counter() - started, 3))

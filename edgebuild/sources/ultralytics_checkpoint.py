@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING
 
 from edgebuild.content import digest, file_sha256, tool_versions
 from edgebuild.errors import ModelError
-from edgebuild.jsontypes import JsonObject
+from edgebuild.project.ultralytics_facts import UltralyticsFacts
 from edgebuild.sources.entry_point import ModelRecord
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
-    from edgebuild.project.ultralytics_facts import UltralyticsFacts
     from edgebuild.sources.entry_point import TorchRunner
     from edgebuild.sources.export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
@@ -54,7 +53,7 @@ class UltralyticsModelRecord(ModelRecord):
     told_by: str = ""
     path: str = ""
     files: dict[str, str] = field(default_factory=dict)  # the checkpoint's name -> sha256
-    ultralytics: JsonObject = field(default_factory=dict)  # UltralyticsFacts.as_dict()
+    ultralytics: UltralyticsFacts = field(default_factory=lambda: UltralyticsFacts(task=""))  # what it says of itself
     checks: list[str] = field(default_factory=list)
 
 
@@ -183,13 +182,11 @@ def check_checkpoint(project: Project, *, progress: Progress = lambda _: None) -
     return UltralyticsModelRecord(
         entry_point=_source(project), parameters=base.parameters, output_shapes=base.output_shapes,
         seconds=round(time.perf_counter() - started, 3), told_by=told_by, path=str(path),
-        files={path.name: _file_sha(path)}, ultralytics=facts.as_dict(), checks=done)
+        files={path.name: _file_sha(path)}, ultralytics=facts, checks=done)
 
 
 def describe_checkpoint(record: UltralyticsModelRecord) -> str:
-    from edgebuild.project.ultralytics_facts import UltralyticsFacts
-
-    facts = UltralyticsFacts(**record.ultralytics)
+    facts = record.ultralytics
     return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] ({record.parameters:,} parameters); "
             f"{facts.summary()}; forward at min/opt/max shapes in {record.seconds:.1f} s")
 

@@ -16,6 +16,7 @@ from edgebuild.content import digest, file_sha256, tree_sha256
 from edgebuild.datafiles import data_dir
 from edgebuild.pipeline.runner import Stage
 from edgebuild.shipping.container import ContainerRecord
+from edgebuild.shipping.deepstream import DeepStreamRecord
 from edgebuild.stages.engine import model_folder
 from edgebuild.stages.session import CompileInputs
 
@@ -59,24 +60,24 @@ def _run(inputs: CompileInputs) -> ContainerRecord:
 
 def _outputs(inputs: CompileInputs, record: ContainerRecord) -> list[Path]:
     build = inputs.project.build_dir
-    deepstream = record.deepstream or {}
-    return ([build / record.context] + ([build / Path(record.triton["repository"]).parent] if record.triton else [])
-            + ([build / deepstream["folder"]] if deepstream.get("written") else []))
+    deepstream = record.deepstream
+    return ([build / record.context] + ([build / Path(record.triton.repository).parent] if record.triton else [])
+            + ([build / deepstream.folder] if deepstream and deepstream.written and deepstream.folder else []))
 
 
 def _describe(record: ContainerRecord) -> str:
     return (f"FROM {record.base_image} ({'engine' if record.ships_engine else 'recipe'}, limits "
-            f"{record.limits['name']}{', systemd unit' if record.systemd_unit else ''}"
-            + (f"; Triton {record.triton['platform']} repository" if record.triton else "")
+            f"{record.limits.name}{', systemd unit' if record.systemd_unit else ''}"
+            + (f"; Triton {record.triton.platform} repository" if record.triton else "")
             + _describe_deepstream(record.deepstream) + ")")
 
 
-def _describe_deepstream(deepstream: dict | None) -> str:
-    if not deepstream:
+def _describe_deepstream(deepstream: DeepStreamRecord | None) -> str:
+    if deepstream is None:
         return ""
-    if deepstream["written"]:
-        return f"; DeepStream {deepstream['deepstream']} configs written"
-    return f"; no DeepStream config: {deepstream['reason']}"
+    if deepstream.written:
+        return f"; DeepStream {deepstream.deepstream} configs written"
+    return f"; no DeepStream config: {deepstream.reason}"
 
 
 CONTAINER = Stage(

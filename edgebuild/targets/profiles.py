@@ -10,16 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ProfileDataError, TargetError
-
-if TYPE_CHECKING:
-    from edgebuild.targets.limits import LimitPreset
+from edgebuild.targets.presets import LimitPreset
 
 __all__ = [
     "Catalog", "JetPackRelease", "Module", "ModulePerformance", "SelectedGroup", "Target", "load_catalog",

@@ -157,7 +157,7 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
     from edgebuild.errors import LimitError
     from edgebuild.stages.gate import GATE
     from edgebuild.stages.preflight import PREFLIGHT
-    from edgebuild.targets.limits import parse_size
+    from edgebuild.targets.presets import parse_size
 
     outcome = GroupOutcome(group.name, group.target_id, list(group.models or []))
     memory = []

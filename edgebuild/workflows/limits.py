@@ -17,7 +17,8 @@ def run_with_limits(preset_name: str, command: Sequence[str], *, memory: str | N
                     report_file: Path | None = None, progress: Progress = lambda _: None) -> int:
     """Run ``command`` under the preset (a module id, or a preset file) with these overrides; its exit
     status: the command's own, 128 + the signal that ended it, or LimitError (13) for an OOM kill."""
-    from edgebuild.targets.limits import load_preset, run_limited
+    from edgebuild.targets.limits import run_limited
+    from edgebuild.targets.presets import load_preset
 
     preset = load_preset(preset_name, Path.cwd()).with_overrides(memory=memory, cpus=cpus, cpuset=cpuset, pids=pids)
     result = run_limited(preset, list(command), progress=progress, report_file=report_file)

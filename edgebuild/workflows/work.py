@@ -65,7 +65,7 @@ def select_work(project: Project, selector: str | Selection, catalog: Catalog | 
         text, chosen = selector, select_groups(selector, project.fleet, catalog)
     groups = []
     for group in chosen:
-        preset = preset_for_group(project, group)
+        preset = preset_for_group(group, project.runtime.cgroup_preset, project.root)
         check_against_module(preset, group.target.module)
         groups.append(replace(group, limits=preset))
     return Work(project, text, tuple(groups))

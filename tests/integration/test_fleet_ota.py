@@ -78,8 +78,8 @@ def _with_broken_model(root: Path, artifact: Path, model: str, private: Path) ->
     write_bundle(bundle, manifest=keep, files=files, signing_key=key)
     broken = artifact.with_name("broken.mender")
     from edgebuild.project.fleet_file import load_fleet
-    from edgebuild.shipping.group import FleetShipping
     from edgebuild.shipping.ota import mender_keys
+    from edgebuild.shipping.shipped import FleetShipping
 
     fleet = load_fleet(root)
     models = manifest["models"]

@@ -88,10 +88,10 @@ def test_fragile_model_fails_plain_int8_and_the_fallback_recovers(example_copy) 
     assert mixed.passed and mixed.retention >= 0.92
     assert 1 <= len(mixed.kept_fp32) <= 4
     assert result.selected == "int8-mixed"
-    top = [s["layer"] for s in result.sensitivity[: len(mixed.kept_fp32)]]
+    top = [s.layer for s in result.sensitivity[: len(mixed.kept_fp32)]]
     assert top == mixed.kept_fp32, "the kept layers are the most sensitive ones"
-    print("ranking:", [(s["layer"].split("/")[-2], s["sqnr_db"]) for s in result.sensitivity])
-    worst, rest = result.sensitivity[0]["sqnr_db"], [s["sqnr_db"] for s in result.sensitivity[1:]]
+    print("ranking:", [(s.layer.split("/")[-2], s.sqnr_db) for s in result.sensitivity])
+    worst, rest = result.sensitivity[0].sqnr_db, [s.sqnr_db for s in result.sensitivity[1:]]
     assert worst < min(rest) - 10, "the crushed layer stands out by its quantization error"
     # kept in float means no Q/DQ on its inputs or weights in the candidate's graph
     graph = onnx.load(str(result.folder / mixed.onnx))
@@ -232,7 +232,8 @@ def test_a_kept_layer_that_changes_no_graph_is_not_measured_twice(example_copy) 
     releases = [load_catalog().releases[g.jetpack] for g in project.fleet]
     export = export_model(project, *choose_opset(project, releases))
     store = MeasurementStore(project, export, force=False, progress=False, say=messages.append)
-    variant = next(v for v in int8_variants(project) if v.name == result.int8_choice["variant"])
+    assert result.int8_choice is not None
+    variant = next(v for v in int8_variants(project) if v.name == result.int8_choice.variant)
     int8 = store.candidate("int8", variant=variant)
     relu = next(n.name for n in onnx.load(str(store.prepared_path())).graph.node if n.op_type == "Relu")
     assert store.candidate("int8", (relu,), variant) is None  # a Relu is never quantized: same graph as int8

@@ -337,7 +337,7 @@ def test_the_container_and_the_unit_publish_the_grpc_port(tmp_path: Path) -> Non
 
     from edgebuild.runtime.serving.ports import GRPC_PORT
     from edgebuild.shipping.container import container_spec, run_args, systemd_unit, write_container
-    from edgebuild.targets.limits import load_preset
+    from edgebuild.targets.presets import load_preset
     from edgebuild.targets.profiles import load_catalog
 
     folder = write_artifact(tmp_path / "yard")

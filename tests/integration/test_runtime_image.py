@@ -34,7 +34,8 @@ from edgebuild.shipping.container import (
     start_container,
     write_container,
 )
-from edgebuild.targets.limits import fit_to_host, load_preset
+from edgebuild.targets.limits import fit_to_host
+from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import load_catalog
 from tests.support.runtime_artifacts import Client, check_answers_match_the_host, free_port, write_artifact
 

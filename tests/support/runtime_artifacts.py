@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 from edgebuild.devices.recipes import onnx_outputs
 from edgebuild.runtime.base.files import sha256_file
 from edgebuild.runtime.base.recipe import Recipe, RecipeModule, RuntimeSettings
-from edgebuild.targets.limits import load_preset
+from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import load_catalog
 
 SHAPES = [[1, 3, 8, 8], [2, 3, 16, 16], [4, 3, 32, 32]]

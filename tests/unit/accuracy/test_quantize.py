@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgebuild.accuracy.quantize import QuantizationPlan, float_leaks, int8_candidate
+from edgebuild.accuracy.quantize import QdqPlacement, float_leaks, int8_candidate
 
 
 def _two_readers(path: Path) -> None:
@@ -43,8 +43,8 @@ def test_a_layer_kept_in_float_reads_the_float_tensor_its_quantized_neighbour_re
     _two_readers(source)
     _ranges(ranges, ["x", "t", "a", "b"])
     project = SimpleNamespace(quantize=SimpleNamespace(per_channel=True))
-    plan = QuantizationPlan(("quantized", "kept"), ("Conv",), ())
-    candidate = int8_candidate(project, source, out, ranges, plan, exclude=("kept",))  # type: ignore[arg-type]
+    placement = QdqPlacement(("quantized", "kept"), ("Conv",), ())
+    candidate = int8_candidate(project, source, out, ranges, placement, exclude=("kept",))  # type: ignore[arg-type]
     assert candidate.kept_fp32 == ("kept",) and float_leaks(out, ("kept",)) == []
     graph = onnx.load(str(out)).graph
     produced = {o: n.op_type for n in graph.node for o in n.output}
@@ -55,7 +55,7 @@ def test_a_layer_kept_in_float_reads_the_float_tensor_its_quantized_neighbour_re
 def test_a_dfl_expectation_stays_in_float_and_the_layers_before_it_do_not(tmp_path: Path) -> None:
     """Ultralytics' DFL: a 1x1 Conv of fixed weights 0..n-1 over a Softmax is box decode math, never quantized; a
     learned Conv beside it is (quantize._expectations)."""
-    from edgebuild.accuracy.quantize import quantization_plan
+    from edgebuild.accuracy.quantize import qdq_placement
 
     rng = np.random.default_rng(0)
     bins = 16
@@ -71,5 +71,5 @@ def test_a_dfl_expectation_stays_in_float_and_the_layers_before_it_do_not(tmp_pa
                                for n in ("distance", "gated")], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "model.onnx"))
     project = SimpleNamespace(quantize=SimpleNamespace(op_types=["Conv"], residual_add=True))
-    plan = quantization_plan(project, tmp_path / "model.onnx")  # type: ignore[arg-type]
-    assert plan.nodes == ("head", "learned_after_softmax")  # a learned Conv after a Softmax is quantized
+    placement = qdq_placement(project, tmp_path / "model.onnx")  # type: ignore[arg-type]
+    assert placement.nodes == ("head", "learned_after_softmax")  # a learned Conv after a Softmax is quantized

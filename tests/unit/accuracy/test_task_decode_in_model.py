@@ -107,9 +107,9 @@ def test_the_in_model_outputs_score_what_the_host_decode_of_the_head_scores(kind
 @pytest.mark.parametrize("kind", ["pose", "segmentation"])
 def test_the_gate_s_parity_check_runs_for_pose_and_segmentation(kind: str) -> None:
     parity = nms_parity(_project(kind), _Head(kind, False), _Head(kind, True), _Data(kind))  # type: ignore[arg-type]
-    assert parity["metric"] == METRIC[kind] and parity["difference"] == 0.0 and not parity["nms_free"]
-    assert parity["same_detections"] == parity["images"] == 2 and parity["largest_difference"] < 1e-4
-    assert parity["in_model"] > 0
+    assert parity.metric == METRIC[kind] and parity.difference == 0.0 and not parity.nms_free
+    assert parity.same_detections == parity.images == 2 and parity.largest_difference < 1e-4
+    assert parity.in_model > 0
 
 
 def test_a_raw_head_read_as_nms_inside_says_what_it_is() -> None:

@@ -22,7 +22,7 @@ from edgebuild.shipping.container import (
     tensorrt_base_image,
     write_container,
 )
-from edgebuild.targets.limits import LimitPreset, load_preset
+from edgebuild.targets.presets import LimitPreset, load_preset
 from edgebuild.targets.profiles import load_catalog
 from tests.support.runtime_artifacts import recipe_for, write_artifact
 

@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ConfigError
-from edgebuild.targets.limits import (
-    CgroupV2,
-    available_presets,
-    check_against_module,
-    fit_to_host,
-    load_preset,
-    parse_size,
-    preset_path,
-)
+from edgebuild.targets.limits import CgroupV2, check_against_module, fit_to_host
+from edgebuild.targets.presets import available_presets, load_preset, parse_size, preset_path
 from edgebuild.targets.profiles import load_catalog
 
 

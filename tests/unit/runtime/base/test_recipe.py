@@ -10,7 +10,7 @@ import pytest
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, RECIPE_SCHEMA, Recipe
 from edgebuild.runtime.engines.device import DeviceFacts, mismatches
-from edgebuild.targets.limits import LimitPreset, load_preset
+from edgebuild.targets.presets import LimitPreset, load_preset
 from tests.support.runtime_artifacts import TARGET, write_artifact
 
 
