@@ -246,7 +246,7 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @json_option
 def inspect_command(path: Path, as_json: bool) -> None:
-    """Show where each TensorRT engine under PATH comes from, and whether its plan is intact.
+    """Show where each TensorRT engine under PATH comes from (or will), and whether it is intact.
 
     \b
     PATH is a fleet group folder (build/groups/<group>), a model folder (build/engines/<group>),
@@ -256,8 +256,12 @@ def inspect_command(path: Path, as_json: bool) -> None:
     hardware/version compatibility, where and when it was built, edgebuild's version; what an
     older engine.json lacks reads "unknown"), whether the plan's sha256 is the one engine.json
     records, and what the plan's own header says (TensorRT has no API for it; the header gives
-    the TensorRT version at most, never the GPU). On a device: `python3 edgebuild-device.pyz
-    inspect PATH`.
+    the TensorRT version at most, never the GPU). A model folder without an engine (deferred:
+    no TensorRT on this host) shows what its recipe.json will build instead: where (the device
+    at first start, or a build device), TensorRT, JetPack/L4T, module and compute capability,
+    precision and candidate, profile shapes, the ONNX and its sha256, and whether the ONNX,
+    acceptance set and FP16 fallback in the folder still match the recipe (--json: "deferred").
+    On a device: `python3 edgebuild-device.pyz inspect PATH`.
     """
     from edgebuild.runtime.engines.engine_info import engines_json, inspect_path, render_engines
 
