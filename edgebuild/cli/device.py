@@ -246,16 +246,16 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @json_option
 def inspect_command(path: Path, as_json: bool) -> None:
-    """Show where each TensorRT engine under PATH comes from, and whether its plan is intact.
+    """Show where each TensorRT engine under PATH comes from, and whether its engine file is intact.
 
     \b
     PATH is a fleet group folder (build/groups/<group>), a model folder (build/engines/<group>),
-    a folder of them (build/engines), an engine.json or a plan file. For each engine: its
+    a folder of them (build/engines), an engine.json or an engine file (engine.plan). For each engine: its
     provenance from engine.json (TensorRT version, compute capability, module, JetPack/L4T,
     precision, builder flags, workspace, optimization level, profile shapes, timing cache,
     hardware/version compatibility, where and when it was built, edgebuild's version; what an
-    older engine.json lacks reads "unknown"), whether the plan's sha256 is the one engine.json
-    records, and what the plan's own header says (TensorRT has no API for it; the header gives
+    older engine.json lacks reads "unknown"), whether the engine's sha256 is the one engine.json
+    records, and what the engine's own header says (TensorRT has no API for it; the header gives
     the TensorRT version at most, never the GPU). On a device: `python3 edgebuild-device.pyz
     inspect PATH`.
     """
