@@ -536,16 +536,16 @@ class MeasurementStore:
             return OnnxRuntimeRunner(candidate.shipped or candidate.onnx)
         from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
-        plan = folder / "model.plan"
+        engine_file = folder / "model.plan"
         self.say(f"gate: building a host-check TensorRT engine for {candidate.precision}")
         build_engine(BuildSettings(
-            onnx_path=candidate.shipped or candidate.onnx, plan_path=plan,
+            onnx_path=candidate.shipped or candidate.onnx, engine_path=engine_file,
             precision="int8" if candidate.precision.startswith("int8") else candidate.precision,
             profiles={s.name: (tuple(s.min_shape), tuple(s.opt_shape), tuple(s.max_shape))
                       for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
             progress=self.say), trt=self.trt)
-        return TensorRTRunner(plan, trt=self.trt, memory=self.memory)
+        return TensorRTRunner(engine_file, trt=self.trt, memory=self.memory)
 
     def ranking(self, int8: Measurement) -> list[LayerSensitivity]:
         """The INT8 candidate's layers by the quantization error of their inputs, worst first

@@ -250,12 +250,12 @@ def inspect_command(path: Path, as_json: bool) -> None:
 
     \b
     PATH is a fleet group folder (build/groups/<group>), a model folder (build/engines/<group>),
-    a folder of them (build/engines), an engine.json or a plan file. For each engine: its
+    a folder of them (build/engines), an engine.json or an engine file (engine.plan). For each engine: its
     provenance from engine.json (TensorRT version, compute capability, module, JetPack/L4T,
     precision, builder flags, workspace, optimization level, profile shapes, timing cache,
     hardware/version compatibility, where and when it was built, edgebuild's version; what an
-    older engine.json lacks reads "unknown"), whether the plan's sha256 is the one engine.json
-    records, and what the plan's own header says (TensorRT has no API for it; the header gives
+    older engine.json lacks reads "unknown"), whether the engine's sha256 is the one engine.json
+    records, and what the engine's own header says (TensorRT has no API for it; the header gives
     the TensorRT version at most, never the GPU). A model folder without an engine (deferred:
     no TensorRT on this host) shows what its recipe.json will build instead: where (the device
     at first start, or a build device), TensorRT, JetPack/L4T, module and compute capability,

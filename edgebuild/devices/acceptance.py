@@ -1,7 +1,7 @@
 """Accept: a shipping engine measured where it runs, and replaced when it loses accuracy there.
 
 The host's gate chose a candidate on ONNX Runtime; what ships is a TensorRT engine built on a
-device. ``build_and_accept`` builds the group's engine (``devices.engines.plan_engine``) and,
+device. ``build_and_accept`` builds the group's engine (``devices.engines.place_and_build_engine``) and,
 when it ships (``local``, ``ssh://``), runs it over the validation set on its device and judges
 the retention with the gate's accuracy policy. A refused engine is replaced by the next
 candidate of ``devices.placement.candidate_order``. Measurements are stored by build key, so a
@@ -25,7 +25,7 @@ from edgebuild.devices.engines import (
     EngineStateStore,
     engine_build_key,
     engine_kept,
-    plan_engine,
+    place_and_build_engine,
 )
 from edgebuild.devices.placement import candidate_order, decide_placement, shippable
 from edgebuild.devices.recipes import acceptance_payload, builder_settings
@@ -50,7 +50,7 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
                      evaluate_remote: Callable[..., tuple[Evaluation, object]] | None = None,
                      evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None = None,
                      trt: ModuleType | None = None, progress: Progress = lambda _: None) -> EngineRecord:
-    """The group's engine (``plan_engine``), measured on its device when it ships, with fallback.
+    """The group's engine (``place_and_build_engine``), measured on its device when it ships, with fallback.
 
     An engine built on a device (``local``, ``ssh://``) is run over the validation set there
     (``accuracy.device_images`` caps it) and compared with the gate's FP32 reference. One below
@@ -70,14 +70,15 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
     refused: list[Acceptance] = []
     record = None
     for candidate in candidate_order(gate):
-        planned = _planned_key(project, group, gate, candidate, host, build_on, state)
-        if planned in refused_keys:  # refused by an earlier run: its measurement stands, nothing is built
-            refused.append(state.measured[planned])
+        expected_key = _expected_build_key(project, group, gate, candidate, host, build_on, state)
+        if expected_key in refused_keys:  # refused by an earlier run: its measurement stands, nothing is built
+            refused.append(state.measured[expected_key])
             progress(f"accept: {group.name}: the {candidate} engine was refused before on its device "
-                     f"(retention {state.measured[planned].retention:.3f}); trying the next candidate")
+                     f"(retention {state.measured[expected_key].retention:.3f}); trying the next candidate")
             continue
-        record = plan_engine(project, group, gate, host=host, build_on=build_on, candidate=candidate,
-                             force=force and not refused, acceptance=payload(candidate), trt=trt, progress=progress)
+        record = place_and_build_engine(project, group, gate, host=host, build_on=build_on, candidate=candidate,
+                                        force=force and not refused, acceptance=payload(candidate), trt=trt,
+                                        progress=progress)
         if not record.needs_acceptance:
             return replace(record, refused=tuple(refused))
         measured = _measure(project, record, gate, store, validation, remeasure=force,
@@ -113,7 +114,7 @@ def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host
     refused = state.refused(gate.policy, validation)
     folder = BuildLayout.of(project).engine(group.name)
     for candidate in candidate_order(gate):
-        key = _planned_key(project, group, gate, candidate, host, built.placement, state)
+        key = _expected_build_key(project, group, gate, candidate, host, built.placement, state)
         if key in refused:
             continue
         if not engine_kept(state, folder, key):
@@ -124,8 +125,9 @@ def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host
 
 
 @dataclass(frozen=True)
-class _PlannedRecipe:
-    """What ``engine_build_key`` reads of the recipe ``plan_engine`` would write (``devices.engines.BuildInputs``)."""
+class _ExpectedBuildInputs:
+    """What ``engine_build_key`` reads of the recipe ``place_and_build_engine`` would write
+    (``devices.engines.BuildInputs``)."""
 
     onnx_sha256: str
     module: Module
@@ -137,30 +139,31 @@ class _PlannedRecipe:
     dla_core: int | None
 
 
-def _planned_key(project: Project, group: SelectedGroup, gate: GateResult, candidate: str, host: DeviceFacts,
-                 build_on: str | None, state: EngineState) -> str:
-    """The ``engine_build_key`` ``plan_engine`` would give ``candidate``, without writing or building anything."""
+def _expected_build_key(project: Project, group: SelectedGroup, gate: GateResult, candidate: str,
+                        host: DeviceFacts, build_on: str | None, state: EngineState) -> str:
+    """The ``engine_build_key`` ``place_and_build_engine`` would give ``candidate``, without writing or
+    building anything."""
     target, chosen = group.target, gate.candidate(candidate)
     placement = decide_placement(target, host, build_on or group.build_on)[0]
     if not shippable(placement) and state.built is not None and shippable(state.built.placement):
-        placement = state.built.placement  # plan_engine keeps a device-built engine (its key says so)
-    recipe = _PlannedRecipe(onnx_sha256=file_sha256(gate.folder / chosen.onnx), module=target.module,
-                            l4t=target.release.l4t, tensorrt=target.release.tensorrt,
-                            **builder_settings(project, group, candidate))
-    return engine_build_key(recipe, placement, host)
+        placement = state.built.placement  # place_and_build_engine keeps a device-built engine (its key says so)
+    inputs = _ExpectedBuildInputs(onnx_sha256=file_sha256(gate.folder / chosen.onnx), module=target.module,
+                                  l4t=target.release.l4t, tensorrt=target.release.tensorrt,
+                                  **builder_settings(project, group, candidate))
+    return engine_build_key(inputs, placement, host)
 
 
 def _measure(project: Project, record: EngineRecord, gate: GateResult, store: EngineStateStore, validation: str, *,
              remeasure: bool, evaluate_remote: Callable[..., tuple[Evaluation, object]] | None,
              evaluate_local: Callable[[Project, Path, ValidationSet], Evaluation] | None,
              progress: Progress) -> Acceptance:
-    """The engine's metric on its device: the stored measurement of this plan, else measured now."""
+    """The engine's metric on its device: the stored measurement of this engine file, else measured now."""
     folder = project.build_dir / record.folder
-    # plan_engine has just checked (kept) or hashed (built) the plan and recorded it: not read again
+    # place_and_build_engine has just checked (kept) or hashed (built) the engine file and recorded it: not read again
     state = store.read()
-    assert state.built is not None, "plan_engine has just recorded the engine it kept or built"
-    plan_sha256 = state.built.plan_sha256
-    stored = None if remeasure else state.measurement(record.build_key, plan_sha256, validation)
+    assert state.built is not None, "place_and_build_engine has just recorded the engine it kept or built"
+    engine_sha256 = state.built.plan_sha256
+    stored = None if remeasure else state.measurement(record.build_key, engine_sha256, validation)
     if stored is not None:
         progress(f"accept: {record.group}: the {record.candidate} engine was measured before on {stored.where}: "
                  f"{stored.metric} {stored.value:.4f}, retention {stored.retention:.3f} (stored)")
@@ -185,7 +188,7 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
     else:
         evaluation = (evaluate_local or _evaluate_here)(project, folder, data)
     measured = Acceptance(
-        candidate=record.candidate, build_key=record.build_key, plan_sha256=plan_sha256, validation=validation,
+        candidate=record.candidate, build_key=record.build_key, plan_sha256=engine_sha256, validation=validation,
         where=record.placement, backend=evaluation.backend, metric=evaluation.metric,
         value=round(evaluation.value, 6), images=evaluation.images, reference=round(reference, 6),
         retention=round(gate.policy.retention(evaluation.value, reference), 6))
@@ -196,7 +199,7 @@ def _measure(project: Project, record: EngineRecord, gate: GateResult, store: En
 
 
 def _record_acceptance(folder: Path, measured: Acceptance) -> None:
-    """The accepted measurement into the folder's ``engine.json`` and recipe (the plan is untouched)."""
+    """The accepted measurement into the folder's ``engine.json`` and recipe (the engine file is untouched)."""
     shown = measured.shown()
     described = json.loads((folder / ENGINE_JSON).read_text())
     if described.get("accepted") != shown:

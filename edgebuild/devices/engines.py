@@ -1,9 +1,9 @@
 """Engine builds and what the build folder remembers of them.
 
-``plan_engine`` writes a group's recipe (``devices.recipes``), decides where its engine is built
+``place_and_build_engine`` writes a group's recipe (``devices.recipes``), decides where its engine is built
 (``devices.placement``) and builds it: here with the device-side builder, or on a build device
 over SSH (``build_over_ssh``). An engine already in the folder is kept while what it depends on
-(``engine_build_key``) is unchanged and its plan is intact. ``EngineStateStore`` keeps, beside
+(``engine_build_key``) is unchanged and its engine file is intact. ``EngineStateStore`` keeps, beside
 the folder, which build key the folder's engine came from and every device measurement of an
 engine (``Acceptance``), so a decision is re-made from them without building or measuring again.
 """
@@ -112,8 +112,8 @@ class _Identified(Protocol):
 
 
 class BuildInputs(Protocol):
-    """What ``engine_build_key`` reads: a ``Recipe``, or the plan of one that ``plan_engine`` would write
-    (``devices.acceptance``, which asks for a key before anything is written)."""
+    """What ``engine_build_key`` reads: a ``Recipe``, or what the one ``place_and_build_engine`` would write
+    will hold (``devices.acceptance``, which asks for a key before anything is written)."""
 
     @property
     def onnx_sha256(self) -> str: ...
@@ -248,28 +248,28 @@ def build_over_ssh(recipe_path: Path, url: str, *, progress: Progress = lambda _
             raise RemoteError(f"{url}: {name} arrived with another sha256 than the device computed; "
                               "the transfer was corrupted or the file changed", hint="run the compile again")
     engine_json = json.loads(fetched[f"{remote}/{ENGINE_JSON}"])
-    plan = fetched[f"{remote}/{ENGINE_FILE}"]
-    if hashlib.sha256(plan).hexdigest() != engine_json.get("plan_sha256"):
+    engine = fetched[f"{remote}/{ENGINE_FILE}"]
+    if hashlib.sha256(engine).hexdigest() != engine_json.get("plan_sha256"):
         raise RemoteError(f"{url}: the fetched engine.plan does not match the plan_sha256 of its engine.json")
-    atomic_write_bytes(folder / ENGINE_FILE, plan)
+    atomic_write_bytes(folder / ENGINE_FILE, engine)
     atomic_write_bytes(folder / ENGINE_JSON, fetched[f"{remote}/{ENGINE_JSON}"])
     if cache_name in fetched:
         atomic_write_bytes(local_cache, fetched[cache_name])
-    progress(f"engine: fetched {ENGINE_FILE} ({len(plan)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
+    progress(f"engine: fetched {ENGINE_FILE} ({len(engine)} bytes) and {ENGINE_JSON} from {url}, hashes checked")
     return folder / ENGINE_JSON
 
 
-def _intact_plan_sha256(folder: Path) -> str | None:
-    """The plan's sha256 when engine.plan and engine.json are present and the plan is the one
-    engine.json describes, else None (the plan is read once: it can be hundreds of MB)."""
-    plan, described = folder / ENGINE_FILE, folder / ENGINE_JSON
-    if not (plan.is_file() and described.is_file()):
+def _intact_engine_sha256(folder: Path) -> str | None:
+    """The engine's sha256 when engine.plan and engine.json are present and the engine is the one
+    engine.json describes, else None (the engine is read once: it can be hundreds of MB)."""
+    engine, described = folder / ENGINE_FILE, folder / ENGINE_JSON
+    if not (engine.is_file() and described.is_file()):
         return None
     try:
         expected = json.loads(described.read_text()).get("plan_sha256")
     except ValueError:
         return None
-    found = file_sha256(plan)
+    found = file_sha256(engine)
     return found if found == expected else None
 
 
@@ -285,14 +285,14 @@ def engine_kept(state: EngineState, folder: Path, key: str) -> bool:
     built = state.built
     if built is None or built.build_key != key:
         return False
-    plan_sha256 = _intact_plan_sha256(folder)
-    return plan_sha256 is not None and plan_sha256 == built.plan_sha256
+    engine_sha256 = _intact_engine_sha256(folder)
+    return engine_sha256 is not None and engine_sha256 == built.plan_sha256
 
 
-def plan_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
-                build_on: str | None = None, candidate: str | None = None, force: bool = False,
-                acceptance: bytes | None = None, trt: ModuleType | None = None,
-                progress: Progress = lambda _: None) -> EngineRecord:
+def place_and_build_engine(project: Project, group: SelectedGroup, gate: GateResult, *, host: DeviceFacts,
+                           build_on: str | None = None, candidate: str | None = None, force: bool = False,
+                           acceptance: bytes | None = None, trt: ModuleType | None = None,
+                           progress: Progress = lambda _: None) -> EngineRecord:
     """Write the group's recipe for ``candidate`` (default: the gate's selection), decide where its
     engine is built, and build it unless deferred.
 

@@ -1,13 +1,13 @@
 """Where each target's TensorRT engine is built, and which candidates it may be built from.
 
-A TensorRT plan is tied to the TensorRT version and the GPU's compute capability and cannot be
+A serialized TensorRT engine is tied to the TensorRT version and the GPU's compute capability and cannot be
 cross-built for a Jetson on x86. So every target gets a placement:
 
 - ``local``: this host is a Jetson of the target's module on the target's L4T release, with
   TensorRT: the engine is built here and is shippable;
 - ``ssh://user@host``: the fleet group names a build device (``build_on``); edgebuild checks over
   SSH that it is the target's module and L4T, copies the recipe there, runs its device-side
-  builder, fetches the plan, ``engine.json`` and timing cache and checks their hashes; shippable;
+  builder, fetches the engine (``engine.plan``), ``engine.json`` and timing cache and checks their hashes; shippable;
 - ``host-check``: this host has TensorRT and a GPU but is not the target: the engine is built to
   catch parser and builder failures, and is never packaged for a Jetson;
 - ``deferred``: no suitable builder: the recipe (ONNX + build settings) goes to the device, which

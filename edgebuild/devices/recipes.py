@@ -48,7 +48,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     selection), the builder settings, its limits and its acceptance set (``acceptance_payload``).
 
     Written into ``build/engines/<group>/`` (or ``folder``) file by file (each atomically): an
-    engine already in the folder stays, and ``plan_engine`` decides whether it still fits.
+    engine already in the folder stays, and ``place_and_build_engine`` decides whether it still fits.
     """
     target, limits = group.target, group.limits
     assert limits is not None, "select_work resolves every group's limit preset"

@@ -166,9 +166,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--no-verify-device", action="store_true",
                        help="build even if this device is not the recipe's module and L4T (a host check)")
     inspect = commands.add_parser(
-        "inspect", help="show the provenance of the engines under PATH, what each plan's header says, and whether "
-                        "each plan is the one its engine.json records")
-    inspect.add_argument("path", type=Path, help="a group folder, a model folder, an engine.json or a plan file")
+        "inspect", help="show the provenance of the engines under PATH, what each engine's header says, and "
+                        "whether each engine is the one its engine.json records")
+    inspect.add_argument("path", type=Path, help="a group folder, a model folder, an engine.json or an engine file")
     evaluate = commands.add_parser("evaluate", help="run a model folder's backend over validation batches the host "
                                                      "sent; write decoded detections or outputs (.npz)")
     evaluate.add_argument("artifact", type=Path, help="the model folder (recipe.json, model.onnx, engine)")

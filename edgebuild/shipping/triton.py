@@ -89,7 +89,7 @@ def _io_block(name: str, datatype: str, dims: list[int]) -> str:
 
 
 def config_pbtxt(recipe: Recipe, *, engine: bool) -> str:
-    """Triton's ``config.pbtxt`` for a model folder (``engine``: a shippable TensorRT plan is in it)."""
+    """Triton's ``config.pbtxt`` for a model folder (``engine``: a shippable TensorRT engine is in it)."""
     if not recipe.outputs:
         raise ConfigError(f"the recipe of {recipe.group} records no outputs (an older edgebuild wrote it)",
                           hint="rerun `edgebuild compile --force engine` for it")
@@ -176,7 +176,7 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
                      "profiles/triton/releases.toml: check NVIDIA's support matrix")
     if engine and release is not None and not recipe.tensorrt.startswith(release.tensorrt):
         notes.append(f"the engine was built with TensorRT {recipe.tensorrt}, Triton {release.triton} loads TensorRT "
-                     f"{release.tensorrt}: it will refuse the plan; serve the ONNX instead (deferred) or rebuild")
+                     f"{release.tensorrt}: it will refuse the engine; serve the ONNX instead (deferred) or rebuild")
     for name, each in recipes.items():
         if each.task is not None and each.task.outputs == "raw_head":
             notes.append(f"Triton serves {name}'s raw head (every client decodes and runs NMS itself): set "

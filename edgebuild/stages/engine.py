@@ -8,7 +8,7 @@ it (a group whose every candidate misses its latency budget gets no engine). Wri
 beside it; its record is an ``EngineRecord``.
 
 Where the decisions live: placement in ``devices.placement``, the build in
-``devices.engines.plan_engine``, acceptance on the device (and the fallback to the next
+``devices.engines.place_and_build_engine``, acceptance on the device (and the fallback to the next
 candidate) in ``devices.acceptance.build_and_accept``. This module says what the stage reads,
 asks for a farm board where the group needs one, and turns a refused group into an error.
 """

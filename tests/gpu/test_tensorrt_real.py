@@ -44,22 +44,22 @@ def test_real_engine_matches_onnxruntime_at_min_opt_max(onnx_path: Path, tmp_pat
     import tensorrt as trt
 
     messages: list[str] = []
-    settings = BuildSettings(onnx_path=onnx_path, plan_path=tmp_path / f"model-{precision}.plan",
+    settings = BuildSettings(onnx_path=onnx_path, engine_path=tmp_path / f"model-{precision}.plan",
                              precision=precision, profiles={"images": tuple(SHAPES.values())},
                              workspace_bytes=1 << 28, timing_cache_path=tmp_path / "timing.cache",
                              builder_optimization_level=None, progress=messages.append)
     meta = build_engine(settings)
     assert meta["tensorrt_version"] == trt.__version__
-    assert settings.plan_path.stat().st_size == meta["plan_bytes"] > 0
+    assert settings.engine_path.stat().st_size == meta["plan_bytes"] > 0
     assert (tmp_path / "timing.cache").stat().st_size > 0
     assert meta["device_memory_size"] >= 0 and meta["layers"]
     json.dumps(meta)
 
     # a second build reuses the timing cache it wrote
-    again = build_engine(replace(settings, plan_path=tmp_path / "again.plan"))
+    again = build_engine(replace(settings, engine_path=tmp_path / "again.plan"))
     assert again["timing_cache"]["loaded"] is True
 
-    runner = TensorRTRunner(settings.plan_path)
+    runner = TensorRTRunner(settings.engine_path)
     assert runner.backend == f"tensorrt {trt.__version__}"
     reference = OnnxRuntimeRunner(onnx_path)
     rtol, atol = TOLERANCE[precision]
@@ -80,7 +80,7 @@ def test_runner_refuses_engine_json_for_another_version(onnx_path: Path, tmp_pat
     from edgebuild.errors import TargetError
 
     plan = tmp_path / "model.plan"
-    build_engine(BuildSettings(onnx_path=onnx_path, plan_path=plan, precision="fp32",
+    build_engine(BuildSettings(onnx_path=onnx_path, engine_path=plan, precision="fp32",
                                profiles={"images": tuple(SHAPES.values())}, workspace_bytes=1 << 28))
     with pytest.raises(TargetError, match="built for TensorRT 0.0.0"):
         TensorRTRunner(plan, {"tensorrt_version": "0.0.0", "compute_capability": "8.7"})
@@ -127,13 +127,13 @@ def test_shapes_engines_match_onnxruntime_at_min_opt_max(shapes_gate, tmp_path: 
     onnx = gate.folder / candidate.onnx
     spec = project.model.inputs[0]
     shapes = {"min": spec.min_shape, "opt": spec.opt_shape, "max": spec.max_shape}
-    settings = BuildSettings(onnx_path=onnx, plan_path=tmp_path / f"shapes-{precision}.plan", precision=precision,
+    settings = BuildSettings(onnx_path=onnx, engine_path=tmp_path / f"shapes-{precision}.plan", precision=precision,
                              profiles={spec.name: (spec.min_shape, spec.opt_shape, spec.max_shape)},
                              workspace_bytes=1 << 30, timing_cache_path=tmp_path / "timing.cache")
     meta = build_engine(settings)
     if precision == "int8":  # Q/DQ honoured: the inspector shows INT8 layers
         assert "Int8" in json.dumps(meta["layers"]) or "INT8" in json.dumps(meta["layers"])
-    runner, reference = TensorRTRunner(settings.plan_path), OnnxRuntimeRunner(onnx)
+    runner, reference = TensorRTRunner(settings.engine_path), OnnxRuntimeRunner(onnx)
     rng = np.random.default_rng(1)
     for which, shape in shapes.items():
         images = rng.uniform(-2, 2, size=shape).astype(np.float32)

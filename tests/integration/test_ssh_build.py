@@ -3,7 +3,7 @@
 The "Jetson" is this machine seen through sshd: its /etc/nv_tegra_release and device tree come
 from a fixture folder (EDGEBUILD_DEVICE_ROOT, set by sshd for the session). Without TensorRT
 there, the device-side builder must refuse clearly. For the transfer and hash checks, one test
-puts the TensorRT test double on the device's Python path; what comes back is the double's plan,
+puts the TensorRT test double on the device's Python path; what comes back is the double's engine,
 written only under tmp_path.
 """
 
@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from edgebuild.accuracy.gate import GateResult, gate_dir
 from edgebuild.cli import main
-from edgebuild.devices.engines import build_over_ssh, plan_engine
+from edgebuild.devices.engines import build_over_ssh, place_and_build_engine
 from edgebuild.devices.ssh import SshDevice
 from edgebuild.errors import RemoteError
 from edgebuild.project.config import load_project
@@ -42,11 +42,11 @@ def validated_digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _planned(root: Path, url: str | None, **kwargs):
+def _place_and_build(root: Path, url: str | None, **kwargs):
     project = load_project(root)
     gate = GateResult.load(gate_dir(project))
     group = select_work(project, "sorters").groups[0]
-    return plan_engine(project, group, gate, host=NO_TENSORRT_HERE, build_on=url, **kwargs)
+    return place_and_build_engine(project, group, gate, host=NO_TENSORRT_HERE, build_on=url, **kwargs)
 
 
 def _engine_json(root: Path, record) -> Path:
@@ -89,10 +89,10 @@ def test_a_device_of_another_profile_is_refused_before_anything_is_copied(valida
     assert not (jetson.workdir / "builds").exists()
 
 
-def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
+def test_engine_file_engine_json_and_timing_cache_come_back_with_hashes_checked(
         validated_digits: Path, loopback_jetson, tmp_path: Path) -> None:
     jetson = loopback_jetson("orin-nano-4gb@6.2", _tensorrt_double_on_the_device(tmp_path / "device-python"))
-    record = _planned(validated_digits, jetson.url)
+    record = _place_and_build(validated_digits, jetson.url)
     assert record.built and not record.kept
     engine_json = _engine_json(validated_digits, record)
     engine = json.loads(engine_json.read_text())
@@ -105,17 +105,17 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
 
     # unchanged: the engine built on the device is kept, nothing goes over SSH
     messages: list[str] = []
-    kept = _planned(validated_digits, jetson.url, progress=messages.append)
+    kept = _place_and_build(validated_digits, jetson.url, progress=messages.append)
     assert kept.kept and messages == [f"engine: sorters: kept the int8 engine built {jetson.url} (ONNX, builder "
                                       "settings, module, L4T and TensorRT unchanged)"]
     assert (engine_json.parent / "engine.plan").read_bytes() == PLAN
 
     # a run that names no build device (a later `package`) keeps it too, instead of deferring
-    later = _planned(validated_digits, None)
+    later = _place_and_build(validated_digits, None)
     assert later.kept and later.placement == jetson.url and (engine_json.parent / "engine.plan").read_bytes() == PLAN
 
     # a forced build sends the host's timing cache to the device, which loads it
-    again = _planned(validated_digits, jetson.url, force=True)
+    again = _place_and_build(validated_digits, jetson.url, force=True)
     assert not again.kept
     assert json.loads(_engine_json(validated_digits, again).read_text())["timing_cache"]["loaded"] is True
 
@@ -123,7 +123,7 @@ def test_engine_plan_engine_json_and_timing_cache_come_back_with_hashes_checked(
 def test_a_corrupted_transfer_is_refused(validated_digits: Path, loopback_jetson, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     jetson = loopback_jetson("orin-nano-4gb@6.2", _tensorrt_double_on_the_device(tmp_path / "device-python"))
-    deferred = _planned(validated_digits, None, force=True)  # a deferred recipe to build from
+    deferred = _place_and_build(validated_digits, None, force=True)  # a deferred recipe to build from
     recipe = validated_digits / "build" / deferred.folder / "recipe.json"
     real_fetch = SshDevice.fetch
 

@@ -302,7 +302,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
         opt_batch = next(iter(recipe.profiles.values()))[1][0]
         batches = sorted({1, int(opt_batch)})
     # refuse bad shapes before loading
-    plans = [(int(b), input_shapes(recipe.profiles, int(b), shapes)) for b in batches]
+    per_batch = [(int(b), input_shapes(recipe.profiles, int(b), shapes)) for b in batches]
     age_at_start = process_age_s()
     sampler = TegrastatsSampler()
     state = jetson_state()
@@ -312,7 +312,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
     runner, why = load_backend(folder, backend, engine_cache, progress=progress, recipe=recipe)
     load_s = time.perf_counter() - load_started
     rng = np.random.default_rng(0)
-    first_inputs = {n: rng.random(s, dtype=np.float32) for n, s in plans[0][1].items()}
+    first_inputs = {n: rng.random(s, dtype=np.float32) for n, s in per_batch[0][1].items()}
     first_started = time.perf_counter()
     runner.run(first_inputs)
     first_ms = (time.perf_counter() - first_started) * 1000.0
@@ -321,7 +321,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
         runner.backend, why, load_s, first_ms))
     per_thread_runner = runner.backend.startswith("tensorrt")  # an execution context serves one thread
     configs = []
-    for batch, batch_shapes in plans:
+    for batch, batch_shapes in per_batch:
         inputs = {n: rng.random(s, dtype=np.float32) for n, s in batch_shapes.items()}
         for threads in concurrency:
             runners = [runner] + ([load_backend(folder, backend, engine_cache, progress=lambda _: None,
@@ -371,7 +371,7 @@ def run_bench(folder: Path, *, backend: str = "auto", batches: Sequence[int] = (
         "backend": runner.backend, "backend_reason": why, "versions": versions,
         "device": dict(device.probe().as_dict(), hostname=platform.node()),
         "jetson": state,
-        "settings": {"batches": [b for b, _ in plans], "concurrency": list(concurrency), "iterations": iterations,
+        "settings": {"batches": [b for b, _ in per_batch], "concurrency": list(concurrency), "iterations": iterations,
                      "duration_s": duration_s, "warmup": warmup, "ci_pct": ci_pct, "budget_s": budget_s,
                      "min_iterations": min_iterations, "shapes": shapes,
                      "window_s": window_s if duration_s is not None else None,

@@ -161,7 +161,7 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     cache_dir = Path(timing_cache_dir) if timing_cache_dir is not None else folder.parent / "timing-caches"
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = BuildSettings(
-        onnx_path=folder / recipe.onnx, plan_path=folder / ENGINE_FILE, precision=recipe.precision,
+        onnx_path=folder / recipe.onnx, engine_path=folder / ENGINE_FILE, precision=recipe.precision,
         # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
         profiles={name: (tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in recipe.profiles.items()},
         workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,

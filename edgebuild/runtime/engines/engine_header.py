@@ -85,8 +85,8 @@ class EngineHeader:
 
     def describe(self) -> str:
         if not self.is_engine:
-            return "not a TensorRT plan header: " + "; ".join(self.notes)
-        parts = ["TensorRT plan (magic 'ftrt')"]
+            return "not a TensorRT engine header: " + "; ".join(self.notes)
+        parts = ["TensorRT engine (magic 'ftrt')"]
         if self.prefix_bytes:
             parts.append("after a {}-byte Ultralytics metadata prefix".format(self.prefix_bytes))
         if self.tensorrt_version:
@@ -142,7 +142,7 @@ def _bare(engine: bytes, prefix: int, metadata: Optional[JsonObject]) -> EngineH
             version = "{}.{}.{}.{}".format(major, minor, patch, build)
             if major < 10:
                 notes.append("the version bytes are documented from TensorRT 10 (observed from 8.6); for a "
-                             "TensorRT {} plan they are shown unconfirmed".format(major))
+                             "TensorRT {} engine they are shown unconfirmed".format(major))
         else:
             notes.append("bytes 24-27 ({}) do not read as a TensorRT version".format(
                 ".".join(str(b) for b in (major, minor, patch, build))))

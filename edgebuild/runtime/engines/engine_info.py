@@ -1,9 +1,9 @@
 """What ``edgebuild inspect PATH`` and ``edgebuild-device inspect PATH`` show of the engines under a path.
 
 PATH is a fleet group folder (``build/groups/<group>``), a model folder (``build/engines/<group>``),
-a folder of model folders (``build/engines``), an ``engine.json`` or a plan file. For every engine
+a folder of model folders (``build/engines``), an ``engine.json`` or an engine file. For every engine
 found: its provenance (``engine.json`` read as :class:`EngineProvenance`, missing fields "unknown"),
-what the plan's own header says (:mod:`edgebuild.runtime.engines.engine_header`), and whether the plan's
+what the engine's own header says (:mod:`edgebuild.runtime.engines.engine_header`), and whether the engine's
 sha256 is the one ``engine.json`` records. A model folder without an engine (a deferred placement:
 no TensorRT on the build host) shows what will be built from its ``recipe.json`` instead
 (:class:`DeferredBuild`): where (the device at first start, or a build device), for which TensorRT,
@@ -163,12 +163,12 @@ class EngineInfo:
     """One engine (or a model folder's missing one) as inspect reports it."""
 
     name: str
-    plan: Optional[str]  # None: no plan here
+    engine_file: Optional[str]  # None: no engine file here (its --json key is "plan", as in engine.json)
     record_file: Optional[str] = None
     provenance: Optional[EngineProvenance] = None
     plan_bytes: Optional[int] = None
     plan_sha256: Optional[str] = None
-    #: the plan's sha256 is engine.json's plan_sha256 (None: no record, or it has none)
+    #: the engine file's sha256 is engine.json's plan_sha256 (None: no record, or it has none)
     sha256_matches: Optional[bool] = None
     header: Optional[EngineHeader] = None
     note: str = ""
@@ -176,7 +176,7 @@ class EngineInfo:
     deferred: Optional[DeferredBuild] = None
 
     def as_dict(self) -> Dict[str, Any]:
-        return {"name": self.name, "plan": self.plan, "engine_json": self.record_file,
+        return {"name": self.name, "plan": self.engine_file, "engine_json": self.record_file,
                 "provenance": self.provenance.as_dict() if self.provenance else None,
                 "unknown": self.provenance.unknown() if self.provenance else None,
                 "plan_bytes": self.plan_bytes, "plan_sha256": self.plan_sha256,
@@ -185,21 +185,21 @@ class EngineInfo:
                 "deferred": self.deferred.as_dict() if self.deferred else None}
 
     def lines(self) -> List[str]:
-        out = ["{}: {}".format(self.name, self.plan or "no engine")]
+        out = ["{}: {}".format(self.name, self.engine_file or "no engine")]
         if self.note:
             out.append("  " + self.note)
         if self.deferred is not None:
             out += self._deferred_lines(self.deferred)
-        if self.plan is None:
+        if self.engine_file is None:
             return out
-        out.append("  plan file: {} bytes, sha256 {}".format(self.plan_bytes, self.plan_sha256))
+        out.append("  engine file: {} bytes, sha256 {}".format(self.plan_bytes, self.plan_sha256))
         if self.sha256_matches is not None:
             out.append("  matches engine.json: " + ("yes" if self.sha256_matches else
-                                                    "NO: the plan is not the one engine.json describes"))
+                                                    "NO: the engine is not the one engine.json describes"))
         if self.header is not None:
-            out.append("  plan header: " + self.header.describe())
+            out.append("  engine header: " + self.header.describe())
         if self.provenance is None:
-            out.append("  provenance: no engine.json beside the plan")
+            out.append("  provenance: no engine.json beside the engine")
             return out
         out.append("  provenance ({}):".format(self.record_file))
         width = max(len(label) for label, _ in self.provenance.lines())
@@ -231,14 +231,14 @@ def inspect_path(path: Union[str, Path]) -> List[EngineInfo]:
         if path.name == RECIPE_FILE:
             return _model_folder(path.parent.name, path.parent)
         if path.name == ENGINE_JSON:
-            return [_engine(path.parent.name, _plan_of(path), path)]
+            return [_engine(path.parent.name, _engine_file_of(path), path)]
         beside = path.parent / ENGINE_JSON
-        described = beside.is_file() and _plan_of(beside).name == path.name
+        described = beside.is_file() and _engine_file_of(beside).name == path.name
         return [_engine(path.name, path, beside if described else None)]
     if not path.is_dir():
         raise ConfigError("{}: no such file or folder".format(path),
                           hint="give a group folder (build/groups/<group>), a model folder (build/engines/<group>) "
-                               "or a plan file")
+                               "or an engine file")
     if is_group_folder(path):
         return [info for name, folder in model_folders(path).items() for info in _model_folder(name, folder)]
     if (path / RECIPE_FILE).is_file() or (path / ENGINE_FILE).is_file():
@@ -248,7 +248,7 @@ def inspect_path(path: Union[str, Path]) -> List[EngineInfo]:
     if not found:
         raise ConfigError("{}: neither a group folder (group.json), a model folder (recipe.json, engine.plan) nor a "
                           "folder of them".format(path),
-                          hint="give build/groups/<group>, build/engines/<group> or a plan file")
+                          hint="give build/groups/<group>, build/engines/<group> or an engine file")
     return found
 
 
@@ -262,8 +262,8 @@ def engines_json(infos: List[EngineInfo]) -> Dict[str, Any]:
     return {"schema": INSPECT_SCHEMA, "engines": [info.as_dict() for info in infos]}
 
 
-def _plan_of(engine_json: Path) -> Path:
-    """The plan an engine.json names (relative to it since edgebuild 0.1; absolute before), else engine.plan."""
+def _engine_file_of(engine_json: Path) -> Path:
+    """The engine file an engine.json names (relative to it since edgebuild 0.1; absolute before), else engine.plan."""
     try:
         named = json.loads(engine_json.read_text()).get("plan")
     except (ValueError, AttributeError):
@@ -284,9 +284,9 @@ def _model_folder(name: str, folder: Path) -> List[EngineInfo]:
             except ConfigError as exc:  # a recipe another edgebuild wrote, or a damaged one: say so, go on
                 why += "; its {} does not read: {}".format(RECIPE_FILE, exc)
         infos.append(EngineInfo(name, None, note=why, deferred=deferred))
-    for plan in sorted((folder / ENGINE_CACHE).glob("*/" + ENGINE_FILE)):
-        infos.append(_engine("{} (built on the device, {})".format(name, plan.parent.name), plan,
-                             plan.parent / ENGINE_JSON))
+    for engine in sorted((folder / ENGINE_CACHE).glob("*/" + ENGINE_FILE)):
+        infos.append(_engine("{} (built on the device, {})".format(name, engine.parent.name), engine,
+                             engine.parent / ENGINE_JSON))
     return infos
 
 
@@ -314,7 +314,7 @@ def _shapes(recipe: Recipe) -> Dict[str, Dict[str, List[int]]]:
             for name, (low, opt, high) in recipe.profiles.items()}
 
 
-def _engine(name: str, plan: Path, record_file: Optional[Path]) -> EngineInfo:
+def _engine(name: str, engine: Path, record_file: Optional[Path]) -> EngineInfo:
     record, note = None, ""
     if record_file is not None and record_file.is_file():
         try:
@@ -324,10 +324,10 @@ def _engine(name: str, plan: Path, record_file: Optional[Path]) -> EngineInfo:
         except ValueError as exc:
             note = "{} is not JSON ({})".format(record_file, exc)
     recorded = str(record_file) if record is not None else None
-    if not plan.is_file():
+    if not engine.is_file():
         return EngineInfo(name, None, recorded, record, note=(note + "; " if note else "")
-                          + "the plan {} is missing".format(plan))
-    digest = sha256_file(plan)
+                          + "the engine file {} is missing".format(engine))
+    digest = sha256_file(engine)
     matches = None if record is None or not record.plan_sha256 else record.plan_sha256 == digest
-    return EngineInfo(name, str(plan), recorded, record, plan.stat().st_size, digest, matches,
-                      read_header_file(plan), note)
+    return EngineInfo(name, str(engine), recorded, record, engine.stat().st_size, digest, matches,
+                      read_header_file(engine), note)

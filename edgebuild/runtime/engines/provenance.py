@@ -1,16 +1,16 @@
 """Where an engine comes from, and whether this device may load it: ``engine.json`` as a typed record.
 
 Every engine edgebuild builds (``backends.tensorrt.build_engine`` and ``device.build_from_recipe``)
-gets an ``engine.json`` beside its ``engine.plan`` that records what the plan depends on:
+gets an ``engine.json`` beside its ``engine.plan`` that records what the engine depends on:
 TensorRT version, target JetPack/L4T and module, the GPU's compute capability, precision, the
-ONNX's and the plan's sha256, the build flags (builder flags, workspace, optimization level,
+ONNX's and the engine's sha256, the build flags (builder flags, workspace, optimization level,
 profile shapes, timing cache, hardware/version compatibility), where (host name, device kind) and
 when (UTC) it was built, and edgebuild's version. :class:`EngineProvenance` reads it; a file an
 older edgebuild wrote still reads, its missing fields are ``None`` and shown as "unknown".
 
-:func:`refusal` compares a record with the device about to deserialize the plan (its L4T release
+:func:`refusal` compares a record with the device about to deserialize the engine (its L4T release
 and module; ``backends.tensorrt.check_engine_compatible`` its TensorRT and compute capability) and
-:func:`engine_damage` with the plan's bytes (sha256), so a mismatched or damaged engine is refused,
+:func:`engine_damage` with the engine's bytes (sha256), so a mismatched or damaged engine is refused,
 both sides named, before TensorRT sees it.
 
 Python 3.8, standard library only.
@@ -162,7 +162,7 @@ class EngineProvenance:
                 ", L4T R" + self.built_on_l4t if self.built_on_l4t else "", shown(self.placement))),
             ("edgebuild", shown(self.edgebuild_version)),
             ("ONNX sha256", shown(self.onnx_sha256)),
-            ("plan sha256", shown(self.plan_sha256)),
+            ("engine sha256", shown(self.plan_sha256)),
         ]
 
 
@@ -188,7 +188,7 @@ def build_context(l4t: Optional[str], placement: str, now: Optional[datetime.dat
 
 @dataclass(frozen=True)
 class RunningDevice:
-    """The machine about to deserialize a plan, as the refusal compares it."""
+    """The machine about to deserialize an engine, as the refusal compares it."""
 
     tensorrt: str
     compute_capability: str
@@ -205,33 +205,33 @@ def _release(version: Optional[str], parts: int = 3) -> Optional[Tuple[str, ...]
     return tuple(str(version).split(".")[:parts]) if version else None
 
 
-def engine_damage(record: Optional[EngineProvenance], plan_sha256: str, plan: str) -> Optional[str]:
-    """Why the plan is not the one its engine.json describes (damaged, truncated or replaced); None when it is,
-    or when the record has no ``plan_sha256`` to compare."""
-    if record is None or not record.plan_sha256 or record.plan_sha256 == plan_sha256:
+def engine_damage(record: Optional[EngineProvenance], engine_sha256: str, engine_file: str) -> Optional[str]:
+    """Why the engine is not the one its engine.json describes (damaged, truncated or replaced); None when it
+    is, or when the record has no ``plan_sha256`` to compare."""
+    if record is None or not record.plan_sha256 or record.plan_sha256 == engine_sha256:
         return None
     size = "" if record.plan_bytes is None else " ({} bytes recorded)".format(record.plan_bytes)
-    return ("{}: its sha256 is {} but engine.json records {}{}: the plan was damaged, truncated or replaced after it "
-            "was built, and is not loaded".format(plan, plan_sha256, record.plan_sha256, size))
+    return ("{}: its sha256 is {} but engine.json records {}{}: the engine was damaged, truncated or replaced after "
+            "it was built, and is not loaded".format(engine_file, engine_sha256, record.plan_sha256, size))
 
 
 def refusal(record: Optional[EngineProvenance], header: Optional[EngineHeader], here: RunningDevice,
-            plan: str) -> Optional[str]:
-    """Why ``plan`` must not be deserialized on ``here``, naming both sides; None when nothing says so.
+            engine_file: str) -> Optional[str]:
+    """Why ``engine_file`` must not be deserialized on ``here``, naming both sides; None when nothing says so.
 
     Checked where both sides are known: the L4T release line (R35 vs R36), the module (its
-    device-tree board strings), and, for a plan without an engine.json, the TensorRT version its
+    device-tree board strings), and, for an engine without an engine.json, the TensorRT version its
     header gives (where the header's layout is relied on: TensorRT 10 and later). The record's
     TensorRT version and compute capability are checked by ``backends.tensorrt.check_engine_compatible``.
     """
-    said = "the plan's header says TensorRT {}".format(header.tensorrt_version) \
+    said = "the engine's header says TensorRT {}".format(header.tensorrt_version) \
         if header is not None and header.tensorrt_version else None
     if record is None:
-        # only a version read where the layout is relied on (TensorRT 10+) may refuse a plan
+        # only a version read where the layout is relied on (TensorRT 10+) may refuse an engine
         if said and header is not None and header.version_confirmed and \
                 _release(header.tensorrt_version) != _release(here.tensorrt):
             return "{}: {}, but this device has {} (and there is no engine.json to say more)".format(
-                plan, said, here.describe())
+                engine_file, said, here.describe())
         return None
     problems = []
     if record.built_on_l4t and here.l4t and record.built_on_l4t.split(".")[0] != here.l4t.split(".")[0]:
@@ -246,4 +246,4 @@ def refusal(record: Optional[EngineProvenance], header: Optional[EngineHeader], 
     built = "TensorRT {} on compute capability {}".format(record.tensorrt_version or UNKNOWN,
                                                          record.compute_capability or UNKNOWN)
     return "{} must not be loaded here: {}. It was built with {}{}; this device has {}.".format(
-        plan, "; ".join(problems), built, " ({})".format(said) if said else "", here.describe())
+        engine_file, "; ".join(problems), built, " ({})".format(said) if said else "", here.describe())

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgebuild.cli import main
-from edgebuild.devices.engines import plan_engine
+from edgebuild.devices.engines import place_and_build_engine
 from edgebuild.devices.placement import decide_placement
 from edgebuild.errors import LimitError
 from edgebuild.project.config import load_project
@@ -68,7 +68,7 @@ def _builds(trt) -> int:
 def test_host_check_build_writes_engine_json_that_is_not_shippable(example_copy) -> None:
     project, gate = _gated(example_copy("digits-classifier"))
     group = select_work(project, "sorters").groups[0]
-    record = plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
+    record = place_and_build_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
     assert record.placement == "host-check" and record.built and not record.kept
     engine = json.loads((project.build_dir / record.folder / "engine.json").read_text())
     assert engine["shippable"] is False and engine["compute_capability"] == "8.9"
@@ -79,35 +79,35 @@ def test_a_built_engine_is_kept_while_what_it_depends_on_is_unchanged(example_co
     project, gate = _gated(example_copy("digits-classifier"))
     group = select_work(project, "sorters").groups[0]
     trt = make_tensorrt("10.3.0")
-    first = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt)
-    plan_file = project.build_dir / first.folder / "engine.plan"
-    built = plan_file.stat().st_mtime_ns
+    first = place_and_build_engine(project, group, gate, host=HOST_CHECK, trt=trt)
+    engine_file = project.build_dir / first.folder / "engine.plan"
+    built = engine_file.stat().st_mtime_ns
     messages: list[str] = []
-    again = plan_engine(project, group, gate, host=HOST_CHECK, trt=trt, progress=messages.append)
-    assert again.kept and _builds(trt) == 1 and plan_file.stat().st_mtime_ns == built
+    again = place_and_build_engine(project, group, gate, host=HOST_CHECK, trt=trt, progress=messages.append)
+    assert again.kept and _builds(trt) == 1 and engine_file.stat().st_mtime_ns == built
     assert "kept the int8 engine built host-check" in messages[0]
 
     newer = project.model_copy(update={"ota": project.ota.model_copy(update={"version": "9.9.9"})})
     # the recipe changes, not the build
-    kept = plan_engine(newer, group, gate, host=HOST_CHECK, trt=trt)
+    kept = place_and_build_engine(newer, group, gate, host=HOST_CHECK, trt=trt)
     assert kept.kept and _builds(trt) == 1
     assert json.loads((project.build_dir / first.folder / "recipe.json").read_text())["model_version"] == "9.9.9"
 
-    forced = plan_engine(project, group, gate, host=HOST_CHECK, force=True, trt=trt)
+    forced = place_and_build_engine(project, group, gate, host=HOST_CHECK, force=True, trt=trt)
     assert not forced.kept and _builds(trt) == 2
 
     bigger = replace(group, limits=replace(group.limits, tensorrt_workspace=group.limits.tensorrt_workspace * 2))
-    rebuilt = plan_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
+    rebuilt = place_and_build_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
     assert not rebuilt.kept and rebuilt.build_key != forced.build_key and _builds(trt) == 3
 
     tight = replace(bigger, limits=replace(bigger.limits, engine_device_memory_max=1 << 20))
     with pytest.raises(LimitError, match="more than the 1.0 MiB"):  # a kept engine meets the new budget too
-        plan_engine(project, tight, gate, host=HOST_CHECK, trt=trt)
+        place_and_build_engine(project, tight, gate, host=HOST_CHECK, trt=trt)
     assert _builds(trt) == 3
 
-    plan_file.write_bytes(b"damaged")
-    repaired = plan_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
-    assert not repaired.kept and _builds(trt) == 4  # the plan no longer matches engine.json's plan_sha256
+    engine_file.write_bytes(b"damaged")
+    repaired = place_and_build_engine(project, bigger, gate, host=HOST_CHECK, trt=trt)
+    assert not repaired.kept and _builds(trt) == 4  # the engine file no longer matches engine.json's plan_sha256
 
 
 def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy) -> None:
@@ -121,7 +121,7 @@ def test_an_engine_over_the_presets_device_memory_budget_is_refused(example_copy
     group = select_work(project, "sorters").groups[0]
     # the double's engine reports 12345678 bytes (11.8 MiB) of device memory
     with pytest.raises(LimitError, match="more than the 8.0 MiB preset small allows"):
-        plan_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
+        place_and_build_engine(project, group, gate, host=HOST_CHECK, trt=make_tensorrt("10.3.0"))
     recipe = json.loads((project.build_dir / "engines" / "sorters" / "recipe.json").read_text())
     assert recipe["workspace_bytes"] == 1 << 20 and recipe["limits"]["name"] == "small"
 
@@ -174,7 +174,7 @@ def test_an_engine_refused_on_its_device_is_replaced_by_the_next_passing_candida
     recipe = Recipe.load(folder)
     assert recipe.candidate == "fp16" and recipe.precision == "fp16" and recipe.accepted["retention"] == 0.99
     assert json.loads((folder / "engine.json").read_text())["accepted"]["where"] == "ssh://nvidia@orin-01"
-    recipe.verify_files(folder)  # engine.json was rewritten, its plan was not
+    recipe.verify_files(folder)  # engine.json was rewritten, its engine file was not
     assert refusal(record, gate) is None
 
     # a second run measures nothing and builds nothing: the refusal and the acceptance are stored
@@ -222,7 +222,7 @@ def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> Non
 
     project, gate = _gated(example_copy("digits-classifier"))
     group = select_work(project, "sorters").groups[0]
-    plan_engine(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
+    place_and_build_engine(project, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
     folder = project.build_dir / "engines" / "sorters"
     recipe = Recipe.load(folder)
     assert recipe.candidate == "int8" and recipe.fallback == "fallback"
@@ -234,5 +234,5 @@ def test_a_first_boot_int8_recipe_carries_the_fp16_fallback(example_copy) -> Non
         recipe.verify_files(folder)
 
     off = project.model_copy(update={"accuracy": project.accuracy.model_copy(update={"first_boot_fallback": False})})
-    plan_engine(off, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
+    place_and_build_engine(off, group, gate, host=DeviceFacts(None, "no tensorrt", None, None, ()))
     assert Recipe.load(folder).fallback is None and not (folder / "fallback").exists()

@@ -72,7 +72,7 @@ class BuildSettings:
     """
 
     onnx_path: Path
-    plan_path: Path
+    engine_path: Path  # the serialized engine written (engine.plan)
     precision: str
     profiles: Mapping[str, ShapeRange]
     workspace_bytes: int
@@ -84,7 +84,7 @@ class BuildSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "onnx_path", Path(self.onnx_path))
-        object.__setattr__(self, "plan_path", Path(self.plan_path))
+        object.__setattr__(self, "engine_path", Path(self.engine_path))
         if self.timing_cache_path is not None:
             object.__setattr__(self, "timing_cache_path", Path(self.timing_cache_path))
         if self.precision not in PRECISIONS:
@@ -183,7 +183,7 @@ def _hardware_compatibility(config: IBuilderConfig) -> Optional[str]:
 # -- builder ------------------------------------------------------------------------------------
 
 def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> JsonObject:
-    """Parse the ONNX, build a serialized plan, write it (and the timing cache) atomically.
+    """Parse the ONNX, build a serialized engine, write it (and the timing cache) atomically.
 
     Returns the engine metadata a pipeline stage writes into ``engine.json`` (it adds the module,
     JetPack/L4T and compute capability, which the builder does not know).
@@ -266,15 +266,15 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
             f"(precision {settings.precision}, workspace {settings.workspace_bytes} bytes)",
             hint="the TensorRT log above says why; a larger workspace or another precision may help",
         )
-    plan = bytes(serialized)
-    atomic_write_bytes(settings.plan_path, plan)
-    progress(f"built in {seconds:.1f} s: {settings.plan_path} ({len(plan)} bytes)")
+    engine_bytes = bytes(serialized)
+    atomic_write_bytes(settings.engine_path, engine_bytes)
+    progress(f"built in {seconds:.1f} s: {settings.engine_path} ({len(engine_bytes)} bytes)")
     if cache_path is not None:
         atomic_write_bytes(cache_path, bytes(config.get_timing_cache().serialize()))
 
-    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
     if engine is None:
-        raise ExportError(f"TensorRT {version} cannot load the engine it has just built ({settings.plan_path})")
+        raise ExportError(f"TensorRT {version} cannot load the engine it has just built ({settings.engine_path})")
     flags = _builder_flags(trt, config)
     return {
         "tensorrt_version": version,
@@ -284,9 +284,9 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
                    for name, s in settings.profiles.items()},
         "onnx": str(settings.onnx_path),
         "onnx_sha256": sha256_file(settings.onnx_path),
-        "plan": str(settings.plan_path),
-        "plan_sha256": sha256_bytes(plan),
-        "plan_bytes": len(plan),
+        "plan": str(settings.engine_path),  # engine.json's keys, kept: the engine file's path, sha256 and size
+        "plan_sha256": sha256_bytes(engine_bytes),
+        "plan_bytes": len(engine_bytes),
         "build_seconds": round(seconds, 3),
         "workspace_bytes": int(settings.workspace_bytes),
         "dla_core": settings.dla_core,
@@ -294,7 +294,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
         "timing_cache": None if cache_path is None else {"path": str(cache_path), "loaded": cache_loaded},
         "device_memory_size": _device_memory_size(engine),
         "layers": _layer_information(trt, engine),
-        # provenance (runtime/engines/provenance.py): what the config held when the plan was built
+        # provenance (runtime/engines/provenance.py): what the config held when the engine was built
         "builder_flags": flags,
         "version_compatible": "VERSION_COMPATIBLE" in flags,
         "hardware_compatibility": _hardware_compatibility(config),
@@ -315,15 +315,15 @@ def _cc(value: Union[str, float, Tuple[int, ...], List[int]]) -> str:
 
 def check_engine_compatible(engine_json: JsonObject, running_trt_version: str,
                             compute_capability: str) -> None:
-    """Refuse an engine built for another TensorRT version or GPU: plans are tied to both."""
+    """Refuse an engine built for another TensorRT version or GPU: engines are tied to both."""
     built_version = engine_json.get("tensorrt_version")
     built_cc = engine_json.get("compute_capability")
     target = ", ".join(str(engine_json[k]) for k in ("module", "jetpack") if engine_json.get(k))
     built = f"TensorRT {built_version} on compute capability {built_cc}" + (f" ({target})" if target else "")
     here = f"TensorRT {running_trt_version} and compute capability {_cc(compute_capability)}"
-    plan = engine_json.get("plan", "the engine")
+    engine_file = engine_json.get("plan", "the engine")
     if built_version is None or built_cc is None:
-        raise TargetError(f"{plan}: engine.json does not say which TensorRT version and compute capability it "
+        raise TargetError(f"{engine_file}: engine.json does not say which TensorRT version and compute capability it "
                           f"was built for; this device has {here}", hint=REBUILD_HINT)
     problems = []
     if str(built_version) != str(running_trt_version):
@@ -332,21 +332,21 @@ def check_engine_compatible(engine_json: JsonObject, running_trt_version: str,
         problems.append("compute capability")
     if problems:
         raise TargetError(
-            f"{plan} was built for {built}; this device has {here} ({' and '.join(problems)} differ). "
+            f"{engine_file} was built for {built}; this device has {here} ({' and '.join(problems)} differ). "
             "A TensorRT engine runs only with the exact TensorRT version and GPU it was built for.",
             hint=REBUILD_HINT,
         )
 
 
-def _refuse_mismatch(plan_name: str, plan: bytes, record: Optional[EngineProvenance], version: str,
+def _refuse_mismatch(engine_name: str, engine_bytes: bytes, record: Optional[EngineProvenance], version: str,
                      compute_capability: str, device_root: Optional[Path]) -> None:
-    """Refuse, before TensorRT deserializes it, a plan that is not its record's or not for this device."""
-    damage = engine_damage(record, sha256_bytes(plan), plan_name)
+    """Refuse, before TensorRT deserializes it, an engine that is not its record's or not for this device."""
+    damage = engine_damage(record, sha256_bytes(engine_bytes), engine_name)
     if damage:
         raise BundleError(damage, hint=REBUILD_HINT)
     l4t, compatible = read_identity(device_root)
     here = RunningDevice(version, _cc(compute_capability), l4t, compatible)
-    why = refusal(record, read_header(plan), here, plan_name)
+    why = refusal(record, read_header(engine_bytes), here, engine_name)
     if why:
         raise TargetError(why, hint=REBUILD_HINT)
 
@@ -472,12 +472,12 @@ def _numpy_dtype(trt: TensorRT, data_type: EnumValue) -> "np.dtype":
 
 
 class TensorRTRunner:
-    """Runs a serialized plan with the tensor API; same interface as OnnxRuntimeRunner."""
+    """Runs a serialized engine with the tensor API; same interface as OnnxRuntimeRunner."""
 
-    def __init__(self, plan_path: Union[str, Path], engine_json: Union[None, str, Path, JsonObject] = None,
+    def __init__(self, engine_path: Union[str, Path], engine_json: Union[None, str, Path, JsonObject] = None,
                  *, trt: Optional[TensorRT] = None, memory: Optional[DeviceMemory] = None,
                  device_root: Optional[Path] = None) -> None:
-        self.path = Path(plan_path)
+        self.path = Path(engine_path)
         self._trt = trt if trt is not None else import_tensorrt()
         self._memory = memory if memory is not None else default_memory()
         version = str(self._trt.__version__)
@@ -488,11 +488,11 @@ class TensorRTRunner:
             record = EngineProvenance.from_engine_json(built)
         if not self.path.is_file():
             raise TargetError(f"{self.path}: TensorRT engine file not found")
-        plan = self.path.read_bytes()
-        _refuse_mismatch(str(self.path), plan, record, version, self._memory.compute_capability(), device_root)
+        engine_bytes = self.path.read_bytes()
+        _refuse_mismatch(str(self.path), engine_bytes, record, version, self._memory.compute_capability(), device_root)
         self._logger = self._trt.Logger(self._trt.Logger.WARNING)
         self._runtime = self._trt.Runtime(self._logger)
-        self._engine = self._runtime.deserialize_cuda_engine(plan)
+        self._engine = self._runtime.deserialize_cuda_engine(engine_bytes)
         if self._engine is None:
             raise TargetError(f"TensorRT {version} cannot load {self.path}: it was built with another TensorRT "
                               "version or for another GPU, or the file is damaged", hint=REBUILD_HINT)

@@ -92,7 +92,7 @@ class LoggerClass(Protocol):
 
 
 class IHostMemory(Protocol):
-    """A serialized plan or timing cache: ``bytes(memory)`` copies it out.
+    """A serialized engine or timing cache: ``bytes(memory)`` copies it out.
 
     TensorRT's gives ``bytes()`` the buffer protocol; ``__bytes__`` says the same to a type checker.
     """

@@ -1,5 +1,5 @@
-"""``inspect``: the engines under a group folder, a model folder or a plan file, with their provenance,
-plan header and integrity (the engine built by the TensorRT test double into tmp_path)."""
+"""``inspect``: the engines under a group folder, a model folder or an engine file, with their provenance,
+engine header and integrity (the engine built by the TensorRT test double into tmp_path)."""
 
 from __future__ import annotations
 
@@ -31,19 +31,19 @@ def _built(folder: Path) -> Path:
 def test_a_model_folder_shows_provenance_header_and_integrity(tmp_path: Path) -> None:
     folder = _built(tmp_path / "yard")
     info, = inspect_path(folder)
-    assert info.plan == str(folder / "engine.plan") and info.record_file == str(folder / "engine.json")
+    assert info.engine_file == str(folder / "engine.plan") and info.record_file == str(folder / "engine.json")
     assert info.sha256_matches is True and info.plan_sha256 == sha256_file(folder / "engine.plan")
     assert info.provenance.tensorrt_version == "10.3.0" and info.provenance.unknown() == []
-    assert not info.header.is_engine  # the double's plan bytes are not a TensorRT plan, and inspect says so
+    assert not info.header.is_engine  # the double's engine bytes are not a TensorRT engine, and inspect says so
     text = render_engines([info])
     assert "matches engine.json: yes" in text and "does not start with the magic 'ftrt'" in text
     assert "TensorRT                10.3.0" in text and "L4T R36.4.3" in text
     data = engines_json([info])
     assert data["schema"] == "edgebuild.inspect/1" and data["engines"][0]["provenance"]["module"] == "orin-nano-8gb"
     json.dumps(data)
-    # the plan file and the engine.json name the same engine
+    # the engine file and the engine.json name the same engine
     assert inspect_path(folder / "engine.plan")[0].provenance == info.provenance
-    assert inspect_path(folder / "engine.json")[0].plan == info.plan
+    assert inspect_path(folder / "engine.json")[0].engine_file == info.engine_file
 
 
 def test_a_changed_plan_is_shown_as_not_matching(tmp_path: Path) -> None:
@@ -51,17 +51,17 @@ def test_a_changed_plan_is_shown_as_not_matching(tmp_path: Path) -> None:
     (folder / "engine.plan").write_bytes(b"replaced")
     info, = inspect_path(folder)
     assert info.sha256_matches is False
-    assert "NO: the plan is not the one engine.json describes" in render_engines([info])
+    assert "NO: the engine is not the one engine.json describes" in render_engines([info])
 
 
 def test_a_deferred_folder_says_the_device_builds_its_engine(tmp_path: Path) -> None:
     folder = write_artifact(tmp_path / "yard")
     info, = inspect_path(folder)
-    assert info.plan is None and "placement deferred" in info.note and "at first start" in info.note
+    assert info.engine_file is None and "placement deferred" in info.note and "at first start" in info.note
     cached = folder / "engine-cache" / "trt10.3.0-sm87-fp32-abc"
     _built(cached)
     infos = inspect_path(folder)
-    assert [i.plan for i in infos] == [None, str(cached / "engine.plan")] and infos[1].sha256_matches
+    assert [i.engine_file for i in infos] == [None, str(cached / "engine.plan")] and infos[1].sha256_matches
 
 
 def test_a_deferred_folder_shows_what_the_device_will_build(tmp_path: Path) -> None:
@@ -196,7 +196,11 @@ def test_the_build_host_cli_inspects(tmp_path: Path) -> None:
     text = CliRunner().invoke(main, ["inspect", str(folder)])
     assert text.exit_code == 0 and "matches engine.json: yes" in text.output and "TensorRT" in text.output
     as_json = CliRunner().invoke(main, ["inspect", str(folder / "engine.plan"), "--json"])
-    assert json.loads(as_json.output)["engines"][0]["provenance"]["tensorrt_version"] == "10.3.0"
+    engine, = json.loads(as_json.output)["engines"]
+    assert engine["provenance"]["tensorrt_version"] == "10.3.0"
+    # the --json keys are engine.json's: "plan" is the engine file (EngineInfo.engine_file)
+    assert engine["plan"] == str(folder / "engine.plan")
+    assert engine["plan_sha256"] == sha256_file(folder / "engine.plan")
     deferred = write_artifact(tmp_path / "later")
     text = CliRunner().invoke(main, ["inspect", str(deferred)])
     assert text.exit_code == 0 and "deferred build" in text.output and "JetPack 6.2" in text.output

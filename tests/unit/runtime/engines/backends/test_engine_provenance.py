@@ -31,7 +31,7 @@ NANO_BOARD = tuple(s for s in JETSON_FILES[NANO][1].decode().split("\0") if s)
 def _settings(tmp_path: Path, **overrides) -> BuildSettings:
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"an ONNX file the double only checks exists")
-    values = dict(onnx_path=onnx, plan_path=tmp_path / "model.plan", precision="fp16", profiles=SHAPES,
+    values = dict(onnx_path=onnx, engine_path=tmp_path / "model.plan", precision="fp16", profiles=SHAPES,
                   workspace_bytes=1 << 28)
     values.update(overrides)
     return BuildSettings(**values)
@@ -117,7 +117,7 @@ def test_a_plan_that_is_not_its_records_is_refused(tmp_path: Path) -> None:
     plan, record = _engine(tmp_path, plan=PLAN[:-4])  # truncated
     _refused(make_tensorrt("10.3.0"), plan, record, write_device_root(tmp_path / "d", NANO), BundleError,
              r"engine.plan: its sha256 is [0-9a-f]{64} but engine.json records [0-9a-f]{64} \(\d+ bytes recorded\): "
-             "the plan was damaged, truncated or replaced")
+             "the engine was damaged, truncated or replaced")
 
 
 def test_an_engine_built_on_another_l4t_line_is_refused(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_without_engine_json_the_engine_header_decides(tmp_path: Path) -> None:
     plan = tmp_path / "bare.plan"
     plan.write_bytes(bytes(head) + bytes(64))
     _refused(make_tensorrt("8.6.1"), plan, None, tmp_path, TargetError,
-             r"the plan's header says TensorRT 10.3.0.30, but this device has TensorRT 8.6.1")
+             r"the engine's header says TensorRT 10.3.0.30, but this device has TensorRT 8.6.1")
 
 
 def test_an_unconfirmed_8_x_header_never_refuses_on_its_own(tmp_path: Path) -> None:

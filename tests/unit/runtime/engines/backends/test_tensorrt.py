@@ -31,7 +31,7 @@ def _settings(tmp_path: Path, **overrides) -> BuildSettings:
     onnx = tmp_path / "model.onnx"
     if not onnx.exists():
         onnx.write_bytes(b"an ONNX file the double only checks exists")
-    values = dict(onnx_path=onnx, plan_path=tmp_path / "out" / "model.plan", precision="fp16", profiles=SHAPES,
+    values = dict(onnx_path=onnx, engine_path=tmp_path / "out" / "model.plan", precision="fp16", profiles=SHAPES,
                   workspace_bytes=1 << 28)
     values.update(overrides)
     return BuildSettings(**values)

@@ -28,7 +28,7 @@ GRAPHS = {"fp32": FP32_GRAPH, "fp16": FP16_GRAPH, "int8": QDQ_GRAPH}
 def _settings(tmp_path: Path, precision: str, **overrides) -> BuildSettings:
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"an ONNX file the double only checks exists")
-    values = dict(onnx_path=onnx, plan_path=tmp_path / "out" / "model.plan", precision=precision, profiles=SHAPES,
+    values = dict(onnx_path=onnx, engine_path=tmp_path / "out" / "model.plan", precision=precision, profiles=SHAPES,
                   workspace_bytes=1 << 28)
     values.update(overrides)
     return BuildSettings(**values)
