@@ -73,8 +73,8 @@ def _bare_export(root: Path, exporter: str, opset: int) -> dict[str, float]:
 
     from edgebuild.project.config import load_project
     from edgebuild.sources.entry_point import load_model
-    from edgebuild.sources.export import _dynamic_axis_names, _example_args, _outputs_in_order
-    from edgebuild.sources.tool_output import quiet
+    from edgebuild.sources.export.onnx_export import _dynamic_axis_names, _example_args, _outputs_in_order
+    from edgebuild.sources.export.tool_output import quiet
 
     project = load_project(root)
     started = time.perf_counter()  # a user's script builds the model too: its imports, its weights

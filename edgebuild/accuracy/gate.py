@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from edgebuild.accuracy.calibration import Int8Variant
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["GateResult", "PRECISION_ORDER", "decision_settings", "measurement_key_parts", "run_gate", "verdict"]

@@ -100,7 +100,7 @@ class NmsParity:
 
     def line(self) -> str:
         """What the gate says of it (its notes, the summary, the CLI)."""
-        if self.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships as it is (sources/ultralytics.py)
+        if self.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships as it is (sources/ultralytics/adapter.py)
             return (f"NMS-free (one-to-one) head: no NMS added; {self.metric} {self.in_model:.6f} from its "
                     f"top-k detections on {self.images} images")
         return (f"NMS inside the model: {self.metric} {self.in_model:.6f} against the host's decode of the "

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends import Runner
     from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = []
@@ -363,11 +363,11 @@ class MeasurementStore:
             self.project.task.postprocess.in_model
 
     def _append_nms(self, head: Path, out: Path) -> None:
-        """The candidate with the project's decode and NMS appended (``edgebuild.sources.nms_graph``)."""
+        """The candidate with the project's decode and NMS appended (``edgebuild.sources.export.nms_graph``)."""
         import onnx
 
-        from edgebuild.sources.export_checks import save_onnx
-        from edgebuild.sources.nms_graph import append_nms, check_nms_settings
+        from edgebuild.sources.export.checks import save_onnx
+        from edgebuild.sources.export.nms_graph import append_nms, check_nms_settings
 
         settings = check_nms_settings(self.project.task.kind, self.project.task.postprocess.model_dump())
         external = head.with_name(f"{head.name}.data").exists()

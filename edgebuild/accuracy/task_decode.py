@@ -18,7 +18,7 @@ IoU (``rotated_fast_nms``: a box is dropped when any better box of its class ove
 ``nms_iou``, whether or not that one was kept), and are mapped back as its OBB validator's
 ``scale_boxes(xywh=True)`` maps them (centre less the padding, centre and size over the scale).
 
-NMS inside the model (``[task.postprocess] in_model``, pose and segmentation: ``edgebuild.sources.nms_graph``)
+NMS inside the model (``[task.postprocess] in_model``, pose and segmentation: ``edgebuild.sources.export.nms_graph``)
 answers ``INSTANCE_NMS_OUTPUTS``: the same detections with each one's keypoints or mask coefficients, and the
 prototypes. ``instances_in_model`` reads them into the host decode's form, so both are scored alike; the host's
 decode of such a model's raw head keeps the graph's ``pre_nms_top_k`` (1000), not Ultralytics' 30000, to be

@@ -377,7 +377,7 @@ def package_command(cli: CliContext, project_dir: Path, selector: str, since: Pa
 
 
 def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
-    from edgebuild.workflows.init import parse_input_size
+    from edgebuild.workflows.init.project_file import parse_input_size
 
     try:
         return None if value is None else parse_input_size(value)

@@ -14,7 +14,7 @@ __all__ = []
 
 
 def _input_size(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
-    from edgebuild.workflows.init import parse_input_size
+    from edgebuild.workflows.init.project_file import parse_input_size
 
     try:
         return None if value is None else parse_input_size(value)
@@ -90,7 +90,7 @@ def init(directory: Path, force: bool, model: str | None, data: Path | None, wei
         return
     if model is None or data is None:
         raise click.UsageError("--model and --data go together: the model file and its dataset")
-    from edgebuild.workflows.init import init_from_files
+    from edgebuild.workflows.init.project_file import init_from_files
 
     result = init_from_files(directory, model=model, data=data, fleet=fleet, name=name, force=force,
                              trust_checkpoint=trust_checkpoint, input_size=input_size, weights=weights,

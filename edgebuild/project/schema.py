@@ -80,7 +80,7 @@ class InputSpec(_Section):
 
 
 MODEL_SOURCE_KINDS = ("onnx", "ultralytics", "torchscript")  # what `[model] source` may be: ONNX
-# (edgebuild.sources.onnx_file), an Ultralytics checkpoint (edgebuild.sources.ultralytics_checkpoint), a
+# (edgebuild.sources.onnx_file), an Ultralytics checkpoint (edgebuild.sources.ultralytics.checkpoint), a
 # TorchScript file (edgebuild.sources.torchscript_file); a name "torchvision:<model>" or "timm:<model>" is a
 # model hub's model (edgebuild.sources.model_hub), told by its prefix
 HUB_SOURCE = re.compile(r"^(torchvision|timm):")
@@ -178,7 +178,7 @@ class DetectionPostprocess(_Section):
     max_detections: PositiveInt = 100
     # NMS inside the model: the export appends this decode (the thresholds above, baked in) to the
     # graph, whose outputs become num_detections, detection_boxes, detection_scores, detection_classes
-    # (edgebuild.sources.nms_graph; docs/detections.md)
+    # (edgebuild.sources.export.nms_graph; docs/detections.md)
     in_model: bool = False
 
     @model_validator(mode="after")
@@ -200,7 +200,7 @@ class InstancePostprocess(_Section):
     nms_iou: float = Field(0.7, gt=0.0, le=1.0)
     max_detections: PositiveInt = 300
     # NMS inside the model (pose, segmentation): detection's outputs plus each detection's keypoints or mask
-    # coefficients and the prototypes (edgebuild.sources.nms_graph; docs/tasks.md, "On the device")
+    # coefficients and the prototypes (edgebuild.sources.export.nms_graph; docs/tasks.md, "On the device")
     in_model: bool = False
 
     @model_validator(mode="after")

@@ -2,7 +2,7 @@
 
 ``STARTER``: the fixed, commented starter file (``edgebuild init [DIR]``). ``render_project``: a
 complete project file from what a model file and a dataset say (``edgebuild init --model --data``,
-read by ``edgebuild.workflows.init``), every value with a comment saying where it came from.
+read by ``edgebuild.workflows.init.project_file``), every value with a comment saying where it came from.
 """
 
 from __future__ import annotations

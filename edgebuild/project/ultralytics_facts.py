@@ -7,7 +7,7 @@ unpickling would run arbitrary code). An Ultralytics ONNX export says the same i
 the head is NMS-free: YOLOv10's and YOLO26's one-to-one branch), which fill
 what ``[task]`` leaves out (``fill_raw_defaults``, before validation) and are checked against what
 it states (``project_problems``, each naming both). Neither torch nor ultralytics is imported here;
-``edgebuild.sources.ultralytics`` loads and adapts the model.
+``edgebuild.sources.ultralytics.adapter`` loads and adapts the model.
 """
 
 from __future__ import annotations

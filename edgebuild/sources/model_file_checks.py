@@ -171,7 +171,7 @@ def _check_onnx(project: Project, groups: Sequence[SelectedGroup], path: Path, p
 def _check_checkpoint(project: Project, path: Path) -> str:
     """The checkpoint's facts against the project (read without unpickling), then what loading it needs."""
     from edgebuild.project.ultralytics_facts import project_problems
-    from edgebuild.sources.ultralytics import TRUST_HINT, facts_from_checkpoint, raise_for_task
+    from edgebuild.sources.ultralytics.adapter import TRUST_HINT, facts_from_checkpoint, raise_for_task
 
     where = f"{project.source}: model.source: {path.name}"
     facts = facts_from_checkpoint(path)

@@ -6,7 +6,7 @@ against ``[model.inputs]`` (names, rank, dtype, and which axes the min/opt/max p
 fixed axis cannot), the outputs against ``model.outputs``, and what its ``metadata_props`` say.
 Ultralytics' exports carry their task, class names, image size and stride there; their raw
 detection head, [N, 4+C, A], gets edgebuild's adapter (``onnx_file.model_path``,
-``edgebuild.sources.ultralytics.append_detection_adapter``); one the adapter does not apply to
+``edgebuild.sources.ultralytics.adapter.append_detection_adapter``); one the adapter does not apply to
 (a project whose task is not detection, a head that is not the metadata's 4+C) is refused with what to do.
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.ultralytics_facts import TASKS, facts_from_props, read_literal
-from edgebuild.sources.tool_output import first_line
+from edgebuild.sources.export.tool_output import first_line
 
 if TYPE_CHECKING:
     import onnx

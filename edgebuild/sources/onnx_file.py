@@ -44,7 +44,7 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import INSTANCE_KINDS
 from edgebuild.project.ultralytics_facts import UltralyticsFacts
 from edgebuild.sources.entry_point import ModelRecord
-from edgebuild.sources.export_checks import SHAPES
+from edgebuild.sources.export.checks import SHAPES
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["read_model_record"]
@@ -81,7 +81,7 @@ class OnnxModelRecord(ModelRecord):
 def read_model_record(data: JsonObject) -> ModelRecord:
     """A stored model record of any route (an entry point's has no ``kind``)."""
     if data.get("kind") == "ultralytics":
-        from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord
+        from edgebuild.sources.ultralytics.checkpoint import UltralyticsModelRecord
 
         return UltralyticsModelRecord(**{**data, "ultralytics": UltralyticsFacts(**data["ultralytics"])})
     if data.get("kind") in ("torchscript", "hub"):
@@ -141,7 +141,7 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
     if write and not target.is_file():
         import onnx
 
-        from edgebuild.sources.ultralytics import append_detection_adapter, append_top_k_adapter
+        from edgebuild.sources.ultralytics.adapter import append_detection_adapter, append_top_k_adapter
 
         proto = append_top_k_adapter(onnx.load(str(path)), head, float(post.score_threshold)) if top_k else \
             append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
@@ -163,7 +163,7 @@ def _adapted_instance(project: Project, path: Path, stamp: tuple[int, int], writ
     if write and not target.is_file():
         import onnx
 
-        from edgebuild.sources.ultralytics import append_instance_adapter
+        from edgebuild.sources.ultralytics.adapter import append_instance_adapter
 
         _save(append_instance_adapter(onnx.load(str(path)), task, head, names, classes, kpt_shape, prototypes),
               target)
@@ -185,7 +185,7 @@ def _instance_head(path: str, mtime_ns: int, size: int, kind: str, classes: int,
 
     from edgebuild.project.ultralytics_facts import TASKS
     from edgebuild.sources.onnx_checks import metadata, ultralytics_summary
-    from edgebuild.sources.ultralytics import instance_head_outputs
+    from edgebuild.sources.ultralytics.adapter import instance_head_outputs
 
     try:
         proto = onnx.load(path, load_external_data=False)
@@ -228,7 +228,7 @@ def _top_k_head(path: str, mtime_ns: int, size: int) -> str | None:
 
     from edgebuild.project.ultralytics_facts import facts_from_props
     from edgebuild.sources.onnx_checks import metadata
-    from edgebuild.sources.ultralytics import top_k_output
+    from edgebuild.sources.ultralytics.adapter import top_k_output
 
     try:
         proto = onnx.load(path, load_external_data=False)
@@ -244,7 +244,7 @@ def _raw_head(path: str, mtime_ns: int, size: int, classes: int) -> str | None:
     import onnx
 
     from edgebuild.sources.onnx_checks import metadata, ultralytics_summary
-    from edgebuild.sources.ultralytics import raw_head_output
+    from edgebuild.sources.ultralytics.adapter import raw_head_output
 
     try:
         proto = onnx.load(path, load_external_data=False)
@@ -317,7 +317,7 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
 
 def fleet_opset(project: Project, groups: Sequence[SelectedGroup]) -> tuple[int, str]:
     """The highest opset every selected target's TensorRT parser takes, and which parsers cap it."""
-    from edgebuild.sources.export import choose_opset
+    from edgebuild.sources.export.onnx_export import choose_opset
 
     return choose_opset(project, [g.target.release for g in groups])
 
@@ -497,7 +497,7 @@ def import_onnx(project: Project, model: OnnxModelRecord, groups: Sequence[Selec
     ``model.onnx.data`` (the names later stages expect). Either way the result must be what the model
     stage checked: a file changed since is refused.
     """
-    from edgebuild.sources.export import MODEL_FILE, RECORD_FILE, ExportRecord, export_dir
+    from edgebuild.sources.export.onnx_export import MODEL_FILE, RECORD_FILE, ExportRecord, export_dir
     from edgebuild.sources.onnx_checks import dynamic_axis_names, load_structure, raise_for_checker
 
     started = time.perf_counter()

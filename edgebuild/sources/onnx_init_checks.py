@@ -1,5 +1,5 @@
 """What ``edgebuild init --model`` reads from an ONNX file before it writes a project: an image input it can
-feed (NCHW, float32), and Ultralytics metadata that agrees with the graph (edgebuild.workflows.init)."""
+feed (NCHW, float32), and Ultralytics metadata that agrees with the graph (edgebuild.workflows.init.project_file)."""
 
 from __future__ import annotations
 

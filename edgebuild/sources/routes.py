@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends import Runner
     from edgebuild.sources.entry_point import LastModelRun, ModelRecord, TorchRunner
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.sources.onnx_file import OnnxModelRecord
     from edgebuild.targets.profiles import SelectedGroup
 
@@ -58,7 +58,8 @@ def _with_task(parts: dict[str, str], project: Project) -> dict[str, str]:
 
 
 def _entry_point() -> ModelRoute:
-    from edgebuild.sources import entry_point, export
+    from edgebuild.sources import entry_point
+    from edgebuild.sources.export import onnx_export as export
 
     return ModelRoute(
         kind="entry point",
@@ -111,7 +112,7 @@ def _model_file_in_pytorch(kind: str, what: Callable[[Project], str], key_parts:
 
 
 def _ultralytics_checkpoint() -> ModelRoute:
-    from edgebuild.sources import ultralytics_checkpoint as checkpoint
+    from edgebuild.sources.ultralytics import checkpoint
 
     return _model_file_in_pytorch(
         "ultralytics", lambda project: f"the Ultralytics checkpoint {project.model.source}",
@@ -132,7 +133,7 @@ def route_for(project: Project) -> ModelRoute:
     """The project's route: an Ultralytics checkpoint, a TorchScript file or a model by name, an ONNX
     file (``[model] source``), or a Python entry point."""
     from edgebuild.sources.torch_source import source_kind
-    from edgebuild.sources.ultralytics_checkpoint import is_checkpoint
+    from edgebuild.sources.ultralytics.checkpoint import is_checkpoint
 
     if is_checkpoint(project):
         return _ultralytics_checkpoint()
@@ -149,7 +150,7 @@ def describe_model(record: ModelRecord) -> str:
     from edgebuild.sources.onnx_file import OnnxModelRecord
     from edgebuild.sources.onnx_file import describe_model as describe_onnx
     from edgebuild.sources.torch_source import TorchSourceModelRecord, describe_source
-    from edgebuild.sources.ultralytics_checkpoint import UltralyticsModelRecord, describe_checkpoint
+    from edgebuild.sources.ultralytics.checkpoint import UltralyticsModelRecord, describe_checkpoint
 
     if isinstance(record, UltralyticsModelRecord):
         return describe_checkpoint(record)

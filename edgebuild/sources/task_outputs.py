@@ -80,7 +80,7 @@ def instance_outputs(project: Project) -> dict[str, str]:
 
 def in_model_outputs(project: Project) -> dict[str, str]:
     """Pose and segmentation with NMS inside the model: {output name: shape} of the graph that ships
-    (``edgebuild.sources.nms_graph``; K = max_detections, M the mask coefficients)."""
+    (``edgebuild.sources.export.nms_graph``; K = max_detections, M the mask coefficients)."""
     post, kind = project.task.postprocess, project.task.kind
     assert isinstance(post, InstancePostprocess) and kind in INSTANCE_NMS_OUTPUTS, f"a {kind} task"
     k = post.max_detections

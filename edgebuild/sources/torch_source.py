@@ -9,7 +9,7 @@ module gives the three stages what the Ultralytics checkpoint route gives them:
 - model: ``source_key_parts`` and ``check_source`` (the module run at the min/opt/max shapes
   against the task); record ``TorchSourceModelRecord``.
 - reference: ``source_runner``, the module on the CPU (a ``TorchRunner``), loaded once per key.
-- export: ``export_source``, edgebuild's export from PyTorch (``edgebuild.sources.export``), with
+- export: ``export_source``, edgebuild's export from PyTorch (``edgebuild.sources.export.onnx_export``), with
   parity, under this route's key.
 """
 
@@ -28,7 +28,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.sources.entry_point import TorchRunner
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["check_source", "source_runner"]
@@ -126,7 +126,7 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 def export_source(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
                   progress: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the loaded model, recorded under this route's key."""
-    from edgebuild.sources.export import export_model
+    from edgebuild.sources.export.onnx_export import export_model
 
     return export_model(project, opset, reason, progress=progress, torch_runner=source_runner(project),
                         groups=list(groups), key_parts=export_key_parts(project, opset),

@@ -16,7 +16,7 @@ from pathlib import Path
 from edgebuild.jsontypes import JsonObject
 from edgebuild.pipeline.runner import Stage
 from edgebuild.project.layout import BuildLayout
-from edgebuild.sources.export import ExportRecord
+from edgebuild.sources.export.onnx_export import ExportRecord
 from edgebuild.sources.routes import route_for
 from edgebuild.stages.model import MODEL
 from edgebuild.stages.session import CompileInputs
@@ -25,7 +25,7 @@ __all__ = ["EXPORT"]
 
 
 def _opset(inputs: CompileInputs) -> tuple[int, str]:
-    from edgebuild.sources.export import choose_opset
+    from edgebuild.sources.export.onnx_export import choose_opset
 
     return choose_opset(inputs.project, [g.target.release for g in inputs.work.groups])
 

@@ -44,7 +44,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     post = inputs.project.task.postprocess
     if not getattr(post, "in_model", False):
         return check_target(graph, inputs.unit)
-    from edgebuild.sources.nms_graph import answers_detections, append_nms, check_nms_settings
+    from edgebuild.sources.export.nms_graph import answers_detections, append_nms, check_nms_settings
 
     found = check_target(append_nms(graph, check_nms_settings(inputs.project.task.kind, post.model_dump()),
                                        len(inputs.project.task.classes)), inputs.unit)
@@ -54,7 +54,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
 
 
 def _nms_findings(group: SelectedGroup) -> list[Finding]:
-    from edgebuild.sources.nms_graph import PREFIX, nms_target_problem
+    from edgebuild.sources.export.nms_graph import PREFIX, nms_target_problem
 
     where = f"{PREFIX}nms"
     findings = []

@@ -24,7 +24,7 @@ from edgebuild.workflows.work import load_work, ran, run_until
 
 if TYPE_CHECKING:
     from edgebuild.errors import PreflightError
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.preflight import TargetPreflight
 
 __all__ = ["Exported", "export_model", "package_fleet", "preflight_targets", "rebuild_report", "write_containers"]

@@ -22,7 +22,7 @@ from edgebuild.runtime.engines.backends.tensorrt import (
     build_engine,
     check_engine_compatible,
 )
-from edgebuild.sources.export import export_model
+from edgebuild.sources.export.onnx_export import export_model
 from tests.support.project import write_tiny_project
 
 pytestmark = pytest.mark.gpu

@@ -20,7 +20,7 @@ from edgebuild.cli import main
 from edgebuild.datasets.project_data import describe_data, prepare_data
 from edgebuild.project.config import load_project
 from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
-from edgebuild.sources.export import choose_opset, export_model
+from edgebuild.sources.export.onnx_export import choose_opset, export_model
 from edgebuild.targets.profiles import load_catalog
 from tests.support.project import EXAMPLES
 

@@ -17,8 +17,8 @@ from edgebuild.pipeline.runner import Options
 from edgebuild.project.config import load_project
 from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.entry_point import load_model
-from edgebuild.sources.export import choose_opset, export_dir, export_model
-from edgebuild.sources.export_checks import ParityError, verify_onnx
+from edgebuild.sources.export.checks import ParityError, verify_onnx
+from edgebuild.sources.export.onnx_export import choose_opset, export_dir, export_model
 from edgebuild.stages import compile_work
 from edgebuild.stages.export import EXPORT
 from edgebuild.targets.profiles import load_catalog
@@ -40,7 +40,7 @@ def _leftovers(project_dir: Path) -> list[str]:
 
 def _count_exports(monkeypatch) -> list[str]:
     """The exporters export_model calls, in order."""
-    import edgebuild.sources.export as export
+    import edgebuild.sources.export.onnx_export as export
 
     calls: list[str] = []
     for name in ("_export_dynamo", "_export_torchscript"):

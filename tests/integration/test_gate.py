@@ -13,7 +13,7 @@ from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.errors import AccuracyGateError
 from edgebuild.project.config import load_project
-from edgebuild.sources.export import choose_opset, export_model
+from edgebuild.sources.export.onnx_export import choose_opset, export_model
 from edgebuild.targets.profiles import load_catalog
 
 FRAGILE = '''

@@ -23,7 +23,7 @@ from edgebuild._compat import tomllib
 from edgebuild.cli import main
 from edgebuild.datasets.project_data import prepare_data
 from edgebuild.project.config import load_project
-from edgebuild.sources.export import choose_opset, export_model
+from edgebuild.sources.export.onnx_export import choose_opset, export_model
 from edgebuild.targets.profiles import load_catalog
 from tests.bad_inputs.kit import ultralytics_onnx
 from tests.integration.test_dataset_formats import CLASSES, _write_formats

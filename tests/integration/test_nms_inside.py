@@ -16,7 +16,7 @@ from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.base.vision import NMS_OUTPUTS
 from edgebuild.runtime.engines import acceptance
 from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
-from edgebuild.sources.nms_graph import is_nms_node
+from edgebuild.sources.export.nms_graph import is_nms_node
 
 
 def _nms_project(example_copy, *, legacy_jetpack: str | None = None) -> Path:

@@ -183,3 +183,31 @@ def test_no_module_is_over_the_line_budget() -> None:
     long = sorted(f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in PACKAGE.rglob("*.py")
                   if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES)
     assert not long, f"split these by job (at most {MAX_MODULE_LINES} lines each):\n" + "\n".join(long)
+
+
+#: one room per job: a folder that holds more modules than this is several jobs (docs/architecture.md)
+MAX_FOLDER_MODULES = 15
+
+
+def crowded_folders(package: Path) -> list[str]:
+    """Each folder under ``package`` holding more than MAX_FOLDER_MODULES modules (``__init__.py`` not counted)."""
+    folders = {p.parent for p in package.rglob("*.py")}
+    counts = {folder: sum(1 for p in folder.glob("*.py") if p.name != "__init__.py") for folder in folders}
+    return sorted(f"{folder.relative_to(package.parent)}: {n} modules" for folder, n in counts.items()
+                  if n > MAX_FOLDER_MODULES)
+
+
+def test_no_package_folder_holds_more_than_the_module_budget() -> None:
+    crowded = crowded_folders(PACKAGE)
+    assert not crowded, (f"split these by job into sub-packages (at most {MAX_FOLDER_MODULES} modules each):\n"
+                         + "\n".join(crowded))
+
+
+def test_the_folder_check_finds_a_crowded_folder(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "small").mkdir(parents=True)
+    for name in ["__init__.py", *(f"m{i}.py" for i in range(MAX_FOLDER_MODULES + 1))]:
+        (package / name).write_text("")
+    (package / "small" / "__init__.py").write_text("")
+    (package / "small" / "a.py").write_text("")
+    assert crowded_folders(package) == [f"pkg: {MAX_FOLDER_MODULES + 1} modules"]

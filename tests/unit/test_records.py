@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.shipping.container import ContainerRecord
-from edgebuild.sources.export import ExportRecord
+from edgebuild.sources.export.onnx_export import ExportRecord
 from edgebuild.sources.onnx_file import read_model_record
 from edgebuild.targets.presets import load_preset
 
@@ -38,8 +38,8 @@ PENDING = {
     "edgebuild/workflows/bench.py Benched.comparison",
     "edgebuild/workflows/bench.py FleetBench.summary",
     "edgebuild/workflows/farm.py FarmStatus.places",
-    "edgebuild/workflows/init.py _Model.ultralytics",
-    "edgebuild/workflows/init.py _Model.postprocess",
+    "edgebuild/workflows/init/project_file.py _Model.ultralytics",
+    "edgebuild/workflows/init/project_file.py _Model.postprocess",
     "edgebuild/workflows/project.py Checked.fleet",
     "edgebuild/workflows/validate.py DeviceValidation.records",
     "edgebuild/runtime/engines/engine_header.py EngineHeader.prefix_metadata",

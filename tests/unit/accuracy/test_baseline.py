@@ -17,7 +17,7 @@ from edgebuild.accuracy.baseline import (
     majority_share,
 )
 from edgebuild.project.ultralytics_facts import recorded_metric_of
-from edgebuild.workflows.init_preprocess import Convention, choose, conventions, tie_margin
+from edgebuild.workflows.init.preprocess import Convention, choose, conventions, tie_margin
 
 CAUSES = ["normalization: task.preprocess.mean = [0.0], std = [1.0]", "class order: task.classes"]
 
@@ -269,7 +269,7 @@ def test_an_obb_project_far_below_what_its_checkpoint_records_is_refused(tmp_pat
     from edgebuild.accuracy.baseline import judge_project_baseline
     from edgebuild.project.config import load_project
     from edgebuild.project.ultralytics_facts import recorded_metric
-    from edgebuild.workflows.init import init_from_files
+    from edgebuild.workflows.init.project_file import init_from_files
     from tests.support.task_datasets import obb_dataset
 
     checkpoint = _checkpoint(tmp_path / "best.pt", monkeypatch, "OBBModel", names={0: "bar", 1: "block"},
@@ -303,7 +303,7 @@ def test_an_ultralytics_export_s_metadata_is_read_by_its_task(tmp_path: Path) ->
 
 
 def test_the_channel_order_is_resolved_only_by_a_paired_difference_beyond_its_noise() -> None:
-    from edgebuild.workflows.init_preprocess import channel_order_resolved
+    from edgebuild.workflows.init.preprocess import channel_order_resolved
 
     assert not channel_order_resolved([0.1, -0.05, 0.2, 0.0, -0.12])[0]  # 5 images: too few whatever they say
     decided, words = channel_order_resolved([0.3] * 5 + [0.0] * 5)  # 5 of 10 images better, none worse
@@ -318,7 +318,7 @@ def _measured(monkeypatch, tmp_path: Path, rgb: list[float], bgr: list[float]):
     import numpy as np
 
     from edgebuild.project.config import load_project
-    from edgebuild.workflows import init_preprocess
+    from edgebuild.workflows.init import preprocess as init_preprocess
     from tests.support.project import write_tiny_project
 
     project = load_project(write_tiny_project(tmp_path / "tiny"))

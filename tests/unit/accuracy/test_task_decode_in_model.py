@@ -15,8 +15,8 @@ from edgebuild.datasets.project_data import Sample
 from edgebuild.errors import ModelError
 from edgebuild.project.schema import PosePostprocess, SegmentationPostprocess
 from edgebuild.runtime.base.vision import ImageTransform
-from edgebuild.sources.nms_graph import append_nms, check_nms_settings
-from tests.unit.sources.test_nms_graph_instances import _feeds, _head
+from edgebuild.sources.export.nms_graph import append_nms, check_nms_settings
+from tests.unit.sources.export.test_nms_graph_instances import _feeds, _head
 
 TRANSFORM = ImageTransform(scale_x=1.0, scale_y=1.0, pad_x=0.0, pad_y=16.0, original_width=320, original_height=288)
 METRIC = {"pose": "pose mAP50-95", "segmentation": "mask mAP50-95"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgebuild.errors import ExportError
-from edgebuild.sources.tool_output import first_line, hide_path, quiet
+from edgebuild.sources.export.tool_output import first_line, hide_path, quiet
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], ru
     """Every output at every shape within ``output_tolerance(atol, torch) + rtol * |torch|`` (the absolute
     part scaled by each output's own magnitude), run with an OnnxRuntimeRunner."""
     from edgebuild.runtime.base.vision import NMS_OUTPUTS
-    from edgebuild.sources.nms_graph import detections_mismatch
+    from edgebuild.sources.export.nms_graph import detections_mismatch
 
     atol, rtol = project.export.atol, project.export.rtol
     results = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgebuild.project.config import load_project
-from edgebuild.sources import export
-from edgebuild.sources.export import export_model
+from edgebuild.sources.export import onnx_export as export
+from edgebuild.sources.export.onnx_export import export_model
 
 
 def test_the_exporters_model_is_checked_from_memory_and_not_written_when_onnxslims_is_kept(

@@ -13,10 +13,16 @@ from edgebuild.accuracy.task_decode import decode_instances
 from edgebuild.errors import ConfigError, ModelError
 from edgebuild.runtime.base.task_decode import instances_in_model
 from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
-from edgebuild.sources.nms_graph import NmsSettings, append_nms, check_nms_settings, is_nms_node, nms_target_problem
+from edgebuild.sources.export.nms_graph import (
+    NmsSettings,
+    append_nms,
+    check_nms_settings,
+    is_nms_node,
+    nms_target_problem,
+)
 from edgebuild.targets.preflight import BLOCKING, check_target
 from edgebuild.targets.profiles import SelectedGroup, load_catalog
-from tests.unit.sources.test_nms_graph import _crowded_head, _run, assert_parsers_take_the_added_nodes
+from tests.unit.sources.export.test_nms_graph import _crowded_head, _run, assert_parsers_take_the_added_nodes
 
 KEYPOINTS, COEFFICIENTS, PROTO = (5, 3), 8, (16, 16)
 

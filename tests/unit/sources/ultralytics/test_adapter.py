@@ -15,7 +15,7 @@ from edgebuild.project.ultralytics_facts import (
     peek_checkpoint,
     project_defaults,
 )
-from edgebuild.sources.ultralytics import append_detection_adapter, raise_for_task, raw_head_output
+from edgebuild.sources.ultralytics.adapter import append_detection_adapter, raise_for_task, raw_head_output
 
 CLASSES, ANCHORS = 3, 10
 
@@ -73,7 +73,7 @@ def test_the_adapter_keeps_the_other_outputs_and_names_its_nodes_apart() -> None
 
 def test_the_module_adapter_on_a_tensor() -> None:
     torch = pytest.importorskip("torch")
-    from edgebuild.sources.ultralytics import adapter_module, head_to_boxes_scores
+    from edgebuild.sources.ultralytics.adapter import adapter_module, head_to_boxes_scores
 
     head = torch.rand(2, 4 + CLASSES, ANCHORS) * 64
     boxes, scores = head_to_boxes_scores(head)
@@ -140,7 +140,7 @@ def test_the_pose_and_segment_adapters_split_the_head_by_the_documented_conventi
     """pose [N, 4+C+K*3, A] -> boxes xyxy, scores, keypoints [N, A, K, 3]; segment (head, prototypes) -> boxes,
     scores, mask coefficients [N, A, M], the prototypes as they are."""
     torch = pytest.importorskip("torch")
-    from edgebuild.sources.ultralytics import instance_outputs
+    from edgebuild.sources.ultralytics.adapter import instance_outputs
 
     head = torch.arange(2 * (4 + CLASSES + 2 * 3) * ANCHORS, dtype=torch.float32).reshape(2, 4 + CLASSES + 6, ANCHORS)
     boxes, scores, keypoints = instance_outputs(head, "pose", (CLASSES, 2, 3))
@@ -159,7 +159,7 @@ def test_the_pose_and_segment_adapters_split_the_head_by_the_documented_conventi
 def test_the_obb_adapter_keeps_the_rotated_box_as_centre_size_and_angle() -> None:
     """obb [N, 4+C+1, A] (cx, cy, w, h, scores, angle) -> boxes [N, A, 5] xywhr, scores [N, A, C]."""
     torch = pytest.importorskip("torch")
-    from edgebuild.sources.ultralytics import instance_outputs
+    from edgebuild.sources.ultralytics.adapter import instance_outputs
 
     head = torch.arange(2 * (4 + CLASSES + 1) * ANCHORS, dtype=torch.float32).reshape(2, 4 + CLASSES + 1, ANCHORS)
     boxes, scores = instance_outputs(head, "obb", (CLASSES,))

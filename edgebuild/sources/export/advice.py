@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from edgebuild.errors import ExportError
-from edgebuild.sources.export_checks import ParityError, Refused
+from edgebuild.sources.export.checks import ParityError, Refused
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import ModelError
-from edgebuild.sources.ultralytics import append_instance_adapter, instance_head_outputs
-from edgebuild.workflows.init import init_from_files
+from edgebuild.sources.ultralytics.adapter import append_instance_adapter, instance_head_outputs
+from edgebuild.workflows.init.project_file import init_from_files
 from tests.support.task_datasets import obb_dataset, pose_dataset, segmentation_dataset
 
 #: task -> (class names, kpt_shape, the head's channels beyond 4 + C)
@@ -66,7 +66,7 @@ NAMES = {"pose": ["boxes", "scores", "keypoints"], "segment": ["boxes", "scores"
 @pytest.mark.parametrize("task", list(TASKS))
 def test_the_appended_nodes_give_what_the_checkpoint_adapter_gives(task: str) -> None:
     torch = pytest.importorskip("torch")
-    from edgebuild.sources.ultralytics import instance_outputs
+    from edgebuild.sources.ultralytics.adapter import instance_outputs
 
     names, kpt_shape, _ = TASKS[task]
     export = _export(task)

@@ -6,12 +6,12 @@ What this source yields to the pipeline, stage by stage:
   outputs) and ``check_checkpoint``: the model's task, classes, imgsz and stride read from the
   checkpoint without running it, the task refused if edgebuild does not build it, then (only with
   ``[model] trust_checkpoint = true``) the model loaded, wrapped by
-  ``edgebuild.sources.ultralytics.adapter_module`` and run at the profile's min/opt/max shapes
+  ``edgebuild.sources.ultralytics.adapter.adapter_module`` and run at the profile's min/opt/max shapes
   against the task. Record: ``UltralyticsModelRecord``. An NMS-free head (YOLOv10, YOLO26) is
   wrapped with its one-to-one branch: its outputs are the detections (``NMS_OUTPUTS``), K =
   ``[task.postprocess] max_detections``, and ``in_model`` appends nothing to it.
 - reference: ``checkpoint_runner``, the wrapped model on the CPU (a ``TorchRunner``), loaded once.
-- export: ``export_checkpoint``, edgebuild's export from PyTorch (``edgebuild.sources.export``) of
+- export: ``export_checkpoint``, edgebuild's export from PyTorch (``edgebuild.sources.export.onnx_export``) of
   the wrapped model, with parity, keyed on the checkpoint's content.
 
 ``ultralytics`` is imported only to load a trusted checkpoint (its pickle names Ultralytics' classes).
@@ -35,7 +35,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.sources.entry_point import TorchRunner
-    from edgebuild.sources.export import ExportRecord
+    from edgebuild.sources.export.onnx_export import ExportRecord
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = []
@@ -101,7 +101,7 @@ def checkpoint_key_parts(project: Project) -> dict[str, str]:
 
 
 def _facts(project: Project) -> UltralyticsFacts:
-    from edgebuild.sources.ultralytics import facts_from_checkpoint, raise_for_task
+    from edgebuild.sources.ultralytics.adapter import facts_from_checkpoint, raise_for_task
 
     path = _path(project)
     facts = facts_from_checkpoint(path)
@@ -135,7 +135,7 @@ def _top_k(project: Project) -> int:
 def checkpoint_runner(project: Project) -> TorchRunner:
     """The checkpoint's model with edgebuild's outputs, on the CPU; loaded once per checkpoint content."""
     from edgebuild.sources.entry_point import TorchRunner
-    from edgebuild.sources.ultralytics import adapter_module, load_trusted
+    from edgebuild.sources.ultralytics.adapter import adapter_module, load_trusted
 
     path = _path(project)
     top_k = _top_k(project)
@@ -201,7 +201,7 @@ def export_key_parts(project: Project, opset: int) -> dict[str, str]:
 def export_checkpoint(project: Project, opset: int, reason: str, groups: Sequence[SelectedGroup], *,
                       progress: Progress = lambda _: None) -> ExportRecord:
     """edgebuild's export from PyTorch of the wrapped checkpoint, recorded under this route's key."""
-    from edgebuild.sources.export import export_model
+    from edgebuild.sources.export.onnx_export import export_model
 
     return export_model(project, opset, reason, progress=progress, torch_runner=checkpoint_runner(project),
                         groups=list(groups), key_parts=export_key_parts(project, opset),

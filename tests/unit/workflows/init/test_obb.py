@@ -11,7 +11,7 @@ import pytest
 
 from edgebuild._compat import tomllib
 from edgebuild.errors import DataError
-from edgebuild.workflows.init import init_from_files
+from edgebuild.workflows.init.project_file import init_from_files
 from tests.support.task_datasets import obb_dataset, pose_dataset
 
 

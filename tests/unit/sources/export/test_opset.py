@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from edgebuild.errors import ExportError
-from edgebuild.sources.export import choose_opset
+from edgebuild.sources.export.onnx_export import choose_opset
 from edgebuild.targets.profiles import load_catalog
 
 

@@ -26,10 +26,16 @@ from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import INSTANCE_KINDS, NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
 from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, nms_free_outputs
-from edgebuild.workflows.init_data import FoundData, read_data, yolo_data_for_task
-from edgebuild.workflows.init_preprocess import given_preprocess as _given_preprocess
-from edgebuild.workflows.init_preprocess import measured_preprocess as _measured_preprocess
-from edgebuild.workflows.init_torch import DEFAULT_SIZES, DETECTOR_ADVICE, check_loaded, read_torch_model, torch_kind
+from edgebuild.workflows.init.dataset import FoundData, read_data, yolo_data_for_task
+from edgebuild.workflows.init.preprocess import given_preprocess as _given_preprocess
+from edgebuild.workflows.init.preprocess import measured_preprocess as _measured_preprocess
+from edgebuild.workflows.init.torch_model import (
+    DEFAULT_SIZES,
+    DETECTOR_ADVICE,
+    check_loaded,
+    read_torch_model,
+    torch_kind,
+)
 
 __all__ = ["init_from_files", "parse_input_size"]
 
@@ -100,7 +106,7 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     name = path.name
     export = f"export it to ONNX and pass that: yolo export model={name} format=onnx dynamic=True"
     try:
-        from edgebuild.sources.ultralytics import TASKS, VAL_DEFAULTS, facts_from_checkpoint, raise_for_task
+        from edgebuild.sources.ultralytics.adapter import TASKS, VAL_DEFAULTS, facts_from_checkpoint, raise_for_task
     except ImportError:
         raise ModelError(f"--model: {name} is a PyTorch checkpoint; edgebuild init reads an Ultralytics checkpoint "
                          "through edgebuild.sources.ultralytics, which this edgebuild does not have",
@@ -259,7 +265,7 @@ def _torch_model(kind: str, source: str, data: FoundData, input_size: list[int] 
 def _val_defaults() -> JsonObject:
     """Ultralytics' `yolo val` settings for edgebuild's postprocess keys, where that module is there."""
     try:
-        from edgebuild.sources.ultralytics import VAL_DEFAULTS
+        from edgebuild.sources.ultralytics.adapter import VAL_DEFAULTS
     except ImportError:
         return {}
     return dict(VAL_DEFAULTS)

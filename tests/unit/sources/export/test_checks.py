@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from edgebuild.sources import export_checks
-from edgebuild.sources.export_checks import checker_problem, one_file_bytes, save_onnx
+from edgebuild.sources.export import checks as export_checks
+from edgebuild.sources.export.checks import checker_problem, one_file_bytes, save_onnx
 
 
 def _model(*, broken: bool = False) -> onnx.ModelProto:
@@ -103,7 +103,7 @@ def test_detections_parity_scales_the_boxes_tolerance_and_not_the_scores() -> No
     import numpy as np
 
     from edgebuild.runtime.base.vision import NMS_OUTPUTS
-    from edgebuild.sources.nms_graph import detections_mismatch
+    from edgebuild.sources.export.nms_graph import detections_mismatch
 
     count, boxes, scores, classes = NMS_OUTPUTS
     want = {count: np.array([[2]]), boxes: np.array([[[0.0, 1.0, 120.0, 126.0], [10.0, 20.0, 30.0, 40.0]]]),

@@ -1,12 +1,12 @@
 """ONNX export with dynamic axes, trusted only after it is reloaded and matches PyTorch.
 
 The exported file is the input of every later stage. Each exporter's model (``auto``: TorchScript,
-the faster, then dynamo; see ``AUTO_ORDER``) is checked in turn (``edgebuild.sources.export_checks``):
+the faster, then dynamo; see ``AUTO_ORDER``) is checked in turn (``edgebuild.sources.export.checks``):
 the opset it actually wrote, the full ONNX checker with strict shape inference, an ONNX Runtime
 session at the min, opt and max shapes, and parity with PyTorch output by output. The first that
 passes every check is renamed into ``build/export/opset<N>/`` with its record, ``export.json``,
 which says why any earlier exporter was refused; ``export.exporter = "dynamo"`` or
-``"torchscript"`` tries only that one. When none passes, the error (``edgebuild.sources.export_advice``)
+``"torchscript"`` tries only that one. When none passes, the error (``edgebuild.sources.export.advice``)
 lists why each failed and, where a higher opset would work, which targets' TensorRT caps the opset.
 """
 
@@ -27,8 +27,8 @@ from edgebuild.errors import ExportError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import InputSpec
-from edgebuild.sources.export_advice import export_failure
-from edgebuild.sources.export_checks import (
+from edgebuild.sources.export.advice import export_failure
+from edgebuild.sources.export.checks import (
     OutputParity,
     Refused,
     checker_problem,
@@ -41,7 +41,7 @@ from edgebuild.sources.export_checks import (
     simplify,
     tolerance_words,
 )
-from edgebuild.sources.tool_output import first_line, hide_path, native_output_dropped, quiet
+from edgebuild.sources.export.tool_output import first_line, hide_path, native_output_dropped, quiet
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from edgebuild._compat import tomllib
 from edgebuild.cli import main
 from edgebuild.errors import ConfigError, DataError, ModelError
-from edgebuild.workflows.init import init_from_files, parse_input_size
+from edgebuild.workflows.init.project_file import init_from_files, parse_input_size
 
 # torch 2.13 marks torch.jit deprecated; TorchScript files are what these tests are about
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")

@@ -16,8 +16,8 @@ from edgebuild.project.ultralytics_facts import (
     fill_raw_defaults,
 )
 from edgebuild.runtime.base.vision import NMS_OUTPUTS, decode_outputs
-from edgebuild.sources.nms_graph import answers_detections, append_nms, check_nms_settings
-from edgebuild.sources.ultralytics import append_top_k_adapter, top_k_output
+from edgebuild.sources.export.nms_graph import answers_detections, append_nms, check_nms_settings
+from edgebuild.sources.ultralytics.adapter import append_top_k_adapter, top_k_output
 
 K, THRESHOLD = 8, 0.25
 
@@ -79,7 +79,7 @@ def test_the_top_k_adapter_answers_what_nms_inside_answers(dims: list) -> None:
 
 def test_the_module_adapter_runs_the_one_to_one_branch() -> None:
     torch = pytest.importorskip("torch")
-    from edgebuild.sources.ultralytics import adapter_module, top_k_to_detections
+    from edgebuild.sources.ultralytics.adapter import adapter_module, top_k_to_detections
 
     found = torch.from_numpy(_top_k())
     for name, array in zip(NMS_OUTPUTS, top_k_to_detections(found, THRESHOLD)):
@@ -232,7 +232,7 @@ def test_head_one_to_many_ships_the_raw_head_with_nms_or_says_what_to_change(tmp
     from edgebuild.errors import ConfigError
     from edgebuild.project.config import load_project
     from edgebuild.project.ultralytics_facts import nms_free_head
-    from edgebuild.sources.ultralytics_checkpoint import _top_k as checkpoint_top_k
+    from edgebuild.sources.ultralytics.checkpoint import _top_k as checkpoint_top_k
 
     _checkpoint(tmp_path / "best.pt", monkeypatch)
     toml = tmp_path / "edgebuild.toml"

@@ -25,7 +25,7 @@ from edgebuild.runtime.base.vision import (
     split_detections,
     stack_batch,
 )
-from edgebuild.sources.nms_graph import (
+from edgebuild.sources.export.nms_graph import (
     MAX_DETECTIONS,
     NMS_OUTPUTS,
     PREFIX,
@@ -38,7 +38,7 @@ from edgebuild.sources.nms_graph import (
 from edgebuild.targets.preflight import BLOCKING, check_target, parser_table
 from edgebuild.targets.profiles import SelectedGroup, load_catalog
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "shapes-detector"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "shapes-detector"
 
 
 def _head(anchors: int | str, classes: int, opset: int = 17) -> onnx.ModelProto:

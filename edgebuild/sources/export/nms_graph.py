@@ -29,7 +29,7 @@ detection, the rows of their per-anchor outputs gathered at its anchor (``INSTAN
 
 zero past num_detections. Oriented boxes get none: TensorRT has no rotated NMS.
 
-An NMS-free head (YOLOv10, YOLO26: ``edgebuild.sources.ultralytics``) already answers these four
+An NMS-free head (YOLOv10, YOLO26: ``edgebuild.sources.ultralytics.adapter``) already answers these four
 outputs from its one-to-one top-k, with no NonMaxSuppression node: ``append_nms`` appends nothing
 to such a graph (``answers_detections``) and returns it as it is.
 """
