@@ -103,15 +103,18 @@ def test_inputs_and_outputs_in_shared_memory_equal_http_binary(served, regions, 
            "scores": shm.get_contents_as_numpy(handles["out"], np.float32, [ARRAY.shape[0], 3], offset=ARRAY.nbytes)}
     for name in ("scaled", "scores"):
         same_numbers(got[name], expected[name])
-    if transport == "http":  # no tensor data in the answer: the outputs say where they went
+    # as Triton answers an output written to shared memory: its name, datatype and shape, no data and no
+    # parameters (Triton's C++ client, perf_analyzer's, reads binary_data_size from any output with parameters)
+    if transport == "http":
         outputs = result.get_response()["outputs"]
-        assert all("data" not in o and "binary_data_size" not in o["parameters"] for o in outputs)
-        assert outputs[0]["parameters"] == {"shared_memory_region": "out", "shared_memory_offset": 0,
-                                            "shared_memory_byte_size": ARRAY.nbytes}
+        assert outputs == [{"name": "scaled", "shape": list(ARRAY.shape), "datatype": "FP32"},
+                           {"name": "scores", "shape": [ARRAY.shape[0], 3], "datatype": "FP32"}]
     else:
         response = result.get_response()
-        assert not response.raw_output_contents and [o.name for o in response.outputs] == ["scaled", "scores"]
-        assert response.outputs[1].parameters["shared_memory_offset"].int64_param == ARRAY.nbytes
+        assert [(o.name, list(o.shape), o.datatype) for o in response.outputs] == [
+            ("scaled", list(ARRAY.shape), "FP32"), ("scores", [ARRAY.shape[0], 3], "FP32")]
+        assert not any(o.parameters for o in response.outputs)
+        assert list(response.raw_output_contents) == [b"", b""]  # one entry per output, empty: Triton's
 
 
 def test_an_output_in_shared_memory_beside_one_in_the_answer(served, regions) -> None:
@@ -209,6 +212,11 @@ def test_cuda_shared_memory_says_it_is_not_supported(served) -> None:
     with pytest.raises(InferenceServerException, match="CUDA shared memory is not supported") as raised:
         clients["grpc"].register_cuda_shared_memory("gpu", b"aGFuZGxl", 0, 64)  # base64 of a handle
     assert raised.value.status() == "StatusCode.UNIMPLEMENTED"
+    # none is ever registered, so unregistering (all, or one) succeeds, as Triton answers when it has none:
+    # perf_analyzer unregisters both kinds when it finishes, and reports a failure
+    for client in clients.values():
+        client.unregister_cuda_shared_memory()
+        client.unregister_cuda_shared_memory("gpu")
 
 
 def test_an_input_is_a_view_of_the_region_not_a_copy(regions) -> None:

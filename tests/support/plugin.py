@@ -1,9 +1,9 @@
 """The suite's pytest plugin: resource markers and shared fixtures (registered by tests/conftest.py).
 
-A test marked gpu, jetson, container, ssh, cgroup or mender is skipped only when its resource is
-missing (tests/support/resources.py), and says why. Listing the resource in EDGEBUILD_REQUIRE
-(comma-separated, e.g. ``gpu,container``) turns that skip into a failure, so a CI machine that
-should have the resource cannot silently pass without it.
+A test marked with a resource (gpu, jetson, container, ssh, cgroup, mender, perf_analyzer, ...) is
+skipped only when its resource is missing (tests/support/resources.py), and says why. Listing the
+resource in EDGEBUILD_REQUIRE (comma-separated, e.g. ``gpu,container``) turns that skip into a
+failure, so a CI machine that should have the resource cannot silently pass without it.
 
 Helpers that tests import live beside it: tests.support.project (a tiny project, REPO, EXAMPLES),
 tests.support.jetson (a loopback "Jetson" over SSH), tests.support.runtime_artifacts (a compiled

@@ -1,5 +1,5 @@
-"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm, chromium
-and zoo markers stand for.
+"""The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm, chromium,
+zoo and perf_analyzer markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -122,9 +122,41 @@ def _zoo() -> tuple[bool, str]:
     return zoo_available()  # torchvision (through the shim), timm and ultralytics import
 
 
+#: where the perf_analyzer tests find Triton's perf_analyzer when it is not on PATH
+PERF_ANALYZER_ENV = "EDGEBUILD_PERF_ANALYZER"
+_PERF_ANALYZER_INSTALL = ("python3 -m venv VENV && VENV/bin/pip install 'tritonclient[all]==2.41.0' "
+                          "'nvidia-cuda-runtime-cu12==12.9.79', apt-get install libb64-0d, and libcudart.so.12 from "
+                          "the nvidia-cuda-runtime-cu12 wheel on LD_LIBRARY_PATH; .ci/run does it")
+
+
+def perf_analyzer_path() -> str | None:
+    """Triton's perf_analyzer: $EDGEBUILD_PERF_ANALYZER, else ``perf_analyzer`` on PATH (None: neither)."""
+    given = os.environ.get(PERF_ANALYZER_ENV)
+    if given:
+        return given
+    return shutil.which("perf_analyzer")
+
+
+@cache
+def _perf_analyzer() -> tuple[bool, str]:
+    path = perf_analyzer_path()
+    if path is None:
+        return False, f"perf_analyzer not found (${PERF_ANALYZER_ENV} unset, none on PATH): {_PERF_ANALYZER_INSTALL}"
+    if not os.access(path, os.X_OK):
+        return False, f"${PERF_ANALYZER_ENV}={path} is not an executable file"
+    try:  # 2.41 has no --version: --help prints its usage (and exits 99) once its libraries load
+        probe = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"{path} does not run: {exc}"
+    if "==== SYNOPSIS ====" not in probe.stdout + probe.stderr:
+        why = (probe.stderr.strip() or probe.stdout.strip() or f"exit {probe.returncode}").splitlines()[0]
+        return False, f"{path} does not run: {why} ({_PERF_ANALYZER_INSTALL})"
+    return True, ""
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
              "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace,
-             "chromium": _chromium, "zoo": _zoo}
+             "chromium": _chromium, "zoo": _zoo, "perf_analyzer": _perf_analyzer}
 
 
 def required_resources() -> set[str]:

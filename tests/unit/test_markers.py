@@ -58,3 +58,29 @@ def test_unknown_marker_is_rejected(marked_suite: pytest.Pytester) -> None:
     marked_suite.makepyfile(test_typo="import pytest\n\n@pytest.mark.gpuu\ndef test_x():\n    pass\n")
     result = marked_suite.runpytest_subprocess("test_typo.py")
     assert result.ret != 0 and "gpuu" in result.stdout.str() + result.stderr.str()
+
+
+def test_every_resource_is_a_registered_marker_in_the_testing_docs() -> None:
+    from tests.support.resources import RESOURCES
+
+    pyproject, testing = (REPO / "pyproject.toml").read_text(), (REPO / "docs" / "testing.md").read_text()
+    assert [r for r in RESOURCES if f'"{r}: needs ' not in pyproject] == []
+    assert [r for r in RESOURCES if f"| `{r}` |" not in testing] == []
+
+
+def test_a_perf_analyzer_that_cannot_load_its_libraries_is_missing_and_says_why(tmp_path, monkeypatch) -> None:
+    from tests.support import resources
+
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text("#!/bin/sh\necho \"$0: error while loading shared libraries: libb64.so.0d: cannot open shared "
+                    "object file: No such file or directory\" >&2\nexit 127\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(resources.PERF_ANALYZER_ENV, str(fake))
+    resources._perf_analyzer.cache_clear()
+    try:
+        available, reason = resources._perf_analyzer()
+    finally:
+        resources._perf_analyzer.cache_clear()
+    assert not available
+    assert f"{fake} does not run: " in reason and "libb64.so.0d" in reason and "libb64-0d" in reason
+    assert resources.perf_analyzer_path() == str(fake)  # the variable wins over PATH

@@ -9,9 +9,10 @@ regions (``shared_memory.py``) as HTTP:
   ``RepositoryIndex`` (the models served, READY, LOADING or UNAVAILABLE with the reason);
 - ``ModelInfer``: inputs as ``raw_input_contents`` (what tritonclient sends), typed ``contents``, or a
   registered shared-memory region; outputs as ``raw_output_contents`` (one entry per output, in order;
-  an output written to shared memory has an empty entry and its place in its parameters), with
+  an output written to shared memory has an empty entry and no parameters, as Triton answers), with
   ``parameters.detections`` choosing detections or the raw head, as over HTTP;
-- ``SystemSharedMemoryRegister/Status/Unregister``; CUDA shared memory, ``RepositoryModelLoad/Unload``,
+- ``SystemSharedMemoryRegister/Status/Unregister``; ``CudaSharedMemoryUnregister`` succeeds (no CUDA region is
+  ever registered); the rest of CUDA shared memory, ``RepositoryModelLoad/Unload``,
   ``ModelStatistics`` (``/metrics`` has them) and streaming are answered UNIMPLEMENTED with why.
 
 Errors map to gRPC status codes: a bad request INVALID_ARGUMENT (HTTP's 400), an unknown model or
@@ -232,7 +233,10 @@ def _servicer(services: Dict[str, ModelService],
                                         "HTTP port has them (Prometheus text)")
         CudaSharedMemoryStatus = not_supported(CUDA_NOT_SUPPORTED)
         CudaSharedMemoryRegister = not_supported(CUDA_NOT_SUPPORTED)
-        CudaSharedMemoryUnregister = not_supported(CUDA_NOT_SUPPORTED)
+
+        def CudaSharedMemoryUnregister(self, request: service_pb2.CudaSharedMemoryUnregisterRequest,
+                                       context: ServicerContext) -> service_pb2.CudaSharedMemoryUnregisterResponse:
+            return pb.CudaSharedMemoryUnregisterResponse()  # none is ever registered: as Triton answers then
 
         def SystemSharedMemoryStatus(self, request: service_pb2.SystemSharedMemoryStatusRequest,
                                      context: ServicerContext) -> service_pb2.SystemSharedMemoryStatusResponse:
@@ -288,15 +292,11 @@ def infer(service: ModelService, request: service_pb2.ModelInferRequest, memory:
                                           "backend": service.backend, "detections": parsed.decode})
     raw = []  # type: List[bytes]
     for name, array in outputs.items():
-        output = response.outputs.add(name=name, datatype=protocol.datatype(array), shape=list(array.shape))
-        if name in placed:
-            _set_parameters(output.parameters, placed[name])
-            raw.append(b"")  # keeps raw_output_contents[i] the i-th output's
+        response.outputs.add(name=name, datatype=protocol.datatype(array), shape=list(array.shape))
+        if name in placed:  # an empty entry keeps raw_output_contents[i] the i-th output's, as Triton's
+            raw.append(b"")
         else:
             raw.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
-    names = list(outputs)
-    while raw and names[len(raw) - 1] in placed:  # none after the last output sent: as Triton leaves them
-        raw.pop()
     response.raw_output_contents.extend(raw)
     stages["encode"] = time.perf_counter() - clock
     service.observe(stages)

@@ -11,7 +11,7 @@ Python 3.8, the standard library and numpy.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, FrozenSet, List, Tuple
 
 import numpy as np
 
@@ -29,11 +29,11 @@ class InferenceFailed(Exception):
 
 
 def run_inference(service: ModelService, parsed: Inference, memory: SystemSharedMemory,
-                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, Dict[str, JsonObject]]:
+                  stages: Dict[str, float]) -> Tuple[Dict[str, np.ndarray], float, int, FrozenSet[str]]:
     """A parsed request through ``service`` (a ``ModelService``), the same for every transport: (the
-    outputs asked for, backend ms, batch rows, {output: its shared-memory placement} for those written in
-    ``memory``'s regions). The backend's and the decode's seconds go to ``stages``; the outcome to the
-    service's metrics. Raises InferenceFailed, or BadRequest when an output does not fit its region."""
+    outputs asked for, backend ms, batch rows, the names of those written in ``memory``'s regions). The
+    backend's and the decode's seconds go to ``stages``; the outcome to the service's metrics. Raises
+    InferenceFailed, or BadRequest when an output does not fit its region."""
     try:
         outputs, ms, rows = service.infer(parsed.inputs, stages)
         if parsed.decode:

@@ -23,7 +23,7 @@ Python 3.8, the standard library and numpy.
 import json
 import math
 import sys
-from typing import Dict, List, Optional, Tuple, Union
+from typing import AbstractSet, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -331,9 +331,11 @@ def _binary_outputs(request: JsonObject, output_names: List[str]) -> List[str]:
 
 def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
                     parameters: JsonObject, request_id: Optional[str] = None,
-                    placed: Optional[Dict[str, JsonObject]] = None) -> Tuple[bytes, str, Dict[str, str]]:
+                    placed: AbstractSet[str] = frozenset()) -> Tuple[bytes, str, Dict[str, str]]:
     """(body, content type, extra headers) of a v2 inference response (``request_id``: the request's ``id``;
-    ``placed``: the outputs written into shared memory, with the parameters that say where: no data)."""
+    ``placed``: the outputs written into shared memory, described by name, datatype and shape only: no data
+    and no parameters, as Triton answers them; its C++ client reads ``binary_data_size`` from any output
+    that has parameters)."""
     parts, content_type, headers = response_parts(model_name, model_version, outputs, binary_outputs, parameters,
                                                   request_id, placed)
     return b"".join(parts), content_type, headers
@@ -341,16 +343,16 @@ def encode_response(model_name: str, model_version: str, outputs: Dict[str, np.n
 
 def response_parts(model_name: str, model_version: str, outputs: Dict[str, np.ndarray], binary_outputs: List[str],
                    parameters: JsonObject, request_id: Optional[str] = None,
-                   placed: Optional[Dict[str, JsonObject]] = None) -> Tuple[List[BodyPart], str, Dict[str, str]]:
+                   placed: AbstractSet[str] = frozenset()) -> Tuple[List[BodyPart], str, Dict[str, str]]:
     """``encode_response`` as the parts of the body to send one after the other, never joined: the JSON,
     then each binary output's memory (the array itself where it is C-ordered little-endian, no copy)."""
     described, tail = [], []  # type: List[JsonObject], List[BodyPart]
-    placed = placed or {}
     for name, array in outputs.items():
         entry = {"name": name, "shape": list(array.shape), "datatype": datatype(array)}  # type: JsonObject
-        if name in placed:
-            entry["parameters"] = placed[name]
-        elif name in binary_outputs:
+        if name in placed:  # in shared memory: name, datatype and shape, nothing else
+            described.append(entry)
+            continue
+        if name in binary_outputs:
             raw = array if array.flags.c_contiguous and array.dtype.byteorder in _LITTLE else \
                 np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
             entry["parameters"] = {"binary_data_size": raw.nbytes}

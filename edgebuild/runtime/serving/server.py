@@ -43,7 +43,7 @@ from edgebuild.runtime.serving.http_messages import Answer, Request, error
 from edgebuild.runtime.serving.httpd import HTTPServer
 from edgebuild.runtime.serving.ports import GRPC_PORT
 from edgebuild.runtime.serving.service import ModelService
-from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, http_route
+from edgebuild.runtime.serving.shared_memory import SystemSharedMemory, cuda_http_route, http_route
 
 if TYPE_CHECKING:  # imported where a gRPC port is asked for: grpcio may not be installed
     from edgebuild.runtime.serving.grpc_server import GRPCServer
@@ -101,7 +101,8 @@ def make_handler(services: Union[ModelService, Dict[str, ModelService]],
             except BadRequest as exc:
                 return error(400, str(exc))
         if path.startswith("/v2/cudasharedmemory/"):
-            return error(501, CUDA_NOT_SUPPORTED)
+            status, answer = cuda_http_route(method, path.split("/")[3:])
+            return Answer(status, json.dumps(answer).encode())
         if path == "/v2/repository/index":
             if method != "POST":
                 return error(405, "{} takes POST, not {}".format(path, method), Allow="POST")

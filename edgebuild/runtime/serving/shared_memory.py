@@ -9,7 +9,8 @@ inference instead of sending the bytes:
   (optionally) ``shared_memory_offset`` is read from the region: a read-only numpy view over the
   server's mapping, no copy;
 - an output asked with the same parameters is written into the region, and the answer then
-  carries its name, datatype and shape but no data.
+  carries its name, datatype and shape only: no data and no parameters, as Triton answers (Triton's
+  C++ client, perf_analyzer's, reads ``binary_data_size`` from any HTTP output that has parameters).
 
 ``SystemSharedMemory`` keeps the registered regions (one ``mmap`` each, unmapped on unregister
 and when the server stops); ``http_route`` answers the extension's HTTP endpoints
@@ -19,7 +20,9 @@ region, a key that is not in /dev/shm, an offset or size past the region, a size
 the tensor) is a ``BadRequest`` that says what was wrong.
 
 CUDA shared memory (``/v2/cudasharedmemory``) is not supported (``CUDA_NOT_SUPPORTED`` says why
-and what to use instead).
+and what to use instead), but unregistering succeeds, with nothing to unregister, as Triton answers
+when it has no CUDA region (``cuda_http_route``): clients unregister both kinds when they finish
+(perf_analyzer does, and reports a failure).
 
 Python 3.8, the standard library and numpy.
 """
@@ -31,7 +34,7 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -162,14 +165,12 @@ class SystemSharedMemory:
             region, start = self._span("output {!r}".format(tensor), name, offset, byte_size)
             region.mapping[start:start + raw.nbytes] = raw.reshape(-1).view(np.uint8).data
 
-    def write_outputs(self, asked: Dict[str, Tuple[str, int, int]],
-                      outputs: Dict[str, np.ndarray]) -> Dict[str, JsonObject]:
-        """Write each output ``asked`` (name -> region, offset, byte_size) there; the parameters its answer carries."""
-        placed = {}
+    def write_outputs(self, asked: Dict[str, Tuple[str, int, int]], outputs: Dict[str, np.ndarray]) -> FrozenSet[str]:
+        """Write each output ``asked`` (name -> region, offset, byte_size) there; the names written, whose
+        answers carry no data."""
         for name, (region, offset, size) in asked.items():
             self.write(name, region, offset, size, outputs[name])
-            placed[name] = {SHM_REGION: region, SHM_OFFSET: offset, SHM_SIZE: int(outputs[name].nbytes)}
-        return placed
+        return frozenset(asked)
 
     def close(self) -> None:
         """Unmap every region (the server stops)."""
@@ -202,16 +203,30 @@ def _byte_count(where: str, key: str, value: JsonValue) -> int:
     return value
 
 
+def _action(parts: List[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(region name or None, action or None) of a shared-memory route's ``[region, NAME,] ACTION``."""
+    name = None  # type: Optional[str]
+    if len(parts) == 3 and parts[0] == "region":
+        name, parts = parts[1], parts[2:]
+    return name, parts[0] if len(parts) == 1 else None
+
+
+def cuda_http_route(method: str, parts: List[str]) -> Tuple[int, JsonValue]:
+    """(status, JSON answer) of ``/v2/cudasharedmemory/`` + ``parts``: unregistering (all regions or one)
+    succeeds, since no CUDA region is ever registered, as Triton answers when it has none; everything else
+    is 501 with ``CUDA_NOT_SUPPORTED``."""
+    if _action(parts)[1] == "unregister" and method == "POST":
+        return 200, {}
+    return 501, {"error": CUDA_NOT_SUPPORTED}
+
+
 def http_route(memory: SystemSharedMemory, method: str, parts: List[str],
                body: Union[bytes, bytearray]) -> Tuple[int, JsonValue]:
     """(status, JSON answer) of ``/v2/systemsharedmemory/`` + ``parts`` (``[region, NAME,] ACTION``).
 
     Raises ``BadRequest`` for a request the registry refuses; 404 for an unknown route, 405 a wrong method.
     """
-    name = None  # type: Optional[str]
-    if len(parts) == 3 and parts[0] == "region":
-        name, parts = parts[1], parts[2:]
-    action = parts[0] if len(parts) == 1 else None
+    name, action = _action(parts)
     wanted = {"status": "GET", "register": "POST", "unregister": "POST"}.get(action or "")
     if wanted is None or (action == "register" and name is None):
         return 404, {"error": "no such endpoint: /v2/systemsharedmemory/{}".format("/".join(parts))}
