@@ -14,6 +14,7 @@ from edgebuild.shipping.container import ContainerRecord
 from edgebuild.sources.export import ExportRecord
 from edgebuild.sources.onnx_file import read_model_record
 from edgebuild.targets.presets import load_preset
+from edgebuild.targets.profiles import GroupFacts
 from tests.support.runtime_artifacts import TARGET, recipe_for, write_artifact
 
 PACKAGE = Path(__file__).resolve().parents[2] / "edgebuild"
@@ -31,7 +32,6 @@ BOUNDARY = {
 PENDING = {
     "edgebuild/datasets/images.py CocoSet.ground_truth",
     "edgebuild/project/template.py FoundProject.postprocess",
-    "edgebuild/report/build_report.py BuildReport.units",
     "edgebuild/report/build_report.py BuildReport.bench",
     "edgebuild/report/build_report.py BuildReport.fleet_bench",
     "edgebuild/shipping/ota.py PackageRecord.bundle",
@@ -45,7 +45,6 @@ PENDING = {
     "edgebuild/workflows/farm.py FarmStatus.places",
     "edgebuild/workflows/init.py _Model.ultralytics",
     "edgebuild/workflows/init.py _Model.postprocess",
-    "edgebuild/workflows/project.py Checked.fleet",
     "edgebuild/workflows/validate.py DeviceValidation.records",
     "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
     "edgebuild/runtime/base/recipe.py Recipe.accepted",
@@ -168,3 +167,13 @@ def test_the_recipe_reads_back_what_it_wrote(tmp_path: Path) -> None:
     assert recipe.limits.name == "orin-nano-8gb" and recipe.limits.cpuset == "2-5"
     assert recipe.task is not None and recipe.task.preprocess.input_size == (64, 48)
     _same_json(recipe.to_dict(), stored)
+
+
+def test_a_fleet_group_reads_back_what_it_wrote() -> None:
+    stored = {"group": "cams", "in_fleet": True, "target": "orin-nano-8gb@6.2", "module": "Jetson Orin Nano 8GB",
+              "compute_capability": "8.7", "jetpack": "6.2", "l4t": "36.4.3", "tensorrt": "10.3.0.30",
+              "cuda": "12.6", "max_onnx_opset": 20, "use_dla": False, "limits": "orin-nano-8gb"}
+    _same_json(GroupFacts.from_dict(stored).as_dict(), stored)
+    without = {k: v for k, v in stored.items() if k != "limits"}
+    assert GroupFacts.from_dict(without).limits is None
+    _same_json(GroupFacts.from_dict(without).as_dict(), without)
