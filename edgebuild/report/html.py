@@ -295,7 +295,7 @@ def _html_packaged(report: BuildReport) -> str:
         if c is None and p is None:
             continue
         rows.append([_e(group), _e(c.image if c else "-"), _e(c.base_image if c else "-"),
-                     _e(f"{p.bundle.get('path', '?')} ({p.bundle.get('size', '?')} bytes)" if p else "-"),
+                     _e(f"{p.bundle.path} ({p.bundle.size} bytes)" if p else "-"),
                      ("signed" if p.signed else "UNSIGNED") if p else "-"])
     if not rows:
         return ""

@@ -11,6 +11,7 @@ from pathlib import Path
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import ContainerRecord
+from edgebuild.shipping.ota import PackageRecord
 from edgebuild.sources.export import ExportRecord
 from edgebuild.sources.onnx_file import read_model_record
 from edgebuild.targets.presets import load_preset
@@ -34,10 +35,6 @@ PENDING = {
     "edgebuild/project/template.py FoundProject.postprocess",
     "edgebuild/report/build_report.py BuildReport.bench",
     "edgebuild/report/build_report.py BuildReport.fleet_bench",
-    "edgebuild/shipping/ota.py PackageRecord.bundle",
-    "edgebuild/shipping/ota.py PackageRecord.mender",
-    "edgebuild/shipping/ota.py PackageRecord.accepted",
-    "edgebuild/shipping/ota.py PackageRecord.models",
     "edgebuild/sources/onnx_file.py OnnxModelRecord.ultralytics",
     "edgebuild/workflows/bench.py Benched.result",
     "edgebuild/workflows/bench.py Benched.comparison",
@@ -177,3 +174,19 @@ def test_a_fleet_group_reads_back_what_it_wrote() -> None:
     without = {k: v for k, v in stored.items() if k != "limits"}
     assert GroupFacts.from_dict(without).limits is None
     _same_json(GroupFacts.from_dict(without).as_dict(), without)
+
+
+def test_the_package_record_reads_back_what_it_wrote() -> None:
+    stored = {"group": "dock", "target": "orin-nano-8gb@6.2",
+              "bundle": {"path": "build/packages/dock/tiny-1.0-dock.ebundle", "size": 1234, "sha256": "ab"},
+              "mender": {"path": "build/packages/dock/tiny-1.0-dock.mender", "size": 2345, "sha256": "cd"},
+              "signed": True, "delta_over": None, "files": 4, "carried": 4, "notes": [],
+              "accepted": {"candidate": "int8", "where": "ssh://nvidia@orin-01", "backend": "tensorrt 10.3.0.30",
+                           "metric": "mAP50-95", "value": 0.77, "images": 200, "retention": 0.98},
+              "models": [{"name": "cams", "served_as": "tiny", "version": "1.0", "precision": "fp16"}]}
+    record = PackageRecord.from_dict(stored)
+    assert record.bundle.size == 1234 and record.accepted is not None and record.accepted.retention == 0.98
+    assert record.models is not None and record.models[0].served_as == "tiny"
+    _same_json(record.as_dict(), stored)
+    bare = {**stored, "accepted": None, "models": None}
+    _same_json(PackageRecord.from_dict(bare).as_dict(), bare)
