@@ -261,7 +261,7 @@ def validate_command(cli: CliContext, project_dir: Path, selector: str, force: b
                                   progress=cli.progress(no_progress=no_progress, as_json=as_json))
     if as_json:
         click.echo(render.as_json({**gate.result.as_dict(), "reused": gate.reused,
-                                   "targets": [g.describe() for g in gate.work.groups]}))
+                                   "targets": [g.describe().as_dict() for g in gate.work.groups]}))
     else:
         click.echo(render.gate_text(gate.result, [g.name for g in gate.work.groups], reused=gate.reused))
     if gate.error:

@@ -125,7 +125,7 @@ def check(project_dir: Path, as_json: bool) -> None:
     checked = check_project(project_dir)
     if as_json:
         click.echo(render.as_json({"project_file": str(checked.project.source), "valid": True,
-                                   "fleet": checked.fleet, "data_to_prepare": checked.to_prepare,
+                                   "fleet": [g.as_dict() for g in checked.fleet], "data_to_prepare": checked.to_prepare,
                                    "checked": [str(f) for f in checked.findings]}))
         return
     click.echo(render.check_text(checked))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from edgebuild.latency.calibration import CalibrationRun
     from edgebuild.latency.plan import LatencyPlan
     from edgebuild.pipeline.runner import CompileReport, StageOutcome, UnitOutcome
+    from edgebuild.targets.profiles import GroupFacts
     from edgebuild.workflows.build import Exported
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
@@ -41,10 +42,9 @@ def as_json(data: Any) -> str:  # JSON in: anything json.dumps takes
 
 # -- the project ----------------------------------------------------------------------------------
 
-def fleet_table(units: list[JsonObject]) -> str:
-    rows = [[u["group"] + ("" if u["in_fleet"] else " (not in fleet)"), u["target"], u["jetpack"],
-             "R" + u["l4t"], u["tensorrt"], u["cuda"], f"sm {u['compute_capability']}",
-             str(u["max_onnx_opset"]), u.get("limits", "-")] for u in units]
+def fleet_table(units: list[GroupFacts]) -> str:
+    rows = [[u.group + ("" if u.in_fleet else " (not in fleet)"), u.target, u.jetpack, "R" + u.l4t, u.tensorrt,
+             u.cuda, f"sm {u.compute_capability}", str(u.max_onnx_opset), u.limits or "-"] for u in units]
     return table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "limits"])
 
 

@@ -26,6 +26,7 @@ from edgebuild.runtime.base.recipe import (
     ONNX_FILE,
     RECIPE_FILE,
     Recipe,
+    RecipeLimits,
     RecipeModule,
     RecipeTask,
     RuntimeSettings,
@@ -88,7 +89,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         kept_fp32=list(chosen.kept_fp32),
         retention=chosen.retention,
         accuracy_backend=chosen.backend,
-        limits=limits.as_dict(),
+        limits=RecipeLimits(**limits.as_dict()),
         **builder_settings(project, group, chosen.precision),
         timing_cache=f"{target.module.id}-trt{target.release.tensorrt}.cache",
         module=RecipeModule(**_module_facts(target)),
@@ -108,8 +109,6 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
 
 def recipe_task(project: Project) -> RecipeTask:
     """The recipe's ``task``: what the outputs mean and the preprocessing, from the project."""
-    from dataclasses import asdict
-
     from edgebuild.accuracy.evaluate import detection_settings, preprocess_spec
 
     decode = detection_settings(project)
@@ -124,10 +123,8 @@ def recipe_task(project: Project) -> RecipeTask:
         form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
     else:
         form, post = ("nms" if decode["in_model"] else "raw_head"), decode
-    pre = asdict(preprocess_spec(project))
     return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form, postprocess=post,
-                      preprocess={**pre, "input_size": list(pre["input_size"]), "mean": list(pre["mean"]),
-                                  "std": list(pre["std"])})
+                      preprocess=preprocess_spec(project))
 
 
 #: ONNX tensor element types as KServe v2 datatypes

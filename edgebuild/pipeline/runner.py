@@ -49,13 +49,19 @@ __all__ = ["CompileReport", "Options", "Work", "Stage", "StageInputs", "StageOut
 R = TypeVar("R")
 
 
+class UnitFacts(Protocol):
+    """What a unit says of itself in ``last-compile.json``'s ``units`` (``GroupFacts``)."""
+
+    def as_dict(self) -> dict[str, object]: ...
+
+
 class Unit(Protocol):
     """What a per-group stage runs once for (to the compile: a fleet group, ``SelectedGroup``)."""
 
     @property
     def name(self) -> str: ...
 
-    def describe(self) -> dict[str, object]: ...
+    def describe(self) -> UnitFacts: ...
 
 
 U = TypeVar("U", bound=Unit)
@@ -228,7 +234,7 @@ class CompileReport:
             "project": project.project.name,
             "project_file": str(project.source),
             "selector": self.work.selector,
-            "units": [g.describe() for g in self.work.groups],
+            "units": [g.describe().as_dict() for g in self.work.groups],
             "stages": [
                 {"name": o.stage.name, "status": o.status, "detail": o.detail,
                  "runs": [{"group": u.group, "status": u.status, "detail": u.detail, "why": u.why,

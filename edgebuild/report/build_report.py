@@ -24,6 +24,7 @@ from edgebuild.stages.budget import BUDGET
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.stages.preflight import PREFLIGHT
+from edgebuild.targets.profiles import GroupFacts
 
 if TYPE_CHECKING:
     from edgebuild.accuracy.gate import GateResult
@@ -76,7 +77,7 @@ class BuildReport:
     finished: str
     exit_code: int
     error: str | None
-    units: tuple[JsonObject, ...]  # the fleet groups (SelectedGroup.describe())
+    units: tuple[GroupFacts, ...]  # the fleet groups (SelectedGroup.describe())
     stages: tuple[tuple[str, tuple[Run, ...]], ...]  # stage name -> its runs, in compile order
     bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
     fleet_bench: JsonObject | None = None  # build/bench/fleet.json (bench --farm)
@@ -90,7 +91,7 @@ class BuildReport:
 
     @property
     def groups(self) -> list[str]:
-        return [u["group"] for u in self.units]
+        return [u.group for u in self.units]
 
     def runs(self, stage: Stage[R]) -> tuple[Run[R], ...]:
         """The runs of ``stage`` in the last compile (one per group for a per-group stage)."""
@@ -148,7 +149,8 @@ def from_compile(data: JsonObject, build_dir: Path | None = None) -> BuildReport
     latency = PredictedLatency.merged(predicted) if predicted else None
     return BuildReport(data.get("project", "?"), data.get("project_file", ""), data.get("selector", ""),
                        data.get("finished", ""), int(data.get("exit_code") or 0), data.get("error"),
-                       tuple(data.get("units", [])), tuple(stages), bench, fleet, pngs, latency,
+                       tuple(GroupFacts.from_dict(u) for u in data.get("units", [])), tuple(stages), bench, fleet,
+                       pngs, latency,
                        tuple(latency_checks(build_dir)) if build_dir is not None else ())
 
 
@@ -207,11 +209,11 @@ def checks(report: BuildReport) -> list[Check]:
 def _preflight_checks(report: BuildReport) -> list[Check]:
     found = []
     for unit in report.units:
-        name = f"{unit['group']} ({unit['target']})"
-        run = report.run(PREFLIGHT, unit["group"])
+        name = f"{unit.group} ({unit.target})"
+        run = report.run(PREFLIGHT, unit.group)
         if run is None or run.status == "not run":
             found.append(Check("preflight", name, "skipped", run.why if run else "preflight did not run",
-                               group=unit["group"]))
+                               group=unit.group))
             continue
         record = run.record
         blocking = list(getattr(record, "blocking", []) or [])
@@ -219,9 +221,9 @@ def _preflight_checks(report: BuildReport) -> list[Check]:
             text = "\n".join(f"{f.node} ({f.op_type}): {f.problem}; fix: {f.fix}" for f in blocking) or run.error or ""
             message = (f"{len(blocking)} blocking problem(s) for TensorRT {record.tensorrt}"
                        if blocking and record is not None else _first_line(run.error or run.detail))
-            found.append(Check("preflight", name, "failed", message, text, run.seconds, unit["group"]))
+            found.append(Check("preflight", name, "failed", message, text, run.seconds, unit.group))
         else:
-            found.append(Check("preflight", name, "passed", run.detail, seconds=run.seconds, group=unit["group"]))
+            found.append(Check("preflight", name, "passed", run.detail, seconds=run.seconds, group=unit.group))
     return found
 
 
@@ -229,19 +231,19 @@ def _gate_checks(report: BuildReport) -> list[Check]:
     gate_run, gate = report.run(GATE), report.gate
     found = []
     for unit in report.units:
-        name = f"{unit['group']} ({unit['target']})"
-        engine = report.run(ENGINE, unit["group"])
+        name = f"{unit.group} ({unit.target})"
+        engine = report.run(ENGINE, unit.group)
         if gate_run is None or gate_run.status == "not run":
             found.append(Check("gate", name, "skipped", gate_run.why if gate_run else "the gate did not run",
-                               group=unit["group"]))
+                               group=unit.group))
         elif gate_run.status == "failed":
             found.append(Check("gate", name, "failed", _first_line(gate_run.error or gate_run.detail),
                                (gate_run.error or "") + "\n\n" + _candidates_text(gate), gate_run.seconds,
-                               unit["group"]))
+                               unit.group))
         elif engine is not None and engine.record is not None and _refused_on_device(engine):
             found.append(Check("gate", name, "failed", f"every engine built {engine.record.placement} was refused "
                                f"on the device", engine.error or _refusals_text(engine.record), engine.seconds,
-                               unit["group"]))
+                               unit.group))
         else:
             selected = f"selected {gate.selected}" if gate else gate_run.detail
             accepted = getattr(engine.record, "accepted", None) if engine else None
@@ -249,7 +251,7 @@ def _gate_checks(report: BuildReport) -> list[Check]:
                 selected += (f"; accepted on the device: {accepted.metric} {accepted.value:.4f}, "
                              f"retention {accepted.retention:.3f}")
             found.append(Check("gate", name, "passed", selected, _candidates_text(gate), gate_run.seconds,
-                               unit["group"]))
+                               unit.group))
     return found
 
 

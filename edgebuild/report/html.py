@@ -96,11 +96,10 @@ def to_html(report: BuildReport) -> str:
 def _html_fleet(report: BuildReport) -> str:
     rows = []
     for u in report.units:
-        s = group_summary(report, u["group"])
-        rows.append([f"<b>{_e(u['group'])}</b>", _e(u["target"]), _e(u.get("module", "")),
-                     _e(u.get("compute_capability", "")), _e(u.get("jetpack", "")), _e(u.get("l4t", "")),
-                     _e(u.get("tensorrt", "")), _e(u.get("cuda", "")), "yes" if u.get("use_dla") else "no",
-                     _e(u.get("limits", "-")), _badge(s["preflight"]), _badge(s["gate"]), _e(s["placement"])])
+        s = group_summary(report, u.group)
+        rows.append([f"<b>{_e(u.group)}</b>", _e(u.target), _e(u.module), _e(u.compute_capability), _e(u.jetpack),
+                     _e(u.l4t), _e(u.tensorrt), _e(u.cuda), "yes" if u.use_dla else "no", _e(u.limits or "-"),
+                     _badge(s["preflight"]), _badge(s["gate"]), _e(s["placement"])])
     return "<h2>Fleet</h2>" + _html_table(["group", "target", "module", "CC", "JetPack", "L4T", "TensorRT", "CUDA",
                                            "DLA", "limits", "preflight", "gate", "placement"], rows)
 
@@ -296,7 +295,7 @@ def _html_packaged(report: BuildReport) -> str:
         if c is None and p is None:
             continue
         rows.append([_e(group), _e(c.image if c else "-"), _e(c.base_image if c else "-"),
-                     _e(f"{p.bundle.get('path', '?')} ({p.bundle.get('size', '?')} bytes)" if p else "-"),
+                     _e(f"{p.bundle.path} ({p.bundle.size} bytes)" if p else "-"),
                      ("signed" if p.signed else "UNSIGNED") if p else "-"])
     if not rows:
         return ""

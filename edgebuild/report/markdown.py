@@ -44,9 +44,9 @@ def to_markdown(report: BuildReport) -> str:
     lines += ["### Fleet", ""]
     rows = []
     for u in report.units:
-        s = group_summary(report, u["group"])
-        rows.append([u["group"], u["target"], u.get("module", ""), u.get("jetpack", ""), u.get("l4t", ""),
-                     u.get("tensorrt", ""), _MARK[s["preflight"]], _MARK[s["gate"]], s["placement"]])
+        s = group_summary(report, u.group)
+        rows.append([u.group, u.target, u.module, u.jetpack, u.l4t, u.tensorrt, _MARK[s["preflight"]],
+                     _MARK[s["gate"]], s["placement"]])
     lines += _md_table(["group", "target", "module", "JetPack", "L4T", "TensorRT", "preflight", "gate", "placement"],
                        rows)
     lines += ["### Stages", ""]

@@ -43,6 +43,7 @@ from edgebuild.content import atomic_output_dir
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import EdgebuildError, ProfileDataError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 from edgebuild.runtime.base.recipe import ENGINE_FILE, Recipe
 
 __all__ = ["DeepStreamRecord"]
@@ -210,7 +211,7 @@ def onnx_file_name(recipe: Recipe) -> str:
     return f"{recipe.model_name or recipe.group}-{recipe.group}-trt{recipe.tensorrt}.onnx"
 
 
-def scale_and_offsets(preprocess: JsonObject) -> tuple[float, list[float], list[str]]:
+def scale_and_offsets(preprocess: PreprocessSpec) -> tuple[float, list[float], list[str]]:
     """nvinfer's ``net-scale-factor`` and ``offsets`` for edgebuild's ``(pixel / 255 - mean) / std``,
     and what cannot be exact.
 
@@ -218,9 +219,9 @@ def scale_and_offsets(preprocess: JsonObject) -> tuple[float, list[float], list[
     ``(pixel - 255 mean[c]) / (255 std[c])`` is that with offset[c] = 255 mean[c] and factor 1 / (255 std[c]),
     exactly when every std is the same. With differing stds the factor is 1 / (255 mean(std)) and channel c
     is off by the factor std[c] / mean(std)."""
-    channels = 1 if preprocess.get("channel_order") == "GRAY" else 3
-    mean = [float(m) for m in preprocess["mean"]][:channels]
-    std = [float(s) for s in preprocess["std"]][:channels]
+    channels = 1 if preprocess.channel_order == "GRAY" else 3
+    mean = [float(m) for m in preprocess.mean][:channels]
+    std = [float(s) for s in preprocess.std][:channels]
     used = sum(std) / len(std)
     notes = []
     if max(std) != min(std):
@@ -234,12 +235,12 @@ def _number(x: float) -> str:
     return repr(float(x)) if x != int(x) else str(int(x))
 
 
-def _preprocess_notes(pre: JsonObject) -> list[str]:
+def _preprocess_notes(pre: PreprocessSpec) -> list[str]:
     notes = []
-    if pre.get("resize") == "letterbox" and int(pre.get("pad_value", 0)) != 0:
-        notes.append(f"nvinfer pads the letterbox with black (0) where edgebuild pads with {pre['pad_value']}: "
+    if pre.resize == "letterbox" and pre.pad_value != 0:
+        notes.append(f"nvinfer pads the letterbox with black (0) where edgebuild pads with {pre.pad_value}: "
                      "the padded border differs, the image inside it does not")
-    if pre.get("channel_order") == "GRAY":
+    if pre.channel_order == "GRAY":
         notes.append("GRAY: nvinfer takes the luma plane of the decoded video, edgebuild 0.299 R + 0.587 G + "
                      "0.114 B of an RGB image; they agree up to the video's colour range and rounding")
     return notes
@@ -252,11 +253,11 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
     task = recipe.task
     assert task is not None and task.outputs != "raw_head"
     pre = task.preprocess
-    height, width = (int(v) for v in pre["input_size"])
+    height, width = pre.input_size
     scale, offsets, notes = scale_and_offsets(pre)
     notes += _preprocess_notes(pre)
-    channels = 1 if pre["channel_order"] == "GRAY" else 3
-    letterbox = pre["resize"] == "letterbox"
+    channels = 1 if pre.channel_order == "GRAY" else 3
+    letterbox = pre.resize == "letterbox"
     props: list[tuple[str, str]] = [
         ("gpu-id", "0"), ("gie-unique-id", str(unique_id)), ("process-mode", "1" if operate_on is None else "2"),
         *([("operate-on-gie-id", str(operate_on))] if operate_on is not None else []),
@@ -264,7 +265,7 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
         ("batch-size", str(batch_size)), ("network-mode", str(NETWORK_MODES[recipe.precision])),
         ("infer-dims", f"{channels};{height};{width}"),
         ("net-scale-factor", repr(scale)), ("offsets", ";".join(_number(o) for o in offsets)),
-        ("model-color-format", str(COLOR_FORMATS[pre["channel_order"]])),
+        ("model-color-format", str(COLOR_FORMATS[pre.channel_order])),
         ("maintain-aspect-ratio", "1" if letterbox else "0"), ("symmetric-padding", "1" if letterbox else "0"),
         ("scaling-filter", "1"),  # bilinear, as edgebuild resizes
         ("output-blob-names", ";".join(recipe.outputs or {})),
@@ -458,7 +459,7 @@ def _engine_fits(recipe: Recipe, folder: Path) -> str | None:
     if len(recipe.profiles) != 1:
         return "the model has several inputs: nvinfer builds an engine from the ONNX on first start"
     opt = next(iter(recipe.profiles.values()))[1]
-    size = [int(v) for v in recipe.task.preprocess["input_size"]]  # type: ignore[union-attr]
+    size = list(recipe.task.preprocess.input_size)  # type: ignore[union-attr]
     if list(opt[-2:]) != size:
         return (f"the engine's optimisation profile runs at {opt[-2:]} (nvinfer loads an engine at its opt shape), "
                 f"not the input size {size}: nvinfer builds one from the ONNX on first start")

@@ -73,4 +73,4 @@ def ship_group(fleet: Fleet, group: SelectedGroup, folders: dict[str, Path], mem
                             since=package_since, progress=progress)
     return {"folder": str(folder.relative_to(fleet.root)),
             "container": str((fleet.build_dir / container.context).relative_to(fleet.root)),
-            "bundle": package.bundle["path"], "mender": package.mender["path"], "signed": package.signed}
+            "bundle": package.bundle.path, "mender": package.mender.path, "signed": package.signed}

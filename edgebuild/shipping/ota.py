@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     MenderKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
     BundleKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-__all__ = ["PackageRecord", "bundle_payload", "package_group", "read_bundle_manifest", "write_bundle",
-           "write_fleet_manifest"]
+__all__ = ["PackageRecord", "PackagedAcceptance", "bundle_payload", "package_group", "read_bundle_manifest",
+           "write_bundle", "write_fleet_manifest"]
 
 FORMAT_VERSION = 3
 #: the payload type of our update module (the device's ``/usr/share/mender/modules/v3/edgebuild-model``)
@@ -320,33 +320,91 @@ def _signing_keys(project: Shipped) -> tuple[BundleKey | None, MenderKey | None,
 
 
 @dataclass(frozen=True)
+class PackagedFile:
+    """A file the package stage wrote: its path (relative to the project where it is inside it), size, sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> PackagedFile:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class PackagedAcceptance:
+    """The accept stage's measurement of a device-built engine, as the package and fleet.json show it
+    (``edgebuild.devices.engines.Acceptance`` without the keys it is stored by)."""
+
+    candidate: str
+    where: str
+    backend: str
+    metric: str
+    value: float
+    images: int
+    retention: float
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> PackagedAcceptance:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """One model of a group folder's bundle, switched together with the others."""
+
+    name: str
+    served_as: str
+    version: str
+    precision: str
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> PackagedModel:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class PackageRecord:
     """The package stage's result for one group: its bundle and Mender artifact (paths from the project)."""
 
     group: str
     target: str
-    bundle: JsonObject  # path, size, sha256
-    mender: JsonObject
+    bundle: PackagedFile
+    mender: PackagedFile
     signed: bool
     delta_over: str | None
     files: int
     carried: int  # files in the bundle itself (a delta leaves the unchanged ones out)
     notes: list[str]
     #: the accept stage's measurement of a device-built engine (where, backend, metric, retention), if any
-    accepted: JsonObject | None = None
-    #: a fleet group's models (name, served_as, version, precision), switched together
-    models: list[JsonObject] | None = None
+    accepted: PackagedAcceptance | None = None
+    #: a fleet group's models, switched together
+    models: list[PackagedModel] | None = None
 
     def as_dict(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> PackageRecord:
-        return cls(**data)
+        accepted, models = data.get("accepted"), data.get("models")
+        return cls(**{**data, "bundle": PackagedFile.from_dict(data["bundle"]),
+                      "mender": PackagedFile.from_dict(data["mender"]),
+                      "accepted": PackagedAcceptance.from_dict(accepted) if accepted else None,
+                      "models": [PackagedModel.from_dict(m) for m in models] if models is not None else None})
 
 
 def mender_keys(project: Shipped, name: str, version: str, group: str, l4t: str,
-                models: list[JsonObject] | None = None) -> JsonObject:
+                models: list[PackagedModel] | None = None) -> JsonObject:
     """What a model artifact provides, clears and depends on in the device's Mender provides.
 
     It provides ``edgebuild.model.<name>.version`` and ``.group`` and clears only
@@ -359,18 +417,17 @@ def mender_keys(project: Shipped, name: str, version: str, group: str, l4t: str,
     l4t_key = project.ota.l4t_provide
     provides = {f"{prefix}.version": version, f"{prefix}.group": group}
     for model in models or ():  # a group's artifact also says which version of each model it carries
-        provides[f"{prefix}.models.{model['name']}"] = model["version"]
+        provides[f"{prefix}.models.{model.name}"] = model.version
     return {"provides": provides, "clears_provides": [f"{prefix}.*"], "depends": {l4t_key: l4t} if l4t_key else None}
 
 
-def _group_models(folder: Path | None) -> list[JsonObject]:
+def _group_models(folder: Path | None) -> list[PackagedModel]:
     """A group folder's models as the bundle manifest and fleet.json list them (empty: a model folder)."""
     from edgebuild.runtime.base.group import GroupManifest, is_group_folder
 
     if folder is None or not is_group_folder(folder):
         return []
-    return [{"name": m.name, "served_as": m.served_as, "version": m.version, "precision": m.precision}
-            for m in GroupManifest.load(folder).models]
+    return [PackagedModel(m.name, m.served_as, m.version, m.precision) for m in GroupManifest.load(folder).models]
 
 
 def _base_manifest(since: Path, group: str) -> JsonObject:
@@ -384,7 +441,7 @@ def _base_manifest(since: Path, group: str) -> JsonObject:
 
 
 def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path | None = None,
-                  context: Path | None = None, since: Path | None = None, accepted: dict | None = None,
+                  context: Path | None = None, since: Path | None = None, accepted: PackagedAcceptance | None = None,
                   progress: Progress = print) -> PackageRecord:
     """A native bundle and a Mender artifact in build/packages/<group>/, and the group's line in fleet.json.
 
@@ -404,7 +461,7 @@ def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path 
                 "sequence": time.time_ns() // 1_000_000}
     models = _group_models(model_folder)
     if models:  # a group folder: every model it switches together, with its version
-        manifest["models"] = models
+        manifest["models"] = [m.as_dict() for m in models]
     folder = layout.package(group_name)
     bundle_path = folder / f"{name}-{version}-{group_name}{BUNDLE_SUFFIX}"
     written = write_bundle(bundle_path, manifest=manifest, files=files, signing_key=bundle_key, base=base)
@@ -422,7 +479,7 @@ def package_group(project: Shipped, group: SelectedGroup, *, model_folder: Path 
         delta_over=(written.get("delta") or {}).get("base_version"), files=len(written["files"]),
         carried=sum(1 for f in written["files"] if not f.get("from_base")), notes=notes, accepted=accepted,
         models=models or None)
-    progress(f"{group_name}: {bundle_path.name} ({record.bundle['size']} bytes"
+    progress(f"{group_name}: {bundle_path.name} ({record.bundle.size} bytes"
              + (f", delta over {record.delta_over}" if base else "") + f") and {mender_path.name}")
     write_fleet_manifest(project, [record])
     return record
@@ -455,9 +512,9 @@ def write_fleet_manifest(project: Shipped, records: list[PackageRecord]) -> Json
     return fleet
 
 
-def _described(path: Path, root: Path) -> JsonObject:
+def _described(path: Path, root: Path) -> PackagedFile:
     try:
         shown = str(path.relative_to(root))
     except ValueError:
         shown = str(path)
-    return {"path": shown, "size": path.stat().st_size, "sha256": sha256_file(path)}
+    return PackagedFile(shown, path.stat().st_size, sha256_file(path))

@@ -213,8 +213,8 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
             limits = recipe.limits
             (staging / "run.sh").write_text(
                 "#!/bin/sh\n# Triton with the group's limits (the same preset as the edgebuild container).\n"
-                f"exec docker run --rm --runtime nvidia --memory {limits['memory']} --memory-swap {limits['memory']} "
-                f"--cpus {limits['cpus']} --pids-limit {limits['pids']} -p {port}:{port} "
+                f"exec docker run --rm --runtime nvidia --memory {limits.memory} --memory-swap {limits.memory} "
+                f"--cpus {limits.cpus} --pids-limit {limits.pids} -p {port}:{port} "
                 f"-v edgebuild-engine-cache:{ENGINE_CACHE} edgebuild-triton-{recipe.group} \"$@\"\n")
             (staging / "run.sh").chmod(0o755)
         elif release is not None:

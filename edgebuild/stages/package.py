@@ -13,7 +13,7 @@ from pathlib import Path
 from edgebuild.content import digest, file_sha256, tree_sha256
 from edgebuild.errors import AccuracyGateError
 from edgebuild.pipeline.runner import Stage
-from edgebuild.shipping.ota import PackageRecord
+from edgebuild.shipping.ota import PackagedAcceptance, PackageRecord
 from edgebuild.stages.container import CONTAINER, folder_key, model_folder_key
 from edgebuild.stages.engine import ENGINE, model_folder
 from edgebuild.stages.gate import GATE
@@ -51,18 +51,19 @@ def _run(inputs: CompileInputs) -> PackageRecord:
             "accuracy.gate = false), so nothing says it keeps the model's accuracy",
             hint="train the model and compile with the gate on, or pass --ship-ungated to package it anyway")
     accepted = inputs.record(ENGINE).accepted
-    shown = {k: v for k, v in accepted.as_dict().items() if k in SHOWN_ACCEPTANCE} if accepted else None
+    shown = PackagedAcceptance.from_dict({k: v for k, v in accepted.as_dict().items() if k in SHOWN_ACCEPTANCE}) \
+        if accepted else None
     return package_group(inputs.project, inputs.unit, model_folder=model_folder(inputs), context=_context(inputs),
                          since=inputs.session.settings.package_since, accepted=shown, progress=inputs.progress)
 
 
 def _outputs(inputs: CompileInputs, record: PackageRecord) -> list[Path]:
     root = inputs.project.root
-    return [root / record.bundle["path"], root / record.mender["path"]]
+    return [root / record.bundle.path, root / record.mender.path]
 
 
 def _describe(record: PackageRecord) -> str:
-    return (f"{record.bundle['size']} bytes{'' if record.signed else ' UNSIGNED'}"
+    return (f"{record.bundle.size} bytes{'' if record.signed else ' UNSIGNED'}"
             + (f", delta over {record.delta_over}" if record.delta_over else ""))
 
 

@@ -7,7 +7,7 @@ or several of these separated by commas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from edgebuild.errors import ProfileDataError, TargetError
 from edgebuild.targets.presets import LimitPreset
 
 __all__ = [
-    "Catalog", "JetPackRelease", "Module", "ModulePerformance", "SelectedGroup", "Target", "load_catalog",
+    "Catalog", "GroupFacts", "JetPackRelease", "Module", "ModulePerformance", "SelectedGroup", "Target", "load_catalog",
     "select_groups",
 ]
 
@@ -197,6 +197,37 @@ def _check_consistency(root: Path, catalog: Catalog) -> None:
 # -- selecting fleet groups --------------------------------------------------------------
 
 @dataclass(frozen=True)
+class GroupFacts:
+    """One fleet group as a compile records it (``last-compile.json``'s ``units``) and ``check`` shows it."""
+
+    group: str
+    in_fleet: bool
+    target: str
+    module: str = ""
+    compute_capability: str = ""
+    jetpack: str = ""
+    l4t: str = ""
+    tensorrt: str = ""
+    cuda: str = ""
+    max_onnx_opset: int = 0
+    use_dla: bool = False
+    #: the limit preset's name; a group without one has no ``limits`` key
+    limits: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        if self.limits is None:
+            del data["limits"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroupFacts:
+        """A group as stored; a key an older edgebuild did not write takes its default (in the fleet)."""
+        data = {"in_fleet": True, **data}
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
 class SelectedGroup:
     """A fleet group (or an ad-hoc target not in the fleet: ``in_fleet`` False) and its target.
 
@@ -213,14 +244,11 @@ class SelectedGroup:
     limits: LimitPreset | None = None
     power_mode: str | None = None  # the power_mode tag its farm boards must have, if the group names one
 
-    def describe(self) -> dict:
+    def describe(self) -> GroupFacts:
         module, release = self.target.module, self.target.release
-        return {
-            "group": self.name, "in_fleet": self.in_fleet, "target": self.target.id, "module": module.name,
-            "compute_capability": module.compute_capability, "jetpack": release.jetpack, "l4t": release.l4t,
-            "tensorrt": release.tensorrt, "cuda": release.cuda, "max_onnx_opset": release.max_onnx_opset,
-            "use_dla": self.use_dla, **({"limits": self.limits.name} if self.limits else {}),
-        }
+        return GroupFacts(self.name, self.in_fleet, self.target.id, module.name, module.compute_capability,
+                          release.jetpack, release.l4t, release.tensorrt, release.cuda, release.max_onnx_opset,
+                          self.use_dla, self.limits.name if self.limits else None)
 
 
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:

@@ -12,7 +12,7 @@ from edgebuild.text import Progress
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
-    from edgebuild.targets.profiles import SelectedGroup
+    from edgebuild.targets.profiles import GroupFacts, SelectedGroup
     from edgebuild.workflows.check import Finding
 
 __all__ = ["Checked", "check_project", "prepare_project_data", "profile_catalog", "profile_records"]
@@ -22,7 +22,7 @@ __all__ = ["Checked", "check_project", "prepare_project_data", "profile_catalog"
 @dataclass(frozen=True)
 class Checked:
     project: Project
-    fleet: list[JsonObject]  # every fleet group described (SelectedGroup.describe)
+    fleet: list[GroupFacts]  # every fleet group described (SelectedGroup.describe)
     findings: list[Finding]  # notes only: a problem is raised
     to_prepare: list[str]  # data paths data.prepare will make
 

@@ -78,11 +78,11 @@ def _with_broken_model(root: Path, artifact: Path, model: str, private: Path) ->
     write_bundle(bundle, manifest=keep, files=files, signing_key=key)
     broken = artifact.with_name("broken.mender")
     from edgebuild.project.fleet_file import load_fleet
-    from edgebuild.shipping.ota import mender_keys
+    from edgebuild.shipping.ota import PackagedModel, mender_keys
     from edgebuild.shipping.shipped import FleetShipping
 
     fleet = load_fleet(root)
-    models = manifest["models"]
+    models = [PackagedModel.from_dict(m) for m in manifest["models"]]
     broken.write_bytes(mender_artifact(
         artifact_name=f"camera-box-{manifest['version']}-yard-cams", device_types=[DEVICE_TYPE],
         files={bundle.name: bundle.read_bytes()}, signing_key=key,

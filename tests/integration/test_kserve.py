@@ -211,7 +211,7 @@ def detector(tmp_path_factory):
 
 
 def _images(recipe: Recipe, count: int, seed: int = 0) -> np.ndarray:
-    height, width = recipe.task.preprocess["input_size"]
+    height, width = recipe.task.preprocess.input_size
     return np.random.default_rng(seed).normal(0.0, 1.0, (count, 3, height, width)).astype(np.float32)
 
 

@@ -208,14 +208,15 @@ def _public(path: Path):
 def test_fleet_manifest_carries_the_device_measurement_and_keeps_other_groups(tiny_project: Path) -> None:
     import json
 
-    from edgebuild.shipping.ota import package_group
+    from edgebuild.shipping.ota import PackagedAcceptance, package_group
 
     project, _ = _compiled_tiny(tiny_project, False)
-    accepted = {"where": "ssh://nvidia@orin-01", "backend": "tensorrt 8.5.2.2", "metric": "mAP50-95",
-                "value": 0.77, "retention": 0.98, "images": 200}
-    record = package_group(project, DOCK[0], accepted=accepted, progress=lambda _: None)
+    accepted = {"candidate": "int8", "where": "ssh://nvidia@orin-01", "backend": "tensorrt 8.5.2.2",
+                "metric": "mAP50-95", "value": 0.77, "images": 200, "retention": 0.98}
+    record = package_group(project, DOCK[0], accepted=PackagedAcceptance.from_dict(accepted), progress=lambda _: None)
     fleet = json.loads((tiny_project / "build" / "packages" / "fleet.json").read_text())
-    assert record.accepted == accepted and fleet["groups"]["dock"]["accepted"] == accepted
+    assert record.accepted is not None and record.accepted.as_dict() == accepted
+    assert fleet["groups"]["dock"]["accepted"] == accepted
     fleet["groups"]["yard-cams"] = {**fleet["groups"]["dock"], "target": "orin-nano-8gb@6.2"}  # packaged earlier
     (tiny_project / "build" / "packages" / "fleet.json").write_text(json.dumps(fleet))
     package_group(project, DOCK[0], progress=lambda _: None)

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from edgebuild.devices.recipes import onnx_outputs
 from edgebuild.runtime.base.files import sha256_file
-from edgebuild.runtime.base.recipe import Recipe, RecipeModule, RuntimeSettings
+from edgebuild.runtime.base.recipe import Recipe, RecipeLimits, RecipeModule, RuntimeSettings
 from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import load_catalog
 
@@ -65,7 +65,7 @@ def recipe_for(folder: Path, target_id: str, **changes) -> Recipe:
         placement="deferred", placement_reason="no TensorRT on this test host", shippable_engine=False,
         onnx="model.onnx", onnx_sha256=sha256_file(folder / "model.onnx"), precision="fp32", candidate="fp32",
         kept_fp32=[], retention=1.0, accuracy_backend="onnxruntime-cpu", profiles={"images": SHAPES},
-        workspace_bytes=preset.tensorrt_workspace, limits=preset.as_dict(), dla_core=None,
+        workspace_bytes=preset.tensorrt_workspace, limits=RecipeLimits(**preset.as_dict()), dla_core=None,
         timing_cache=f"{module.id}-trt{release.tensorrt}.cache",
         module=RecipeModule(id=module.id, name=module.name, compute_capability=module.compute_capability,
                             compatible=list(module.compatible)),

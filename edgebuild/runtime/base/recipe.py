@@ -23,9 +23,10 @@ from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_t
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.files import atomic_write_text, sha256_file
 from edgebuild.runtime.base.json_object import JsonObject
+from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
 __all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeModule",
-           "RecipeTask", "RuntimeSettings", "TensorSpec"]
+           "RecipeLimits", "RecipeTask", "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -84,8 +85,26 @@ class RecipeTask:
     #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``;
     #: "raw": the task's ``[task.postprocess]`` (output names, thresholds) for the application's decode
     postprocess: JsonObject
-    #: ``edgebuild.runtime.base.vision.PreprocessSpec``'s fields
-    preprocess: JsonObject
+    #: how an image becomes the input (``vision.preprocess`` applies it)
+    preprocess: PreprocessSpec
+
+
+@dataclass(frozen=True)
+class RecipeLimits:
+    """The group's cgroup limit preset (sizes in bytes), as the build side's
+    ``edgebuild.targets.presets.LimitPreset`` writes it: the container and Triton's run.sh start with it."""
+
+    name: str
+    module: str
+    description: str
+    source: str
+    memory: int
+    memory_swap: int
+    cpus: float
+    cpuset: Optional[str]
+    pids: int
+    tensorrt_workspace: int
+    engine_device_memory_max: int
 
 
 @dataclass(frozen=True)
@@ -123,8 +142,8 @@ class Recipe:
     profiles: Dict[str, List[List[int]]]
     #: the preset's TensorRT memory-pool limit
     workspace_bytes: int
-    #: the group's cgroup limit preset (``edgebuild.targets.limits.LimitPreset.as_dict()``)
-    limits: JsonObject
+    #: the group's cgroup limit preset
+    limits: RecipeLimits
     dla_core: Optional[int]
     timing_cache: str
     module: RecipeModule
@@ -213,7 +232,7 @@ class Recipe:
     # -- reading and writing ---------------------------------------------------------------------
 
     def to_dict(self) -> JsonObject:
-        data = asdict(self)
+        data = json.loads(json.dumps(asdict(self)))  # the JSON's own shapes: a tuple field is a list
         return dict(schema=data.pop("schema"), **data)
 
     def save(self, folder: Union[str, Path]) -> Path:
@@ -310,6 +329,14 @@ def _value(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise _mistyped(where, value, "a list")
         return [_value(v, args[0], "{}[{}]".format(where, i)) for i, v in enumerate(value)]
+    if origin is tuple:  # Tuple[X, ...] or Tuple[X, Y]: a JSON list
+        if not isinstance(value, (list, tuple)):
+            raise _mistyped(where, value, "a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_value(v, args[0], "{}[{}]".format(where, i)) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise _mistyped(where, value, "a list of {}".format(len(args)))
+        return tuple(_value(v, a, "{}[{}]".format(where, i)) for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict:
         if not isinstance(value, dict):
             raise _mistyped(where, value, "an object")

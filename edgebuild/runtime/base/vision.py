@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from edgebuild.errors import ModelError
+from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
 __all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec",
            "check_detection_outputs", "decode_detections", "decode_outputs", "preprocess", "stack_batch", "top_k"]
@@ -30,18 +31,6 @@ INSTANCE_NMS_OUTPUTS: Dict[str, Tuple[str, ...]] = {
 #: classes [N, K]; zero rows past num_detections
 OBB_NMS_OUTPUTS = ("num_detections", "detection_rotated_boxes", "detection_scores", "detection_classes")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
-
-
-@dataclass(frozen=True)
-class PreprocessSpec:
-    """How a decoded image (H x W x 3 RGB uint8, or H x W gray) becomes a CHW float32 tensor."""
-
-    input_size: Tuple[int, int]  # (height, width)
-    resize: str = "letterbox"
-    pad_value: int = 114
-    channel_order: str = "RGB"
-    mean: Tuple[float, ...] = (0.0, 0.0, 0.0)
-    std: Tuple[float, ...] = (1.0, 1.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -145,8 +145,7 @@ def measure_request(runner: Runner, recipe: Recipe, runs: int, warmup: int = 3,
     if len(recipe.profiles) != 1:
         return {"measured": False, "reason": "the model has {} inputs; the per-request stages need one image "
                                               "input".format(len(recipe.profiles))}
-    spec = vision.PreprocessSpec(**dict(task.preprocess, input_size=tuple(task.preprocess["input_size"]),
-                                        mean=tuple(task.preprocess["mean"]), std=tuple(task.preprocess["std"])))
+    spec = task.preprocess
     name = next(iter(recipe.profiles))
     shape = [1, 1 if spec.channel_order == "GRAY" else 3] + list(spec.input_size)
     low, _, high = recipe.profiles[name]

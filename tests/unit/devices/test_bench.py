@@ -41,8 +41,7 @@ def test_compare_shows_the_change_and_refuses_unlike_runs() -> None:
 # -- one request, stage by stage ---------------------------------------------------------------
 
 CLASSES = ["circle", "square", "triangle"]
-PREPROCESS = {"input_size": [16, 16], "resize": "letterbox", "pad_value": 114, "channel_order": "RGB",
-              "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+PREPROCESS = vision.PreprocessSpec((16, 16), "letterbox", pad_value=114, channel_order="RGB")
 RAW = {"boxes_output": "boxes", "scores_output": "scores", "score_threshold": 0.25, "nms_iou": 0.6,
        "max_detections": 10, "in_model": False}
 
@@ -140,6 +139,6 @@ def test_a_folder_without_a_task_says_why_it_has_no_breakdown(tmp_path: Path) ->
 
 def test_an_input_size_outside_the_profile_says_so(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "raw_head")
-    task = dataclasses.replace(recipe.task, preprocess=dict(PREPROCESS, input_size=[64, 64]))
+    task = dataclasses.replace(recipe.task, preprocess=dataclasses.replace(PREPROCESS, input_size=(64, 64)))
     request = measure_request(_Runner("raw_head"), dataclasses.replace(recipe, task=task), runs=3)
     assert not request["measured"] and "[1, 3, 64, 64], is outside the profile of input 'images'" in request["reason"]

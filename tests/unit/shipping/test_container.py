@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -44,7 +45,7 @@ def _artifact(tmp_path: Path, target: str, **recipe_changes) -> Path:
 def _plan(folder: Path, **options):
     recipe = Recipe.load(folder)
     target = CATALOG.parse_target(recipe.target)
-    return container_spec(recipe, target, LimitPreset.from_dict(recipe.limits), **options)
+    return container_spec(recipe, target, LimitPreset.from_dict(dataclasses.asdict(recipe.limits)), **options)
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:

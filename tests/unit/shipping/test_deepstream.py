@@ -11,7 +11,7 @@ import pytest
 from edgebuild.devices.recipes import recipe_task
 from edgebuild.project.config import load_project
 from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, Recipe, TensorSpec
-from edgebuild.runtime.base.vision import NMS_OUTPUTS, PreprocessSpec, preprocess
+from edgebuild.runtime.base.vision import NMS_OUTPUTS, preprocess
 from edgebuild.shipping.deepstream import (
     APP_CONFIG,
     INFER_CONFIG,
@@ -88,7 +88,7 @@ def test_scale_factor_and_offsets_reproduce_edgebuilds_preprocessing(example_cop
     record = write_deepstream(folder, tmp_path / "deepstream" / "yard-cams", build_dir=tmp_path)
     props = _properties((tmp_path / record.folder / INFER_CONFIG).read_text())
     scale, offsets = float(props["net-scale-factor"]), [float(o) for o in props["offsets"].split(";")]
-    spec = PreprocessSpec(**{**recipe.task.preprocess, "input_size": tuple(recipe.task.preprocess["input_size"])})
+    spec = recipe.task.preprocess
     image = np.random.default_rng(0).integers(0, 256, (160, 160, 3), dtype=np.uint8)  # the input size: no resize
     tensor, _ = preprocess(image, spec)
     nvinfer = scale * (image.astype(np.float64) - np.asarray(offsets))  # y = net-scale-factor * (x - offset[c])
@@ -97,12 +97,13 @@ def test_scale_factor_and_offsets_reproduce_edgebuilds_preprocessing(example_cop
 
 def test_per_channel_std_is_said_to_be_approximate(example_copy, tmp_path: Path) -> None:
     folder, recipe = _example_recipe(example_copy, tmp_path, "shapes-detector", target="orin-nano-8gb@6.2")
-    pre = {**recipe.task.preprocess, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "pad_value": 0}
+    pre = dataclasses.replace(recipe.task.preprocess, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                              pad_value=0)
     recipe = dataclasses.replace(recipe, task=dataclasses.replace(recipe.task, preprocess=pre))
     record = write_deepstream(folder, tmp_path / "ds", build_dir=tmp_path, recipe=recipe)
     props = _properties((tmp_path / record.folder / INFER_CONFIG).read_text())
-    assert [float(o) for o in props["offsets"].split(";")] == pytest.approx([255 * m for m in pre["mean"]])
-    assert float(props["net-scale-factor"]) == pytest.approx(1 / (255 * np.mean(pre["std"])))
+    assert [float(o) for o in props["offsets"].split(";")] == pytest.approx([255 * m for m in pre.mean])
+    assert float(props["net-scale-factor"]) == pytest.approx(1 / (255 * np.mean(pre.std)))
     (note,) = [n for n in record.notes if "std differs" in n]
     assert "channel 0 x1.0133" in note
     assert "# NOTE: std differs" in (tmp_path / record.folder / INFER_CONFIG).read_text()

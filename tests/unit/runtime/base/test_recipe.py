@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_a_recipe_round_trips_through_its_file(folder: Path) -> None:
     assert next(iter(data)) == "schema" and data["schema"] == RECIPE_SCHEMA
     assert Recipe.from_dict(recipe.to_dict()) == recipe
     # the limits it carries are the preset the engine stage used, typed again on the build side
-    assert LimitPreset.from_dict(recipe.limits) == load_preset("orin-nano-8gb")
+    assert LimitPreset.from_dict(dataclasses.asdict(recipe.limits)) == load_preset("orin-nano-8gb")
 
 
 def test_the_folder_lists_its_files(folder: Path) -> None:

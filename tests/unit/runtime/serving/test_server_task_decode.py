@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 from edgebuild.accuracy.task_decode import decode_instances
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
+from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 from edgebuild.runtime.base.recipe import Recipe, RecipeTask, RuntimeSettings
 from edgebuild.runtime.base.task_decode import INSTANCE_PRE_NMS_TOP_K
 from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, OBB_NMS_OUTPUTS
@@ -114,7 +115,7 @@ def _model(kind: str) -> onnx.ModelProto:
 def _task(kind: str, **changes) -> RecipeTask:
     post = dict(POST, **EXTRA[kind], **changes)
     return RecipeTask(kind=kind, classes=["a", "b"], outputs="raw", postprocess=post,
-                      preprocess={"input_size": [SIZE, SIZE]})
+                      preprocess=PreprocessSpec((SIZE, SIZE)))
 
 
 def _folder(root: Path, kind: str) -> Path:
@@ -249,7 +250,8 @@ def test_an_obb_answer_gives_rotated_boxes_in_input_pixels_and_the_angle_in_radi
 
 def test_a_folder_without_the_outputs_named_or_with_nms_inside_is_not_decoded_by_the_server() -> None:
     # a recipe without the task's output names answers the raw tensors only, as before
-    older = RecipeTask(kind="pose", classes=["a"], outputs="raw", postprocess=dict(POST), preprocess={})
+    older = RecipeTask(kind="pose", classes=["a"], outputs="raw", postprocess=dict(POST),
+                       preprocess=PreprocessSpec((SIZE, SIZE)))
     forms = answer_forms(older, RAW["pose"], decode=True)
     assert forms.decoded is None and not forms.decode and forms.choose(None) == (False, RAW["pose"])
     # NMS inside: the model's own detections, asked for or not
