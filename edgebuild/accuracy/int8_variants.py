@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AUTO_PERCENTILES", "Int8Variant", "method_names"]
+__all__ = []
 
 #: the percentile levels ``calibration_method = "auto"`` tries
 AUTO_PERCENTILES = (99.99, 99.999)

@@ -8,7 +8,7 @@ the outputs, re-exports them.
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
-__all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "OBB_NMS_OUTPUTS", "DetectionParams"]
+__all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "DetectionParams"]
 
 #: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.nms_graph) answers
 #: these, in this order: count [N, 1] int32, boxes [N, K, 4] xyxy pixels, scores [N, K], classes [N, K]

@@ -10,11 +10,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from edgebuild.errors import ModelError
-from edgebuild.runtime.base.model_outputs import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, OBB_NMS_OUTPUTS, DetectionParams
+from edgebuild.runtime.base.model_outputs import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS, DetectionParams
 
-__all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "OBB_NMS_OUTPUTS", "DetectionParams", "ImageTransform",
-           "PreprocessSpec", "check_detection_outputs", "decode_detections", "decode_outputs", "preprocess",
-           "stack_batch", "top_k"]
+__all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "DetectionParams", "ImageTransform", "PreprocessSpec",
+           "check_detection_outputs", "decode_detections", "decode_outputs", "preprocess", "stack_batch", "top_k"]
 
 RESIZE_MODES = ("letterbox", "resize")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")

@@ -63,7 +63,7 @@ from edgebuild.runtime.engines import device
 from edgebuild.runtime.engines.backends import Runner
 from edgebuild.runtime.engines.backends.select import load_backend
 
-__all__ = ["SCHEMA", "input_shapes", "run_bench"]
+__all__ = ["input_shapes", "run_bench"]
 
 Z_95 = 1.96
 
