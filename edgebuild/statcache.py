@@ -18,6 +18,11 @@ Safe to trust:
   again; an entry of the wrong shape is a miss;
 * written atomically (a temporary file renamed over it), only when something new was computed; a
   cache that cannot be written only costs time.
+
+``remembered(path, kind, compute)`` keeps a value that has no JSON form (a parsed annotations file)
+in memory for the rest of the run, by the same stat: the stages' keys read the COCO file four
+times in one compile. It trusts a file by the same rules (stat unchanged, not changed within
+``RACY_NS`` of the first read), and nothing of it is written.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-__all__ = ["cached"]  # and use, which only stages.compile_work enters
+__all__ = ["cached", "remembered"]  # and use, which only stages.compile_work enters
 
 #: bump when a kind's value changes meaning, so an old cache is not trusted
 CACHE_VERSION = 1
@@ -59,6 +64,8 @@ class StatCache:
     def __init__(self, path: Path | None):
         self.path = path  # None: kept in memory only
         self._entries: dict[str, dict[str, Any]] = {}
+        #: (path, kind) -> (the file's stat, when it was read, the value): this run's, never written
+        self._memory: dict[tuple[str, str], tuple[list[int], int, Any]] = {}
         self._dirty = False
         self._lock = threading.Lock()
         if path is not None:
@@ -115,6 +122,25 @@ class StatCache:
             self._dirty = True
         return value
 
+    def remembered(self, path: Path, kind: str, compute: Callable[[], _T]) -> _T:
+        """``compute()``, or what it gave earlier in this run for ``path`` (and ``kind``: what else the value
+        depends on) while the file's stat is unchanged and the file did not change within ``RACY_NS`` of that
+        first read. Kept in memory only: for values with no JSON form, read more than once in one run."""
+        key = os.path.abspath(path)
+        try:
+            signature = _signature(os.stat(key))
+        except OSError:
+            return compute()
+        with self._lock:
+            hit = self._memory.get((key, kind))
+        if hit is not None and hit[0] == signature and max(signature[1], signature[2]) + RACY_NS < hit[1]:
+            return cast(_T, hit[2])
+        read_ns = time.time_ns()
+        value = compute()
+        with self._lock:
+            self._memory[(key, kind)] = (signature, read_ns, value)
+        return value
+
     def save(self) -> None:
         """Write the cache when something was computed (entries of files that are gone are dropped)."""
         if self.path is None or not self._dirty:
@@ -165,3 +191,9 @@ def cached(path: Path, kind: str, compute: Callable[[Path], _T], decode: Callabl
     """``compute(path)`` through the cache in use (``StatCache.get``), or computed where none is."""
     cache = active()
     return compute(path) if cache is None else cache.get(path, kind, compute, decode, encode)
+
+
+def remembered(path: Path, kind: str, compute: Callable[[], _T]) -> _T:
+    """``compute()``, or its value from earlier in this run (``StatCache.remembered``) while a cache is in use."""
+    cache = active()
+    return compute() if cache is None else cache.remembered(path, kind, compute)

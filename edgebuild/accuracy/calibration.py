@@ -48,36 +48,10 @@ __all__ = []
 LEVELS = 127
 #: quantized bins of the entropy method (TensorRT's legacy entropy calibrator uses 128)
 ENTROPY_LEVELS = 128
-#: the percentile levels ``calibration_method = "auto"`` tries
-AUTO_PERCENTILES = (99.99, 99.999)
 #: thresholds each search-based method (entropy, mse) evaluates per tensor
 SEARCH_STEPS = 256
 
 Advance = Callable[[int], None]  # images done so far (drives a progress bar)
-
-
-@dataclass(frozen=True)
-class Int8Variant:
-    """One way to make the INT8 candidate: a range method and whether biases are corrected."""
-
-    method: str  # minmax | percentile-<P> | entropy | mse
-    bias_correction: bool
-
-    @property
-    def name(self) -> str:
-        return self.method + ("+bias" if self.bias_correction else "")
-
-    def describe(self) -> str:
-        return f"{self.method} ranges{', bias-corrected' if self.bias_correction else ''}"
-
-
-def method_names(calibration_method: str, percentile: float) -> tuple[str, ...]:
-    """The range methods a project's ``quantize.calibration_method`` stands for."""
-    if calibration_method == "auto":
-        return ("minmax", *(f"percentile-{p:g}" for p in AUTO_PERCENTILES), "entropy", "mse")
-    if calibration_method == "percentile":
-        return (f"percentile-{percentile:g}",)
-    return (calibration_method,)
 
 
 def calibration_tensors(model: Any, node_names: Iterable[str], op_types: Iterable[str],

@@ -9,12 +9,12 @@ several candidates does not redo that work.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgebuild.accuracy.evaluation_record import Evaluation
 from edgebuild.accuracy.gate_records import NmsParity
 from edgebuild.accuracy.metrics import coco_detection_metrics, top_k_accuracy
 from edgebuild.accuracy.task_decode import INSTANCE_TASKS, InstanceCollector
@@ -38,22 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
            "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    metric: str
-    value: float
-    metrics: dict[str, float]
-    backend: str
-    images: int
-    seconds: float
-    #: with ``evaluate(per_image=True)``: each image's own score, in the set's order (see ``per_image_scores``)
-    per_image: tuple[float, ...] = ()
-
-    def as_dict(self) -> dict:
-        return {"metric": self.metric, "value": self.value, "metrics": self.metrics,
-                "backend": self.backend, "images": self.images, "seconds": round(self.seconds, 3)}
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,

@@ -53,7 +53,7 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from edgebuild.accuracy.calibration import Int8Variant
+    from edgebuild.accuracy.int8_variants import Int8Variant
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
     from edgebuild.sources.export.onnx_export import ExportRecord

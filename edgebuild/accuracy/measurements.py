@@ -29,10 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from edgebuild.accuracy.calibration import Int8Variant
 from edgebuild.accuracy.gate_records import LayerSensitivity, NmsParity
+from edgebuild.accuracy.int8_variants import Int8Variant, method_names
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
@@ -40,6 +38,8 @@ from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgebuild.accuracy.calibration import ActivationStatistics
     from edgebuild.accuracy.evaluate import ValidationSet
     from edgebuild.accuracy.quantize import Candidate, QdqPlacement
@@ -123,8 +123,6 @@ def int8_key_parts(project: Project) -> dict[str, str]:
 
 def int8_variants(project: Project) -> list[Int8Variant]:
     """The INT8 variants a project's settings ask for, in the order they are tried."""
-    from edgebuild.accuracy.calibration import method_names
-
     settings = project.quantize
     corrections = {"auto": (False, True), "on": (True,), "off": (False,)}[settings.bias_correction]
     return [Int8Variant(m, c) for m in method_names(settings.calibration_method, settings.percentile)
@@ -146,6 +144,7 @@ def _latency_ms(runner: Runner, inputs: dict[str, np.ndarray], budget_s: float =
 
 def output_sqnr_db(reference: list[dict[str, np.ndarray]], outputs: list[dict[str, np.ndarray]]) -> float:
     """Signal-to-noise ratio of a candidate's outputs against FP32's, in dB, averaged over outputs."""
+    import numpy as np
     scores = []
     for name in reference[0]:
         signal = sum(float(np.sum(np.square(r[name], dtype=np.float64))) for r in reference)
@@ -294,6 +293,7 @@ class MeasurementStore:
 
     def shifts(self, method: str) -> dict[str, np.ndarray]:
         """Per weighted layer input, the mean error its quantization adds per channel (bias correction)."""
+        import numpy as np
         if method not in self._shifts:
             from edgebuild.accuracy.calibration import activation_shifts
             from edgebuild.accuracy.quantize import calibration_feeds

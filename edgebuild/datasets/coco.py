@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,20 @@ def read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int |
     or category the file does not have, a bbox that is not 4 finite numbers or has a negative size, an
     image whose width/height disagree with its file. A box reaching past the image is clipped to it and
     one of zero width or height dropped, each counted in the set's notes. ``task`` segmentation or pose:
-    the masks or keypoints of the task's classes are checked too (the module's docstring)."""
+    the masks or keypoints of the task's classes are checked too (the module's docstring).
+
+    Read once a run while the file's stat is unchanged (``edgebuild.statcache.remembered``, where a
+    file cache is in use: a compile's stage keys ask for the validation set four times); the callers
+    share the answer and none changes it."""
+    from edgebuild.statcache import remembered
+
+    what = json.dumps(["coco", os.path.abspath(images_dir), list(classes), limit, key, task])
+    return remembered(ann_path, what, lambda: _read_coco(ann_path, images_dir, classes, limit, key, task))
+
+
+def _read_coco(ann_path: Path, images_dir: Path, classes: list[str], limit: int | None = None,
+               key: str = "data.validation.annotations", task: str = "detection") -> CocoSet:
+    """``read_coco`` without the memory."""
     refuse_task(task, key)
     if task == "obb":
         raise DataError(f"{key}: {ann_path}: COCO JSON has no oriented boxes; {model_of(task)} is validated on YOLO "

@@ -18,12 +18,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgebuild.errors import DataError
 from edgebuild.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["IMAGE_SUFFIXES", "CocoSet", "list_images", "non_images"]
 
@@ -78,6 +79,7 @@ def _open_upright(image: Any) -> tuple[Any, set[str]]:
     """``image`` as Ultralytics' ``cv2.imread`` sees it (EXIF orientation applied, 16-bit scaled to 8 bits
     by its high byte, never clipped), and what about it needed doing: ``exif``, ``16-bit``, ``alpha``,
     ``palette``, ``gray``."""
+    import numpy as np
     from PIL import Image, ImageOps
 
     traits: set[str] = set()
@@ -109,6 +111,7 @@ def read_image(path: Path, gray: bool = False) -> np.ndarray:
 
 
 def _decode(path: Path, gray: bool = False) -> tuple[np.ndarray, set[str]]:
+    import numpy as np
     from PIL import Image, UnidentifiedImageError
 
     try:

@@ -21,6 +21,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.files import atomic_write_bytes, atomic_writer
 from edgebuild.runtime.base.recipe import (
+    ACCEPTANCE_FILE,
     ENGINE_FILE,
     FALLBACK_FOLDER,
     ONNX_FILE,
@@ -32,7 +33,6 @@ from edgebuild.runtime.base.recipe import (
     RuntimeSettings,
     TensorSpec,
 )
-from edgebuild.runtime.engines.acceptance import ACCEPTANCE_FILE
 from edgebuild.targets.presets import LimitPreset, human_size
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime import options as device_options
 from edgebuild.runtime.base.files import sha256_bytes
 from edgebuild.runtime.base.recipe import RECIPE_FILE, Recipe
-from edgebuild.runtime.bench.bench import SCHEMA
+from edgebuild.runtime.bench.schema import SCHEMA
 from edgebuild.text import Progress
 
 __all__ = ["bench_here", "bench_over_ssh", "check_remote_url", "compare", "comparison_table", "fleet_plot",

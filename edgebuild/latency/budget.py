@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from edgebuild.errors import ConfigError, EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.graph import GraphCost, cached_graph_cost, graph_cost_from_file
@@ -304,6 +302,7 @@ def _candidate_ms(cost: GraphCost, perf: ModulePerformance, precision: str, kept
                   fit: LatencyModel) -> float | None:
     """A gate candidate's predicted ms: "int8-mixed" runs its layers kept in float in FP16 and the rest in INT8;
     None where the GPU has no INT8 path for an INT8 candidate."""
+    import numpy as np
     base = "int8" if precision.startswith("int8") else precision
     if base == "int8" and perf.int8_tops is None:
         return None

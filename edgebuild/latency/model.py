@@ -20,14 +20,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
 from edgebuild.errors import ProfileDataError, TargetError
 from edgebuild.latency.graph import GraphCost
 from edgebuild.targets.profiles import Module, ModulePerformance
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "FITTED", "FitSample", "LatencyModel", "PublishedLatency", "fit_latency_model", "leave_one_out",
@@ -86,6 +88,7 @@ class LatencyModel:
 
     @classmethod
     def from_vector(cls, vector: np.ndarray) -> LatencyModel:
+        import numpy as np
         v = np.exp(vector)
         return cls({"fp32": float(v[0]), "fp16": float(v[1]), "int8": float(v[2])}, float(v[3]), float(v[4]))
 
@@ -169,6 +172,7 @@ def _peaks(perf: ModulePerformance, precision: str) -> tuple[float, float]:
 
 def layer_seconds(cost: GraphCost, perf: ModulePerformance, precision: str, model: LatencyModel) -> np.ndarray:
     """Each fused layer's predicted time, in seconds."""
+    import numpy as np
     tensor_peak, cuda_peak = _peaks(perf, precision)
     e = model.compute_efficiency[precision]
     bandwidth = perf.memory_bandwidth_gbps * 1e9 * model.memory_efficiency
@@ -191,12 +195,14 @@ def predict_ms(cost: GraphCost, perf: ModulePerformance, precision: str, model: 
 
 #: one sample in the fit: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision
 #: index; log(measured); the sample's weight
-_DesignRow = tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]
+if TYPE_CHECKING:
+    _DesignRow = tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]
 
 
 def _design(samples: list[FitSample]) -> list[_DesignRow]:
     """Per sample: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision index;
     log(measured); its weight."""
+    import numpy as np
     rows: list[_DesignRow] = []
     for sample in samples:
         precision = sample.row.precision
@@ -212,6 +218,7 @@ def _design(samples: list[FitSample]) -> list[_DesignRow]:
 
 
 def _loss(vector: np.ndarray, design: list[_DesignRow]) -> float:
+    import numpy as np
     v = np.exp(vector)
     total = 0.0
     for compute, memory, cycles, p, measured, weight in design:
@@ -223,6 +230,7 @@ def _loss(vector: np.ndarray, design: list[_DesignRow]) -> float:
 def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5, iterations: int = 3000,
                  tol: float = 1e-12) -> np.ndarray:
     """Minimise ``f`` from ``x0``: the textbook Nelder-Mead simplex, deterministic."""
+    import numpy as np
     n = len(x0)
     simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
     values = [f(x) for x in simplex]
@@ -258,6 +266,7 @@ def fit_latency_model(samples: list[FitSample]) -> LatencyModel:
     Precisions with no sample keep the starting value, and the fit is restarted from its own answer
     until it no longer improves (Nelder-Mead stalls on a ridge of the max()).
     """
+    import numpy as np
     if not samples:
         raise TargetError("no published latency to fit to")
     design = _design(samples)
@@ -439,6 +448,7 @@ def calibrate(yours: list[FitSample], *, weight: float = USER_WEIGHT, published:
     published fit (as stored) and again with your measurements in every fit. The band widens to
     hold your measurements' left-out ratios.
     """
+    import numpy as np
     if not yours:
         raise TargetError("no measurement to calibrate with")
     published = published if published is not None else published_samples()

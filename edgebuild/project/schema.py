@@ -160,7 +160,7 @@ def _check_nms_inside(in_model: bool, max_detections: int, boxes_output: str, sc
     """What NMS inside the model needs of a detection's, pose's or segmentation's ``[task.postprocess]``."""
     if not in_model:
         return
-    from edgebuild.runtime.base.vision import DetectionParams  # (numpy) imported only where it is asked for
+    from edgebuild.runtime.base.model_outputs import DetectionParams
 
     limit = DetectionParams.pre_nms_top_k  # the graph feeds NMS the host decode's candidates at most
     if max_detections > limit:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime.base import semver
-from edgebuild.runtime.base.vision import NMS_OUTPUTS
+from edgebuild.runtime.base.model_outputs import NMS_OUTPUTS
 
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project

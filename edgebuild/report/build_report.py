@@ -176,7 +176,7 @@ def _stored_record(build_dir: Path, stage: str, group: str | None, project: str)
 
 
 def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], JsonObject | None, tuple]:
-    from edgebuild.runtime.bench.bench import SCHEMA
+    from edgebuild.runtime.bench.schema import SCHEMA
 
     folder = BuildLayout(build_dir).bench
     results, fleet = [], None

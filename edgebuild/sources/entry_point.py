@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
 from edgebuild.errors import ModelError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from edgebuild.project.config import Project
@@ -186,6 +185,7 @@ class TorchRunner:
         self.output_names = list(project.model.outputs)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import numpy as np
         import torch
 
         tensors = [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in self.input_names]
@@ -501,6 +501,7 @@ def probed_stride(project: Project, runner: TorchRunner, which: str) -> tuple[in
     runs at an odd multiple of a stride near that size and fails at the odd multiples of the smaller strides
     (the profile's size is not a multiple of the stride found), else None: the failure is not the stride's.
     At most five forwards of the profile's smallest batch."""
+    import numpy as np
     spec = project.model.inputs[0]
     shape = list(getattr(spec, which))
     if len(shape) != 4 or len(project.model.inputs) != 1 or min(shape[2:]) < _PROBED_STRIDES[0]:
@@ -566,6 +567,7 @@ def _nearest_sizes(sides: list[int], stride: int) -> str:
 
 def example_inputs(project: Project, which: str = "opt_shape", seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic random inputs at the min, opt or max shape of every model input."""
+    import numpy as np
     rng = np.random.default_rng(seed)
     inputs = {}
     for spec in project.model.inputs:

@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from edgebuild.errors import ModelError
 from edgebuild.project.schema import (
     ClassificationPostprocess,
@@ -32,9 +30,11 @@ from edgebuild.project.schema import (
     PoseTask,
     SegmentationPostprocess,
 )
-from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS
+from edgebuild.runtime.base.model_outputs import INSTANCE_NMS_OUTPUTS, NMS_OUTPUTS
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from edgebuild.project.config import Project
 
 __all__ = []
@@ -174,6 +174,7 @@ def _detections(project: Project) -> bool:
 
 def _detections_mismatches(project: Project, outputs: Mapping[str, np.ndarray], batch: int) -> list[Mismatch]:
     """An NMS-free head's detections against ``NMS_OUTPUTS``' shapes and dtypes."""
+    import numpy as np
     k = project.detection_postprocess.max_detections
     wanted = dict(zip(NMS_OUTPUTS, ((batch, 1), (batch, k, 4), (batch, k), (batch, k))))
     found = []
@@ -239,6 +240,7 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def _dtype_and_batch(name: str, shape: tuple[int, ...], dtype: np.dtype, rank: int, batch: int) -> list[Mismatch]:
+    import numpy as np
     found = []
     if np.dtype(dtype).kind != "f":
         found.append(Mismatch(name, "dtype", f"{name} is {dtype}; the task reads float (float32 or float16)"))

@@ -9,7 +9,7 @@ ONNX measurement. A detector is scored from its raw head with the host's decode,
 
 from __future__ import annotations
 
-from edgebuild.accuracy.evaluate import Evaluation
+from edgebuild.accuracy.evaluation_record import Evaluation
 from edgebuild.content import digest, tool_versions
 from edgebuild.pipeline.runner import Stage
 from edgebuild.sources.routes import route_for

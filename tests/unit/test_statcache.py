@@ -165,3 +165,58 @@ def test_hashes_and_image_sizes_go_through_the_build_folders_cache(tmp_path: Pat
         assert images.image_size(picture, "data.validation.images") == (40, 24)
     assert images.image_size(picture, "data.validation.images") == (40, 24)  # no cache in use: read
     assert len(opened) == 3
+
+
+@pytest.mark.usefixtures("trusting")
+def test_a_remembered_value_is_read_once_a_run_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    """``remembered``: values with no JSON form (a parsed COCO file), kept in memory for one run, by stat."""
+    data, reads = tmp_path / "annotations.json", []
+    data.write_text("[1]")
+
+    def parse() -> list:
+        reads.append(1)
+        return json.loads(data.read_text())
+
+    assert statcache.remembered(data, "json", parse) == [1]
+    assert statcache.remembered(data, "json", parse) == [1]
+    assert len(reads) == 2, "no cache in use: computed every time"
+    with use(tmp_path / "files.json") as cache:
+        assert [statcache.remembered(data, "json", parse) for _ in range(3)] == [[1]] * 3
+        assert len(reads) == 3
+        assert statcache.remembered(data, "other kind", parse) == [1] and len(reads) == 4
+        data.write_text("[22]")  # another size
+        assert statcache.remembered(data, "json", parse) == [22] and len(reads) == 5
+        assert cache._memory
+    assert not (tmp_path / "files.json").exists(), "nothing remembered is written"
+    with use(tmp_path / "files.json"):  # the next run reads it again
+        assert statcache.remembered(data, "json", parse) == [22] and len(reads) == 6
+
+
+def test_a_file_changed_just_before_it_was_remembered_is_read_again(tmp_path: Path) -> None:
+    data, reads = tmp_path / "annotations.json", []
+    data.write_text("[1]")  # just now: within RACY_NS of the read
+    with use(tmp_path / "files.json"):
+        for _ in range(2):
+            statcache.remembered(data, "json", lambda: reads.append(1))
+    assert len(reads) == 2
+
+
+@pytest.mark.usefixtures("trusting")
+def test_a_compile_reads_its_coco_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage keys ask for the validation set four times a compile: the COCO JSON is parsed once."""
+    from edgebuild.datasets import coco
+
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (32, 24)).save(tmp_path / "images" / "a.png")
+    ann = tmp_path / "annotations.json"
+    ann.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.png", "width": 32, "height": 24}],
+                               "annotations": [], "categories": [{"id": 1, "name": "box"}]}))
+    parsed = []
+    real = coco._read_coco
+    monkeypatch.setattr(coco, "_read_coco", lambda *args: parsed.append(args) or real(*args))
+    with use(tmp_path / "files.json"):
+        first = coco.read_coco(ann, tmp_path / "images", ["box"])
+        assert coco.read_coco(ann, tmp_path / "images", ["box"]) is first
+        assert len(parsed) == 1
+        coco.read_coco(ann, tmp_path / "images", ["box"], limit=1)  # another question: read
+        assert len(parsed) == 2

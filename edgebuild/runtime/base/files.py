@@ -50,10 +50,14 @@ def fsync_dir(folder: PathLike) -> None:
 
 
 @contextmanager
-def atomic_writer(path: PathLike) -> Iterator[BinaryIO]:
+def atomic_writer(path: PathLike, durable: bool = True) -> Iterator[BinaryIO]:
     """A binary file that replaces ``path`` when the ``with`` block ends without an exception.
 
-    On an exception the temporary file is removed and ``path`` keeps what it had.
+    On an exception the temporary file is removed and ``path`` keeps what it had. ``durable``: the
+    file and the rename are fsynced, so a power cut leaves the old file or the new one; without it the
+    rename is still atomic for every reader, but after a power cut the file may hold its old content
+    (or, on some filesystems, none): for files rebuilt from others (a build report), whose fsyncs
+    would cost a no-op compile more than the rest of its writing.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +67,8 @@ def atomic_writer(path: PathLike) -> Iterator[BinaryIO]:
         with handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(str(staging), str(target))
     except BaseException:
         try:
@@ -71,13 +76,14 @@ def atomic_writer(path: PathLike) -> Iterator[BinaryIO]:
         except OSError:
             pass
         raise
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)
 
 
-def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    with atomic_writer(path) as handle:
+def atomic_write_bytes(path: PathLike, data: bytes, durable: bool = True) -> None:
+    with atomic_writer(path, durable) as handle:
         handle.write(data)
 
 
-def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> None:
-    atomic_write_bytes(path, text.encode(encoding))
+def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8", durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode(encoding), durable)

@@ -25,11 +25,11 @@ import numpy as np
 
 from edgebuild.errors import ModelError
 from edgebuild.runtime.base.json_object import JsonObject
+from edgebuild.runtime.base.model_outputs import OBB_NMS_OUTPUTS
 from edgebuild.runtime.base.recipe import RecipeTask
 from edgebuild.runtime.base.vision import (
     INSTANCE_NMS_OUTPUTS,
     NMS_OUTPUTS,
-    OBB_NMS_OUTPUTS,
     DetectionParams,
     best_first_cut,
     check_detection_outputs,

@@ -50,6 +50,7 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.bench.bench_request import measure_request
+from edgebuild.runtime.bench.schema import SCHEMA
 from edgebuild.runtime.bench.sustained import DEFAULT_WINDOW, drift_of, parse_duration, windows_of
 from edgebuild.runtime.bench.tegrastats import (  # noqa: F401 (parse_tegrastats, summarize_tegrastats: read from here too)
     TegrastatsSampler,
@@ -62,9 +63,8 @@ from edgebuild.runtime.engines import device
 from edgebuild.runtime.engines.backends import Runner
 from edgebuild.runtime.engines.backends.select import load_backend
 
-__all__ = ["SCHEMA", "input_shapes", "run_bench"]
+__all__ = ["input_shapes", "run_bench"]
 
-SCHEMA = "edgebuild.bench/1"
 Z_95 = 1.96
 
 

@@ -37,7 +37,7 @@ from edgebuild.runtime.base.task_decode import decode_instance_outputs, instance
 from edgebuild.runtime.base.vision import decode_outputs, prototype_masks
 from edgebuild.runtime.engines.backends import Runner
 
-__all__ = ["ACCEPTANCE_FILE"]
+__all__ = []
 
 Found = Tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes [K, 4], scores [K], labels [K]
 #: a task's detections: boxes, scores, labels and pose's ``keypoints`` [K, kpts, D] or segmentation's ``masks``

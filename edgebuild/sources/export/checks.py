@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from edgebuild.errors import ExportError
 from edgebuild.sources.export.tool_output import first_line, hide_path, quiet
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx
 
     from edgebuild.project.config import Project
@@ -154,6 +153,7 @@ def output_tolerance(atol: float, want: np.ndarray) -> float:
     such exports. Scaled by the peak, atol stays 1e-4 for outputs within +-1 and becomes 0.064 px at 640
     px, while a real divergence (a wrong operator, a wrong constant: errors of a percent of the scale and
     more) still fails."""
+    import numpy as np
     peak = float(np.abs(want).max(initial=0.0)) if want.size else 0.0
     return atol * max(1.0, peak if np.isfinite(peak) else 1.0)
 
@@ -161,6 +161,8 @@ def output_tolerance(atol: float, want: np.ndarray) -> float:
 def parity_results(project: Project, reference: dict[str, tuple[dict, dict]], runner: Runner) -> list[OutputParity]:
     """Every output at every shape within ``output_tolerance(atol, torch) + rtol * |torch|`` (the absolute
     part scaled by each output's own magnitude), run with an OnnxRuntimeRunner."""
+    import numpy as np
+
     from edgebuild.runtime.base.vision import NMS_OUTPUTS
     from edgebuild.sources.export.nms_graph import detections_mismatch
 
@@ -208,6 +210,7 @@ def mismatch_lines(bad: list[OutputParity]) -> list[str]:
 
 def _compare(which: str, shapes: dict, name: str, want: np.ndarray, got: np.ndarray | None,
              atol: float, rtol: float) -> OutputParity:
+    import numpy as np
     if got is None:
         return OutputParity(which, shapes, name, float("inf"), float("inf"), False, "missing from the ONNX outputs")
     if got.shape != want.shape:

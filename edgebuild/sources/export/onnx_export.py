@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from edgebuild.content import atomic_output_dir, digest, file_sha256, tool_versions
 from edgebuild.errors import ExportError
 from edgebuild.jsontypes import JsonObject
@@ -243,6 +241,7 @@ def _dynamic_axis_names(project: Project) -> dict[str, dict[str, str]]:
 
 def _example_args(project: Project) -> tuple[torch.Tensor, ...]:
     """Inputs at the opt shape, with dynamic axes of size 1 made 2 so no exporter specialises them."""
+    import numpy as np
     import torch
 
     from edgebuild.sources.entry_point import example_inputs

@@ -24,7 +24,6 @@ from edgebuild.errors import CapabilityMissing, EdgebuildError
 from edgebuild.runtime.base.files import atomic_write_bytes
 from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, RECIPE_FILE, Recipe
-from edgebuild.runtime.engines import device
 
 __all__ = ["load_backend"]
 
@@ -66,6 +65,7 @@ def load_backend(folder: Path, choice: str = "auto", engine_cache: Optional[Path
 def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
                     progress: Progress) -> Tuple[Any, str]:
     """The folder's engine, or the one built here from its recipe into the engine cache."""
+    from edgebuild.runtime.engines import device  # not at the top: every host command imports BACKENDS from here
     from edgebuild.runtime.engines.backends.tensorrt import TensorRTRunner
 
     facts = device.probe()

@@ -60,3 +60,16 @@ def test_a_new_file_is_readable_like_any_other(tmp_path: Path) -> None:
     reference = tmp_path / "plain"
     reference.write_bytes(b"x")
     assert path.stat().st_mode == reference.stat().st_mode
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_only_a_durable_write_is_fsynced(tmp_path: Path, monkeypatch, durable: bool) -> None:
+    """durable=False (a build report, rebuilt from the records): the same rename, no fsync of the file or folder."""
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    path = tmp_path / "index.html"
+    path.write_text("old")
+    atomic_write_text(path, "new", durable=durable)
+    assert path.read_text() == "new" and os.listdir(tmp_path) == ["index.html"]
+    assert len(synced) == (2 if durable else 0)  # the file, then its folder

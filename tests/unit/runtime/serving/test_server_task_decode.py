@@ -16,10 +16,10 @@ from onnx import TensorProto, helper
 
 from edgebuild.accuracy.task_decode import decode_instances
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
+from edgebuild.runtime.base.model_outputs import INSTANCE_NMS_OUTPUTS, OBB_NMS_OUTPUTS
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 from edgebuild.runtime.base.recipe import Recipe, RecipeTask, RuntimeSettings
 from edgebuild.runtime.base.task_decode import INSTANCE_PRE_NMS_TOP_K
-from edgebuild.runtime.base.vision import INSTANCE_NMS_OUTPUTS, OBB_NMS_OUTPUTS
 from edgebuild.runtime.serving.server import Server
 from edgebuild.runtime.serving.service import answer_forms
 from tests.support.runtime_artifacts import TARGET, Client, recipe_for
