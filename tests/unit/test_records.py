@@ -44,7 +44,6 @@ PENDING = {
     "edgebuild/workflows/init/project_file.py _Model.postprocess",
     "edgebuild/workflows/validate.py DeviceValidation.records",
     "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
-    "edgebuild/runtime/base/recipe.py Recipe.accepted",
 }
 
 
@@ -160,8 +159,13 @@ def test_the_recipe_reads_back_what_it_wrote(tmp_path: Path) -> None:
                       "postprocess": {"in_model": True, "max_detections": 100},
                       "preprocess": {"input_size": [64, 48], "resize": "letterbox", "pad_value": 114,
                                      "channel_order": "RGB", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}
+    # the device's measurement of a device-built engine, as devices.engines.Acceptance.shown() wrote it
+    stored["accepted"] = {"candidate": "fp16", "plan_sha256": "ab", "where": "ssh://nvidia@orin-01",
+                          "backend": "tensorrt 10.3.0.30", "metric": "mAP50-95", "value": 0.51, "images": 200,
+                          "reference": 0.52, "retention": 0.98}
     recipe = Recipe.from_dict(json.loads(json.dumps(stored)))
     assert recipe.limits.name == "orin-nano-8gb" and recipe.limits.cpuset == "2-5"
+    assert recipe.accepted is not None and recipe.accepted.retention == 0.98
     assert recipe.task is not None and recipe.task.preprocess.input_size == (64, 48)
     _same_json(recipe.to_dict(), stored)
 
