@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edgebuild.accuracy.gate import GateResult
+from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.shipping.ota import PackageRecord
@@ -34,11 +35,8 @@ PENDING = {
     "edgebuild/datasets/images.py CocoSet.ground_truth",
     "edgebuild/project/template.py FoundProject.postprocess",
     "edgebuild/report/build_report.py BuildReport.bench",
-    "edgebuild/report/build_report.py BuildReport.fleet_bench",
     "edgebuild/sources/onnx_file.py OnnxModelRecord.ultralytics",
     "edgebuild/workflows/bench.py Benched.result",
-    "edgebuild/workflows/bench.py Benched.comparison",
-    "edgebuild/workflows/bench.py FleetBench.summary",
     "edgebuild/workflows/farm.py FarmStatus.places",
     "edgebuild/workflows/init/project_file.py _Model.ultralytics",
     "edgebuild/workflows/init/project_file.py _Model.postprocess",
@@ -194,3 +192,23 @@ def test_the_package_record_reads_back_what_it_wrote() -> None:
     _same_json(record.as_dict(), stored)
     bare = {**stored, "accepted": None, "models": None}
     _same_json(PackageRecord.from_dict(bare).as_dict(), bare)
+
+
+def test_the_bench_comparison_and_fleet_summary_read_back_what_they_wrote() -> None:
+    comparison = {"forced_over": ["different backends (a then, b now)"], "rows": [
+        {"batch": 1, "concurrency": 1, "figure": "p50_ms", "baseline": 10.0, "current": 9.0, "change_pct": -10.0,
+         "better": True},
+        {"batch": 1, "concurrency": 1, "figure": "p99_ms", "baseline": 10.0, "current": 10.0, "change_pct": 0.0,
+         "better": None}]}
+    typed = BenchComparison.from_dict(comparison)
+    assert typed.rows[0].better is True and typed.rows[1].better is None
+    _same_json(typed.as_dict(), comparison)
+    fleet = {"schema": "edgebuild.bench-fleet/1", "groups": [
+        {"group": "belts", "board": "orin-1", "url": "ssh://b", "retried_from": None, "error": None,
+         "target": "orin-nano-8gb@6.2", "precision": "int8", "backend": "tensorrt 10.3.0.30", "power_mode": "MAXN",
+         "cold_start_s": None, "configs": [{"batch": 1, "concurrency": 1, "p50_ms": 2.25, "p99_ms": 3.5,
+                                            "throughput_ips": 440.0}]},
+        {"group": "cams", "board": "", "url": "", "retried_from": "orin-2", "error": "no board free"}]}
+    summary = FleetBenchSummary.from_dict(fleet)
+    assert [g.group for g in summary.measured] == ["belts"] and summary.groups[1].configs is None
+    _same_json(summary.as_dict(), fleet)
