@@ -236,7 +236,7 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
     with farm_usage():
         status = farm_status(project_dir, farm_address, progress=cli.say)
     if as_json:
-        click.echo(render.as_json({"coordinator": status.coordinator, "places": status.places,
+        click.echo(render.as_json({"coordinator": status.coordinator, "places": [p.as_dict() for p in status.places],
                                    "unserved_groups": list(status.unserved)}))
     else:
         click.echo(render.farm_status_text(status))

@@ -17,6 +17,8 @@ from edgebuild.sources.export.onnx_export import ExportRecord
 from edgebuild.sources.onnx_file import read_model_record
 from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import GroupFacts
+from edgebuild.workflows.farm import FarmPlace
+from edgebuild.workflows.validate import GroupOnDevice
 from tests.support.runtime_artifacts import TARGET, recipe_for, write_artifact
 
 PACKAGE = Path(__file__).resolve().parents[2] / "edgebuild"
@@ -37,10 +39,8 @@ PENDING = {
     "edgebuild/report/build_report.py BuildReport.bench",
     "edgebuild/sources/onnx_file.py OnnxModelRecord.ultralytics",
     "edgebuild/workflows/bench.py Benched.result",
-    "edgebuild/workflows/farm.py FarmStatus.places",
     "edgebuild/workflows/init/project_file.py _Model.ultralytics",
     "edgebuild/workflows/init/project_file.py _Model.postprocess",
-    "edgebuild/workflows/validate.py DeviceValidation.records",
     "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
 }
 
@@ -212,3 +212,21 @@ def test_the_bench_comparison_and_fleet_summary_read_back_what_they_wrote() -> N
     summary = FleetBenchSummary.from_dict(fleet)
     assert [g.group for g in summary.measured] == ["belts"] and summary.groups[1].configs is None
     _same_json(summary.as_dict(), fleet)
+
+
+def test_a_farm_place_and_a_group_measured_on_a_device_read_back_what_they_wrote() -> None:
+    place = {"place": "agx-orin-1", "tags": {"module": "agx-orin-64gb"}, "serves": ["dock"], "held_by": "test/tester",
+             "reservation": None}
+    _same_json(FarmPlace.from_dict(place).as_dict(), place)
+    device = {"tensorrt": "10.3.0.30", "tensorrt_problem": "", "compute_capability": "8.7", "l4t": "36.4.3",
+              "compatible": ["nvidia,p3768-0000+p3767-0005", "nvidia,tegra234"], "python": "3.10.12",
+              "machine": "aarch64"}
+    row = {"group": "sorters", "candidate": "fp16", "metric": "top-1", "value": 0.98, "retention": 0.99,
+           "passed": True, "backend": "tensorrt 10.3.0.30", "backend_reason": "the engine fits", "images": 200,
+           "inference_s": 1.25, "device": device, "sent": ["2 model file(s)"], "url": "ssh://nvidia@orin-01"}
+    typed = GroupOnDevice.from_dict(row)
+    assert typed.device is not None and typed.device.compatible[-1] == "nvidia,tegra234" and typed.board is None
+    _same_json(typed.as_dict(), row)
+    on_farm = {**row, "device": None, "board": "orin-nano-1", "retried_from": None}
+    assert GroupOnDevice.from_dict(on_farm).board == "orin-nano-1"
+    _same_json(GroupOnDevice.from_dict(on_farm).as_dict(), on_farm)
