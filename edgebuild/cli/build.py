@@ -271,9 +271,11 @@ def validate_command(cli: CliContext, project_dir: Path, selector: str, force: b
 def _show_device_validation(done: DeviceValidation, *, farm: bool, as_json: bool) -> None:
     if as_json:
         click.echo(render.as_json(
-            {"farm": done.where, "reference_value": done.gate.reference_value, "groups": done.records,
+            {"farm": done.where, "reference_value": done.gate.reference_value,
+             "groups": [r.as_dict() for r in done.records],
              "jobs": [j.as_dict() for j in done.jobs]} if farm else
-            {"device": done.where, "reference_value": done.gate.reference_value, "groups": done.records}))
+            {"device": done.where, "reference_value": done.gate.reference_value,
+             "groups": [r.as_dict() for r in done.records]}))
     else:
         click.echo(render.device_validation_text(done, farm=farm))
     if len(done.failed_jobs) > 1:

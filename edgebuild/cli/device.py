@@ -104,7 +104,7 @@ def _bench_on_farm(cli: CliContext, project_dir: Path, selector: str, address: s
                              summary_file=json_file, progress=cli.say)
     click.echo(fleet_table(done.summary))
     click.echo(f"results: {done.results}/<group>.json; fleet summary: {done.summary_path}")
-    if plot_file and done.summary["groups"]:
+    if plot_file and done.summary.groups:
         click.echo(f"plot: {fleet_plot(done.summary, plot_file)}")
     for job in done.failed_jobs:
         click.echo(f"{job.group}: FAILED on {job.board or 'no board'}: {job.error}", err=True)
@@ -236,7 +236,7 @@ def farm_status_command(cli: CliContext, project_dir: Path, farm_address: str | 
     with farm_usage():
         status = farm_status(project_dir, farm_address, progress=cli.say)
     if as_json:
-        click.echo(render.as_json({"coordinator": status.coordinator, "places": status.places,
+        click.echo(render.as_json({"coordinator": status.coordinator, "places": [p.as_dict() for p in status.places],
                                    "unserved_groups": list(status.unserved)}))
     else:
         click.echo(render.farm_status_text(status))

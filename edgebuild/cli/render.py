@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
     from edgebuild.workflows.project import Checked
-    from edgebuild.workflows.validate import DeviceValidation
+    from edgebuild.workflows.validate import DeviceValidation, GroupOnDevice
     from edgebuild.workflows.work import CompileWork
 
 __all__ = []
@@ -317,32 +317,32 @@ def device_validation_text(done: DeviceValidation, *, farm: bool = False) -> str
         head = (f"on the farm at {done.where}: {gate.metric} of each group's model folder on a board of its "
                 f"profile, {against} (jobs: {done.jobs_file})")
     else:
-        facts = done.records[0]["device"] if done.records else {}
-        board = facts.get("compatible", ["?"])[0] if facts.get("compatible") else "no device tree"
+        facts = done.records[0].device if done.records else None
+        board = facts.compatible[0] if facts is not None and facts.compatible else "no device tree"
         head = (f"on {done.where} ({board}, "
-                f"L4T {facts.get('l4t') or '-'}, TensorRT {facts.get('tensorrt') or 'none'}): {gate.metric} of each "
-                f"group's model folder, {against}")
+                f"L4T {facts and facts.l4t or '-'}, TensorRT {facts and facts.tensorrt or 'none'}): {gate.metric} "
+                f"of each group's model folder, {against}")
     lines = [head, evaluation_table(done.records, gate.metric, boards=farm), *baseline_lines(gate)]
     lines += [f"{j.group}: {j.retried_from} stopped answering; ran on {j.board or 'no board'}"
               for j in done.jobs if j.retried_from]
     return "\n".join(lines)
 
 
-def evaluation_table(records: list[JsonObject], metric: str, boards: bool = False) -> str:
-    rows = [([r["group"]] + ([r.get("board", "")] if boards else []) +
-             [r["candidate"], f"{r['value']:.4f}", f"{r['retention']:.3f}", "pass" if r["passed"] else "FAIL",
-              r["backend"], f"{r['inference_s']:.2f}"]) for r in records]
+def evaluation_table(records: list[GroupOnDevice], metric: str, boards: bool = False) -> str:
+    rows = [([r.group] + ([r.board or ""] if boards else []) +
+             [r.candidate, f"{r.value:.4f}", f"{r.retention:.3f}", "pass" if r.passed else "FAIL",
+              r.backend, f"{r.inference_s:.2f}"]) for r in records]
     lines = [table(rows, ["group"] + (["board"] if boards else []) +
                    ["candidate", metric, "retention", "gate", "backend", "inference s"])]
-    lines += [f"{r['group']}: {r['backend_reason']}" for r in records if not r["backend"].startswith("tensorrt")]
+    lines += [f"{r.group}: {r.backend_reason}" for r in records if not r.backend.startswith("tensorrt")]
     return "\n".join(lines)
 
 
 # -- the farm -------------------------------------------------------------------------------------
 
 def farm_status_text(status: FarmStatus) -> str:
-    rows = [[p["place"], " ".join(f"{k}={v}" for k, v in sorted(p["tags"].items())) or "-",
-             ", ".join(p["serves"]) or "-", p["held_by"] or "free"] for p in status.places]
+    rows = [[p.place, " ".join(f"{k}={v}" for k, v in sorted(p.tags.items())) or "-",
+             ", ".join(p.serves) or "-", p.held_by or "free"] for p in status.places]
     lines = [f"farm at {status.coordinator}: {len(status.places)} place(s)",
              table(rows, ["place", "tags", "fleet groups", "held by"])]
     lines += [f"{name}: no place tagged {' '.join(f'{k}={v}' for k, v in tags.items())}"

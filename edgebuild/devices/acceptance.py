@@ -31,7 +31,7 @@ from edgebuild.devices.placement import candidate_order, decide_placement, shipp
 from edgebuild.devices.recipes import acceptance_payload, builder_settings
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.files import atomic_write_bytes
-from edgebuild.runtime.base.recipe import ENGINE_JSON, Recipe
+from edgebuild.runtime.base.recipe import ENGINE_JSON, Recipe, RecipeAcceptance
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -205,9 +205,9 @@ def _record_acceptance(folder: Path, measured: Acceptance) -> None:
     if described.get("accepted") != shown:
         described["accepted"] = shown
         atomic_write_bytes(folder / ENGINE_JSON, json.dumps(described, indent=2, default=str).encode())
-    recipe = Recipe.load(folder)
-    if recipe.accepted != shown:
-        replace(recipe, accepted=shown).save(folder)
+    recipe, accepted = Recipe.load(folder), RecipeAcceptance.from_dict(shown)
+    if recipe.accepted != accepted:
+        replace(recipe, accepted=accepted).save(folder)
 
 
 def _evaluate_here(project: Project, folder: Path, data: ValidationSet) -> Evaluation:

@@ -14,6 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgebuild.devices.bench_records import (
+    BenchComparison,
+    ComparedFigure,
+    FleetBenchConfig,
+    FleetBenchGroup,
+    FleetBenchSummary,
+)
 from edgebuild.errors import ConfigError, EdgebuildError, RemoteError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.runtime import options as device_options
@@ -311,52 +318,51 @@ def plot(result: JsonObject, path: Path) -> Path:
 
 # -- the fleet (bench --farm) ---------------------------------------------------------------------
 
-def fleet_summary(results: list[Any]) -> JsonObject:
+def fleet_summary(results: list[Any]) -> FleetBenchSummary:
     """One row per group from the farm's job results: board, backend, cold start, each configuration."""
     groups = []
     for r in results:
-        row: JsonObject = {"group": r.group, "board": r.board, "url": r.url, "retried_from": r.retried_from,
-                               "error": str(r.error) if r.error else None}
+        job = FleetBenchGroup(r.group, r.board, r.url, r.retried_from, str(r.error) if r.error else None)
         if r.error is None:
             result = r.result
-            row.update(target=result["artifact"]["target"], precision=result["artifact"]["precision"],
-                       backend=result["backend"], power_mode=power_mode(result),
-                       cold_start_s=result["cold_start"]["process_to_first_result_s"],
-                       configs=[{"batch": c["batch"], "concurrency": c["concurrency"],
-                                 "p50_ms": c["latency"]["p50_ms"], "p99_ms": c["latency"]["p99_ms"],
-                                 "throughput_ips": c["throughput_ips"]} for c in result["configs"]])
-        groups.append(row)
-    return {"schema": "edgebuild.bench-fleet/1", "groups": groups}
+            job = FleetBenchGroup(
+                job.group, job.board, job.url, job.retried_from, None, target=result["artifact"]["target"],
+                precision=result["artifact"]["precision"], backend=result["backend"], power_mode=power_mode(result),
+                cold_start_s=result["cold_start"]["process_to_first_result_s"],
+                configs=[FleetBenchConfig(c["batch"], c["concurrency"], c["latency"]["p50_ms"], c["latency"]["p99_ms"],
+                                          c["throughput_ips"]) for c in result["configs"]])
+        groups.append(job)
+    return FleetBenchSummary(groups)
 
 
-def fleet_table(summary: JsonObject) -> str:
+def fleet_table(summary: FleetBenchSummary) -> str:
     headers = ["group", "board", "target", "precision", "backend", "power mode", "cold s", "batch", "conc",
                "p50 ms", "p99 ms", "img/s"]
     rows = []
-    for g in summary["groups"]:
-        if g["error"]:
-            rows.append([g["group"], g["board"] or "-", "FAILED", "", "", "", "", "", "", "", "", ""])
+    for g in summary.groups:
+        if g.error or g.configs is None:
+            rows.append([g.group, g.board or "-", "FAILED", "", "", "", "", "", "", "", "", ""])
             continue
-        for c in g["configs"]:
-            rows.append([g["group"], g["board"], g["target"], g["precision"], g["backend"], g["power_mode"],
-                         f"{g['cold_start_s']}", str(c["batch"]), str(c["concurrency"]), f"{c['p50_ms']:.3f}",
-                         f"{c['p99_ms']:.3f}", f"{c['throughput_ips']:.1f}"])
+        for c in g.configs:
+            rows.append([g.group, str(g.board), str(g.target), str(g.precision), str(g.backend), str(g.power_mode),
+                         f"{g.cold_start_s}", str(c.batch), str(c.concurrency), f"{c.p50_ms:.3f}",
+                         f"{c.p99_ms:.3f}", f"{c.throughput_ips:.1f}"])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
 
 
-def fleet_plot(summary: JsonObject, path: Path) -> Path:
+def fleet_plot(summary: FleetBenchSummary, path: Path) -> Path:
     """A PNG: p50 and p99 latency per group (batch 1 where measured, else the first configuration)."""
     plt = _pyplot()
-    measured = [g for g in summary["groups"] if not g["error"]]
-    picked = [next((c for c in g["configs"] if c["batch"] == 1), g["configs"][0]) for g in measured]
-    labels = [f"{g['group']}\n{g['board']}\n{g['backend'].split()[0]}" for g in measured]
+    measured = [g for g in summary.measured if g.configs]
+    picked = [next((c for c in g.configs or () if c.batch == 1), (g.configs or [])[0]) for g in measured]
+    labels = [f"{g.group}\n{g.board}\n{str(g.backend).split()[0]}" for g in measured]
     figure, axis = plt.subplots(figsize=(max(6, 1.6 * len(measured)), 4.5))
     positions = range(len(measured))
-    axis.bar([p - 0.2 for p in positions], [c["p50_ms"] for c in picked], width=0.4, label="p50")
-    axis.bar([p + 0.2 for p in positions], [c["p99_ms"] for c in picked], width=0.4, label="p99")
+    axis.bar([p - 0.2 for p in positions], [c.p50_ms for c in picked], width=0.4, label="p50")
+    axis.bar([p + 0.2 for p in positions], [c.p99_ms for c in picked], width=0.4, label="p99")
     axis.set_xticks(list(positions), labels, fontsize=8)
     axis.set(ylabel="latency (ms)", title="latency per fleet group on its own board")
     axis.legend()
@@ -365,7 +371,7 @@ def fleet_plot(summary: JsonObject, path: Path) -> Path:
 
 # -- comparing ------------------------------------------------------------------------------------
 
-def compare(current: JsonObject, baseline: JsonObject, *, force: bool = False) -> JsonObject:
+def compare(current: JsonObject, baseline: JsonObject, *, force: bool = False) -> BenchComparison:
     """Per configuration both runs have, the change in each figure; refuses unlike runs unless forced."""
     problems = []
     if current["artifact"]["files"] != baseline["artifact"]["files"]:
@@ -390,23 +396,23 @@ def compare(current: JsonObject, baseline: JsonObject, *, force: bool = False) -
             then = before["throughput_ips"] if figure == "throughput_ips" else before["latency"][figure]
             change = (now - then) / then * 100 if then else float("inf")
             improved = change < 0 if better == "lower" else change > 0
-            rows.append({"batch": c["batch"], "concurrency": c["concurrency"], "figure": figure, "baseline": then,
-                         "current": now, "change_pct": round(change, 2), "better": improved if change else None})
+            rows.append(ComparedFigure(c["batch"], c["concurrency"], figure, then, now, round(change, 2),
+                                       improved if change else None))
     if not rows:
         raise ConfigError("the runs share no (batch, concurrency) configuration to compare",
                           hint="rerun with the baseline's --batch and --concurrency")
-    return {"forced_over": problems, "rows": rows}
+    return BenchComparison(problems, rows)
 
 
-def comparison_table(comparison: JsonObject) -> str:
+def comparison_table(comparison: BenchComparison) -> str:
     lines = []
-    if comparison["forced_over"]:
-        lines.append("compared with --force over: " + "; ".join(comparison["forced_over"]))
+    if comparison.forced_over:
+        lines.append("compared with --force over: " + "; ".join(comparison.forced_over))
     lines.append(f"{'batch':>5} {'conc':>4} {'figure':<15} {'baseline':>10} {'now':>10} {'change':>8}")
-    for r in comparison["rows"]:
-        mark = "" if r["better"] is None else (" better" if r["better"] else " worse")
-        lines.append(f"{r['batch']:>5} {r['concurrency']:>4} {r['figure']:<15} {r['baseline']:>10.3f} "
-                     f"{r['current']:>10.3f} {r['change_pct']:>+7.1f}%{mark}")
+    for r in comparison.rows:
+        mark = "" if r.better is None else (" better" if r.better else " worse")
+        lines.append(f"{r.batch:>5} {r.concurrency:>4} {r.figure:<15} {r.baseline:>10.3f} "
+                     f"{r.current:>10.3f} {r.change_pct:>+7.1f}%{mark}")
     return "\n".join(lines)
 
 

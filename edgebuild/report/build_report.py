@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from edgebuild.devices.bench_records import FLEET_SCHEMA, FleetBenchSummary
 from edgebuild.errors import ConfigError, EdgebuildError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.budget import PredictedLatency
@@ -80,7 +81,7 @@ class BuildReport:
     units: tuple[GroupFacts, ...]  # the fleet groups (SelectedGroup.describe())
     stages: tuple[tuple[str, tuple[Run, ...]], ...]  # stage name -> its runs, in compile order
     bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
-    fleet_bench: JsonObject | None = None  # build/bench/fleet.json (bench --farm)
+    fleet_bench: FleetBenchSummary | None = None  # build/bench/fleet.json (bench --farm)
     bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
     latency: PredictedLatency | None = None  # the budget stage's predicted latency per group
     measured: tuple[LatencyCheck, ...] = ()  # build/latency/<group>.json: device measurements and predictions
@@ -175,7 +176,7 @@ def _stored_record(build_dir: Path, stage: str, group: str | None, project: str)
     return stored.result if stored is not None else None
 
 
-def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], JsonObject | None, tuple]:
+def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], FleetBenchSummary | None, tuple]:
     from edgebuild.runtime.bench.schema import SCHEMA
 
     folder = BuildLayout(build_dir).bench
@@ -187,8 +188,8 @@ def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], JsonObject | None, 
             continue
         if isinstance(data, dict) and data.get("schema") == SCHEMA:
             results.append(data)
-        elif isinstance(data, dict) and data.get("schema") == "edgebuild.bench-fleet/1":
-            fleet = data
+        elif isinstance(data, dict) and data.get("schema") == FLEET_SCHEMA:
+            fleet = FleetBenchSummary.from_dict(data)
     pngs = tuple((p.name, p.read_bytes()) for p in sorted(folder.glob("*.png"))
                  if folder.is_dir() and p.stat().st_size <= MAX_EMBEDDED_PNG)
     return tuple(results), fleet, pngs
@@ -339,14 +340,12 @@ def bench_rows(report: BuildReport) -> list[list[str]]:
                          str(c.get("batch")), str(c.get("concurrency")), f"{lat.get('p50_ms', 0):.3f}",
                          f"{lat.get('p99_ms', 0):.3f}", f"{c.get('throughput_ips', 0):.1f}"])
     if report.fleet_bench and not rows:  # the per-group results carry the same; the fleet file only when alone
-        for g in report.fleet_bench.get("groups", []):
-            if g.get("error"):
-                rows.append([g["group"], g.get("board") or "-", "FAILED: " + _first_line(g["error"]), "", "", "", "",
-                             "", ""])
-            for c in g.get("configs", []) if not g.get("error") else []:
-                rows.append([g["group"], g.get("board") or "?", g.get("backend", "?"), g.get("precision", "?"),
-                             str(c["batch"]), str(c["concurrency"]), f"{c['p50_ms']:.3f}", f"{c['p99_ms']:.3f}",
-                             f"{c['throughput_ips']:.1f}"])
+        for g in report.fleet_bench.groups:
+            if g.error:
+                rows.append([g.group, g.board or "-", "FAILED: " + _first_line(g.error), "", "", "", "", "", ""])
+            for c in g.configs or [] if not g.error else []:
+                rows.append([g.group, g.board or "?", g.backend or "?", g.precision or "?", str(c.batch),
+                             str(c.concurrency), f"{c.p50_ms:.3f}", f"{c.p99_ms:.3f}", f"{c.throughput_ips:.1f}"])
     return rows
 
 

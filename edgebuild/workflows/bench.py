@@ -12,6 +12,7 @@ from edgebuild.text import Progress
 from edgebuild.workflows.work import compiled_artifact, compiled_folders, is_compiled, load_work
 
 if TYPE_CHECKING:
+    from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
     from edgebuild.devices.farm import JobResult
     from edgebuild.errors import EdgebuildError
 
@@ -23,7 +24,7 @@ __all__ = ["bench_artifact", "bench_on_farm"]
 class Benched:
     artifact: Path
     result: JsonObject  # schema edgebuild.bench/1
-    comparison: JsonObject | None = None  # against the baseline, when one was given and comparable
+    comparison: BenchComparison | None = None  # against the baseline, when one was given and comparable
     error: EdgebuildError | None = None  # why the baseline was not compared, raised after the result is shown
     recorded: tuple[Path, ...] = ()  # build/latency/<group>.json: the measurements next to their predictions
 
@@ -77,7 +78,7 @@ def check_durations(options: JsonObject) -> None:
 @dataclass(frozen=True)
 class FleetBench:
     results: Path  # build/bench: <group>.json per group measured
-    summary: JsonObject  # schema edgebuild.bench-fleet/1
+    summary: FleetBenchSummary  # schema edgebuild.bench-fleet/1
     summary_path: Path
     jobs: list[JobResult]
 
@@ -126,6 +127,6 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
             record_measured(project_dir, folders[r.group], r.result, source="bench --farm", progress=progress)
     summary = fleet_summary(results)
     summary_path = summary_file or layout.bench_summary
-    atomic_write_text(summary_path, json.dumps(summary, indent=2))
+    atomic_write_text(summary_path, json.dumps(summary.as_dict(), indent=2))
     write_jobs_file(layout.farm_jobs("bench"), results)
     return FleetBench(out, summary, summary_path, results)

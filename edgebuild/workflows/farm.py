@@ -5,7 +5,7 @@ The fan-out both ``validate --farm`` and ``bench --farm`` run is ``devices.farm.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgebuild.jsontypes import JsonObject
@@ -14,11 +14,28 @@ from edgebuild.text import Progress
 __all__ = ["FarmStatus", "farm_status"]
 
 
+@dataclass(frozen=True)
+class FarmPlace:
+    """One place of the farm, as ``farm status`` shows it."""
+
+    place: str
+    tags: dict[str, str]
+    serves: list[str]  # the project's fleet groups a board of these tags can serve
+    held_by: str | None  # HOST/USER holding it
+    reservation: str | None
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> FarmPlace:
+        return cls(**data)
+
 
 @dataclass(frozen=True)
 class FarmStatus:
     coordinator: str
-    places: list[JsonObject]  # place, tags, serves (fleet groups), held_by, reservation
+    places: list[FarmPlace]
     unserved: dict[str, dict[str, str]]  # fleet groups no place can serve -> the tags a board for them needs
 
 
@@ -34,8 +51,7 @@ def farm_status(project_dir: Path, address: str | None = None, *, progress: Prog
         places = farm.places()
     finally:
         farm.disconnect()
-    records: list[JsonObject] = [
-        {"place": p.name, "tags": p.tags, "serves": [g.name for g in groups if p.has_tags(target_tags(g))],
-         "held_by": p.acquired, "reservation": p.reservation} for p in places]
-    unserved = {g.name: target_tags(g) for g in groups if not any(g.name in r["serves"] for r in records)}
+    records = [FarmPlace(p.name, p.tags, [g.name for g in groups if p.has_tags(target_tags(g))], p.acquired,
+                         p.reservation) for p in places]
+    unserved = {g.name: target_tags(g) for g in groups if not any(g.name in r.serves for r in records)}
     return FarmStatus(farm.coordinator, records, unserved)

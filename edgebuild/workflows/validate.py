@@ -9,11 +9,12 @@ caller raises after showing them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.jsontypes import JsonObject
+from edgebuild.runtime.engines.device import DeviceFacts
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
 from edgebuild.text import Progress
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["DeviceValidation"]
+__all__ = ["DeviceValidation", "GroupOnDevice"]
 
 
 
@@ -57,6 +58,44 @@ def validate_here(project_dir: Path, selector: str, *, force: bool = False, back
 
 # -- on devices ---------------------------------------------------------------------------------
 
+#: a --farm row's keys, after the measurement's: absent from a --device row
+_ON_FARM = ("board", "retried_from")
+
+
+@dataclass(frozen=True)
+class GroupOnDevice:
+    """One group's model folder measured on a device: the row ``validate --device`` and ``--farm`` show."""
+
+    group: str
+    candidate: str
+    metric: str
+    value: float
+    retention: float
+    passed: bool
+    backend: str
+    backend_reason: str
+    images: int
+    inference_s: float
+    device: DeviceFacts | None  # what the device said of itself
+    sent: list[str]  # what was copied to it (nothing: it had the model folder and inputs)
+    url: str
+    #: --farm: the board it ran on (None: a --device row, and the two keys are left out of the JSON)
+    board: str | None = None
+    retried_from: str | None = None  # --farm: the board that stopped answering first
+
+    def as_dict(self) -> JsonObject:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _ON_FARM}
+        data["device"] = self.device.as_dict() if self.device is not None else None
+        if self.board is not None:
+            data.update(board=self.board, retried_from=self.retried_from)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> GroupOnDevice:
+        device = data.get("device")
+        return cls(**{**data, "device": DeviceFacts.from_dict(device) if device is not None else None})
+
+
 @dataclass(frozen=True)
 class DeviceValidation:
     """Each group's model folder measured on a device (``records``: one row per group)."""
@@ -64,7 +103,7 @@ class DeviceValidation:
     where: str  # the device's ssh:// URL, or the farm's coordinator
     gate: GateResult  # the FP32 reference and the policy every row was judged by
     images: int  # validation images
-    records: list[JsonObject]
+    records: list[GroupOnDevice]
     jobs: list[JobResult] = field(default_factory=list)  # --farm: every job, failed ones included
     jobs_file: Path | None = None  # --farm: build/farm/validate.json
 
@@ -79,17 +118,16 @@ class DeviceValidation:
             return self.failed_jobs[0].error
         from edgebuild.errors import AccuracyGateError
 
-        refused = [r for r in self.records if self.gate.policy.refuses(r["retention"])]
+        refused = [r for r in self.records if self.gate.policy.refuses(r.retention)]
         if not refused:
             return None
         return AccuracyGateError("; ".join(
-            f"{r['group']} keeps {r['retention']:.3f} of the FP32 {r['metric']} on {r['url']} [{r['backend']}]"
-            for r in refused),
+            f"{r.group} keeps {r.retention:.3f} of the FP32 {r.metric} on {r.url} [{r.backend}]" for r in refused),
             hint="the engine loses more on the device than the gate allowed: try fp16 for that group")
 
 
 def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, folder: Path, url: str,
-                   data: ValidationSet, progress: Progress = lambda _: None) -> JsonObject:
+                   data: ValidationSet, progress: Progress = lambda _: None) -> GroupOnDevice:
     """One group's model folder measured on the device at ``url``: the row ``validate --device`` shows."""
     from edgebuild.devices.evaluation import evaluate_on_device
     from edgebuild.runtime.base.recipe import Recipe
@@ -97,10 +135,11 @@ def evaluate_group(project: Project, gate: GateResult, group: SelectedGroup, fol
     recipe = Recipe.load(folder)
     evaluation, answer = evaluate_on_device(project, folder, url, data=data, progress=progress)
     retention = gate.policy.retention(evaluation.value, gate.reference_value)
-    return {"group": group.name, "candidate": recipe.candidate, "metric": evaluation.metric,
-            "value": evaluation.value, "retention": retention, "passed": gate.policy.passes(retention),
-            "backend": evaluation.backend, "backend_reason": answer["backend_reason"], "images": evaluation.images,
-            "inference_s": answer["inference_s"], "device": answer["device"], "sent": answer["sent"], "url": url}
+    device = answer["device"]
+    return GroupOnDevice(group.name, recipe.candidate, evaluation.metric, evaluation.value, retention,
+                         gate.policy.passes(retention), evaluation.backend, answer["backend_reason"], evaluation.images,
+                         answer["inference_s"], DeviceFacts.from_dict(device) if device is not None else None,
+                         answer["sent"], url)
 
 
 def _engines(work: CompileWork, progress: Progress) -> tuple[GateResult, dict[str, Path], ValidationSet]:
@@ -146,8 +185,8 @@ def validate_on_farm(project_dir: Path, selector: str, address: str | None, *, j
         pass
     results = fan_out_groups(farm, work.groups, lambda g, board: evaluate_group(
         project, gate, g, folders[g.name], board.url, data, progress), max_jobs=jobs or project.farm.jobs)
-    records = [{**r.result, "board": r.board, "retried_from": r.retried_from} for r in results if r.error is None]
+    records = [replace(r.result, board=r.board, retried_from=r.retried_from) for r in results if r.error is None]
     path = write_jobs_file(BuildLayout.of(project).farm_jobs("validate"), results,
-                           {"reference_value": gate.reference_value, "groups": records,
+                           {"reference_value": gate.reference_value, "groups": [r.as_dict() for r in records],
                             "baseline": gate.baseline.as_dict() if gate.baseline else None})
     return DeviceValidation(farm.coordinator, gate, len(data), records, results, path)

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from edgebuild.accuracy.gate import GateResult
+from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.shipping.ota import PackageRecord
@@ -16,6 +17,8 @@ from edgebuild.sources.export.onnx_export import ExportRecord
 from edgebuild.sources.onnx_file import read_model_record
 from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import GroupFacts
+from edgebuild.workflows.farm import FarmPlace
+from edgebuild.workflows.validate import GroupOnDevice
 from tests.support.runtime_artifacts import TARGET, recipe_for, write_artifact
 
 PACKAGE = Path(__file__).resolve().parents[2] / "edgebuild"
@@ -27,24 +30,21 @@ BOUNDARY = {
     # the JSON an Ultralytics .engine file carries before the engine: Ultralytics' own free-form metadata,
     # shown by `inspect` as found and never read by key, so it stays the JSON it is
     "edgebuild/runtime/engines/engine_header.py EngineHeader.prefix_metadata",
+    # a detection, segmentation, pose or OBB set's ground truth in COCO form (read from COCO, YOLO or VOC
+    # files): the dict pycocotools/faster-coco-eval index as it is (accuracy.metrics.coco_ground_truth) and the
+    # task metrics score in the same COCO form, so it stays the COCO JSON those libraries take
+    "edgebuild/datasets/images.py CocoSet.ground_truth",
 }
 
 #: not typed yet (issue 44): each is to get a record of its own; an entry goes when its field is typed
 PENDING = {
-    "edgebuild/datasets/images.py CocoSet.ground_truth",
     "edgebuild/project/template.py FoundProject.postprocess",
     "edgebuild/report/build_report.py BuildReport.bench",
-    "edgebuild/report/build_report.py BuildReport.fleet_bench",
     "edgebuild/sources/onnx_file.py OnnxModelRecord.ultralytics",
     "edgebuild/workflows/bench.py Benched.result",
-    "edgebuild/workflows/bench.py Benched.comparison",
-    "edgebuild/workflows/bench.py FleetBench.summary",
-    "edgebuild/workflows/farm.py FarmStatus.places",
     "edgebuild/workflows/init/project_file.py _Model.ultralytics",
     "edgebuild/workflows/init/project_file.py _Model.postprocess",
-    "edgebuild/workflows/validate.py DeviceValidation.records",
     "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
-    "edgebuild/runtime/base/recipe.py Recipe.accepted",
 }
 
 
@@ -160,8 +160,13 @@ def test_the_recipe_reads_back_what_it_wrote(tmp_path: Path) -> None:
                       "postprocess": {"in_model": True, "max_detections": 100},
                       "preprocess": {"input_size": [64, 48], "resize": "letterbox", "pad_value": 114,
                                      "channel_order": "RGB", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}
+    # the device's measurement of a device-built engine, as devices.engines.Acceptance.shown() wrote it
+    stored["accepted"] = {"candidate": "fp16", "plan_sha256": "ab", "where": "ssh://nvidia@orin-01",
+                          "backend": "tensorrt 10.3.0.30", "metric": "mAP50-95", "value": 0.51, "images": 200,
+                          "reference": 0.52, "retention": 0.98}
     recipe = Recipe.from_dict(json.loads(json.dumps(stored)))
     assert recipe.limits.name == "orin-nano-8gb" and recipe.limits.cpuset == "2-5"
+    assert recipe.accepted is not None and recipe.accepted.retention == 0.98
     assert recipe.task is not None and recipe.task.preprocess.input_size == (64, 48)
     _same_json(recipe.to_dict(), stored)
 
@@ -190,3 +195,41 @@ def test_the_package_record_reads_back_what_it_wrote() -> None:
     _same_json(record.as_dict(), stored)
     bare = {**stored, "accepted": None, "models": None}
     _same_json(PackageRecord.from_dict(bare).as_dict(), bare)
+
+
+def test_the_bench_comparison_and_fleet_summary_read_back_what_they_wrote() -> None:
+    comparison = {"forced_over": ["different backends (a then, b now)"], "rows": [
+        {"batch": 1, "concurrency": 1, "figure": "p50_ms", "baseline": 10.0, "current": 9.0, "change_pct": -10.0,
+         "better": True},
+        {"batch": 1, "concurrency": 1, "figure": "p99_ms", "baseline": 10.0, "current": 10.0, "change_pct": 0.0,
+         "better": None}]}
+    typed = BenchComparison.from_dict(comparison)
+    assert typed.rows[0].better is True and typed.rows[1].better is None
+    _same_json(typed.as_dict(), comparison)
+    fleet = {"schema": "edgebuild.bench-fleet/1", "groups": [
+        {"group": "belts", "board": "orin-1", "url": "ssh://b", "retried_from": None, "error": None,
+         "target": "orin-nano-8gb@6.2", "precision": "int8", "backend": "tensorrt 10.3.0.30", "power_mode": "MAXN",
+         "cold_start_s": None, "configs": [{"batch": 1, "concurrency": 1, "p50_ms": 2.25, "p99_ms": 3.5,
+                                            "throughput_ips": 440.0}]},
+        {"group": "cams", "board": "", "url": "", "retried_from": "orin-2", "error": "no board free"}]}
+    summary = FleetBenchSummary.from_dict(fleet)
+    assert [g.group for g in summary.measured] == ["belts"] and summary.groups[1].configs is None
+    _same_json(summary.as_dict(), fleet)
+
+
+def test_a_farm_place_and_a_group_measured_on_a_device_read_back_what_they_wrote() -> None:
+    place = {"place": "agx-orin-1", "tags": {"module": "agx-orin-64gb"}, "serves": ["dock"], "held_by": "test/tester",
+             "reservation": None}
+    _same_json(FarmPlace.from_dict(place).as_dict(), place)
+    device = {"tensorrt": "10.3.0.30", "tensorrt_problem": "", "compute_capability": "8.7", "l4t": "36.4.3",
+              "compatible": ["nvidia,p3768-0000+p3767-0005", "nvidia,tegra234"], "python": "3.10.12",
+              "machine": "aarch64"}
+    row = {"group": "sorters", "candidate": "fp16", "metric": "top-1", "value": 0.98, "retention": 0.99,
+           "passed": True, "backend": "tensorrt 10.3.0.30", "backend_reason": "the engine fits", "images": 200,
+           "inference_s": 1.25, "device": device, "sent": ["2 model file(s)"], "url": "ssh://nvidia@orin-01"}
+    typed = GroupOnDevice.from_dict(row)
+    assert typed.device is not None and typed.device.compatible[-1] == "nvidia,tegra234" and typed.board is None
+    _same_json(typed.as_dict(), row)
+    on_farm = {**row, "device": None, "board": "orin-nano-1", "retried_from": None}
+    assert GroupOnDevice.from_dict(on_farm).board == "orin-nano-1"
+    _same_json(GroupOnDevice.from_dict(on_farm).as_dict(), on_farm)

@@ -25,8 +25,8 @@ from edgebuild.runtime.base.files import atomic_write_text, sha256_file
 from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
-__all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeModule",
-           "RecipeLimits", "RecipeTask", "RuntimeSettings", "TensorSpec"]
+__all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeAcceptance",
+           "RecipeModule", "RecipeLimits", "RecipeTask", "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -116,6 +116,30 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class RecipeAcceptance:
+    """An engine built on a device, measured there over the validation set by the compile's accept stage
+    (``edgebuild.devices.engines.Acceptance`` without the keys it is stored by; engine.json says the same)."""
+
+    candidate: str
+    plan_sha256: str
+    where: str
+    backend: str
+    metric: str
+    value: float
+    images: int
+    #: FP32's metric on the same images
+    reference: float
+    retention: float
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> "RecipeAcceptance":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class Recipe:
     """What one fleet group's model folder holds and how its engine is built."""
 
@@ -159,7 +183,7 @@ class Recipe:
     fallback: Optional[str] = None
     fallback_sha256: Optional[str] = None  # of the fallback's recipe.json
     #: an engine built on a device: its metric measured there by the compile (edgebuild.devices.engine.Acceptance)
-    accepted: Optional[JsonObject] = None
+    accepted: Optional[RecipeAcceptance] = None
     #: the ONNX's outputs by name, in graph order (KServe metadata, the Triton config)
     outputs: Optional[Dict[str, TensorSpec]] = None
     #: what the outputs mean (a folder written before it existed: None, raw tensors only)

@@ -141,17 +141,18 @@ def test_verbose_is_carried_by_the_cli_context(tmp_path: Path) -> None:
 
 
 def test_a_device_validation_is_judged_by_the_gate_policy() -> None:
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from edgebuild.accuracy.policy import AccuracyPolicy
     from edgebuild.errors import AccuracyGateError
-    from edgebuild.workflows.validate import DeviceValidation
+    from edgebuild.workflows.validate import DeviceValidation, GroupOnDevice
 
-    row = {"group": "dock", "retention": 0.9, "metric": "mAP50-95", "url": "ssh://x", "backend": "tensorrt"}
+    row = GroupOnDevice("dock", "int8", "mAP50-95", 0.45, 0.9, False, "tensorrt", "", 4, 1.0, None, [], "ssh://x")
     gated = SimpleNamespace(policy=AccuracyPolicy("mAP50-95", 0.95), reference_value=0.5)
     refused = DeviceValidation("ssh://x", gated, 4, [row]).error
     assert isinstance(refused, AccuracyGateError) and "dock keeps 0.900 of the FP32 mAP50-95" in str(refused)
-    assert DeviceValidation("ssh://x", gated, 4, [{**row, "retention": 0.96}]).error is None
+    assert DeviceValidation("ssh://x", gated, 4, [replace(row, retention=0.96)]).error is None
     ungated = SimpleNamespace(policy=AccuracyPolicy("mAP50-95", 0.95, gated=False), reference_value=0.5)
     assert DeviceValidation("ssh://x", ungated, 4, [row]).error is None  # measured, never refused
 

@@ -25,17 +25,17 @@ def _result(p50: float, ips: float, mode: str | None = "MAXN", engine: str = "aa
 
 
 def test_compare_shows_the_change_and_refuses_unlike_runs() -> None:
-    rows = {r["figure"]: r for r in compare(_result(9.0, 110.0), _result(10.0, 100.0))["rows"]}
-    assert rows["p50_ms"]["change_pct"] == -10.0 and rows["p50_ms"]["better"] is True
-    assert rows["throughput_ips"]["change_pct"] == 10.0 and rows["throughput_ips"]["better"] is True
+    rows = {r.figure: r for r in compare(_result(9.0, 110.0), _result(10.0, 100.0)).rows}
+    assert rows["p50_ms"].change_pct == -10.0 and rows["p50_ms"].better is True
+    assert rows["throughput_ips"].change_pct == 10.0 and rows["throughput_ips"].better is True
     with pytest.raises(ConfigError, match=r"different power modes \(15W then, MAXN now\)") as caught:
         compare(_result(9.0, 110.0), _result(10.0, 100.0, mode="15W"))
     assert "--force" in caught.value.hint
     with pytest.raises(ConfigError, match=r"different artifacts \(engine.plan differ\)"):
         compare(_result(9.0, 110.0), _result(10.0, 100.0, engine="bb"))
     forced = compare(_result(9.0, 110.0), _result(10.0, 100.0, engine="bb"), force=True)
-    assert forced["forced_over"] == ["different artifacts (engine.plan differ)"]
-    json.dumps(forced)  # what --json would hold
+    assert forced.forced_over == ["different artifacts (engine.plan differ)"]
+    json.dumps(forced.as_dict())  # what --json would hold
 
 
 # -- one request, stage by stage ---------------------------------------------------------------
