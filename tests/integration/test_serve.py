@@ -232,7 +232,9 @@ def test_dynamic_batching_stacks_waiting_requests_and_answers_each_its_own_rows(
         assert batches["runs"] < len(arrays), batches  # some requests shared a run
         assert any(a["parameters"]["batch_rows"] > 1 for a in answers)
         _, meta = client.json("GET", "/v2/models/tiny")
-        assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200}
+        assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200,
+                                                          "preferred_batch_size": []}
+        assert meta["parameters"]["instance_count"] == 1
         assert meta["parameters"]["concurrent_runs"] is False  # batching: one worker thread runs the backend
         _, text = client.request("GET", "/metrics")
         assert f'edgebuild_batch_rows_total{{model="tiny"}} {batches["rows"]}' in text.decode()
