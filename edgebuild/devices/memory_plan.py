@@ -3,7 +3,8 @@
 A Jetson's GPU and CPU share one DRAM. A group that runs several models runs them in one server
 (one process, one CUDA context), so what it needs is the runtime's own footprint plus, per
 model, its engine: the weights at the engine's precision and the activation memory TensorRT
-allocates for an execution context at the profile's largest shape. A deferred engine is built on
+allocates for an execution context at the profile's largest shape, once per model instance
+(``[runtime] instance_count``: an execution context each, sharing the weights). A deferred engine is built on
 the device at first start, one at a time, so the largest TensorRT workspace among them is needed
 once more, for a while. The sum is compared with the preset's budget (its RAM plus its engine
 device memory: ``LimitPreset.memory + engine_device_memory_max``, which the preset already
@@ -48,10 +49,11 @@ class ModelMemory:
     workspace: int  # the TensorRT memory-pool limit its engine is built with
     built_on_device: bool  # a deferred engine: built at first start, needing ``workspace`` then
     source: str  # "engine.json" or "estimate from the ONNX"
+    instances: int = 1  # execution contexts ([runtime] instance_count): ``activations`` each
 
     @property
     def engine(self) -> int:
-        return self.weights + self.activations
+        return self.weights + self.activations * self.instances
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ class MemoryPlan:
         rows = [("what", "precision", "weights", "activations", "workspace", "from")]
         rows.append(("runtime (one server, one CUDA context)", "", "", "", "", human_size(self.runtime)))
         for m in self.models:
-            rows.append((m.model, m.precision, human_size(m.weights), human_size(m.activations),
+            rows.append((m.model, m.precision, human_size(m.weights),
+                         human_size(m.activations) + (f" x {m.instances} instances" if m.instances > 1 else ""),
                          human_size(m.workspace) + ("" if m.built_on_device else " (built off the device)"),
                          m.source))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -109,8 +112,8 @@ class MemoryPlan:
             f"{human_size(self.budget)} its limit preset {self.preset} allows:\n{self.table()}",
             hint=f"lower the precision of the largest ({biggest.model}, {biggest.precision}: quantize.precisions), "
                  "the max batch or input size of its profile (model.inputs max_shape), or move a model to another "
-                 "group; a preset with more memory (cgroup_preset) if the module has it; a smaller "
-                 "[runtime] footprint only if you measured it")
+                 "group; fewer instances of a model ([runtime] instance_count); a preset with more memory "
+                 "(cgroup_preset) if the module has it; a smaller [runtime] footprint only if you measured it")
 
 
 def plan_group_memory(group: str, preset: LimitPreset, runtime: int, models: list[ModelMemory]) -> MemoryPlan:
@@ -118,17 +121,19 @@ def plan_group_memory(group: str, preset: LimitPreset, runtime: int, models: lis
 
 
 def estimate_model_memory(model: str, onnx_path: Path, precision: str, max_shapes: dict[str, list[int]],
-                          workspace: int, built_on_device: bool, engine_json: Path | None = None) -> ModelMemory:
-    """A model's engine memory: from ``engine_json`` where the engine exists, else estimated from the ONNX."""
+                          workspace: int, built_on_device: bool, engine_json: Path | None = None,
+                          instances: int = 1) -> ModelMemory:
+    """A model's engine memory: from ``engine_json`` where the engine exists, else estimated from the ONNX;
+    ``instances`` execution contexts, each with its activation memory."""
     if engine_json is not None and engine_json.is_file():
         facts = json.loads(engine_json.read_text())
         if "plan_bytes" in facts and "device_memory_size" in facts:
             return ModelMemory(model, precision, int(facts["plan_bytes"]), int(facts["device_memory_size"]),
-                               workspace, built_on_device, "engine.json")
+                               workspace, built_on_device, "engine.json", instances)
     weights, activations = _onnx_estimate(onnx_path, max_shapes)
     return ModelMemory(model, precision, weights * _WEIGHT_BYTES[precision] // 4,
                        activations * _ACTIVATION_BYTES[precision] // 4, workspace, built_on_device,
-                       "estimate from the ONNX")
+                       "estimate from the ONNX", instances)
 
 
 def _onnx_estimate(path: Path, max_shapes: dict[str, list[int]]) -> tuple[int, int]:

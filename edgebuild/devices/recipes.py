@@ -77,8 +77,9 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         group=group.name,
         model_name=project.project.name,
         model_version=project.ota.version,
-        runtime=RuntimeSettings(**project.runtime.model_dump(include={"warmup_budget_s", "port", "max_batch_size",
-                                                                      "max_queue_delay_ms", "detections"})),
+        runtime=RuntimeSettings(**project.runtime.model_dump(include={
+            "warmup_budget_s", "port", "max_batch_size", "max_queue_delay_ms", "detections", "instance_count",
+            "preferred_batch_size"})),
         target=target.id,
         placement=placement,
         placement_reason=why,

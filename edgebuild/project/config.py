@@ -189,11 +189,15 @@ def is_torchscript_archive(path: Path) -> bool:
 def _check_batching(project: Project) -> list[str]:
     """Dynamic batching stacks requests on axis 0, so that axis must be dynamic and reach the batch size."""
     size = project.runtime.max_batch_size
+    problems = [f"runtime.preferred_batch_size: {wrong} is outside 2 to max_batch_size ({size}): a batch size the "
+                "batcher runs at once when it is reached" for wrong in
+                [[s for s in project.runtime.preferred_batch_size if not 2 <= s <= size]] if wrong]
     if size == 1:
-        return []
-    return [f"runtime.max_batch_size: {size} needs input {spec.name!r} to take a batch of {size} on axis 0, "
-            f"but its max_shape is {spec.max_shape}; raise max_shape[0] or lower max_batch_size"
-            for spec in project.model.inputs if spec.max_shape[0] < size]
+        return problems
+    return problems + [
+        f"runtime.max_batch_size: {size} needs input {spec.name!r} to take a batch of {size} on axis 0, "
+        f"but its max_shape is {spec.max_shape}; raise max_shape[0] or lower max_batch_size"
+        for spec in project.model.inputs if spec.max_shape[0] < size]
 
 
 def _check_model_against_task(project: Project) -> list[str]:

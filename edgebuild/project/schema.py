@@ -469,6 +469,8 @@ class RuntimeSection(_Section):
     # non-batch dimensions run as one batch of at most max_batch_size; 1 turns it off
     max_batch_size: PositiveInt = 1
     max_queue_delay_ms: float = Field(2.0, ge=0, le=1000)
+    preferred_batch_size: list[PositiveInt] = []  # run at once when reached (Triton's; 2 to max_batch_size)
+    instance_count: int = Field(1, ge=1, le=16)  # Triton's instance_group count: sessions or TensorRT contexts
     # which server the fleet runs: edgebuild's (always written: the OTA health check runs it), and
     # with "triton" or "both" also a Triton model repository and container per group
     server: Literal["edgebuild", "triton", "both"] = "edgebuild"

@@ -65,7 +65,8 @@ def _serve(args: argparse.Namespace) -> JsonObject:
     serve(args.artifact, host=args.host, port=args.port, grpc_port=args.grpc_port, backend=args.backend,
           warmup_budget_s=args.warmup_budget_s,
           engine_cache=args.engine_cache, max_batch_size=args.max_batch_size,
-          max_queue_delay_ms=args.max_queue_delay_ms)
+          max_queue_delay_ms=args.max_queue_delay_ms, preferred_batch_size=args.preferred_batch_size,
+          instance_count=args.instance_count)
     return {"stopped": True}
 
 

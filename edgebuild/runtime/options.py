@@ -72,6 +72,12 @@ SERVE = (
            type=int, minimum=1),
     Option("max_queue_delay_ms", ("--max-queue-delay-ms",), "How long the first waiting request waits for others "
            "to join its batch (default: the project's [runtime] max_queue_delay_ms, 2).", type=float, minimum=0),
+    Option("preferred_batch_size", ("--preferred-batch-size",), "Dynamic batching: run a batch as soon as it holds "
+           "this many rows and no more wait; repeat for several (default: the project's [runtime] "
+           "preferred_batch_size).", type=int, minimum=1, multiple=True),
+    Option("instance_count", ("--instance-count",), "Instances of the model that run batches at once (Triton's "
+           "instance_group count: ONNX Runtime sessions sharing the cores, or TensorRT execution contexts; default: "
+           "the project's [runtime] instance_count, 1).", type=int, minimum=1),
 )
 
 BENCH = (

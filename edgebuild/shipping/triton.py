@@ -122,11 +122,12 @@ def config_pbtxt(recipe: Recipe, *, engine: bool) -> str:
                      f'      {{\n          name: "tensorrt"\n{block}\n      }}\n    ]\n  }}\n}}')
     runtime = recipe.runtime
     if batched and runtime.max_batch_size > 1:
-        preferred = sorted({b for b in (runtime.max_batch_size, max_batch) if 1 < b <= max_batch})
+        wanted = runtime.preferred_batch_size or [runtime.max_batch_size, max_batch]  # the project's, as serve's
+        preferred = sorted({b for b in wanted if 1 < b <= max_batch})
         lines.append("dynamic_batching {\n"
                      + "".join(f"  preferred_batch_size: {b}\n" for b in preferred)
                      + f"  max_queue_delay_microseconds: {int(round(runtime.max_queue_delay_ms * 1000))}\n}}")
-    lines.append("instance_group [\n  {\n    count: 1\n    kind: KIND_GPU\n  }\n]")
+    lines.append(f"instance_group [\n  {{\n    count: {runtime.instance_count}\n    kind: KIND_GPU\n  }}\n]")
     warm = []
     opt_batch = next(iter(profiles.values()))[1][0] if batched else 0
     for name, (_, opt, _) in profiles.items():

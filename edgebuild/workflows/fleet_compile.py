@@ -178,7 +178,8 @@ def _plan_group(fleet: Fleet, group: FleetGroup, models: dict[str, _Model]) -> G
         memory.append(estimate_model_memory(
             name, gate.folder / candidate.onnx, precision, {s.name: list(s.max_shape) for s in project.model.inputs},
             selected_group.limits.tensorrt_workspace, built_on_device=not group.build_on,
-            engine_json=BuildLayout.of(project).engine(group.name) / "engine.json"))
+            engine_json=BuildLayout.of(project).engine(group.name) / "engine.json",
+            instances=project.runtime.instance_count))
     first = next(g for g in models[outcome.models[0]].work.groups if g.name == group.name)
     assert first.limits is not None, "select_work resolves every group's limit preset"
     outcome.memory = plan_group_memory(group.name, first.limits, parse_size(fleet.file.runtime.footprint), memory)

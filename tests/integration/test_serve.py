@@ -232,7 +232,9 @@ def test_dynamic_batching_stacks_waiting_requests_and_answers_each_its_own_rows(
         assert batches["runs"] < len(arrays), batches  # some requests shared a run
         assert any(a["parameters"]["batch_rows"] > 1 for a in answers)
         _, meta = client.json("GET", "/v2/models/tiny")
-        assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200}
+        assert meta["parameters"]["dynamic_batching"] == {"max_batch_size": 4, "max_queue_delay_ms": 200,
+                                                          "preferred_batch_size": []}
+        assert meta["parameters"]["instance_count"] == 1
         assert meta["parameters"]["concurrent_runs"] is False  # batching: one worker thread runs the backend
         _, text = client.request("GET", "/metrics")
         assert f'edgebuild_batch_rows_total{{model="tiny"}} {batches["rows"]}' in text.decode()
@@ -384,3 +386,54 @@ def test_bench_refuses_a_model_folder_whose_files_were_changed(tmp_path: Path) -
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 15 and not answer["ok"]
     assert "model.onnx does not match the onnx_sha256" in answer["message"]
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_sixteen_concurrent_requests_all_reach_the_batcher_past_the_worker_count(tmp_path: Path, monkeypatch,
+                                                                                 transport: str) -> None:
+    """With the default 8 workers and max batch 8, 16 requests in flight form two batches of 8: the threads
+    that take requests are sized from the batching settings (``request_threads``), not capped at 8."""
+    from edgebuild.runtime.serving import service as service_module
+    from tests.unit.runtime.serving.test_batching import PROFILE, SlowRunner
+
+    folder = write_artifact(tmp_path / "yard")
+    recipe_for(folder, TARGET, profiles={"images": PROFILE}).save(folder)
+    gate = threading.Event()
+    runner = SlowRunner(gate=gate)
+    monkeypatch.setattr(service_module, "load_backend", lambda *a, **k: (runner, "a test double"))
+    running = Server(folder, host="127.0.0.1", port=0, grpc_port=0 if transport == "grpc" else None,
+                     warmup=False, max_batch_size=8, max_queue_delay_ms=500).start()
+    assert running.httpd.workers == 16
+    answers: list = [None] * 16
+    try:
+        Client(running.port).wait_ready()
+
+        def call(i: int) -> None:
+            array = np.full([1, 3, 8, 8], i, np.float32)
+            if transport == "http":
+                answers[i] = Client(running.port).json("POST", "/v2/models/tiny/infer", infer_body(array))[1]
+            else:
+                import tritonclient.grpc as grpcclient
+
+                client = grpcclient.InferenceServerClient(f"127.0.0.1:{running.grpc_port}")
+                tensor = grpcclient.InferInput("images", list(array.shape), "FP32")
+                tensor.set_data_from_numpy(array)
+                answers[i] = client.infer("tiny", [tensor]).as_numpy("scores")
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (runner.log["batches"] and running.service._jobs.qsize() == 8):
+            time.sleep(0.01)
+        assert runner.log["batches"] == [8] and running.service._jobs.qsize() == 8  # 8 run, 8 wait in the queue
+        gate.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        gate.set()
+        running.stop()
+    assert runner.log["batches"] == [8, 8]
+    for i, answer in enumerate(answers):
+        scores = _outputs(answer)["scores"] if transport == "http" else answer
+        np.testing.assert_allclose(scores, np.full([1, 3], i))

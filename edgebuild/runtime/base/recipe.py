@@ -16,7 +16,7 @@ Python 3.8, standard library only.
 # ruff: noqa: UP006, UP007, UP035, UP045
 
 import json
-from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
 
@@ -54,6 +54,11 @@ class RuntimeSettings:
     #: raw outputs (a detector's head, a pose, segmentation or OBB model's): the server decodes and answers
     #: detections by default (``[runtime] detections``; a request chooses with ``parameters.detections``)
     detections: bool = False
+    #: instances of the model that run batches at once (Triton's ``instance_group`` count): ONNX Runtime
+    #: sessions sharing the cores, or TensorRT execution contexts of the one engine
+    instance_count: int = 1
+    #: batch sizes run as soon as they are reached (Triton's ``dynamic_batching.preferred_batch_size``)
+    preferred_batch_size: List[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -326,7 +331,7 @@ def _build(cls: Any, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise _FieldError("field {!r} must be an object, not {}".format(where, _shown(data)))
     known = {f.name: f for f in fields(cls)}
-    required = [name for name, f in known.items() if f.default is MISSING]
+    required = [name for name, f in known.items() if f.default is MISSING and f.default_factory is MISSING]
     missing = [name for name in required if name not in data]
     if missing:
         raise _FieldError("field{} {} missing".format(
@@ -417,6 +422,11 @@ def _check_values(recipe: Recipe) -> None:
     if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
         raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "
                           "warmup_budget_s > 0, not {}".format(_shown(asdict(runtime))))
+    if runtime.instance_count < 1:
+        raise _FieldError("field 'runtime.instance_count' must be at least 1, not {}".format(runtime.instance_count))
+    if any(not 1 <= size <= runtime.max_batch_size for size in runtime.preferred_batch_size):
+        raise _FieldError("field 'runtime.preferred_batch_size' must hold sizes from 1 to max_batch_size {}, "
+                          "not {}".format(runtime.max_batch_size, _shown(runtime.preferred_batch_size)))
 
 
 def recipe_of(recipe: Union[Recipe, JsonObject]) -> Recipe:

@@ -86,7 +86,7 @@ def probe(root: Optional[Path] = None) -> DeviceFacts:
     capability = None
     if version:
         try:
-            from edgebuild.runtime.engines.backends.tensorrt import default_memory
+            from edgebuild.runtime.engines.backends.cuda_memory import default_memory
 
             capability = default_memory().compute_capability()
         except Exception as exc:  # no GPU or no CUDA binding: the reason is part of the placement

@@ -78,7 +78,12 @@ def model_config(service: ModelService) -> JsonObject:
               "input": [tensor(n, s.datatype, s.as_dict()["shape"]) for n, s in inputs.items()],
               "output": [tensor(o["name"], o.get("datatype", ""), list(o.get("shape") or [])) for o in outputs]}
     if batched and service.max_batch_size > 1:
-        config["dynamic_batching"] = {"max_queue_delay_microseconds": int(round(service.max_queue_delay_ms * 1000))}
+        batching: JsonObject = {"max_queue_delay_microseconds": int(round(service.max_queue_delay_ms * 1000))}
+        if service.preferred_batch_size:
+            batching["preferred_batch_size"] = list(service.preferred_batch_size)
+        config["dynamic_batching"] = batching
+    kind = "KIND_GPU" if service.backend.startswith("tensorrt") else "KIND_CPU"
+    config["instance_group"] = [{"count": len(service.runners) or service.instance_count, "kind": kind}]
     return config
 
 

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from edgebuild.runtime.serving import model_answers, protocol
 from edgebuild.runtime.serving.bad_request import BadRequest
@@ -217,6 +217,20 @@ def _lap(since: float) -> Tuple[float, float]:
     return now - since, now
 
 
+def request_threads(workers: int, services: Iterable[ModelService]) -> int:
+    """The threads that take requests (HTTP's workers, gRPC's pool): at least ``workers``, and for each
+    batching model enough for every instance's batch in its run plus the next batch gathering.
+
+    A request holds its thread while it waits for its batch, so a request past the threads would
+    wait for one outside the batching queue: with one instance and ``max_batch_size`` 8, 16
+    concurrent requests run as a batch of 8 and gather the next 8, instead of 8 in batches of
+    whatever arrived in the delay. More requests than that would wait in the queue for a free
+    instance anyway, so they wait for a thread instead, in the order they came.
+    """
+    needed = sum((s.instance_count + 1) * s.max_batch_size for s in services if s.max_batch_size > 1)
+    return max(workers, needed)
+
+
 #: the HTTP limits ``Server`` takes, with their defaults (see ``httpd.HTTPServer``)
 HTTP_LIMITS = {"workers": 8, "max_connections": 2048, "header_timeout_s": 10.0, "body_timeout_s": 30.0,
                "keepalive_timeout_s": 30.0, "send_timeout_s": 30.0}
@@ -237,7 +251,8 @@ class Server:
 
     ``workers``, ``max_connections``, ``header_timeout_s``, ``body_timeout_s``, ``keepalive_timeout_s``
     and ``send_timeout_s`` are the HTTP limits (``HTTP_LIMITS``: their defaults; ``httpd.HTTPServer``:
-    what each means); the other keywords go to ``ModelService``.
+    what each means; HTTP's workers and gRPC's threads are raised to what batching needs:
+    ``request_threads``); the other keywords go to ``ModelService``.
     """
 
     def __init__(self, folder: Path, *, host: str = "0.0.0.0", port: Optional[int] = None,
@@ -261,6 +276,8 @@ class Server:
         if port is None:
             port = self.service.recipe.runtime.port
         self.shared_memory = SystemSharedMemory()
+        # enough threads for the batcher to see every request it can use (``request_threads``)
+        limits["workers"] = request_threads(limits["workers"], self.services.values())
         self.httpd = HTTPServer((host, port), make_handler(dict(self.services), self.shared_memory),
                                 max_body=max(s.max_body for s in self.services.values()),
                                 on_refused=self._refused, inline=_never_blocks, on_sent=self._sent, **limits)

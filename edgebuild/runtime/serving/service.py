@@ -7,18 +7,24 @@ What ``edgebuild serve`` runs behind HTTP (``server.py``) and what the OTA healt
 - warm-up before ready: inference at the min, opt and max shapes of the profile until the opt
   shape's latency settles (the median of the last 5 runs within 10% of the 5 before) or the
   warm-up budget runs out; the cold first call, the warm-up time and the warmed latency are kept;
-- one worker thread owns the backend (a CUDA context belongs to the thread that made it); callers
-  hand it requests through a queue (``infer``); a backend whose runs may overlap (ONNX Runtime's
-  ``InferenceSession.run`` is thread-safe) runs on the callers' threads instead when batching is
-  off, as a bare multi-threaded loop would, without two thread handoffs a request;
+- model instances (``[runtime] instance_count``, Triton's ``instance_group`` count): one worker thread
+  per instance, each with its own runner (``runner.instance``: another ONNX Runtime session, the
+  cores split between the instances' intra-op threads; another TensorRT execution context of the
+  same engine, with its own stream and buffers); a worker owns its runner (a CUDA context is made
+  current on the thread that runs it); callers hand requests to the instances through one queue
+  (``infer``); a backend whose runs may overlap (ONNX Runtime's ``InferenceSession.run`` is
+  thread-safe) runs on the callers' threads instead when batching is off, as a bare multi-threaded
+  loop would, without two thread handoffs a request;
 - detections: a raw-head detector's outputs decoded on the device (``decode_outputs``, the host's
   decode and class-aware NMS) into the four outputs of a model with NMS inside, a pose, segmentation or
   OBB model's raw outputs into theirs (``task_decode``, the host gate's decode), when the recipe says
   so (``[runtime] detections``) or a request asks (``AnswerForms``);
-- dynamic batching (``max_batch_size`` > 1): the worker takes the first waiting request, then for
-  up to ``max_queue_delay_ms`` gathers others whose inputs have the same non-batch dimensions,
-  stacks them on axis 0 (at most ``max_batch_size`` rows, never past the profile's max), runs them
-  once and hands each request its own rows of the outputs;
+- dynamic batching (``max_batch_size`` > 1), as Triton's dynamic batcher: a free instance takes the
+  oldest waiting request and gathers others whose inputs have the same non-batch dimensions until
+  ``max_batch_size`` rows (never past the profile's max), a ``preferred_batch_size`` reached with
+  nothing more already waiting, or ``max_queue_delay_ms`` after the oldest request arrived; one
+  instance gathers at a time (the others run their batches meanwhile); the batch is stacked on
+  axis 0, run once, and each request gets its own rows of the outputs;
 - counters of requests, latency and batches, and histograms of the time a request spends in the
   server outside the backend, per stage, as Prometheus text (``metrics_text``).
 
@@ -35,7 +41,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Deque, Dict, List, Optional, Protocol, Tuple, Union
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple  # noqa: F401 (Deque: a type comment)
 
 import numpy as np
 
@@ -52,6 +58,8 @@ from edgebuild.runtime.base.task_decode import (
     server_decodes,
 )
 from edgebuild.runtime.engines.backends.select import load_backend
+from edgebuild.runtime.serving.batcher import Answer, Job, Runner, gather, instances, preferred_sizes
+from edgebuild.runtime.serving.batcher import rows as _rows
 from edgebuild.runtime.serving.protocol import DATATYPES, AnswerForms, HeaderReadingCache, InputSpec, model_metadata
 
 __all__ = []
@@ -69,20 +77,6 @@ SETTLE_WINDOW = 5
 SETTLE_TOLERANCE = 0.10
 
 
-class Runner(Protocol):
-    """A backend as the service runs it (``load_backend``'s: TensorRT's or ONNX Runtime's runner)."""
-
-    backend: str
-
-    def run(self, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
-
-
-#: a request for the backend thread: its inputs, and where its result goes
-_Job = Tuple[Dict[str, np.ndarray], "_Answer"]
-#: a request's result: (outputs, backend ms of its run, rows in that run), or the error its run raised
-_Result = Union[Tuple[Dict[str, np.ndarray], float, int], Exception]
-
-
 def _log(message: str) -> None:
     print("serve: " + message, file=sys.stderr, flush=True)
 
@@ -92,7 +86,9 @@ class ModelService:
 
     def __init__(self, folder: Path, *, backend: str = "auto", warmup_budget_s: Optional[float] = None,
                  engine_cache: Optional[Path] = None, warmup: bool = True, max_batch_size: Optional[int] = None,
-                 max_queue_delay_ms: Optional[float] = None, on_ready: Callable[[str], None] = lambda _: None) -> None:
+                 max_queue_delay_ms: Optional[float] = None, instance_count: Optional[int] = None,
+                 preferred_batch_size: Optional[Sequence[int]] = None,
+                 on_ready: Callable[[str], None] = lambda _: None) -> None:
         self.folder = Path(folder)
         self.recipe = Recipe.load(self.folder, hint="serve the folder `edgebuild compile` wrote for a fleet group")
         self.name = self.recipe.model_name or self.recipe.group
@@ -104,11 +100,21 @@ class ModelService:
         self.max_batch_size, self.max_queue_delay_ms = self._batching(
             int(max_batch_size if max_batch_size is not None else runtime.max_batch_size),
             float(max_queue_delay_ms if max_queue_delay_ms is not None else runtime.max_queue_delay_ms))
+        self.instance_count = int(instance_count if instance_count is not None else runtime.instance_count)
+        if self.instance_count < 1:
+            raise ConfigError("instance_count must be at least 1, not {}".format(self.instance_count))
+        self.preferred_batch_size = preferred_sizes(
+            list(preferred_batch_size) if preferred_batch_size else list(runtime.preferred_batch_size),
+            self.max_batch_size, _log)
         self.max_body = sum(64 + 24 * int(np.prod(s.max_shape)) for s in self.inputs.values()) + 65536
         self._backend_choice, self._engine_cache, self._do_warmup = backend, engine_cache, warmup
         self._on_ready = on_ready
         #: requests for the backend thread (a SimpleQueue: one C lock, no Condition round trip per request)
-        self._jobs = queue.SimpleQueue()  # type: queue.SimpleQueue[_Job]
+        self._jobs = queue.SimpleQueue()  # type: queue.SimpleQueue[Job]
+        #: held by the instance that gathers the next batch (one at a time, as Triton's one batcher
+        #: forms batches for whichever instance is free), with the requests set aside by earlier batches
+        self._gathering = threading.Lock()
+        self._waiting = collections.deque()  # type: Deque[Job]
         self._lock = threading.Lock()
         self.ready = threading.Event()
         self.failed = None  # type: Optional[str]
@@ -139,6 +145,8 @@ class ModelService:
         #: runs on the callers' threads (a backend whose runs may overlap, batching off)
         self.direct = False
         self._worker = threading.Thread(target=self._work, name="edgebuild-backend", daemon=True)
+        #: the runners of the instances (the first is ``_runner``), once loaded
+        self.runners = []  # type: List[Runner]
 
     def _batching(self, size: int, delay_ms: float) -> Tuple[int, float]:
         """The batch size the profile allows: axis 0 of every input must be dynamic and reach it."""
@@ -212,12 +220,20 @@ class ModelService:
     def _work(self) -> None:
         try:
             runner = self._load_with_fallback()
-            if self._do_warmup:
-                self.warmup = self._warm_up(runner)
-            self._runner = runner
             # ONNX Runtime's session.run is thread-safe and its runs overlap; TensorRT's execution
             # context belongs to this thread
-            self.direct = self.max_batch_size == 1 and self.backend.startswith("onnxruntime")
+            direct = self.max_batch_size == 1 and self.backend.startswith("onnxruntime")
+            runners = [runner] if direct else instances(runner, self.instance_count, _log)
+            runner = runners[0]
+            if self._do_warmup:
+                self.warmup = self._warm_up(runner)
+                for other in runners[1:]:  # a new session or context's first runs allocate
+                    for which in ("opt_shape", "max_shape", "opt_shape"):
+                        other.run(self._example(which))
+            self.runners, self._runner, self.direct = runners, runner, direct
+            for number, other in enumerate(runners[1:], 1):
+                threading.Thread(target=self._serve_instance, args=(other,), daemon=True,
+                                 name="edgebuild-backend-{}".format(number)).start()
             self.ready.set()
             _log("ready: {}".format(json.dumps(self.warmup)))
             self._on_ready(self.backend)
@@ -225,46 +241,24 @@ class ModelService:
             self.failed = "{}: {}".format(type(exc).__name__, exc)
             _log("cannot serve: " + self.failed)
             return
-        if self.direct:
-            return
-        waiting = collections.deque()  # type: Deque[_Job]
+        if not self.direct:
+            self._serve_instance(runner)
+
+    def _serve_instance(self, runner: Runner) -> None:
+        """One instance's worker: take the next batch (one instance gathers at a time), run it; forever."""
+        attach = getattr(runner, "attach_thread", None)  # TensorRT: make the CUDA context current here
+        if attach is not None:
+            attach()
         while True:
-            first = waiting.popleft() if waiting else self._jobs.get()
-            batch = self._gather(first, waiting) if self.max_batch_size > 1 else [first]
+            with self._gathering:
+                waiting = self._waiting
+                first = waiting.popleft() if waiting else self._jobs.get()
+                batch = [first] if self.max_batch_size == 1 else gather(
+                    first, waiting, self._jobs, self.max_batch_size, self.max_queue_delay_ms,
+                    self.preferred_batch_size)
             self._run_batch(runner, batch)
 
-    def _gather(self, first: _Job, waiting: Deque[_Job]) -> List[_Job]:
-        """``first`` and the requests that can share its batch: same non-batch dims, within the delay."""
-        key = _batch_key(first[0])
-        if key is None:
-            return [first]
-        batch, rows = [first], _rows(first[0])
-        skipped = collections.deque()  # type: Deque[_Job]
-        while waiting and rows < self.max_batch_size:  # requests set aside by an earlier batch come first
-            job = waiting.popleft()
-            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
-                batch.append(job)
-                rows += _rows(job[0])
-            else:
-                skipped.append(job)
-        skipped.extend(waiting)
-        waiting.clear()
-        waiting.extend(skipped)
-        deadline = time.perf_counter() + self.max_queue_delay_ms / 1000.0
-        while rows < self.max_batch_size:
-            left = deadline - time.perf_counter()
-            try:
-                job = self._jobs.get(timeout=left) if left > 0 else self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if _batch_key(job[0]) == key and rows + _rows(job[0]) <= self.max_batch_size:
-                batch.append(job)
-                rows += _rows(job[0])
-            else:
-                waiting.append(job)
-        return batch
-
-    def _run_batch(self, runner: Runner, batch: List[_Job]) -> None:
+    def _run_batch(self, runner: Runner, batch: List[Job]) -> None:
         started = time.perf_counter()
         for _, answer in batch:
             answer.started = started
@@ -357,7 +351,7 @@ class ModelService:
             if timing is not None:
                 timing["wait_backend"] = 0.0
             return outputs, ms, rows
-        answer = _Answer()
+        answer = Answer(queued)
         self._jobs.put((inputs, answer))
         result = answer.get()
         if timing is not None:
@@ -433,8 +427,9 @@ class ModelService:
             "backend": self.backend, "backend_reason": self.backend_reason, "target": self.recipe.target,
             "candidate": self.fallback.get("candidate", self.recipe.candidate),
             "acceptance": self.acceptance, "fallback": self.fallback, "failed": self.failed,
-            "warmup": self.warmup, "dynamic_batching": {"max_batch_size": self.max_batch_size,
-                                                        "max_queue_delay_ms": self.max_queue_delay_ms}})
+            "warmup": self.warmup, "instance_count": len(self.runners) or self.instance_count,
+            "dynamic_batching": {"max_batch_size": self.max_batch_size, "max_queue_delay_ms": self.max_queue_delay_ms,
+                                 "preferred_batch_size": list(self.preferred_batch_size)}})
 
     def metrics_text(self) -> str:
         """Prometheus text exposition format."""
@@ -461,7 +456,14 @@ class ModelService:
                       'edgebuild_batched_requests_total{{model="{}"}} {}'.format(self.name, self.batches["requests"]),
                       "# HELP edgebuild_batch_rows_total Rows (axis 0) those runs took.",
                       "# TYPE edgebuild_batch_rows_total counter",
-                      'edgebuild_batch_rows_total{{model="{}"}} {}'.format(self.name, self.batches["rows"])]
+                      'edgebuild_batch_rows_total{{model="{}"}} {}'.format(self.name, self.batches["rows"]),
+                      "# HELP edgebuild_batch_size_average Rows per backend run since the start (rows / runs).",
+                      "# TYPE edgebuild_batch_size_average gauge",
+                      'edgebuild_batch_size_average{{model="{}"}} {:.3f}'.format(
+                          self.name, self.batches["rows"] / self.batches["runs"] if self.batches["runs"] else 0.0),
+                      "# HELP edgebuild_model_instances Instances of the model that run batches at once.",
+                      "# TYPE edgebuild_model_instances gauge",
+                      'edgebuild_model_instances{{model="{}"}} {}'.format(self.name, len(self.runners) or 1)]
         lines += self._stage_lines()
         gauges = (("warmup_seconds", "warmup_s", "Time from the first warm-up call to ready."),
                   ("cold_first_call_ms", "cold_first_call_ms", "The first inference after loading."),
@@ -508,28 +510,6 @@ class ModelService:
         return lines
 
 
-class _Answer:
-    """Where the backend worker puts one request's result, and when its run started.
-
-    The caller waits on a lock the backend thread releases: one wake-up, where an ``Event`` would go
-    through a ``Condition`` (a lock made per wait, and a second lock to take back).
-    """
-
-    def __init__(self) -> None:
-        self.started = 0.0
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._value = ({}, 0.0, 0)  # type: _Result
-
-    def put(self, value: _Result) -> None:
-        self._value = value
-        self._done.release()
-
-    def get(self) -> _Result:
-        self._done.acquire()
-        return self._value
-
-
 def answer_forms(task: Optional[RecipeTask], raw: List[str], decode: bool) -> AnswerForms:
     """What a model folder answers: the detections the server decodes of a raw-head detector or of a pose,
     segmentation or OBB model's raw outputs too (by default with ``decode``); NMS inside: its detections."""
@@ -571,14 +551,3 @@ def output_tensors(recipe: Recipe, runner: Runner, names: List[str]) -> List[Jso
         _log("WARNING: the datatype and shape of outputs {} are unknown (the recipe predates recording them and "
              "the backend does not say); /v2/models gives their names only; recompile to record them".format(unknown))
     return tensors
-
-
-def _rows(inputs: Dict[str, np.ndarray]) -> int:
-    return int(next(iter(inputs.values())).shape[0])
-
-
-def _batch_key(inputs: Dict[str, np.ndarray]) -> Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]]:
-    """What requests must share to be stacked: every input's non-batch dims (None: not batchable)."""
-    if len({a.shape[0] for a in inputs.values()}) != 1:
-        return None
-    return tuple(sorted((n, a.shape[1:]) for n, a in inputs.items()))

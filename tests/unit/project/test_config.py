@@ -76,6 +76,12 @@ BROKEN = [
      "ota.device_types", "'orin-nano-9gb' is not a module id"),
     ("batch-past-the-profile", lambda t: t + "\n[runtime]\nmax_batch_size = 8\n",
      "runtime.max_batch_size", "max_shape is [4, 3, 96, 96]"),
+    ("no-instances", lambda t: t + "\n[runtime]\ninstance_count = 0\n",
+     "runtime.instance_count", "greater than or equal to 1"),
+    ("preferred-past-the-max-batch", lambda t: t + "\n[runtime]\nmax_batch_size = 4\npreferred_batch_size = [2, 8]\n",
+     "runtime.preferred_batch_size", "[8] is outside 2 to max_batch_size (4)"),
+    ("preferred-not-a-number", lambda t: t + '\n[runtime]\npreferred_batch_size = ["four"]\n',
+     "runtime.preferred_batch_size[0]", "valid integer"),
 ]
 
 

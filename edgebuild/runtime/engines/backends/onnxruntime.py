@@ -19,6 +19,7 @@ class OnnxRuntimeRunner:
     def __init__(self, onnx_path: Path, *, threads: Optional[int] = None, spinning: bool = True) -> None:
         import onnxruntime as ort
 
+        self.threads, self.spinning = threads, spinning
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ORT's warnings are not the user's problem
         if threads:
@@ -44,6 +45,11 @@ class OnnxRuntimeRunner:
             shapes = {n: list(inputs[n].shape) for n in self.input_names}
             raise ExportError(f"{self.path}: ONNX Runtime failed at input shapes {shapes}: {exc}") from None
         return dict(zip(self.output_names, values))
+
+    def instance(self, threads: Optional[int] = None) -> "OnnxRuntimeRunner":
+        """Another session of the same model (a model instance of the server), with ``threads`` intra-op
+        threads (None: this one's)."""
+        return type(self)(self.path, threads=threads if threads is not None else self.threads, spinning=self.spinning)
 
     @classmethod
     def for_device(cls, onnx_path: Path) -> "OnnxRuntimeRunner":

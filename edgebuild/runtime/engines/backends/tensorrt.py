@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgebuild.errors import BundleError, CapabilityMissing, ConfigError, ExportError, TargetError
 from edgebuild.runtime.base.files import atomic_write_bytes, sha256_bytes, sha256_file
@@ -33,9 +33,9 @@ from edgebuild.runtime.base.identity import read_identity
 from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import PRECISIONS
+from edgebuild.runtime.engines.backends.cuda_memory import default_memory
 from edgebuild.runtime.engines.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
 from edgebuild.runtime.engines.backends.trt_api import (
-    CudaStream,
     DeviceMemory,
     EnumValue,
     IBuilderConfig,
@@ -351,110 +351,6 @@ def _refuse_mismatch(engine_name: str, engine_bytes: bytes, record: Optional[Eng
         raise TargetError(why, hint=REBUILD_HINT)
 
 
-# -- device memory behind a small interface --------------------------------------------------------
-
-class _PycudaMemory:
-    """Device buffers and a stream through pycuda (the binding the product card names)."""
-
-    def __init__(self) -> None:
-        import pycuda.autoinit  # noqa: F401  (creates the CUDA context on device 0)
-        import pycuda.driver as cuda
-
-        self._cuda = cuda
-        self._allocations = {}  # type: Dict[int, Any]
-
-    def compute_capability(self) -> str:
-        major, minor = self._cuda.Device(0).compute_capability()
-        return f"{major}.{minor}"
-
-    def create_stream(self) -> CudaStream:
-        return self._cuda.Stream()
-
-    def stream_handle(self, stream: CudaStream) -> int:
-        return int(stream.handle)
-
-    def alloc(self, nbytes: int) -> int:
-        allocation = self._cuda.mem_alloc(max(int(nbytes), 1))
-        pointer = int(allocation)
-        self._allocations[pointer] = allocation
-        return pointer
-
-    def free(self, pointer: int) -> None:
-        allocation = self._allocations.pop(pointer, None)
-        if allocation is not None:
-            allocation.free()
-
-    def htod_async(self, pointer: int, host: "np.ndarray", stream: CudaStream) -> None:
-        self._cuda.memcpy_htod_async(pointer, host, stream)
-
-    def dtoh_async(self, host: "np.ndarray", pointer: int, stream: CudaStream) -> None:
-        self._cuda.memcpy_dtoh_async(host, pointer, stream)
-
-    def synchronize(self, stream: CudaStream) -> None:
-        stream.synchronize()
-
-
-class _CudaPythonMemory:
-    """The same through cuda-python's runtime API, for devices without pycuda."""
-
-    def __init__(self) -> None:
-        try:
-            from cuda.bindings import runtime as cudart  # cuda-python 12.6+
-        except ImportError:
-            from cuda import cudart  # older cuda-python
-        self._rt = cudart
-
-    def _check(self, result: Any) -> Any:
-        error = result[0]
-        if error != self._rt.cudaError_t.cudaSuccess:
-            raise CapabilityMissing(f"CUDA runtime call failed: {error}")
-        return result[1] if len(result) > 1 else None
-
-    def compute_capability(self) -> str:
-        props = self._check(self._rt.cudaGetDeviceProperties(0))
-        return f"{props.major}.{props.minor}"
-
-    def create_stream(self) -> CudaStream:
-        return self._check(self._rt.cudaStreamCreate())
-
-    def stream_handle(self, stream: CudaStream) -> int:
-        return int(stream)
-
-    def alloc(self, nbytes: int) -> int:
-        return int(self._check(self._rt.cudaMalloc(max(int(nbytes), 1))))
-
-    def free(self, pointer: int) -> None:
-        self._check(self._rt.cudaFree(pointer))
-
-    def htod_async(self, pointer: int, host: "np.ndarray", stream: CudaStream) -> None:
-        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
-        self._check(self._rt.cudaMemcpyAsync(pointer, host.ctypes.data, host.nbytes, kind, stream))
-
-    def dtoh_async(self, host: "np.ndarray", pointer: int, stream: CudaStream) -> None:
-        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        self._check(self._rt.cudaMemcpyAsync(host.ctypes.data, pointer, host.nbytes, kind, stream))
-
-    def synchronize(self, stream: CudaStream) -> None:
-        self._check(self._rt.cudaStreamSynchronize(stream))
-
-
-def default_memory() -> DeviceMemory:
-    """pycuda when installed, else cuda-python; neither -> CapabilityMissing."""
-    try:
-        import pycuda.driver  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        return _PycudaMemory()
-    try:
-        return _CudaPythonMemory()
-    except ImportError:
-        raise CapabilityMissing(
-            "neither pycuda nor cuda-python is installed, so TensorRT engines cannot be given device buffers",
-            hint="pip install pycuda (or cuda-python) on the device",
-        ) from None
-
-
 # -- runner -------------------------------------------------------------------------------------
 
 _NUMPY_TYPES = (("FLOAT", "float32"), ("HALF", "float16"), ("INT8", "int8"), ("INT32", "int32"),
@@ -498,6 +394,7 @@ class TensorRTRunner:
                               "version or for another GPU, or the file is damaged", hint=REBUILD_HINT)
         self._context = self._engine.create_execution_context()
         self._stream = self._memory.create_stream()
+        self._version = version
         self.backend = f"tensorrt {version}"
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         is_input = self._trt.TensorIOMode.INPUT
@@ -507,6 +404,35 @@ class TensorRTRunner:
         #: device buffers, name -> (pointer, bytes): allocated at a tensor's first run and again only when a
         #: larger shape needs more, so a steady stream of requests makes no cudaMalloc/cudaFree
         self._device = {}  # type: Dict[str, Tuple[int, int]]
+
+    def instance(self, threads: Optional[int] = None) -> "TensorRTRunner":
+        """Another instance of the model (the server's ``instance_count``): a new execution context of this
+        engine, with its own CUDA stream and device buffers, sharing the engine's weights.
+
+        ``ICudaEngine.create_execution_context`` allocates the context's activation memory
+        (``device_memory_size``) each time: the memory plan counts one per instance. Each context runs
+        the engine's one optimization profile, profile 0, which a new context selects by default (as
+        Triton's TensorRT backend gives every instance profile 0); its batch sizes are that profile's
+        min to max axis 0, which the server's max batch never passes. ``threads`` is ONNX Runtime's
+        (a TensorRT run has no intra-op threads on the host) and is ignored.
+        """
+        engine = self._engine
+        assert engine is not None, "__init__ refuses an engine TensorRT cannot load"
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._context = engine.create_execution_context()
+        if other._context is None:
+            raise TargetError(f"{self.path}: TensorRT {self._version} could not create another execution context "
+                              "(out of device memory?)", hint="lower [runtime] instance_count")
+        other._stream = self._memory.create_stream()
+        other._device = {}
+        return other
+
+    def attach_thread(self) -> None:
+        """Make the CUDA context current on the calling thread (the thread that runs this instance)."""
+        attach = getattr(self._memory, "attach_thread", None)
+        if attach is not None:
+            attach()
 
     def close(self) -> None:
         """Free the device buffers (the runner allocates them again if it runs after this)."""

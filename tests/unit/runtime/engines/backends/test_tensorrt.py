@@ -436,3 +436,24 @@ def test_8_5_fallbacks_are_visible() -> None:
     trt.Logger(trt.Logger.WARNING)
     assert "Logger" in trt.unverified and "ILogger.Severity" in trt.unverified
     assert make_tensorrt("10.3.0").unverified == set()
+
+
+def test_another_instance_is_another_execution_context_of_the_same_engine(tmp_path: Path) -> None:
+    """The server's instance_count on TensorRT: one engine, an execution context, stream and buffers each."""
+    trt = make_tensorrt("10.3.0")
+    runner = TensorRTRunner(_plan(tmp_path), trt=trt, memory=trt.memory())
+    other = runner.instance(threads=4)  # threads are ONNX Runtime's: ignored
+    assert other._engine is runner._engine and other._context is not runner._context
+    assert other._stream is not None and other.output_names == runner.output_names
+    assert [n for n in trt.call_names() if n.startswith("ICudaEngine.create")] == [
+        "ICudaEngine.create_execution_context"] * 2
+    images = np.ones((2, 3, 32, 32), np.float32)
+    for each in (runner, other):
+        np.testing.assert_allclose(each.run({"images": images})["boxes"], images.sum(), rtol=1e-5)
+    assert set(other._device) == set(runner._device) and not set(
+        p for p, _ in other._device.values()) & set(p for p, _ in runner._device.values())  # buffers of its own
+    other.attach_thread()  # the fake binding has no context to make current: nothing to do
+    other.close()
+    assert runner._device  # closing one instance leaves the other's buffers
+    runner.close()
+    assert not trt.device.buffers
