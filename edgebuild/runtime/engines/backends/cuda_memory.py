@@ -14,7 +14,6 @@ from edgebuild.runtime.engines.backends.trt_api import CudaStream, DeviceMemory
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["default_memory"]
 
 
 class _PycudaMemory:
