@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgebuild.errors import ConfigError
@@ -18,7 +18,7 @@ from edgebuild.project.config import PROJECT_FILE
 from edgebuild.project.schema import INSTANCE_KINDS, TASK_KINDS
 from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
 
-__all__ = ["FoundGroup", "FoundInput", "FoundProject", "render_project", "write_starter"]
+__all__ = ["FoundGroup", "FoundInput", "FoundPostprocess", "FoundProject", "render_project", "write_starter"]
 
 STARTER = """\
 # edgebuild project file. Paths are relative to this file's folder.
@@ -147,6 +147,46 @@ class FoundGroup:
 
 
 @dataclass(frozen=True)
+class FoundPostprocess:
+    """The ``[task.postprocess]`` keys ``edgebuild init`` found, sparse: a key only where the model says it (the
+    output names the task reads, Ultralytics' val settings, NMS inside the model), in the order they are written;
+    ``raw_head``, ``instance_head`` and ``nms_free`` are what init read of the graph before it names the outputs."""
+
+    boxes_output: str | None = None
+    scores_output: str | None = None
+    keypoints_output: str | None = None
+    coefficients_output: str | None = None
+    prototypes_output: str | None = None
+    logits_output: str | None = None
+    score_threshold: float | None = None
+    nms_iou: float | None = None
+    max_detections: int | None = None
+    in_model: bool | None = None
+    raw_head: bool | None = None  # an Ultralytics raw detection head [N, 4+C, A]: the adapter names boxes and scores
+    instance_head: bool | None = None  # an Ultralytics pose, segment or OBB head: the adapter names the outputs
+    nms_free: int | None = None  # an NMS-free head's top-k (YOLOv10, YOLO26): its detections are the outputs
+
+    def as_dict(self) -> JsonObject:
+        """The keys found, in order ({} for none)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> FoundPostprocess:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"not [task.postprocess] keys init writes: {sorted(unknown)}")
+        return cls(**data)
+
+    def output(self, key: str) -> str:
+        """An output name the task reads (``boxes_output``, ...): where init found none, a ValueError."""
+        value = getattr(self, key)
+        if not isinstance(value, str):
+            raise ValueError(f"init found no {key}")
+        return value
+
+
+@dataclass(frozen=True)
 class FoundProject:
     """Every value ``render_project`` writes, with where each came from (``said_*``: the comments)."""
 
@@ -167,7 +207,7 @@ class FoundProject:
     mean: list[float]
     std: list[float]
     preprocess_said: str
-    postprocess: JsonObject  # boxes_output/scores_output (+ score_threshold, ...) or logits_output
+    postprocess: FoundPostprocess  # boxes_output/scores_output (+ score_threshold, ...) or logits_output
     data: dict[str, str]  # [data] keys
     validation: dict[str, str]  # [data.validation] keys
     data_said: str
@@ -257,18 +297,19 @@ def render_project(found: FoundProject) -> str:
             _line("channel_order", found.channel_order, "RGB | BGR | GRAY"),
             _line("mean", found.mean, "applied after scaling pixels to [0, 1]"),
             _line("std", found.std), "", "[task.postprocess]"]
-    if found.task == "detection" and found.postprocess.get("in_model"):  # an NMS-free head (YOLOv10, YOLO26)
-        out += [_line("boxes_output", found.postprocess["boxes_output"], "[N, K, 4] x1, y1, x2, y2 in input pixels"),
-                _line("scores_output", found.postprocess["scores_output"], "[N, K] the top-k's scores, best first"),
-                _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
-                _line("max_detections", found.postprocess.get("max_detections", 300), "K, the head's top-k"),
+    post = found.postprocess
+    if found.task == "detection" and post.in_model:  # an NMS-free head (YOLOv10, YOLO26)
+        out += [_line("boxes_output", post.output("boxes_output"), "[N, K, 4] x1, y1, x2, y2 in input pixels"),
+                _line("scores_output", post.output("scores_output"), "[N, K] the top-k's scores, best first"),
+                _line("score_threshold", _or(post.score_threshold, 0.001)),
+                _line("max_detections", _or(post.max_detections, 300), "K, the head's top-k"),
                 _line("in_model", True, "NMS-free (one-to-one) head: no NMS added (docs/model-sources.md)")]
     elif found.task == "detection":
-        out += [_line("boxes_output", found.postprocess["boxes_output"], "[N, A, 4] x1, y1, x2, y2 in input pixels"),
-                _line("scores_output", found.postprocess["scores_output"], "[N, A, C] per-class probabilities"),
-                _line("score_threshold", found.postprocess.get("score_threshold", 0.001)),
-                _line("nms_iou", found.postprocess.get("nms_iou", 0.6)),
-                _line("max_detections", found.postprocess.get("max_detections", 100)),
+        out += [_line("boxes_output", post.output("boxes_output"), "[N, A, 4] x1, y1, x2, y2 in input pixels"),
+                _line("scores_output", post.output("scores_output"), "[N, A, C] per-class probabilities"),
+                _line("score_threshold", _or(post.score_threshold, 0.001)),
+                _line("nms_iou", _or(post.nms_iou, 0.6)),
+                _line("max_detections", _or(post.max_detections, 100)),
                 "# in_model = true                      # NMS inside the model: the engine answers detections "
                 "(docs/detections.md)"]
     elif found.task in INSTANCE_KINDS:  # decoded on the host as Ultralytics' val does (docs/tasks.md)
@@ -278,9 +319,9 @@ def render_project(found: FoundProject) -> str:
                   "keypoints_output": "[N, A, K, 3] x, y in input pixels, visibility",
                   "coefficients_output": "[N, A, 32] mask coefficients",
                   "prototypes_output": "[N, 32, H/4, W/4] mask prototypes"}
-        out += [_line(key, value, shapes.get(key, "")) for key, value in found.postprocess.items()]
+        out += [_line(key, value, shapes.get(key, "")) for key, value in post.as_dict().items()]
     else:
-        out += [_line("logits_output", found.postprocess["logits_output"], "[N, C] logits or probabilities")]
+        out += [_line("logits_output", post.output("logits_output"), "[N, C] logits or probabilities")]
     out += ["", "[data]", _comment(found.data_said)]
     out += [_line(k, v) for k, v in found.data.items()]
     out += ["# max_calibration_images = 256         # cap on the calibration images (evenly spread by name)"]
@@ -298,3 +339,7 @@ def render_project(found: FoundProject) -> str:
             _line("port", 8000), "", "[ota]", _line("version", "0.1.0"),
             "# signing_key = \"keys/ota-signing.pem\"", ""]
     return "\n".join(out)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

@@ -13,6 +13,7 @@ detection head, [N, 4+C, A], gets edgebuild's adapter (``onnx_file.model_path``,
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup
 
-__all__ = ["graph_inputs", "graph_output_dims", "metadata", "ultralytics_summary"]
+__all__ = ["UltralyticsSummary", "graph_inputs", "graph_output_dims", "metadata", "ultralytics_summary"]
 
 OUTPUTS_HINT = ("the ONNX file must output exactly what the task reads: export it again with such outputs, or "
                 "build the model in Python with a wrapper torch.nn.Module that reshapes them and name it with "
@@ -156,34 +157,86 @@ def metadata(proto: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in proto.metadata_props}
 
 
-def ultralytics_summary(props: dict[str, str]) -> JsonObject:
-    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or {} for another file."""
+#: a metadata value as Ultralytics writes it, read as a Python literal (imgsz 640 or [h, w]; stride 32 or the strides),
+#: or its text where it is no number or list of numbers
+MetadataLiteral = int | float | str | list[int | float] | None
+
+
+def _metadata_literal(text: str | None) -> MetadataLiteral:
+    value = read_literal(text)
+    if isinstance(value, tuple):
+        value = list(value)
+    if value is None or isinstance(value, (int, float, str)):
+        return value
+    if isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+        return value
+    return text
+
+
+@dataclass(frozen=True)
+class UltralyticsSummary:
+    """What an Ultralytics export says of itself, as its model record stores it (``OnnxModelRecord.ultralytics``):
+    sparse, ``nms_free``/``max_det``, ``kpt_shape`` and ``names_unread`` written only where they are said."""
+
+    task: str  # Ultralytics' name: detect, classify, segment, pose, obb
+    classes: list[str]
+    imgsz: MetadataLiteral
+    stride: MetadataLiteral
+    version: str
+    nms_free: bool = False  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
+    max_det: int = 0  # that top-k's K
+    kpt_shape: list[int] = field(default_factory=list)  # pose: [keypoints, 2 or 3]
+    names_unread: str = ""  # names said, but not a dict or list of names (its first 60 characters)
+    summary: str = ""  # the line that describes it
+
+    def as_dict(self) -> JsonObject:
+        out: JsonObject = {"task": self.task, "classes": list(self.classes), "imgsz": self.imgsz,
+                           "stride": self.stride, "version": self.version}
+        if self.nms_free:
+            out.update(nms_free=True, max_det=self.max_det)
+        if self.kpt_shape:
+            out["kpt_shape"] = list(self.kpt_shape)
+        if self.names_unread:
+            out["names_unread"] = self.names_unread
+        out["summary"] = self.summary
+        return out
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> UltralyticsSummary | None:
+        """The stored summary; None for ``{}`` (a file that is no Ultralytics export)."""
+        if not data:
+            return None
+        return cls(task=str(data["task"]), classes=[str(c) for c in data.get("classes") or []],
+                   imgsz=data.get("imgsz"), stride=data.get("stride"), version=str(data.get("version") or ""),
+                   nms_free=bool(data.get("nms_free", False)), max_det=int(data.get("max_det") or 0),
+                   kpt_shape=[int(v) for v in data.get("kpt_shape") or []],
+                   names_unread=str(data.get("names_unread") or ""), summary=str(data.get("summary") or ""))
+
+
+def ultralytics_summary(props: dict[str, str]) -> UltralyticsSummary | None:
+    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or None for another file."""
     facts = facts_from_props(props)
     if facts is None:
-        return {}
-    summary = {"task": facts.task, "classes": facts.classes, "imgsz": read_literal(props.get("imgsz")),
-               "stride": read_literal(props.get("stride")), "version": facts.version}
-    if facts.nms_free:  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
-        summary.update(nms_free=True, max_det=facts.max_det)
-    if facts.kpt_shape:  # pose: [keypoints, 2 or 3]
-        summary["kpt_shape"] = list(facts.kpt_shape)
-    if not facts.classes and props.get("names"):  # said, but not a dict or list of names
-        summary["names_unread"] = props["names"][:60]
-    summary["summary"] = describe_ultralytics(summary)
-    return summary
+        return None
+    unread = props["names"][:60] if not facts.classes and props.get("names") else ""  # not a dict or list of names
+    found = UltralyticsSummary(task=facts.task, classes=list(facts.classes),
+                               imgsz=_metadata_literal(props.get("imgsz")),
+                               stride=_metadata_literal(props.get("stride")), version=facts.version,
+                               nms_free=facts.nms_free, max_det=facts.max_det if facts.nms_free else 0,
+                               kpt_shape=list(facts.kpt_shape), names_unread=unread)
+    return replace(found, summary=describe_ultralytics(found))
 
 
-def describe_ultralytics(summary: JsonObject) -> str:
-    classes = summary["classes"]
+def describe_ultralytics(summary: UltralyticsSummary) -> str:
+    classes = summary.classes
     shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
-    version = f" {summary['version']}" if summary.get("version") else ""
-    if summary.get("names_unread"):
-        return (f"Ultralytics{version} export: task {summary['task']}, class names unreadable "
-                f"(names = {summary['names_unread']!r}), imgsz {summary['imgsz']}, stride {summary['stride']}")
-    nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary['max_det']})" \
-        if summary.get("nms_free") else ""
-    return (f"Ultralytics{version} export: task {summary['task']}, {len(classes)} classes ({shown}), "
-            f"imgsz {summary['imgsz']}, stride {summary['stride']}{nms_free}")
+    version = f" {summary.version}" if summary.version else ""
+    if summary.names_unread:
+        return (f"Ultralytics{version} export: task {summary.task}, class names unreadable "
+                f"(names = {summary.names_unread!r}), imgsz {summary.imgsz}, stride {summary.stride}")
+    nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary.max_det})" if summary.nms_free else ""
+    return (f"Ultralytics{version} export: task {summary.task}, {len(classes)} classes ({shown}), "
+            f"imgsz {summary.imgsz}, stride {summary.stride}{nms_free}")
 
 
 def graph_output_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
@@ -203,20 +256,20 @@ def graph_output_dims(proto: onnx.ModelProto) -> dict[str, list[int | None]]:
     return found
 
 
-def raise_for_ultralytics_head(project: Project, path: Path, summary: JsonObject,
+def raise_for_ultralytics_head(project: Project, path: Path, summary: UltralyticsSummary | None,
                                dims: dict[str, list[int | None]]) -> None:
     """An Ultralytics detection head [N, 4+C, A] (before NMS) is not what the task reads: say so, and what to do."""
-    if not summary:
+    if summary is None:
         return
-    task = summary["task"]
+    task = summary.task
     if task in ("segment", "pose", "obb"):  # its head is adapted in a project of its task (onnx_file._adapted)
         if project.task.kind != TASKS[task]:
-            raise ModelError(f"{_where(project, path)} is an Ultralytics {task} export ({summary['summary']}); "
+            raise ModelError(f"{_where(project, path)} is an Ultralytics {task} export ({summary.summary}); "
                              f"task.kind is {project.task.kind!r}: edgebuild's adapter splits its head into the "
                              f"{TASKS[task]} task's outputs", hint=f"make task.kind \"{TASKS[task]}\" (or leave it "
                                                                    "out to take the export's)")
         return
-    classes = len(summary["classes"]) or len(project.task.classes)
+    classes = len(summary.classes) or len(project.task.classes)
     for name, shape in dims.items():
         if len(shape) == 3 and shape[1] == 4 + classes and (shape[2] is None or shape[2] > shape[1]):
             got = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
@@ -226,7 +279,7 @@ def raise_for_ultralytics_head(project: Project, path: Path, summary: JsonObject
                 "scores, before NMS. The detection task reads boxes [N, A, 4] (x1, y1, x2, y2) and scores "
                 f"[N, A, C] (task.postprocess.boxes_output, scores_output); edgebuild's built-in Ultralytics "
                 f"adapter applies to a detect export whose metadata names its classes, in a detection project "
-                f"({summary['summary']})",
+                f"({summary.summary})",
                 hint="make task.kind \"detection\" and task.classes the export's classes (or leave them out to "
                      "take the export's), or write the task's outputs yourself: build the model in Python with a "
                      "wrapper that transposes the head to [N, A, 4+C], converts cx, cy, w, h to x1, y1, x2, y2 "
@@ -321,26 +374,26 @@ def raise_for_inputs(project: Project, path: Path, proto: onnx.ModelProto) -> No
 
 
 def raise_for_output_names(project: Project, path: Path, proto: onnx.ModelProto,
-                           summary: JsonObject | None = None) -> None:
+                           summary: UltralyticsSummary | None = None) -> None:
     """model.outputs against the file's outputs; ``summary``: what an Ultralytics export says of itself, so that its raw
     detection head left unadapted (it scores another number of classes than task.classes lists) is named as such."""
     outputs = [o.name for o in proto.graph.output]
     if outputs != list(project.model.outputs):
         order = " (the same names in another order: list them in the file's order)" \
             if sorted(outputs) == sorted(project.model.outputs) else ""
-        head = _unadapted_head(project, proto, summary or {}, outputs)
+        head = _unadapted_head(project, proto, summary, outputs)
         raise ModelError(f"{_where(project, path)}: its outputs are {outputs}, model.outputs lists "
                          f"{list(project.model.outputs)}{order}{head[0] if head else ''}",
                          hint=head[1] if head else "model.outputs names the file's outputs, in its order, and "
                                                    "task.postprocess says which the task reads; " + OUTPUTS_HINT)
 
 
-def _unadapted_head(project: Project, proto: onnx.ModelProto, summary: JsonObject,
+def _unadapted_head(project: Project, proto: onnx.ModelProto, summary: UltralyticsSummary | None,
                     outputs: list[str]) -> tuple[str, str] | None:
     """(what is said, the hint) where the file is an Ultralytics detect export whose one output, the raw head
     [N, 4+C, A], scores another number of classes than task.classes lists: edgebuild's adapter, which gives the
     boxes and scores ``init`` writes in model.outputs, fits only a head of len(task.classes) classes."""
-    if summary.get("task") != "detect" or project.task.kind != "detection" or len(outputs) != 1:
+    if summary is None or summary.task != "detect" or project.task.kind != "detection" or len(outputs) != 1:
         return None
     shape = graph_output_dims(proto).get(outputs[0]) or []
     classes = len(project.task.classes)
@@ -382,12 +435,12 @@ _STRIDE_SETS = ((8,), (16,), (32,), (64,), (8, 16, 32), (8, 16, 32, 64), (16, 32
                 (32, 64))
 
 
-def model_stride(project: Project, summary: JsonObject, dims: dict[str, list[int | None]],
+def model_stride(project: Project, summary: UltralyticsSummary | None, dims: dict[str, list[int | None]],
                  size: Sequence[int] | None = None) -> tuple[int, str] | None:
     """(the model's largest stride, what says it): Ultralytics' metadata, or a detector's anchor count A at
     ``size`` (default: the profile's opt size) from its boxes [N, A, 4] (A = sum over its strides s of
     H/s * W/s); None where nothing says."""
-    stride = summary.get("stride") if summary else None
+    stride = summary.stride if summary is not None else None
     if isinstance(stride, (list, tuple)) and stride and all(isinstance(v, (int, float)) for v in stride):
         stride = max(stride)
     if isinstance(stride, (int, float)) and not isinstance(stride, bool) and stride > 0:

@@ -32,7 +32,7 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.sources.export.onnx_export import ExportRecord
+    from edgebuild.sources.onnx_checks import UltralyticsSummary
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["read_model_record"]
@@ -74,8 +75,20 @@ class OnnxModelRecord(ModelRecord):
     fleet_opset: int = 0  # the highest opset every selected target's TensorRT parser takes
     producer: str = ""
     metadata: dict[str, str] = field(default_factory=dict)  # metadata_props, values cut to 200 characters
-    ultralytics: JsonObject = field(default_factory=dict)  # task, classes, imgsz, stride: where it says so
+    #: task, classes, imgsz, stride: what an Ultralytics export says of itself (None, stored as {}: another file)
+    ultralytics: UltralyticsSummary | None = None
     checks: list[str] = field(default_factory=list)  # what was checked, in order
+
+    def as_dict(self) -> JsonObject:
+        data = asdict(replace(self, ultralytics=None))
+        data["ultralytics"] = self.ultralytics.as_dict() if self.ultralytics is not None else {}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> OnnxModelRecord:
+        from edgebuild.sources.onnx_checks import UltralyticsSummary
+
+        return cls(**{**data, "ultralytics": UltralyticsSummary.from_dict(data.get("ultralytics") or {})})
 
 
 def read_model_record(data: JsonObject) -> ModelRecord:
@@ -88,7 +101,7 @@ def read_model_record(data: JsonObject) -> ModelRecord:
         from edgebuild.sources.torch_source import TorchSourceModelRecord
 
         return TorchSourceModelRecord(**data)
-    return OnnxModelRecord(**data) if "kind" in data else ModelRecord(**data)
+    return OnnxModelRecord.from_dict(data) if "kind" in data else ModelRecord(**data)
 
 
 # -- what the model is: its key -------------------------------------------------------------------
@@ -192,10 +205,10 @@ def _instance_head(path: str, mtime_ns: int, size: int, kind: str, classes: int,
     except Exception:  # the model stage says what is wrong with it
         return None
     summary = ultralytics_summary(metadata(proto))
-    task = summary.get("task")
-    if not isinstance(task, str) or TASKS.get(task) != kind:
+    if summary is None or TASKS.get(summary.task) != kind:
         return None
-    found = instance_head_outputs(proto, task, len(summary["classes"]) or classes, kpt_shape)
+    task = summary.task
+    found = instance_head_outputs(proto, task, len(summary.classes) or classes, kpt_shape)
     return (task, *found) if found else None
 
 
@@ -251,9 +264,9 @@ def _raw_head(path: str, mtime_ns: int, size: int, classes: int) -> str | None:
     except Exception:  # the model stage says what is wrong with it
         return None
     summary = ultralytics_summary(metadata(proto))
-    if summary.get("task") != "detect":
+    if summary is None or summary.task != "detect":
         return None
-    return raw_head_output(proto, len(summary["classes"]) or classes)
+    return raw_head_output(proto, len(summary.classes) or classes)
 
 
 def source_files(path: Path) -> dict[str, str]:
@@ -366,16 +379,17 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
     done.append(f"opset {opset} <= {ceiling}, the highest every selected target's TensorRT parser takes")
     metadata = checks.metadata(proto)
     ultralytics = checks.ultralytics_summary(metadata)
-    if ultralytics:
-        progress("model: " + checks.describe_ultralytics(ultralytics))
-    adapted = _adapted(project) if ultralytics else None
+    if ultralytics is not None:
+        progress("model: " + ultralytics.summary)
+    adapted = _adapted(project) if ultralytics is not None else None
+    utask = ultralytics.task if ultralytics is not None else ""
     if adapted and project.task.kind in INSTANCE_KINDS:
         proto = checks.load_structure(project, adapted[0])
         checks.raise_for_checker(project, adapted[0])
         names = ", ".join(_instance_names(project))
-        done.append(f"Ultralytics {ultralytics['task']} head {adapted[1]!r} adapted by appended nodes to {names} "
+        done.append(f"Ultralytics {utask} head {adapted[1]!r} adapted by appended nodes to {names} "
                     f"(docs/tasks.md, the outputs; {adapted[0].name}); the checker passes")
-        progress(f"model: appended edgebuild's Ultralytics {ultralytics['task']} adapter: {adapted[1]} -> {names}")
+        progress(f"model: appended edgebuild's Ultralytics {utask} adapter: {adapted[1]} -> {names}")
     elif adapted and _is_top_k(project):
         from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE
 
@@ -440,7 +454,8 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
                    for which, (_, outputs) in runs.items()})
 
 
-def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: JsonObject) -> tuple[int, str] | None:
+def _probed_stride(project: Project, runner: OnnxRuntimeRunner,
+                   ultralytics: UltralyticsSummary | None) -> tuple[int, str] | None:
     """A detector that fails to run at the profile's size: its stride, from its anchors at a size that is a
     multiple of 64 near the opt size (None where it says nothing or fails there too)."""
     from edgebuild.sources import onnx_checks as checks
@@ -463,7 +478,7 @@ def _probed_stride(project: Project, runner: OnnxRuntimeRunner, ultralytics: Jso
 def describe_model(record: OnnxModelRecord) -> str:
     """The model stage's line for a model file."""
     made = f", from {record.producer}" if record.producer else ""
-    ultralytics = f"; {record.ultralytics['summary']}" if record.ultralytics else ""
+    ultralytics = f"; {record.ultralytics.summary}" if record.ultralytics is not None else ""
     return (f"{record.entry_point} [{record.kind}, told by {record.told_by}] (opset {record.opset}, "
             f"{record.parameters:,} parameters{made}){ultralytics}; checked, ONNX Runtime at min/opt/max shapes "
             f"in {record.seconds:.1f} s")

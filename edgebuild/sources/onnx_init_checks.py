@@ -4,10 +4,13 @@ feed (NCHW, float32), and Ultralytics metadata that agrees with the graph (edgeb
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from edgebuild.errors import ModelError
-from edgebuild.jsontypes import JsonObject
 from edgebuild.sources.onnx_checks import FLOAT_HINT, image_dtype_problem
+
+if TYPE_CHECKING:
+    from edgebuild.sources.onnx_checks import UltralyticsSummary
 
 __all__ = ["metadata_classes_note", "raise_for_image_input", "raise_for_metadata_task"]
 
@@ -34,14 +37,15 @@ def raise_for_metadata_task(where: str, task: str, outputs: dict[str, str]) -> N
                                            "format=onnx dynamic=True), so the metadata says the task of its head")
 
 
-def metadata_classes_note(where: str, summary: JsonObject, num_classes: int | None, outputs: str) -> list[str]:
+def metadata_classes_note(where: str, summary: UltralyticsSummary | None, num_classes: int | None,
+                          outputs: str) -> list[str]:
     """``edgebuild init --model``: an Ultralytics export's metadata names against its head (``num_classes``, from
     ``outputs``): a ModelError where they disagree, a note where the names cannot be read."""
-    if not summary:
+    if summary is None:
         return []
-    classes = summary.get("classes") or []
+    classes = summary.classes
     if not classes:
-        said = f"names = {summary['names_unread']!r}" if summary.get("names_unread") else "it says no names"
+        said = f"names = {summary.names_unread!r}" if summary.names_unread else "it says no names"
         return [f"{where}'s metadata class names could not be read ({said}): the class names are the dataset's, "
                 "and their order against the model's is not checked."]
     if num_classes and len(classes) != num_classes:

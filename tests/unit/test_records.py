@@ -10,11 +10,13 @@ from pathlib import Path
 
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
+from edgebuild.project.template import FoundPostprocess
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.shipping.ota import PackageRecord
 from edgebuild.sources.export.onnx_export import ExportRecord
-from edgebuild.sources.onnx_file import read_model_record
+from edgebuild.sources.onnx_checks import UltralyticsSummary, ultralytics_summary
+from edgebuild.sources.onnx_file import OnnxModelRecord, read_model_record
 from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import GroupFacts
 from edgebuild.workflows.farm import FarmPlace
@@ -38,12 +40,8 @@ BOUNDARY = {
 
 #: not typed yet (issue 44): each is to get a record of its own; an entry goes when its field is typed
 PENDING = {
-    "edgebuild/project/template.py FoundProject.postprocess",
     "edgebuild/report/build_report.py BuildReport.bench",
-    "edgebuild/sources/onnx_file.py OnnxModelRecord.ultralytics",
     "edgebuild/workflows/bench.py Benched.result",
-    "edgebuild/workflows/init/project_file.py _Model.ultralytics",
-    "edgebuild/workflows/init/project_file.py _Model.postprocess",
     "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
 }
 
@@ -233,3 +231,47 @@ def test_a_farm_place_and_a_group_measured_on_a_device_read_back_what_they_wrote
     on_farm = {**row, "device": None, "board": "orin-nano-1", "retried_from": None}
     assert GroupOnDevice.from_dict(on_farm).board == "orin-nano-1"
     _same_json(GroupOnDevice.from_dict(on_farm).as_dict(), on_farm)
+
+
+def _onnx_model(ultralytics: dict) -> dict:
+    return {"entry_point": "model.onnx", "parameters": 3, "output_shapes": {}, "seconds": 0.1, "loaded_files": {},
+            "kind": "onnx", "told_by": "its suffix", "path": "/p/model.onnx", "files": {"model.onnx": "ab"},
+            "opset": 17, "fleet_opset": 20, "producer": "pytorch 2.5", "metadata": {"task": "detect"},
+            "ultralytics": ultralytics, "checks": ["ONNX checker"]}
+
+
+def test_an_onnx_models_ultralytics_summary_reads_back_what_it_wrote() -> None:
+    plain = {"task": "detect", "classes": ["a", "b"], "imgsz": [640, 640], "stride": 32, "version": "8.3.0",
+             "summary": "Ultralytics 8.3.0 export: task detect, 2 classes (a, b), imgsz [640, 640], stride 32"}
+    nms_free = {"task": "detect", "classes": ["a"], "imgsz": [640, 640], "stride": 32, "version": "8.3.0",
+                "nms_free": True, "max_det": 300, "summary": "s"}
+    pose = {"task": "pose", "classes": ["person"], "imgsz": 640, "stride": [8, 16, 32], "version": "",
+            "kpt_shape": [17, 3], "summary": "s"}
+    unread = {"task": "detect", "classes": [], "imgsz": None, "stride": "x", "version": "8.3.0",
+              "names_unread": "{0: person", "summary": "s"}
+    for said in (plain, nms_free, pose, unread, {}):
+        record = read_model_record(_onnx_model(said))
+        assert isinstance(record, OnnxModelRecord)
+        _same_json(record.as_dict(), _onnx_model(said))
+    typed = read_model_record(_onnx_model(pose))
+    assert isinstance(typed, OnnxModelRecord) and typed.ultralytics is not None
+    assert typed.ultralytics.kpt_shape == [17, 3] and typed.ultralytics.stride == [8, 16, 32]
+    assert UltralyticsSummary.from_dict({}) is None
+    props = {"task": "detect", "names": "{0: 'a', 1: 'b'}", "imgsz": "[640, 640]", "stride": "32",
+             "version": "8.3.0", "description": "Ultralytics YOLO11n model"}
+    found = ultralytics_summary(props)
+    assert found is not None and found.as_dict() == plain
+    assert UltralyticsSummary.from_dict(found.as_dict()) == found
+
+
+def test_the_postprocess_init_found_is_sparse() -> None:
+    for keys in ({}, {"logits_output": "logits"},
+                 {"boxes_output": "boxes", "scores_output": "scores", "keypoints_output": "keypoints",
+                  "score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300},
+                 {"score_threshold": 0.001, "nms_iou": 0.7, "max_detections": 300, "in_model": True,
+                  "boxes_output": "detection_boxes", "scores_output": "detection_scores"}):
+        found = FoundPostprocess.from_dict(keys)
+        assert found.as_dict() == keys  # the same keys (written in the record's order)
+    assert list(FoundPostprocess.from_dict({"nms_iou": 0.7, "boxes_output": "b"}).as_dict()) == ["boxes_output",
+                                                                                                "nms_iou"]
+    assert FoundPostprocess().as_dict() == {}

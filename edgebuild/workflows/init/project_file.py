@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ConfigError, DataError, EdgebuildError, ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import INSTANCE_KINDS, NAME_PATTERN
-from edgebuild.project.template import FoundGroup, FoundInput, FoundProject, render_project
-from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, nms_free_outputs
+from edgebuild.project.template import FoundGroup, FoundInput, FoundPostprocess, FoundProject, render_project
+from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, UltralyticsFacts, nms_free_outputs
 from edgebuild.workflows.init.dataset import FoundData, read_data, yolo_data_for_task
 from edgebuild.workflows.init.preprocess import given_preprocess as _given_preprocess
 from edgebuild.workflows.init.preprocess import measured_preprocess as _measured_preprocess
@@ -36,6 +36,9 @@ from edgebuild.workflows.init.torch_model import (
     read_torch_model,
     torch_kind,
 )
+
+if TYPE_CHECKING:
+    from edgebuild.sources.onnx_checks import UltralyticsSummary
 
 __all__ = ["init_from_files", "parse_input_size"]
 
@@ -67,8 +70,8 @@ class _Model:
     num_classes: int | None  # from the graph, where it says
     input_size: list[int]
     channels: int
-    ultralytics: JsonObject
-    postprocess: JsonObject
+    ultralytics: UltralyticsSummary | UltralyticsFacts | None  # what an Ultralytics export or checkpoint says
+    postprocess: FoundPostprocess
     notes: list[str]
     checkpoint: bool = False  # an Ultralytics checkpoint, not an ONNX file
     in_pytorch: str | None = None  # "torchscript" or "hub": a model PyTorch loads, checked by running it
@@ -130,29 +133,35 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     spec = FoundInput("images", "float32", [1, 3, *size], [1, 3, *size], [MAX_BATCH, 3, *size],
                       f"the checkpoint's: batch 1..{MAX_BATCH}, image size {size_said}")
     if task == "detection":
-        outputs, post = ["boxes", "scores"], {"boxes_output": "boxes", "scores_output": "scores", **VAL_DEFAULTS}
+        outputs, post = ["boxes", "scores"], FoundPostprocess(boxes_output="boxes", scores_output="scores",
+                                                              **VAL_DEFAULTS)
         outputs_said = "edgebuild's adapter around the checkpoint's detection head"
         if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
-            (outputs, post), outputs_said = nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})"
+            outputs, post, outputs_said = (*_nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})")
     elif task in INSTANCE_KINDS:  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
         outputs, post = _instance_outputs(task)
         outputs_said = f"edgebuild's adapter around the checkpoint's {facts.task} head"
     else:
-        outputs, post = ["logits"], {"logits_output": "logits"}
+        outputs, post = ["logits"], FoundPostprocess(logits_output="logits")
         outputs_said = "edgebuild's adapter around the checkpoint's classifier"
     return _Model(f"{name}: {facts.summary()}", [spec], outputs, outputs_said, task,
-                  f"from {name} (task {facts.task})", list(facts.classes), None, size, 3, facts.as_dict(), post,
+                  f"from {name} (task {facts.task})", list(facts.classes), None, size, 3, facts, post,
                   notes, checkpoint=True)
 
 
-def _instance_outputs(task: str) -> tuple[list[str], JsonObject]:
+def _nms_free_outputs(max_det: int) -> tuple[list[str], FoundPostprocess]:
+    outputs, post = nms_free_outputs(max_det)
+    return outputs, FoundPostprocess.from_dict(post)
+
+
+def _instance_outputs(task: str) -> tuple[list[str], FoundPostprocess]:
     """A pose, segmentation or obb task's outputs as edgebuild's Ultralytics adapter names them (docs/tasks.md),
     and its ``[task.postprocess]``: those names and Ultralytics' val settings."""
     from edgebuild.project.schema import TASK_KINDS
 
     named = {k: v for k, v in TASK_KINDS[task][0].model_fields["postprocess"].default.model_dump().items()
              if k.endswith("_output")}
-    return list(named.values()), {**named, **_val_defaults()}
+    return list(named.values()), FoundPostprocess(**named, **_val_defaults())
 
 
 def _dims(value: Any) -> list[int | None]:
@@ -197,16 +206,16 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     outputs = [o.name for o in proto.graph.output]
     out_dims = graph_output_dims(proto)
     task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
-    if task == "detection" and ultra.get("nms_free"):  # YOLOv10/YOLO26 exported with nms=False: [N, K, 6]
-        num_classes, postprocess = len(ultra["classes"]) or None, {"nms_free": ultra["max_det"]}
+    if task == "detection" and ultra is not None and ultra.nms_free:  # YOLOv10/YOLO26 exported with nms=False
+        num_classes, postprocess = len(ultra.classes) or None, FoundPostprocess(nms_free=ultra.max_det)
     notes = metadata_classes_note(name, ultra, num_classes,
                                   ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs))
     channels = dims[1] or 3
     if dims[2] and dims[3]:
         size, size_said = [dims[2], dims[3]], f"fixed in {name}"
         _size_given(name, size, size_said, input_size)
-    elif ultra and _imgsz(ultra.get("imgsz")):
-        size, size_said = _imgsz(ultra.get("imgsz")) or [], f"imgsz from {name}'s metadata"
+    elif ultra is not None and _imgsz(ultra.imgsz):
+        size, size_said = _imgsz(ultra.imgsz) or [], f"imgsz from {name}'s metadata"
         _size_given(name, size, size_said, input_size)
     elif input_size:
         size, size_said = [int(v) for v in input_size], "from --input-size"
@@ -226,30 +235,31 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
                       f", image size {size_said}")
     opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
     said = f"{name}: ONNX, opset {opset}"
-    if ultra:
-        said += f", {ultra['summary']}"
-    if ultra and task == "detection":
-        postprocess = {**postprocess, **_val_defaults()}
-    if task == "detection" and postprocess.get("nms_free"):
+    if ultra is not None:
+        said += f", {ultra.summary}"
+    if ultra is not None and task == "detection":
+        postprocess = replace(postprocess, **_val_defaults())
+    if task == "detection" and postprocess.nms_free:
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
-        outputs, postprocess = nms_free_outputs(int(postprocess["nms_free"]))
+        outputs, postprocess = _nms_free_outputs(postprocess.nms_free)
         outputs_said = f"{NMS_FREE_NOTE}: {head}"
-    elif task in INSTANCE_KINDS and postprocess.get("instance_head"):
+    elif task in INSTANCE_KINDS and postprocess.instance_head:
         heads = ", ".join(f"{o!r} {_shown(out_dims.get(o, []))}" for o in outputs)
         outputs, postprocess = _instance_outputs(task)
-        notes.append(f"{name} outputs Ultralytics' raw {ultra['task']} head {heads}: model.outputs names what "
+        utask = ultra.task if ultra is not None else ""
+        notes.append(f"{name} outputs Ultralytics' raw {utask} head {heads}: model.outputs names what "
                      f"edgebuild's Ultralytics adapter gives ({', '.join(outputs)}).")
-        outputs_said = f"Ultralytics' raw {ultra['task']} head {heads}, read as {', '.join(outputs)}"
-    elif task == "detection" and postprocess.get("raw_head"):
+        outputs_said = f"Ultralytics' raw {utask} head {heads}, read as {', '.join(outputs)}"
+    elif task == "detection" and postprocess.raw_head:
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         notes.append(f"{name} outputs Ultralytics' raw detection head {head}: model.outputs names what "
                      "edgebuild's Ultralytics adapter gives (boxes, scores).")
         outputs = ["boxes", "scores"]
-        postprocess = {"boxes_output": "boxes", "scores_output": "scores", "raw_head": "1", **_val_defaults()}
+        postprocess = FoundPostprocess(boxes_output="boxes", scores_output="scores", raw_head=True, **_val_defaults())
         outputs_said = f"Ultralytics' raw head {head}, read as boxes and scores"
     else:
         outputs_said = "from " + name + ": " + ", ".join(f"{o} {_shown(out_dims.get(o, []))}" for o in outputs)
-    return _Model(said, [spec], outputs, outputs_said, task, task_said, list(ultra.get("classes", [])) if ultra else [],
+    return _Model(said, [spec], outputs, outputs_said, task, task_said, list(ultra.classes) if ultra else [],
                   num_classes, size, channels, ultra, postprocess, notes)
 
 
@@ -258,11 +268,12 @@ def _torch_model(kind: str, source: str, data: FoundData, input_size: list[int] 
     """A TorchScript file or a model by name (``edgebuild.workflows.init_torch``)."""
     found = read_torch_model(kind, source, data.task, input_size, weights, MAX_BATCH)
     return _Model(found.said, [found.spec], found.outputs, found.outputs_said, found.task, found.task_said, [],
-                  found.num_classes, found.size, found.channels, {}, found.postprocess, found.notes, in_pytorch=kind,
+                  found.num_classes, found.size, found.channels, None, found.postprocess, found.notes,
+                  in_pytorch=kind,
                   mean=found.mean, std=found.std, preprocess_said=found.preprocess_said)
 
 
-def _val_defaults() -> JsonObject:
+def _val_defaults() -> dict[str, Any]:
     """Ultralytics' `yolo val` settings for edgebuild's postprocess keys, where that module is there."""
     try:
         from edgebuild.sources.ultralytics.adapter import VAL_DEFAULTS
@@ -272,32 +283,32 @@ def _val_defaults() -> JsonObject:
 
 
 def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
-          ultra: JsonObject) -> tuple[str, str, dict[str, str], int | None]:
+          ultra: UltralyticsSummary | None) -> tuple[str, str, FoundPostprocess, int | None]:
     """(task, where it came from, the postprocess keys, the number of classes the graph says)."""
     from edgebuild.sources.onnx_init_checks import raise_for_metadata_task
 
-    utask = ultra.get("task") if ultra else None
+    utask = ultra.task if ultra is not None else None
     if utask in ("segment", "pose", "obb"):
-        return _instance_task(name, str(utask), outputs, dims, ultra)
+        return _instance_task(name, utask, outputs, dims, ultra)
     lower = [o.lower() for o in outputs]
     boxes = next((outputs[lower.index(b)] for b in _BOXES if b in lower), None)
     scores = next((outputs[lower.index(s)] for s in _SCORES if s in lower), None)
     if boxes and scores:
         classes = (dims.get(scores) or [None])[-1]
         return ("detection", f"{name} outputs {boxes!r} and {scores!r}",
-                {"boxes_output": boxes, "scores_output": scores}, classes)
+                FoundPostprocess(boxes_output=boxes, scores_output=scores), classes)
     if utask == "detect":
         head = dims.get(outputs[0], [])
         if len(outputs) == 1 and len(head) == 3:
             count = head[1] - 4 if head[1] else None
-            return ("detection", f"from {name}'s metadata (task detect)", {"raw_head": "1"}, count)
+            return ("detection", f"from {name}'s metadata (task detect)", FoundPostprocess(raw_head=True), count)
         raise ModelError(f"--model: {name} is an Ultralytics detection export with outputs "
                          f"{ {o: _shown(dims.get(o, [])) for o in outputs} }, neither the raw head [N, 4+C, A] "
                          "nor boxes and scores", hint="export it again with yolo export format=onnx dynamic=True")
     if len(outputs) == 1 and len(dims.get(outputs[0], [])) == 2:
         said = f"from {name}'s metadata (task classify)" if utask == "classify" else \
             f"{name} has one [N, C] output"
-        return "classification", said, {"logits_output": outputs[0]}, dims[outputs[0]][1]
+        return "classification", said, FoundPostprocess(logits_output=outputs[0]), dims[outputs[0]][1]
     raise_for_metadata_task(f"--model: {name}", str(utask), {o: _shown(dims.get(o, [])) for o in outputs})
     raise ModelError(f"--model: {name}: cannot tell its task from its outputs "
                      f"{ {o: _shown(dims.get(o, [])) for o in outputs} }: edgebuild init knows detection (outputs "
@@ -308,7 +319,7 @@ def _task(name: str, outputs: list[str], dims: dict[str, list[int | None]],
 
 
 def _instance_task(name: str, utask: str, outputs: list[str], dims: dict[str, list[int | None]],
-                   ultra: JsonObject) -> tuple[str, str, dict[str, str], int | None]:
+                   ultra: UltralyticsSummary | None) -> tuple[str, str, FoundPostprocess, int | None]:
     """``_task`` for an Ultralytics pose, segment or OBB export: its raw head [N, 4+C+..., A] (segment: and the
     prototypes [N, M, H/4, W/4]), which edgebuild's adapter splits into the task's outputs."""
     from edgebuild.project.ultralytics_facts import TASKS
@@ -323,11 +334,11 @@ def _instance_task(name: str, utask: str, outputs: list[str], dims: dict[str, li
                          f"{ {o: _shown(dims.get(o, [])) for o in outputs} }, not its raw head {form}",
                          hint="export it again with yolo export format=onnx dynamic=True")
     channels = dims[heads[0]][1]
-    kpt = ultra.get("kpt_shape") or []
+    kpt = ultra.kpt_shape if ultra is not None else []
     extra = (dims[prototypes[0]][1] if prototypes else None) if utask == "segment" else \
         (kpt[0] * kpt[1] if len(kpt) == 2 else None) if utask == "pose" else 1
     count = channels - 4 - extra if channels and extra is not None else None
-    return TASKS[utask], f"from {name}'s metadata (task {utask})", {"instance_head": "1"}, count
+    return TASKS[utask], f"from {name}'s metadata (task {utask})", FoundPostprocess(instance_head=True), count
 
 
 # -- the fleet --------------------------------------------------------------------------------------
@@ -472,7 +483,7 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
         validation={k: _relative(Path(v), directory) for k, v in found_data.validation.items()},
         data_said=f"From the {found_data.title} ({_relative(data, directory)}).", fleet=groups,
         notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None,
-        kpt_shape=list(ultra.get("kpt_shape") or []) or None)
+        kpt_shape=list(ultra.kpt_shape) if ultra is not None and ultra.kpt_shape else None)
     given = {k: v for k, v in (preprocess or {}).items() if v is not None}
     project = _given_preprocess(project, given)
     measure = not ultra and found_model.mean is None and found_model.in_pytorch != "hub"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import EdgebuildError, ModelError
 from edgebuild.project.schema import HUB_SOURCE
-from edgebuild.project.template import FoundInput
+from edgebuild.project.template import FoundInput, FoundPostprocess
 
 if TYPE_CHECKING:
     from edgebuild.project.config import Project
@@ -65,7 +65,7 @@ class TorchModel:
     spec: FoundInput
     outputs: list[str]
     outputs_said: str
-    postprocess: dict[str, str]
+    postprocess: FoundPostprocess
     task: str
     task_said: str
     num_classes: int | None
@@ -105,9 +105,9 @@ def read_torch_model(kind: str, source: str, data_task: str, input_size: list[in
     spec = FoundInput("images", "float32", [1, channels, *size], [1, channels, *size],
                       [max_batch, channels, *size], f"batch 1..{max_batch}, image size {size_said}")
     if task == "detection":
-        outputs, post = ["boxes", "scores"], {"boxes_output": "boxes", "scores_output": "scores"}
+        outputs, post = ["boxes", "scores"], FoundPostprocess(boxes_output="boxes", scores_output="scores")
     else:
-        outputs, post = ["logits"], {"logits_output": "logits"}
+        outputs, post = ["logits"], FoundPostprocess(logits_output="logits")
     return TorchModel(facts.said, spec, outputs, f"the names edgebuild gives a {task} model's outputs, in order",
                       post, task, facts.task_said, facts.num_classes, size, channels, facts.mean, facts.std,
                       facts.preprocess_said, notes)

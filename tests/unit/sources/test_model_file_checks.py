@@ -13,7 +13,7 @@ from edgebuild.errors import ModelError
 from edgebuild.project.config import load_project
 from edgebuild.sources.file_kinds import content_kind
 from edgebuild.sources.model_file_checks import raise_for_unreadable
-from edgebuild.sources.onnx_checks import model_stride, raise_for_stride
+from edgebuild.sources.onnx_checks import UltralyticsSummary, model_stride, raise_for_stride
 from tests.support.project import TINY_TOML, write_tiny_project
 
 
@@ -68,11 +68,12 @@ def test_a_detectors_stride_comes_from_its_anchors(tmp_path: Path) -> None:
     project = _detector(tmp_path)
     boxes = project.task.postprocess.boxes_output
     # 64x64 at strides 8, 16, 32: 64 + 16 + 4 anchors
-    assert model_stride(project, {}, {boxes: [1, 84, 4]}) == (32, "its 84 anchors at 64x64: feature maps at "
+    assert model_stride(project, None, {boxes: [1, 84, 4]}) == (32, "its 84 anchors at 64x64: feature maps at "
                                                                   "strides 8, 16, 32")
-    assert model_stride(project, {}, {boxes: [1, 64, 4]})[0] == 8  # one level at stride 8
-    assert model_stride(project, {}, {boxes: [1, 83, 4]}) is None  # no pyramid gives 83
-    assert model_stride(project, {"stride": [8, 16, 32]}, {}) == (32, "its Ultralytics metadata")
+    assert model_stride(project, None, {boxes: [1, 64, 4]})[0] == 8  # one level at stride 8
+    assert model_stride(project, None, {boxes: [1, 83, 4]}) is None  # no pyramid gives 83
+    said = UltralyticsSummary(task="detect", classes=["a"], imgsz=[64, 64], stride=[8, 16, 32], version="8.3.0")
+    assert model_stride(project, said, {}) == (32, "its Ultralytics metadata")
 
 
 def test_a_size_off_the_stride_is_named_as_such(tmp_path: Path) -> None:
