@@ -27,14 +27,13 @@ from edgebuild.runtime.ota.ota import health_check
 from edgebuild.runtime.serving.server import Server
 from edgebuild.stages import compile_work
 from edgebuild.workflows.work import select_work
-from tests.support.project import EXAMPLES
+from tests.support.compiled import compiled_copy
 from tests.support.runtime_artifacts import Client
 
 
 @pytest.fixture(scope="module")
 def shapes_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("acceptance") / "shapes-detector"
-    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    root = compiled_copy(tmp_path_factory, "shapes-detector", "yard-cams", tmp_path_factory.mktemp("acceptance"))
     work = select_work(load_project(root), "yard-cams")
     report = compile_work(work, until="engine", options=Options(progress=False))
     assert report.ok, report.error

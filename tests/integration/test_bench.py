@@ -117,9 +117,9 @@ def test_without_an_artifact_the_target_must_pick_one_compiled_group(tiny_projec
 
 
 @pytest.mark.parametrize("in_model", [False, True], ids=["raw-head", "nms-inside"])
-def test_bench_of_a_compiled_detector_times_each_stage_of_a_request(example_copy, tmp_path: Path,
+def test_bench_of_a_compiled_detector_times_each_stage_of_a_request(compiled_example, tmp_path: Path,
                                                                     in_model: bool) -> None:
-    root = example_copy("shapes-detector")
+    root = compiled_example("shapes-detector", "yard-cams")
     if in_model:
         toml = root / "edgebuild.toml"
         toml.write_text(toml.read_text().replace("max_detections = 100", "max_detections = 100\nin_model = true"))

@@ -26,15 +26,11 @@ def camera_box(example_copy) -> Path:
 
 @pytest.fixture(scope="module")
 def yard_cams(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The camera box compiled once for yard-cams (its group folder and the compile's output), for the tests
-    that read it without changing it."""
-    import shutil
+    """The camera box compiled for yard-cams (its group folder and the compile's output), for the tests
+    that read it without changing it: a copy of the run's shared compile, compiled again (all reused)."""
+    from tests.support.compiled import compiled_copy
 
-    from tests.support.project import EXAMPLES
-
-    root = tmp_path_factory.mktemp("fleet")
-    for name in ("shapes-detector", "digits-classifier", "camera-box"):
-        shutil.copytree(EXAMPLES / name, root / name, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
+    root = compiled_copy(tmp_path_factory, "camera-box", "yard-cams", tmp_path_factory.mktemp("fleet")).parent
     done = CliRunner().invoke(main, ["compile", "--target", "yard-cams", "-p", str(root / "camera-box"),
                                      "--no-progress"])
     assert done.exit_code == 0, done.output
@@ -46,7 +42,8 @@ def _payload(bundle: Path) -> set[str]:
         return {m.name.removeprefix("payload/") for m in tar.getmembers() if m.name.startswith("payload/")}
 
 
-def test_the_camera_box_builds_two_groups_each_carrying_exactly_its_models(camera_box: Path) -> None:
+def test_the_camera_box_builds_two_groups_each_carrying_exactly_its_models(compiled_example) -> None:
+    camera_box = compiled_example("camera-box", "yard-cams")  # yard-cams compiled: the dock group is new
     done = CliRunner().invoke(main, ["compile", "--target", "orin", "-p", str(camera_box), "--no-progress"])
     assert done.exit_code == 0, done.output
     assert "memory plan yard-cams" in done.output and "fleet camera-box:" in done.output
@@ -264,9 +261,10 @@ def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(yard_cams, t
 
 
 def test_a_group_gets_one_deepstream_set_its_detector_primary_and_its_classifier_on_the_objects(
-        camera_box: Path) -> None:
+        compiled_example) -> None:
     from edgebuild.shipping.deepstream import check_config
 
+    camera_box = compiled_example("camera-box", "yard-cams")  # compiled with the raw head, then NMS inside
     detector = camera_box.parent / "shapes-detector" / "edgebuild.toml"
     detector.write_text(detector.read_text().replace("max_detections = 100", "max_detections = 100\nin_model = true"))
     _compiled_group(camera_box)

@@ -22,7 +22,7 @@ from edgebuild.runtime.base.recipe import Recipe, TensorSpec
 from edgebuild.runtime.base.vision import NMS_OUTPUTS, decode_outputs
 from edgebuild.runtime.serving.server import Server
 from edgebuild.runtime.serving.service import STAGES
-from tests.support.project import EXAMPLES
+from tests.support.compiled import compiled_copy
 from tests.support.runtime_artifacts import SHAPES, Client, write_artifact
 
 ONNX_DATATYPES = {onnx.TensorProto.FLOAT: "FP32", onnx.TensorProto.INT64: "INT64"}
@@ -187,8 +187,7 @@ def test_metrics_parse_with_prometheus_client(served) -> None:
 def detector(tmp_path_factory):
     """The shapes example compiled with ``[runtime] detections = true`` (raw head, decoded by the server),
     served twice: as compiled ("decoding") and with the recipe's ``runtime.detections`` off ("raw")."""
-    root = tmp_path_factory.mktemp("detector") / "shapes-detector"
-    shutil.copytree(EXAMPLES / "shapes-detector", root, ignore=shutil.ignore_patterns("build", "data", "__pycache__"))
+    root = compiled_copy(tmp_path_factory, "shapes-detector", "yard-cams", tmp_path_factory.mktemp("detector"))
     toml = (root / "edgebuild.toml").read_text()
     (root / "edgebuild.toml").write_text(toml.replace("port = 8000", "port = 8000\ndetections = true"))
     result = CliRunner().invoke(main, ["compile", "--project", str(root), "--target", "yard-cams", "--no-progress"])

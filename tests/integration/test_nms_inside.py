@@ -19,8 +19,7 @@ from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 from edgebuild.sources.export.nms_graph import is_nms_node
 
 
-def _nms_project(example_copy, *, legacy_jetpack: str | None = None) -> Path:
-    root = example_copy("shapes-detector")
+def _nms_project(root: Path, *, legacy_jetpack: str | None = None) -> Path:
     toml = (root / "edgebuild.toml").read_text()
     toml = toml.replace("max_detections = 100", "max_detections = 100\nin_model = true")
     if legacy_jetpack:
@@ -30,8 +29,8 @@ def _nms_project(example_copy, *, legacy_jetpack: str | None = None) -> Path:
     return root
 
 
-def test_a_compile_with_nms_inside_ships_detections_scored_as_the_host_decodes(example_copy) -> None:
-    root = _nms_project(example_copy)
+def test_a_compile_with_nms_inside_ships_detections_scored_as_the_host_decodes(compiled_example) -> None:
+    root = _nms_project(compiled_example("shapes-detector", "yard-cams"))  # the raw-head compile, then NMS inside
     result = CliRunner().invoke(main, ["compile", "--project", str(root), "--target", "yard-cams", "--no-progress"])
     assert result.exit_code == 0, result.output
     gate = json.loads((root / "build/gate/gate.json").read_text())
@@ -62,7 +61,7 @@ def test_a_compile_with_nms_inside_ships_detections_scored_as_the_host_decodes(e
 
 
 def test_preflight_refuses_nms_inside_on_a_tensorrt_without_inmslayer(example_copy) -> None:
-    root = _nms_project(example_copy, legacy_jetpack="4.6.4")
+    root = _nms_project(example_copy("shapes-detector"), legacy_jetpack="4.6.4")
     preflight = CliRunner().invoke(main, ["preflight", "--project", str(root), "--target", "legacy"])
     assert preflight.exit_code == 9, preflight.output
     assert "edgebuild_nms/nms" in preflight.output and "INMSLayer came with TensorRT 8.5" in preflight.output

@@ -6,7 +6,8 @@ resource in EDGEBUILD_REQUIRE (comma-separated, e.g. ``gpu,container``) turns th
 failure, so a CI machine that should have the resource cannot silently pass without it.
 
 Helpers that tests import live beside it: tests.support.project (a tiny project, REPO, EXAMPLES),
-tests.support.jetson (a loopback "Jetson" over SSH), tests.support.runtime_artifacts (a compiled
+tests.support.jetson (a loopback "Jetson" over SSH), tests.support.compiled (an example compiled once per
+run, copied for each test), tests.support.runtime_artifacts (a compiled
 model folder and an HTTP client for the server).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.compiled import compiled_copy
 from tests.support.jetson import LoopbackJetson
 from tests.support.project import EXAMPLES, write_tiny_project
 from tests.support.resources import RESOURCES, required_resources
@@ -58,6 +60,15 @@ def example_copy(tmp_path: Path):
         return target
 
     return copy
+
+
+@pytest.fixture
+def compiled_example(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A fresh copy of a bundled example compiled for a target, the compile shared by the whole run
+    (tests/support/compiled.py): ``compiled_example("shapes-detector", "yard-cams")``. For a test
+    that compiles the example to read what the compile leaves, or changes one thing and compiles
+    again; not for one that needs a stage of the pristine example to run."""
+    return lambda name, target: compiled_copy(tmp_path_factory, name, target, tmp_path / "compiled")
 
 
 @pytest.fixture
