@@ -11,8 +11,13 @@ regions (``shared_memory.py``) as HTTP:
   registered shared-memory region; outputs as ``raw_output_contents`` (one entry per output, in order;
   an output written to shared memory has an empty entry and its place in its parameters), with
   ``parameters.detections`` choosing detections or the raw head, as over HTTP;
-- ``SystemSharedMemoryRegister/Status/Unregister``; CUDA shared memory, ``RepositoryModelLoad/Unload``,
-  ``ModelStatistics`` (``/metrics`` has them) and streaming are answered UNIMPLEMENTED with why.
+- ``ModelStreamInfer`` (what ``start_stream``/``async_stream_infer`` and ``perf_analyzer --streaming``
+  use): a ``ModelInfer`` answer per request, in order; an error is an answer with ``error_message``;
+- ``SystemSharedMemoryRegister/Status/Unregister``; CUDA shared memory, ``RepositoryModelLoad/Unload`` and
+  ``ModelStatistics`` (``/metrics`` has them) are answered UNIMPLEMENTED with why.
+
+``ModelInfer`` and ``ModelStreamInfer`` read and write their tensors' bytes in place (``read_request``,
+``write_reply``): protobuf's parser and writer copy each tensor two or three times.
 
 Errors map to gRPC status codes: a bad request INVALID_ARGUMENT (HTTP's 400), an unknown model or
 version NOT_FOUND (404), a model not ready UNAVAILABLE (503), a failed inference INTERNAL (500).
