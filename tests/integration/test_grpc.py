@@ -356,3 +356,49 @@ def test_the_container_and_the_unit_publish_the_grpc_port(tmp_path: Path) -> Non
                            target, load_preset(target.module.id))
     args = run_args(clash)
     assert [args[i + 1] for i, a in enumerate(args) if a == "--publish"] == [f"{GRPC_PORT}:{GRPC_PORT}"]
+
+
+def _stream(client, requests) -> list:
+    """The answers of ``requests`` ((model, inputs, options) each) sent on one ModelStreamInfer stream, in order."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for model, inputs, options in requests:
+            client.async_stream_infer(model, inputs, **options)
+        return [answers.get(timeout=30) for _ in requests]
+    finally:
+        client.stop_stream()
+
+
+def test_streamed_inference_answers_each_request_in_order_as_unary_does(served) -> None:
+    _, grpc, _ = served
+    requests, arrays = [], []
+    for i, shape in enumerate(SHAPES * 2):
+        array = np.random.default_rng(i).random(shape, dtype=np.float32)
+        given = grpcclient.InferInput("images", list(shape), "FP32")
+        given.set_data_from_numpy(array)
+        requests.append(("tiny", [given], {"request_id": f"s{i}",
+                                          "outputs": [grpcclient.InferRequestedOutput("scaled")]}))
+        arrays.append(array)
+    answers = _stream(grpc, requests)
+    for i, ((result, error), array) in enumerate(zip(answers, arrays)):
+        assert error is None
+        assert result.get_response().id == f"s{i}" and [o.name for o in result.get_response().outputs] == ["scaled"]
+        same_numbers(result.as_numpy("scaled"), _grpc_infer(grpc, array, outputs=("scaled",)).as_numpy("scaled"))
+
+
+def test_a_bad_request_on_a_stream_is_an_error_answer_and_the_stream_goes_on(served) -> None:
+    _, grpc, _ = served
+    good = grpcclient.InferInput("images", SHAPES[0], "FP32")
+    good.set_data_from_numpy(np.ones(SHAPES[0], np.float32))
+    bad = grpcclient.InferInput("pixels", SHAPES[0], "FP32")
+    bad.set_data_from_numpy(np.ones(SHAPES[0], np.float32))
+    answers = _stream(grpc, [("tiny", [good], {"request_id": "1"}), ("tiny", [bad], {"request_id": "2"}),
+                             ("other", [good], {"request_id": "3"}), ("tiny", [good], {"request_id": "4"})])
+    (first, no_error), (none, bad_input), (nothing, unknown), (last, still_none) = answers
+    assert no_error is None and still_none is None and none is None and nothing is None
+    assert "unknown input 'pixels'" in bad_input.message() and "unknown model 'other'" in unknown.message()
+    np.testing.assert_array_equal(last.as_numpy("scaled"), first.as_numpy("scaled"))
+    assert last.get_response().id == "4"

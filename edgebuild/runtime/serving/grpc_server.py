@@ -11,9 +11,14 @@ regions (``shared_memory.py``) as HTTP:
   registered shared-memory region; outputs as ``raw_output_contents`` (one entry per output, in order;
   an output written to shared memory has an empty entry and no parameters, as Triton answers), with
   ``parameters.detections`` choosing detections or the raw head, as over HTTP;
+- ``ModelStreamInfer`` (what ``start_stream``/``async_stream_infer`` and ``perf_analyzer --streaming``
+  use): a ``ModelInfer`` answer per request, in order; an error is an answer with ``error_message``;
 - ``SystemSharedMemoryRegister/Status/Unregister``; ``CudaSharedMemoryUnregister`` succeeds (no CUDA region is
-  ever registered); the rest of CUDA shared memory, ``RepositoryModelLoad/Unload``,
-  ``ModelStatistics`` (``/metrics`` has them) and streaming are answered UNIMPLEMENTED with why.
+  ever registered); the rest of CUDA shared memory, ``RepositoryModelLoad/Unload`` and ``ModelStatistics``
+  (``/metrics`` has them) are answered UNIMPLEMENTED with why.
+
+``ModelInfer`` and ``ModelStreamInfer`` read and write their tensors' bytes in place (``read_request``,
+``write_reply``): protobuf's parser and writer copy each tensor two or three times.
 
 Errors map to gRPC status codes: a bad request INVALID_ARGUMENT (HTTP's 400), an unknown model or
 version NOT_FOUND (404), a model not ready UNAVAILABLE (503), a failed inference INTERNAL (500).
@@ -35,14 +40,18 @@ from typing import (
     TYPE_CHECKING,
     Callable,
     Dict,
+    Iterator,
     List,
     Mapping,
     MutableMapping,
     NoReturn,
     Optional,
     Protocol,
+    Sequence,
     Tuple,
+    Type,
     TypeVar,
+    Union,
 )
 
 import numpy as np
@@ -70,6 +79,130 @@ _NOT_LOADABLE = ("this server serves the models of its folder, fixed when it sta
                  "update (edgebuild package, then ota-install on the device)")
 #: what the call that ``shared`` runs returns
 T = TypeVar("T")
+#: why a call failed: its gRPC status code and message
+Problem = Tuple["grpc.StatusCode", str]
+
+
+#: a tensor's bytes as they go on or come off the wire: bytes, or a view of them or of an array's memory
+Buffer = Union[bytes, memoryview]
+#: the field numbers of ``raw_input_contents`` (ModelInferRequest), ``raw_output_contents`` (ModelInferResponse)
+#: and ``infer_response`` (ModelStreamInferResponse) in Triton's grpc_service.proto
+_RAW_INPUT_FIELD, _RAW_OUTPUT_FIELD, _STREAM_RESPONSE_FIELD = 7, 6, 2
+
+
+class Received:
+    """A ``ModelInferRequest`` as read off the wire (``read_request``): the message without its
+    ``raw_input_contents``, and those entries as views of the bytes grpcio received (no copy)."""
+
+    __slots__ = ("message", "raw")
+
+    def __init__(self, message: service_pb2.ModelInferRequest, raw: List[memoryview]) -> None:
+        self.message = message
+        self.raw = raw
+
+
+class Reply:
+    """An answer as it goes on the wire (``write_reply``): the message, and the outputs'
+    ``raw_output_contents`` beside it; ``whole``: the message is the answer as it is (on a stream: a
+    ``ModelStreamInferResponse`` with an error), not a ``ModelInferResponse`` to wrap in one."""
+
+    __slots__ = ("message", "raw", "whole")
+
+    def __init__(self, message: Message, raw: List[Buffer], whole: bool = False) -> None:
+        self.message = message
+        self.raw = raw
+        self.whole = whole
+
+
+def _varint(data: bytes, at: int) -> Tuple[int, int]:
+    """The protobuf varint at ``data[at:]`` and where it ends."""
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("a truncated or overlong varint")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _key(field: int, length: int) -> bytes:
+    """A length-delimited field's tag and length, as protobuf writes them."""
+    out, value = bytearray([field << 3 | 2]), length
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def read_request(data: bytes, parse: Callable[[bytes], service_pb2.ModelInferRequest]) -> Received:
+    """A serialized ``ModelInferRequest`` read with its ``raw_input_contents`` left where they are.
+
+    Protobuf's parser would copy each tensor twice (into the message, then into a ``bytes`` on access):
+    the top-level fields are walked here (a handful), the tensors' bytes kept as views of ``data``, and the
+    rest (names, shapes, parameters: small) parsed by ``parse`` (``ModelInferRequest.FromString``).
+    """
+    view, at, end = memoryview(data), 0, len(data)
+    raw, rest = [], []  # type: List[memoryview], List[memoryview]
+    while at < end:
+        start = at
+        key, at = _varint(data, at)
+        kind = key & 7
+        if kind == 2:
+            length, at = _varint(data, at)
+            if key >> 3 == _RAW_INPUT_FIELD:
+                raw.append(view[at:at + length])
+                at += length
+                if at > end:
+                    raise ValueError("a truncated raw_input_contents entry")
+                continue
+            at += length
+        elif kind == 0:
+            _, at = _varint(data, at)
+        elif kind in (1, 5):
+            at += 8 if kind == 1 else 4
+        else:
+            raise ValueError("wire type {} of field {}".format(kind, key >> 3))
+        rest.append(view[start:at])
+    if at != end:
+        raise ValueError("a truncated field")
+    return Received(parse(data if not raw else b"".join(rest)), raw)
+
+
+def write_reply(reply: Reply) -> bytes:
+    """A reply serialized with its raw outputs joined once (protobuf's writer would copy each three times)."""
+    raw, head = reply.raw, reply.message.SerializeToString()
+    if not raw:
+        return head
+    parts = [head]  # type: List[Buffer]
+    for data in raw:
+        parts.append(_key(_RAW_OUTPUT_FIELD, len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def write_stream_reply(reply: Reply) -> bytes:
+    """A ``ModelStreamInferResponse``: the inference's reply as its ``infer_response``, or the error reply."""
+    if reply.whole:
+        return reply.message.SerializeToString()
+    raw, head = reply.raw, reply.message.SerializeToString()
+    keys = [_key(_RAW_OUTPUT_FIELD, len(data)) for data in raw]
+    size = len(head) + sum(len(k) + len(d) for k, d in zip(keys, raw))
+    parts = [_key(_STREAM_RESPONSE_FIELD, size), head]  # type: List[Buffer]
+    for key, data in zip(keys, raw):
+        parts.append(key)
+        parts.append(data)
+    return b"".join(parts)
+
+
+def read_infer_request(data: bytes) -> Received:
+    """``read_request`` with Triton's ``ModelInferRequest``."""
+    from tritonclient.grpc import service_pb2
+
+    return read_request(data, service_pb2.ModelInferRequest.FromString)
 
 
 class ServicerContext(Protocol):
@@ -111,16 +244,21 @@ def _set_parameters(entries: MutableMapping[str, service_pb2.InferParameter], va
 
 
 def parse_request(request: service_pb2.ModelInferRequest, inputs: Dict[str, InputSpec], forms: protocol.AnswerForms,
-                  memory: SystemSharedMemory) -> protocol.Inference:
-    """A ``ModelInferRequest`` checked against the model as HTTP checks a v2 request (``BadRequest`` if wrong)."""
-    raw, used = request.raw_input_contents, 0
+                  memory: SystemSharedMemory, raw: Optional[Sequence[Buffer]] = None) -> protocol.Inference:
+    """A ``ModelInferRequest`` checked against the model as HTTP checks a v2 request (``BadRequest`` if wrong).
+
+    ``raw``: its ``raw_input_contents`` as read off the wire (``read_request``), else the message's."""
+    raw = request.raw_input_contents if raw is None else raw
+    used = 0
     arrays = {}  # type: Dict[str, np.ndarray]
     for tensor in request.inputs:
         shape = [int(d) for d in tensor.shape]
         dtype, count = protocol.check_tensor(tensor.name, tensor.datatype, shape, inputs)
         if tensor.name in arrays:
             raise BadRequest("input {!r} is given twice".format(tensor.name))
-        place = shared_memory_place("input {!r}".format(tensor.name), parameters(tensor.parameters))
+        # parameters only where there are some (most requests have none: no dict, no message string)
+        place = shared_memory_place("input {!r}".format(tensor.name),
+                                    parameters(tensor.parameters)) if tensor.parameters else None
         if place is not None:
             arrays[tensor.name] = memory.read(tensor.name, place[0], place[1], place[2], dtype, shape)
         elif used < len(raw):  # raw_input_contents: one entry per input not in shared memory, in order
@@ -136,13 +274,14 @@ def parse_request(request: service_pb2.ModelInferRequest, inputs: Dict[str, Inpu
     missing = sorted(set(inputs) - set(arrays))
     if missing:
         raise BadRequest("inputs {} are missing".format(missing))
-    decode, names = forms.choose(parameters(request.parameters).get("detections"))
+    decode, names = forms.choose(parameters(request.parameters).get("detections") if request.parameters else None)
     asked = protocol.check_outputs([o.name for o in request.outputs], names) if request.outputs else None
     shared = {}
     for output in request.outputs:
-        place = shared_memory_place("output {!r}".format(output.name), parameters(output.parameters))
-        if place is not None:
-            shared[output.name] = place
+        if output.parameters:
+            place = shared_memory_place("output {!r}".format(output.name), parameters(output.parameters))
+            if place is not None:
+                shared[output.name] = place
     return protocol.Inference(arrays, asked, [], request.id or None, decode, shared)
 
 
@@ -166,13 +305,9 @@ def _servicer(services: Dict[str, ModelService],
     codes = grpc.StatusCode
 
     def find(name: str, version: str, context: ServicerContext) -> ModelService:
-        service = services.get(name)
-        if service is None:
-            context.abort(codes.NOT_FOUND, "unknown model {!r}; this server serves {}".format(
-                name, ", ".join(repr(n) for n in services)))
-        if version and version != service.version:
-            context.abort(codes.NOT_FOUND, "unknown version {!r} of model {!r}; it has version {!r}".format(
-                version, name, service.version))
+        service, problem = lookup(services, name, version, codes)
+        if problem is not None:
+            context.abort(*problem)
         return service
 
     def tensors(described: List[JsonObject]) -> List[service_pb2.ModelMetadataResponse.TensorMetadata]:
@@ -254,53 +389,91 @@ def _servicer(services: Dict[str, ModelService],
             shared(lambda: memory.unregister(request.name or None), context)
             return pb.SystemSharedMemoryUnregisterResponse()
 
-        def ModelInfer(self, request: service_pb2.ModelInferRequest,
-                       context: ServicerContext) -> service_pb2.ModelInferResponse:
-            service = find(request.model_name, request.model_version, context)
-            if not service.ready.is_set():
-                context.abort(codes.UNAVAILABLE, service.failed or "warming up; see ServerReady")
-            response, problem = infer(service, request, memory, pb)
+        def ModelInfer(self, request: Received, context: ServicerContext) -> Reply:
+            reply, problem = answer(services, request, memory, pb, codes)
             if problem is not None:
                 context.abort(*problem)
-            return response
+            return reply
+
+        def ModelStreamInfer(self, requests: Iterator[Received], context: ServicerContext) -> Iterator[Reply]:
+            # one answer a request, in order, on the one HTTP/2 stream: no call set up, no metadata
+            # or status a request; an error is an answer on the stream (error_message), as Triton's,
+            # and the stream goes on
+            for request in requests:
+                reply, problem = answer(services, request, memory, pb, codes)
+                if problem is None:
+                    yield reply
+                else:
+                    asked = request.message
+                    error = pb.ModelStreamInferResponse(error_message=problem[1], infer_response=pb.ModelInferResponse(
+                        model_name=asked.model_name, model_version=asked.model_version, id=asked.id))
+                    yield Reply(error, [], whole=True)
 
     return Servicer()
 
 
-def infer(service: ModelService, request: service_pb2.ModelInferRequest, memory: SystemSharedMemory,
-          pb: ModuleType) -> Tuple[Optional[service_pb2.ModelInferResponse], Optional[Tuple[grpc.StatusCode, str]]]:
-    """(``ModelInferResponse``, None), or (None, (status code, message)) of one inference (``pb``: ``service_pb2``)."""
-    import grpc
+def lookup(services: Dict[str, ModelService], name: str, version: str,
+           codes: Type[grpc.StatusCode]) -> Tuple[ModelService, Optional[Problem]]:
+    """(the service of model ``name``, None), or (a stand-in, (NOT_FOUND, why)) when there is none of that
+    name or version."""
+    service = services.get(name)
+    if service is None:
+        return next(iter(services.values())), (codes.NOT_FOUND, "unknown model {!r}; this server serves {}".format(
+            name, ", ".join(repr(n) for n in services)))
+    if version and version != service.version:
+        return service, (codes.NOT_FOUND, "unknown version {!r} of model {!r}; it has version {!r}".format(
+            version, name, service.version))
+    return service, None
 
+
+def answer(services: Dict[str, ModelService], received: Received, memory: SystemSharedMemory,
+           pb: ModuleType, codes: Type[grpc.StatusCode]) -> Tuple[Reply, Optional[Problem]]:
+    """``ModelInfer``'s answer, unary or on a stream: (reply, None), or (an empty reply, (code, message))."""
+    request = received.message
+    service, problem = lookup(services, request.model_name, request.model_version, codes)
+    if problem is None and not service.ready.is_set():
+        problem = (codes.UNAVAILABLE, service.failed or "warming up; see ServerReady")
+    if problem is None:
+        reply, problem = infer(service, received, memory, pb, codes)
+        if reply is not None:
+            return reply, None
+    return Reply(pb.ModelInferResponse(), []), problem
+
+
+def infer(service: ModelService, received: Received, memory: SystemSharedMemory, pb: ModuleType,
+          codes: Type[grpc.StatusCode]) -> Tuple[Optional[Reply], Optional[Problem]]:
+    """(``Reply``, None), or (None, (status code, message)) of one inference (``pb``: ``service_pb2``,
+    ``codes``: ``grpc.StatusCode``)."""
+    request = received.message
     stages = {}  # type: Dict[str, float]
     clock = time.perf_counter()
     try:
-        parsed = parse_request(request, service.inputs, service.forms, memory)
+        parsed = parse_request(request, service.inputs, service.forms, memory, received.raw)
     except BadRequest as exc:
         service.record("bad_request")
-        return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return None, (codes.INVALID_ARGUMENT, str(exc))
     stages["parse"] = time.perf_counter() - clock
     try:
         outputs, ms, rows, placed = model_answers.run_inference(service, parsed, memory, stages)
     except model_answers.InferenceFailed as exc:
-        return None, (grpc.StatusCode.INTERNAL, str(exc))
+        return None, (codes.INTERNAL, str(exc))
     except BadRequest as exc:
-        return None, (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return None, (codes.INVALID_ARGUMENT, str(exc))
     clock = time.perf_counter()
     response = pb.ModelInferResponse(model_name=service.name, model_version=service.version, id=request.id)
     _set_parameters(response.parameters, {"inference_ms": round(ms, 3), "batch_rows": rows,
                                           "backend": service.backend, "detections": parsed.decode})
-    raw = []  # type: List[bytes]
+    raw = []  # type: List[Buffer]
     for name, array in outputs.items():
         response.outputs.add(name=name, datatype=protocol.datatype(array), shape=list(array.shape))
         if name in placed:  # an empty entry keeps raw_output_contents[i] the i-th output's, as Triton's
             raw.append(b"")
         else:
-            raw.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
-    response.raw_output_contents.extend(raw)
+            # the array's own memory (a view, no copy) where it is little-endian and contiguous already
+            raw.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).data.cast("B"))
     stages["encode"] = time.perf_counter() - clock
     service.observe(stages)
-    return response, None
+    return Reply(response, raw), None
 
 
 class GRPCServer:
@@ -320,7 +493,16 @@ class GRPCServer:
         self.server = grpc.server(self._executor, options=[("grpc.max_receive_message_length", largest),
                                                            ("grpc.max_send_message_length", -1),
                                                            ("grpc.so_reuseport", 0)])
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(_servicer(services, memory), self.server)
+        servicer = _servicer(services, memory)
+        # ModelInfer and ModelStreamInfer read and write the tensors' bytes in place (``read_request``,
+        # ``write_reply``); added first, these handlers come before the generated ones of the same calls
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
+            "ModelInfer": grpc.unary_unary_rpc_method_handler(
+                servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_reply),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                servicer.ModelStreamInfer, request_deserializer=read_infer_request,
+                response_serializer=write_stream_reply)}),))
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
         address = "{}:{}".format("[{}]".format(host) if ":" in host else host, port)
         try:
             bound = self.server.add_insecure_port(address)
