@@ -116,7 +116,7 @@ def _source(project: Project) -> str:
 
 
 # An Ultralytics detection export's raw head, [N, 4+C, A], gets edgebuild's adapter appended
-# (edgebuild.sources.ultralytics.append_detection_adapter): the graph the later stages use is that
+# (edgebuild.sources.ultralytics.adapter.append_detection_adapter): the graph the later stages use is that
 # adapted copy, written once per source content and output names under build/sources/.
 ADAPTER = "ultralytics-detect-v1"
 # A pose, segment or OBB export's head (and prototypes) split into the task's outputs as the checkpoint's

@@ -10,7 +10,7 @@ from typing import Dict, Tuple
 
 __all__ = ["INSTANCE_NMS_OUTPUTS", "NMS_OUTPUTS", "DetectionParams"]
 
-#: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.nms_graph) answers
+#: a model with NMS inside (``[task.postprocess] in_model``, edgebuild.sources.export.nms_graph) answers
 #: these, in this order: count [N, 1] int32, boxes [N, K, 4] xyxy pixels, scores [N, K], classes [N, K]
 NMS_OUTPUTS = ("num_detections", "detection_boxes", "detection_scores", "detection_classes")
 #: pose and segmentation with NMS inside answer ``NMS_OUTPUTS`` and, after them, per detection its keypoints

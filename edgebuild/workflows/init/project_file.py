@@ -2,7 +2,7 @@
 
 What the model says (an ONNX file: its input, dtype and shape, its outputs, the task, class names
 and preprocessing from Ultralytics' metadata where it has them; an Ultralytics checkpoint, read
-without running it; a TorchScript file or a torchvision/timm name: ``edgebuild.workflows.init_torch``)
+without running it; a TorchScript file or a torchvision/timm name: ``edgebuild.workflows.init.torch_model``)
 and what the dataset says (a YOLO data.yaml, a Pascal VOC root, a COCO JSON with its images, or split
 folders of class folders: the ``[data]`` keys, the class names, and the task where the model does not
 say it) become one commented ``edgebuild.toml``. The file is loaded and checked (``load_project``; the
@@ -265,7 +265,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
 
 def _torch_model(kind: str, source: str, data: FoundData, input_size: list[int] | None,
                  weights: Path | None) -> _Model:
-    """A TorchScript file or a model by name (``edgebuild.workflows.init_torch``)."""
+    """A TorchScript file or a model by name (``edgebuild.workflows.init.torch_model``)."""
     found = read_torch_model(kind, source, data.task, input_size, weights, MAX_BATCH)
     return _Model(found.said, [found.spec], found.outputs, found.outputs_said, found.task, found.task_said, [],
                   found.num_classes, found.size, found.channels, None, found.postprocess, found.notes,
@@ -433,7 +433,7 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
                     preprocess: JsonObject | None = None) -> InitResult:
     """Write ``directory/edgebuild.toml`` from the model (a file, or a torchvision/timm name) and the dataset;
     raise before writing anything. ``preprocess``: the user's --mean/--std/--channel-order/--resize (they win);
-    where the model file says nothing of its preprocessing the rest is measured (``init_preprocess``)."""
+    where the model file says nothing of its preprocessing the rest is measured (``workflows.init.preprocess``)."""
     target = directory / PROJECT_FILE
     if target.exists() and not force:
         raise ConfigError(f"{target}: already exists", hint="pass --force to overwrite it")
