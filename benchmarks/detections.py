@@ -252,7 +252,7 @@ def _measure(name: str, raw_folder: Path, nms_folder: Path, tensors: list[np.nda
 def _postprocess(folder: Path) -> dict:
     from edgebuild.runtime.base.recipe import Recipe
 
-    return dict(Recipe.load(folder).task.postprocess)
+    return Recipe.load(folder).task.postprocess.as_dict()
 
 
 def _model(name: str, example: str, gate: bool, work: Path, args: argparse.Namespace, env: dict) -> dict:

@@ -29,6 +29,7 @@ from edgebuild.runtime.base.recipe import (
     Recipe,
     RecipeLimits,
     RecipeModule,
+    RecipePostprocess,
     RecipeTask,
     RuntimeSettings,
     TensorSpec,
@@ -124,8 +125,8 @@ def recipe_task(project: Project) -> RecipeTask:
         form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
     else:
         form, post = ("nms" if decode["in_model"] else "raw_head"), decode
-    return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form, postprocess=post,
-                      preprocess=preprocess_spec(project))
+    return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form,
+                      postprocess=RecipePostprocess.from_dict(post), preprocess=preprocess_spec(project))
 
 
 #: ONNX tensor element types as KServe v2 datatypes

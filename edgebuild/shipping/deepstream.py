@@ -282,14 +282,14 @@ def infer_config(recipe: Recipe, *, onnx_file: str, engine_file: str, batch_size
         props += [("network-type", "0"), ("num-detected-classes", str(len(task.classes))), ("interval", "0"),
                   ("cluster-mode", "4"),  # none: NMS is done inside the model
                   ("parse-bbox-func-name", parser["function"]), ("custom-lib-path", parser["library"])]
-        class_attrs.append(("pre-cluster-threshold", _number(float(post.get("score_threshold", 0.0)))))
-        if int(post.get("max_detections", 0)) > 200:
-            notes.append(f"max_detections = {post['max_detections']}: the stock parser stops at 200 objects per "
+        class_attrs.append(("pre-cluster-threshold", _number(post.score_threshold or 0.0)))
+        if (post.max_detections or 0) > 200:
+            notes.append(f"max_detections = {post.max_detections}: the stock parser stops at 200 objects per "
                          "frame (keep_top_k in nvdsinfer_custombboxparser.cpp), best first")
     elif task.kind in RAW_TENSOR_TASKS:
         # no stock parser reads these outputs: nvinfer attaches them to the frame as tensor meta for the app
         props += [("network-type", "100"), ("output-tensor-meta", "1")]
-        note = IN_MODEL_TENSORS_NOTE if task.postprocess.get("in_model") else RAW_TENSORS_NOTE
+        note = IN_MODEL_TENSORS_NOTE if task.postprocess.in_model else RAW_TENSORS_NOTE
         notes.append(note.format(kind=task.kind, outputs=", ".join(recipe.outputs or {})))
     else:
         props += [("network-type", "1"), ("classifier-threshold", "0")]

@@ -182,7 +182,7 @@ def write_repository(folder: Path, out: Path, *, build_dir: Path, recipe: Recipe
         if each.task is not None and each.task.outputs == "raw_head":
             notes.append(f"Triton serves {name}'s raw head (every client decodes and runs NMS itself): set "
                          "task.postprocess.in_model = true to serve detections (docs/detections.md)")
-        elif each.task is not None and each.task.outputs == "raw" and each.task.postprocess.get("in_model"):
+        elif each.task is not None and each.task.outputs == "raw" and each.task.postprocess.in_model:
             notes.append(f"Triton serves {name}'s {each.task.kind} detections from NMS inside the model "
                          f"({', '.join(each.outputs or {})}): clients read num_detections rows of each "
                          f"(docs/{each.task.kind}.md)")

@@ -201,7 +201,7 @@ def test_a_raw_head_detector_answers_detections_over_grpc_as_over_http(detector)
     array = _images(recipe, 2)
     from edgebuild.runtime.base.vision import decode_outputs
 
-    host = decode_outputs(_host_raw(folder, array), dict(recipe.task.postprocess, in_model=False))
+    host = decode_outputs(_host_raw(folder, array), dict(recipe.task.postprocess.as_dict(), in_model=False))
     running = Server(folder, host="127.0.0.1", port=0, grpc_port=0, warmup_budget_s=1).start()
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{running.grpc_port}")
     try:
@@ -210,7 +210,7 @@ def test_a_raw_head_detector_answers_detections_over_grpc_as_over_http(detector)
         given.set_data_from_numpy(array)
         result = client.infer(recipe.model_name, [given])
         assert result.get_response().parameters["detections"].bool_param is True
-        _assert_detections(_AsHTTP(result), host, recipe.task.postprocess["max_detections"])
+        _assert_detections(_AsHTTP(result), host, recipe.task.postprocess.max_detections)
         raw = client.infer(recipe.model_name, [given], parameters={"detections": False})
         assert [o.name for o in raw.get_response().outputs] == list(_host_raw(folder, array))
         assert client.get_model_metadata(recipe.model_name, as_json=True)["outputs"][0]["name"] == NMS_OUTPUTS[0]

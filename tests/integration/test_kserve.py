@@ -242,22 +242,22 @@ def _assert_detections(result, host: list[dict[str, np.ndarray]], k: int) -> Non
 def test_a_raw_head_detector_answers_the_detections_the_host_decodes(detector) -> None:
     recipe, folder, _, clients = detector
     array = _images(recipe, 2)
-    host = decode_outputs(_host_raw(folder, array), recipe.task.postprocess)
+    host = decode_outputs(_host_raw(folder, array), recipe.task.postprocess.as_dict())
     result = _ask(clients["decoding"], recipe, array)
     assert result.get_response()["parameters"]["detections"] is True
-    _assert_detections(result, host, recipe.task.postprocess["max_detections"])
+    _assert_detections(result, host, recipe.task.postprocess.max_detections)
 
 
 def test_a_request_chooses_raw_tensors_or_detections(detector) -> None:
     recipe, folder, _, clients = detector
     array = _images(recipe, 1, seed=4)
     raw = _host_raw(folder, array)
-    k = recipe.task.postprocess["max_detections"]
+    k = recipe.task.postprocess.max_detections
     for result in (_ask(clients["decoding"], recipe, array, detections=False), _ask(clients["raw"], recipe, array)):
         assert [o["name"] for o in result.get_response()["outputs"]] == ["boxes", "scores"]
         for name in ("boxes", "scores"):
             np.testing.assert_allclose(result.as_numpy(name), raw[name], rtol=1e-5, atol=1e-5)
-    host = decode_outputs(raw, recipe.task.postprocess)
+    host = decode_outputs(raw, recipe.task.postprocess.as_dict())
     _assert_detections(_ask(clients["raw"], recipe, array, detections=True), host, k)
     with pytest.raises(InferenceServerException, match="parameters.detections must be true or false"):
         _ask(clients["raw"], recipe, array, detections="yes")
@@ -284,7 +284,7 @@ def test_the_model_metadata_describes_exactly_what_comes_back(detector) -> None:
         assert [t["name"] for t in task["raw_outputs"]] == ["boxes", "scores"]
     meta = clients["decoding"].get_model_metadata(recipe.model_name)
     assert meta["outputs"][1] == {"name": "detection_boxes", "datatype": "FP32",
-                                  "shape": [-1, recipe.task.postprocess["max_detections"], 4]}
+                                  "shape": [-1, recipe.task.postprocess.max_detections, 4]}
 
 
 def test_a_model_without_detections_refuses_to_decode_and_is_unchanged(served) -> None:

@@ -47,7 +47,7 @@ def test_a_compile_with_nms_inside_ships_detections_scored_as_the_host_decodes(c
 
     folder = root / "build/engines/yard-cams"
     recipe = Recipe.load(folder)
-    assert recipe.task is not None and recipe.task.outputs == "nms" and recipe.task.postprocess["in_model"] is True
+    assert recipe.task is not None and recipe.task.outputs == "nms" and recipe.task.postprocess.in_model is True
     assert list(recipe.outputs or {}) == list(NMS_OUTPUTS)
     assert recipe.outputs["detection_boxes"].shape == [-1, 100, 4]
     # the device's acceptance check reads the NMS outputs: the shipped model passes its own set

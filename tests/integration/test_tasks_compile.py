@@ -138,10 +138,10 @@ def test_the_device_gets_the_raw_outputs_and_says_who_decodes_them(compiled, kin
     recipe = Recipe.load(build / "engines" / "yard")
     assert recipe.placement == "deferred" and recipe.task is not None
     assert (recipe.task.kind, recipe.task.outputs) == (kind, "raw")  # answered as they are, never as detections
-    assert recipe.task.postprocess["boxes_output"] == "boxes" and "in_model" not in recipe.task.postprocess
+    assert recipe.task.postprocess.boxes_output == "boxes" and "in_model" not in recipe.task.postprocess.as_dict()
     if kind == "pose":
-        assert recipe.task.postprocess["keypoints_output"] == "keypoints"
-        assert recipe.task.postprocess["kpt_shape"] == [4, 3]
+        assert recipe.task.postprocess.keypoints_output == "keypoints"
+        assert recipe.task.postprocess.kpt_shape == [4, 3]
     assert list(recipe.outputs or {}) == OUTPUTS[kind]
 
     # Triton: every output with its dims (the batch axis implicit), and a note that the client decodes
@@ -330,7 +330,7 @@ def test_a_pose_project_with_nms_inside_ships_detections_with_keypoints_at_the_g
 
     folder = root / "build" / "engines" / "yard"
     recipe = Recipe.load(folder)
-    assert recipe.task is not None and recipe.task.postprocess["in_model"] is True
+    assert recipe.task is not None and recipe.task.postprocess.in_model is True
     assert list(recipe.outputs or {}) == list(INSTANCE_NMS_OUTPUTS["pose"])
     assert recipe.outputs["detection_keypoints"].shape == [-1, 50, 4, 3]
     stored = _acceptance(folder)  # the detections and their keypoints, read as they are

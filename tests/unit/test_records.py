@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
+from edgebuild.devices.recipes import recipe_task
+from edgebuild.errors import ConfigError
+from edgebuild.project.config import load_project
 from edgebuild.project.template import FoundPostprocess
-from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.recipe import RECIPE_FILE, Recipe, RecipePostprocess
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.shipping.ota import PackageRecord
 from edgebuild.sources.export.onnx_export import ExportRecord
@@ -21,6 +27,7 @@ from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import GroupFacts
 from edgebuild.workflows.farm import FarmPlace
 from edgebuild.workflows.validate import GroupOnDevice
+from tests.support.project import TINY_TOML, write_tiny_project
 from tests.support.runtime_artifacts import TARGET, recipe_for, write_artifact
 
 PACKAGE = Path(__file__).resolve().parents[2] / "edgebuild"
@@ -42,7 +49,6 @@ BOUNDARY = {
 PENDING = {
     "edgebuild/report/build_report.py BuildReport.bench",
     "edgebuild/workflows/bench.py Benched.result",
-    "edgebuild/runtime/base/recipe.py RecipeTask.postprocess",
 }
 
 
@@ -155,7 +161,7 @@ def test_the_recipe_reads_back_what_it_wrote(tmp_path: Path) -> None:
     # PreprocessSpec's fields, in their order, tuples as lists
     stored["limits"] = load_preset("orin-nano-8gb").as_dict()
     stored["task"] = {"kind": "detection", "classes": ["a"], "outputs": "nms",
-                      "postprocess": {"in_model": True, "max_detections": 100},
+                      "postprocess": RECIPE_FORMS["detection in_model"][2],
                       "preprocess": {"input_size": [64, 48], "resize": "letterbox", "pad_value": 114,
                                      "channel_order": "RGB", "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}
     # the device's measurement of a device-built engine, as devices.engines.Acceptance.shown() wrote it
@@ -167,6 +173,76 @@ def test_the_recipe_reads_back_what_it_wrote(tmp_path: Path) -> None:
     assert recipe.accepted is not None and recipe.accepted.retention == 0.98
     assert recipe.task is not None and recipe.task.preprocess.input_size == (64, 48)
     _same_json(recipe.to_dict(), stored)
+
+
+def _with_task(kind: str, outputs: list[str], extra: str = "") -> str:
+    return TINY_TOML.replace('outputs = ["boxes", "scores"]', f"outputs = {json.dumps(outputs)}").replace(
+        'kind = "detection"\n', f'kind = "{kind}"\n{extra}')
+
+
+def _nms_inside(text: str) -> str:
+    return text.replace("[task.preprocess]", "[task.postprocess]\nin_model = true\n\n[task.preprocess]")
+
+
+_POSE = _with_task("pose", ["boxes", "scores", "keypoints"], "kpt_shape = [4, 3]\n")
+_SEGMENTATION = _with_task("segmentation", ["boxes", "scores", "mask_coefficients", "prototypes"])
+_BOXES = {"boxes_output": "boxes", "scores_output": "scores", "score_threshold": 0.001}
+_INSTANCES = {**_BOXES, "nms_iou": 0.7, "max_detections": 300}
+#: each task form's project and its recipe's ``task.postprocess`` as recipes held it before it was typed (the
+#: writer's dicts: detection_settings', ``logits_output``, the instance task's ``[task.postprocess]``), key for key
+RECIPE_FORMS = {
+    "detection raw head": (TINY_TOML, "raw_head", {**_BOXES, "nms_iou": 0.6, "max_detections": 100,
+                                                   "pre_nms_top_k": 1000, "in_model": False}),
+    "detection in_model": (_nms_inside(TINY_TOML), "nms", {**_BOXES, "nms_iou": 0.6, "max_detections": 100,
+                                                           "pre_nms_top_k": 1000, "in_model": True}),
+    "classification": (_with_task("classification", ["logits"]), "logits", {"logits_output": "logits"}),
+    "pose": (_POSE, "raw", {**_INSTANCES, "keypoints_output": "keypoints", "kpt_shape": [4, 3]}),
+    "pose in_model": (_nms_inside(_POSE), "raw", {**_INSTANCES, "keypoints_output": "keypoints", "in_model": True,
+                                                   "kpt_shape": [4, 3]}),
+    "segmentation": (_SEGMENTATION, "raw", {**_INSTANCES, "coefficients_output": "mask_coefficients",
+                                            "prototypes_output": "prototypes"}),
+    "segmentation in_model": (_nms_inside(_SEGMENTATION), "raw", {
+        **_INSTANCES, "coefficients_output": "mask_coefficients", "prototypes_output": "prototypes",
+        "in_model": True}),
+    "obb": (_with_task("obb", ["boxes", "scores"]), "raw", _INSTANCES),
+}
+
+
+@pytest.mark.parametrize("form", sorted(RECIPE_FORMS))
+def test_a_recipe_of_each_task_form_reads_back_what_it_wrote(tmp_path: Path, form: str) -> None:
+    toml, outputs, post = RECIPE_FORMS[form]
+    write_tiny_project(tmp_path / "project", toml)
+    task = recipe_task(load_project(tmp_path / "project", check_paths=False))
+    assert task.outputs == outputs
+    folder = write_artifact(tmp_path / "folder")
+    path = recipe_for(folder, TARGET, task=task).save(folder)
+    written = path.read_text()
+    stored = json.loads(written)
+    _same_json(stored["task"]["postprocess"], post)  # the writer's keys, in the order recipes held them
+    again = Recipe.load(folder)
+    assert again.task == task
+    _same_json(again.to_dict(), stored)
+    assert again.save(folder).read_text() == written  # the file byte for byte
+    # the file as an edgebuild before the record wrote it (the same JSON) loads and is written back the same
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copy(folder / "model.onnx", old / "model.onnx")
+    (old / RECIPE_FILE).write_text(json.dumps(stored, indent=2) + "\n")
+    assert Recipe.load(old).save(old).read_text() == written
+
+
+def test_the_recipe_postprocess_is_typed_and_sparse() -> None:
+    pose = RecipePostprocess.from_dict(RECIPE_FORMS["pose in_model"][2])
+    assert pose.kpt_shape == [4, 3] and pose.in_model is True and pose.max_detections == 300
+    assert pose.logits_output is None and pose.pre_nms_top_k is None
+    # a recipe written before kpt_shape and pre_nms_top_k: the keys it has, no more
+    older = {"boxes_output": "b", "scores_output": "s", "max_detections": 10}
+    assert RecipePostprocess.from_dict(older).as_dict() == older
+    assert RecipePostprocess().as_dict() == {}
+    with pytest.raises(ConfigError, match="'task.postprocess.max_detections' must be a whole number"):
+        RecipePostprocess.from_dict({"max_detections": "ten"})
+    with pytest.raises(ConfigError, match="unknown field 'task.postprocess.anchors'"):
+        RecipePostprocess.from_dict({"anchors": 3})
 
 
 def test_a_fleet_group_reads_back_what_it_wrote() -> None:

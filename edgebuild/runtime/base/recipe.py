@@ -26,7 +26,7 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
 __all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeAcceptance",
-           "RecipeModule", "RecipeLimits", "RecipeTask", "RuntimeSettings", "TensorSpec"]
+           "RecipeModule", "RecipeLimits", "RecipePostprocess", "RecipeTask", "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -79,6 +79,46 @@ OUTPUT_FORMS = ("nms", "raw_head", "logits", "raw")
 
 
 @dataclass(frozen=True)
+class RecipePostprocess:
+    """A recipe task's ``postprocess``, sparse: a key only where the task's output form has it, in the order
+    ``recipe.json`` holds it. A detector: ``decode_outputs``' settings (boxes_output ... pre_nms_top_k,
+    in_model); a classifier: ``logits_output``; "raw" (pose, segmentation, OBB): the task's ``[task.postprocess]``
+    output names and thresholds, ``in_model`` where true and a pose model's ``kpt_shape``. One field order holds
+    all three, so :meth:`as_dict` writes each form key for key as it was written before the record was typed."""
+
+    boxes_output: Optional[str] = None
+    scores_output: Optional[str] = None
+    score_threshold: Optional[float] = None
+    nms_iou: Optional[float] = None
+    max_detections: Optional[int] = None
+    #: a detector's: the candidates kept before NMS
+    pre_nms_top_k: Optional[int] = None
+    keypoints_output: Optional[str] = None
+    coefficients_output: Optional[str] = None
+    prototypes_output: Optional[str] = None
+    #: NMS inside the model (a detector's is always there; pose's and segmentation's only where true)
+    in_model: Optional[bool] = None
+    #: a pose model's [keypoints, 2 or 3]
+    kpt_shape: Optional[List[int]] = None
+    logits_output: Optional[str] = None
+
+    def as_dict(self) -> JsonObject:
+        """The keys the recipe holds, in its order: the settings mapping the decoders take."""
+        found = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        if self.kpt_shape is not None:
+            found["kpt_shape"] = list(self.kpt_shape)
+        return found
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> "RecipePostprocess":
+        """From the recipe's JSON object (every key checked as :meth:`Recipe.load` checks it)."""
+        try:
+            return _build(cls, data, "task.postprocess")
+        except _FieldError as exc:
+            raise ConfigError(str(exc), hint=_REBUILD) from None
+
+
+@dataclass(frozen=True)
 class RecipeTask:
     """What the model's outputs mean and how an image becomes its input: for the server's decode,
     the bench's per-stage timing and the DeepStream config."""
@@ -89,7 +129,7 @@ class RecipeTask:
     outputs: str
     #: a detector: ``decode_outputs``' settings (``in_model`` true for "nms"); a classifier: ``logits_output``;
     #: "raw": the task's ``[task.postprocess]`` (output names, thresholds) for the application's decode
-    postprocess: JsonObject
+    postprocess: RecipePostprocess
     #: how an image becomes the input (``vision.preprocess`` applies it)
     preprocess: PreprocessSpec
 
@@ -262,6 +302,8 @@ class Recipe:
 
     def to_dict(self) -> JsonObject:
         data = json.loads(json.dumps(asdict(self)))  # the JSON's own shapes: a tuple field is a list
+        if self.task is not None:  # sparse: only the keys of the task's form
+            data["task"]["postprocess"] = self.task.postprocess.as_dict()
         return dict(schema=data.pop("schema"), **data)
 
     def save(self, folder: Union[str, Path]) -> Path:

@@ -198,31 +198,32 @@ def server_decodes(task: Optional[RecipeTask]) -> bool:
     segmentation or OBB model whose recipe names them (one written before its task had them: raw only)."""
     if task is not None and task.outputs == "raw_head":
         return True
-    if task is None or task.outputs != "raw" or task.kind not in _TASK_OUTPUTS or task.postprocess.get("in_model"):
+    if task is None or task.outputs != "raw" or task.kind not in _TASK_OUTPUTS or task.postprocess.in_model:
         return False
-    return all(k in task.postprocess for k in _DECODE_SETTINGS + _TASK_OUTPUTS[task.kind])
+    return all(getattr(task.postprocess, k) is not None for k in _DECODE_SETTINGS + _TASK_OUTPUTS[task.kind])
 
 
 def instance_metadata(task: RecipeTask, batch: int, raw: List[JsonObject]) -> List[JsonObject]:
     """The v2 metadata tensors of a pose, segmentation or OBB task's ``instance_tensors``; ``raw``: the model's
     outputs' (the keypoints', coefficients' and prototypes' dims where known)."""
-    k = int(task.postprocess["max_detections"])
+    post = task.postprocess
+    k = int(post.max_detections or 0)
     tensors = detection_metadata(batch, k)
     if task.kind == "obb":
         tensors[1] = {"name": OBB_NMS_OUTPUTS[1], "datatype": "FP32", "shape": [batch, k, 5]}
     shapes = {str(t["name"]): t for t in raw}
 
     def dims(key: str, skip: int, unknown: List[int]) -> List[int]:
-        found = shapes.get(str(task.postprocess[key]), {})
+        found = shapes.get(str(getattr(post, key)), {})
         return list(found["shape"][skip:]) if "shape" in found else unknown
 
     if task.kind == "pose":
-        points = dims("keypoints_output", 2, list(task.postprocess.get("kpt_shape", [-1, -1])))
+        points = dims("keypoints_output", 2, list(post.kpt_shape or [-1, -1]))
         tensors.append({"name": "detection_keypoints", "datatype": "FP32", "shape": [batch, k] + points})
     elif task.kind == "segmentation":
         tensors.append({"name": "detection_mask_coefficients", "datatype": "FP32",
                         "shape": [batch, k] + dims("coefficients_output", 2, [-1])})
-        prototypes = shapes.get(str(task.postprocess["prototypes_output"]), {})
+        prototypes = shapes.get(str(post.prototypes_output), {})
         tensors.append({"name": "mask_prototypes", "datatype": prototypes.get("datatype", "FP32"),
                         "shape": [batch] + dims("prototypes_output", 1, [-1, -1, -1])})
     return tensors

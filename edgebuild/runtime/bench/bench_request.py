@@ -108,18 +108,18 @@ def postprocess_step(task: RecipeTask) -> Tuple[str, Callable[[Dict[str, np.ndar
     if task.outputs == "nms":
         return _POSTPROCESS["nms"], lambda outputs: vision.split_detections(outputs)
     if task.outputs == "raw_head":
-        settings = dict(task.postprocess, in_model=False)
+        settings = dict(task.postprocess.as_dict(), in_model=False)
         return _POSTPROCESS["raw_head"], lambda outputs: vision.decode_outputs(outputs, settings)
-    if task.outputs == "raw" and task.postprocess.get("in_model"):  # pose, segmentation with NMS inside
+    if task.outputs == "raw" and task.postprocess.in_model:  # pose, segmentation with NMS inside
         kind = task.kind
         return _POSTPROCESS["in_model_task"].format(kind), lambda outputs: instances_in_model(outputs, kind)
     if task.outputs == "raw" and server_decodes(task):  # pose, segmentation, OBB: the server's own decode
-        kind, post = task.kind, dict(task.postprocess)
+        kind, post = task.kind, task.postprocess.as_dict()
         return (_POSTPROCESS["raw_task"].format(kind),
                 lambda outputs: decode_instance_outputs(outputs, kind, post, DEVICE_PRE_NMS_TOP_K))
     if task.outputs == "raw":
         return _POSTPROCESS["raw"], lambda outputs: []
-    logits = str(task.postprocess.get("logits_output", "logits"))
+    logits = task.postprocess.logits_output or "logits"
     return _POSTPROCESS["logits"], lambda outputs: vision.top_k(outputs[logits], TOP_K)
 
 

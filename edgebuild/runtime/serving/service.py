@@ -364,8 +364,8 @@ class ModelService:
         """Raw outputs as detections, in the outputs of a model with NMS inside (OBB: ``OBB_NMS_OUTPUTS``)."""
         assert self.task is not None
         if self.task.kind == "detection":
-            return detection_tensors(outputs, self.task.postprocess)
-        return instance_tensors(outputs, self.task.kind, self.task.postprocess)
+            return detection_tensors(outputs, self.task.postprocess.as_dict())
+        return instance_tensors(outputs, self.task.kind, self.task.postprocess.as_dict())
 
     def observe(self, stages: Dict[str, float]) -> None:
         """One answered request's seconds per stage (``STAGES``; a stage it did not pass is left out)."""
@@ -393,7 +393,7 @@ class ModelService:
             batch = min(s.min_shape[0] for s in self.inputs.values())
             batch = batch if batch == max(s.max_shape[0] for s in self.inputs.values()) else -1
             if self.task.kind == "detection":
-                return detection_metadata(batch, int(self.task.postprocess["max_detections"]))
+                return detection_metadata(batch, self.task.postprocess.max_detections or 0)
             return instance_metadata(self.task, batch, self.outputs)
         return self.outputs or [{"name": n} for n in self.output_names]
 
@@ -413,9 +413,9 @@ class ModelService:
             "per_request": 'parameters.detections: true or false' if decodes else None,
             "outputs": list(ANSWER_OUTPUTS[self.task.kind]),
             "box_convention": ROTATED_BOX_CONVENTION if self.task.kind == "obb" else BOX_CONVENTION,
-            "max_detections": int(self.task.postprocess.get("max_detections", 0)),
-            "score_threshold": self.task.postprocess.get("score_threshold"),
-            "nms_iou": self.task.postprocess.get("nms_iou")}
+            "max_detections": self.task.postprocess.max_detections or 0,
+            "score_threshold": self.task.postprocess.score_threshold,
+            "nms_iou": self.task.postprocess.nms_iou}
         if decodes:
             described["raw_outputs"] = self.outputs or [{"name": n} for n in self.output_names]
         return described
@@ -515,7 +515,7 @@ def answer_forms(task: Optional[RecipeTask], raw: List[str], decode: bool) -> An
     segmentation or OBB model's raw outputs too (by default with ``decode``); NMS inside: its detections."""
     if task is not None and server_decodes(task):
         return AnswerForms(raw, list(ANSWER_OUTPUTS[task.kind]), decode)
-    in_model = task is not None and (task.outputs == "nms" or bool(task.postprocess.get("in_model")))
+    in_model = task is not None and (task.outputs == "nms" or bool(task.postprocess.in_model))
     return AnswerForms(raw, detects=in_model)
 
 

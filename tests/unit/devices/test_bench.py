@@ -13,7 +13,7 @@ import pytest
 from edgebuild.devices.remote_bench import compare, request_lines
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base import vision
-from edgebuild.runtime.base.recipe import Recipe, RecipeTask
+from edgebuild.runtime.base.recipe import Recipe, RecipePostprocess, RecipeTask
 from edgebuild.runtime.bench.bench_request import jpeg_codec, measure_request, synthetic_frame
 
 
@@ -70,7 +70,8 @@ def _recipe(tmp_path: Path, form: str):
     kind = "classification" if form == "logits" else "detection"
     post = {"logits_output": "logits"} if form == "logits" else dict(RAW, in_model=form == "nms")
     folder = write_artifact(tmp_path / form)
-    return recipe_for(folder, TARGET, task=RecipeTask(kind=kind, classes=CLASSES, outputs=form, postprocess=post,
+    return recipe_for(folder, TARGET, task=RecipeTask(kind=kind, classes=CLASSES, outputs=form,
+                                                      postprocess=RecipePostprocess.from_dict(post),
                                                       preprocess=PREPROCESS))
 
 

@@ -75,7 +75,7 @@ def test_the_shapes_detector_with_nms_inside_gets_a_config_every_key_of_which_nv
     assert props["output-blob-names"].split(";") == list(NMS_OUTPUTS)
     assert props["parse-bbox-func-name"] == "NvDsInferParseYoloV5CustomBatchedNMSTLT"
     assert props["custom-lib-path"] == "/opt/nvidia/deepstream/deepstream/lib/libnvds_infercustomparser.so"
-    assert float(props["pre-cluster-threshold"]) <= recipe.task.postprocess["score_threshold"]
+    assert float(props["pre-cluster-threshold"]) <= (recipe.task.postprocess.score_threshold or 0.0)
     assert props["labelfile-path"] == LABELS and (out / LABELS).read_text() == "circle\nsquare\ntriangle\n"
     assert "[primary-gie]" in (out / APP_CONFIG).read_text() and f"config-file={INFER_CONFIG}" in (
         out / APP_CONFIG).read_text()

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
-from edgebuild.runtime.base.recipe import RecipeTask
+from edgebuild.runtime.base.recipe import RecipePostprocess, RecipeTask
 from edgebuild.runtime.base.vision import NMS_OUTPUTS, decode_outputs
 from edgebuild.runtime.serving import protocol
 from edgebuild.runtime.serving.protocol import AnswerForms, BadRequest, InputSpec
@@ -30,8 +30,9 @@ def _request(**parameters) -> bytes:
 
 
 def _task(outputs: str, kind: str = "detection") -> RecipeTask:
-    return RecipeTask(kind=kind, classes=["a", "b"], outputs=outputs,
-                      postprocess=dict(SETTINGS, in_model=outputs == "nms"), preprocess=PreprocessSpec((8, 8)))
+    post = RecipePostprocess.from_dict(dict(SETTINGS, in_model=outputs == "nms"))
+    return RecipeTask(kind=kind, classes=["a", "b"], outputs=outputs, postprocess=post,
+                      preprocess=PreprocessSpec((8, 8)))
 
 
 def test_a_raw_head_detector_answers_what_the_recipe_says_and_a_request_may_choose() -> None:

@@ -18,7 +18,7 @@ from edgebuild.accuracy.task_decode import decode_instances
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K
 from edgebuild.runtime.base.model_outputs import INSTANCE_NMS_OUTPUTS, OBB_NMS_OUTPUTS
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
-from edgebuild.runtime.base.recipe import Recipe, RecipeTask, RuntimeSettings
+from edgebuild.runtime.base.recipe import Recipe, RecipePostprocess, RecipeTask, RuntimeSettings
 from edgebuild.runtime.base.task_decode import INSTANCE_PRE_NMS_TOP_K
 from edgebuild.runtime.serving.server import Server
 from edgebuild.runtime.serving.service import answer_forms
@@ -114,7 +114,7 @@ def _model(kind: str) -> onnx.ModelProto:
 
 def _task(kind: str, **changes) -> RecipeTask:
     post = dict(POST, **EXTRA[kind], **changes)
-    return RecipeTask(kind=kind, classes=["a", "b"], outputs="raw", postprocess=post,
+    return RecipeTask(kind=kind, classes=["a", "b"], outputs="raw", postprocess=RecipePostprocess.from_dict(post),
                       preprocess=PreprocessSpec((SIZE, SIZE)))
 
 
@@ -250,7 +250,7 @@ def test_an_obb_answer_gives_rotated_boxes_in_input_pixels_and_the_angle_in_radi
 
 def test_a_folder_without_the_outputs_named_or_with_nms_inside_is_not_decoded_by_the_server() -> None:
     # a recipe without the task's output names answers the raw tensors only, as before
-    older = RecipeTask(kind="pose", classes=["a"], outputs="raw", postprocess=dict(POST),
+    older = RecipeTask(kind="pose", classes=["a"], outputs="raw", postprocess=RecipePostprocess.from_dict(dict(POST)),
                        preprocess=PreprocessSpec((SIZE, SIZE)))
     forms = answer_forms(older, RAW["pose"], decode=True)
     assert forms.decoded is None and not forms.decode and forms.choose(None) == (False, RAW["pose"])
