@@ -28,7 +28,7 @@ class Checked:
 
 
 def check_project(project_dir: Path) -> Checked:
-    """The project file, its entry points and data checked (raises the first problem) and its fleet planned.
+    """The project file, its entry points and data checked (raises the first problem) and its fleet grouped.
 
     An entry point's model is built and run at the profile's shapes; data.prepare is imported, not run.
     """

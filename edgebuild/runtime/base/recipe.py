@@ -238,7 +238,7 @@ class Recipe:
     # -- the folder ------------------------------------------------------------------------------
 
     def file_names(self, engine: bool = True) -> List[str]:
-        """The folder's files: the recipe and the ONNX, and with ``engine`` the plan and its metadata."""
+        """The folder's files: the recipe and the ONNX, and with ``engine`` engine.plan and engine.json."""
         names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
         if self.fallback:  # the fallback recipe is deferred: it never holds an engine
             names += ["{}/{}".format(self.fallback, n) for n in (RECIPE_FILE, ONNX_FILE, ACCEPTANCE_FILE)]
@@ -262,7 +262,7 @@ class Recipe:
     def verify_files(self, folder: Union[str, Path]) -> None:
         """Check the folder's model files against the hashes they were written with, before anything loads.
 
-        The ONNX must be the one the recipe names (``onnx_sha256``) and an engine plan the one its
+        The ONNX must be the one the recipe names (``onnx_sha256``) and an engine file the one its
         ``engine.json`` describes (``plan_sha256``). Raises BundleError naming the file: a damaged or
         swapped model is never served, benchmarked or built from.
         """
