@@ -80,7 +80,7 @@ def bench_command(cli: CliContext, artifact: Path | None, project_dir: Path, sel
     click.echo(table(done.result))
     if json_file:
         json_file.parent.mkdir(parents=True, exist_ok=True)
-        json_file.write_text(json.dumps(done.result, indent=2))
+        json_file.write_text(json.dumps(done.result.as_dict(), indent=2))
         click.echo(f"result: {json_file}")
     if plot_file:
         click.echo(f"plot: {plot(done.result, plot_file)}")

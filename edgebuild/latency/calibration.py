@@ -39,6 +39,9 @@ from edgebuild.latency.model import (
 )
 from edgebuild.project.layout import BuildLayout, project_latency_files
 from edgebuild.runtime.base.files import atomic_write_text
+from edgebuild.runtime.bench.bench_result import BENCH_GROUP_SCHEMA as BENCH_GROUP
+from edgebuild.runtime.bench.bench_result import BenchResult, GroupBenchResult, read_bench_result
+from edgebuild.runtime.bench.schema import SCHEMA as BENCH
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
@@ -47,8 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["CalibrationRun", "calibrate_project", "project_fit", "project_fit_digest"]
 
 SCHEMA = "edgebuild.latency-measurements/1"
-BENCH = "edgebuild.bench/1"
-BENCH_GROUP = "edgebuild.bench-group/1"
 
 
 def _project_folder(project_dir: Path) -> Path:
@@ -75,7 +76,7 @@ def _project_fit_file(project_dir: Path) -> Path | None:
     return own if own.is_file() else None
 
 
-def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, source: str = "bench",
+def record_measured(project_dir: Path, artifact: Path, result: BenchResult | GroupBenchResult, *, source: str = "bench",
                     progress: Progress = lambda _: None) -> list[Path]:
     """Store a bench result's measurements next to their predictions when ``artifact`` is a model
     folder of the project's build (``latency.measured``); nothing for a folder elsewhere."""
@@ -90,12 +91,12 @@ def record_measured(project_dir: Path, artifact: Path, result: JsonObject, *, so
     if root not in artifact.parents:
         progress(f"measured latency not recorded: {artifact} is not a model folder of {root}")
         return []
-    runs = [(artifact, result)]
-    if result.get("schema") == BENCH_GROUP:
+    runs = [(artifact, result)] if isinstance(result, BenchResult) else []
+    if isinstance(result, GroupBenchResult):
         from edgebuild.runtime.base.group import model_folders
 
         folders = model_folders(artifact)
-        runs = [(folders[name], alone) for name, alone in result["alone"].items() if name in folders]
+        runs = [(folders[name], alone) for name, alone in result.alone.items() if name in folders]
     fit = project_fit(project_dir)
     written = [p for folder, run in runs if (p := record_bench(layout, folder, run, fit, source)) is not None]
     for path in written:
@@ -115,22 +116,24 @@ class CalibrationRun:
     measurements_path: Path
 
 
-def _results(path: Path) -> list[JsonObject]:
+def _results(path: Path) -> list[BenchResult]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not a bench result ({exc})") from None
     schema = data.get("schema") if isinstance(data, dict) else None
-    if schema == BENCH:
-        return [data]
-    if schema == BENCH_GROUP:
-        return list(data["alone"].values())
+    if schema in (BENCH, BENCH_GROUP):
+        try:
+            result = read_bench_result(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{path}: not a whole bench result ({type(exc).__name__}: {exc})") from None
+        return [result] if isinstance(result, BenchResult) else list(result.alone.values())
     raise ConfigError(f"{path}: schema {schema!r} is not a bench result --calibrate reads",
                       hint=f"give what `edgebuild bench --json` writes ({BENCH}, {BENCH_GROUP}); of `bench --farm`, "
                            "build/bench/<group>.json (fleet.json has no per-configuration detail)")
 
 
-def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: JsonObject) -> tuple[Path | None, list[Path]]:
+def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: dict[str, str]) -> tuple[Path | None, list[Path]]:
     """The ONNX the result was measured with, found in the project's build by its sha256."""
     from edgebuild.errors import EdgebuildError
     from edgebuild.runtime.base.recipe import Recipe
@@ -148,7 +151,7 @@ def _onnx_for(layout: BuildLayout, check: LatencyCheck, files: JsonObject) -> tu
     return None, folders
 
 
-def _sample_of(path: Path, result: JsonObject, check: LatencyCheck, layout: BuildLayout,
+def _sample_of(path: Path, result: BenchResult, check: LatencyCheck, layout: BuildLayout,
                catalog: Catalog) -> tuple[JsonObject | None, str | None]:
     """One stored measurement (with its graph's counts), or why the configuration is not one."""
     from edgebuild.latency.graph import graph_cost_from_file
@@ -161,12 +164,12 @@ def _sample_of(path: Path, result: JsonObject, check: LatencyCheck, layout: Buil
     module = catalog.modules.get(check.module)
     if module is None or not any(p.power_mode == check.power_mode for p in module.performance):
         return None, f"{where}: no {check.module} power mode {check.power_mode} in profiles/modules"
-    onnx, searched = _onnx_for(layout, check, result["artifact"].get("files") or {})
+    onnx, searched = _onnx_for(layout, check, result.artifact.files)
     if onnx is None:
         return None, (f"{where}: its ONNX (sha256 {(check.onnx_sha256 or '?')[:12]}) is not in "
                       f"{', '.join(str(p) for p in searched)}: calibrate in the project that compiled it")
     cost = graph_cost_from_file(onnx, batch=check.batch, input_hw=check.input_hw)
-    return {"model": result["artifact"]["model"], "input_hw": list(cost.input_hw or (0, 0)), "batch": check.batch,
+    return {"model": result.artifact.model, "input_hw": list(cost.input_hw or (0, 0)), "batch": check.batch,
             "module": check.module, "power_mode": check.power_mode, "jetpack": check.jetpack,
             "tensorrt": check.tensorrt or "", "precision": check.precision, "latency_ms": check.measured_ms,
             "includes": check.includes, "source": f"your measurement on {check.ran_on}, {check.when}",

@@ -26,6 +26,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.model import LatencyModel, predict_ms
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.files import atomic_write_text
+from edgebuild.runtime.bench.bench_result import BenchResult, PowerMode
 
 __all__ = ["CHECK_HEADERS", "LatencyCheck", "check_rows", "latency_checks"]
 
@@ -78,33 +79,31 @@ class LatencyCheck:
         return cls(**fields)
 
 
-def measurements_of(result: JsonObject, source: str = "bench") -> list[LatencyCheck]:
+def measurements_of(result: BenchResult, source: str = "bench") -> list[LatencyCheck]:
     """The concurrency-1 configurations of one ``edgebuild.bench/1`` result, not yet predicted."""
-    art = result["artifact"]
-    device = result.get("device") or {}
-    mode = ((result.get("jetson") or {}).get("power_mode") or {})
-    power_mode = (mode.get("name") or (f"mode {mode.get('id')}" if mode.get("id") is not None else None)) \
-        if mode.get("available") else None
-    backend = str(result.get("backend", "?"))
-    jetson = bool(device.get("l4t")) and power_mode is not None
+    art = result.artifact
+    mode = result.jetson.power_mode
+    power_mode = (mode.name or (f"mode {mode.id}" if mode.id is not None else None)) \
+        if isinstance(mode, PowerMode) else None
+    backend = result.backend
+    jetson = bool(result.device.l4t) and power_mode is not None
     on_tensorrt = backend.startswith("tensorrt")
     why = None if jetson and on_tensorrt else f"measured on {backend}" + ("" if jetson else " off a Jetson") + \
         ", not comparable"
     checks = []
-    for config in result.get("configs", []):
-        if config.get("concurrency") != 1:
+    for config in result.configs:
+        if config.concurrency != 1:
             continue  # several callers share the GPU: not what the plan predicts
-        stages = config.get("stages") or {}
-        compute = stages.get("compute_ms")
-        shape = next(iter((config.get("shapes") or {}).values()), None)
+        compute = config.stages.compute_ms if config.stages else None
+        shape = next(iter(config.shapes.values()), None)
         checks.append(LatencyCheck(
-            group=art["group"], module=str(art.get("module") or art.get("target", "?").split("@")[0]),
-            power_mode=power_mode, jetpack=str(art.get("jetpack") or ""),
-            tensorrt=device.get("tensorrt"), precision=art["precision"],  # what ran, not what the recipe targets
-            batch=int(config["batch"]), measured_ms=float(compute if compute else config["latency"]["p50_ms"]),
-            includes="gpu_compute" if compute else "host_latency", backend=backend, when=result.get("created", ""),
-            ran_on=str(result.get("ran_on", "?")), source=source, comparable=why is None, why_not=why,
-            onnx_sha256=str(art.get("onnx_sha256") or ""),
+            group=art.group, module=art.module or art.target.split("@")[0],
+            power_mode=power_mode, jetpack=art.jetpack or "",
+            tensorrt=result.device.tensorrt, precision=art.precision,  # what ran, not what the recipe targets
+            batch=int(config.batch), measured_ms=float(compute if compute else config.latency.p50_ms),
+            includes="gpu_compute" if compute else "host_latency", backend=backend, when=result.created,
+            ran_on=result.ran_on or "?", source=source, comparable=why is None, why_not=why,
+            onnx_sha256=art.onnx_sha256 or "",
             input_hw=(int(shape[2]), int(shape[3])) if shape and len(shape) == 4 else None))
     return checks
 
@@ -134,7 +133,7 @@ def _predicted(check: LatencyCheck, folder: Path, fit: LatencyModel) -> LatencyC
                    onnx_sha256=check.onnx_sha256 or recipe.onnx_sha256)
 
 
-def record_bench(layout: BuildLayout, folder: Path, result: JsonObject, fit: LatencyModel,
+def record_bench(layout: BuildLayout, folder: Path, result: BenchResult, fit: LatencyModel,
                  source: str = "bench") -> Path | None:
     """Add the result's measurements, each with its prediction, to ``build/latency/<group>.json``."""
     checks = [_predicted(c, folder, fit) for c in measurements_of(result, source)]

@@ -21,6 +21,7 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.budget import PredictedLatency
 from edgebuild.latency.measured import LatencyCheck, latency_checks
 from edgebuild.project.layout import BuildLayout
+from edgebuild.runtime.bench.bench_result import BenchResult
 from edgebuild.stages.budget import BUDGET
 from edgebuild.stages.engine import ENGINE
 from edgebuild.stages.gate import GATE
@@ -80,7 +81,7 @@ class BuildReport:
     error: str | None
     units: tuple[GroupFacts, ...]  # the fleet groups (SelectedGroup.describe())
     stages: tuple[tuple[str, tuple[Run, ...]], ...]  # stage name -> its runs, in compile order
-    bench: tuple[JsonObject, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
+    bench: tuple[BenchResult, ...] = ()  # build/bench/<name>.json results (edgebuild.bench/1)
     fleet_bench: FleetBenchSummary | None = None  # build/bench/fleet.json (bench --farm)
     bench_pngs: tuple[tuple[str, bytes], ...] = ()  # build/bench/*.png
     latency: PredictedLatency | None = None  # the budget stage's predicted latency per group
@@ -176,7 +177,7 @@ def _stored_record(build_dir: Path, stage: str, group: str | None, project: str)
     return stored.result if stored is not None else None
 
 
-def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], FleetBenchSummary | None, tuple]:
+def _bench(build_dir: Path) -> tuple[tuple[BenchResult, ...], FleetBenchSummary | None, tuple]:
     from edgebuild.runtime.bench.schema import SCHEMA
 
     folder = BuildLayout(build_dir).bench
@@ -187,7 +188,10 @@ def _bench(build_dir: Path) -> tuple[tuple[JsonObject, ...], FleetBenchSummary |
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("schema") == SCHEMA:
-            results.append(data)
+            try:
+                results.append(BenchResult.from_dict(data))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a broken result file: not a bench result to show
         elif isinstance(data, dict) and data.get("schema") == FLEET_SCHEMA:
             fleet = FleetBenchSummary.from_dict(data)
     pngs = tuple((p.name, p.read_bytes()) for p in sorted(folder.glob("*.png"))
@@ -333,12 +337,12 @@ def bench_rows(report: BuildReport) -> list[list[str]]:
     """group, board/where, backend, precision, batch, concurrency, p50, p99, throughput: one row per configuration."""
     rows = []
     for r in report.bench:
-        art = r.get("artifact", {})
-        for c in r.get("configs", []):
-            lat = c.get("latency", {})
-            rows.append([art.get("group", "?"), r.get("ran_on", "?"), r.get("backend", "?"), art.get("precision", "?"),
-                         str(c.get("batch")), str(c.get("concurrency")), f"{lat.get('p50_ms', 0):.3f}",
-                         f"{lat.get('p99_ms', 0):.3f}", f"{c.get('throughput_ips', 0):.1f}"])
+        art = r.artifact
+        for config in r.configs:
+            lat = config.latency
+            rows.append([art.group, r.ran_on or "?", r.backend, art.precision, str(config.batch),
+                         str(config.concurrency), f"{lat.p50_ms:.3f}", f"{lat.p99_ms:.3f}",
+                         f"{config.throughput_ips:.1f}"])
     if report.fleet_bench and not rows:  # the per-group results carry the same; the fleet file only when alone
         for g in report.fleet_bench.groups:
             if g.error:

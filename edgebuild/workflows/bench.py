@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
     from edgebuild.devices.farm import JobResult
     from edgebuild.errors import EdgebuildError
+    from edgebuild.runtime.bench.bench_result import BenchResult, GroupBenchResult
 
 __all__ = ["bench_artifact", "bench_on_farm"]
 
@@ -23,7 +24,7 @@ __all__ = ["bench_artifact", "bench_on_farm"]
 @dataclass(frozen=True)
 class Benched:
     artifact: Path
-    result: JsonObject  # schema edgebuild.bench/1
+    result: BenchResult | GroupBenchResult  # schema edgebuild.bench/1, or a group folder's bench-group/1
     comparison: BenchComparison | None = None  # against the baseline, when one was given and comparable
     error: EdgebuildError | None = None  # why the baseline was not compared, raised after the result is shown
     recorded: tuple[Path, ...] = ()  # build/latency/<group>.json: the measurements next to their predictions
@@ -39,6 +40,7 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
     from edgebuild.errors import EdgebuildError
     from edgebuild.runtime.base.group import is_group_folder
     from edgebuild.runtime.base.recipe import Recipe
+    from edgebuild.runtime.bench.bench_result import BenchResult
 
     if artifact is None:
         artifact = compiled_artifact(project_dir, selector)
@@ -62,6 +64,8 @@ def bench_artifact(artifact: Path | None, options: JsonObject, *, project_dir: P
     if before is None:
         return Benched(artifact, result, recorded=recorded)
     try:
+        if not isinstance(result, BenchResult):  # a group folder's, refused with a baseline above
+            raise EdgebuildError(f"{artifact}: a group folder's bench has no one result to compare")
         return Benched(artifact, result, compare(result, before, force=force), recorded=recorded)
     except EdgebuildError as exc:
         return Benched(artifact, result, error=exc, recorded=recorded)
@@ -123,7 +127,7 @@ def bench_on_farm(project_dir: Path, selector: str, address: str | None, options
 
     for r in results:
         if r.error is None:
-            atomic_write_text(out / f"{r.group}.json", json.dumps(r.result, indent=2))
+            atomic_write_text(out / f"{r.group}.json", json.dumps(r.result.as_dict(), indent=2))
             record_measured(project_dir, folders[r.group], r.result, source="bench --farm", progress=progress)
     summary = fleet_summary(results)
     summary_path = summary_file or layout.bench_summary

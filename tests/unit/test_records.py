@@ -18,6 +18,16 @@ from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
 from edgebuild.project.template import FoundPostprocess
 from edgebuild.runtime.base.recipe import RECIPE_FILE, Recipe, RecipePostprocess
+from edgebuild.runtime.bench.bench_result import (
+    BenchResult,
+    Drift,
+    GroupBenchResult,
+    NotCompared,
+    RequestBreakdown,
+    TegrastatsSummary,
+    Unavailable,
+    read_bench_result,
+)
 from edgebuild.shipping.container import ContainerRecord
 from edgebuild.shipping.ota import PackageRecord
 from edgebuild.sources.export.onnx_export import ExportRecord
@@ -27,6 +37,7 @@ from edgebuild.targets.presets import load_preset
 from edgebuild.targets.profiles import GroupFacts
 from edgebuild.workflows.farm import FarmPlace
 from edgebuild.workflows.validate import GroupOnDevice
+from tests.support.bench_results import group_result_dict, jetson_result_dict, result_dict
 from tests.support.project import TINY_TOML, write_tiny_project
 from tests.support.runtime_artifacts import TARGET, recipe_for, write_artifact
 
@@ -47,8 +58,6 @@ BOUNDARY = {
 
 #: not typed yet (issue 44): each is to get a record of its own; an entry goes when its field is typed
 PENDING = {
-    "edgebuild/report/build_report.py BuildReport.bench",
-    "edgebuild/workflows/bench.py Benched.result",
 }
 
 
@@ -351,3 +360,57 @@ def test_the_postprocess_init_found_is_sparse() -> None:
     assert list(FoundPostprocess.from_dict({"nms_iou": 0.7, "boxes_output": "b"}).as_dict()) == ["boxes_output",
                                                                                                 "nms_iou"]
     assert FoundPostprocess().as_dict() == {}
+
+
+def test_a_bench_result_reads_back_what_the_bench_wrote(tmp_path: Path) -> None:
+    from edgebuild.runtime.bench.bench import run_bench
+
+    folder = write_artifact(tmp_path / "yard")
+    quiet = dict(progress=lambda _: None, warmup=1, batches=[1, 2])
+    fixed = run_bench(folder, iterations=5, concurrency=[1, 2], **quiet)
+    sustained = run_bench(folder, duration_s=0.2, window=0.1, **quiet)
+    for stored in (json.loads(json.dumps(fixed)), json.loads(json.dumps(sustained)), result_dict(ran_on="h"),
+                   jetson_result_dict()):
+        result = BenchResult.from_dict(stored)
+        _same_json(result.as_dict(), stored)
+        assert read_bench_result(stored) == result
+    here = BenchResult.from_dict(json.loads(json.dumps(sustained)))
+    assert here.ran_on is None and "ran_on" not in here.as_dict()  # the build side adds it
+    assert isinstance(here.tegrastats, Unavailable) and here.configs[0].sustained is not None
+    assert here.configs[1].stages is None and here.power_mode() == "none (not a Jetson)"
+    jetson = BenchResult.from_dict(jetson_result_dict())
+    assert jetson.power_mode() == "MAXN_SUPER" and jetson.configs[0].stages is not None
+    assert isinstance(jetson.tegrastats, TegrastatsSummary) and jetson.tegrastats.input_rail == "VDD_IN"
+    windows = jetson.configs[0].sustained.windows
+    assert windows[2].tegrastats is not None and windows[2].tegrastats.throttle_events[0].from_mhz == 1020
+    assert isinstance(jetson.configs[0].sustained.drift, Drift)
+    assert isinstance(jetson.request, RequestBreakdown) and jetson.request.stage("end_to_end") is not None
+    assert jetson.memory.cgroup.limited and jetson.memory.cgroup.peak_bytes is None
+
+
+def test_a_bench_result_keeps_the_keys_the_bench_leaves_out_out() -> None:
+    stored = jetson_result_dict()
+    window = stored["configs"][0]["sustained"]["windows"][0]
+    for key in ("p50_ms", "p99_ms", "throughput_ips", "tegrastats"):  # a window without runs
+        del window[key]
+    stored["configs"][0]["sustained"]["drift"] = {"compared": False, "reason": "one window only"}
+    stored["tegrastats"] = {"available": True, "interval_ms": 250, "samples": 0}  # no line parsed
+    stored["jetson"]["clocks"] = {"available": True, "lines": ["SOC family:tegra234"]}  # no GPU line
+    rails = {"available": True, "interval_ms": 250, "samples": 1, "rails_mw": {"VDD_X": {"mean": 1.0, "max": 1}},
+             "input_rail": None}  # rails, none of them the module's input
+    for case in (stored, {**stored, "tegrastats": rails}):
+        result = BenchResult.from_dict(case)
+        _same_json(result.as_dict(), case)
+    typed = BenchResult.from_dict(stored)
+    assert isinstance(typed.configs[0].sustained.drift, NotCompared)
+    assert typed.configs[0].sustained.windows[0].p50_ms is None
+    older = {k: v for k, v in result_dict().items() if k != "request"}  # before the per-request stages
+    assert BenchResult.from_dict(older).request is None
+
+
+def test_a_group_bench_result_reads_back_what_it_wrote() -> None:
+    stored = group_result_dict()
+    result = read_bench_result(stored)
+    assert isinstance(result, GroupBenchResult) and result.alone["detector"].configs[0].latency.p50_ms == 4.0
+    assert result.together.models["detector"].slowdown == 1.5 and result.together.models["classifier"].latency is None
+    _same_json(result.as_dict(), stored)

@@ -35,13 +35,13 @@ from edgebuild.runtime.bench.bench import (
     peak_rss_bytes,
     run_bench,
 )
+from edgebuild.runtime.bench.bench_result import BENCH_GROUP_SCHEMA as GROUP_SCHEMA
 from edgebuild.runtime.bench.sustained import parse_duration
 from edgebuild.runtime.bench.tegrastats import TegrastatsSampler
 from edgebuild.runtime.engines.backends.select import load_backend
 
 __all__ = []
 
-GROUP_SCHEMA = "edgebuild.bench-group/1"
 #: seconds every model runs at once when no duration is given
 TOGETHER_S = 10.0
 

@@ -15,13 +15,17 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.base import vision
 from edgebuild.runtime.base.recipe import Recipe, RecipePostprocess, RecipeTask
 from edgebuild.runtime.bench.bench_request import jpeg_codec, measure_request, synthetic_frame
+from edgebuild.runtime.bench.bench_result import BenchResult, RequestBreakdown
+from tests.support.bench_results import config_dict, jetson_result_dict, result_dict
 
 
-def _result(p50: float, ips: float, mode: str | None = "MAXN", engine: str = "aa") -> dict:
-    return {"artifact": {"files": {"engine.plan": engine}}, "backend": "tensorrt 10.3.0",
-            "jetson": {"power_mode": {"available": mode is not None, "name": mode}},
-            "configs": [{"batch": 1, "concurrency": 1, "throughput_ips": ips,
-                         "latency": {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "mean_ms": p50}}]}
+def _result(p50: float, ips: float, mode: str | None = "MAXN", engine: str = "aa") -> BenchResult:
+    power = {"available": True, "name": mode, "id": 0} if mode else {"available": False, "reason": "not a Jetson"}
+    config = config_dict(1, 1, p50, ips)
+    config["latency"].update(p90_ms=p50, p99_ms=p50, mean_ms=p50)
+    jetson = {"power_mode": power, "clocks": {"available": False, "reason": "-"}}
+    return BenchResult.from_dict(result_dict([config], backend="tensorrt 10.3.0", files={"engine.plan": engine},
+                                             jetson=jetson))
 
 
 def test_compare_shows_the_change_and_refuses_unlike_runs() -> None:
@@ -99,8 +103,9 @@ def test_a_request_is_timed_stage_by_stage_with_the_decode_of_its_form(tmp_path:
         assert 0 <= request[stage]["p50_ms"] <= request[stage]["p99_ms"], stage
     assert request["end_to_end"]["p50_ms"] >= request["inference"]["p50_ms"]
     assert request["detections_p50"] == (None if form == "logits" else 2)
-    json.dumps(request)
-    text = "\n".join(request_lines(request))
+    typed = BenchResult.from_dict(jetson_result_dict(json.loads(json.dumps(request)))).request
+    assert isinstance(typed, RequestBreakdown) and typed.as_dict() == request  # the record reads what the bench wrote
+    text = "\n".join(request_lines(typed))
     for label in ("preprocess", "inference", "post-processing", "end to end", decode):
         assert label in text
 
@@ -109,7 +114,7 @@ def test_without_a_jpeg_decoder_preprocessing_is_said_unmeasured(tmp_path: Path)
     request = measure_request(_Runner("raw_head"), _recipe(tmp_path, "raw_head"), runs=5, warmup=0, codec=None)
     assert request["preprocess"] is None and request["image"] is None and request["preprocess_unmeasured"]
     assert request["end_to_end"]["p50_ms"] >= request["inference"]["p50_ms"]
-    text = "\n".join(request_lines(request))
+    text = "\n".join(request_lines(RequestBreakdown.from_dict(request)))
     assert "NOT MEASURED" in text and "inference + post-processing only" in text
 
 
@@ -135,7 +140,8 @@ def test_a_folder_without_a_task_says_why_it_has_no_breakdown(tmp_path: Path) ->
     recipe = Recipe.load(write_artifact(tmp_path / "old"))
     request = measure_request(_Runner("logits"), recipe, runs=3)
     assert request == {"measured": False, "reason": request["reason"]} and "no task" in request["reason"]
-    assert "not measured: the recipe has no task" in request_lines(request)[0]
+    typed = BenchResult.from_dict(result_dict(request=request)).request
+    assert "not measured: the recipe has no task" in request_lines(typed)[0]
 
 
 def test_an_input_size_outside_the_profile_says_so(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from edgebuild.report.build_report import from_compile
 from edgebuild.report.markdown import to_markdown
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.bench.bench import run_bench
+from edgebuild.runtime.bench.bench_result import BenchResult
+from tests.support.bench_results import config_dict, jetson_result_dict
 from tests.support.runtime_artifacts import recipe_for
 
 MAXN_SUPER = ModuleChoice("orin-nano-8gb", "MAXN_SUPER")
@@ -51,20 +53,21 @@ def _conv_folder(folder: Path) -> Path:
 def _jetson_result(folder: Path, compute_ms: dict[int, float], precision: str = "fp16",
                    created: str = "2026-12-05T03:00:00Z", power_mode: str = "MAXN_SUPER") -> dict:
     recipe = Recipe.load(folder)
-    return {
-        "schema": "edgebuild.bench/1", "created": created, "ran_on": "ssh://nvidia@orin-nano-1",
-        "artifact": {"group": recipe.group, "target": recipe.target, "model": recipe.model_name, "version": "0.3.0",
-                     "precision": precision, "module": recipe.module.id, "jetpack": recipe.jetpack,
-                     "tensorrt": recipe.tensorrt, "onnx": recipe.onnx, "onnx_sha256": recipe.onnx_sha256,
-                     "files": recipe.file_hashes(folder)},
-        "backend": "tensorrt 10.3.0", "device": {"tensorrt": "10.3.0", "l4t": "36.4.3", "compatible": ["nvidia,p3768"]},
-        "jetson": {"power_mode": {"available": True, "name": power_mode, "id": 2}},
-        "configs": [{"batch": b, "concurrency": 1, "shapes": {"images": [b, 3, 256, 256]},
-                     "latency": {"p50_ms": ms + 0.4, "p99_ms": ms + 0.9},
-                     "stages": {"h2d_ms": 0.2, "compute_ms": ms, "d2h_ms": 0.2}} for b, ms in compute_ms.items()]
-        + [{"batch": 1, "concurrency": 2, "shapes": {"images": [1, 3, 256, 256]}, "latency": {"p50_ms": 9.0},
-            "stages": None}],
-    }
+    result = jetson_result_dict()
+    result["created"] = created
+    result["artifact"] = {"group": recipe.group, "target": recipe.target, "model": recipe.model_name,
+                          "version": "0.3.0", "precision": precision, "module": recipe.module.id,
+                          "jetpack": recipe.jetpack,
+                          "tensorrt": recipe.tensorrt, "onnx": recipe.onnx, "onnx_sha256": recipe.onnx_sha256,
+                          "files": recipe.file_hashes(folder)}
+    result["backend"], result["device"]["tensorrt"] = "tensorrt 10.3.0", "10.3.0"
+    result["jetson"]["power_mode"] = {"available": True, "name": power_mode, "id": 2}
+    configs = [config_dict(b, 1, ms + 0.4, stages={"h2d_ms": 0.2, "compute_ms": ms, "d2h_ms": 0.2})
+               for b, ms in compute_ms.items()] + [config_dict(1, 2, 9.0)]
+    for config in configs:
+        config["shapes"] = {"images": [config["batch"], 3, 256, 256]}
+    result["configs"] = configs
+    return result
 
 
 @pytest.fixture
@@ -75,10 +78,10 @@ def project(tiny_project: Path) -> Path:
 
 def test_a_jetson_measurement_is_stored_next_to_its_prediction_and_a_cpu_one_is_not_compared(project: Path) -> None:
     folder = project / "build" / "engines" / "yard"
-    written = record_measured(project, folder, _jetson_result(folder, {1: 1.5, 4: 5.0}))
+    written = record_measured(project, folder, BenchResult.from_dict(_jetson_result(folder, {1: 1.5, 4: 5.0})))
     assert written == [project / "build" / "latency" / "yard.json"]
     cpu = run_bench(folder, batches=[1], iterations=5, warmup=1, progress=lambda _: None)
-    record_measured(project, folder, dict(cpu, ran_on="this host"))
+    record_measured(project, folder, BenchResult.from_dict(dict(cpu, ran_on="this host")))
     checks = latency_checks(project / "build")
     assert [(c.batch, c.backend.split()[0], c.comparable) for c in checks] == [
         (1, "tensorrt", True), (4, "tensorrt", True), (1, "onnxruntime-cpu", False)]  # concurrency 2: not kept
@@ -99,7 +102,8 @@ def test_a_jetson_measurement_is_stored_next_to_its_prediction_and_a_cpu_one_is_
 def test_a_folder_outside_the_build_is_not_recorded(project: Path, tmp_path: Path) -> None:
     elsewhere = _conv_folder(tmp_path / "elsewhere" / "yard")
     said = []
-    assert record_measured(project, elsewhere, _jetson_result(elsewhere, {1: 1.5}), progress=said.append) == []
+    assert record_measured(project, elsewhere, BenchResult.from_dict(_jetson_result(elsewhere, {1: 1.5})),
+                           progress=said.append) == []
     assert "not a model folder of" in said[0]
 
 

@@ -23,6 +23,8 @@ from edgebuild.runtime.bench.bench import (
     parse_tegrastats,
     summarize_tegrastats,
 )
+from edgebuild.runtime.bench.bench_result import BenchResult, Clocks, PowerMode, TegrastatsSummary
+from tests.support.bench_results import result_dict
 
 # Lines in the two formats, as tegrastats prints them (NVIDIA's "Reported Statistics" table: CPU
 # [X%@Z,...], GR3D_FREQ X%@[Y,Y] aggregated over GPCs, rails as current/average mW). We have no
@@ -92,7 +94,7 @@ def test_missing_jetson_tools_are_reported_as_not_a_jetson(monkeypatch, tmp_path
     sampler = TegrastatsSampler()
     sampler.start()
     assert sampler.stop() == {"available": False, "reason": "tegrastats not found: not a Jetson (or not on PATH)"}
-    assert power_mode({"jetson": state}) == "none (not a Jetson)"
+    assert power_mode(BenchResult.from_dict(result_dict(jetson=state))) == "none (not a Jetson)"
 
 
 def test_jetson_tools_when_present(monkeypatch, tmp_path: Path) -> None:
@@ -111,6 +113,10 @@ def test_jetson_tools_when_present(monkeypatch, tmp_path: Path) -> None:
     time.sleep(0.5)
     summary = sampler.stop()
     assert summary["available"] and summary["samples"] >= 3 and summary["input_rail"] == "VDD_IN"
+    typed = BenchResult.from_dict(result_dict(jetson=state, tegrastats=summary))  # as the build side reads them
+    assert isinstance(typed.jetson.power_mode, PowerMode) and isinstance(typed.jetson.clocks, Clocks)
+    assert isinstance(typed.tegrastats, TegrastatsSummary) and typed.tegrastats.input_power() is not None
+    assert typed.as_dict()["jetson"] == state and typed.as_dict()["tegrastats"] == summary
     assert parse_nvpmodel("NV Power Mode: 15W\n0\n") == {"name": "15W", "id": 0}
 
 

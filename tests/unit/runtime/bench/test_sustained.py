@@ -10,6 +10,7 @@ import pytest
 from edgebuild.devices.remote_bench import table
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.bench.bench import measure_latency, run_bench
+from edgebuild.runtime.bench.bench_result import BenchResult
 from edgebuild.runtime.bench.sustained import drift_of, parse_duration, windows_of
 from edgebuild.runtime.bench.tegrastats import parse_tegrastats
 from tests.support.runtime_artifacts import write_artifact
@@ -99,6 +100,6 @@ def test_a_sustained_run_here_says_tegrastats_is_missing_and_still_windows(tmp_p
     assert sum(w["runs"] for w in sustained["windows"]) == result["configs"][0]["iterations"]
     assert "tegrastats not found" in sustained["tegrastats_unavailable"]
     assert result["settings"]["window_s"] == 0.1 and result["settings"]["drift_warn_pct"] == 10.0
-    text = table(dict(result, ran_on="this host"))
+    text = table(BenchResult.from_dict(dict(result, ran_on="this host")))
     assert "sustained, batch 1, concurrency 1:" in text
     assert "no clocks, temperatures or throttle events: tegrastats not found" in text
