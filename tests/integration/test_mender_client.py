@@ -53,7 +53,7 @@ def _release(root: Path, version: str) -> Path:
     start = text.index('version = "', text.index("[ota]")) + len('version = "')
     toml.write_text(text[:start] + version + text[text.index('"', start):])
     record = package_group(load_project(root), SimpleNamespace(name="dock"), progress=lambda _: None)
-    return root / record.mender["path"]
+    return root / record.mender.path
 
 
 def test_successive_model_updates_keep_the_rootfs_provides(fleet) -> None:
