@@ -9,10 +9,11 @@
 # perf_analyzer (batch-1 requests, 3 s windows, stable within 50 % over 3 windows: a shared host) runs at concurrency 8 and 16 over HTTP and gRPC,
 # the two servers interleaved in each round; each run appends a line to OUT_DIR/runs.csv with the
 # average batch size the server reached over that run (from its metrics) and the load average.
-# Needs `source /work/triton-tool/env.sh` (shared/tools/triton/setup.sh) and PYTHONPATH at the tree.
+# Needs `source DIR/env.sh` after `shared/tools/triton/setup.sh DIR` (tritonserver, its backends, perf_analyzer)
+# and PYTHONPATH at the tree.
 set -euo pipefail
 model=$(cd "$1" && pwd); out=$2; instances=${3:-1}; rounds=${4:-3}
-python=${PYTHON:-/work/main/.venv/bin/python}
+python=${PYTHON:-.venv/bin/python}
 name=$("$python" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('model_name') or r['group'])" "$model/recipe.json")
 shape=$("$python" -c "import json,sys; r=json.load(open(sys.argv[1])); n,(lo,opt,hi)=next(iter(r['profiles'].items())); print(n+':'+','.join(map(str,opt[1:])))" "$model/recipe.json")
 mkdir -p "$out/repo/$name/1"
