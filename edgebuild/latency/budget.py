@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.errors import ConfigError, EdgebuildError, LatencyBudgetError
+from edgebuild.errors import EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.latency.graph import GraphCost, cached_graph_cost, graph_cost_from_file
+from edgebuild.latency.graph import GraphCost, fixed_graph_cost, graph_cost_from_file
 from edgebuild.latency.model import (
     PRECISIONS,
     LatencyModel,
@@ -202,7 +202,7 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
     notes: list[str] = []
     try:
         fit = fit or load_latency_model()
-        cost = _fixed_cost(onnx_path, hw)
+        cost = fixed_graph_cost(onnx_path, batch=1, input_hw=hw)
     except EdgebuildError as exc:
         checked = [g.name for g in groups if budgets.get(g.name) is not None]
         return PredictedLatency((), (f"no latency prediction: {exc.message.splitlines()[0]}"
@@ -222,13 +222,6 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
         else:
             found.append(predicted)
     return PredictedLatency(tuple(found), tuple(notes))
-
-
-def _fixed_cost(onnx_path: Path, hw: tuple[int, int] | None) -> GraphCost:
-    cost = cached_graph_cost(onnx_path, batch=1, input_hw=hw)
-    if cost.dynamic_inputs:
-        raise ConfigError(f"{onnx_path}: input {', '.join(cost.dynamic_inputs)} has no fixed shape")
-    return cost
 
 
 def _verdict(ms: float, low: float, budget: float | None) -> str:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgebuild.errors import ModelError
+from edgebuild.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
     import onnx
@@ -108,6 +108,15 @@ def cached_graph_cost(path: Path, *, batch: int = 1, input_hw: tuple[int, int] |
     kind = f"graph-cost:{digest([file_sha256(Path(__file__)), tool_versions('onnx'), batch, input_hw])[:24]}"
     return cached(path, kind, lambda p: graph_cost_from_file(p, batch=batch, input_hw=input_hw),
                   _graph_cost_of, asdict)
+
+
+def fixed_graph_cost(path: Path, *, batch: int = 1, input_hw: tuple[int, int] | None = None,
+                     hint: str | None = None) -> GraphCost:
+    """``cached_graph_cost``, or a ConfigError (with ``hint``) when an input has no fixed shape to count at."""
+    cost = cached_graph_cost(path, batch=batch, input_hw=input_hw)
+    if cost.dynamic_inputs:
+        raise ConfigError(f"{path}: input {', '.join(cost.dynamic_inputs)} has no fixed shape", hint=hint)
+    return cost
 
 
 def _graph_cost_of(value: Any) -> GraphCost:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from edgebuild.errors import ConfigError, TargetError
 from edgebuild.latency.budget import module_cost_key
-from edgebuild.latency.graph import GraphCost, cached_graph_cost
+from edgebuild.latency.graph import GraphCost, fixed_graph_cost
 from edgebuild.latency.model import (
     PRECISIONS,
     LatencyModel,
@@ -101,11 +101,8 @@ class LatencyPlan:
 
 
 def _cost(model: Path, batch: int, input_hw: tuple[int, int] | None) -> GraphCost:
-    cost = cached_graph_cost(model, batch=batch, input_hw=input_hw)
-    if cost.dynamic_inputs:
-        raise ConfigError(f"{model}: input {', '.join(cost.dynamic_inputs)} has no fixed shape",
-                          hint="give --input-size N or H,W (an image input's height and width)")
-    return cost
+    return fixed_graph_cost(model, batch=batch, input_hw=input_hw,
+                            hint="give --input-size N or H,W (an image input's height and width)")
 
 
 def _jetpack_text(perf: ModulePerformance, jetpack: str | None) -> str:
