@@ -249,9 +249,13 @@ def test_a_grpc_port_in_use_is_a_clear_error_and_the_default_one_a_warning(tmp_p
 def test_without_grpcio_a_grpc_port_says_what_to_install(tmp_path: Path, monkeypatch) -> None:
     folder = write_artifact(tmp_path / "yard")
     monkeypatch.setitem(sys.modules, "grpc", None)  # as on a device without grpcio: `import grpc` fails
-    with pytest.raises(CapabilityMissing, match="grpcio and tritonclient") as raised:
+    with pytest.raises(CapabilityMissing, match="grpcio, tritonclient.grpc. and hpack") as raised:
         Server(folder, host="127.0.0.1", port=0, grpc_port=free_port())
     assert "edgebuild[grpc]" in str(raised.value) and "--grpc-port 0" in str(raised.value)
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "hpack", None)  # the HTTP/2 transport's header decoder missing
+    with pytest.raises(CapabilityMissing, match="hpack") as raised:
+        Server(folder, host="127.0.0.1", port=0, grpc_port=free_port())
     plain = Server(folder, host="127.0.0.1", port=0)  # no gRPC asked: no grpcio needed
     assert plain.grpc is None
     plain.stop()

@@ -40,7 +40,6 @@ from typing import (
     TYPE_CHECKING,
     Callable,
     Dict,
-    Iterator,
     List,
     Mapping,
     MutableMapping,
@@ -56,10 +55,11 @@ from typing import (
 
 import numpy as np
 
-from edgebuild.errors import CapabilityMissing, ConfigError
+from edgebuild.errors import CapabilityMissing
 from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.serving import model_answers, protocol
 from edgebuild.runtime.serving.bad_request import BadRequest
+from edgebuild.runtime.serving.grpc_http2 import CallEnded, GRPCTransport, Method
 from edgebuild.runtime.serving.protocol import InputSpec
 from edgebuild.runtime.serving.service import ModelService
 from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, shared_memory_place
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # for the annotations (never evaluated); where gRPC is served
 
 __all__ = []
 
-INSTALL = "pip3 install grpcio 'tritonclient[grpc]' (the edgebuild[grpc] extra)"
+INSTALL = "pip3 install grpcio 'tritonclient[grpc]' hpack (the edgebuild[grpc] extra)"
 #: the typed ``InferTensorContents`` field of each datatype (FP16 has none: it comes raw)
 _CONTENTS = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents", "INT32": "int_contents",
              "INT8": "int_contents", "UINT8": "uint_contents", "BOOL": "bool_contents"}
@@ -138,7 +138,7 @@ def _key(field: int, length: int) -> bytes:
     return bytes(out)
 
 
-def read_request(data: bytes, parse: Callable[[bytes], service_pb2.ModelInferRequest]) -> Received:
+def read_request(data: Buffer, parse: Callable[[bytes], service_pb2.ModelInferRequest]) -> Received:
     """A serialized ``ModelInferRequest`` read with its ``raw_input_contents`` left where they are.
 
     Protobuf's parser would copy each tensor twice (into the message, then into a ``bytes`` on access):
@@ -169,36 +169,20 @@ def read_request(data: bytes, parse: Callable[[bytes], service_pb2.ModelInferReq
         rest.append(view[start:at])
     if at != end:
         raise ValueError("a truncated field")
-    return Received(parse(data if not raw else b"".join(rest)), raw)
+    return Received(parse(bytes(data) if not raw else b"".join(rest)), raw)
 
 
 def write_reply(reply: Reply) -> bytes:
-    """A reply serialized with its raw outputs joined once (protobuf's writer would copy each three times)."""
-    raw, head = reply.raw, reply.message.SerializeToString()
-    if not raw:
-        return head
-    parts = [head]  # type: List[Buffer]
-    for data in raw:
-        parts.append(_key(_RAW_OUTPUT_FIELD, len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    """A ``ModelInferResponse`` as one ``bytes`` (``reply_parts`` joined): what protobuf would write."""
+    return b"".join(reply_parts(reply))
 
 
 def write_stream_reply(reply: Reply) -> bytes:
     """A ``ModelStreamInferResponse``: the inference's reply as its ``infer_response``, or the error reply."""
-    if reply.whole:
-        return reply.message.SerializeToString()
-    raw, head = reply.raw, reply.message.SerializeToString()
-    keys = [_key(_RAW_OUTPUT_FIELD, len(data)) for data in raw]
-    size = len(head) + sum(len(k) + len(d) for k, d in zip(keys, raw))
-    parts = [_key(_STREAM_RESPONSE_FIELD, size), head]  # type: List[Buffer]
-    for key, data in zip(keys, raw):
-        parts.append(key)
-        parts.append(data)
-    return b"".join(parts)
+    return b"".join(reply_parts(reply, stream=True))
 
 
-def read_infer_request(data: bytes) -> Received:
+def read_infer_request(data: Buffer) -> Received:
     """``read_request`` with Triton's ``ModelInferRequest``."""
     from tritonclient.grpc import service_pb2
 
@@ -215,10 +199,11 @@ def require_grpc() -> None:
     """Raise ``CapabilityMissing`` (what to install) unless grpcio and tritonclient's gRPC stubs import."""
     try:
         import grpc  # noqa: F401
+        import hpack  # noqa: F401
         from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc  # noqa: F401
     except ImportError as exc:
         raise CapabilityMissing(
-            "serving gRPC needs grpcio and tritonclient[grpc], which are not installed here ({})".format(exc),
+            "serving gRPC needs grpcio, tritonclient[grpc] and hpack, which are not installed here ({})".format(exc),
             hint="install them ({}), or serve HTTP only with --grpc-port 0".format(INSTALL)) from None
 
 
@@ -389,26 +374,6 @@ def _servicer(services: Dict[str, ModelService],
             shared(lambda: memory.unregister(request.name or None), context)
             return pb.SystemSharedMemoryUnregisterResponse()
 
-        def ModelInfer(self, request: Received, context: ServicerContext) -> Reply:
-            reply, problem = answer(services, request, memory, pb, codes)
-            if problem is not None:
-                context.abort(*problem)
-            return reply
-
-        def ModelStreamInfer(self, requests: Iterator[Received], context: ServicerContext) -> Iterator[Reply]:
-            # one answer a request, in order, on the one HTTP/2 stream: no call set up, no metadata
-            # or status a request; an error is an answer on the stream (error_message), as Triton's,
-            # and the stream goes on
-            for request in requests:
-                reply, problem = answer(services, request, memory, pb, codes)
-                if problem is None:
-                    yield reply
-                else:
-                    asked = request.message
-                    error = pb.ModelStreamInferResponse(error_message=problem[1], infer_response=pb.ModelInferResponse(
-                        model_name=asked.model_name, model_version=asked.model_version, id=asked.id))
-                    yield Reply(error, [], whole=True)
-
     return Servicer()
 
 
@@ -476,49 +441,103 @@ def infer(service: ModelService, received: Received, memory: SystemSharedMemory,
     return Reply(response, raw), None
 
 
-class GRPCServer:
-    """grpcio's server with the v2 service of ``services`` on ``host:port`` (0: a free port, then ``.port``)."""
+class _Context:
+    """What a servicer method gets for its ``context``: ``abort`` ends the call with a status (it raises);
+    ``set_code``/``set_details`` are what the generated base servicer's unimplemented methods use."""
+
+    def __init__(self) -> None:
+        self.code, self.details = None, ""  # type: Optional[grpc.StatusCode], str
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise CallEnded(code.value[0], details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
+def reply_parts(reply: Reply, stream: bool = False) -> List[Buffer]:
+    """An answer's bytes as parts to write one after the other (``write_reply``, ``write_stream_reply``
+    without joining them): the message without its raw outputs, then each output's own memory."""
+    if reply.whole:
+        return [reply.message.SerializeToString()]
+    head = reply.message.SerializeToString()
+    parts = [head]  # type: List[Buffer]
+    for data in reply.raw:
+        parts.append(_key(_RAW_OUTPUT_FIELD, len(data)))
+        parts.append(data)
+    if stream:
+        parts.insert(0, _key(_STREAM_RESPONSE_FIELD, sum(len(p) for p in parts)))
+    return parts
+
+
+def methods(services: Dict[str, ModelService], memory: SystemSharedMemory) -> Dict[str, Method]:
+    """The service's methods by path (``/inference.GRPCInferenceService/NAME``) for the HTTP/2 transport."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    codes, servicer = grpc.StatusCode, _servicer(services, memory)
+    prefix = "/inference.GRPCInferenceService/"
+
+    def unary(name: str, request_type: Type[Message]) -> Method:
+        handler = getattr(servicer, name)
+
+        def run(message: memoryview, reply: Callable[[object], None]) -> None:
+            context = _Context()
+            try:
+                response = handler(request_type.FromString(bytes(message)), context)
+            except NotImplementedError:
+                raise CallEnded(codes.UNIMPLEMENTED.value[0], context.details or "not implemented") from None
+            except DecodeError as exc:
+                raise CallEnded(codes.INVALID_ARGUMENT.value[0], "the request does not parse: {}".format(exc)) \
+                    from None
+            reply(response.SerializeToString())
+        return Method(run)
+
+    def model_infer(message: memoryview, reply: Callable[[object], None]) -> None:
+        received = read_message(message)
+        answered, problem = answer(services, received, memory, pb, codes)
+        if problem is not None:
+            raise CallEnded(problem[0].value[0], problem[1])
+        reply(reply_parts(answered))
+
+    def stream_infer(message: memoryview, reply: Callable[[object], None]) -> None:
+        # one answer a request, in order; an error is an answer on the stream (error_message), as Triton's,
+        # and the stream goes on
+        received = read_message(message)
+        answered, problem = answer(services, received, memory, pb, codes)
+        if problem is not None:
+            asked = received.message
+            answered = Reply(pb.ModelStreamInferResponse(error_message=problem[1], infer_response=pb.ModelInferResponse(
+                model_name=asked.model_name, model_version=asked.model_version, id=asked.id)), [], whole=True)
+        reply(reply_parts(answered, stream=True))
+
+    def read_message(message: memoryview) -> Received:
+        try:
+            return read_infer_request(message)
+        except (ValueError, DecodeError) as exc:
+            raise CallEnded(codes.INVALID_ARGUMENT.value[0], "the request does not parse: {}".format(exc)) from None
+
+    def direct() -> bool:  # no model batches: a call may run on its connection's thread
+        return all(s.max_batch_size <= 1 for s in services.values())
+
+    from google.protobuf.message import DecodeError
+
+    table = {prefix + "ModelInfer": Method(model_infer, direct=direct),
+             prefix + "ModelStreamInfer": Method(stream_infer, streaming=True, direct=direct)}
+    for described in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        if prefix + described.name not in table:
+            table[prefix + described.name] = unary(described.name, getattr(pb, described.input_type.name))
+    return table
+
+
+class GRPCServer(GRPCTransport):
+    """The v2 service of ``services`` over gRPC on ``host:port`` (0: a free port, then ``.port``)."""
 
     def __init__(self, services: Dict[str, ModelService], memory: SystemSharedMemory, host: str, port: int, *,
                  workers: int = 8) -> None:
         require_grpc()
-        from concurrent import futures
-
-        import grpc
-        from tritonclient.grpc import service_pb2_grpc
-
-        largest = max(s.max_body for s in services.values())
-        self._executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgebuild-grpc")
-        # no SO_REUSEPORT: a second server on a taken port must fail, not share its calls with the first
-        self.server = grpc.server(self._executor, options=[("grpc.max_receive_message_length", largest),
-                                                           ("grpc.max_send_message_length", -1),
-                                                           ("grpc.so_reuseport", 0)])
-        servicer = _servicer(services, memory)
-        # ModelInfer and ModelStreamInfer read and write the tensors' bytes in place (``read_request``,
-        # ``write_reply``); added first, these handlers come before the generated ones of the same calls
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
-            "ModelInfer": grpc.unary_unary_rpc_method_handler(
-                servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_reply),
-            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
-                servicer.ModelStreamInfer, request_deserializer=read_infer_request,
-                response_serializer=write_stream_reply)}),))
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
-        address = "{}:{}".format("[{}]".format(host) if ":" in host else host, port)
-        try:
-            bound = self.server.add_insecure_port(address)
-        except RuntimeError as exc:
-            bound, reason = 0, str(exc)
-        else:
-            reason = "grpcio could not bind it"
-        if not bound:
-            raise ConfigError("cannot serve gRPC on {}: {}".format(address, reason),
-                              hint="the port may be in use; choose another with --grpc-port (0: no gRPC)")
-        self.port = bound  # type: int
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self, grace_s: float = 1.0) -> None:
-        """Stop taking calls, give those in flight ``grace_s`` to finish."""
-        self.server.stop(grace_s).wait()
-        self._executor.shutdown(wait=False)
+        super().__init__(methods(services, memory), host, port, workers=workers,
+                         max_message=max(s.max_body for s in services.values()))

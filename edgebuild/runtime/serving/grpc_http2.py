@@ -1,0 +1,712 @@
+"""gRPC's transport, HTTP/2 (RFC 9113), for the v2 service of ``grpc_server.py``: ``serve --grpc-port``.
+
+Why not grpcio's server: profiled against Triton (docs/server.md, "What a gRPC inference costs"), its
+synchronous server moves each call across three threads (its polling thread, a pool thread that waits
+for the polling thread to deliver the message, the polling thread again for the status), about 0.6 ms
+a call over HTTP on a 2-core host; its asyncio server measured the same. Here a connection's own thread
+reads its frames and, when the connection has nothing else running, runs the call and writes the answer
+itself: no hand-off at all for a client that makes one call at a time on a connection (``perf_analyzer``,
+``tritonclient.grpc``, a camera loop). A call that comes while another of the connection's calls runs
+(gRPC channels multiplex streams), or to a model that batches (its batcher gathers rows from concurrent
+calls), runs on the worker pool, and its answer is written by the worker.
+
+What is served: unary calls and bidirectional streams (``ModelStreamInfer``: a request's answer per
+request, in order), gRPC's length-prefixed messages over DATA frames, trailers with ``grpc-status`` and
+``grpc-message``; flow control both ways (a window of ``WINDOW`` bytes for requests, the client's windows
+for answers), PING, SETTINGS, WINDOW_UPDATE, RST_STREAM (a call the client cancels is answered no more) and
+GOAWAY (on stop: calls in flight finish within the grace). Refused with a status: an unknown method
+(UNIMPLEMENTED), a compressed message (UNIMPLEMENTED: send identity, tritonclient's default), a message over
+the largest request the profiles allow (RESOURCE_EXHAUSTED). No TLS (as Triton's default; keep the port on
+loopback or a trusted network); ``grpc-timeout`` is not enforced (a call runs to its end).
+
+The header blocks it writes use HPACK's literals without indexing (no table to keep in step with the
+client); the client's header blocks are decoded by the ``hpack`` library (python-hyper's, as ``h2`` uses).
+
+Python 3.8, the standard library, numpy and ``hpack``.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import threading
+import time
+from concurrent import futures
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from edgebuild.errors import ConfigError
+
+__all__ = ["CallEnded", "GRPCTransport", "Method"]
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+#: HTTP/2 error codes (RFC 9113 7)
+NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = 0, 1, 6, 7, 9
+#: settings (RFC 9113 6.5.2)
+HEADER_TABLE_SIZE, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 1, 3, 4, 5, 6
+#: the receive window of the connection and of each stream (bytes in flight before a WINDOW_UPDATE)
+WINDOW = 16 << 20
+#: the largest frame a client may send us (the protocol's largest): a 1x3x160x160 image in one frame
+MAX_FRAME = (1 << 24) - 1
+#: concurrent streams a connection may open; one more is refused (REFUSED_STREAM: the client retries it)
+MAX_STREAMS = 256
+MAX_HEADER_LIST = 64 << 10
+_FRAME = struct.Struct(">IBI")  # a frame's head: (length << 8 | type), flags, stream id
+_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
+#: gRPC status codes used here (grpc.StatusCode's numbers)
+OK, UNKNOWN, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 2, 8, 12, 13
+
+
+def _hpack_int(value: int, bits: int, first: int) -> bytes:
+    """HPACK's integer with a ``bits``-bit prefix, ``first`` holding the bits above it (RFC 7541 5.1)."""
+    top = (1 << bits) - 1
+    if value < top:
+        return bytes([first | value])
+    out, value = bytearray([first | top]), value - top
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: Union[bytes, int], value: bytes) -> bytes:
+    """A header field as a literal without indexing (RFC 7541 6.2.2): by its static-table name index, or
+    a new name; no Huffman coding. It leaves the client's dynamic table as it was."""
+    head = _hpack_int(name, 4, 0x00) if isinstance(name, int) else b"\x00" + _hpack_int(len(name), 7, 0) + name
+    return head + _hpack_int(len(value), 7, 0) + value
+
+
+#: ``:status: 200`` (static index 8) and ``content-type: application/grpc`` (name index 31)
+RESPONSE_HEADERS = b"\x88" + literal(31, b"application/grpc")
+
+
+def grpc_message(details: str) -> bytes:
+    """``grpc-message``'s value: UTF-8, percent-encoded outside printable ASCII and '%' (gRPC's HTTP/2 spec)."""
+    out = bytearray()
+    for byte in details.encode("utf-8")[:4096]:
+        out += b"%%%02X" % byte if byte < 0x20 or byte > 0x7E or byte == 0x25 else bytes([byte])
+    return bytes(out)
+
+
+def trailers(code: int, details: str = "", *, only: bool = False) -> bytes:
+    """The header block that ends a call: ``grpc-status`` (and ``grpc-message``); ``only``: a call answered
+    with no message (Trailers-Only: the response headers in the same block)."""
+    block = (RESPONSE_HEADERS if only else b"") + literal(b"grpc-status", str(code).encode())
+    return block + literal(b"grpc-message", grpc_message(details)) if details else block
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return _FRAME.pack(len(payload) << 8 | kind, flags, stream) + payload
+
+
+def _send_all(sock: socket.socket, parts: List[Any]) -> None:
+    """Write ``parts`` one after the other in as few ``sendmsg`` calls as the socket takes."""
+    parts = [p for p in parts if len(p)]
+    while parts:
+        sent = sock.sendmsg(parts)
+        while parts and sent >= len(parts[0]):
+            sent -= len(parts[0])
+            parts.pop(0)
+        if sent:
+            parts[0] = memoryview(parts[0]).cast("B")[sent:]
+
+
+class CallEnded(Exception):
+    """A call ends with a status (``code``, ``details``): raised by a handler, written as its trailers."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class Method:
+    """One method of the service: its handler and how its messages are read and written.
+
+    ``run(message, reply)`` reads a request message (a bytes-like view) and calls ``reply(payload)`` once
+    per answer; raises ``CallEnded`` for a status other than OK. ``streaming``: a request stream, answered
+    per message in order; ``direct``: cheap enough (or never batched) to run on the connection's thread
+    whenever nothing else of the connection runs; a method that is not direct always runs on the pool.
+    """
+
+    __slots__ = ("run", "streaming", "direct")
+
+    def __init__(self, run: Callable[[memoryview, Callable[[Any], None]], None], *, streaming: bool = False,
+                 direct: Callable[[], bool] = lambda: True) -> None:
+        self.run, self.streaming, self.direct = run, streaming, direct
+
+
+class _Stream:
+    """A call: the bytes of its messages as they come, its send window, whether it ended either side."""
+
+    __slots__ = ("id", "method", "chunks", "pending", "window", "unacked", "ended", "answered", "reset",
+                 "queue", "running", "started", "skip", "held")
+
+    def __init__(self, stream_id: int, method: Optional[Method], window: int) -> None:
+        self.id, self.method = stream_id, method
+        self.chunks = []  # type: List[memoryview]
+        self.pending = 0  # bytes in chunks
+        self.window, self.unacked = window, 0
+        self.ended = self.answered = self.reset = self.running = self.started = False
+        self.queue = []  # type: List[memoryview]
+        self.skip = 0  # bytes of a refused message still to drop
+        self.held: Optional[Tuple[List[Any], int]] = None  # a unary call's answer until its trailers
+
+
+class Connection:
+    """One client connection: its reader thread, HPACK decoder, streams and flow-control windows."""
+
+    def __init__(self, server: "GRPCTransport", sock: socket.socket) -> None:
+        from hpack import Decoder
+
+        self.server, self.sock = server, sock
+        self.decoder = Decoder()
+        self.decoder.max_header_list_size = MAX_HEADER_LIST
+        self.streams = {}  # type: Dict[int, _Stream]
+        self.last_stream = 0
+        self.lock = threading.Condition()  # the socket's writes, the send windows, the streams' state
+        self.window = 65535  # what we may send on the connection before its next WINDOW_UPDATE
+        self.peer_window, self.peer_frame = 65535, 16384  # the client's initial stream window, largest frame
+        self.unacked = 0  # bytes received on the connection not yet given back by a WINDOW_UPDATE
+        self.running = 0  # calls of this connection running on the pool or this thread
+        self.buffer = bytearray()
+        self.closed = self.going_away = False
+        self.reader = threading.current_thread()
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Read and answer frames until the client goes, the connection fails or the server stops."""
+        self.reader = threading.current_thread()
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._read_exactly(len(PREFACE), self.server.preface_timeout_s) != PREFACE:
+                return
+            settings = ((MAX_CONCURRENT_STREAMS, MAX_STREAMS), (INITIAL_WINDOW_SIZE, WINDOW),
+                        (MAX_FRAME_SIZE, MAX_FRAME), (MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST))
+            self._send(frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
+                       + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - 65535)))
+            while not self.closed:
+                if not self._next_frame(self.server.idle_timeout_s):
+                    break
+        except ConnectionError:
+            pass
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+    def _fill(self, size: int, timeout_s: Optional[float]) -> bool:
+        """At least ``size`` bytes in the buffer (False: the client closed, or nothing came in ``timeout_s``)."""
+        while len(self.buffer) < size:
+            if timeout_s is not None and not select.select([self.sock], [], [], timeout_s)[0]:
+                return False
+            data = self.sock.recv(max(65536, size - len(self.buffer)))
+            if not data:
+                return False
+            self.buffer += data
+        return True
+
+    def _read_exactly(self, size: int, timeout_s: Optional[float]) -> bytes:
+        if not self._fill(size, timeout_s):
+            return b""
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def _payload(self, length: int) -> memoryview:
+        """The next ``length`` bytes, as a buffer of their own (a large one read straight into it)."""
+        have = len(self.buffer)
+        if length > 65536 and have < length:
+            out = bytearray(length)
+            out[:have] = self.buffer
+            self.buffer = bytearray()
+            view = memoryview(out)
+            while have < length:
+                got = self.sock.recv_into(view[have:])
+                if not got:
+                    raise ConnectionError("the client closed within a frame")
+                have += got
+            return view
+        if not self._fill(length, None):
+            raise ConnectionError("the client closed within a frame")
+        data = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        return memoryview(data)
+
+    def _next_frame(self, idle_s: Optional[float]) -> bool:
+        """Read and handle one frame; False when the connection is done."""
+        if not self._fill(9, idle_s if not self.streams else None):
+            return False
+        head, flags, stream_id = _FRAME.unpack_from(self.buffer)
+        del self.buffer[:9]
+        length, kind, stream_id = head >> 8, head & 0xFF, stream_id & 0x7FFFFFFF
+        if length > MAX_FRAME:
+            self.go_away(FRAME_SIZE_ERROR, "a frame of {} bytes".format(length))
+            return False
+        payload = self._payload(length)
+        if kind == DATA:
+            self._on_data(stream_id, flags, payload)
+        elif kind == HEADERS:
+            self._on_headers(stream_id, flags, payload)
+        elif kind == SETTINGS:
+            self._on_settings(flags, payload)
+        elif kind == WINDOW_UPDATE:
+            self._on_window_update(stream_id, payload)
+        elif kind == PING:
+            if not flags & ACK and length == 8:
+                self._send(frame(PING, ACK, 0, bytes(payload)))
+        elif kind == RST_STREAM:
+            with self.lock:
+                stream = self.streams.pop(stream_id, None)
+                if stream is not None:
+                    stream.reset = True
+                    self.lock.notify_all()
+        elif kind == GOAWAY:
+            self.going_away = True
+            return bool(self.streams)
+        elif kind in (PUSH_PROMISE, CONTINUATION):
+            self.go_away(PROTOCOL_ERROR, "an unexpected {} frame".format("PUSH_PROMISE" if kind == PUSH_PROMISE
+                                                                          else "CONTINUATION"))
+            return False
+        return not self.closed  # PRIORITY and unknown frame types are ignored, as the protocol asks
+
+    def _on_settings(self, flags: int, payload: memoryview) -> None:
+        if flags & ACK:
+            return
+        with self.lock:
+            for at in range(0, len(payload) - len(payload) % 6, 6):
+                key, value = struct.unpack_from(">HI", payload, at)
+                if key == INITIAL_WINDOW_SIZE:
+                    for stream in self.streams.values():
+                        stream.window += value - self.peer_window
+                    self.peer_window = value
+                elif key == MAX_FRAME_SIZE:
+                    self.peer_frame = max(16384, min(value, MAX_FRAME))
+            self.lock.notify_all()
+        self._send(frame(SETTINGS, ACK, 0))
+
+    def _on_window_update(self, stream_id: int, payload: memoryview) -> None:
+        if len(payload) != 4:
+            return
+        grow = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
+        with self.lock:
+            if stream_id == 0:
+                self.window += grow
+            elif stream_id in self.streams:
+                self.streams[stream_id].window += grow
+            self.lock.notify_all()
+
+    def _header_block(self, stream_id: int, flags: int, payload: memoryview) -> bytes:
+        """The whole header block of a HEADERS frame (its CONTINUATION frames read too), padding and
+        priority taken off."""
+        at, end = 0, len(payload)
+        if flags & PADDED:
+            end -= payload[0]
+            at = 1
+        if flags & PRIORITY_FLAG:
+            at += 5
+        block = bytes(payload[at:end])
+        while not flags & END_HEADERS:
+            if not self._fill(9, None):
+                raise ConnectionError("the client closed within a header block")
+            head, flags, continued = _FRAME.unpack_from(self.buffer)
+            del self.buffer[:9]
+            if head & 0xFF != CONTINUATION or continued & 0x7FFFFFFF != stream_id:
+                raise ValueError("a header block not followed by its CONTINUATION")
+            block += bytes(self._payload(head >> 8))
+            if len(block) > MAX_HEADER_LIST:
+                raise ValueError("a header block over {} bytes".format(MAX_HEADER_LIST))
+        return block
+
+    def _on_headers(self, stream_id: int, flags: int, payload: memoryview) -> None:
+        from hpack import HPACKError
+
+        try:
+            block = self._header_block(stream_id, flags, payload)
+            headers = dict(self.decoder.decode(block, raw=True))
+        except (HPACKError, ValueError) as exc:
+            self.go_away(COMPRESSION_ERROR if isinstance(exc, HPACKError) else PROTOCOL_ERROR, str(exc))
+            return
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # the client's trailers: its side of the call ends
+            if flags & END_STREAM:
+                self._end_of_requests(stream)
+            return
+        if stream_id % 2 == 0 or stream_id <= self.last_stream:
+            self.go_away(PROTOCOL_ERROR, "stream {} cannot open a call".format(stream_id))
+            return
+        self.last_stream = stream_id
+        if self.going_away or len(self.streams) >= MAX_STREAMS:
+            self._send(frame(RST_STREAM, 0, stream_id, struct.pack(">I", REFUSED_STREAM)))
+            return
+        path = headers.get(b":path", b"").decode("latin-1")
+        method = self.server.methods.get(path)
+        with self.lock:
+            stream = self.streams[stream_id] = _Stream(stream_id, method, self.peer_window)
+        if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
+            self._finish(stream, UNKNOWN, "a gRPC call is a POST of content-type application/grpc")
+        elif method is None:
+            self._finish(stream, UNIMPLEMENTED, "Method not found: {}".format(path))
+        if flags & END_STREAM:
+            self._end_of_requests(stream)
+
+    def _on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
+        length = len(payload)
+        if flags & PADDED and length:
+            payload = payload[1:length - payload[0]]
+        self._received(stream_id, length)
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            if stream_id > self.last_stream or stream_id == 0:
+                self.go_away(PROTOCOL_ERROR, "DATA on stream {} never opened".format(stream_id))
+            return  # a call cancelled or answered already: its bytes are dropped
+        if not stream.answered and payload:
+            stream.chunks.append(payload)
+            stream.pending += len(payload)
+            self._messages(stream)
+        if flags & END_STREAM:
+            self._end_of_requests(stream)
+
+    def _received(self, stream_id: int, length: int) -> None:
+        """Give ``length`` bytes of the windows back once half of one is used: the client never stalls."""
+        self.unacked += length
+        updates = b""
+        if self.unacked >= WINDOW // 2:
+            updates, self.unacked = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacked)), 0
+        stream = self.streams.get(stream_id)
+        if stream is not None and not stream.ended:
+            stream.unacked += length
+            if stream.unacked >= WINDOW // 2:
+                updates += frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
+                stream.unacked = 0
+        if updates:
+            self._send(updates)
+
+    def _messages(self, stream: _Stream) -> None:
+        """Cut the stream's bytes into gRPC messages; run each (a unary call's once its side has ended)."""
+        while True:
+            if stream.skip:
+                drop = min(stream.skip, stream.pending)
+                self._drop(stream, drop)
+                stream.skip -= drop
+                if stream.skip:
+                    return
+            if stream.pending < 5:
+                return
+            head = bytes(self._peek(stream, 5))
+            compressed, size = _PREFIX.unpack(head)
+            if compressed:
+                self._finish(stream, UNIMPLEMENTED, "a compressed message: this server takes identity "
+                                                    "(uncompressed) messages only")
+                return
+            if size > self.server.max_message:
+                self._finish(stream, RESOURCE_EXHAUSTED, "Received message larger than max ({} vs. {})".format(
+                    size, self.server.max_message))
+                return
+            if stream.pending < 5 + size:
+                return
+            self._drop(stream, 5)
+            message = self._peek(stream, size)
+            self._drop(stream, size)
+            stream.queue.append(message)
+            if stream.method is not None and stream.method.streaming:
+                self._schedule(stream)
+
+    def _peek(self, stream: _Stream, size: int) -> memoryview:
+        """The stream's next ``size`` bytes: a view where they are in one frame's payload, else joined."""
+        if not size:
+            return memoryview(b"")
+        first = stream.chunks[0]
+        if len(first) >= size:
+            return first[:size]
+        joined, parts, need = bytearray(), iter(stream.chunks), size
+        while need:
+            part = next(parts)
+            joined += part[:need]
+            need -= min(need, len(part))
+        return memoryview(bytes(joined))
+
+    def _drop(self, stream: _Stream, size: int) -> None:
+        stream.pending -= size
+        while size:
+            first = stream.chunks[0]
+            if len(first) > size:
+                stream.chunks[0] = first[size:]
+                return
+            size -= len(first)
+            stream.chunks.pop(0)
+
+    def _end_of_requests(self, stream: _Stream) -> None:
+        stream.ended = True
+        if stream.answered:
+            return
+        if stream.pending:
+            self._finish(stream, INTERNAL, "the call's last message is truncated")
+        elif stream.method is not None and not stream.method.streaming and len(stream.queue) != 1:
+            self._finish(stream, UNIMPLEMENTED if stream.queue else INTERNAL,
+                         "a unary call takes one request message; got {}".format(len(stream.queue)))
+        else:
+            self._schedule(stream)
+
+    # -- running calls ----------------------------------------------------------------------------
+
+    def _schedule(self, stream: _Stream) -> None:
+        """Run the stream's waiting messages: here when nothing else of the connection runs, the method
+        may and a slot is free (no hand-off); else on the pool."""
+        with self.lock:
+            if stream.running or stream.answered:
+                return
+            stream.running = True
+            self.running += 1
+            here = self.running == 1 and len(self.buffer) < 9
+        assert stream.method is not None
+        if here and stream.method.direct() and self.server.slots.acquire(blocking=False):
+            self._run(stream, held=True)
+        else:
+            self.server.pool.submit(self._run, stream, False)
+
+    def _run(self, stream: _Stream, held: bool) -> None:
+        if not held:
+            self.server.slots.acquire()
+        try:
+            method = stream.method
+            assert method is not None
+            while True:
+                with self.lock:
+                    if stream.reset or stream.answered or not stream.queue:
+                        stream.running = False
+                        self.running -= 1
+                        done = stream.ended and not stream.answered and not stream.reset
+                        break
+                    message = stream.queue.pop(0)
+                try:
+                    method.run(message, lambda payload: self._reply(stream, payload))
+                except CallEnded as ended:
+                    self._finish(stream, ended.code, ended.details)
+                except Exception as exc:  # a bug in a handler ends its call, never the connection
+                    self._finish(stream, UNKNOWN, "{}: {}".format(type(exc).__name__, exc))
+                if not method.streaming:
+                    with self.lock:
+                        stream.running = False
+                        self.running -= 1
+                    done = not stream.answered
+                    break
+            if done:
+                self._finish(stream, OK)
+        except OSError:
+            self.close()
+        finally:
+            self.server.slots.release()
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        with self.lock:
+            if not self.closed:
+                self.sock.sendall(data)
+
+    def _reply(self, stream: _Stream, payload: Any) -> None:
+        """One answer message: on a stream, sent now (its response headers first); a unary call's is held
+        and sent with the call's headers and trailers in one write by ``_finish``."""
+        parts = payload if isinstance(payload, list) else [payload]
+        size = sum(len(p) for p in parts)
+        message = [_PREFIX.pack(0, size)] + parts
+        assert stream.method is not None
+        if not stream.method.streaming:
+            stream.held = (message, 5 + size)
+            return
+        with self.lock:
+            if stream.reset or stream.answered or self.closed:
+                return
+            head = b"" if stream.started else frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS)
+            stream.started = True
+        self._send_data(stream, message, 5 + size, head)
+
+    def _send_data(self, stream: _Stream, parts: List[Any], size: int, head: bytes = b"", tail: bytes = b"") -> None:
+        """``size`` bytes of ``parts`` as DATA frames within the windows, ``head`` before the first and ``tail``
+        after the last frame in the same writes: one ``sendmsg`` when the windows hold it all."""
+        queue = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
+        while True:
+            with self.lock:
+                while size and min(self.window, stream.window) <= 0 and not (stream.reset or self.closed):
+                    if threading.current_thread() is self.reader:
+                        break  # the reader waits by reading: the WINDOW_UPDATE comes that way
+                    self.lock.wait(1.0)
+                if stream.reset or self.closed:
+                    return
+                room = min(self.window, stream.window, size)
+                if room > 0 or not size:
+                    out = [head] if head else []  # type: List[Any]
+                    head = b""
+                    self.window -= room
+                    stream.window -= room
+                    size -= room
+                    while room:
+                        length = min(room, self.peer_frame)
+                        out.append(_FRAME.pack(length << 8 | DATA, 0, stream.id))
+                        room -= length
+                        while length:
+                            first = queue[0]
+                            use = min(len(first), length)
+                            out.append(first[:use])
+                            length -= use
+                            if use == len(first):
+                                queue.pop(0)
+                            else:
+                                queue[0] = first[use:]
+                    if not size and tail:
+                        out.append(tail)
+                    _send_all(self.sock, out)
+                    if not size:
+                        return
+                    continue
+            if not self._next_frame(None):  # the reader itself: read until the client opens its window
+                self.close()
+                return
+
+    def _finish(self, stream: _Stream, code: int, details: str = "") -> None:
+        """End the call with its status: trailers (Trailers-Only when no answer went out), after a unary
+        call's held answer, in the same write."""
+        with self.lock:
+            if stream.answered or stream.reset or self.closed:
+                return
+            stream.answered = True
+            held, stream.held = stream.held, None
+            if code != OK:
+                held = None
+            only = not stream.started and held is None
+            head = b"" if stream.started or only else frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS)
+            stream.started = True
+            tail = frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers(code, details, only=only))
+            if not stream.ended:  # the client may go on sending: a RST_STREAM says we read no more (as gRPC servers do)
+                tail += frame(RST_STREAM, 0, stream.id, struct.pack(">I", NO_ERROR))
+            if held is None:
+                _send_all(self.sock, [head, tail])
+        if held is not None:
+            self._send_data(stream, held[0], held[1], head, tail)
+        with self.lock:
+            self.streams.pop(stream.id, None)
+            if self.going_away and not self.streams:
+                self.closed = True
+                self._shut()
+
+    def go_away(self, code: int = NO_ERROR, why: str = "") -> None:
+        """Tell the client no new call is taken (``code`` other than NO_ERROR: and why, then close)."""
+        with self.lock:
+            if self.closed:
+                return
+            try:
+                self.sock.sendall(frame(GOAWAY, 0, 0, struct.pack(">II", self.last_stream, code) + why.encode()[:256]))
+            except OSError:
+                pass
+            self.going_away = True
+            if code != NO_ERROR or not self.streams:
+                self.closed = True
+                self._shut()
+
+    def _shut(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            for stream in self.streams.values():
+                stream.reset = True
+            self.streams.clear()
+            self.lock.notify_all()
+        self._shut()  # wakes this connection's reader where another thread closes it
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.server.forget(self)
+
+
+class GRPCTransport:
+    """gRPC on ``host:port`` (0: a free port, then ``.port``) for ``methods`` (``/package.Service/Method``
+    to ``Method``): a thread per connection, ``workers`` threads for the calls that cannot run on it."""
+
+    def __init__(self, methods: Dict[str, Method], host: str, port: int, *, workers: int = 8,
+                 max_message: int = 64 << 20, max_connections: int = 256, preface_timeout_s: float = 10.0,
+                 idle_timeout_s: Optional[float] = None, send_timeout_s: float = 60.0) -> None:
+        self.methods, self.max_message = methods, max_message
+        self.max_connections, self.preface_timeout_s, self.idle_timeout_s = max_connections, preface_timeout_s, \
+            idle_timeout_s
+        self.send_timeout_s = send_timeout_s
+        self.pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgebuild-grpc")
+        self.slots = threading.BoundedSemaphore(workers)
+        self.connections = set()  # type: set
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(host or None, port, 0, socket.SOCK_STREAM, 0,
+                                                                socket.AI_PASSIVE)[0]
+            self.socket = socket.socket(family, kind, proto)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(128)
+        except OSError as exc:
+            raise ConfigError("cannot serve gRPC on {}:{}: {}".format(host, port, exc),
+                              hint="the port may be in use; choose another with --grpc-port (0: no gRPC)") from None
+        self.port = self.socket.getsockname()[1]  # type: int
+        self._acceptor = threading.Thread(target=self._accept, name="edgebuild-grpc-accept", daemon=True)
+
+    def start(self) -> None:
+        self._acceptor.start()
+
+    def _accept(self) -> None:
+        self.socket.settimeout(0.25)
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self.socket.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                time.sleep(0.05)  # out of descriptors for a moment: the client retries
+                continue
+            sock.settimeout(None)
+            timeval = struct.pack("ll", int(self.send_timeout_s), int(self.send_timeout_s % 1 * 1e6))
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+            except OSError:
+                pass
+            with self._lock:
+                if len(self.connections) >= self.max_connections:
+                    sock.close()
+                    continue
+                connection = Connection(self, sock)
+                self.connections.add(connection)
+            threading.Thread(target=connection.serve, name="edgebuild-grpc-conn", daemon=True).start()
+
+    def forget(self, connection: Connection) -> None:
+        with self._lock:
+            self.connections.discard(connection)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Take no new connection or call; give the calls in flight ``grace_s`` to finish, then close."""
+        self._stopping.set()
+        try:
+            self.socket.close()
+        except OSError:
+            pass
+        with self._lock:
+            connections = list(self.connections)
+        for connection in connections:
+            connection.go_away()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(c.streams for c in connections):
+            time.sleep(0.01)
+        for connection in connections:
+            connection.close()
+        self.pool.shutdown(wait=False)
+
