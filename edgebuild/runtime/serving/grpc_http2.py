@@ -587,6 +587,10 @@ class Connection:
                 tail += frame(RST_STREAM, 0, stream.id, struct.pack(">I", NO_ERROR))
             if held is None:
                 _send_all(self.sock, [head, tail])
+                # nothing more goes on this stream: a worker writing a stream's answer (waiting for a window
+                # that can no longer open, the stream being forgotten below) stops
+                stream.reset = True
+                self.lock.notify_all()
         if held is not None:
             self._send_data(stream, held[0], held[1], head, tail)
         with self.lock:
@@ -695,6 +699,12 @@ class GRPCTransport:
     def stop(self, grace_s: float = 1.0) -> None:
         """Take no new connection or call; give the calls in flight ``grace_s`` to finish, then close."""
         self._stopping.set()
+        try:  # the acceptor's poll holds the socket open past close(): listening ends at shutdown (on Linux)
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self._acceptor.is_alive():  # no connection taken after this (nor missed by the GOAWAYs below)
+            self._acceptor.join(1.0)
         try:
             self.socket.close()
         except OSError:
