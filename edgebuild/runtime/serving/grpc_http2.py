@@ -337,8 +337,10 @@ class Connection:
             if flags & END_STREAM:
                 self._end_of_requests(stream)
             return
-        if stream_id % 2 == 0 or stream_id <= self.last_stream:
+        if stream_id % 2 == 0:
             self.go_away(PROTOCOL_ERROR, "stream {} cannot open a call".format(stream_id))
+            return
+        if stream_id <= self.last_stream:  # a call ended already (its trailers after ours): ignored (RFC 9113 5.1)
             return
         self.last_stream = stream_id
         if self.going_away or len(self.streams) >= MAX_STREAMS:
