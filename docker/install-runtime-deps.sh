@@ -35,7 +35,7 @@ jetson)
         pip_install "cuda-python>=${cuda_major:?jetson needs the CUDA major version}.0,<$((cuda_major + 1))"
     fi
     # KServe v2 over gRPC (port 8001): grpcio has aarch64 wheels; tritonclient's generated stubs are the schema
-    has "import grpc, tritonclient.grpc" || pip_install grpcio "tritonclient[grpc]"
+    has "import grpc, hpack, tritonclient.grpc" || pip_install grpcio "tritonclient[grpc]" hpack
     ;;
 cpu)
     has "import onnxruntime" || pip_install onnxruntime

@@ -59,10 +59,10 @@ SERVE = (
     Option("host", ("--host",), "Address to listen on.", default="0.0.0.0", show_default=True),
     Option("port", ("--port",), "Port (default: the project's [runtime] port, 8000).", type=int, minimum=0),
     Option("grpc_port", ("--grpc-port",), "Port of KServe v2 over gRPC beside HTTP (Triton's "
-           "inference.GRPCInferenceService, for tritonclient.grpc and DeepStream's nvinferserver; needs grpcio and "
-           "tritonclient[grpc]: pip3 install grpcio 'tritonclient[grpc]'); 0 serves HTTP only (default: {} where "
-           "those are installed and the port is free, else HTTP only with a warning).".format(GRPC_PORT), type=int,
-           minimum=0),
+           "inference.GRPCInferenceService, for tritonclient.grpc and DeepStream's nvinferserver; needs grpcio, "
+           "tritonclient[grpc] and hpack: pip3 install grpcio 'tritonclient[grpc]' hpack); 0 serves HTTP only "
+           "(default: {} where those are installed and the port is free, else HTTP only with a warning).".format(
+               GRPC_PORT), type=int, minimum=0),
     BACKEND,
     Option("warmup_budget_s", ("--warmup-budget-s",), "Longest warm-up before ready (default: the project's "
            "[runtime] warmup_budget_s).", type=float, minimum=0),

@@ -35,127 +35,13 @@ import struct
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional
 
 from edgebuild.errors import ConfigError
+from edgebuild.runtime.serving import http2_wire as wire
+from edgebuild.runtime.serving.http2_wire import Call, CallEnded, Method, frame, send_all, trailers
 
-__all__ = ["CallEnded", "GRPCTransport", "Method"]
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-#: HTTP/2 error codes (RFC 9113 7)
-NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = 0, 1, 6, 7, 9
-#: settings (RFC 9113 6.5.2)
-HEADER_TABLE_SIZE, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 1, 3, 4, 5, 6
-#: the receive window of the connection and of each stream (bytes in flight before a WINDOW_UPDATE)
-WINDOW = 16 << 20
-#: the largest frame a client may send us (the protocol's largest): a 1x3x160x160 image in one frame
-MAX_FRAME = (1 << 24) - 1
-#: concurrent streams a connection may open; one more is refused (REFUSED_STREAM: the client retries it)
-MAX_STREAMS = 256
-MAX_HEADER_LIST = 64 << 10
-_FRAME = struct.Struct(">IBI")  # a frame's head: (length << 8 | type), flags, stream id
-_PREFIX = struct.Struct(">BI")  # a gRPC message's prefix: compressed flag, length
-#: gRPC status codes used here (grpc.StatusCode's numbers)
-OK, UNKNOWN, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 2, 8, 12, 13
-
-
-def _hpack_int(value: int, bits: int, first: int) -> bytes:
-    """HPACK's integer with a ``bits``-bit prefix, ``first`` holding the bits above it (RFC 7541 5.1)."""
-    top = (1 << bits) - 1
-    if value < top:
-        return bytes([first | value])
-    out, value = bytearray([first | top]), value - top
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: Union[bytes, int], value: bytes) -> bytes:
-    """A header field as a literal without indexing (RFC 7541 6.2.2): by its static-table name index, or
-    a new name; no Huffman coding. It leaves the client's dynamic table as it was."""
-    head = _hpack_int(name, 4, 0x00) if isinstance(name, int) else b"\x00" + _hpack_int(len(name), 7, 0) + name
-    return head + _hpack_int(len(value), 7, 0) + value
-
-
-#: ``:status: 200`` (static index 8) and ``content-type: application/grpc`` (name index 31)
-RESPONSE_HEADERS = b"\x88" + literal(31, b"application/grpc")
-
-
-def grpc_message(details: str) -> bytes:
-    """``grpc-message``'s value: UTF-8, percent-encoded outside printable ASCII and '%' (gRPC's HTTP/2 spec)."""
-    out = bytearray()
-    for byte in details.encode("utf-8")[:4096]:
-        out += b"%%%02X" % byte if byte < 0x20 or byte > 0x7E or byte == 0x25 else bytes([byte])
-    return bytes(out)
-
-
-def trailers(code: int, details: str = "", *, only: bool = False) -> bytes:
-    """The header block that ends a call: ``grpc-status`` (and ``grpc-message``); ``only``: a call answered
-    with no message (Trailers-Only: the response headers in the same block)."""
-    block = (RESPONSE_HEADERS if only else b"") + literal(b"grpc-status", str(code).encode())
-    return block + literal(b"grpc-message", grpc_message(details)) if details else block
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return _FRAME.pack(len(payload) << 8 | kind, flags, stream) + payload
-
-
-def _send_all(sock: socket.socket, parts: List[Any]) -> None:
-    """Write ``parts`` one after the other in as few ``sendmsg`` calls as the socket takes."""
-    parts = [p for p in parts if len(p)]
-    while parts:
-        sent = sock.sendmsg(parts)
-        while parts and sent >= len(parts[0]):
-            sent -= len(parts[0])
-            parts.pop(0)
-        if sent:
-            parts[0] = memoryview(parts[0]).cast("B")[sent:]
-
-
-class CallEnded(Exception):
-    """A call ends with a status (``code``, ``details``): raised by a handler, written as its trailers."""
-
-    def __init__(self, code: int, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class Method:
-    """One method of the service: its handler and how its messages are read and written.
-
-    ``run(message, reply)`` reads a request message (a bytes-like view) and calls ``reply(payload)`` once
-    per answer; raises ``CallEnded`` for a status other than OK. ``streaming``: a request stream, answered
-    per message in order; ``direct``: cheap enough (or never batched) to run on the connection's thread
-    whenever nothing else of the connection runs; a method that is not direct always runs on the pool.
-    """
-
-    __slots__ = ("run", "streaming", "direct")
-
-    def __init__(self, run: Callable[[memoryview, Callable[[Any], None]], None], *, streaming: bool = False,
-                 direct: Callable[[], bool] = lambda: True) -> None:
-        self.run, self.streaming, self.direct = run, streaming, direct
-
-
-class _Stream:
-    """A call: the bytes of its messages as they come, its send window, whether it ended either side."""
-
-    __slots__ = ("id", "method", "chunks", "pending", "window", "unacked", "ended", "answered", "reset",
-                 "queue", "running", "started", "skip", "held")
-
-    def __init__(self, stream_id: int, method: Optional[Method], window: int) -> None:
-        self.id, self.method = stream_id, method
-        self.chunks = []  # type: List[memoryview]
-        self.pending = 0  # bytes in chunks
-        self.window, self.unacked = window, 0
-        self.ended = self.answered = self.reset = self.running = self.started = False
-        self.queue = []  # type: List[memoryview]
-        self.skip = 0  # bytes of a refused message still to drop
-        self.held: Optional[Tuple[List[Any], int]] = None  # a unary call's answer until its trailers
-
+__all__ = []
 
 class Connection:
     """One client connection: its reader thread, HPACK decoder, streams and flow-control windows."""
@@ -165,8 +51,8 @@ class Connection:
 
         self.server, self.sock = server, sock
         self.decoder = Decoder()
-        self.decoder.max_header_list_size = MAX_HEADER_LIST
-        self.streams = {}  # type: Dict[int, _Stream]
+        self.decoder.max_header_list_size = wire.MAX_HEADER_LIST
+        self.streams = {}  # type: Dict[int, Call]
         self.last_stream = 0
         self.lock = threading.Condition()  # the socket's writes, the send windows, the streams' state
         self.window = 65535  # what we may send on the connection before its next WINDOW_UPDATE
@@ -184,12 +70,12 @@ class Connection:
         self.reader = threading.current_thread()
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._read_exactly(len(PREFACE), self.server.preface_timeout_s) != PREFACE:
+            if self._read_exactly(len(wire.PREFACE), self.server.preface_timeout_s) != wire.PREFACE:
                 return
-            settings = ((MAX_CONCURRENT_STREAMS, MAX_STREAMS), (INITIAL_WINDOW_SIZE, WINDOW),
-                        (MAX_FRAME_SIZE, MAX_FRAME), (MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST))
-            self._send(frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
-                       + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - 65535)))
+            settings = ((wire.MAX_CONCURRENT_STREAMS, wire.MAX_STREAMS), (wire.INITIAL_WINDOW_SIZE, wire.WINDOW),
+                        (wire.MAX_FRAME_SIZE, wire.MAX_FRAME), (wire.MAX_HEADER_LIST_SIZE, wire.MAX_HEADER_LIST))
+            self._send(frame(wire.SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
+                       + frame(wire.WINDOW_UPDATE, 0, 0, struct.pack(">I", wire.WINDOW - 65535)))
             while not self.closed:
                 if not self._next_frame(self.server.idle_timeout_s):
                     break
@@ -242,53 +128,53 @@ class Connection:
         """Read and handle one frame; False when the connection is done."""
         if not self._fill(9, idle_s if not self.streams else None):
             return False
-        head, flags, stream_id = _FRAME.unpack_from(self.buffer)
+        head, flags, stream_id = wire.FRAME.unpack_from(self.buffer)
         del self.buffer[:9]
         length, kind, stream_id = head >> 8, head & 0xFF, stream_id & 0x7FFFFFFF
-        if length > MAX_FRAME:
-            self.go_away(FRAME_SIZE_ERROR, "a frame of {} bytes".format(length))
+        if length > wire.MAX_FRAME:
+            self.go_away(wire.FRAME_SIZE_ERROR, "a frame of {} bytes".format(length))
             return False
         payload = self._payload(length)
-        if kind == DATA:
+        if kind == wire.DATA:
             self._on_data(stream_id, flags, payload)
-        elif kind == HEADERS:
+        elif kind == wire.HEADERS:
             self._on_headers(stream_id, flags, payload)
-        elif kind == SETTINGS:
+        elif kind == wire.SETTINGS:
             self._on_settings(flags, payload)
-        elif kind == WINDOW_UPDATE:
+        elif kind == wire.WINDOW_UPDATE:
             self._on_window_update(stream_id, payload)
-        elif kind == PING:
-            if not flags & ACK and length == 8:
-                self._send(frame(PING, ACK, 0, bytes(payload)))
-        elif kind == RST_STREAM:
+        elif kind == wire.PING:
+            if not flags & wire.ACK and length == 8:
+                self._send(frame(wire.PING, wire.ACK, 0, bytes(payload)))
+        elif kind == wire.RST_STREAM:
             with self.lock:
                 stream = self.streams.pop(stream_id, None)
                 if stream is not None:
                     stream.reset = True
                     self.lock.notify_all()
-        elif kind == GOAWAY:
+        elif kind == wire.GOAWAY:
             self.going_away = True
             return bool(self.streams)
-        elif kind in (PUSH_PROMISE, CONTINUATION):
-            self.go_away(PROTOCOL_ERROR, "an unexpected {} frame".format("PUSH_PROMISE" if kind == PUSH_PROMISE
-                                                                          else "CONTINUATION"))
+        elif kind in (wire.PUSH_PROMISE, wire.CONTINUATION):
+            unexpected = "PUSH_PROMISE" if kind == wire.PUSH_PROMISE else "CONTINUATION"
+            self.go_away(wire.PROTOCOL_ERROR, "an unexpected {} frame".format(unexpected))
             return False
         return not self.closed  # PRIORITY and unknown frame types are ignored, as the protocol asks
 
     def _on_settings(self, flags: int, payload: memoryview) -> None:
-        if flags & ACK:
+        if flags & wire.ACK:
             return
         with self.lock:
             for at in range(0, len(payload) - len(payload) % 6, 6):
                 key, value = struct.unpack_from(">HI", payload, at)
-                if key == INITIAL_WINDOW_SIZE:
+                if key == wire.INITIAL_WINDOW_SIZE:
                     for stream in self.streams.values():
                         stream.window += value - self.peer_window
                     self.peer_window = value
-                elif key == MAX_FRAME_SIZE:
-                    self.peer_frame = max(16384, min(value, MAX_FRAME))
+                elif key == wire.MAX_FRAME_SIZE:
+                    self.peer_frame = max(16384, min(value, wire.MAX_FRAME))
             self.lock.notify_all()
-        self._send(frame(SETTINGS, ACK, 0))
+        self._send(frame(wire.SETTINGS, wire.ACK, 0))
 
     def _on_window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -305,22 +191,22 @@ class Connection:
         """The whole header block of a HEADERS frame (its CONTINUATION frames read too), padding and
         priority taken off."""
         at, end = 0, len(payload)
-        if flags & PADDED:
+        if flags & wire.PADDED:
             end -= payload[0]
             at = 1
-        if flags & PRIORITY_FLAG:
+        if flags & wire.PRIORITY_FLAG:
             at += 5
         block = bytes(payload[at:end])
-        while not flags & END_HEADERS:
+        while not flags & wire.END_HEADERS:
             if not self._fill(9, None):
                 raise ConnectionError("the client closed within a header block")
-            head, flags, continued = _FRAME.unpack_from(self.buffer)
+            head, flags, continued = wire.FRAME.unpack_from(self.buffer)
             del self.buffer[:9]
-            if head & 0xFF != CONTINUATION or continued & 0x7FFFFFFF != stream_id:
+            if head & 0xFF != wire.CONTINUATION or continued & 0x7FFFFFFF != stream_id:
                 raise ValueError("a header block not followed by its CONTINUATION")
             block += bytes(self._payload(head >> 8))
-            if len(block) > MAX_HEADER_LIST:
-                raise ValueError("a header block over {} bytes".format(MAX_HEADER_LIST))
+            if len(block) > wire.MAX_HEADER_LIST:
+                raise ValueError("a header block over {} bytes".format(wire.MAX_HEADER_LIST))
         return block
 
     def _on_headers(self, stream_id: int, flags: int, payload: memoryview) -> None:
@@ -330,134 +216,110 @@ class Connection:
             block = self._header_block(stream_id, flags, payload)
             headers = dict(self.decoder.decode(block, raw=True))
         except (HPACKError, ValueError) as exc:
-            self.go_away(COMPRESSION_ERROR if isinstance(exc, HPACKError) else PROTOCOL_ERROR, str(exc))
+            self.go_away(wire.COMPRESSION_ERROR if isinstance(exc, HPACKError) else wire.PROTOCOL_ERROR, str(exc))
             return
         stream = self.streams.get(stream_id)
         if stream is not None:  # the client's trailers: its side of the call ends
-            if flags & END_STREAM:
+            if flags & wire.END_STREAM:
                 self._end_of_requests(stream)
             return
         if stream_id % 2 == 0:
-            self.go_away(PROTOCOL_ERROR, "stream {} cannot open a call".format(stream_id))
+            self.go_away(wire.PROTOCOL_ERROR, "stream {} cannot open a call".format(stream_id))
             return
         if stream_id <= self.last_stream:  # a call ended already (its trailers after ours): ignored (RFC 9113 5.1)
             return
         self.last_stream = stream_id
-        if self.going_away or len(self.streams) >= MAX_STREAMS:
-            self._send(frame(RST_STREAM, 0, stream_id, struct.pack(">I", REFUSED_STREAM)))
+        if self.going_away or len(self.streams) >= wire.MAX_STREAMS:
+            self._send(frame(wire.RST_STREAM, 0, stream_id, struct.pack(">I", wire.REFUSED_STREAM)))
             return
         path = headers.get(b":path", b"").decode("latin-1")
         method = self.server.methods.get(path)
         with self.lock:
-            stream = self.streams[stream_id] = _Stream(stream_id, method, self.peer_window)
+            stream = self.streams[stream_id] = Call(stream_id, method, self.peer_window)
         if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
-            self._finish(stream, UNKNOWN, "a gRPC call is a POST of content-type application/grpc")
+            self._finish(stream, wire.UNKNOWN, "a gRPC call is a POST of content-type application/grpc")
         elif method is None:
-            self._finish(stream, UNIMPLEMENTED, "Method not found: {}".format(path))
-        if flags & END_STREAM:
+            self._finish(stream, wire.UNIMPLEMENTED, "Method not found: {}".format(path))
+        if flags & wire.END_STREAM:
             self._end_of_requests(stream)
 
     def _on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
         length = len(payload)
-        if flags & PADDED and length:
+        if flags & wire.PADDED and length:
             payload = payload[1:length - payload[0]]
         self._received(stream_id, length)
         stream = self.streams.get(stream_id)
         if stream is None:
             if stream_id > self.last_stream or stream_id == 0:
-                self.go_away(PROTOCOL_ERROR, "DATA on stream {} never opened".format(stream_id))
+                self.go_away(wire.PROTOCOL_ERROR, "DATA on stream {} never opened".format(stream_id))
             return  # a call cancelled or answered already: its bytes are dropped
         if not stream.answered and payload:
             stream.chunks.append(payload)
             stream.pending += len(payload)
             self._messages(stream)
-        if flags & END_STREAM:
+        if flags & wire.END_STREAM:
             self._end_of_requests(stream)
 
     def _received(self, stream_id: int, length: int) -> None:
         """Give ``length`` bytes of the windows back once half of one is used: the client never stalls."""
         self.unacked += length
         updates = b""
-        if self.unacked >= WINDOW // 2:
-            updates, self.unacked = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacked)), 0
+        if self.unacked >= wire.WINDOW // 2:
+            updates, self.unacked = frame(wire.WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacked)), 0
         stream = self.streams.get(stream_id)
         if stream is not None and not stream.ended:
             stream.unacked += length
-            if stream.unacked >= WINDOW // 2:
-                updates += frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
+            if stream.unacked >= wire.WINDOW // 2:
+                updates += frame(wire.WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
                 stream.unacked = 0
         if updates:
             self._send(updates)
 
-    def _messages(self, stream: _Stream) -> None:
+    def _messages(self, stream: Call) -> None:
         """Cut the stream's bytes into gRPC messages; run each (a unary call's once its side has ended)."""
         while True:
             if stream.skip:
                 drop = min(stream.skip, stream.pending)
-                self._drop(stream, drop)
+                stream.drop(drop)
                 stream.skip -= drop
                 if stream.skip:
                     return
             if stream.pending < 5:
                 return
-            head = bytes(self._peek(stream, 5))
-            compressed, size = _PREFIX.unpack(head)
+            head = bytes(stream.peek(5))
+            compressed, size = wire.PREFIX.unpack(head)
             if compressed:
-                self._finish(stream, UNIMPLEMENTED, "a compressed message: this server takes identity "
+                self._finish(stream, wire.UNIMPLEMENTED, "a compressed message: this server takes identity "
                                                     "(uncompressed) messages only")
                 return
             if size > self.server.max_message:
-                self._finish(stream, RESOURCE_EXHAUSTED, "Received message larger than max ({} vs. {})".format(
+                self._finish(stream, wire.RESOURCE_EXHAUSTED, "Received message larger than max ({} vs. {})".format(
                     size, self.server.max_message))
                 return
             if stream.pending < 5 + size:
                 return
-            self._drop(stream, 5)
-            message = self._peek(stream, size)
-            self._drop(stream, size)
+            stream.drop(5)
+            message = stream.peek(size)
+            stream.drop(size)
             stream.queue.append(message)
             if stream.method is not None and stream.method.streaming:
                 self._schedule(stream)
 
-    def _peek(self, stream: _Stream, size: int) -> memoryview:
-        """The stream's next ``size`` bytes: a view where they are in one frame's payload, else joined."""
-        if not size:
-            return memoryview(b"")
-        first = stream.chunks[0]
-        if len(first) >= size:
-            return first[:size]
-        joined, parts, need = bytearray(), iter(stream.chunks), size
-        while need:
-            part = next(parts)
-            joined += part[:need]
-            need -= min(need, len(part))
-        return memoryview(bytes(joined))
-
-    def _drop(self, stream: _Stream, size: int) -> None:
-        stream.pending -= size
-        while size:
-            first = stream.chunks[0]
-            if len(first) > size:
-                stream.chunks[0] = first[size:]
-                return
-            size -= len(first)
-            stream.chunks.pop(0)
-
-    def _end_of_requests(self, stream: _Stream) -> None:
+    def _end_of_requests(self, stream: Call) -> None:
         stream.ended = True
         if stream.answered:
             return
         if stream.pending:
-            self._finish(stream, INTERNAL, "the call's last message is truncated")
+            self._finish(stream, wire.INTERNAL, "the call's last message is truncated")
         elif stream.method is not None and not stream.method.streaming and len(stream.queue) != 1:
-            self._finish(stream, UNIMPLEMENTED if stream.queue else INTERNAL,
+            self._finish(stream, wire.UNIMPLEMENTED if stream.queue else wire.INTERNAL,
                          "a unary call takes one request message; got {}".format(len(stream.queue)))
         else:
             self._schedule(stream)
 
     # -- running calls ----------------------------------------------------------------------------
 
-    def _schedule(self, stream: _Stream) -> None:
+    def _schedule(self, stream: Call) -> None:
         """Run the stream's waiting messages: here when nothing else of the connection runs, the method
         may and a slot is free (no hand-off); else on the pool."""
         with self.lock:
@@ -472,7 +334,7 @@ class Connection:
         else:
             self.server.pool.submit(self._run, stream, False)
 
-    def _run(self, stream: _Stream, held: bool) -> None:
+    def _run(self, stream: Call, held: bool) -> None:
         if not held:
             self.server.slots.acquire()
         try:
@@ -491,7 +353,7 @@ class Connection:
                 except CallEnded as ended:
                     self._finish(stream, ended.code, ended.details)
                 except Exception as exc:  # a bug in a handler ends its call, never the connection
-                    self._finish(stream, UNKNOWN, "{}: {}".format(type(exc).__name__, exc))
+                    self._finish(stream, wire.UNKNOWN, "{}: {}".format(type(exc).__name__, exc))
                 if not method.streaming:
                     with self.lock:
                         stream.running = False
@@ -499,7 +361,7 @@ class Connection:
                     done = not stream.answered
                     break
             if done:
-                self._finish(stream, OK)
+                self._finish(stream, wire.OK)
         except OSError:
             self.close()
         finally:
@@ -512,12 +374,12 @@ class Connection:
             if not self.closed:
                 self.sock.sendall(data)
 
-    def _reply(self, stream: _Stream, payload: Any) -> None:
+    def _reply(self, stream: Call, payload: Any) -> None:
         """One answer message: on a stream, sent now (its response headers first); a unary call's is held
         and sent with the call's headers and trailers in one write by ``_finish``."""
         parts = payload if isinstance(payload, list) else [payload]
         size = sum(len(p) for p in parts)
-        message = [_PREFIX.pack(0, size)] + parts
+        message = [wire.PREFIX.pack(0, size)] + parts
         assert stream.method is not None
         if not stream.method.streaming:
             stream.held = (message, 5 + size)
@@ -525,11 +387,11 @@ class Connection:
         with self.lock:
             if stream.reset or stream.answered or self.closed:
                 return
-            head = b"" if stream.started else frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS)
+            head = b"" if stream.started else frame(wire.HEADERS, wire.END_HEADERS, stream.id, wire.RESPONSE_HEADERS)
             stream.started = True
         self._send_data(stream, message, 5 + size, head)
 
-    def _send_data(self, stream: _Stream, parts: List[Any], size: int, head: bytes = b"", tail: bytes = b"") -> None:
+    def _send_data(self, stream: Call, parts: List[Any], size: int, head: bytes = b"", tail: bytes = b"") -> None:
         """``size`` bytes of ``parts`` as DATA frames within the windows, ``head`` before the first and ``tail``
         after the last frame in the same writes: one ``sendmsg`` when the windows hold it all."""
         queue = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
@@ -550,7 +412,7 @@ class Connection:
                     size -= room
                     while room:
                         length = min(room, self.peer_frame)
-                        out.append(_FRAME.pack(length << 8 | DATA, 0, stream.id))
+                        out.append(wire.FRAME.pack(length << 8 | wire.DATA, 0, stream.id))
                         room -= length
                         while length:
                             first = queue[0]
@@ -563,7 +425,7 @@ class Connection:
                                 queue[0] = first[use:]
                     if not size and tail:
                         out.append(tail)
-                    _send_all(self.sock, out)
+                    send_all(self.sock, out)
                     if not size:
                         return
                     continue
@@ -571,7 +433,7 @@ class Connection:
                 self.close()
                 return
 
-    def _finish(self, stream: _Stream, code: int, details: str = "") -> None:
+    def _finish(self, stream: Call, code: int, details: str = "") -> None:
         """End the call with its status: trailers (Trailers-Only when no answer went out), after a unary
         call's held answer, in the same write."""
         with self.lock:
@@ -579,16 +441,18 @@ class Connection:
                 return
             stream.answered = True
             held, stream.held = stream.held, None
-            if code != OK:
+            if code != wire.OK:
                 held = None
             only = not stream.started and held is None
-            head = b"" if stream.started or only else frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS)
+            head = b"" if stream.started or only else \
+                frame(wire.HEADERS, wire.END_HEADERS, stream.id, wire.RESPONSE_HEADERS)
             stream.started = True
-            tail = frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers(code, details, only=only))
+            ending = trailers(code, details, only=only)
+            tail = frame(wire.HEADERS, wire.END_HEADERS | wire.END_STREAM, stream.id, ending)
             if not stream.ended:  # the client may go on sending: a RST_STREAM says we read no more (as gRPC servers do)
-                tail += frame(RST_STREAM, 0, stream.id, struct.pack(">I", NO_ERROR))
+                tail += frame(wire.RST_STREAM, 0, stream.id, struct.pack(">I", wire.NO_ERROR))
             if held is None:
-                _send_all(self.sock, [head, tail])
+                send_all(self.sock, [head, tail])
                 # nothing more goes on this stream: a worker writing a stream's answer (waiting for a window
                 # that can no longer open, the stream being forgotten below) stops
                 stream.reset = True
@@ -601,17 +465,18 @@ class Connection:
                 self.closed = True
                 self._shut()
 
-    def go_away(self, code: int = NO_ERROR, why: str = "") -> None:
+    def go_away(self, code: int = wire.NO_ERROR, why: str = "") -> None:
         """Tell the client no new call is taken (``code`` other than NO_ERROR: and why, then close)."""
         with self.lock:
             if self.closed:
                 return
             try:
-                self.sock.sendall(frame(GOAWAY, 0, 0, struct.pack(">II", self.last_stream, code) + why.encode()[:256]))
+                reason = struct.pack(">II", self.last_stream, code) + why.encode()[:256]
+                self.sock.sendall(frame(wire.GOAWAY, 0, 0, reason))
             except OSError:
                 pass
             self.going_away = True
-            if code != NO_ERROR or not self.streams:
+            if code != wire.NO_ERROR or not self.streams:
                 self.closed = True
                 self._shut()
 

@@ -24,10 +24,12 @@ Errors map to gRPC status codes: a bad request INVALID_ARGUMENT (HTTP's 400), an
 version NOT_FOUND (404), a model not ready UNAVAILABLE (503), a failed inference INTERNAL (500).
 
 The wire types are NVIDIA's own (``tritonclient.grpc.service_pb2``, ``model_config_pb2``), so the
-schema cannot drift from Triton's; grpcio and tritonclient[grpc] are imported here only, when a gRPC
+schema cannot drift from Triton's; tritonclient[grpc] (and grpcio under it) is imported here only, when a gRPC
 port is asked for (``require_grpc`` says what to install when they are missing).
 
-Python 3.8, the standard library and numpy; grpcio and tritonclient[grpc] where gRPC is served.
+The transport is ``grpc_http2.py`` (edgebuild's HTTP/2, not grpcio's server: see there why).
+
+Python 3.8, the standard library and numpy; grpcio, tritonclient[grpc] and hpack where gRPC is served.
 """
 
 # ruff: noqa: UP006, UP007, UP035, UP045
@@ -59,7 +61,8 @@ from edgebuild.errors import CapabilityMissing
 from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.serving import model_answers, protocol
 from edgebuild.runtime.serving.bad_request import BadRequest
-from edgebuild.runtime.serving.grpc_http2 import CallEnded, GRPCTransport, Method
+from edgebuild.runtime.serving.grpc_http2 import GRPCTransport
+from edgebuild.runtime.serving.http2_wire import CallEnded, Method
 from edgebuild.runtime.serving.protocol import InputSpec
 from edgebuild.runtime.serving.service import ModelService
 from edgebuild.runtime.serving.shared_memory import CUDA_NOT_SUPPORTED, SystemSharedMemory, shared_memory_place
@@ -92,7 +95,7 @@ _RAW_INPUT_FIELD, _RAW_OUTPUT_FIELD, _STREAM_RESPONSE_FIELD = 7, 6, 2
 
 class Received:
     """A ``ModelInferRequest`` as read off the wire (``read_request``): the message without its
-    ``raw_input_contents``, and those entries as views of the bytes grpcio received (no copy)."""
+    ``raw_input_contents``, and those entries as views of the bytes received (no copy)."""
 
     __slots__ = ("message", "raw")
 
@@ -114,7 +117,7 @@ class Reply:
         self.whole = whole
 
 
-def _varint(data: bytes, at: int) -> Tuple[int, int]:
+def _varint(data: Buffer, at: int) -> Tuple[int, int]:
     """The protobuf varint at ``data[at:]`` and where it ends."""
     value, shift = 0, 0
     while True:
@@ -196,7 +199,7 @@ class ServicerContext(Protocol):
 
 
 def require_grpc() -> None:
-    """Raise ``CapabilityMissing`` (what to install) unless grpcio and tritonclient's gRPC stubs import."""
+    """Raise ``CapabilityMissing`` (what to install) unless grpcio, tritonclient's gRPC stubs and hpack import."""
     try:
         import grpc  # noqa: F401
         import hpack  # noqa: F401

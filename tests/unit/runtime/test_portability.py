@@ -16,9 +16,10 @@ from edgebuild.devices.ssh import device_tool_archive, device_tool_files
 
 DEVICE_FILES = device_tool_files()
 # imported inside functions; cryptography only by the OTA verifier (bundle signatures); grpcio and tritonclient's
-# KServe v2 stubs (google.protobuf) only by the gRPC server, where a gRPC port is asked for
+# KServe v2 stubs (google.protobuf), and hpack (HTTP/2 header blocks), only by the gRPC server, where a gRPC port is
+# asked for
 ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime", "cryptography", "grpc", "tritonclient",
-                       "google"}
+                       "google", "hpack"}
 SHARED_WITH_THE_BUILD_SIDE = {"edgebuild", "edgebuild.errors"}
 BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocotools"}
 #: imported where present, inside a try that says what is missing: the bench's JPEG decode (a device

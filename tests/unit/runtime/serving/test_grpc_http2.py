@@ -20,7 +20,8 @@ h2_config = pytest.importorskip("h2.config")
 h2_events = pytest.importorskip("h2.events")
 h2_settings = pytest.importorskip("h2.settings")
 
-from edgebuild.runtime.serving.grpc_http2 import CallEnded, GRPCTransport, Method  # noqa: E402
+from edgebuild.runtime.serving.grpc_http2 import GRPCTransport  # noqa: E402
+from edgebuild.runtime.serving.http2_wire import CallEnded, Method  # noqa: E402
 
 SERVICE = "/test.Transport/"
 ECHO, MAKE, MAKE_ON_POOL, FAIL, CRASH, SLOW, QUICK, STREAM, STREAM_ON_POOL = (SERVICE + name for name in (
