@@ -193,11 +193,14 @@ class EventStream(Publisher):
         return {"ok": True, "clients": len(clients), "published": dict(self.published),
                 "dropped": self.dropped + sum(c.dropped for c in clients)}
 
-    def _serve(self, client: _Client, send: Any) -> None:
-        """Send ``client``'s events until it goes or the server stops (``send`` raises ``OSError`` when it goes)."""
+    def _serve(self, client: _Client, send: Any, hello: str) -> None:
+        """Send ``hello``, then ``client``'s events until it goes or the server stops (``send`` raises
+        ``OSError`` when it goes). The hello goes once the client is registered: what is published after a
+        client has read it reaches that client."""
         with self._lock:
             self._clients.append(client)
         try:
+            send(hello)
             told, quiet_since = 0, time.monotonic()
             while not self._stopping.is_set():
                 items, dropped = client.take(min(1.0, self.keepalive_s))
@@ -262,8 +265,7 @@ def _handler(events: EventStream) -> type:
             events.served += 1
             client = _Client(url.path[1:], int(stream) if stream is not None else None, events.queue)
             try:
-                self._send(": edgebuild {}\n\n".format(self.path))
-                events._serve(client, self._send)
+                events._serve(client, self._send, ": edgebuild {}\n\n".format(self.path))
             except OSError:
                 pass  # the client went: nothing to tell it
 
