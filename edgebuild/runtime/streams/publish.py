@@ -199,6 +199,7 @@ class EventStream(Publisher):
         client has read it reaches that client."""
         with self._lock:
             self._clients.append(client)
+            self.served += 1
         try:
             send(hello)
             told, quiet_since = 0, time.monotonic()
@@ -262,7 +263,6 @@ def _handler(events: EventStream) -> type:
             self.send_header("X-Accel-Buffering", "no")
             self.send_header("X-Queue-Size", str(events.queue))
             self.end_headers()
-            events.served += 1
             client = _Client(url.path[1:], int(stream) if stream is not None else None, events.queue)
             try:
                 events._serve(client, self._send, ": edgebuild {}\n\n".format(self.path))
