@@ -1,5 +1,5 @@
 """The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm, chromium,
-zoo and perf_analyzer markers stand for.
+zoo, perf_analyzer and mqtt markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -154,9 +154,30 @@ def _perf_analyzer() -> tuple[bool, str]:
     return True, ""
 
 
+#: where the mqtt tests find the broker when it is not on PATH (Debian installs it in /usr/sbin)
+MOSQUITTO_FALLBACK = "/usr/sbin/mosquitto"
+
+
+def mosquitto_path() -> str | None:
+    """The mosquitto broker: on PATH, else Debian's /usr/sbin/mosquitto (None: neither)."""
+    found = shutil.which("mosquitto")
+    if found is None and os.access(MOSQUITTO_FALLBACK, os.X_OK):
+        found = MOSQUITTO_FALLBACK
+    return found
+
+
+@cache
+def _mqtt() -> tuple[bool, str]:
+    if mosquitto_path() is None:
+        return False, "the mosquitto broker is not installed (apt-get install mosquitto)"
+    if importlib.util.find_spec("paho") is None:
+        return False, "paho-mqtt is not installed (pip install paho-mqtt; it is in the dev extra)"
+    return True, ""
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
              "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace,
-             "chromium": _chromium, "zoo": _zoo, "perf_analyzer": _perf_analyzer}
+             "chromium": _chromium, "zoo": _zoo, "perf_analyzer": _perf_analyzer, "mqtt": _mqtt}
 
 
 def required_resources() -> set[str]:

@@ -23,8 +23,10 @@ ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime", "cr
 SHARED_WITH_THE_BUILD_SIDE = {"edgebuild", "edgebuild.errors"}
 BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocotools"}
 #: imported where present, inside a try that says what is missing: the bench's JPEG decode (a device
-#: image may have PIL, OpenCV or neither; the bench then says preprocessing was not measured)
-OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}}
+#: image may have PIL, OpenCV or neither; the bench then says preprocessing was not measured); the tracked
+#: results' MQTT publisher (paho-mqtt) and annotated video (OpenCV), each only when asked for, else
+#: CapabilityMissing naming the install
+OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}, "publish.py": {"paho", "cv2"}}
 
 
 def _imports(path: Path) -> set[str]:
