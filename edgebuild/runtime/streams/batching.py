@@ -21,7 +21,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.base.vision import ImageTransform, PreprocessSpec, preprocess
 
-__all__ = ["BatchLimits", "PreparedBatch", "batch_sizes", "prepare_batch"]
+__all__ = []  # type: List[str]
 
 
 @dataclass(frozen=True)

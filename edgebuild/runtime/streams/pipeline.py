@@ -29,7 +29,7 @@ from edgebuild.runtime.streams.records import TrackedFrame
 from edgebuild.runtime.streams.sources import Frame, Source, StreamReader, open_capture, parse_source
 from edgebuild.runtime.streams.tracking import StreamTracker
 
-__all__ = ["STAGES", "JsonLinesWriter", "TrackSettings", "TrackingPipeline", "run_tracking"]
+__all__ = ["render_summary", "run_tracking", "track_settings"]
 
 STAGES = ("video_decode", "preprocess", "inference", "output_decode", "tracking", "publish")
 Progress = Callable[[str], None]
@@ -236,6 +236,14 @@ def render_summary(summary: JsonObject) -> str:
     return "\n".join(lines)
 
 
+def track_settings(values: Dict[str, Any]) -> TrackSettings:
+    """The settings from the command line's values (``options.TRACK``'s names, argparse's or click's)."""
+    return TrackSettings(sources=list(values["source"] or []), tracker=values["tracker"], max_fps=values["max_fps"],
+                         frames=values["frames"], seconds=values["seconds"], min_score=values["min_score"],
+                         codec=values["codec"], backend=values["backend"], engine_cache=values["engine_cache"],
+                         model=values["model"])
+
+
 def choose_model(folder: Path, name: Optional[str]) -> Path:
     """The model folder to track with: the folder itself, or a group folder's detector (``name`` where it has
     more than one)."""
@@ -268,7 +276,8 @@ def jetpack_major() -> Optional[int]:
 
 def run_tracking(folder: Path, settings: TrackSettings, jsonl: Path, *, progress: Progress,
                  on_frame: Sequence[OnFrame] = ()) -> JsonObject:
-    """``edgebuild track``: track ``settings.sources`` with the model in ``folder`` into ``jsonl``; the summary."""
+    """``edgebuild track``: track ``settings.sources`` with the model in ``folder`` into ``jsonl``; the summary
+    (``render_summary`` writes it as text). Fails only where no source gave a frame."""
     from edgebuild.runtime.engines.backends.select import load_backend
 
     if not settings.sources:
@@ -286,7 +295,6 @@ def run_tracking(folder: Path, settings: TrackSettings, jsonl: Path, *, progress
     finally:
         writer.close()
     summary.update(backend=why, jsonl=str(jsonl))
-    progress(render_summary(summary))
     failed = [s for s in summary["streams"] if s["errors"]]
     if failed and len(failed) == len(summary["streams"]) and not summary["frames"]:
         raise ConfigError("no source gave a frame: " + "; ".join(e for s in failed for e in s["errors"]),

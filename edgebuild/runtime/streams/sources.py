@@ -23,7 +23,7 @@ from typing import Any, Callable, List, NamedTuple, Optional
 
 from edgebuild.errors import CapabilityMissing, ConfigError
 
-__all__ = ["Backoff", "Frame", "FrameSlot", "Source", "StreamReader", "gstreamer_pipeline", "parse_source"]
+__all__ = []  # type: List[str]
 
 SOURCE_KINDS = ("file", "rtsp", "v4l2", "csi")
 CODECS = ("h264", "h265")
