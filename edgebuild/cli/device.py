@@ -1,4 +1,5 @@
-"""The device commands: ``bench``, ``serve``, ``track``, ``run``, ``ota verify|install``, ``farm status`` and ``inspect``.
+"""The device commands: ``bench``, ``serve``, ``track``, ``run``, ``ota verify|install``, ``farm status``,
+``inspect``.
 
 ``serve``, ``bench``, ``track`` and the OTA commands take the device CLI's options (``edgebuild/runtime/options.py``),
 so ``edgebuild-device.pyz`` on a Jetson and ``edgebuild`` here accept the same flags.

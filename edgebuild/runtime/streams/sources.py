@@ -23,7 +23,7 @@ from typing import Any, Callable, List, NamedTuple, Optional
 
 from edgebuild.errors import CapabilityMissing, ConfigError
 
-__all__ = []  # type: List[str]
+__all__: List[str] = []
 
 SOURCE_KINDS = ("file", "rtsp", "v4l2", "csi")
 CODECS = ("h264", "h265")
@@ -235,7 +235,7 @@ class StreamReader(threading.Thread):
         self.frames_read = 0
         self.skipped = 0  # read but not handed on: above --max-fps
         self.reconnects = 0
-        self.errors = []  # type: List[str]
+        self.errors: List[str] = []
 
     @property
     def dropped(self) -> int:

@@ -19,7 +19,8 @@ from edgebuild.runtime.streams.records import Track
 __all__ = []  # type: List[str]
 
 TRACKERS = ("bytetrack", "ocsort")
-_INSTALL = "pip install trackers supervision (they need Python 3.10 or newer: on JetPack 5, run in a container with one)"
+_INSTALL = ("pip install trackers supervision (they need Python 3.10 or newer: on JetPack 5, run in a container "
+            "with one)")
 
 
 def _libraries() -> Any:

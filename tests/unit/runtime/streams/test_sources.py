@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from edgebuild.errors import CapabilityMissing
-from edgebuild.runtime.streams.sources import (Backoff, Frame, FrameSlot, StreamReader, gstreamer_pipeline,
-                                               opencv_has_gstreamer, parse_source)
+from edgebuild.runtime.streams.sources import (
+    Backoff,
+    Frame,
+    FrameSlot,
+    StreamReader,
+    gstreamer_pipeline,
+    opencv_has_gstreamer,
+    parse_source,
+)
 from tests.unit.runtime.streams.video import write_video
 
 
