@@ -1,6 +1,7 @@
-"""The device commands: ``bench``, ``serve``, ``run``, ``ota verify|install``, ``farm status`` and ``inspect``.
+"""The device commands: ``bench``, ``serve``, ``track``, ``run``, ``ota verify|install``, ``farm status``,
+``inspect``.
 
-``serve``, ``bench`` and the OTA commands take the device CLI's options (``edgebuild/runtime/options.py``),
+``serve``, ``bench``, ``track`` and the OTA commands take the device CLI's options (``edgebuild/runtime/options.py``),
 so ``edgebuild-device.pyz`` on a Jetson and ``edgebuild`` here accept the same flags.
 """
 
@@ -131,6 +132,38 @@ def serve_command(artifact: Path, **options: Any) -> None:
     from edgebuild.runtime.serving.server import serve
 
     serve(artifact, **options)  # host, port, backend, warm-up, engine cache, batching: device_options.SERVE
+
+
+@click.command("track")
+@click_options(device_options.TRACK)
+@pass_cli
+def track_command(cli: CliContext, artifact: Path, jsonl: Path, **options: Any) -> None:
+    """Track objects in video files and cameras with a compiled detector; one JSON line per stream and frame.
+
+    \b
+    ARTIFACT is a folder `edgebuild compile` wrote (build/engines/<group>, or a fleet group's
+    build/groups/<group> with --model). Each --source is read in a thread of its own: a camera or
+    RTSP stream hands on its newest frame (those the model had no time for are dropped and
+    counted) and is reconnected with a growing pause when it drops; a video file is read whole.
+    The newest frames of all streams run as one batch within the engine's profile (min..max batch,
+    padded up to min), preprocessed as the recipe says; the detections go to a tracker per stream
+    (ByteTrack, or --tracker ocsort) and each frame's tracks, boxes in the source's pixels, to
+    --jsonl:
+
+    \b
+      {"stream": 0, "frame": 12, "tracks": [{"id": 3, "box": [x1, y1, x2, y2],
+       "class": 1, "score": 0.91}], "time": 1765132800.123}
+
+    \b
+    Progress goes to stderr and a summary to stdout at the end: frames per stream, dropped,
+    reconnects, failures, ms per frame for each stage (video decode, preprocess, inference,
+    output decode, tracking, publish) and fps. On a Jetson the same command is
+    `python3 edgebuild-device.pyz track ARTIFACT --source ...` (docs/streams.md).
+    """
+    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking, track_settings
+
+    options.update(source=list(options["source"]))
+    click.echo(render_summary(run_tracking(artifact, track_settings(options), jsonl, progress=cli.say)))
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -269,4 +302,4 @@ def inspect_command(path: Path, as_json: bool) -> None:
     click.echo(render.as_json(engines_json(engines)) if as_json else render_engines(engines))
 
 
-COMMANDS = (bench_command, serve_command, run_command, ota, farm, inspect_command)
+COMMANDS = (bench_command, serve_command, track_command, run_command, ota, farm, inspect_command)

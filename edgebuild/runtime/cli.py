@@ -96,6 +96,14 @@ def _bench(args: argparse.Namespace) -> JsonObject:
     return {"bench": run_bench(args.artifact, **settings)}
 
 
+def _track(args: argparse.Namespace) -> JsonObject:
+    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking, track_settings
+
+    summary = run_tracking(args.artifact, track_settings(vars(args)), args.jsonl, progress=_progress)
+    _progress(render_summary(summary))
+    return {"track": summary}
+
+
 def _ints(text: Optional[str]) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()] if text else []
 
@@ -184,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
             ("serve", "serve a model folder over HTTP and gRPC (KServe v2) after warm-up", options.SERVE),
             ("bench", "measure a model folder here: cold start, latency, throughput, memory, power (JSON on stdout)",
              options.BENCH),
+            ("track", "track objects in video files and cameras with a model folder; one JSON line per stream "
+             "and frame", options.TRACK),
             ("ota-verify", "check a bundle's signature, device and every file without installing", options.OTA_VERIFY),
             ("ota-install", "verify, refuse a bundle not newer than the newest installed, install into a new "
              "version slot, switch, health-check, roll back on failure", options.OTA_INSTALL_DEVICE),
@@ -194,7 +204,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"probe": _probe, "build-engine": _build_engine, "inspect": _inspect,
-            "serve": _serve, "bench": _bench, "evaluate": _evaluate,
+            "serve": _serve, "bench": _bench, "track": _track, "evaluate": _evaluate,
             "ota-verify": _ota_verify, "ota-install": _ota_install, "ota-rollback": _ota_rollback}
 
 

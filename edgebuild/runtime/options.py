@@ -1,4 +1,4 @@
-"""The options of ``serve``, ``bench`` and the OTA commands, defined once for both command lines.
+"""The options of ``serve``, ``bench``, ``track`` and the OTA commands, defined once for both command lines.
 
 The device's ``edgebuild-device.pyz`` (argparse, ``add_arguments`` here) and the build host's
 ``edgebuild`` (click, ``edgebuild/cli/options.py``) build their commands from these tables, so a
@@ -103,6 +103,33 @@ BENCH = (
            "says which).", type=float, minimum=0.1, default=30.0, show_default=True),
     Option("min_iterations", ("--min-iterations",), "Runs per round of that confidence-interval rule.", type=int,
            minimum=2, default=50, show_default=True),
+    ENGINE_CACHE,
+)
+
+TRACK = (
+    Option("artifact", (), "A folder `edgebuild compile` wrote: a model folder (build/engines/<group>) or a fleet "
+           "group's folder (build/groups/<group>; --model picks its detector where it has several).",
+           path="dir", exists=True),
+    Option("source", ("--source",), "A video file, rtsp://URL, /dev/videoN (or N) or csi://N (a Jetson's CSI "
+           "camera); repeat for several streams, numbered from 0 in the order given.", multiple=True,
+           required=True, metavar="S"),
+    Option("jsonl", ("--jsonl",), "Write one JSON line per stream and frame here: {\"stream\", \"frame\", "
+           "\"tracks\": [{\"id\", \"box\": [x1, y1, x2, y2] in the source's pixels, \"class\", \"score\"}], "
+           "\"time\"}.", path="file", required=True, metavar="FILE"),
+    Option("tracker", ("--tracker",), "The tracker run per stream (Roboflow's trackers).",
+           choices=("bytetrack", "ocsort"), default="bytetrack", show_default=True),
+    Option("max_fps", ("--max-fps",), "Track at most this many frames a second per stream (a camera's frames in "
+           "between are dropped; a file is read at this pace).", type=float, minimum=0.1, metavar="N"),
+    Option("frames", ("--frames",), "Stop each stream after this many frames (default: until the sources end, "
+           "or Ctrl-C).", type=int, minimum=1, metavar="N"),
+    Option("seconds", ("--seconds",), "Stop after this many seconds.", type=float, minimum=0.1, metavar="S"),
+    Option("min_score", ("--min-score",), "Detections below this score are not given to the tracker.",
+           type=float, minimum=0, default=0.1, show_default=True),
+    Option("codec", ("--codec",), "What RTSP streams and video files hold, for a Jetson's hardware decoder "
+           "(GStreamer pipeline); OpenCV's own decoders find out for themselves.", choices=("h264", "h265"),
+           default="h264", show_default=True),
+    Option("model", ("--model",), "In a group folder: the model to track with (its served name)."),
+    BACKEND,
     ENGINE_CACHE,
 )
 

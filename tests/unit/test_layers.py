@@ -70,7 +70,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("edgebuild", "edgebuild.errors", "edgebuild._compat"),  # shared with the device
     ("edgebuild.runtime.base",),  # the device side (Python 3.8 + numpy): what its jobs and the build side share
     ("edgebuild.runtime.engines",),
-    ("edgebuild.runtime.serving", "edgebuild.runtime.bench"),
+    ("edgebuild.runtime.serving", "edgebuild.runtime.bench", "edgebuild.runtime.streams"),
     ("edgebuild.runtime.ota",),  # its health check runs a model service
     ("edgebuild.runtime",),  # the device command line: cli, options, __main__
     ("edgebuild.content", "edgebuild.statcache", "edgebuild.datafiles", "edgebuild.jsontypes",

@@ -12,9 +12,10 @@ from edgebuild.cli import main
 from edgebuild.runtime import options
 from edgebuild.runtime.cli import parser
 
-SHARED = {("serve",): options.SERVE, ("bench",): options.BENCH, ("ota", "verify"): options.OTA_VERIFY,
-          ("ota", "install"): options.OTA_INSTALL}
-DEVICE_COMMAND = {("serve",): "serve", ("bench",): "bench", ("ota", "verify"): "ota-verify",
+SHARED = {("serve",): options.SERVE, ("bench",): options.BENCH, ("track",): options.TRACK,
+          ("ota", "verify"): options.OTA_VERIFY, ("ota", "install"): options.OTA_INSTALL}
+DEVICE_COMMAND = {("serve",): "serve", ("bench",): "bench", ("track",): "track",
+                  ("ota", "verify"): "ota-verify",
                   ("ota", "install"): "ota-install"}
 
 

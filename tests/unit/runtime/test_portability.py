@@ -23,10 +23,12 @@ ALLOWED_THIRD_PARTY = {"numpy", "tensorrt", "pycuda", "cuda", "onnxruntime", "cr
 SHARED_WITH_THE_BUILD_SIDE = {"edgebuild", "edgebuild.errors"}
 BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocotools"}
 #: imported where present, inside a try that says what is missing: the bench's JPEG decode (a device
-#: image may have PIL, OpenCV or neither; the bench then says preprocessing was not measured); the tracked
-#: results' MQTT publisher (paho-mqtt) and annotated video (OpenCV), each only when asked for, else
-#: CapabilityMissing naming the install
-OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}, "publish.py": {"paho", "cv2"}}
+#: image may have PIL, OpenCV or neither; the bench then says preprocessing was not measured); the streams'
+#: video capture (OpenCV) and trackers (Roboflow's trackers and supervision: Python 3.10 and newer); the tracked
+#: results' MQTT publisher (paho-mqtt) and annotated video (OpenCV), each only when asked for: each raises
+#: CapabilityMissing saying what to install
+OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}, "sources.py": {"cv2"},
+                          "tracking.py": {"trackers", "supervision"}, "publish.py": {"paho", "cv2"}}
 
 
 def _imports(path: Path) -> set[str]:
@@ -51,6 +53,24 @@ def test_runtime_imports_only_device_safe_modules(path: Path) -> None:
                 f"{path.name} imports build-side {name}"
         elif top not in sys.stdlib_module_names:
             assert top in ALLOWED_THIRD_PARTY, f"{path.name} imports {name}"
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", DEVICE_FILES, ids=lambda p: p.name)
+def test_optional_device_libraries_are_imported_only_inside_functions(path: Path) -> None:
+    """The device side imports without OpenCV or the trackers; only a command that needs them says they are missing."""
+    optional = OPTIONAL_ON_THE_DEVICE.get(path.name, set())
+    assert not optional & _module_level_imports(path), f"{path.name} imports {optional} at module level"
 
 
 def test_runtime_syntax_is_python_3_8() -> None:

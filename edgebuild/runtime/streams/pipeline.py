@@ -1,0 +1,302 @@
+"""From cameras to tracked objects: sources read in threads, their newest frames batched into the engine, the
+detections decoded as the recipe says, a tracker per stream, every tracked frame handed to ``on_frame``.
+
+``run_tracking`` is ``edgebuild track`` (the host's click command and the device's argparse command both call
+it): the model folder chosen, the JSON lines file attached as the first ``on_frame`` callback, a summary at
+the end. Other publishers (server-sent events, MQTT, ...) attach as callbacks of their own.
+
+Time is measured per stage and frame: decoding the video (in the reader), preprocessing, inference and the
+decode of the outputs (a batch's time shared by its frames), tracking and publishing.
+
+Python 3.8, numpy.
+"""
+
+# ruff: noqa: UP006, UP007, UP035, UP045
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from edgebuild.errors import ConfigError
+from edgebuild.runtime.base.group import model_folders
+from edgebuild.runtime.base.json_object import JsonObject
+from edgebuild.runtime.base.recipe import Recipe
+from edgebuild.runtime.base.vision import decode_outputs
+from edgebuild.runtime.streams.batching import BatchLimits, PreparedBatch, prepare_batch
+from edgebuild.runtime.streams.records import TrackedFrame
+from edgebuild.runtime.streams.sources import Frame, Source, StreamReader, open_capture, parse_source
+from edgebuild.runtime.streams.tracking import StreamTracker
+
+__all__ = ["render_summary", "run_tracking", "track_settings"]
+
+STAGES = ("video_decode", "preprocess", "inference", "output_decode", "tracking", "publish")
+Progress = Callable[[str], None]
+OnFrame = Callable[[TrackedFrame], Any]
+
+
+@dataclass(frozen=True)
+class TrackSettings:
+    """What ``edgebuild track`` was asked: the sources as written and how to run them."""
+
+    sources: Sequence[str]
+    tracker: str = "bytetrack"
+    max_fps: Optional[float] = None
+    frames: Optional[int] = None  # per stream
+    seconds: Optional[float] = None
+    min_score: float = 0.1
+    codec: str = "h264"
+    backend: str = "auto"
+    engine_cache: Optional[Path] = None
+    model: Optional[str] = None  # a group folder's model (its served name)
+    max_reconnects: Optional[int] = 5
+
+
+class StageTimes:
+    """Seconds per stage, summed over frames; ``ms_per_frame`` their means."""
+
+    def __init__(self) -> None:
+        self.total = {stage: 0.0 for stage in STAGES}
+        self.frames = 0
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.total[stage] += seconds
+
+    def ms_per_frame(self) -> Dict[str, float]:
+        return {stage: round(1000 * s / self.frames, 3) if self.frames else 0.0 for stage, s in self.total.items()}
+
+
+class JsonLinesWriter:
+    """The ``--jsonl`` file: one ``TrackedFrame.json_line`` a line, flushed as written (a reader may follow it)."""
+
+    def __init__(self, path: Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self._file = open(str(path), "w", encoding="utf-8")
+
+    def __call__(self, frame: TrackedFrame) -> None:
+        self._file.write(frame.json_line() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class _Stream:
+    reader: StreamReader
+    tracker: StreamTracker
+    tracked: int = 0
+    last_frame: Optional[int] = None
+
+
+@dataclass
+class _Batches:
+    runs: int = 0
+    rows: int = 0
+    padded: int = 0
+    sizes: Dict[int, int] = field(default_factory=dict)
+
+
+class TrackingPipeline:
+    """Sources, one runner, a tracker per stream; ``run()`` until the sources end or ``--frames``/``--seconds``.
+
+    ``runner.run({input: batch}) -> {output: array}``; ``opener(source)`` a capture (OpenCV's by default);
+    ``on_frame``: callbacks each tracked frame is handed to, in order.
+    """
+
+    def __init__(self, recipe: Recipe, runner: Any, settings: TrackSettings, *, on_frame: Sequence[OnFrame] = (),
+                 opener: Optional[Callable[[Source], Any]] = None, jetpack_major: Optional[int] = None,
+                 progress: Progress = lambda message: None) -> None:
+        if recipe.task is None or recipe.task.kind != "detection":
+            raise ConfigError("{}: tracking follows a detector's boxes; this model's task is {}".format(
+                recipe.model_name, recipe.task.kind if recipe.task else "not recorded"),
+                hint="track with a detection model (pose, segmentation and OBB tracking are not done yet)")
+        self.recipe, self.runner, self.settings, self.progress = recipe, runner, settings, progress
+        self.task = recipe.task
+        self.limits = BatchLimits.of(recipe)
+        self.on_frame = list(on_frame)
+        self.times = StageTimes()
+        self.batches = _Batches()
+        open_with = opener or (lambda source: open_capture(source, jetpack_major))
+        sources = [parse_source(text, i, settings.codec) for i, text in enumerate(settings.sources)]
+        frame_rate = settings.max_fps or 30.0
+        self.streams = [_Stream(StreamReader(s, open_with, max_fps=settings.max_fps, max_frames=settings.frames,
+                                             max_reconnects=settings.max_reconnects, progress=progress),
+                                StreamTracker(settings.tracker, frame_rate, settings.min_score)) for s in sources]
+        self.arrived = threading.Event()
+        for stream in self.streams:
+            stream.reader.slot.arrived = self.arrived
+        self.wall_s = 0.0
+
+    def run(self) -> JsonObject:
+        started = time.monotonic()
+        deadline = started + self.settings.seconds if self.settings.seconds else None
+        for stream in self.streams:
+            stream.reader.start()
+        shown = started
+        try:
+            while True:
+                self.arrived.clear()
+                ready = [(s, f) for s, f in ((s, s.reader.slot.take()) for s in self.streams) if f is not None]
+                if ready:
+                    self._process(ready)
+                elif all(s.reader.finished.is_set() for s in self.streams) and not self._waiting():
+                    break
+                else:
+                    self.arrived.wait(0.05)
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    break
+                if now - shown >= 2.0:
+                    shown = now
+                    self.progress(self._progress_line(now - started))
+        except KeyboardInterrupt:
+            self.progress("track: interrupted; stopping the sources")
+        finally:
+            for stream in self.streams:
+                stream.reader.stop()
+            for stream in self.streams:
+                stream.reader.join(timeout=2.0)
+        self.wall_s = time.monotonic() - started
+        return self.summary()
+
+    def _waiting(self) -> bool:
+        return any(s.reader.slot.wait_for_any(0.0) for s in self.streams)
+
+    def _process(self, ready: List[Tuple[_Stream, Frame]]) -> None:
+        runs, preprocess_s = prepare_batch([(f.stream, f.image) for _, f in ready], self.task.preprocess,
+                                           self.limits)
+        by_stream = {f.stream: (s, f) for s, f in ready}
+        self.times.add("preprocess", preprocess_s)
+        for run in runs:
+            self._run_batch(run, by_stream)
+
+    def _run_batch(self, run: PreparedBatch, by_stream: Dict[int, Tuple[_Stream, Frame]]) -> None:
+        start = time.perf_counter()
+        outputs = self.runner.run(run.inputs)
+        inference_s = time.perf_counter() - start
+        start = time.perf_counter()
+        detections = decode_outputs(outputs, self.task.postprocess.as_dict())[: len(run.streams)]
+        self.times.add("inference", inference_s)
+        self.times.add("output_decode", time.perf_counter() - start)
+        self.batches.runs += 1
+        self.batches.rows += len(run.streams)
+        self.batches.padded += run.padded
+        size = len(run.streams) + run.padded
+        self.batches.sizes[size] = self.batches.sizes.get(size, 0) + 1
+        for index, found in enumerate(detections):
+            stream, frame = by_stream[run.streams[index]]
+            found = dict(found, boxes=run.transforms[index].boxes_to_original(found["boxes"]))
+            start = time.perf_counter()
+            tracks = stream.tracker.update(found)
+            self.times.add("tracking", time.perf_counter() - start)
+            start = time.perf_counter()
+            tracked = TrackedFrame(frame.stream, frame.number, tracks, frame.time)
+            for callback in self.on_frame:
+                callback(tracked)
+            self.times.add("publish", time.perf_counter() - start)
+            self.times.add("video_decode", frame.decode_s)
+            self.times.frames += 1
+            stream.tracked += 1
+            stream.last_frame = frame.number
+
+    def _progress_line(self, elapsed_s: float) -> str:
+        per_stream = ", ".join("{}: {}".format(s.reader.source.index, s.tracked) for s in self.streams)
+        return "track: {} frames in {:.1f} s ({:.1f} fps); per stream {}".format(
+            self.times.frames, elapsed_s, self.times.frames / max(elapsed_s, 1e-9), per_stream)
+
+    def summary(self) -> JsonObject:
+        streams = [{"stream": s.reader.source.index, "source": s.reader.source.uri, "kind": s.reader.source.kind,
+                    "frames": s.tracked, "read": s.reader.frames_read, "dropped": s.reader.dropped,
+                    "reconnects": s.reader.reconnects, "errors": list(s.reader.errors),
+                    "fps": round(s.tracked / self.wall_s, 2) if self.wall_s else 0.0} for s in self.streams]
+        return {"model": self.recipe.model_name, "tracker": self.settings.tracker, "streams": streams,
+                "frames": self.times.frames, "seconds": round(self.wall_s, 3),
+                "fps": round(self.times.frames / self.wall_s, 2) if self.wall_s else 0.0,
+                "stage_ms_per_frame": self.times.ms_per_frame(),
+                "batching": {"profile": self.limits.describe(), "runs": self.batches.runs,
+                             "mean_rows": round(self.batches.rows / self.batches.runs, 2) if self.batches.runs else 0,
+                             "padded_rows": self.batches.padded,
+                             "sizes": {str(k): v for k, v in sorted(self.batches.sizes.items())}}}
+
+
+def render_summary(summary: JsonObject) -> str:
+    """The summary as the lines ``edgebuild track`` ends with."""
+    lines = ["track: {} frames in {:.1f} s, {:.1f} fps ({}, {}; {} runs, {} rows each on average)".format(
+        summary["frames"], summary["seconds"], summary["fps"], summary["tracker"], summary["batching"]["profile"],
+        summary["batching"]["runs"], summary["batching"]["mean_rows"])]
+    for s in summary["streams"]:
+        lines.append("  stream {stream} ({kind} {source}): {frames} frames tracked, {read} read, {dropped} dropped, "
+                     "{reconnects} reconnects, {fps} fps".format(**s))
+        lines += ["    FAILED: " + error for error in s["errors"]]
+    lines.append("  ms per frame: " + ", ".join("{} {:.2f}".format(k, v)
+                                                for k, v in summary["stage_ms_per_frame"].items()))
+    return "\n".join(lines)
+
+
+def track_settings(values: Dict[str, Any]) -> TrackSettings:
+    """The settings from the command line's values (``options.TRACK``'s names, argparse's or click's)."""
+    return TrackSettings(sources=list(values["source"] or []), tracker=values["tracker"], max_fps=values["max_fps"],
+                         frames=values["frames"], seconds=values["seconds"], min_score=values["min_score"],
+                         codec=values["codec"], backend=values["backend"], engine_cache=values["engine_cache"],
+                         model=values["model"])
+
+
+def choose_model(folder: Path, name: Optional[str]) -> Path:
+    """The model folder to track with: the folder itself, or a group folder's detector (``name`` where it has
+    more than one)."""
+    found = model_folders(folder)
+    if name is not None:
+        if name not in found:
+            raise ConfigError("{} has no model {!r} (it has {})".format(folder, name, ", ".join(sorted(found))))
+        return found[name]
+    detectors = {n: p for n, p in found.items() if _is_detector(p)}
+    if len(detectors) == 1:
+        return next(iter(detectors.values()))
+    raise ConfigError("{} holds {} detection models ({}): say which with --model".format(
+        folder, len(detectors), ", ".join(sorted(detectors)) or "none"))
+
+
+def _is_detector(folder: Path) -> bool:
+    task = Recipe.load(folder).task
+    return task is not None and task.kind == "detection"
+
+
+def jetpack_major() -> Optional[int]:
+    """This device's JetPack (5 for L4T R35, 6 for R36), None off a Jetson."""
+    from edgebuild.runtime.engines.device import probe
+
+    l4t = probe().l4t
+    if not l4t:
+        return None
+    return {32: 4, 35: 5, 36: 6}.get(int(l4t.split(".")[0]))
+
+
+def run_tracking(folder: Path, settings: TrackSettings, jsonl: Path, *, progress: Progress,
+                 on_frame: Sequence[OnFrame] = ()) -> JsonObject:
+    """``edgebuild track``: track ``settings.sources`` with the model in ``folder`` into ``jsonl``; the summary
+    (``render_summary`` writes it as text). Fails only where no source gave a frame."""
+    from edgebuild.runtime.engines.backends.select import load_backend
+
+    if not settings.sources:
+        raise ConfigError("no --source given", hint="give one or more: a video file, rtsp://..., /dev/videoN, csi://N")
+    model = choose_model(Path(folder), settings.model)
+    recipe = Recipe.load(model)
+    runner, why = load_backend(model, settings.backend, settings.engine_cache, progress=progress, recipe=recipe)
+    writer = JsonLinesWriter(jsonl)
+    try:
+        pipeline = TrackingPipeline(recipe, runner, settings, on_frame=[writer, *on_frame],
+                                    jetpack_major=jetpack_major(), progress=progress)
+        progress("track: {} ({}) on {} stream(s), {}, tracker {}".format(
+            recipe.model_name, why, len(pipeline.streams), pipeline.limits.describe(), settings.tracker))
+        summary = pipeline.run()
+    finally:
+        writer.close()
+    summary.update(backend=why, jsonl=str(jsonl))
+    failed = [s for s in summary["streams"] if s["errors"]]
+    if failed and len(failed) == len(summary["streams"]) and not summary["frames"]:
+        raise ConfigError("no source gave a frame: " + "; ".join(e for s in failed for e in s["errors"]),
+                          hint="check each --source: a video file's path, an RTSP URL, /dev/videoN, csi://N")
+    return summary
