@@ -129,6 +129,20 @@ TRACK = (
            "(GStreamer pipeline); OpenCV's own decoders find out for themselves.", choices=("h264", "h265"),
            default="h264", show_default=True),
     Option("model", ("--model",), "In a group folder: the model to track with (its served name)."),
+    Option("sse_port", ("--sse-port",), "Also serve the tracked frames and region events as HTTP server-sent "
+           "events on this port (GET /tracks, /events, /health; ?stream=I for one stream).", type=int, minimum=0,
+           metavar="PORT"),
+    Option("mqtt", ("--mqtt",), "Also publish each frame's JSON line to this MQTT broker (HOST or HOST:PORT, "
+           "1883 by default) under PREFIX/stream/<i>/tracks, region events under .../events.", metavar="HOST"),
+    Option("mqtt_topic", ("--mqtt-topic",), "The MQTT topics' PREFIX.", default="edgebuild", show_default=True,
+           metavar="PREFIX"),
+    Option("regions", ("--regions",), "A JSON file of named regions ({\"regions\": [{\"name\", \"box\": [x1, y1, "
+           "x2, y2] or \"polygon\": [[x, y], ...], \"stream\"}]}): an event when a track's box bottom centre "
+           "enters or leaves one.", path="file", exists=True, metavar="FILE"),
+    Option("video", ("--video",), "Also write one stream's frames with their tracks drawn to this MP4, for a "
+           "person to look at.", path="file", metavar="FILE"),
+    Option("video_stream", ("--video-stream",), "The stream --video draws.", type=int, minimum=0, default=0,
+           show_default=True, metavar="I"),
     BACKEND,
     ENGINE_CACHE,
 )

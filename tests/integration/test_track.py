@@ -77,3 +77,52 @@ def test_a_failing_source_is_reported_and_the_others_are_whole(model_folder: Pat
     assert sorted(f.frame for f in _lines(out) if f.stream == 1) == list(range(10))
     assert {f.stream for f in _lines(out)} == {1}
     assert "FAILED: cannot open or read" in captured.err
+
+
+@pytest.mark.mqtt
+def test_track_publishes_region_events_mqtt_and_an_annotated_video(model_folder: Path, videos: list[Path],
+                                                                   tmp_path: Path) -> None:
+    """The results out on the command line: region events in the JSON lines, every frame's line on MQTT (a real
+    mosquitto) exactly as in the file, and stream 1's frames drawn into an MP4 that reads back whole."""
+    import cv2
+
+    from tests.support.mqtt import PREFIX, Broker, Subscriber, wait_for
+
+    regions = tmp_path / "regions.json"
+    regions.write_text(json.dumps({"regions": [{"name": "yard", "box": [0, 0, WIDTH, HEIGHT]}]}))
+    broker = Broker(tmp_path)
+    broker.start()
+    subscriber = Subscriber(broker.port)
+    try:
+        out, video = tmp_path / "tracks.jsonl", tmp_path / "cam1.mp4"
+        result = CliRunner().invoke(main, [
+            "track", str(model_folder), "--source", str(videos[0]), "--source", str(videos[1]), "--jsonl", str(out),
+            "--backend", "onnxruntime", "--regions", str(regions), "--mqtt", f"127.0.0.1:{broker.port}",
+            "--mqtt-topic", PREFIX, "--video", str(video), "--video-stream", "1"])
+        assert result.exit_code == 0, result.output
+        lines = out.read_text().splitlines()
+        frames = [line for line in lines if '"event"' not in line]
+        events = [json.loads(line) for line in lines if '"event"' in line]
+        assert len(frames) == 2 * FRAMES
+        tracked = {(json.loads(f)["stream"], t["id"]) for f in frames for t in json.loads(f)["tracks"]}
+        # the region is the whole frame: every track enters it once, and leaves it once (lost or at the end)
+        assert sorted((e["stream"], e["track"]["id"]) for e in events if e["event"] == "enter") == sorted(tracked)
+        assert sorted((e["stream"], e["track"]["id"]) for e in events if e["event"] == "leave") == sorted(tracked)
+        wait_for(lambda: len(subscriber.messages) >= len(lines), 10, "every line on MQTT")
+        by_topic = {}
+        for topic, payload in subscriber.messages:
+            by_topic.setdefault(topic, []).append(payload.decode())
+        for stream in (0, 1):
+            assert by_topic[f"{PREFIX}/stream/{stream}/tracks"] == [
+                f for f in frames if json.loads(f)["stream"] == stream]
+        capture = cv2.VideoCapture(str(video))
+        assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == FRAMES
+        size = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        capture.release()
+        assert size == (WIDTH, HEIGHT)
+        assert f"out: mqtt 127.0.0.1:{broker.port} ({PREFIX}/stream/<i>/...): {len(lines)} messages published, " \
+               "0 dropped" in result.output, result.output
+        assert f"out: video {video}: {FRAMES} frames of stream 1" in result.output
+    finally:
+        subscriber.close()
+        broker.stop()

@@ -25,7 +25,16 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.base.vision import decode_outputs
 from edgebuild.runtime.streams.batching import BatchLimits, PreparedBatch, prepare_batch
+from edgebuild.runtime.streams.publish import (
+    AnnotatedVideo,
+    EventStream,
+    JsonLinesWriter,
+    MqttPublisher,
+    Publisher,
+    ResultsOut,
+)
 from edgebuild.runtime.streams.records import TrackedFrame
+from edgebuild.runtime.streams.regions import RegionWatcher, load_regions
 from edgebuild.runtime.streams.sources import Frame, Source, StreamReader, open_capture, parse_source
 from edgebuild.runtime.streams.tracking import StreamTracker
 
@@ -33,7 +42,8 @@ __all__ = ["render_summary", "run_tracking", "track_settings"]
 
 STAGES = ("video_decode", "preprocess", "inference", "output_decode", "tracking", "publish")
 Progress = Callable[[str], None]
-OnFrame = Callable[[TrackedFrame], Any]
+#: a tracked frame's receiver: the frame, and its picture (HxWx3 BGR uint8) for those that draw it
+OnFrame = Callable[[TrackedFrame, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,13 @@ class TrackSettings:
     engine_cache: Optional[Path] = None
     model: Optional[str] = None  # a group folder's model (its served name)
     max_reconnects: Optional[int] = 5
+    # results out beside the JSON lines (publish.py): server-sent events, MQTT, region events, annotated video
+    sse_port: Optional[int] = None
+    mqtt: Optional[str] = None  # HOST[:PORT]
+    mqtt_topic: str = "edgebuild"
+    regions: Optional[Path] = None
+    video: Optional[Path] = None
+    video_stream: int = 0
 
 
 class StageTimes:
@@ -65,22 +82,6 @@ class StageTimes:
 
     def ms_per_frame(self) -> Dict[str, float]:
         return {stage: round(1000 * s / self.frames, 3) if self.frames else 0.0 for stage, s in self.total.items()}
-
-
-class JsonLinesWriter:
-    """The ``--jsonl`` file: one ``TrackedFrame.json_line`` a line, flushed as written (a reader may follow it)."""
-
-    def __init__(self, path: Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(path)
-        self._file = open(str(path), "w", encoding="utf-8")
-
-    def __call__(self, frame: TrackedFrame) -> None:
-        self._file.write(frame.json_line() + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 @dataclass
@@ -195,7 +196,7 @@ class TrackingPipeline:
             start = time.perf_counter()
             tracked = TrackedFrame(frame.stream, frame.number, tracks, frame.time)
             for callback in self.on_frame:
-                callback(tracked)
+                callback(tracked, frame.image)
             self.times.add("publish", time.perf_counter() - start)
             self.times.add("video_decode", frame.decode_s)
             self.times.frames += 1
@@ -233,6 +234,7 @@ def render_summary(summary: JsonObject) -> str:
         lines += ["    FAILED: " + error for error in s["errors"]]
     lines.append("  ms per frame: " + ", ".join("{} {:.2f}".format(k, v)
                                                 for k, v in summary["stage_ms_per_frame"].items()))
+    lines += ["  out: " + line for line in summary.get("published", [])]
     return "\n".join(lines)
 
 
@@ -241,7 +243,34 @@ def track_settings(values: Dict[str, Any]) -> TrackSettings:
     return TrackSettings(sources=list(values["source"] or []), tracker=values["tracker"], max_fps=values["max_fps"],
                          frames=values["frames"], seconds=values["seconds"], min_score=values["min_score"],
                          codec=values["codec"], backend=values["backend"], engine_cache=values["engine_cache"],
-                         model=values["model"])
+                         model=values["model"], sse_port=values.get("sse_port"), mqtt=values.get("mqtt"),
+                         mqtt_topic=values.get("mqtt_topic") or "edgebuild", regions=values.get("regions"),
+                         video=values.get("video"), video_stream=values.get("video_stream") or 0)
+
+
+def results_out(settings: TrackSettings, jsonl: Path, class_names: Sequence[str], fps: float,
+                progress: Progress) -> ResultsOut:
+    """Where the tracked frames go: the JSON lines file, then what ``settings`` asks for (server-sent
+    events, MQTT, an annotated video), with the region events of ``settings.regions`` to each."""
+    regions = load_regions(str(settings.regions)) if settings.regions else []
+    publishers: List[Publisher] = [JsonLinesWriter(str(jsonl), fresh=True)]
+    try:
+        if settings.sse_port is not None:
+            stream = EventStream(settings.sse_port)
+            progress("track: server-sent events on port {} (GET /tracks, /events, /health)".format(stream.port))
+            publishers.append(stream)
+        if settings.mqtt:
+            host, _, port = settings.mqtt.rpartition(":") if ":" in settings.mqtt else (settings.mqtt, "", "1883")
+            publishers.append(MqttPublisher(host, int(port), settings.mqtt_topic))
+            progress("track: MQTT to {}:{} under {}/stream/<i>/tracks and .../events".format(
+                host, port, settings.mqtt_topic))
+        if settings.video:
+            publishers.append(AnnotatedVideo(str(settings.video), fps, settings.video_stream, class_names, regions))
+    except BaseException:
+        for publisher in publishers:
+            publisher.close()
+        raise
+    return ResultsOut(publishers, RegionWatcher(regions) if regions else None)
 
 
 def choose_model(folder: Path, name: Optional[str]) -> Path:
@@ -285,16 +314,17 @@ def run_tracking(folder: Path, settings: TrackSettings, jsonl: Path, *, progress
     model = choose_model(Path(folder), settings.model)
     recipe = Recipe.load(model)
     runner, why = load_backend(model, settings.backend, settings.engine_cache, progress=progress, recipe=recipe)
-    writer = JsonLinesWriter(jsonl)
+    out = results_out(settings, jsonl, recipe.task.classes if recipe.task is not None else [],
+                      settings.max_fps or 30.0, progress)
     try:
-        pipeline = TrackingPipeline(recipe, runner, settings, on_frame=[writer, *on_frame],
+        pipeline = TrackingPipeline(recipe, runner, settings, on_frame=[out.on_frame, *on_frame],
                                     jetpack_major=jetpack_major(), progress=progress)
         progress("track: {} ({}) on {} stream(s), {}, tracker {}".format(
             recipe.model_name, why, len(pipeline.streams), pipeline.limits.describe(), settings.tracker))
         summary = pipeline.run()
     finally:
-        writer.close()
-    summary.update(backend=why, jsonl=str(jsonl))
+        out.close()
+    summary.update(backend=why, jsonl=str(jsonl), published=out.summary().splitlines())
     failed = [s for s in summary["streams"] if s["errors"]]
     if failed and len(failed) == len(summary["streams"]) and not summary["frames"]:
         raise ConfigError("no source gave a frame: " + "; ".join(e for s in failed for e in s["errors"]),

@@ -91,9 +91,10 @@ class JsonLinesWriter(Publisher):
     """Appends each frame's JSON line, and each region event's (the lines with ``"event"``), to ``path``
     (``-``: standard output), flushed per line so a reader (``tail -f``) sees every frame as it is tracked."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, fresh: bool = False) -> None:
+        """``fresh``: start the file anew (``edgebuild track --jsonl``: this run's frames only), else append."""
         self.path = path
-        self._file: IO[str] = sys.stdout if path == "-" else open(path, "a", encoding="utf-8")
+        self._file: IO[str] = sys.stdout if path == "-" else open(path, "w" if fresh else "a", encoding="utf-8")
         self.lines = 0
 
     def on_frame(self, frame: TrackedFrame, image: Any = None) -> None:
