@@ -288,7 +288,7 @@ def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> None:
     import cv2
 
     height, width = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), float(fps), (width, height))
     if not writer.isOpened():
         raise RuntimeError(f"OpenCV cannot write {path} with the mp4v codec")
     try:
