@@ -184,6 +184,7 @@ def main() -> None:
 
     weights, facts = (args.weights, {"weights": str(args.weights)}) if args.weights else trained_weights()
     _trained_models.offline_ultralytics(weights.parent)
+    _trained_models._cpu_torchvision.patch_nms()  # Ultralytics' predict calls torchvision's NMS
     spec = MotVideoSpec(streams=args.streams, frames=args.frames)
     shutil.rmtree(args.out / "set", ignore_errors=True)
     sequences = write_mot_video_set(args.out / "set", spec)
