@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 import _trained_models  # noqa: E402 (a sibling module of this script folder)
 from shapes_detector import data as shapes  # noqa: E402 (the example's generator)
 
-from edgebuild.accuracy.tracking.metrics import TrackedBox, read_tracks_jsonl, tracking_metrics  # noqa: E402
-from edgebuild.datasets.mot_video import CLASS_NAMES, MotVideoSpec, write_mot_video_set  # noqa: E402
+from edgebuild.accuracy.tracking.metrics import TrackedBox, tracking_metrics  # noqa: E402
+from edgebuild.datasets.mot_video import MotVideoSpec, write_mot_video_set  # noqa: E402
 
 #: the training's settings: all of them go into the cache key
 TRAINING = {"train_images": 800, "val_images": 100, "epochs": 20, "batch": 16, "size": 160, "optimizer": "AdamW",
@@ -64,7 +64,7 @@ def _shapes_yolo_set(root: Path) -> Path:
             lines = [f"{int(k)} {(b[0] + b[2]) / 2 / size:.6f} {(b[1] + b[3]) / 2 / size:.6f} "
                      f"{(b[2] - b[0]) / size:.6f} {(b[3] - b[1]) / size:.6f}" for b, k in zip(boxes, labels)]
             (root / "labels" / split / f"{i:05d}.txt").write_text("\n".join(lines) + "\n")
-    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(CLASS_NAMES))
+    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(shapes.CLASS_NAMES))
     (root / "data.yaml").write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n{names}")
     return root / "data.yaml"
 
@@ -203,8 +203,7 @@ def main() -> None:
         report[f"shapes example FP32 + ultralytics BYTETracker ({source})"] = {
             **_rounded(tracking_metrics(gt_files, predicted).as_dict()), "seconds": round(seconds, 1)}
     if args.edgebuild_jsonl:
-        predicted = read_tracks_jsonl(args.edgebuild_jsonl)
-        report["edgebuild track"] = _rounded(tracking_metrics(gt_files, predicted).as_dict())
+        report["edgebuild track"] = _rounded(tracking_metrics(gt_files, args.edgebuild_jsonl).as_dict())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))

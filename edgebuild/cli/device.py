@@ -160,10 +160,10 @@ def track_command(cli: CliContext, artifact: Path, jsonl: Path, **options: Any) 
     output decode, tracking, publish) and fps. On a Jetson the same command is
     `python3 edgebuild-device.pyz track ARTIFACT --source ...` (docs/streams.md).
     """
-    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking, track_settings
+    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking
 
     options.update(source=list(options["source"]))
-    click.echo(render_summary(run_tracking(artifact, track_settings(options), jsonl, progress=cli.say)))
+    click.echo(render_summary(run_tracking(artifact, options, jsonl, progress=cli.say)))
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

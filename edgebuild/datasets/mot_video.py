@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CLASS_NAMES", "MotVideoSpec", "write_mot_video_set"]
+__all__ = ["MotVideoSpec", "write_mot_video_set"]
 
 CLASS_NAMES = ("circle", "square", "triangle")
 

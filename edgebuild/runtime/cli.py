@@ -97,9 +97,9 @@ def _bench(args: argparse.Namespace) -> JsonObject:
 
 
 def _track(args: argparse.Namespace) -> JsonObject:
-    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking, track_settings
+    from edgebuild.runtime.streams.pipeline import render_summary, run_tracking
 
-    summary = run_tracking(args.artifact, track_settings(vars(args)), args.jsonl, progress=_progress)
+    summary = run_tracking(args.artifact, vars(args), args.jsonl, progress=_progress)
     _progress(render_summary(summary))
     return {"track": summary}
 

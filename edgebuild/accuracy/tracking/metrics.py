@@ -27,7 +27,7 @@ import numpy as np
 
 from edgebuild.runtime.streams.records import TrackedFrame
 
-__all__ = ["TrackedBox", "read_tracks_jsonl", "tracking_metrics"]
+__all__ = ["TrackedBox", "tracking_metrics"]
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,10 @@ def _remap(ids: list[np.ndarray]) -> list[np.ndarray]:
     return [np.searchsorted(known, frame_ids).astype(np.intp) for frame_ids in ids]
 
 
-def tracking_metrics(ground_truth: Sequence[Path], predicted: Mapping[int, Tracks], *, min_visibility: float = 0.1,
-                     class_aware: bool = False, threshold: float = 0.5) -> TrackingMetrics:
-    """HOTA, IDF1, MOTA and their parts of ``predicted`` (stream -> frame -> boxes; the i-th gt.txt in
+def tracking_metrics(ground_truth: Sequence[Path], predicted: Mapping[int, Tracks] | Path, *,
+                     min_visibility: float = 0.1, class_aware: bool = False, threshold: float = 0.5) -> TrackingMetrics:
+    """HOTA, IDF1, MOTA and their parts of ``predicted`` (stream -> frame -> boxes, or the path of
+    ``edgebuild track --jsonl``'s lines, read by ``read_tracks_jsonl``; the i-th gt.txt in
     ``ground_truth`` is stream i, and a stream with no predictions scores as an empty prediction), combined over
     the streams as TrackEval combines sequences. ``threshold``: the IoU of a match for IDF1 and MOTA (HOTA
     averages over 0.05..0.95)."""
@@ -196,6 +197,8 @@ def tracking_metrics(ground_truth: Sequence[Path], predicted: Mapping[int, Track
         compute_identity_metrics,
     )
 
+    if isinstance(predicted, (str, Path)):
+        predicted = read_tracks_jsonl(predicted)
     hota, identity, clear = [], [], []
     frames = 0
     for stream, gt_file in enumerate(ground_truth):

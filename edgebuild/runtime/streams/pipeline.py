@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.group import model_folders
@@ -38,7 +38,7 @@ from edgebuild.runtime.streams.regions import RegionWatcher, load_regions
 from edgebuild.runtime.streams.sources import Frame, Source, StreamReader, open_capture, parse_source
 from edgebuild.runtime.streams.tracking import StreamTracker
 
-__all__ = ["render_summary", "run_tracking", "track_settings"]
+__all__ = ["render_summary", "run_tracking"]
 
 STAGES = ("video_decode", "preprocess", "inference", "output_decode", "tracking", "publish")
 Progress = Callable[[str], None]
@@ -303,12 +303,14 @@ def jetpack_major() -> Optional[int]:
     return {32: 4, 35: 5, 36: 6}.get(int(l4t.split(".")[0]))
 
 
-def run_tracking(folder: Path, settings: TrackSettings, jsonl: Path, *, progress: Progress,
+def run_tracking(folder: Path, options: Union[TrackSettings, Dict[str, Any]], jsonl: Path, *, progress: Progress,
                  on_frame: Sequence[OnFrame] = ()) -> JsonObject:
-    """``edgebuild track``: track ``settings.sources`` with the model in ``folder`` into ``jsonl``; the summary
+    """``edgebuild track``: track the sources of ``options`` (the settings, or the command line's values as
+    ``track_settings`` reads them) with the model in ``folder`` into ``jsonl``; the summary
     (``render_summary`` writes it as text). Fails only where no source gave a frame."""
     from edgebuild.runtime.engines.backends.select import load_backend
 
+    settings = options if isinstance(options, TrackSettings) else track_settings(options)
     if not settings.sources:
         raise ConfigError("no --source given", hint="give one or more: a video file, rtsp://..., /dev/videoN, csi://N")
     model = choose_model(Path(folder), settings.model)
