@@ -1,5 +1,5 @@
 """The resources that the gpu, jetson, container, ssh, cgroup, mender, mender_client, strace, farm, chromium,
-zoo, perf_analyzer and mqtt markers stand for.
+zoo, perf_analyzer, mqtt and gstreamer markers stand for.
 
 Each probe says whether its resource is on this host and, when it is not, why; the plugin
 (tests/support/plugin.py) turns that into a skip, or a failure under EDGEBUILD_REQUIRE.
@@ -175,9 +175,18 @@ def _mqtt() -> tuple[bool, str]:
     return True, ""
 
 
+@cache
+def _gstreamer() -> tuple[bool, str]:
+    if shutil.which("gst-launch-1.0") is None:
+        return False, ("GStreamer's gst-launch-1.0 is not installed (apt-get install gstreamer1.0-tools "
+                       "gstreamer1.0-plugins-base gstreamer1.0-plugins-good)")
+    return True, ""
+
+
 RESOURCES = {"gpu": _gpu, "jetson": _jetson, "container": _container, "ssh": _ssh, "cgroup": _cgroup,
              "mender": _mender, "mender_client": _mender_client, "farm": _farm, "strace": _strace,
-             "chromium": _chromium, "zoo": _zoo, "perf_analyzer": _perf_analyzer, "mqtt": _mqtt}
+             "chromium": _chromium, "zoo": _zoo, "perf_analyzer": _perf_analyzer, "mqtt": _mqtt,
+             "gstreamer": _gstreamer}
 
 
 def required_resources() -> set[str]:

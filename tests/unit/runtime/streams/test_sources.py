@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def test_opencv_build_information_is_read_for_gstreamer() -> None:
     assert not opencv_has_gstreamer("    GStreamer:                   NO\n")
 
 
-@pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="gst-launch-1.0 is not installed")
+@pytest.mark.gstreamer
 def test_the_software_pipeline_plays_a_video_with_gst_launch(tmp_path: Path) -> None:
     video = write_video(tmp_path / "clip.avi", frames=5)
     pipeline = gstreamer_pipeline(parse_source(str(video), 0), None)
