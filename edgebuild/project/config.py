@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from edgebuild.errors import ConfigError
 from edgebuild.project.groups import check_groups
 from edgebuild.project.schema import HUB_SOURCE, PROJECT_FILE, TASK_KINDS, Project
+from edgebuild.project.streams_schema import check_regions_file, check_streams
 from edgebuild.project.toml_file import find_project_file, format_problems, format_validation_error, read_toml
 from edgebuild.targets.profiles import Catalog, load_catalog
 
@@ -60,6 +61,8 @@ def _check_meaning(project: Project, catalog: Catalog) -> list[str]:
     problems += _check_model_source(project)
     problems += _check_batching(project)
     problems += _check_build_location(project)
+    problems += check_streams(project.streams, project.runtime.tracking, [g.name for g in project.fleet],
+                              project.task.kind)
     return problems
 
 
@@ -327,6 +330,7 @@ def _check_paths_exist(project: Project) -> list[str]:
         key = project.path(project.ota.signing_key)
         problems.append(f"ota.signing_key: {'a folder, not a key file' if key.is_dir() else 'file not found'}: {key}")
     problems += _check_build_dir(project)
+    problems += check_regions_file(project.runtime.tracking, project.root)
     return problems
 
 

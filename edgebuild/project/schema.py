@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgebuild.project.streams_schema import StreamEntry, TrackingSection
 from edgebuild.targets.presets import parse_size
 
 __all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
@@ -481,6 +482,7 @@ class RuntimeSection(_Section):
     # context), which a fleet group's memory plan counts once for all its models; an estimate: measure
     # yours (`edgebuild bench` reports the peak) and set it
     footprint: str = "512M"
+    tracking: TrackingSection | None = None  # how the device runs [[streams]] (streams_schema.py)
 
     @field_validator("footprint")
     @classmethod
@@ -541,6 +543,7 @@ class Project(_Section):
     runtime: RuntimeSection = RuntimeSection()
     ota: OtaSection = OtaSection()
     farm: FarmSection = FarmSection()
+    streams: list[StreamEntry] = []  # what the groups' devices track (streams_schema.py)
 
     # set by load_project; not part of the file
     root: Path = Field(default=Path("."), exclude=True)

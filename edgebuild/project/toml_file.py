@@ -51,7 +51,7 @@ def read_toml(source: Path) -> dict[str, Any]:
         raise ConfigError(_toml_error(source, text, exc)) from None
 
 
-_LISTS_OF_TABLES = {"fleet": "device group", "model.inputs": "model input"}
+_LISTS_OF_TABLES = {"fleet": "device group", "model.inputs": "model input", "streams": "stream"}
 
 
 def _toml_error(source: Path, text: str, exc: Exception) -> str:
@@ -106,7 +106,8 @@ def _allowed_keys(loc: tuple[Any, ...], raw: dict[str, Any], top: Any = Project)
         model = _section_type(field.annotation, node)
         if model is None:
             return []
-    return [k for k in model.model_fields if k not in ("root", "source")]
+    # root and source are Project's own, set by the loader (a section's source, such as model.source, is a key)
+    return [k for k in model.model_fields if model is not top or k not in ("root", "source")]
 
 
 def _section_type(annotation: Any, node: Any) -> Any:
