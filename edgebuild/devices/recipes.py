@@ -19,6 +19,7 @@ from edgebuild.devices.placement import chosen_candidate, fallback_candidate, sh
 from edgebuild.errors import LimitError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
+from edgebuild.project.streams_schema import streams_of_group
 from edgebuild.runtime.base.files import atomic_write_bytes, atomic_writer
 from edgebuild.runtime.base.recipe import (
     ACCEPTANCE_FILE,
@@ -26,10 +27,13 @@ from edgebuild.runtime.base.recipe import (
     FALLBACK_FOLDER,
     ONNX_FILE,
     RECIPE_FILE,
+    REGIONS_FILE,
     Recipe,
     RecipeLimits,
     RecipeModule,
     RecipePostprocess,
+    RecipeStream,
+    RecipeStreams,
     RecipeTask,
     RuntimeSettings,
     TensorSpec,
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup, Target
 
-__all__ = ["acceptance_payload"]
+__all__ = ["acceptance_payload", "recipe_streams"]
 
 
 def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,
@@ -74,6 +78,9 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         fallback_sha256 = file_sha256(written)
     elif (folder / FALLBACK_FOLDER).is_dir():
         shutil.rmtree(folder / FALLBACK_FOLDER)
+    # the streams run from the served folder, not from its fallback (which the server loads in its place)
+    streams = recipe_streams(project, group.name) if folder.name != FALLBACK_FOLDER else None
+    _place_regions(project, streams, folder)
     Recipe(
         group=group.name,
         model_name=project.project.name,
@@ -105,8 +112,33 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         fallback_sha256=fallback_sha256,
         outputs=onnx_outputs(onnx_path),
         task=recipe_task(project),
+        streams=streams,
     ).save(folder)
     return folder / RECIPE_FILE
+
+
+def recipe_streams(project: Project, group: str) -> RecipeStreams | None:
+    """The recipe's ``streams``: the ``[[streams]]`` the group's devices run and ``[runtime.tracking]``; None where
+    they run none."""
+    sources = [RecipeStream(source=s.source, name=s.name, max_fps=s.max_fps)
+               for s in streams_of_group(project.streams, group)]
+    if not sources:
+        return None
+    tracking = project.runtime.tracking
+    if tracking is None:
+        return RecipeStreams(sources=sources)
+    return RecipeStreams(sources=sources, **tracking.model_dump(exclude={"regions"}),
+                         regions=REGIONS_FILE if tracking.regions else None)
+
+
+def _place_regions(project: Project, streams: RecipeStreams | None, folder: Path) -> None:
+    """The project's regions file as the model folder's ``REGIONS_FILE`` (removed where the recipe has none)."""
+    target = folder / REGIONS_FILE
+    tracking = project.runtime.tracking
+    if streams is None or streams.regions is None or tracking is None or tracking.regions is None:
+        target.unlink(missing_ok=True)
+        return
+    atomic_write_bytes(target, project.path(tracking.regions).read_bytes())
 
 
 def recipe_task(project: Project) -> RecipeTask:

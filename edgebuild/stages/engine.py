@@ -15,12 +15,13 @@ asks for a farm board where the group needs one, and turns a refused group into 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.content import digest, file_sha256
 from edgebuild.devices.engines import EngineRecord, EngineStateStore
+from edgebuild.devices.recipes import recipe_streams
 from edgebuild.errors import AccuracyGateError
 from edgebuild.pipeline.runner import Stage
 from edgebuild.stages.gate import GATE
@@ -54,12 +55,12 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
     # what the accept step reads matters only where an engine is (or was) measured on a device
     measured = bool(state.measured) or decide_placement(group.target, session.host(), build_on)[0] not in (
         "deferred", "host-check")
-    return {
+    key = {
         # every candidate the accept step may fall back to, and the engines refused before
         "candidates": digest([[c.precision, c.kept_fp32, c.retention, c.backend, file_sha256(gate.folder / c.onnx)]
                               for c in order]),
         "refused": digest(sorted(state.measured)),
-        "model": digest([project.project.name, project.ota.version, project.runtime.model_dump(),
+        "model": digest([project.project.name, project.ota.version, project.runtime.model_dump(exclude={"tracking"}),
                          [s.model_dump() for s in project.model.inputs]]),
         "first_boot_fallback": str(project.accuracy.first_boot_fallback),
         "accept": digest([gate.policy.as_dict(), validation_key(project)] if measured else None),
@@ -69,6 +70,11 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
         "build_on": build_on or "",
         "host": digest(session.host().as_dict()),
     }
+    streams = recipe_streams(project, group.name)
+    if streams is not None:  # a key only where the group tracks: the other groups' keys stay as they were
+        regions = project.runtime.tracking.regions if project.runtime.tracking else None
+        key["streams"] = digest([asdict(streams), file_sha256(project.path(regions)) if regions else None])
+    return key
 
 
 def _run(inputs: CompileInputs) -> EngineRecord:

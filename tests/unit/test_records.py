@@ -13,7 +13,7 @@ import pytest
 
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
-from edgebuild.devices.recipes import recipe_task
+from edgebuild.devices.recipes import recipe_streams, recipe_task
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
 from edgebuild.project.template import FoundPostprocess
@@ -237,6 +237,55 @@ def test_a_recipe_of_each_task_form_reads_back_what_it_wrote(tmp_path: Path, for
     shutil.copy(folder / "model.onnx", old / "model.onnx")
     (old / RECIPE_FILE).write_text(json.dumps(stored, indent=2) + "\n")
     assert Recipe.load(old).save(old).read_text() == written
+
+
+_STREAMS_TOML = TINY_TOML + """
+[[streams]]
+source = "rtsp://10.0.0.21/stream1"
+name = "gate"
+max_fps = 15
+
+[[streams]]
+source = "/dev/video0"
+group = "dock"
+
+[runtime.tracking]
+mode = "instead"
+mqtt = "broker.local"
+regions = "regions.json"
+"""
+
+
+def test_the_recipe_streams_are_the_groups_own_and_read_back_key_for_key(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path / "project", _STREAMS_TOML)
+    (tmp_path / "project" / "regions.json").write_text('[{"name": "door", "box": [0, 0, 10, 10]}]')
+    project = load_project(tmp_path / "project")
+    streams = recipe_streams(project, "yard-cams")
+    assert streams is not None and [(s.source, s.name, s.max_fps) for s in streams.sources] == [
+        ("rtsp://10.0.0.21/stream1", "gate", 15.0)]
+    assert (streams.mode, streams.tracker, streams.mqtt, streams.regions) == ("instead", "bytetrack", "broker.local",
+                                                                              "regions.json")
+    assert len(recipe_streams(project, "dock").sources) == 2  # type: ignore[union-attr]
+    folder = write_artifact(tmp_path / "folder")
+    (folder / "regions.json").write_text("[]")
+    path = recipe_for(folder, TARGET, streams=streams).save(folder)
+    stored = json.loads(path.read_text())
+    # every field as the record holds it, in its order
+    assert stored["streams"] == {"sources": [{"source": "rtsp://10.0.0.21/stream1", "name": "gate", "max_fps": 15.0}],
+                                 "tracker": "bytetrack", "mode": "instead", "jsonl": "tracks.jsonl", "sse_port": None,
+                                 "mqtt": "broker.local", "mqtt_topic": "edgebuild", "regions": "regions.json"}
+    again = Recipe.load(folder)
+    assert again.streams == streams and "regions.json" in again.file_names(engine=False)
+    _same_json(again.to_dict(), stored)
+    # a group that tracks nothing: no streams key at all, as recipes were written before it
+    plain = recipe_for(folder, TARGET).save(folder)
+    assert "streams" not in json.loads(plain.read_text()) and Recipe.load(folder).streams is None
+    stored["streams"]["mode"] = "alone"
+    with pytest.raises(ConfigError, match="field 'streams.mode' is 'alone', not one of beside, instead"):
+        Recipe.from_dict(stored)
+    stored["streams"] = {"sources": [{"source": "a.mp4", "fps": 3}]}
+    with pytest.raises(ConfigError, match="unknown field 'streams.sources\\[0\\].fps'"):
+        Recipe.from_dict(stored)
 
 
 def test_the_recipe_postprocess_is_typed_and_sparse() -> None:

@@ -26,7 +26,8 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
 __all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeAcceptance",
-           "RecipeModule", "RecipeLimits", "RecipePostprocess", "RecipeTask", "RuntimeSettings", "TensorSpec"]
+           "RecipeModule", "RecipeLimits", "RecipePostprocess", "RecipeStream", "RecipeStreams", "RecipeTask",
+           "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"
@@ -37,6 +38,11 @@ ENGINE_JSON = "engine.json"
 ACCEPTANCE_FILE = "acceptance.npz"
 #: the subfolder of a first-boot folder holding the recipe the device falls back to (FP16)
 FALLBACK_FOLDER = "fallback"
+#: the regions file of ``[runtime.tracking] regions``, copied into the model folder
+REGIONS_FILE = "regions.json"
+#: how the entry point runs a recipe's streams: beside the server, or instead of it
+TRACKING_MODES = ("beside", "instead")
+TRACKERS = ("bytetrack", "ocsort")
 #: the precisions an engine is built at (the device contract owns them; the TensorRT backend reads them)
 PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -153,6 +159,33 @@ class RecipeLimits:
 
 
 @dataclass(frozen=True)
+class RecipeStream:
+    """One ``[[streams]]`` entry the group's devices track: ``edgebuild track --source``, its name and fps."""
+
+    source: str
+    name: Optional[str] = None
+    max_fps: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class RecipeStreams:
+    """The group's ``[[streams]]`` and ``[runtime.tracking]``: what the container's entry point tracks, beside
+    the server or instead of it, and where the tracked frames go (``edgebuild track``'s options)."""
+
+    sources: List[RecipeStream]
+    tracker: str = "bytetrack"
+    #: one of TRACKING_MODES
+    mode: str = "beside"
+    #: the JSON lines file on the device; a relative path is in the engine cache
+    jsonl: str = "tracks.jsonl"
+    sse_port: Optional[int] = None
+    mqtt: Optional[str] = None  # HOST[:PORT]
+    mqtt_topic: str = "edgebuild"
+    #: ``REGIONS_FILE`` where the project names regions: a file of the model folder
+    regions: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """A model output as the KServe v2 metadata gives it: datatype and shape (-1 for a dynamic axis)."""
 
@@ -233,6 +266,8 @@ class Recipe:
     outputs: Optional[Dict[str, TensorSpec]] = None
     #: what the outputs mean (a folder written before it existed: None, raw tensors only)
     task: Optional[RecipeTask] = None
+    #: what the group's devices track (``[[streams]]``); None: they serve only (the field is then left out)
+    streams: Optional[RecipeStreams] = None
     schema: str = RECIPE_SCHEMA
 
     # -- the folder ------------------------------------------------------------------------------
@@ -240,6 +275,8 @@ class Recipe:
     def file_names(self, engine: bool = True) -> List[str]:
         """The folder's files: the recipe and the ONNX, and with ``engine`` engine.plan and engine.json."""
         names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
+        if self.streams is not None and self.streams.regions:
+            names.append(self.streams.regions)
         if self.fallback:  # the fallback recipe is deferred: it never holds an engine
             names += ["{}/{}".format(self.fallback, n) for n in (RECIPE_FILE, ONNX_FILE, ACCEPTANCE_FILE)]
         if engine:
@@ -304,6 +341,8 @@ class Recipe:
         data = json.loads(json.dumps(asdict(self)))  # the JSON's own shapes: a tuple field is a list
         if self.task is not None:  # sparse: only the keys of the task's form
             data["task"]["postprocess"] = self.task.postprocess.as_dict()
+        if self.streams is None:  # a recipe without streams is written as before they were recorded
+            del data["streams"]
         return dict(schema=data.pop("schema"), **data)
 
     def save(self, folder: Union[str, Path]) -> Path:
@@ -460,6 +499,8 @@ def _check_values(recipe: Recipe) -> None:
     if recipe.task is not None and recipe.task.outputs not in OUTPUT_FORMS:
         raise _FieldError("field 'task.outputs' is {!r}, not one of {}".format(recipe.task.outputs,
                                                                               ", ".join(OUTPUT_FORMS)))
+    if recipe.streams is not None:
+        _check_streams(recipe.streams)
     runtime = recipe.runtime
     if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
         raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "
@@ -469,6 +510,14 @@ def _check_values(recipe: Recipe) -> None:
     if any(not 1 <= size <= runtime.max_batch_size for size in runtime.preferred_batch_size):
         raise _FieldError("field 'runtime.preferred_batch_size' must hold sizes from 1 to max_batch_size {}, "
                           "not {}".format(runtime.max_batch_size, _shown(runtime.preferred_batch_size)))
+
+
+def _check_streams(streams: RecipeStreams) -> None:
+    if not streams.sources:
+        raise _FieldError("field 'streams.sources' names no source")
+    for key, value, allowed in (("mode", streams.mode, TRACKING_MODES), ("tracker", streams.tracker, TRACKERS)):
+        if value not in allowed:
+            raise _FieldError("field 'streams.{}' is {!r}, not one of {}".format(key, value, ", ".join(allowed)))
 
 
 def recipe_of(recipe: Union[Recipe, JsonObject]) -> Recipe:
