@@ -60,13 +60,24 @@ def _inspect(args: argparse.Namespace) -> JsonObject:
 
 
 def _serve(args: argparse.Namespace) -> JsonObject:
+    """The container's entry point: the server, and the streams the recipe names (``[[streams]]``) beside it
+    once it is warm, or only those streams (``[runtime.tracking] mode = "instead"``)."""
     from edgebuild.runtime.serving.server import serve
+    from edgebuild.runtime.streams.from_recipe import recipe_tracking
+    from edgebuild.runtime.streams.pipeline import render_summary
 
+    tracking = recipe_tracking(args.artifact, args.backend, args.engine_cache, progress=_progress)
+    if tracking is not None and tracking.mode == "instead":
+        _progress("serve: the recipe tracks its streams instead of serving ([runtime.tracking] mode = \"instead\")")
+        summary = tracking.run()
+        _progress(render_summary(summary))
+        return {"track": summary}
+    beside = {} if tracking is None else {"after_ready": tracking.start, "streams": tracking.status}
     serve(args.artifact, host=args.host, port=args.port, grpc_port=args.grpc_port, backend=args.backend,
           warmup_budget_s=args.warmup_budget_s,
           engine_cache=args.engine_cache, max_batch_size=args.max_batch_size,
           max_queue_delay_ms=args.max_queue_delay_ms, preferred_batch_size=args.preferred_batch_size,
-          instance_count=args.instance_count)
+          instance_count=args.instance_count, **beside)
     return {"stopped": True}
 
 

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.serving import model_answers, protocol
 from edgebuild.runtime.serving.bad_request import BadRequest
 from edgebuild.runtime.serving.http_messages import Answer, Request, error
@@ -78,20 +79,24 @@ def _notify_ready(backend: str) -> None:
 # -- the endpoints -----------------------------------------------------------------------------
 
 def make_handler(services: Union[ModelService, Dict[str, ModelService]],
-                 shared_memory: Optional[SystemSharedMemory] = None) -> Callable[[Request], Answer]:
+                 shared_memory: Optional[SystemSharedMemory] = None,
+                 streams: Optional[Callable[[], JsonObject]] = None) -> Callable[[Request], Answer]:
     """``handle(request) -> Answer``: the v2 endpoints of one model service, or of every model of a
     group folder (by name: the server is ready when every one is), and the system shared-memory
-    extension's (``shared_memory``: its registered regions)."""
+    extension's (``shared_memory``: its registered regions). ``streams``: the state of the streams tracked
+    beside the server (``/v2/streams``, and its ``state`` as ``tracking`` in ``/v2/health/ready``)."""
     models = "/v2/models/"
     by_name = services if isinstance(services, dict) else {services.name: services}
     memory = shared_memory if shared_memory is not None else SystemSharedMemory()
 
     def handle(request: Request) -> Answer:
         path, method = request.path, request.method
-        if path in ("/v2/health/live", "/v2/health/ready", "/v2", "/metrics"):
+        if path in ("/v2/health/live", "/v2/health/ready", "/v2", "/metrics", "/v2/streams"):
             if method not in ("GET", "HEAD"):
                 return error(405, "{} takes GET, not {}".format(path, method), Allow="GET")
-            return _server_route(by_name, path)
+            if path == "/v2/streams":
+                return Answer(200, streams()) if streams else error(404, "this server tracks no streams")
+            return _server_route(by_name, path, streams)
         if path.startswith(models):
             return _model_route(by_name, request, path[len(models):].split("/"), memory)
         if path.startswith("/v2/systemsharedmemory/"):
@@ -112,20 +117,23 @@ def make_handler(services: Union[ModelService, Dict[str, ModelService]],
     return handle
 
 
-def _server_route(services: Dict[str, ModelService], path: str) -> Answer:
+def _server_route(services: Dict[str, ModelService], path: str,
+                  streams: Optional[Callable[[], JsonObject]] = None) -> Answer:
     if path == "/v2/health/live":
         return Answer(200, {"live": True})
     if path == "/v2/health/ready":
+        # the streams tracked beside the server: waiting (for the warm-up), running, ended or failed
+        tracking = {"tracking": streams()["state"]} if streams is not None else {}
         waiting = {n: s.failed or "warming up" for n, s in services.items() if not s.ready.is_set()}
         if len(services) == 1:
             (service,) = services.values()
             if not waiting:
-                return Answer(200, {"ready": True, "warmup": service.warmup})
-            return Answer(503, {"ready": False, "error": service.failed or "warming up"})
+                return Answer(200, dict({"ready": True, "warmup": service.warmup}, **tracking))
+            return Answer(503, dict({"ready": False, "error": service.failed or "warming up"}, **tracking))
         if not waiting:  # a group: ready once every model is (warm-up and acceptance, or its fallback)
-            return Answer(200, {"ready": True, "models": {n: s.warmup for n, s in services.items()}})
-        return Answer(503, {"ready": False, "error": "; ".join("{}: {}".format(n, w) for n, w in waiting.items()),
-                            "models": {n: n not in waiting for n in services}})
+            return Answer(200, dict({"ready": True, "models": {n: s.warmup for n, s in services.items()}}, **tracking))
+        return Answer(503, dict({"ready": False, "error": "; ".join("{}: {}".format(n, w) for n, w in waiting.items()),
+                                 "models": {n: n not in waiting for n in services}}, **tracking))
     if path == "/metrics":
         return Answer(200, merged_metrics([s.metrics_text() for s in services.values()]), "text/plain; version=0.0.4")
     return Answer(200, protocol.SERVER_METADATA)
@@ -266,6 +274,8 @@ class Server:
             require_grpc()
         limits = {k: options.pop(k, v) for k, v in HTTP_LIMITS.items()}
         on_ready = options.pop("on_ready", _notify_ready)
+        self._after_ready = options.pop("after_ready", None)  # type: Optional[Callable[[], Any]]
+        streams = options.pop("streams", None)  # type: Optional[Callable[[], JsonObject]]
         folders = model_folders(folder)  # one model folder, or every model of a group folder
         self._ready_left = len(folders)
         self._ready_lock = threading.Lock()
@@ -278,7 +288,7 @@ class Server:
         self.shared_memory = SystemSharedMemory()
         # enough threads for the batcher to see every request it can use (``request_threads``)
         limits["workers"] = request_threads(limits["workers"], self.services.values())
-        self.httpd = HTTPServer((host, port), make_handler(dict(self.services), self.shared_memory),
+        self.httpd = HTTPServer((host, port), make_handler(dict(self.services), self.shared_memory, streams),
                                 max_body=max(s.max_body for s in self.services.values()),
                                 on_refused=self._refused, inline=_never_blocks, on_sent=self._sent, **limits)
         self.port = self.httpd.server_address[1]
@@ -306,6 +316,8 @@ class Server:
             last = self._ready_left == 0
         if last and self._on_ready is not None:  # the server is ready once every model is
             self._on_ready(backend)
+        if last and self._after_ready is not None:  # e.g. the streams tracked beside the server
+            self._after_ready()
 
     def _refused(self, status: int) -> None:
         self.service.record("bad_request" if status == 413 else "refused")

@@ -68,6 +68,17 @@ class TrackSettings:
     regions: Optional[Path] = None
     video: Optional[Path] = None
     video_stream: int = 0
+    # per stream, in the order of ``sources`` (shorter: the rest unnamed, at ``max_fps``): each stream's name
+    # (the records' "name") and its own frame rate cap (``[[streams]] max_fps``)
+    names: Sequence[Optional[str]] = ()
+    stream_max_fps: Sequence[Optional[float]] = ()
+
+    def name_of(self, stream: int) -> Optional[str]:
+        return self.names[stream] if stream < len(self.names) else None
+
+    def max_fps_of(self, stream: int) -> Optional[float]:
+        own = self.stream_max_fps[stream] if stream < len(self.stream_max_fps) else None
+        return own or self.max_fps
 
 
 class StageTimes:
@@ -122,10 +133,11 @@ class TrackingPipeline:
         self.batches = _Batches()
         open_with = opener or (lambda source: open_capture(source, jetpack_major))
         sources = [parse_source(text, i, settings.codec) for i, text in enumerate(settings.sources)]
-        frame_rate = settings.max_fps or 30.0
-        self.streams = [_Stream(StreamReader(s, open_with, max_fps=settings.max_fps, max_frames=settings.frames,
-                                             max_reconnects=settings.max_reconnects, progress=progress),
-                                StreamTracker(settings.tracker, frame_rate, settings.min_score)) for s in sources]
+        self.streams = [_Stream(StreamReader(s, open_with, max_fps=settings.max_fps_of(s.index),
+                                             max_frames=settings.frames, max_reconnects=settings.max_reconnects,
+                                             progress=progress),
+                                StreamTracker(settings.tracker, settings.max_fps_of(s.index) or 30.0,
+                                              settings.min_score)) for s in sources]
         self.arrived = threading.Event()
         for stream in self.streams:
             stream.reader.slot.arrived = self.arrived
@@ -194,7 +206,7 @@ class TrackingPipeline:
             tracks = stream.tracker.update(found)
             self.times.add("tracking", time.perf_counter() - start)
             start = time.perf_counter()
-            tracked = TrackedFrame(frame.stream, frame.number, tracks, frame.time)
+            tracked = TrackedFrame(frame.stream, frame.number, tracks, frame.time, self.settings.name_of(frame.stream))
             for callback in self.on_frame:
                 callback(tracked, frame.image)
             self.times.add("publish", time.perf_counter() - start)
