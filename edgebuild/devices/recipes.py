@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup, Target
 
-__all__ = ["acceptance_payload", "recipe_streams"]
+__all__ = ["acceptance_payload"]
 
 
 def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, placement: str, why: str,

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["StreamEntry", "TrackingSection", "check_regions_file", "check_streams", "streams_of_group"]
+__all__: list[str] = []
 
 _NETWORK = re.compile(r"^(rtsp|rtsps|rtmp|http|https)://\S+$", re.IGNORECASE)
 _CAMERA = re.compile(r"^(/dev/video|v4l2://|csi://)")

@@ -26,8 +26,7 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.preprocess_spec import PreprocessSpec
 
 __all__ = ["ENGINE_FILE", "ENGINE_JSON", "FALLBACK_FOLDER", "ONNX_FILE", "RECIPE_FILE", "Recipe", "RecipeAcceptance",
-           "RecipeModule", "RecipeLimits", "RecipePostprocess", "RecipeStream", "RecipeStreams", "RecipeTask",
-           "RuntimeSettings", "TensorSpec"]
+           "RecipeModule", "RecipeLimits", "RecipePostprocess", "RecipeTask", "RuntimeSettings", "TensorSpec"]
 
 RECIPE_SCHEMA = "edgebuild.recipe/1"
 RECIPE_FILE = "recipe.json"

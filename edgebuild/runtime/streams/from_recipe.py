@@ -21,7 +21,7 @@ from edgebuild.runtime.engines.backends.select import ENGINE_CACHE_ENV
 from edgebuild.runtime.streams.pipeline import Progress, TrackSettings, run_tracking
 from edgebuild.runtime.streams.records import TrackedFrame
 
-__all__ = ["RecipeTracking", "recipe_tracking"]
+__all__: List[str] = []
 
 
 def recipe_tracking(folder: Path, backend: str = "auto", engine_cache: Optional[Path] = None,
