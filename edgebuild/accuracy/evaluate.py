@@ -24,6 +24,7 @@ from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.schema import DetectionPostprocess, InstancePostprocess
 from edgebuild.project.ultralytics_facts import VAL_PRE_NMS_TOP_K, nms_free_head, source_facts
+from edgebuild.runtime.base.recipe import RecipePostprocess, RecipeTask
 from edgebuild.runtime.base.vision import (
     DetectionParams,
     ImageTransform,
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
-           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
+           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "recipe_task",
+           "score_device_results"]
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,
@@ -219,6 +221,25 @@ def detection_settings(project: Project) -> JsonObject | None:
     facts = source_facts(project)
     ultralytics = facts is not None and facts.task == "detect" and not post.in_model
     return _box_decode(post, VAL_PRE_NMS_TOP_K if ultralytics else DetectionParams.pre_nms_top_k)
+
+
+def recipe_task(project: Project) -> RecipeTask:
+    """The recipe's ``task``: what the outputs mean and the preprocessing, from the project (the device's
+    pipelines read it from the recipe; the tracking gate runs the same on the build host)."""
+    decode = detection_settings(project)
+    if project.task.kind in ("pose", "segmentation", "obb"):  # the application decodes (docs/tasks.md)
+        form, post = "raw", project.task.postprocess.model_dump(exclude={"in_model"})
+        if project.task.postprocess.in_model:  # pose, segmentation: the raw outputs are INSTANCE_NMS_OUTPUTS
+            post["in_model"] = True
+        if project.task.kind == "pose":
+            post["kpt_shape"] = list(project.task.kpt_shape)
+    elif decode is None:
+        assert project.task.kind == "classification", "detection_settings is None for a classification task only"
+        form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
+    else:
+        form, post = ("nms" if decode["in_model"] else "raw_head"), decode
+    return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form,
+                      postprocess=RecipePostprocess.from_dict(post), preprocess=preprocess_spec(project))
 
 
 def _box_decode(post: DetectionPostprocess | InstancePostprocess, pre_nms_top_k: int) -> JsonObject:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
-from edgebuild.accuracy.gate_records import Int8Choice, Int8VariantRow, LayerSensitivity, NmsParity
+from edgebuild.accuracy.gate_records import Int8Choice, Int8VariantRow, LayerSensitivity, NmsParity, TrackingGate
 from edgebuild.accuracy.measurements import (
     INT8_CHOICE_SETTINGS,
     Measurement,
@@ -42,6 +42,7 @@ from edgebuild.accuracy.measurements import (
     int8_variants,
 )
 from edgebuild.accuracy.policy import AccuracyPolicy, fastest_predicted
+from edgebuild.accuracy.tracking.gate import TrackingRun, enabled, tracking_decision, tracking_key_parts
 from edgebuild.content import digest
 from edgebuild.errors import AccuracyGateError
 from edgebuild.jsontypes import JsonObject
@@ -83,6 +84,7 @@ class CandidateResult:
     note: str
     rejected_by: list[str]  # targets whose TensorRT parser would not take this graph (then not selectable)
     metrics: dict[str, float] = field(default_factory=dict)  # every metric of the task (pose, masks: box mAP too)
+    refused: str = ""  # why the tracking gate refuses it, both numbers named ("": it does not, or is off)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class GateResult:
     nms_parity: NmsParity | None = None  # None: no NMS inside the model (``{}`` in the file)
     # the FP32 baseline judged (None: a record written before the check existed)
     baseline: BaselineCheck | None = None
+    # [accuracy.tracking]: every candidate's tracks scored and judged (None: not asked for; ``{}`` in the file)
+    tracking: TrackingGate | None = None
 
     @property
     def metric(self) -> str:
@@ -135,6 +139,13 @@ class GateResult:
         data["sensitivity"] = [s.as_dict() for s in self.sensitivity]
         data["int8_choice"] = self.int8_choice.as_dict() if self.int8_choice else {}
         data["nms_parity"] = self.nms_parity.as_dict() if self.nms_parity else {}
+        # written only where the tracking gate ran, so a record of a project without it reads back key for key
+        data.pop("tracking")
+        if self.tracking is not None:
+            data["tracking"] = self.tracking.as_dict()
+        for candidate in data["candidates"]:
+            if not candidate["refused"]:
+                del candidate["refused"]
         data["stage"] = STAGE_VERSION
         return data
 
@@ -147,6 +158,7 @@ class GateResult:
         data["sensitivity"] = [LayerSensitivity.from_dict(s) for s in data["sensitivity"]]
         data["int8_choice"] = Int8Choice.from_dict(data.get("int8_choice") or {})
         data["nms_parity"] = NmsParity.from_dict(data.get("nms_parity") or {})
+        data["tracking"] = TrackingGate.from_dict(data.get("tracking") or {})
         if data.get("baseline") is not None:
             data["baseline"] = BaselineCheck.from_dict(data["baseline"])
         return cls(**data)
@@ -163,14 +175,16 @@ def gate_dir(project: Project) -> Path:
 def measurement_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
     """What the gate's measurements depend on (the stage's key); the thresholds and selection are not in it."""
     return {**float_key_parts(project, export), **int8_key_parts(project),
-            "int8_choice": digest(project.quantize.model_dump(include=set(INT8_CHOICE_SETTINGS)))}
+            "int8_choice": digest(project.quantize.model_dump(include=set(INT8_CHOICE_SETTINGS))),
+            **tracking_key_parts(project)}
 
 
 def decision_settings(project: Project) -> JsonObject:
     """The settings only the decision reads: changing them re-decides from stored measurements."""
     return {**AccuracyPolicy.of(project).as_dict(), "select": project.accuracy.select,
             "baseline": project.accuracy.baseline,
-            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers}
+            "precisions": sorted(project.quantize.precisions), "max_kept_layers": project.quantize.max_kept_layers,
+            **tracking_decision(project)}
 
 
 def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGroup, ...] = (), force: bool = False,
@@ -235,9 +249,13 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             if mixed is not None:
                 measured.append(mixed)
     predicted = _predicted(project, export, groups, measured)
+    tracking = None
+    if enabled(project):  # the tracking gate: every candidate's tracks against FP32's (docs/tracking-gate.md)
+        tracking = TrackingRun(project, store.root, force=force, progress=progress, say=say).judge(
+            [(m.precision, store.gate / m.ships) for m in measured])
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
                      seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity,
-                     predicted=predicted)
+                     predicted=predicted, tracking=tracking)
     result = replace(result, baseline=baseline)
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
@@ -358,7 +376,7 @@ def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGro
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[LayerSensitivity], *,
             groups: tuple[SelectedGroup, ...], notes: list[str], store: MeasurementStore, seconds: float,
             int8_choice: Int8Choice | None = None, nms_parity: NmsParity | None = None,
-            predicted: dict[str, float] | None = None) -> GateResult:
+            predicted: dict[str, float] | None = None, tracking: TrackingGate | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
     policy = AccuracyPolicy.of(project)
     reference = measured[0].value
@@ -371,11 +389,13 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
         retention = policy.retention(m.value, reference)
         base = "int8" if m.precision == "int8-mixed" else m.precision
         rejected = store.rejections(m, groups)
+        refused = tracking.refusal(m.precision) if tracking else ""
         results.append(CandidateResult(
             precision=m.precision, onnx=m.ships, metric=m.metric, value=m.value, retention=round(retention, 6),
-            passed=policy.passes(retention), selectable=base in project.quantize.precisions and not rejected,
+            passed=policy.passes(retention) and not refused,
+            selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected,
-            metrics=dict(m.metrics)))
+            metrics=dict(m.metrics), refused=refused))
     passing = [r for r in results if r.passed and r.selectable]
     ungated = not policy.gated
     if ungated:  # a dry run: every selectable candidate may be selected, the summary says so
@@ -407,7 +427,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
         backend=backend, images=measured[0].images, candidates=results, selected=chosen.precision if chosen else None,
         selection_rule=why, sensitivity=sensitivity, next_steps=[] if chosen else _next_steps(project, results),
         notes=notes, measured=store.measured, stored=store.stored, seconds=seconds, int8_choice=int8_choice,
-        nms_parity=nms_parity)
+        nms_parity=nms_parity, tracking=tracking)
 
 
 def _next_steps(project: Project, results: list[CandidateResult]) -> list[str]:
@@ -446,6 +466,8 @@ def verdict(project: Project, result: GateResult) -> AccuracyGateError | None:
 
 
 def _why_not(project: Project, candidate: CandidateResult) -> str:
+    if candidate.refused:
+        return f" ({candidate.refused})"
     if candidate.rejected_by:
         return f" (TensorRT would reject it: {'; '.join(candidate.rejected_by)})"
     base = "int8" if candidate.precision == "int8-mixed" else candidate.precision

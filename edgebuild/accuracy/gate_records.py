@@ -106,3 +106,82 @@ class NmsParity:
         return (f"NMS inside the model: {self.metric} {self.in_model:.6f} against the host's decode of the "
                 f"FP32 head {self.host_decode:.6f}; the same detections on {self.same_detections} of "
                 f"{self.images} images")
+
+
+@dataclass(frozen=True)
+class TrackingRow:
+    """One candidate's tracks over the tracking set: HOTA, IDF1, MOTA, id switches, and its retention of FP32's
+    gate metric (``[accuracy.tracking] metric``)."""
+
+    precision: str
+    HOTA: float
+    IDF1: float
+    MOTA: float
+    IDSW: int
+    value: float  # the gate's metric (HOTA or IDF1)
+    retention: float
+    passed: bool
+    seconds: float = 0.0
+    stored: bool = False  # read from an earlier run's measurement
+
+    def as_dict(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> TrackingRow:
+        return cls(precision=data["precision"], HOTA=data["HOTA"], IDF1=data["IDF1"], MOTA=data["MOTA"],
+                   IDSW=int(data["IDSW"]), value=data["value"], retention=data["retention"], passed=data["passed"],
+                   seconds=data.get("seconds", 0.0), stored=bool(data.get("stored", False)))
+
+
+@dataclass(frozen=True)
+class TrackingGate:
+    """The tracking gate (``[accuracy.tracking]``, docs/tracking-gate.md): every candidate's tracks scored, and
+    each judged on its retention of FP32's ``metric`` at ``min_retention``."""
+
+    metric: str  # HOTA or IDF1
+    min_retention: float
+    tracker: str
+    video_set: str  # what was tracked, in words ("generated, 4 streams x 150 frames, seed 0" or the folder)
+    streams: int
+    frames: int  # over all streams
+    reference: float  # FP32's metric
+    rows: tuple[TrackingRow, ...]
+
+    def heading(self) -> str:
+        """What was tracked and the rule, in one line (the CLI, the summary and the build report)."""
+        return (f"tracking gate: {self.metric}, min retention {self.min_retention} of FP32 {self.reference:.4f}; "
+                f"{self.tracker} over {self.video_set} ({self.frames} frames)")
+
+    def columns(self) -> list[str]:
+        return ["precision", "HOTA", "IDF1", "MOTA", "IDSW", f"{self.metric} retention", "tracking gate"]
+
+    def table_rows(self) -> list[list[str]]:
+        """One row per candidate under ``columns()``, as text."""
+        return [[r.precision, f"{r.HOTA:.4f}", f"{r.IDF1:.4f}", f"{r.MOTA:.4f}", str(r.IDSW), f"{r.retention:.3f}",
+                 "pass" if r.passed else "FAIL"] for r in self.rows]
+
+    def row(self, precision: str) -> TrackingRow | None:
+        return next((r for r in self.rows if r.precision == precision), None)
+
+    def refusal(self, precision: str) -> str:
+        """Why the tracking gate refuses this candidate, naming both numbers ("": it does not)."""
+        row = self.row(precision)
+        if row is None or row.passed:
+            return ""
+        return (f"tracking {self.metric} {row.value:.4f} keeps {row.retention:.3f} of FP32's {self.reference:.4f}, "
+                f"below [accuracy.tracking] min_retention {self.min_retention}")
+
+    def as_dict(self) -> JsonObject:
+        return {"metric": self.metric, "min_retention": self.min_retention, "tracker": self.tracker,
+                "video_set": self.video_set, "streams": self.streams, "frames": self.frames,
+                "reference": self.reference, "rows": [r.as_dict() for r in self.rows]}
+
+    @classmethod
+    def from_dict(cls, data: JsonObject) -> TrackingGate | None:
+        """``{}`` (the tracking gate not asked for) is None."""
+        if not data:
+            return None
+        return cls(metric=data["metric"], min_retention=data["min_retention"], tracker=data["tracker"],
+                   video_set=data["video_set"], streams=int(data["streams"]), frames=int(data["frames"]),
+                   reference=data["reference"], rows=tuple(TrackingRow.from_dict(r) for r in data["rows"]))

@@ -282,6 +282,10 @@ def gate_text(result: GateResult, groups: list[str], reused: bool) -> str:
              f"{c.latency_ms:.2f}", c.backend, ", ".join(c.kept_fp32) or c.note] for c in result.candidates]
     lines.append(table(rows, ["precision", result.metric, "retention", "gate", "latency ms", "backend", "notes"]))
     lines += baseline_lines(result)
+    if result.tracking is not None:
+        lines.append(result.tracking.heading())
+        lines.append(table(result.tracking.table_rows(), result.tracking.columns()))
+        lines += [f"{c.precision}: refused: {c.refused}" for c in result.candidates if c.refused]
     for c in result.candidates:
         for rejection in c.rejected_by:
             lines.append(f"{c.precision}: TensorRT would reject it: {rejection}")

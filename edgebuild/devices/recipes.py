@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgebuild.accuracy.evaluate import recipe_task
 from edgebuild.content import file_sha256
 from edgebuild.devices.placement import chosen_candidate, fallback_candidate, shippable
 from edgebuild.errors import LimitError
@@ -31,10 +32,8 @@ from edgebuild.runtime.base.recipe import (
     Recipe,
     RecipeLimits,
     RecipeModule,
-    RecipePostprocess,
     RecipeStream,
     RecipeStreams,
-    RecipeTask,
     RuntimeSettings,
     TensorSpec,
 )
@@ -139,26 +138,6 @@ def _place_regions(project: Project, streams: RecipeStreams | None, folder: Path
         target.unlink(missing_ok=True)
         return
     atomic_write_bytes(target, project.path(tracking.regions).read_bytes())
-
-
-def recipe_task(project: Project) -> RecipeTask:
-    """The recipe's ``task``: what the outputs mean and the preprocessing, from the project."""
-    from edgebuild.accuracy.evaluate import detection_settings, preprocess_spec
-
-    decode = detection_settings(project)
-    if project.task.kind in ("pose", "segmentation", "obb"):  # the application decodes (docs/tasks.md)
-        form, post = "raw", project.task.postprocess.model_dump(exclude={"in_model"})
-        if project.task.postprocess.in_model:  # pose, segmentation: the raw outputs are INSTANCE_NMS_OUTPUTS
-            post["in_model"] = True
-        if project.task.kind == "pose":
-            post["kpt_shape"] = list(project.task.kpt_shape)
-    elif decode is None:
-        assert project.task.kind == "classification", "detection_settings is None for a classification task only"
-        form, post = "logits", {"logits_output": project.task.postprocess.logits_output}
-    else:
-        form, post = ("nms" if decode["in_model"] else "raw_head"), decode
-    return RecipeTask(kind=project.task.kind, classes=list(project.task.classes), outputs=form,
-                      postprocess=RecipePostprocess.from_dict(post), preprocess=preprocess_spec(project))
 
 
 #: ONNX tensor element types as KServe v2 datatypes

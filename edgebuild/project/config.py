@@ -226,6 +226,10 @@ def _check_model_against_task(project: Project) -> list[str]:
             f"accuracy.metric: {project.metric!r} does not apply to {task.kind} "
             f"(allowed: {', '.join(allowed_metrics)})"
         )
+    tracking = project.accuracy.tracking
+    if tracking is not None and tracking.enabled and task.kind != "detection":
+        problems.append(f"accuracy.tracking: the tracking gate follows a detector's boxes; this task is {task.kind} "
+                        "(remove [accuracy.tracking] or set enabled = false)")
     if len(set(task.classes)) != len(task.classes):
         problems.append(f"task.classes: class names must be unique, found {task.classes}")
     top_k = re.fullmatch(r"top-(\d+)", project.metric)
@@ -310,6 +314,8 @@ def data_paths(project: Project) -> dict[str, Path]:
         paths["data.validation.images"] = project.path(project.data.validation.images)
     if project.data.validation.annotations:
         paths["data.validation.annotations"] = project.path(project.data.validation.annotations)
+    if project.accuracy.tracking is not None and project.accuracy.tracking.sequences:
+        paths["accuracy.tracking.sequences"] = project.path(project.accuracy.tracking.sequences)
     if project.model.weights:
         paths["model.weights"] = project.path(project.model.weights)
     if project.model.source and not HUB_SOURCE.match(project.model.source):  # a hub's name is no path

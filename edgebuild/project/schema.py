@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgebuild.project.streams_schema import StreamEntry, TrackingSection
+from edgebuild.project.tracking_section import TrackingGateSection
 from edgebuild.targets.presets import parse_size
 
 __all__ = ["HUB_SOURCE", "INSTANCE_KINDS", "NAME_PATTERN", "TASK_KINDS", "WEIGHTED_OPS", "FleetGroup", "OtaSection",
@@ -345,6 +346,8 @@ class AccuracySection(_Section):
     # the FP32 baseline is judged before any candidate (against chance and the metric the model file records;
     # edgebuild.accuracy.baseline): "check" refuses a wrong one, "accept" says the number is known and right
     baseline: Literal["check", "accept"] = "check"
+    # [accuracy.tracking]: the tracking gate (HOTA of tracks, docs/tracking-gate.md); None: not asked for
+    tracking: TrackingGateSection | None = None
 
     @field_validator("min_retention", mode="before")
     @classmethod

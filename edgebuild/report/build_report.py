@@ -301,6 +301,10 @@ def _candidates_text(gate: GateResult | None) -> str:
               for c in gate.candidates]
     if gate.baseline is not None:
         lines.append(gate.baseline.line())
+    if gate.tracking is not None:
+        lines.append(gate.tracking.heading())
+        lines += [f"{r.precision}: HOTA {r.HOTA:.4f}, IDF1 {r.IDF1:.4f}, MOTA {r.MOTA:.4f}, {gate.tracking.metric} "
+                  f"retention {r.retention:.3f}, {'passes' if r.passed else 'FAILS'}" for r in gate.tracking.rows]
     return "\n".join(lines)
 
 

@@ -209,6 +209,10 @@ def _html_gate(report: BuildReport) -> str:
         extra += (f"<p class='small'>{_badge('passed' if gate.baseline.ok else 'failed')} {_e(gate.baseline.line())}"
                   "</p>" + ("<ol>" + "".join(f"<li>{_e(c)}</li>" for c in gate.baseline.causes) + "</ol>"
                             if gate.baseline.causes else ""))
+    if gate.tracking is not None:
+        extra += (f"<h3>Tracking ({_e(gate.tracking.heading())})</h3>"
+                  + _html_table(gate.tracking.columns(), [[_e(v) for v in row] for row in gate.tracking.table_rows()],
+                                numeric={1, 2, 3, 4, 5}))
     choice = gate.int8_choice
     if choice and len(choice.variants) > 1:
         looked = [[_e(v.variant) + (" &#9733;" if v.variant == choice.variant else ""),

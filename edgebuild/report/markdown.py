@@ -91,6 +91,9 @@ def _md_gate(report: BuildReport) -> list[str]:
     if gate.baseline is not None:
         lines += ["", gate.baseline.line()]
         lines += [f"- likely cause {n}: {c}" for n, c in enumerate(gate.baseline.causes, 1)]
+    if gate.tracking is not None:
+        lines += ["", gate.tracking.heading(), ""]
+        lines += _md_table(gate.tracking.columns(), gate.tracking.table_rows())
     choice = gate.int8_choice
     if choice and len(choice.variants) > 1:
         lines += ["", f"INT8 variant: **{choice.variant}**, {choice.why}", ""]

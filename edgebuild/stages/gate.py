@@ -61,7 +61,12 @@ def _relocate(inputs: CompileInputs, record: GateResult) -> GateResult:
 def _describe(result: GateResult) -> str:
     summary = ", ".join(f"{c.precision} {c.retention:.3f}{'' if c.passed else ' FAIL'}" for c in result.candidates)
     chosen = f"selected {result.selected}" if result.selected else "nothing passes"
-    return (f"FP32 {result.metric} {result.reference_value:.4f}; retention {summary}; {chosen} "
+    tracking = ""
+    if result.tracking is not None:
+        t = result.tracking
+        tracking = (f"; tracking FP32 {t.metric} {t.reference:.4f}, retention "
+                    + ", ".join(f"{r.precision} {r.retention:.3f}{'' if r.passed else ' FAIL'}" for r in t.rows))
+    return (f"FP32 {result.metric} {result.reference_value:.4f}; retention {summary}{tracking}; {chosen} "
             f"[{result.backend}; {result.measured} measured, {result.stored} stored]")
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from edgebuild.accuracy.evaluate import recipe_task
 from edgebuild.accuracy.gate import GateResult
 from edgebuild.devices.bench_records import BenchComparison, FleetBenchSummary
-from edgebuild.devices.recipes import recipe_streams, recipe_task
+from edgebuild.devices.recipes import recipe_streams
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
 from edgebuild.project.template import FoundPostprocess
@@ -124,6 +125,24 @@ def test_the_gate_record_reads_back_what_it_wrote() -> None:
     assert typed.nms_parity is not None and typed.nms_parity.same_detections == 2
     assert typed.sensitivity[0].layer == "/backbone/conv1"
     assert GateResult.from_dict(_gate({}, {}), Path("/p")).int8_choice is None
+
+
+def test_a_gate_record_with_the_tracking_gate_reads_back_what_it_wrote() -> None:
+    stored = _gate({}, {})
+    stored["candidates"][0]["refused"] = ("tracking HOTA 0.5000 keeps 0.833 of FP32's 0.6000, below "
+                                          "[accuracy.tracking] min_retention 0.99")
+    row = {"precision": "fp32", "HOTA": 0.6, "IDF1": 0.7, "MOTA": 0.8, "IDSW": 3, "value": 0.6, "retention": 1.0,
+           "passed": True, "seconds": 1.5, "stored": False}
+    stored["tracking"] = {"metric": "HOTA", "min_retention": 0.99, "tracker": "bytetrack",
+                          "video_set": "generated, 2 streams x 30 frames, seed 0", "streams": 2, "frames": 60,
+                          "reference": 0.6, "rows": [row, {**row, "precision": "int8", "HOTA": 0.5, "value": 0.5,
+                                                          "retention": 0.833333, "passed": False}]}
+    stored["stage"] = stored.pop("stage")  # the stage's version is written last
+    result = GateResult.from_dict(stored, Path("/p/build/gate"))
+    _same_json(result.as_dict(), stored)
+    assert result.tracking is not None and result.tracking.row("int8").IDSW == 3  # type: ignore[union-attr]
+    assert result.tracking.refusal("int8").startswith("tracking HOTA 0.5000 keeps 0.833 of FP32's 0.6000")
+    assert result.tracking.refusal("fp32") == "" and result.candidates[0].refused
 
 
 def test_the_container_record_reads_back_what_it_wrote() -> None:

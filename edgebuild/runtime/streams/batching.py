@@ -13,15 +13,15 @@ Python 3.8, numpy.
 
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.recipe import Recipe
-from edgebuild.runtime.base.vision import ImageTransform, PreprocessSpec, preprocess
+from edgebuild.runtime.base.vision import ImageTransform, PreprocessSpec, decode_outputs, preprocess
 
-__all__ = []  # type: List[str]
+__all__ = ["BatchLimits", "detections_of", "prepare_batch"]  # type: List[str]
 
 
 @dataclass(frozen=True)
@@ -98,3 +98,11 @@ def prepare_batch(images: Sequence[Tuple[int, np.ndarray]], spec: PreprocessSpec
                                   size - real))
         at += real
     return runs, time.perf_counter() - start
+
+
+def detections_of(outputs: Dict[str, np.ndarray], run: PreparedBatch, postprocess: Dict[str, Any],
+                  ) -> List[Dict[str, np.ndarray]]:
+    """A run's outputs decoded as the recipe's ``task.postprocess`` says, one detections mapping per real row
+    (the padding dropped), its boxes mapped back into that row's source pixels."""
+    found = decode_outputs(outputs, postprocess)[: len(run.streams)]
+    return [dict(d, boxes=run.transforms[i].boxes_to_original(d["boxes"])) for i, d in enumerate(found)]

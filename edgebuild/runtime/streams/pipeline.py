@@ -23,8 +23,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.group import model_folders
 from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.recipe import Recipe
-from edgebuild.runtime.base.vision import decode_outputs
-from edgebuild.runtime.streams.batching import BatchLimits, PreparedBatch, prepare_batch
+from edgebuild.runtime.streams.batching import BatchLimits, PreparedBatch, detections_of, prepare_batch
 from edgebuild.runtime.streams.publish import (
     AnnotatedVideo,
     EventStream,
@@ -191,7 +190,7 @@ class TrackingPipeline:
         outputs = self.runner.run(run.inputs)
         inference_s = time.perf_counter() - start
         start = time.perf_counter()
-        detections = decode_outputs(outputs, self.task.postprocess.as_dict())[: len(run.streams)]
+        detections = detections_of(outputs, run, self.task.postprocess.as_dict())
         self.times.add("inference", inference_s)
         self.times.add("output_decode", time.perf_counter() - start)
         self.batches.runs += 1
@@ -201,7 +200,6 @@ class TrackingPipeline:
         self.batches.sizes[size] = self.batches.sizes.get(size, 0) + 1
         for index, found in enumerate(detections):
             stream, frame = by_stream[run.streams[index]]
-            found = dict(found, boxes=run.transforms[index].boxes_to_original(found["boxes"]))
             start = time.perf_counter()
             tracks = stream.tracker.update(found)
             self.times.add("tracking", time.perf_counter() - start)

@@ -80,6 +80,14 @@ BROKEN = [
      "runtime.instance_count", "greater than or equal to 1"),
     ("preferred-past-the-max-batch", lambda t: t + "\n[runtime]\nmax_batch_size = 4\npreferred_batch_size = [2, 8]\n",
      "runtime.preferred_batch_size", "[8] is outside 2 to max_batch_size (4)"),
+    ("tracking-metric-not-judged", lambda t: t + '\n[accuracy.tracking]\nmetric = "MOTA"\n',
+     "accuracy.tracking.metric", "'HOTA' or 'IDF1'"),
+    ("tracking-unknown-tracker", lambda t: t + '\n[accuracy.tracking]\ntracker = "sort"\n',
+     "accuracy.tracking.tracker", "'bytetrack' or 'ocsort'"),
+    ("tracking-set-twice", lambda t: t + '\n[accuracy.tracking]\nsequences = "mot"\nstreams = 2\n',
+     "accuracy.tracking", "sequences names the set, so streams"),
+    ("tracking-sequences-missing", lambda t: t + '\n[accuracy.tracking]\nsequences = "mot"\n',
+     "accuracy.tracking.sequences", "path does not exist"),
     ("preferred-not-a-number", lambda t: t + '\n[runtime]\npreferred_batch_size = ["four"]\n',
      "runtime.preferred_batch_size[0]", "valid integer"),
 ]
@@ -244,3 +252,26 @@ def test_a_folder_as_the_model_or_the_project_file_is_said(tmp_path: Path) -> No
     (tmp_path / "other" / "edgebuild.toml").mkdir(parents=True)
     with pytest.raises(ConfigError, match="edgebuild.toml: a folder, not a project file"):
         load_project(tmp_path / "other")
+
+
+def test_the_tracking_table_reads_with_its_defaults(tmp_path: Path) -> None:
+    write_tiny_project(tmp_path, TINY_TOML.replace("min_retention = 0.92", "min_retention = 0.92\n\n"
+                                                  "[accuracy.tracking]\nmin_retention = 1.5\nframes = 30"))
+    tracking = load_project(tmp_path).accuracy.tracking
+    assert tracking is not None and tracking.enabled and tracking.metric == "HOTA" and tracking.tracker == "bytetrack"
+    assert (tracking.streams, tracking.frames, tracking.seed, tracking.min_retention) == (4, 30, 0, 1.5)
+    write_tiny_project(tmp_path)
+    assert load_project(tmp_path).accuracy.tracking is None
+
+
+def test_the_tracking_gate_is_refused_for_a_task_that_is_not_detection(tmp_path: Path) -> None:
+    from tests.support.project import EXAMPLES
+
+    text = (EXAMPLES / "digits-classifier" / "edgebuild.toml").read_text()
+    (tmp_path / "edgebuild.toml").write_text(text + "\n[accuracy.tracking]\nstreams = 2\n")
+    with pytest.raises(ConfigError) as caught:
+        load_project(tmp_path, check_paths=False)
+    assert "accuracy.tracking: the tracking gate follows a detector's boxes; this task is classification" \
+        in str(caught.value)
+    (tmp_path / "edgebuild.toml").write_text(text + "\n[accuracy.tracking]\nenabled = false\n")
+    assert load_project(tmp_path, check_paths=False).accuracy.tracking is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebuild.devices.recipes import recipe_task
+from edgebuild.accuracy.evaluate import recipe_task
 from edgebuild.project.config import load_project
 from edgebuild.runtime.base.recipe import ENGINE_FILE, ENGINE_JSON, Recipe, TensorSpec
 from edgebuild.runtime.base.vision import NMS_OUTPUTS, preprocess
