@@ -244,6 +244,8 @@ def validate_command(cli: CliContext, project_dir: Path, selector: str, force: b
     fails, the most sensitive layers are kept in floating point until it passes or
     quantize.max_kept_layers is reached. Measurements are stored apart from the decision, so
     changing only the threshold, accuracy.select or quantize.precisions re-decides at once.
+    With an [accuracy.tracking] table, each candidate also tracks a video set and must keep
+    its min_retention of FP32's HOTA (or IDF1); HOTA, IDF1 and MOTA are shown per candidate.
     Exits with code 11 when nothing selectable passes.
     """
     from edgebuild.workflows import validate

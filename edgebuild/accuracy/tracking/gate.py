@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.project.tracking_section import TrackingGateSection
 
-__all__ = []  # the gate (accuracy/gate.py, this layer) is its one user
+__all__ = ["TrackingRun"]
 
 SET_DIR = "tracking-set"
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg")
