@@ -38,8 +38,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
 
 __all__ = ["ACCEPTANCE_IMAGES", "ACCEPTANCE_VERSION", "Evaluation", "ValidationSet", "acceptance_set",
-           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "recipe_task",
-           "score_device_results"]
+           "detection_settings", "device_inputs", "evaluate", "preprocess_spec", "score_device_results"]
 
 
 def evaluate(project: Project, runner: Runner, *, data: ValidationSet | None = None,

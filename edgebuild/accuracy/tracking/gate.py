@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from edgebuild.project.config import Project
     from edgebuild.project.tracking_section import TrackingGateSection
 
-__all__ = ["TrackingRun"]
+__all__: list[str] = []
 
 SET_DIR = "tracking-set"
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg")

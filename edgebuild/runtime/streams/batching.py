@@ -21,7 +21,7 @@ from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.recipe import Recipe
 from edgebuild.runtime.base.vision import ImageTransform, PreprocessSpec, decode_outputs, preprocess
 
-__all__ = ["BatchLimits", "detections_of", "prepare_batch"]  # type: List[str]
+__all__ = []  # type: List[str]
 
 
 @dataclass(frozen=True)

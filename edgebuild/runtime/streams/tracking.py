@@ -16,7 +16,7 @@ import numpy as np
 from edgebuild.errors import CapabilityMissing, ConfigError
 from edgebuild.runtime.streams.records import Track
 
-__all__ = ["StreamTracker"]  # type: List[str]
+__all__ = []  # type: List[str]
 
 TRACKERS = ("bytetrack", "ocsort")
 _INSTALL = ("pip install trackers supervision (they need Python 3.10 or newer: on JetPack 5, run in a container "
