@@ -59,6 +59,7 @@ def test_track_writes_every_stream_and_frame_with_stable_ids(model_folder: Path,
         (first, a), (last, b) = circle[0], circle[-1]
         assert (b.box[0] + b.box[2] - a.box[0] - a.box[2]) / 2 == pytest.approx(2 * (last - first), abs=4)
     assert "ms per frame: video_decode" in result.output and "stream 1 (file" in result.output
+    assert "latency, read to result: p50" in result.output
 
 
 def test_a_failing_source_is_reported_and_the_others_are_whole(model_folder: Path, videos: list[Path],
@@ -73,6 +74,8 @@ def test_a_failing_source_is_reported_and_the_others_are_whole(model_folder: Pat
     streams = {s["stream"]: s for s in summary["streams"]}
     assert streams[0]["errors"] == [f"cannot open or read {tmp_path / 'missing.mp4'}"]
     assert streams[1]["frames"] == 10 and streams[1]["errors"] == []
+    latency = summary["latency_ms"]  # from the start of each frame's read to its tracks
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < 5000, latency
     assert streams[2]["frames"] == 0 and streams[2]["reconnects"] >= 1  # retried until --seconds ended the run
     assert sorted(f.frame for f in _lines(out) if f.stream == 1) == list(range(10))
     assert {f.stream for f in _lines(out)} == {1}
