@@ -26,8 +26,8 @@ BUILD_SIDE_ONLY = {"torch", "click", "pydantic", "onnx", "tqdm", "PIL", "pycocot
 #: image may have PIL, OpenCV or neither; the bench then says preprocessing was not measured); the streams'
 #: video capture (OpenCV) and trackers (Roboflow's trackers and supervision: Python 3.10 and newer); the tracked
 #: results' MQTT publisher (paho-mqtt) and annotated video (OpenCV), each only when asked for: each raises
-#: CapabilityMissing saying what to install
-OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}, "sources.py": {"cv2"},
+#: CapabilityMissing saying what to install; the letterbox's resize (OpenCV's where installed, else numpy's)
+OPTIONAL_ON_THE_DEVICE = {"bench_request.py": {"PIL", "cv2"}, "sources.py": {"cv2"}, "vision.py": {"cv2"},
                           "tracking.py": {"trackers", "supervision"}, "publish.py": {"paho", "cv2"}}
 
 
