@@ -44,11 +44,12 @@ def _opencv() -> Any:
     """OpenCV where it is installed (on a device image it may not be), else None; imported on first use."""
     global _CV2
     if _CV2 is False:
+        found: Any = None
         try:
-            import cv2
+            import cv2 as found
         except ImportError:
-            cv2 = None
-        _CV2 = cv2
+            pass
+        _CV2 = found
     return _CV2
 
 
