@@ -9,6 +9,8 @@ variant (a range method, with and without bias correction) is made from them and
 cheap signal, the SQNR of its outputs against FP32's on ``quantize.sensitivity_images``
 validation images; the best ``quantize.measure_best`` are measured with the project's metric
 and the one with the highest retention is the INT8 candidate (the report says which and why).
+With ``[accuracy.tracking]`` the variants that keep min_retention are tracked too, best first, and the
+first that also keeps the tracking gate's min_retention is the candidate (``_track_int8``).
 When it still fails, the layers are ranked by the quantization error of their activation inputs
 (per-channel SQNR in one run of the INT8 graph), the worst are kept in floating point one more
 at a time and re-evaluated, until the gate passes or quantize.max_kept_layers is reached.
@@ -42,7 +44,13 @@ from edgebuild.accuracy.measurements import (
     int8_variants,
 )
 from edgebuild.accuracy.policy import AccuracyPolicy, fastest_predicted
-from edgebuild.accuracy.tracking.gate import TrackingRun, enabled, tracking_decision, tracking_key_parts
+from edgebuild.accuracy.tracking.gate import (
+    TRACKED_INT8_VARIANTS,
+    TrackingRun,
+    enabled,
+    tracking_decision,
+    tracking_key_parts,
+)
 from edgebuild.content import digest
 from edgebuild.errors import AccuracyGateError
 from edgebuild.jsontypes import JsonObject
@@ -232,6 +240,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         measured.append(fp16)
     sensitivity: list[LayerSensitivity] = []
     choice: Int8Choice | None = None
+    tracker = TrackingRun(project, store.root, force=force, progress=progress, say=say) if enabled(project) else None
     if "int8" in wanted and store.placement.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
                      "(quantize.op_types), so TensorRT would run nothing in INT8")
@@ -240,7 +249,9 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         from edgebuild.accuracy.quantize import check_calibration
 
         check_calibration(project, say)
-        int8, choice = _choose_int8(project, policy, store, fp32, say)
+        int8, choice, preferred = _choose_int8(project, policy, store, fp32, say)
+        if tracker is not None and len(preferred) > 1:
+            int8, choice = _track_int8(policy, tracker, store.gate, fp32, preferred, choice)
         measured.append(int8)
         if policy.refuses(policy.retention(int8.value, fp32.value)) and project.quantize.max_kept_layers > 0:
             sensitivity = store.ranking(int8)
@@ -250,9 +261,8 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
                 measured.append(mixed)
     predicted = _predicted(project, export, groups, measured)
     tracking = None
-    if enabled(project):  # the tracking gate: every candidate's tracks against FP32's (docs/tracking-gate.md)
-        tracking = TrackingRun(project, store.root, force=force, progress=progress, say=say).judge(
-            [(m.precision, store.gate / m.ships) for m in measured])
+    if tracker is not None:  # the tracking gate: every candidate's tracks against FP32's (docs/tracking-gate.md)
+        tracking = tracker.judge([(m.precision, store.gate / m.ships) for m in measured])
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
                      seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity,
                      predicted=predicted, tracking=tracking)
@@ -295,14 +305,15 @@ def _check_nms_parity(project: Project, store: MeasurementStore, fp32: Measureme
 
 
 def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
-                 progress: Progress) -> tuple[Measurement, Int8Choice]:
-    """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal."""
+                 progress: Progress) -> tuple[Measurement, Int8Choice, list[Measurement]]:
+    """The INT8 variant with the highest retention among the best ``measure_best`` by the cheap signal, and every
+    variant measured, in that preference (the chosen one first)."""
     variants = int8_variants(project)
     if len(variants) == 1:
         only = store.candidate("int8", variant=variants[0])
         assert only is not None  # the first INT8 graph of a run is never one already measured
         why = "the one variant quantize.calibration_method and quantize.bias_correction name"
-        return only, Int8Choice(only.variant, why, (Int8VariantRow(only.variant, only.value, ranked=False),))
+        return only, Int8Choice(only.variant, why, (Int8VariantRow(only.variant, only.value, ranked=False),)), [only]
     started = time.perf_counter()
     signals = {v.name: store.signal(v) for v in variants}
     looked = [v for v in variants if signals[v.name] is not None]
@@ -326,7 +337,8 @@ def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementSto
         if measurement is not None:
             tried.append(measurement)
             further += 1
-    best = max(tried, key=lambda m: (m.value, signals[m.variant]))
+    preferred = sorted(tried, key=lambda m: (-m.value, -signals[m.variant]))  # type: ignore[operator]
+    best = preferred[0]
     rows = []
     for v in variants:
         m = next((t for t in tried if t.variant == v.name), None)
@@ -336,7 +348,40 @@ def _choose_int8(project: Project, policy: AccuracyPolicy, store: MeasurementSto
            f"the {len(tried) - further} best of {len(looked)} variants by output SQNR on "
            f"{min(len(store.data), project.quantize.sensitivity_images)} images"
            + (f", and {further} more measured because none of those kept min_retention" if further else ""))
-    return best, Int8Choice(best.variant, why, tuple(rows))
+    return best, Int8Choice(best.variant, why, tuple(rows)), preferred
+
+
+def _track_int8(policy: AccuracyPolicy, tracker: TrackingRun, gate: Path, fp32: Measurement,
+                preferred: list[Measurement], choice: Int8Choice) -> tuple[Measurement, Int8Choice]:
+    """With [accuracy.tracking]: the first variant, in the metric's preference, that keeps both min_retentions.
+
+    Only variants that keep the gate's min_retention are tracked, at most ``TRACKED_INT8_VARIANTS``, each
+    once (the tracking gate reuses them); where none keeps the tracking one, the metric's choice stands.
+    """
+    section = tracker.section
+    passing = [m for m in preferred if policy.keeps(m.value, fp32.value)]
+    keeping = passing[:TRACKED_INT8_VARIANTS]
+    tracked: dict[str, float] = {}
+    chosen = preferred[0]
+    for m in keeping:
+        tracked[m.variant] = tracker.retention(f"int8 ({m.variant})", gate / m.ships, gate / fp32.ships)
+        if tracked[m.variant] >= section.min_retention:
+            chosen = m
+            break
+    if not tracked:
+        return chosen, choice
+    rows = tuple(replace(r, tracking_retention=round(tracked[r.variant], 6)) if r.variant in tracked else r
+                 for r in choice.variants)
+    looked = ", ".join(f"{v} {r:.3f}" for v, r in tracked.items())
+    if tracked.get(chosen.variant, 0.0) >= section.min_retention:
+        head = (f"the best by {fp32.metric} that also keeps [accuracy.tracking] min_retention {section.min_retention}"
+                f" of FP32's {section.metric}")
+    else:
+        head = f"none kept [accuracy.tracking] min_retention {section.min_retention} of FP32's {section.metric}"
+    why = (f"{head} (tracked, best {fp32.metric} first, {len(tracked)} of the {len(passing)} variants keeping "
+           f"min_retention, at most {TRACKED_INT8_VARIANTS}; {section.metric} retention: {looked}); "
+           f"by {fp32.metric} alone: {choice.why}")
+    return chosen, Int8Choice(chosen.variant, why, rows)
 
 
 def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,

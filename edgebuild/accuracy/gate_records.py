@@ -33,23 +33,29 @@ class Int8VariantRow:
     """One INT8 variant the gate looked at: its output SQNR, and its metric and retention where measured.
 
     ``ranked``: whether the variant was ranked by the signal; the one variant of a project that names
-    a single method is not, and its row is written as ``variant`` and ``value`` only."""
+    a single method is not, and its row is written as ``variant`` and ``value`` only.
+    ``tracking_retention``: with ``[accuracy.tracking]``, its tracking metric's retention of FP32's where the
+    INT8 choice tracked it (written only then, so a record without the tracking gate reads back key for key)."""
 
     variant: str
     value: float | None
     sqnr_db: float | None = None
     retention: float | None = None
     ranked: bool = True
+    tracking_retention: float | None = None
 
     def as_dict(self) -> JsonObject:
+        tracked = {} if self.tracking_retention is None else {"tracking_retention": self.tracking_retention}
         if not self.ranked:
-            return {"variant": self.variant, "value": self.value}
-        return {"variant": self.variant, "sqnr_db": self.sqnr_db, "value": self.value, "retention": self.retention}
+            return {"variant": self.variant, "value": self.value, **tracked}
+        return {"variant": self.variant, "sqnr_db": self.sqnr_db, "value": self.value, "retention": self.retention,
+                **tracked}
 
     @classmethod
     def from_dict(cls, data: JsonObject) -> Int8VariantRow:
         return cls(variant=data["variant"], value=data.get("value"), sqnr_db=data.get("sqnr_db"),
-                   retention=data.get("retention"), ranked="sqnr_db" in data)
+                   retention=data.get("retention"), ranked="sqnr_db" in data,
+                   tracking_retention=data.get("tracking_retention"))
 
 
 @dataclass(frozen=True)

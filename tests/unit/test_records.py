@@ -115,15 +115,20 @@ def test_the_gate_record_reads_back_what_it_wrote() -> None:
         {"variant": "minmax", "sqnr_db": 30.1, "value": 0.5, "retention": 0.9},
         {"variant": "entropy", "sqnr_db": None, "value": None, "retention": None}]}
     one = {"variant": "minmax", "why": "the one variant", "variants": [{"variant": "minmax", "value": 0.5}]}
+    tracked = {"variant": "minmax", "why": "tracks best", "variants": [  # [accuracy.tracking]'s INT8 choice
+        {"variant": "minmax", "sqnr_db": 30.1, "value": 0.5, "retention": 0.9, "tracking_retention": 0.999},
+        {"variant": "mse", "sqnr_db": 31.0, "value": 0.6, "retention": 1.0, "tracking_retention": 0.98}]}
     parity = {"metric": "mAP50-95", "host_decode": 0.6, "in_model": 0.6, "difference": 0.0, "images": 2,
               "same_detections": 2, "largest_difference": 0.0, "nms_free": False}
-    for stored in (_gate(ranked, parity), _gate(one, {}), _gate({}, {})):
+    for stored in (_gate(ranked, parity), _gate(one, {}), _gate({}, {}), _gate(tracked, {})):
         result = GateResult.from_dict(stored, Path("/p/build/gate"))
         _same_json(result.as_dict(), stored)
     typed = GateResult.from_dict(_gate(ranked, parity), Path("/p/build/gate"))
     assert typed.int8_choice is not None and typed.int8_choice.variants[0].sqnr_db == 30.1
     assert typed.nms_parity is not None and typed.nms_parity.same_detections == 2
-    assert typed.sensitivity[0].layer == "/backbone/conv1"
+    assert typed.sensitivity[0].layer == "/backbone/conv1" and typed.int8_choice.variants[0].tracking_retention is None
+    choice = GateResult.from_dict(_gate(tracked, {}), Path("/p")).int8_choice
+    assert choice is not None and choice.variants[1].tracking_retention == 0.98
     assert GateResult.from_dict(_gate({}, {}), Path("/p")).int8_choice is None
 
 

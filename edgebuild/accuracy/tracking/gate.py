@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 SET_DIR = "tracking-set"
+#: the most INT8 variants the INT8 choice tracks, best by the gate's metric first, among those that keep its
+#: min_retention (each costs one run over the set: about 15 s for the shapes example's 600 frames on 2 cores)
+TRACKED_INT8_VARIANTS = 3
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
@@ -130,7 +133,8 @@ def tracking_decision(project: Project) -> dict[str, object]:
     if not enabled(project):
         return {}
     section = _section(project)
-    return {"tracking": {"metric": section.metric, "min_retention": section.min_retention}}
+    return {"tracking": {"metric": section.metric, "min_retention": section.min_retention,
+                         "int8_tracked": TRACKED_INT8_VARIANTS}}
 
 
 def _limits(project: Project) -> BatchLimits:
@@ -186,13 +190,24 @@ class TrackingRun:
         self.folder = store_root / "tracking"
         self.parts = tracking_key_parts(project)
         self.words, self.sequences = tracking_sequences(project)
+        self.done: dict[str, tuple[TrackingMetrics, float, bool]] = {}  # by key: each file tracked once a run
 
     def measure(self, precision: str, onnx: Path) -> tuple[TrackingMetrics, float, bool]:
         """``onnx``'s metrics, seconds and whether they were stored (read back) rather than measured now."""
         external = onnx.with_name(f"{onnx.name}.data")
         key = digest({**self.parts, "onnx": file_sha256(onnx),
                       "data": file_sha256(external) if external.exists() else ""})[:16]
-        path = self.folder / f"{key}.json"
+        if key not in self.done:
+            self.done[key] = self._measure(precision, onnx, self.folder / f"{key}.json")
+        return self.done[key]
+
+    def retention(self, precision: str, onnx: Path, fp32: Path) -> float:
+        """``onnx``'s tracking metric (``[accuracy.tracking] metric``) over FP32's, as ``judge`` computes it."""
+        reference = getattr(self.measure("fp32", fp32)[0], self.section.metric)
+        value = getattr(self.measure(precision, onnx)[0], self.section.metric)
+        return value / reference if reference > 0 else 0.0
+
+    def _measure(self, precision: str, onnx: Path, path: Path) -> tuple[TrackingMetrics, float, bool]:
         if path.is_file() and not self.force:
             try:
                 stored = json.loads(path.read_text())
