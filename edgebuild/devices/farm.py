@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -267,6 +267,10 @@ def fan_out(farm: Farm, jobs: list[tuple[str, dict[str, str], Callable[[Board], 
     try:
         with release_on_exit(farm):  # closes the farm first: the workers' labgrid calls end, then they do
             futures = [pool.submit(run_on_board, farm, group, tags, job) for group, tags, job in jobs]
+            # waits in slices: a signal the kernel hands to a worker thread only sets Python's flag, and its
+            # handler runs when the main thread next runs Python; a wait with no timeout would never wake to it
+            while wait(futures, timeout=0.25).not_done:
+                pass
             return [f.result() for f in futures]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
