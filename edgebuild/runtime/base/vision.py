@@ -94,19 +94,27 @@ def _resize_bilinear_numpy(src: np.ndarray, height: int, width: int) -> np.ndarr
     return top * (1 - wy) + bottom * wy
 
 
-def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, ImageTransform]:
-    """Turn one decoded image into a CHW float32 tensor and the transform that undoes it."""
+def preprocess(image: np.ndarray, spec: PreprocessSpec,
+               image_order: str = "RGB") -> Tuple[np.ndarray, ImageTransform]:
+    """Turn one decoded image into a CHW float32 tensor and the transform that undoes it.
+
+    ``image_order``: the channel order of ``image`` ("RGB", or "BGR" as OpenCV decodes); the channels are
+    put in the model's order (``spec.channel_order``) after the resize, on the small image (a resize is
+    per channel, so the order of the two does not change a value, and a flipped view of a large frame
+    is slow to read).
+    """
     pixels = np.asarray(image)
+    flip = False
     if spec.channel_order == "GRAY":
         if pixels.ndim == 3 and pixels.shape[2] >= 3:
-            pixels = pixels[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+            weights = [0.299, 0.587, 0.114] if image_order == "RGB" else [0.114, 0.587, 0.299]
+            pixels = pixels[..., :3].astype(np.float32) @ np.array(weights, np.float32)
         pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], 1)
     else:
         if pixels.ndim == 2:
             pixels = np.repeat(pixels[..., None], 3, axis=2)
         pixels = pixels[..., :3]
-        if spec.channel_order == "BGR":
-            pixels = pixels[..., ::-1]
+        flip = spec.channel_order != image_order
     orig_h, orig_w = pixels.shape[:2]
     out_h, out_w = spec.input_size
     if spec.resize == "letterbox":
@@ -122,6 +130,8 @@ def preprocess(image: np.ndarray, spec: PreprocessSpec) -> Tuple[np.ndarray, Ima
         transform = ImageTransform(out_w / orig_w, out_h / orig_h, 0.0, 0.0, orig_w, orig_h)
     else:
         raise ValueError("resize must be one of %s, not %r" % (RESIZE_MODES, spec.resize))
+    if flip:
+        canvas = canvas[..., ::-1]
     mean = np.asarray(spec.mean, np.float32)[: canvas.shape[2]]
     std = np.asarray(spec.std, np.float32)[: canvas.shape[2]]
     tensor = (canvas / 255.0 - mean) / std

@@ -79,14 +79,13 @@ def prepare_batch(images: Sequence[Tuple[int, np.ndarray]], spec: PreprocessSpec
                   ) -> Tuple[List[PreparedBatch], float]:
     """The runs for ``images`` ((stream, BGR image) pairs) and the seconds preprocessing took.
 
-    The recipe's ``channel_order`` says what the model wants; OpenCV gives BGR, so an RGB model's frames are
-    flipped here before ``preprocess`` (which reads its input as RGB).
+    The recipe's ``channel_order`` says what the model wants; OpenCV gives BGR, which ``preprocess`` is
+    told, so an RGB model's channels are flipped on the resized image, not on the frame.
     """
     start = time.perf_counter()
     tensors, transforms = [], []
     for _stream, image in images:
-        pixels = image[..., ::-1] if image.ndim == 3 else image  # BGR -> RGB, as preprocess expects
-        tensor, transform = preprocess(pixels, spec)
+        tensor, transform = preprocess(image, spec, image_order="BGR")
         tensors.append(tensor)
         transforms.append(transform)
     runs = []

@@ -27,3 +27,18 @@ def test_without_opencv_numpy_resizes(monkeypatch: pytest.MonkeyPatch) -> None:
     out = vision.resize_bilinear(image, 2, 3)
     assert out.shape == (2, 3, 3)
     assert np.array_equal(out, vision._resize_bilinear_numpy(image.astype(np.float32), 2, 3))
+
+
+@pytest.mark.parametrize("order", ["RGB", "BGR", "GRAY"])
+@pytest.mark.parametrize("resize", ["letterbox", "resize"])
+def test_a_bgr_frame_told_as_such_gives_the_tensor_of_its_rgb_image(order: str, resize: str) -> None:
+    """The streams hand OpenCV's BGR frames with image_order="BGR" (flipped after the resize, on the small
+    image): the same tensor as the RGB image gives, for every model channel order."""
+    rgb = np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    spec = vision.PreprocessSpec(input_size=(32, 32), resize=resize, channel_order=order, mean=(0.5, 0.4, 0.3),
+                                 std=(0.2, 0.25, 0.3))
+    expected, transform = vision.preprocess(rgb, spec)
+    got, same = vision.preprocess(np.ascontiguousarray(rgb[..., ::-1]), spec, image_order="BGR")
+    assert got.shape == expected.shape and got.dtype == np.float32
+    assert np.allclose(got, expected, atol=1e-5)
+    assert same == transform
