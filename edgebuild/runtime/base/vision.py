@@ -44,12 +44,12 @@ def _opencv() -> Any:
     """OpenCV where it is installed (on a device image it may not be), else None; imported on first use."""
     global _CV2
     if _CV2 is False:
-        found: Any = None
         try:
-            import cv2 as found
+            import cv2
         except ImportError:
-            pass
-        _CV2 = found
+            _CV2 = None
+        else:
+            _CV2 = cv2
     return _CV2
 
 
