@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.accuracy.evaluate import recipe_task
 from edgebuild.content import file_sha256
 from edgebuild.devices.placement import chosen_candidate, fallback_candidate, shippable
 from edgebuild.errors import LimitError
@@ -55,6 +54,8 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     Written into ``build/engines/<group>/`` (or ``folder``) file by file (each atomically): an
     engine already in the folder stays, and ``place_and_build_engine`` decides whether it still fits.
     """
+    from edgebuild.accuracy.evaluate import recipe_task  # arrays and datasets: not on a no-op compile
+
     target, limits = group.target, group.limits
     assert limits is not None, "select_work resolves every group's limit preset"
     chosen = gate.candidate(chosen_candidate(gate, candidate))

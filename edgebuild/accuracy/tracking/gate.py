@@ -22,23 +22,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from edgebuild.accuracy.evaluate import recipe_task
 from edgebuild.accuracy.gate_records import TrackingGate, TrackingRow
-from edgebuild.accuracy.tracking.metrics import TrackedBox, TrackingMetrics, tracking_metrics
 from edgebuild.content import atomic_output_dir, digest, file_sha256, files_digest, tool_versions
-from edgebuild.datasets.mot_video import MotVideoSpec, write_mot_video_set
 from edgebuild.errors import DataError
 from edgebuild.project.layout import BuildLayout
 from edgebuild.runtime.base.files import atomic_write_text
-from edgebuild.runtime.streams.batching import BatchLimits, detections_of, prepare_batch
-from edgebuild.runtime.streams.tracking import StreamTracker
 from edgebuild.text import Progress
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from edgebuild.accuracy.tracking.metrics import TrackedBox, TrackingMetrics
+    from edgebuild.datasets.mot_video import MotVideoSpec
     from edgebuild.project.config import Project
     from edgebuild.project.tracking_section import TrackingGateSection
+    from edgebuild.runtime.streams.batching import BatchLimits
 
 __all__: list[str] = []
 
@@ -70,6 +68,8 @@ def enabled(project: Project) -> bool:
 
 
 def _spec(section: TrackingGateSection) -> MotVideoSpec:
+    from edgebuild.datasets.mot_video import MotVideoSpec
+
     return MotVideoSpec(streams=section.streams, frames=section.frames, seed=section.seed)
 
 
@@ -91,6 +91,8 @@ def _read_sequence(folder: Path) -> VideoSequence:
 
 def tracking_sequences(project: Project) -> tuple[str, list[VideoSequence]]:
     """The set in words, and its sequences (the generated one written first where it is not yet)."""
+    from edgebuild.datasets.mot_video import write_mot_video_set
+
     section = _section(project)
     if section.sequences:
         root = project.path(section.sequences)
@@ -114,6 +116,8 @@ def tracking_key_parts(project: Project) -> dict[str, str]:
     without the table keeps its gate key)."""
     if not enabled(project):
         return {}
+    from edgebuild.accuracy.evaluate import recipe_task
+
     section = _section(project)
     if section.sequences:
         root = project.path(section.sequences)
@@ -138,6 +142,8 @@ def tracking_decision(project: Project) -> dict[str, object]:
 
 
 def _limits(project: Project) -> BatchLimits:
+    from edgebuild.runtime.streams.batching import BatchLimits
+
     spec = project.model.inputs[0]
     return BatchLimits(spec.name, spec.min_shape[0], spec.max_shape[0])
 
@@ -148,7 +154,11 @@ def track_onnx(project: Project, onnx: Path, sequences: list[VideoSequence], *, 
     import cv2
     from tqdm import tqdm
 
+    from edgebuild.accuracy.evaluate import recipe_task
+    from edgebuild.accuracy.tracking.metrics import TrackedBox
     from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+    from edgebuild.runtime.streams.batching import detections_of, prepare_batch
+    from edgebuild.runtime.streams.tracking import StreamTracker
 
     section = _section(project)
     task, limits = recipe_task(project), _limits(project)
@@ -175,6 +185,8 @@ def track_onnx(project: Project, onnx: Path, sequences: list[VideoSequence], *, 
 
 def _read_frame(cv2: Any, path: Path) -> np.ndarray:
     """A frame as OpenCV reads it (BGR, what the device's readers hand ``prepare_batch``)."""
+    import numpy as np
+
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:
         raise DataError(f"{path}: not an image OpenCV can read")
@@ -208,6 +220,8 @@ class TrackingRun:
         return value / reference if reference > 0 else 0.0
 
     def _measure(self, precision: str, onnx: Path, path: Path) -> tuple[TrackingMetrics, float, bool]:
+        from edgebuild.accuracy.tracking.metrics import TrackingMetrics, tracking_metrics
+
         if path.is_file() and not self.force:
             try:
                 stored = json.loads(path.read_text())
