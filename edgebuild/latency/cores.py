@@ -61,7 +61,7 @@ class CorePrediction:
         return self.dram_bytes / (self.latency_ms * 1e-3) / 1e9
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "fallback_ops": list(self.fallback_ops), "dram_gbps": round(self.dram_gbps, 3)}
+        return {**asdict(self), "fallback_ops": list(self.fallback_ops), "dram_gbps": self.dram_gbps}
 
 
 def predict_core(cost: GraphCost, perf: ModulePerformance, core: str, precision: str,
