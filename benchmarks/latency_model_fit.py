@@ -207,7 +207,7 @@ def _print_dla(dla_samples: list[FitSample], gpu: LatencyModel) -> tuple[DlaFit,
     n, median, worst = _errors(pairs)
     print(f"DLA fit: INT8 efficiency {fit.compute_int8:.3f}, other layers {fit.other_per_clock:.1f} FLOP per clock, "
           f"memory {fit.memory:.3f}, {fit.layer_overhead_us:.2f} us per layer at 1 GHz, "
-          f"{fit.transition_us:.1f} us per GPU<->DLA crossing")
+          f"{fit.transition_us:.1f} us per GPU<->DLA hand-over")
     print(f"leave-one-model-out, dla: {n} figures, median error {median:.1%}, max {worst:.1%}")
     n, median, worst = _errors(by_mode)
     print(f"leave-one-power-mode-out, dla: median error {median:.1%}, max {worst:.1%}")
