@@ -393,9 +393,9 @@ def _precisions(ctx: click.Context, param: click.Parameter, value: str | None) -
     if value is None:
         return None
     chosen = tuple(p.strip().lower() for p in value.split(",") if p.strip())
-    bad = [p for p in chosen if p not in ("fp32", "fp16", "int8")]
+    bad = [p for p in chosen if p not in ("fp32", "fp16", "int8", "fp8", "nvfp4")]
     if bad or not chosen:
-        raise click.BadParameter(f"{value!r}: give fp32, fp16 and/or int8, separated by commas")
+        raise click.BadParameter(f"{value!r}: give fp32, fp16, int8, fp8 and/or nvfp4, separated by commas")
     return chosen
 
 
@@ -405,15 +405,21 @@ def _plan_request(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def with_request(*args: object, precisions: tuple[str, ...] | None, batch: int | None, budget_ms: float | None,
-                     min_fps: float | None, **kwargs: object) -> None:
+                     min_fps: float | None, accelerator: str, **kwargs: object) -> None:
         from edgebuild.latency.plan import PlanRequest
 
-        command(*args, request=PlanRequest(precisions, batch, budget_ms, min_fps), **kwargs)
+        command(*args, request=PlanRequest(precisions, batch, budget_ms, min_fps, accelerator), **kwargs)
 
     options = (
         click.option("--precision", "precisions", default=None, callback=_precisions, metavar="fp32,fp16,int8",
-                     help="Precisions to predict, separated by commas (default: all three with --model; in a "
-                          "project the gate's candidates, quantize.precisions)."),
+                     help="Precisions to predict, separated by commas: fp32, fp16, int8, and fp8, nvfp4 where the GPU "
+                          "has them (AGX Thor) (default: all three with --model, and fp8/nvfp4 where the GPU has "
+                          "them, int8 on the DLA; in a project the gate's candidates, quantize.precisions)."),
+        click.option("--accelerator", "accelerator", type=click.Choice(["gpu", "dla"]), default="gpu",
+                     show_default=True,
+                     help="Predict on the GPU, or on one DLA core (modules with DLA cores: AGX Orin, Orin NX): the "
+                          "layers the DLA cannot run (profiles/tensorrt/dla.toml) fall back to the GPU, and each "
+                          "GPU<->DLA boundary costs a hand-over and a reformat."),
         click.option("--batch", "batch", type=click.IntRange(min=1), default=None,
                      help="Images per inference (default: 1 with --model; in a project 1 and the profile's largest)."),
         click.option("--budget-ms", "budget_ms", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -484,13 +490,16 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     as needed), with end_to_end_ms: + input upload, output download and the runtime's
     preprocessing (an estimate from the memory bandwidth), and the engine memory the fleet's
     memory plan estimates for that precision; the budget is the group's own
-    latency_budget_ms / min_fps unless --budget-ms / --min-fps. With --calibrate, no plan: the
-    project's fit is refitted with your bench results. See docs/latency-plan.md.
+    latency_budget_ms / min_fps unless --budget-ms / --min-fps. With --accelerator dla, on one
+    DLA core of each module that has one (its unsupported layers on the GPU); rows carry their
+    accelerator. With --calibrate, no plan: the project's fit is refitted with your bench
+    results. See docs/latency-plan.md.
 
     \b
     Examples:
       edgebuild plan --model yolo11n.onnx
       edgebuild plan --model yolo11n.onnx --module all --min-fps 60 --precision fp16,int8
+      edgebuild plan --model yolo11n.onnx --module agx-orin-64gb --accelerator dla
       edgebuild plan -p myproject --min-fps 30
       edgebuild plan -p myproject --calibrate bench-b1.json bench-b8.json
     """
@@ -504,7 +513,8 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     if calibrate:
         planned = [flag for flag, value in (("--model", model), ("--precision", request.precisions),
                                             ("--batch", request.batch), ("--budget-ms", request.budget_ms),
-                                            ("--min-fps", request.min_fps)) if value]
+                                            ("--min-fps", request.min_fps),
+                                            ("--accelerator", request.accelerator != "gpu")) if value]
         if planned + model_flags:
             raise click.UsageError(f"--calibrate refits the latency model and plans nothing: "
                                    f"{', '.join(planned + model_flags)} go without it")

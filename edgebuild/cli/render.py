@@ -369,6 +369,14 @@ def baseline_lines(gate: GateResult) -> list[str]:
 
 # -- the latency plan ---------------------------------------------------------------------------
 
+def _counted(names: tuple[str, ...]) -> str:
+    """``("A", "B", "A")`` -> ``"A x2, B"``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name + (f" x{n}" if n > 1 else "") for name, n in counts.items())
+
+
 def latency_plan_text(plan: LatencyPlan) -> str:
     from edgebuild.targets.presets import human_size
 
@@ -380,12 +388,15 @@ def latency_plan_text(plan: LatencyPlan) -> str:
     e2e = any(r.end_to_end_ms is not None for r in plan.rows)
     memory = any(r.engine_memory_bytes is not None for r in plan.rows)
     rows = [([r.group or "", str(r.batch)] if groups else [])
-            + [r.module + ("*" if r.extrapolated else ""), r.power_mode, r.jetpack, f"{r.gpu_mhz}", r.precision,
+            + [r.module + ("*" if r.extrapolated else ""), r.power_mode, r.jetpack,
+               f"{r.dla_mhz if r.accelerator == 'dla' else r.gpu_mhz}", r.precision, r.accelerator,
                f"{r.latency_ms:.2f}", f"{r.low_ms:.2f}-{r.high_ms:.2f}", f"{r.fps:.0f}"]
             + ([f"{r.end_to_end_ms:.2f}" if r.end_to_end_ms is not None else "-"] if e2e else [])
             + ([human_size(r.engine_memory_bytes) if r.engine_memory_bytes is not None else "-"] if memory else [])
             + ([{True: "yes", False: "no", None: "-"}[r.meets_budget]] if budget else []) for r in plan.rows]
-    headers = (["group", "batch"] if groups else []) + ["module", "power mode", "jetpack", "GPU MHz", "precision",
+    dla = plan.accelerator == "dla"
+    headers = (["group", "batch"] if groups else []) + ["module", "power mode", "jetpack",
+                                                          "DLA MHz" if dla else "GPU MHz", "precision", "accel",
                                                           "p50 ms", "band ms", "fps"]
     lines.append(table(rows, headers + (["end to end ms"] if e2e else []) + (["engine memory"] if memory else [])
                        + (["meets"] if budget else [])))
@@ -396,9 +407,20 @@ def latency_plan_text(plan: LatencyPlan) -> str:
                 f"{row.module} {row.power_mode} ({row.latency_ms:.2f} ms, up to {row.high_ms:.2f} ms in the band)"
                 if row else "none of the selected modules"))
     fit = plan.fit
-    lines += ["", "p50 GPU compute time, no transfers; band: what held every published figure when its model or "
-                  f"module was left out of the fit (x{fit.band_low:.2f} to x{fit.band_high:.2f}); fitted on "
-                  + "; ".join(fit.fitted_on) + " (docs/latency-plan.md)"]
+    low, high = plan.band
+    if dla:
+        lines += ["", "p50 on one DLA core: its layers, the layers it cannot run on the GPU and two GPU<->DLA "
+                      "hand-overs per DLA subgraph, no host transfers; band: what held every published DLA figure when "
+                      f"its model was left out of the fit (x{low:.2f} to x{high:.2f}); fitted on "
+                      + "; ".join(fit.fitted_on) + " (docs/latency-plan.md#the-dla)"]
+        fallback = next((r.fallback_ops for r in plan.rows if r.fallback_ops is not None), None)
+        if fallback is not None:
+            lines.append("falls back to the GPU: " + (f"{len(fallback)} layers ({_counted(fallback)})" if fallback
+                                                      else "nothing, the whole graph runs on the DLA"))
+    else:
+        lines += ["", "p50 GPU compute time, no transfers; band: what held every published figure when its model or "
+                      f"module was left out of the fit (x{low:.2f} to x{high:.2f}); fitted on "
+                      + "; ".join(fit.fitted_on) + " (docs/latency-plan.md)"]
     if e2e:
         lines.append("end to end: + the input's upload and the outputs' download at the module's memory bandwidth "
                      "(CPU and GPU share one DRAM) and the runtime's numpy preprocessing, an estimate not fitted to "

@@ -25,12 +25,13 @@ from edgebuild.errors import EdgebuildError, LatencyBudgetError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.graph import GraphCost, fixed_graph_cost, graph_cost_from_file
 from edgebuild.latency.model import (
-    PRECISIONS,
+    ALL_PRECISIONS,
     LatencyModel,
     layer_seconds,
     load_latency_model,
     performance_modes,
     predict_ms,
+    runs,
 )
 from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 
@@ -197,7 +198,7 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
     shapes) gets a note instead; its budget is then not checked, which the note says."""
     image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
-    precisions = tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    precisions = tuple(p for p in ALL_PRECISIONS if p in project.quantize.precisions)
     budgets = {g.name: budget_ms(g.latency_budget_ms, g.min_fps) for g in fleet}
     notes: list[str] = []
     try:
@@ -234,8 +235,8 @@ def _candidates(cost: GraphCost, perf: ModulePerformance, precisions: Iterable[s
                 budget: float | None) -> tuple[CandidateLatency, ...]:
     found = []
     for precision in precisions:
-        if precision == "int8" and perf.int8_tops is None:
-            continue  # this GPU has no INT8 path TensorRT uses: the candidate would run in float
+        if not runs(perf, precision):
+            continue  # this GPU has no INT8 (FP8, NVFP4) path TensorRT uses: the candidate would run in float
         ms = predict_ms(cost, perf, precision, fit)
         found.append(CandidateLatency(precision, round(ms, 4), round(ms * fit.band_low, 4),
                                       round(ms * fit.band_high, 4), _verdict(ms, ms * fit.band_low, budget)))
@@ -296,8 +297,8 @@ def _candidate_ms(cost: GraphCost, perf: ModulePerformance, precision: str, kept
     """A gate candidate's predicted ms: "int8-mixed" runs its layers kept in float in FP16 and the rest in INT8;
     None where the GPU has no INT8 path for an INT8 candidate."""
     import numpy as np
-    base = "int8" if precision.startswith("int8") else precision
-    if base == "int8" and perf.int8_tops is None:
+    base = precision.split("-")[0]  # "int8-mixed": INT8 with some layers kept in float
+    if base not in ALL_PRECISIONS or not runs(perf, base):
         return None
     times = layer_seconds(cost, perf, base, fit)
     kept = set(kept)

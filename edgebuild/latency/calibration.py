@@ -12,7 +12,7 @@ ONNX is looked up in the project's build (``build/engines/<group>``, a fleet's
 The accepted measurements are kept in ``latency_measurements.json`` beside ``edgebuild.toml`` with
 their graphs' counts (a later ``--calibrate`` refits with them and the new files, without the ONNX),
 and the refit in ``latency_model.toml`` there: ``edgebuild plan`` in that project uses it and says so.
-How the refit weighs them, and the error before and after: ``edgebuild.latency.model.calibrate``.
+How the refit weighs them, and the error before and after: ``edgebuild.latency.refit.calibrate``.
 """
 
 from __future__ import annotations
@@ -27,16 +27,15 @@ from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.measured import LatencyCheck, measurements_of, record_bench
 from edgebuild.latency.model import (
     USER_WEIGHT,
-    Calibration,
     FitSample,
     LatencyModel,
     PublishedLatency,
-    calibrate,
     compact_cost,
     cost_from_compact,
     load_latency_model,
     write_latency_model,
 )
+from edgebuild.latency.refit import Calibration, calibrate
 from edgebuild.project.layout import BuildLayout, project_latency_files
 from edgebuild.runtime.base.files import atomic_write_text
 from edgebuild.runtime.bench.bench_result import BENCH_GROUP_SCHEMA as BENCH_GROUP

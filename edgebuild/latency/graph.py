@@ -20,6 +20,9 @@ MatMul ``2 * M * N * K`` per batch, an elementwise node one FLOP per output elem
 node one per output element per window element. A group moves, at the precision's element size
 (fp32 4 bytes, fp16 2, int8 1): its weights, the activations it reads from outside the group and
 the activations it writes that someone outside the group reads (or that are graph outputs).
+FP8 is one byte; NVFP4 half a byte plus one FP8 scale per 16 elements (0.5625), an assumption: no
+published figure says what an NVFP4 engine moves. Each layer also names its ops (what the DLA rules
+are checked against) and the layers whose tensors it reads (where a GPU/DLA boundary moves data).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ __all__ = ["GraphCost", "graph_cost_from_file"]
 
 _T = TypeVar("_T")
 
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
+ELEMENT_BYTES = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "fp8": 1.0, "nvfp4": 0.5625}
 
 ANCHORS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 ELEMENTWISE = {
@@ -64,6 +67,10 @@ class LayerCost:
     weight_elements: int
     activation_elements: int
     tensor_cores: bool  # dense math a tensor core can do (not a depthwise convolution)
+    ops: str = ""  # the ONNX op types fused into the layer, sorted, "+"-joined ("" where not recorded)
+    #: (index of the layer that wrote it, or -1 for a graph input; elements) per activation read from outside
+    inputs: tuple[tuple[int, int], ...] = ()
+    output_elements: int = 0  # elements of the graph's outputs it writes
 
     def bytes_moved(self, precision: str) -> float:
         return (self.weight_elements + self.activation_elements) * ELEMENT_BYTES[precision]
@@ -122,7 +129,9 @@ def fixed_graph_cost(path: Path, *, batch: int = 1, input_hw: tuple[int, int] | 
 def _graph_cost_of(value: Any) -> GraphCost:
     """A GraphCost from the file cache's JSON (``dataclasses.asdict`` of it)."""
     hw = value["input_hw"]
-    return GraphCost(tuple(LayerCost(**layer) for layer in value["layers"]), int(value["batch"]),
+    layers = tuple(LayerCost(**{**layer, "inputs": tuple((int(i), int(n)) for i, n in layer.get("inputs", ()))})
+                   for layer in value["layers"])
+    return GraphCost(layers, int(value["batch"]),
                      (int(hw[0]), int(hw[1])) if hw is not None else None, int(value["unknown_shapes"]),
                      tuple(str(name) for name in value["dynamic_inputs"]))
 
@@ -268,6 +277,8 @@ def _fuse(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...] | None], wei
         op = node.op_type
         activations = [n for n in node.input if n and n not in constants]
         if op in FREE or (op == "Gather" and all(n in constants for n in activations)):
+            if not activations:  # an Identity (or a Reshape...) of a constant is a constant
+                constants.update(node.output)
             for out in node.output:
                 _alias(producer_group, out, [producer_group.get(n) for n in activations])
             continue
@@ -308,6 +319,7 @@ def _fuse(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...] | None], wei
             producer_group[out] = target
             group["writes"].add(out)
     outputs = {o.name for o in graph.output}
+    graph_inputs = {i.name for i in graph.input}
     readers: dict[str, set[int]] = {}
     for index, node in enumerate(graph.node):
         for name in node.input:
@@ -315,12 +327,17 @@ def _fuse(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...] | None], wei
     layers = []
     for group in groups:
         moved = sum(_size(shapes, name) or 0 for name in group["reads"])
+        produced = sum(_size(shapes, name) or 0 for name in group["writes"] if name in outputs)
         for name in group["writes"]:
             # written to memory when a graph output or read by a node outside the group (a free
             # node too: a Concat's inputs are written into its buffer)
             if name in outputs or readers.get(name, set()) - group["nodes"]:
                 moved += _size(shapes, name) or 0
-        layers.append(LayerCost(group["name"], group["kind"], group["flops"], group["weights"], moved, group["tensor"]))
+        ops = "+".join(sorted({graph.node[i].op_type for i in group["nodes"]}))
+        inputs = tuple((producer_group.get(name, -1), _size(shapes, name) or 0) for name in sorted(group["reads"])
+                       if name in producer_group or name in graph_inputs)
+        layers.append(LayerCost(group["name"], group["kind"], group["flops"], group["weights"], moved, group["tensor"],
+                                ops, inputs, produced))
     return layers, unknown
 
 

@@ -11,6 +11,11 @@ public measured TensorRT latencies (``profiles/reference/published_latency.csv``
 module) is left out of the fit, to ``profiles/reference/latency_model.toml``. The error band of a
 prediction is that range of measured / predicted: the published figures of a model, or a module,
 the fit never saw fell inside it.
+
+A GPU architecture with figures of its own (Blackwell: AGX Thor) gets its own per-layer overhead,
+a factor on the cycles above. FP8 and NVFP4 (Thor) have no published figure: their prediction
+takes FP16's fitted efficiency at the FP8/FP4 peak. The DLA's own factors (``DlaFit``) are fitted
+apart, on the DLA's figures (``edgebuild.latency.dla``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,10 +41,19 @@ __all__ = [
     "load_published_latencies", "predict_ms", "write_latency_model", "write_published_costs"
 ]
 
+#: the precisions published figures are fitted at, and a plan's default
 PRECISIONS = ("fp32", "fp16", "int8")
-#: what a published figure must include to be fitted: GPU compute (trtexec), or TensorRT timed from a
-#: framework with the input already on the GPU (docs/latency-plan.md)
-FITTED = ("gpu_compute", "framework")
+#: Blackwell's narrower types (AGX Thor): predicted at their peaks with FP16's efficiency, never fitted
+NARROW_PRECISIONS = ("fp8", "nvfp4")
+ALL_PRECISIONS = PRECISIONS + NARROW_PRECISIONS
+ACCELERATORS = ("gpu", "dla")
+#: GPU architectures whose per-layer overhead and memory efficiency are fitted apart (as factors on the
+#: others') where figures of them are: Blackwell (AGX Thor) has 8x Orin's L2 cache (32 MiB)
+OWN_OVERHEAD_ARCHS = ("Blackwell",)
+#: what a published figure must include to be fitted: GPU compute (trtexec), TensorRT timed from a
+#: framework with the input already on the GPU, or the time per batch that a published throughput
+#: implies (1 / images per second of one core; docs/latency-plan.md)
+FITTED = ("gpu_compute", "framework", "throughput")
 #: how many published figures one of a project's own measurements counts as in ``calibrate``'s refit
 #: of the five factors. 1: what is particular to the project's devices goes into their device factor,
 #: and heavier weights made the published figures' left-out error worse without helping the project's
@@ -65,6 +79,24 @@ class DeviceFactor:
 
 
 @dataclass(frozen=True)
+class DlaFit:
+    """The DLA's fitted factors (``edgebuild.latency.dla``): how much of its peaks and of the memory bandwidth
+    it reaches, and what each of its layers and each GPU<->DLA boundary costs."""
+
+    compute_int8: float  # fraction of the DLA's INT8 peak reached on convolution / fully connected layers
+    other_per_clock: float  # FLOPs per DLA clock of one core on its other layers (pooling, resize, depthwise...)
+    memory: float  # fraction of the memory bandwidth reached
+    layer_overhead_us: float  # per DLA layer, in microseconds at a 1 GHz DLA clock
+    transition_us: float  # per hand-over between the GPU and the DLA (two per DLA subgraph)
+    compute_fp16: float | None = None  # not fitted: no published DLA FP16 figure (None: INT8's fraction)
+    band_low: float = 1.0  # measured / predicted, lowest seen when a figure's model was left out of the DLA fit
+    band_high: float = 1.0
+
+    def compute(self, precision: str) -> float:
+        return self.compute_fp16 if precision == "fp16" and self.compute_fp16 is not None else self.compute_int8
+
+
+@dataclass(frozen=True)
 class LatencyModel:
     """The fitted efficiency factors and the leave-one-out error band."""
 
@@ -82,15 +114,34 @@ class LatencyModel:
     measured: int = 0  # a project's own measurements fitted with them (``edgebuild plan --calibrate``)
     #: per module and power mode a project measured: measured / predicted, shrunk toward 1 (``calibrate``)
     devices: tuple[DeviceFactor, ...] = ()
+    #: GPU architecture (OWN_OVERHEAD_ARCHS) -> (factor on ``layer_overhead_us``, factor on ``memory_efficiency``)
+    arch_factors: dict[str, tuple[float, float]] = field(default_factory=dict)
+    dla: DlaFit | None = None  # the DLA's factors, where the stored fit has them
+    #: leave-one-model-out error per accelerator ("gpu", "dla", and "thor" for AGX Thor's GPU figures):
+    #: (figures, median relative error, max relative error)
+    errors: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     def device_factor(self, perf: ModulePerformance) -> float:
         return next((d.factor for d in self.devices if d.matches(perf)), 1.0)
 
+    def efficiency(self, precision: str) -> float:
+        """The fraction of the dense peak reached at ``precision`` (FP8/NVFP4: FP16's, never fitted)."""
+        return self.compute_efficiency.get(precision) or self.compute_efficiency["fp16"]
+
+    def overhead_us(self, perf: ModulePerformance) -> float:
+        """Per-layer overhead in microseconds at a 1 GHz clock on ``perf``'s GPU architecture."""
+        return self.layer_overhead_us * self.arch_factors.get(perf.gpu_arch or "", (1.0, 1.0))[0]
+
+    def memory(self, perf: ModulePerformance) -> float:
+        """The fraction of ``perf``'s memory bandwidth reached on its GPU architecture."""
+        return self.memory_efficiency * self.arch_factors.get(perf.gpu_arch or "", (1.0, 1.0))[1]
+
     @classmethod
-    def from_vector(cls, vector: np.ndarray) -> LatencyModel:
+    def from_vector(cls, vector: np.ndarray, archs: tuple[str, ...] = ()) -> LatencyModel:
         import numpy as np
         v = np.exp(vector)
-        return cls({"fp32": float(v[0]), "fp16": float(v[1]), "int8": float(v[2])}, float(v[3]), float(v[4]))
+        return cls({"fp32": float(v[0]), "fp16": float(v[1]), "int8": float(v[2])}, float(v[3]), float(v[4]),
+                   arch_factors={arch: (float(v[5 + 2 * i]), float(v[6 + 2 * i])) for i, arch in enumerate(archs)})
 
 
 @dataclass(frozen=True)
@@ -110,6 +161,7 @@ class PublishedLatency:
     source: str
     source_url: str
     note: str = ""
+    accelerator: str = "gpu"  # gpu, or dla: the model ran on one DLA core (its fallback layers on the GPU)
 
 
 @dataclass(frozen=True)
@@ -133,11 +185,14 @@ def load_published_latencies(path: Path | None = None) -> list[PublishedLatency]
                     raw["model"], (int(raw["input_h"]), int(raw["input_w"])), int(raw["batch"]), raw["module"],
                     raw["power_mode"], raw["jetpack"], raw["tensorrt"], raw["precision"], float(raw["latency_ms"]),
                     raw["includes"], raw["source"], raw["source_url"], raw.get("note", ""),
+                    raw.get("accelerator") or "gpu",
                 ))
             except (KeyError, ValueError) as exc:
                 raise ProfileDataError(f"{path}:{line}: {exc}") from None
-            if rows[-1].precision not in PRECISIONS or not rows[-1].source_url:
-                raise ProfileDataError(f"{path}:{line}: a precision in {PRECISIONS} and a source_url are required")
+            if rows[-1].precision not in ALL_PRECISIONS or not rows[-1].source_url \
+                    or rows[-1].accelerator not in ACCELERATORS:
+                raise ProfileDataError(f"{path}:{line}: a precision in {ALL_PRECISIONS}, an accelerator in "
+                                       f"{ACCELERATORS} and a source_url are required")
     return rows
 
 
@@ -165,23 +220,41 @@ def _peaks(perf: ModulePerformance, precision: str) -> tuple[float, float]:
         return (perf.tf32_tflops or perf.fp32_tflops) * 1e12, cuda
     if precision == "fp16":
         return perf.fp16_tflops * 1e12, 2 * cuda
-    if perf.int8_tops is None:
-        raise TargetError(f"{perf.power_mode}: this GPU has no INT8 path TensorRT uses")
-    return perf.int8_tops * 1e12, 2 * cuda
+    peak = {"int8": perf.int8_tops, "fp8": perf.fp8_tflops, "nvfp4": perf.fp4_tflops}.get(precision)
+    if precision not in ALL_PRECISIONS:
+        raise TargetError(f"unknown precision {precision!r}", hint=f"precisions: {', '.join(ALL_PRECISIONS)}")
+    if peak is None:
+        raise TargetError(f"{perf.power_mode}: {no_path(perf, precision)}")
+    return peak * 1e12, 2 * cuda
+
+
+def no_path(perf: ModulePerformance, precision: str) -> str:
+    """Why ``perf``'s GPU cannot run ``precision`` (its profile gives no peak for it)."""
+    if precision in NARROW_PRECISIONS:
+        return (f"this GPU ({perf.gpu_arch or 'not Blackwell'}) has no {precision.upper()} tensor cores "
+                "(Blackwell's: AGX Thor)")
+    return f"this GPU has no {precision.upper()} path TensorRT uses"
+
+
+def runs(perf: ModulePerformance, precision: str) -> bool:
+    """Whether ``perf``'s GPU has a peak at ``precision`` (FP32 and FP16 always)."""
+    return precision in ("fp32", "fp16") or \
+        {"int8": perf.int8_tops, "fp8": perf.fp8_tflops, "nvfp4": perf.fp4_tflops}.get(precision) is not None
 
 
 def layer_seconds(cost: GraphCost, perf: ModulePerformance, precision: str, model: LatencyModel) -> np.ndarray:
     """Each fused layer's predicted time, in seconds."""
     import numpy as np
     tensor_peak, cuda_peak = _peaks(perf, precision)
-    e = model.compute_efficiency[precision]
-    bandwidth = perf.memory_bandwidth_gbps * 1e9 * model.memory_efficiency
+    e = model.efficiency(precision)
+    bandwidth = perf.memory_bandwidth_gbps * 1e9 * model.memory(perf)
+    overhead = model.overhead_us(perf) * 1e-6 * 1000.0 / perf.gpu_mhz
     times = []
     for layer in cost.layers:
         peak = tensor_peak if layer.tensor_cores else cuda_peak
         compute = layer.flops / (e * peak)
         memory = layer.bytes_moved(precision) / bandwidth
-        times.append(max(compute, memory) + model.layer_overhead_us * 1e-6 * 1000.0 / perf.gpu_mhz)
+        times.append(max(compute, memory) + overhead)
     return np.array(times)
 
 
@@ -194,14 +267,19 @@ def predict_ms(cost: GraphCost, perf: ModulePerformance, precision: str, model: 
 # -- the fit ---------------------------------------------------------------------------------
 
 #: one sample in the fit: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision
-#: index; log(measured); the sample's weight
+#: index; log(measured); the sample's weight; the index of its architecture's own overhead factor (-1: none)
 if TYPE_CHECKING:
-    _DesignRow = tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float]
+    _DesignRow = tuple[np.ndarray, np.ndarray, np.ndarray, int, float, float, int]
 
 
-def _design(samples: list[FitSample]) -> list[_DesignRow]:
+def _own_archs(samples: list[FitSample]) -> tuple[str, ...]:
+    """The architectures among ``samples`` whose per-layer overhead is fitted apart."""
+    return tuple(a for a in OWN_OVERHEAD_ARCHS if any(s.performance.gpu_arch == a for s in samples))
+
+
+def _design(samples: list[FitSample], archs: tuple[str, ...] = ()) -> list[_DesignRow]:
     """Per sample: each layer's flops / peak, bytes / bandwidth and 1 GHz / clock; the precision index;
-    log(measured); its weight."""
+    log(measured); its weight; its architecture's overhead factor's index in ``archs`` (-1: none)."""
     import numpy as np
     rows: list[_DesignRow] = []
     for sample in samples:
@@ -213,7 +291,8 @@ def _design(samples: list[FitSample]) -> list[_DesignRow]:
         bandwidth = sample.performance.memory_bandwidth_gbps * 1e9
         rows.append((flops / peaks, moved / bandwidth, np.full(len(flops), 1000.0 / sample.performance.gpu_mhz),
                      PRECISIONS.index(precision),
-                     math.log(sample.row.latency_ms * 1e-3), sample.weight))
+                     math.log(sample.row.latency_ms * 1e-3), sample.weight,
+                     archs.index(sample.performance.gpu_arch) if sample.performance.gpu_arch in archs else -1))
     return rows
 
 
@@ -221,8 +300,9 @@ def _loss(vector: np.ndarray, design: list[_DesignRow]) -> float:
     import numpy as np
     v = np.exp(vector)
     total = 0.0
-    for compute, memory, cycles, p, measured, weight in design:
-        seconds = (np.maximum(compute / v[p], memory / v[3]) + cycles * v[4] * 1e-6).sum()
+    for compute, memory, cycles, p, measured, weight, arch in design:
+        overhead, bandwidth = (v[4] * v[5 + 2 * arch], v[3] * v[6 + 2 * arch]) if arch >= 0 else (v[4], v[3])
+        seconds = (np.maximum(compute / v[p], memory / bandwidth) + cycles * overhead * 1e-6).sum()
         total += weight * (math.log(seconds) - measured) ** 2
     return total
 
@@ -269,8 +349,11 @@ def fit_latency_model(samples: list[FitSample]) -> LatencyModel:
     import numpy as np
     if not samples:
         raise TargetError("no published latency to fit to")
-    design = _design(samples)
-    x = np.log([0.3, 0.3, 0.3, 0.6, 10.0])
+    if any(s.row.accelerator != "gpu" for s in samples):
+        raise TargetError("fit_latency_model fits GPU figures; the DLA's are fitted by edgebuild.latency.dla")
+    archs = _own_archs(samples)
+    design = _design(samples, archs)
+    x = np.log([0.3, 0.3, 0.3, 0.6, 10.0] + [1.0, 1.0] * len(archs))
     best = _loss(x, design)
     for _ in range(10):
         x_new = _nelder_mead(lambda v: _loss(v, design), x)
@@ -279,7 +362,7 @@ def fit_latency_model(samples: list[FitSample]) -> LatencyModel:
         if best - new < 1e-9:
             break
         best = new
-    return LatencyModel.from_vector(x)
+    return LatencyModel.from_vector(x, archs)
 
 
 def leave_one_out(samples: list[FitSample],
@@ -319,9 +402,23 @@ def load_latency_model(path: Path | None = None) -> LatencyModel:
             int(data.get("your_measurements", 0)),
             tuple(DeviceFactor(d["module"], d["power_mode"], int(d["gpu_mhz"]), float(d["fp16_tflops"]),
                                float(d["factor"]), int(d["measurements"])) for d in data.get("device", ())),
+            {arch: (float(fit[f"overhead_{arch.lower()}"]), float(fit[f"memory_{arch.lower()}"]))
+             for arch in OWN_OVERHEAD_ARCHS if f"overhead_{arch.lower()}" in fit},
+            _dla_fit(data.get("dla")),
+            {k: (int(v["figures"]), float(v["median_error"]), float(v["max_error"]))
+             for k, v in data.get("errors", {}).items()},
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileDataError(f"{path}: {exc}") from None
+
+
+def _dla_fit(table: dict | None) -> DlaFit | None:
+    if not table:
+        return None
+    return DlaFit(float(table["compute_int8"]), float(table["other_per_clock"]), float(table["memory"]),
+                  float(table["layer_overhead_us"]), float(table["transition_us"]),
+                  float(table["compute_fp16"]) if "compute_fp16" in table else None,
+                  float(table.get("band_low", 1.0)), float(table.get("band_high", 1.0)))
 
 
 def write_latency_model(model: LatencyModel, path: Path | None = None,
@@ -329,7 +426,9 @@ def write_latency_model(model: LatencyModel, path: Path | None = None,
     path = path or published_model_path()
     fit = {"compute_fp32": model.compute_efficiency["fp32"], "compute_fp16": model.compute_efficiency["fp16"],
            "compute_int8": model.compute_efficiency["int8"], "memory": model.memory_efficiency,
-           "layer_overhead_us": model.layer_overhead_us}
+           "layer_overhead_us": model.layer_overhead_us,
+           **{f"{kind}_{arch.lower()}": factors[i] for arch, factors in model.arch_factors.items()
+              for i, kind in enumerate(("overhead", "memory"))}}
     band = {"low": model.band_low, "high": model.band_high, "median_error": model.median_error or 0.0,
             "max_error": model.max_error or 0.0}
     lines = [f"# Written by {written_by}; do not edit by hand (see docs/latency-plan.md).",
@@ -342,6 +441,12 @@ def write_latency_model(model: LatencyModel, path: Path | None = None,
     lines += [f"{k} = {v:.6g}" for k, v in fit.items()]
     lines += ["", "[band]  # measured/predicted when a model or a module was left out; errors: a model left out"]
     lines += [f"{k} = {v:.6g}" for k, v in band.items()]
+    if model.dla:
+        lines += ["", "[dla]  # the DLA's factors, fitted on its own figures (edgebuild/latency/dla.py)"]
+        lines += [f"{k} = {v:.6g}" for k, v in vars(model.dla).items() if v is not None]
+    for key, (figures, median, worst) in model.errors.items():
+        lines += ["", f"[errors.{key}]  # leave one model out", f"figures = {figures}",
+                  f"median_error = {median:.6g}", f"max_error = {worst:.6g}"]
     for d in model.devices:
         lines += ["", "[[device]]  # your measurements on this module and power mode: measured / predicted, shrunk",
                   f"module = {_quote(d.module)}", f"power_mode = {_quote(d.power_mode)}", f"gpu_mhz = {d.gpu_mhz}",
@@ -368,17 +473,23 @@ def _cost_key(model: str, hw: tuple[int, int], batch: int) -> str:
     return f"{model}@{hw[0]}x{hw[1]}@{batch}"
 
 
-def compact_cost(cost: GraphCost) -> list[list[float]]:
-    """A graph's layers as [flops, weight elements, activation elements, tensor cores 0/1] (what the fit reads)."""
-    return [[layer.flops, layer.weight_elements, layer.activation_elements, int(layer.tensor_cores)]
-            for layer in cost.layers]
+def compact_cost(cost: GraphCost) -> list[list]:
+    """A graph's layers as [flops, weight elements, activation elements, tensor cores 0/1, ops, [[producer,
+    elements], ...], graph output elements] (what the fits read: the last three place a layer on the DLA or
+    the GPU and count what crosses between them)."""
+    return [[layer.flops, layer.weight_elements, layer.activation_elements, int(layer.tensor_cores), layer.ops,
+             [list(edge) for edge in layer.inputs], layer.output_elements] for layer in cost.layers]
 
 
-def cost_from_compact(layers: list[list[float]], batch: int, hw: tuple[int, int] | None) -> GraphCost:
+def cost_from_compact(layers: list[list], batch: int, hw: tuple[int, int] | None) -> GraphCost:
+    """``compact_cost``'s layers back (an older file's four-number layers have no ops and no inputs)."""
     from edgebuild.latency.graph import LayerCost
 
-    return GraphCost(tuple(LayerCost(f"layer{i}", "", float(f), int(w), int(a), bool(tc))
-                           for i, (f, w, a, tc) in enumerate(layers)), batch, hw, 0)
+    return GraphCost(tuple(LayerCost(f"layer{i}", "", float(entry[0]), int(entry[1]), int(entry[2]), bool(entry[3]),
+                                     str(entry[4]) if len(entry) > 4 else "",
+                                     tuple((int(a), int(b)) for a, b in entry[5]) if len(entry) > 5 else (),
+                                     int(entry[6]) if len(entry) > 6 else 0)
+                           for i, entry in enumerate(layers)), batch, hw, 0)
 
 
 def write_published_costs(samples: list[FitSample], path: Path | None = None) -> Path:
@@ -390,8 +501,9 @@ def write_published_costs(samples: list[FitSample], path: Path | None = None) ->
     return path
 
 
-def published_samples(path: Path | None = None) -> list[FitSample]:
-    """The fitted published figures (``FITTED``), each with its graph's counts from published_costs.json."""
+def published_samples(path: Path | None = None, accelerator: str = "gpu") -> list[FitSample]:
+    """The fitted published figures (``FITTED``) of ``accelerator``, each with its graph's counts from
+    published_costs.json."""
     import json
 
     from edgebuild.targets.profiles import load_catalog
@@ -405,7 +517,7 @@ def published_samples(path: Path | None = None) -> list[FitSample]:
     catalog = load_catalog()
     samples = []
     for row in load_published_latencies():
-        if row.includes not in FITTED:
+        if row.includes not in FITTED or row.accelerator != accelerator:
             continue
         layers = costs.get(_cost_key(row.model, row.input_hw, row.batch))
         modes = [p for p in catalog.modules[row.module].performance if p.power_mode == row.power_mode] \
@@ -416,88 +528,3 @@ def published_samples(path: Path | None = None) -> list[FitSample]:
                                    hint="run benchmarks/latency_model_fit.py in a source checkout")
         samples.append(FitSample(row, cost_from_compact(layers, row.batch, row.input_hw), modes[0], row.model))
     return samples
-
-
-# -- a project's own measurements -------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Calibration:
-    """A refit with a project's measurements, and how well each fit predicts what it did not see."""
-
-    model: LatencyModel
-    weight: float
-    #: each of your measurements: (sample, predicted by the published fit, predicted by a fit of the
-    #: published figures and your other measurements)
-    yours: tuple[tuple[FitSample, float, float], ...]
-    published_before: tuple[float, float]  # leave-one-model-out median and max error, published fit
-    published_after: tuple[float, float]  # the same with your measurements in every fit
-
-    @staticmethod
-    def error(measured: float, predicted: float) -> float:
-        return abs(predicted - measured) / measured
-
-
-def calibrate(yours: list[FitSample], *, weight: float = USER_WEIGHT, published: list[FitSample] | None = None,
-              reference: LatencyModel | None = None) -> Calibration:
-    """Refit the five factors to the published figures plus ``yours``, each of yours counting ``weight``
-    published figures in the least squares.
-
-    Before/after, honestly out of sample: each of your measurements is predicted by the published
-    fit (which never saw it) and by a fit of the published figures and your *other* measurements
-    (leave-one-measurement-out); the published figures' leave-one-model-out error is given for the
-    published fit (as stored) and again with your measurements in every fit. The band widens to
-    hold your measurements' left-out ratios.
-    """
-    import numpy as np
-    if not yours:
-        raise TargetError("no measurement to calibrate with")
-    published = published if published is not None else published_samples()
-    reference = reference or load_latency_model()
-    yours = [FitSample(s.row, s.cost, s.performance, f"yours:{i}", weight) for i, s in enumerate(yours)]
-    full = fit_latency_model(published + yours)
-    full = replace(full, devices=_device_factors(yours, full))
-    rows = []
-    for i, sample in enumerate(yours):
-        rest = yours[:i] + yours[i + 1:]
-        others = fit_latency_model(published + rest)
-        others = replace(others, devices=_device_factors(rest, others))
-        rows.append((sample, predict_ms(sample.cost, sample.performance, sample.row.precision, reference),
-                     predict_ms(sample.cost, sample.performance, sample.row.precision, others)))
-    after = []
-    for key in sorted({s.row.model for s in published}):
-        model = fit_latency_model([s for s in published if s.row.model != key] + yours)
-        after += [Calibration.error(s.row.latency_ms, predict_ms(s.cost, s.performance, s.row.precision, model))
-                  for s in published if s.row.model == key]
-    ratios = [s.row.latency_ms / out for s, _, out in rows]
-    models = sorted({s.row.model for s in published})
-    modules = sorted({s.row.module for s in published + yours})
-    fitted = LatencyModel(
-        full.compute_efficiency, full.memory_efficiency, full.layer_overhead_us,
-        min([reference.band_low, *ratios]), max([reference.band_high, *ratios]),
-        float(np.median(after)), max(after),
-        (f"{len(published)} published figures + {len(yours)} of your measurements (each weighted x{weight:g}; the "
-         "project's latency_model.toml)",
-         "published models: " + ", ".join(models), "your models: " + ", ".join(sorted({s.row.model for s in yours})),
-         "modules: " + ", ".join(modules)),
-        tuple(sorted(set(reference.sources) | {s.row.source_url for s in yours})), tuple(modules),
-        len(published), len(yours), full.devices,
-    )
-    return Calibration(fitted, weight, tuple(rows), (reference.median_error or 0.0, reference.max_error or 0.0),
-                       (float(np.median(after)), max(after)))
-
-
-def _device_factors(yours: list[FitSample], fit: LatencyModel) -> tuple[DeviceFactor, ...]:
-    """Per module and power mode you measured on: the geometric mean of measured / ``fit``'s prediction,
-    shrunk toward 1 by n / (n + 1) in the logarithm (one measurement moves the factor half way)."""
-    groups: dict[tuple[str, str], list[FitSample]] = {}
-    for s in yours:
-        groups.setdefault((s.row.module, s.row.power_mode), []).append(s)
-    factors = []
-    for (module, mode), samples in sorted(groups.items()):
-        logs = [math.log(s.row.latency_ms / predict_ms(s.cost, s.performance, s.row.precision, fit)) for s in samples]
-        n = len(logs)
-        perf = samples[0].performance
-        factors.append(DeviceFactor(module, mode, perf.gpu_mhz, perf.fp16_tflops,
-                                    round(math.exp(n / (n + 1) * sum(logs) / n), 6), n))
-    return tuple(factors)
-

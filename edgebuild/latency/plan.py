@@ -8,7 +8,8 @@ export first).
 No device and no engine: the ONNX graph's FLOPs and bytes per fused layer, the module's peaks at
 the power mode's clock and the efficiency factors fitted to published figures
 (``edgebuild.latency.model``). Each prediction carries the band that held every published
-figure when its model, or its module, was left out of the fit.
+figure when its model, or its module, was left out of the fit. With ``accelerator="dla"`` (``plan
+--accelerator dla``), on one DLA core of each module that has one (``edgebuild.latency.cores``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from typing import TYPE_CHECKING
 
 from edgebuild.errors import ConfigError, TargetError
 from edgebuild.latency.budget import module_cost_key
+from edgebuild.latency.cores import CORES, predict_core
 from edgebuild.latency.graph import GraphCost, fixed_graph_cost
 from edgebuild.latency.model import (
+    ALL_PRECISIONS,
+    NARROW_PRECISIONS,
     PRECISIONS,
     LatencyModel,
     load_latency_model,
     performance_modes,
-    predict_ms,
+    runs,
 )
 from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
 
@@ -66,6 +70,9 @@ class LatencyRow:
     # in a project: the engine's weights + activations at the profile's largest shape, as the memory plan
     # estimates them from the ONNX before any engine exists (edgebuild.devices.memory_plan)
     engine_memory_bytes: int | None = None
+    accelerator: str = "gpu"  # gpu, or dla: one DLA core, the layers it cannot run on the GPU
+    dla_mhz: int | None = None  # on the DLA: its clock in this power mode
+    fallback_ops: tuple[str, ...] | None = None  # on the DLA: the ops of the layers that fall back to the GPU
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +93,7 @@ class LatencyPlan:
     cheapest: dict[str, LatencyRow | None]  # precision -> the first row meeting the budget, cheapest first
     skipped: tuple[str, ...]  # modules or modes with no prediction, and why
     fit: LatencyModel
+    accelerator: str = "gpu"
 
     def as_dict(self) -> dict:
         return {
@@ -94,10 +102,19 @@ class LatencyPlan:
             "budget_ms": self.budget_ms, "rows": [row.as_dict() for row in self.rows],
             "cheapest": {p: (row.as_dict() if row else None) for p, row in self.cheapest.items()},
             "skipped": list(self.skipped),
-            "error_band": {"low": self.fit.band_low, "high": self.fit.band_high,
+            "error_band": {"low": self.band[0], "high": self.band[1],
                            "leave_one_model_out_median": self.fit.median_error,
-                           "leave_one_model_out_max": self.fit.max_error, "fitted_on": list(self.fit.fitted_on)},
+                           "leave_one_model_out_max": self.fit.max_error, "fitted_on": list(self.fit.fitted_on),
+                           "per_accelerator": {k: {"figures": n, "median": median, "max": worst}
+                                               for k, (n, median, worst) in self.fit.errors.items()}},
+            "accelerator": self.accelerator,
         }
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The rows' band factors: the GPU's, or the DLA's on the DLA."""
+        dla = self.fit.dla if self.accelerator == "dla" else None
+        return (dla.band_low, dla.band_high) if dla else (self.fit.band_low, self.fit.band_high)
 
 
 def _cost(model: Path, batch: int, input_hw: tuple[int, int] | None) -> GraphCost:
@@ -143,10 +160,12 @@ class PlanRequest:
     ``--budget-ms``, ``--min-fps``). ``min_fps`` becomes a budget of ``batch * 1000 / min_fps`` ms (the tighter
     of the two when both are given)."""
 
-    precisions: tuple[str, ...] | None = None  # None: all three for a model file, the gate's candidates in a project
+    precisions: tuple[str, ...] | None = None  # None: all three for a model file (+ FP8/NVFP4 where the GPU has
+    # them; INT8 on the DLA), the gate's candidates in a project
     batch: int | None = None  # None: 1 for a model file; in a project 1 and the input profile's largest
     budget_ms: float | None = None
     min_fps: float | None = None
+    accelerator: str = "gpu"  # gpu, or dla: one DLA core of each module that has one
 
     def budget(self, batch: int) -> float | None:
         return _budget(self.budget_ms, self.min_fps, batch)
@@ -165,25 +184,40 @@ class ModuleChoice:
 def plan_latency(model: Path, request: PlanRequest = PlanRequest(), modules: ModuleChoice = ModuleChoice(), *,
                  input_size: list[int] | None = None, fit: LatencyModel | None = None) -> LatencyPlan:
     """Predict ``model`` on every chosen module's power modes with a known clock, at each precision asked
-    (default all three) and batch (default 1). The rows are ordered cheapest module first, then by clock."""
-    precisions = request.precisions or PRECISIONS
+    (default all three, and FP8/NVFP4 where the GPU has them; on the DLA INT8, FP16 where it has a peak) and
+    batch (default 1),
+    on the GPU or one DLA core (``request.accelerator``). The rows are ordered cheapest module first, then by
+    clock."""
     batch = request.batch or 1
-    bad = [p for p in precisions if p not in PRECISIONS]
+    bad = [p for p in request.precisions or () if p not in ALL_PRECISIONS]
     if bad:
-        raise ConfigError(f"unknown precision {', '.join(bad)}", hint=f"precisions: {', '.join(PRECISIONS)}")
+        raise ConfigError(f"unknown precision {', '.join(bad)}", hint=f"precisions: {', '.join(ALL_PRECISIONS)}")
     if batch < 1:
         raise ConfigError(f"--batch {batch}: a batch is 1 or more images")
+    chosen = _selected_modules(modules.module, modules.jetpack)
+    _check_accelerator(request.accelerator, chosen)
     budget = request.budget(batch)
     fit = fit or load_latency_model()
     cost = _cost(model, batch, (input_size[0], input_size[-1]) if input_size else None)
-    rows, skipped = _rows(cost, _selected_modules(modules.module, modules.jetpack), modules.power_mode,
-                          modules.jetpack, precisions, batch, budget, fit)
-    return _plan(model, batch, cost, rows, skipped, precisions, budget, fit)
+    rows, skipped = _rows(cost, chosen, modules.power_mode, modules.jetpack, request.precisions, batch, budget, fit,
+                          accelerator=request.accelerator)
+    return _plan(model, batch, cost, rows, skipped, budget, fit, request.accelerator)
+
+
+def _check_accelerator(accelerator: str, modules: Sequence[Module]) -> None:
+    """A TargetError where ``accelerator`` is unknown, or the DLA is asked of modules none of which has one."""
+    if accelerator not in CORES:
+        raise ConfigError(f"unknown accelerator {accelerator!r}", hint=f"accelerators: {', '.join(CORES)}")
+    if accelerator == "dla" and not any(m.dla_cores for m in modules):
+        with_dla = sorted(m.id for m in load_catalog().modules.values() if m.dla_cores)
+        raise TargetError(f"{', '.join(m.id for m in modules)}: no DLA core (only AGX Orin, Orin NX and Xavier "
+                          "modules have one; Orin Nano and AGX Thor do not)",
+                          hint=f"plan the GPU (--accelerator gpu), or a module with a DLA: {', '.join(with_dla)}")
 
 
 def candidate_precisions(project: Project, request: PlanRequest = PlanRequest()) -> tuple[str, ...]:
     """The precisions a project's plan predicts: those asked, else the gate's candidates (``quantize.precisions``)."""
-    return request.precisions or tuple(p for p in PRECISIONS if p in project.quantize.precisions)
+    return request.precisions or tuple(p for p in ALL_PRECISIONS if p in project.quantize.precisions)
 
 
 def plan_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGroup],
@@ -200,6 +234,7 @@ def plan_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGrou
     and ``engine_memory``'s figure for its precision (the memory plan's estimate, from the caller).
     """
     precisions = candidate_precisions(project, request)
+    _check_accelerator(request.accelerator, [g.target.module for g in groups])
     image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
     batches = [request.batch] if request.batch else sorted({1, image.max_shape[0] if image else 1})
@@ -216,11 +251,11 @@ def plan_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedGrou
                       _budget(fleet_group.latency_budget_ms, fleet_group.min_fps, size) if fleet_group else None)
             got, missed = _rows(cost, [group.target.module], group.power_mode or _fastest_mode(group),
                                 group.target.release.jetpack, precisions, size, budget, fit,
-                                host_ms=partial(_host_ms, io))
+                                host_ms=partial(_host_ms, io), accelerator=request.accelerator)
             rows += [replace(r, group=group.name, engine_memory_bytes=(engine_memory or {}).get(r.precision))
                      for r in got]
             skipped += [f"group {group.name}: {s}" for s in missed if f"group {group.name}: {s}" not in skipped]
-    return _plan(onnx_path, batches[-1], cost, rows, skipped, precisions, request.budget(batches[-1]), fit)
+    return _plan(onnx_path, batches[-1], cost, rows, skipped, request.budget(batches[-1]), fit, request.accelerator)
 
 
 def _fastest_mode(group: SelectedGroup) -> str | None:
@@ -279,37 +314,55 @@ def _budget(budget_ms: float | None, min_fps: float | None, batch: int) -> float
 
 
 def _plan(model: Path, batch: int, cost: GraphCost, rows: list[LatencyRow], skipped: list[str],
-          precisions: tuple[str, ...], budget: float | None, fit: LatencyModel) -> LatencyPlan:
+          budget: float | None, fit: LatencyModel, accelerator: str) -> LatencyPlan:
     catalog = load_catalog()
     fitted_archs = {catalog.modules[m].gpu_arch for m in fit.modules if m in catalog.modules}
     rows = [replace(r, extrapolated=catalog.modules[r.module].gpu_arch not in fitted_archs) for r in rows]
+    precisions = [p for p in ALL_PRECISIONS if any(r.precision == p for r in rows)]
     cheapest = {p: next((r for r in rows if r.precision == p and r.meets_budget), None) for p in precisions} \
         if budget is not None else {}
     return LatencyPlan(model, cost.input_hw, batch, cost.flops / 1e9, len(cost.layers), cost.unknown_shapes,
-                       tuple(rows), budget, cheapest, tuple(skipped), fit)
+                       tuple(rows), budget, cheapest, tuple(skipped), fit, accelerator)
+
+
+def _default_precisions(perf: ModulePerformance, accelerator: str) -> tuple[str, ...]:
+    """What a plan predicts where no precision is asked: on the DLA INT8, and FP16 where the profile gives the
+    DLA an FP16 peak; on the GPU all three, and FP8 and NVFP4 where it has them (Blackwell)."""
+    if accelerator == "dla":
+        return ("fp16", "int8") if perf.dla_fp16_tflops else ("int8",)
+    return PRECISIONS + tuple(p for p in NARROW_PRECISIONS if runs(perf, p))
 
 
 def _rows(cost: GraphCost, modules: list[Module], power_mode: str | None, jetpack: str | None,
-          precisions: tuple[str, ...], batch: int, budget: float | None, fit: LatencyModel,
-          host_ms: Callable[[ModulePerformance], float] | None = None) -> tuple[list[LatencyRow], list[str]]:
+          precisions: tuple[str, ...] | None, batch: int, budget: float | None, fit: LatencyModel,
+          host_ms: Callable[[ModulePerformance], float] | None = None,
+          accelerator: str = "gpu") -> tuple[list[LatencyRow], list[str]]:
     rows: list[LatencyRow] = []
     skipped: list[str] = []
     for mod in modules:
         modes = [p for p in performance_modes(mod, jetpack) if power_mode is None or p.power_mode == power_mode]
+        if accelerator == "dla" and not mod.dla_cores:
+            skipped.append(f"{mod.id}: no DLA core (dla_cores = 0 in profiles/modules/{mod.id}.toml)")
+            continue
         if not modes:
             what = f"power mode {power_mode}" if power_mode else "power mode"
             skipped.append(f"{mod.id}: no {what} with a known GPU clock in profiles/modules/{mod.id}.toml")
             continue
         for perf in sorted(modes, key=lambda p: p.gpu_mhz):
-            for precision in precisions:
-                if precision == "int8" and perf.int8_tops is None:
-                    skipped.append(f"{mod.id} {perf.power_mode} int8: this GPU has no INT8 path TensorRT uses")
+            for precision in precisions or _default_precisions(perf, accelerator):
+                try:
+                    core = predict_core(cost, perf, accelerator, precision, fit)
+                except TargetError as exc:
+                    where = f"{mod.id} {perf.power_mode} " + ("dla " if accelerator == "dla" else "")
+                    skipped.append(f"{where}{precision}: {exc.message.removeprefix(perf.power_mode + ': ')}")
                     continue
-                ms = predict_ms(cost, perf, precision, fit)
+                ms = core.latency_ms
                 rows.append(LatencyRow(
                     mod.id, perf.power_mode, _jetpack_text(perf, jetpack), precision, batch, round(ms, 6),
-                    round(ms * fit.band_low, 6), round(ms * fit.band_high, 6), round(batch * 1000.0 / ms, 2),
+                    round(core.low_ms, 6), round(core.high_ms, 6), round(batch * 1000.0 / ms, 2),
                     perf.gpu_mhz, None if budget is None else ms <= budget,
-                    end_to_end_ms=round(ms + host_ms(perf), 6) if host_ms else None,
+                    end_to_end_ms=round(ms + host_ms(perf), 6) if host_ms else None, accelerator=accelerator,
+                    dla_mhz=perf.dla_mhz if accelerator == "dla" else None,
+                    fallback_ops=core.fallback_ops if accelerator == "dla" else None,
                 ))
     return rows, skipped

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from edgebuild._compat import tomllib
 from edgebuild.datafiles import data_dir
@@ -65,19 +65,30 @@ class ModulePerformance(_Record):
     ``jetpack_min``/``jetpack_max`` bound the releases whose nvpmodel configuration has this mode
     at this clock (Orin NX's MAXN before JetPack 6.2, MAXN_SUPER from 6.2); unset means every one.
     ``tf32_tflops`` is unset where the GPU has no TF32 (Volta, Maxwell); ``int8_tops`` where it
-    has no INT8 path TensorRT uses (Maxwell).
+    has no INT8 path TensorRT uses (Maxwell); ``fp8_tflops``/``fp4_tflops`` where it has no FP8/FP4
+    tensor cores (everything before Blackwell). ``cuda_cores``/``tensor_cores`` are the cores the mode
+    powers where it gates some off (fewer TPCs), else unset. The DLA's peaks are both cores together;
+    ``gpu_arch`` and ``dla_cores`` are the module's, filled in when the module is read.
     """
 
     power_mode: str
     jetpack_min: str | None = None
     jetpack_max: str | None = None
     gpu_mhz: int
+    cuda_cores: int | None = None
+    tensor_cores: int | None = None
     memory_bandwidth_gbps: float
     fp32_tflops: float
     tf32_tflops: float | None = None
     fp16_tflops: float
     int8_tops: float | None = None
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    dla_mhz: int | None = None
     dla_int8_tops: float | None = None
+    dla_fp16_tflops: float | None = None
+    gpu_arch: str | None = None
+    dla_cores: int = 0
     unconfirmed: list[str]
     sources: list[str]
 
@@ -102,6 +113,17 @@ class Module(_Record):
     sources: list[str]
     notes: dict[str, str] = {}
     performance: list[ModulePerformance] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _performance_knows_its_module(cls, data: object) -> object:
+        """Each ``[[performance]]`` entry gets the module's GPU architecture and DLA core count (the latency
+        model reads a power mode alone)."""
+        if not isinstance(data, dict):
+            return data
+        filled = [{"gpu_arch": data.get("gpu_arch"), "dla_cores": data.get("dla_cores", 0), **entry}
+                  if isinstance(entry, dict) else entry for entry in data.get("performance", [])]
+        return {**data, "performance": filled}
 
 
 @dataclass(frozen=True)

@@ -137,10 +137,10 @@ def test_calibrate_refits_keeps_the_measurements_and_plan_says_so(project: Path,
     model_path, measurements_path = project_latency_files(project)
     assert done.model_path == model_path and model_path.is_file() and measurements_path.is_file()
     fit = project_fit(project)
-    assert (fit.published, fit.measured) == (53, 2) and fit.fitted_on[0].startswith("53 published figures + 2 of")
+    assert (fit.published, fit.measured) == (60, 2) and fit.fitted_on[0].startswith("60 published figures + 2 of")
     after = plan_latency(folder / "model.onnx", PlanRequest(("fp16",)), MAXN_SUPER, input_size=[256], fit=fit)
     assert after.rows[0].latency_ms > 1.3 * predicted  # the plan follows the device now
-    assert after.as_dict()["error_band"]["fitted_on"][0].startswith("53 published figures + 2 of your")
+    assert after.as_dict()["error_band"]["fitted_on"][0].startswith("60 published figures + 2 of your")
 
     again = calibrate_project(project, [bench])  # the same run again: nothing new, the kept ones refitted
     assert (again.new, again.kept) == (0, 2)

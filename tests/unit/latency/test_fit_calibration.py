@@ -9,20 +9,20 @@ import pytest
 
 from edgebuild.latency.model import (
     FitSample,
-    calibrate,
     fit_latency_model,
     load_latency_model,
     predict_ms,
     published_samples,
     write_latency_model,
 )
+from edgebuild.latency.refit import calibrate
 from edgebuild.targets.profiles import load_catalog
 
 
 def test_the_published_graphs_kept_as_data_give_back_the_stored_fit() -> None:
     published = published_samples()
     stored = load_latency_model()
-    assert len(published) == 53
+    assert len(published) == 60
     fitted = fit_latency_model(published)
     for precision, value in stored.compute_efficiency.items():
         assert fitted.compute_efficiency[precision] == pytest.approx(value, rel=1e-4)
@@ -55,8 +55,8 @@ def test_your_measurements_pull_the_refit_and_the_error_is_shown_before_and_afte
     assert all(b == pytest.approx(0.375, abs=0.01) for b in before)  # 1 - 1/1.6: the published fit, as built
     assert max(after) < min(before) / 2  # each left out in turn, predicted from the other five and the published
     model = done.model
-    assert (model.published, model.measured) == (53, 6)
-    assert model.fitted_on[0] == ("53 published figures + 6 of your measurements (each weighted x1; the project's "
+    assert (model.published, model.measured) == (60, 6)
+    assert model.fitted_on[0] == ("60 published figures + 6 of your measurements (each weighted x1; the project's "
                                   "latency_model.toml)")
     # what is particular to this device is its own factor, applied by predict_ms on that module and mode only
     (device,) = model.devices
@@ -73,7 +73,7 @@ def test_your_measurements_pull_the_refit_and_the_error_is_shown_before_and_afte
     assert done.published_after[0] >= done.published_before[0]
     path = write_latency_model(model, tmp_path / "latency_model.toml", written_by="edgebuild plan --calibrate")
     again = load_latency_model(path)
-    assert (again.published, again.measured) == (53, 6) and again.fitted_on == model.fitted_on
+    assert (again.published, again.measured) == (60, 6) and again.fitted_on == model.fitted_on
     assert again.devices[0].factor == pytest.approx(device.factor) and again.devices[0].matches(s.performance)
     assert path.read_text().startswith("# Written by edgebuild plan --calibrate")
     # --weight pulls the five factors toward your measurements: the published figures' left-out error grows

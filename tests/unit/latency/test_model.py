@@ -179,21 +179,25 @@ def test_orin_nx_modes_follow_the_jetpack_release() -> None:
 
 
 def test_module_peaks_follow_from_cores_and_clock() -> None:
-    """A typo in a [[performance]] peak shows here: each is cores x clock x the architecture's rate."""
-    per_clock = {  # (CUDA-core FLOP, tensor-core TF32, FP16, INT8) per core or tensor core per clock
-        "Ampere": (2, 256, 512, 1024), "Volta": (2, None, 128, 256), "Maxwell": (2, None, None, None),
+    """A typo in a [[performance]] peak shows here: each is the powered cores x clock x the architecture's rate."""
+    per_clock = {  # (CUDA-core FLOP, tensor-core TF32, FP16, INT8, FP8, FP4) per core or tensor core per clock
+        "Ampere": (2, 256, 512, 1024, None, None), "Volta": (2, None, 128, 256, None, None),
+        "Maxwell": (2, None, None, None, None, None), "Blackwell": (2, 1024, 2048, 4096, 4096, 8192),
     }
     for module in load_catalog().modules.values():
         for perf in module.performance:
             ghz = perf.gpu_mhz / 1000
-            fp32, tf32, fp16, int8 = per_clock[module.gpu_arch]
-            assert perf.fp32_tflops == pytest.approx(module.cuda_cores * fp32 * ghz / 1000, abs=1e-3), module.id
+            cores, tensor_cores = perf.cuda_cores or module.cuda_cores, perf.tensor_cores or module.tensor_cores
+            fp32, tf32, fp16, int8, fp8, fp4 = per_clock[module.gpu_arch]
+            assert perf.fp32_tflops == pytest.approx(cores * fp32 * ghz / 1000, abs=1e-3), module.id
             if tf32 is not None:
-                assert perf.tf32_tflops == pytest.approx(module.tensor_cores * tf32 * ghz / 1000, abs=1e-3)
-            expected_fp16 = module.tensor_cores * fp16 * ghz / 1000 if fp16 else 2 * perf.fp32_tflops
+                assert perf.tf32_tflops == pytest.approx(tensor_cores * tf32 * ghz / 1000, abs=1e-3)
+            expected_fp16 = tensor_cores * fp16 * ghz / 1000 if fp16 else 2 * perf.fp32_tflops
             assert perf.fp16_tflops == pytest.approx(expected_fp16, abs=1e-3), module.id
-            if int8 is None:
-                assert perf.int8_tops is None
-            else:
-                assert perf.int8_tops == pytest.approx(module.tensor_cores * int8 * ghz / 1000, abs=1e-3)
+            for peak, rate in ((perf.int8_tops, int8), (perf.fp8_tflops, fp8), (perf.fp4_tflops, fp4)):
+                assert peak is None if rate is None else peak == pytest.approx(tensor_cores * rate * ghz / 1000,
+                                                                              abs=1e-3), module.id
+            if perf.dla_int8_tops is not None:  # 16384 INT8 OP per DLA core per clock (Orin), within 3%
+                assert module.dla_cores > 0 and perf.dla_mhz
+                assert perf.dla_int8_tops == pytest.approx(module.dla_cores * 16384 * perf.dla_mhz / 1e6, rel=0.03)
             assert perf.sources, module.id
