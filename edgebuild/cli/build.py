@@ -492,7 +492,10 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     memory plan estimates for that precision; the budget is the group's own
     latency_budget_ms / min_fps unless --budget-ms / --min-fps. With --accelerator dla, on one
     DLA core of each module that has one (its unsupported layers on the GPU); rows carry their
-    accelerator. With --calibrate, no plan: the project's fit is refitted with your bench
+    accelerator. In a fleet file (-p a folder whose edgebuild.toml has [models]), per group its
+    device plan: each model on the GPU, DLA0 or DLA1 at one of its precisions, chosen to meet the
+    group's budget with the most headroom (else the most frames per second), the cores sharing
+    the module's memory bandwidth, and why a model is not on a DLA core. With --calibrate, no plan: the project's fit is refitted with your bench
     results. See docs/latency-plan.md.
 
     \b
@@ -501,6 +504,7 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
       edgebuild plan --model yolo11n.onnx --module all --min-fps 60 --precision fp16,int8
       edgebuild plan --model yolo11n.onnx --module agx-orin-64gb --accelerator dla
       edgebuild plan -p myproject --min-fps 30
+      edgebuild plan -p examples/camera-box
       edgebuild plan -p myproject --calibrate bench-b1.json bench-b8.json
     """
     if bench_files and not calibrate:
@@ -538,8 +542,21 @@ def _plan_model(model: Path, project_dir: Path, input_size: list[int] | None, mo
 
 
 def _plan_project(cli: CliContext, project_dir: Path, selector: str, request: PlanRequest, as_json: bool) -> None:
-    """``plan`` in a project: each selected fleet group on the project's export."""
-    from edgebuild.workflows.plan import plan_project
+    """``plan`` in a project: each selected fleet group on the project's export; in a fleet file, each group's
+    device plan (which core runs which model)."""
+    from edgebuild.project.fleet_file import is_fleet_file
+    from edgebuild.workflows.plan import plan_fleet, plan_project
+
+    if is_fleet_file(project_dir):
+        if request.accelerator != "gpu" or request.batch:
+            raise click.UsageError("a fleet file's plan places each model on the GPU or a DLA core itself, at batch "
+                                   "1: --accelerator and --batch go with --model or a model project")
+        plans = plan_fleet(project_dir, selector, request, progress=cli.say)
+        click.echo(render.as_json({"groups": [p.as_dict() for p in plans]}) if as_json
+                   else render.device_plans_text(plans))
+        if any(p.error for p in plans):
+            raise SystemExit(1)
+        return
 
     plan = plan_project(project_dir, selector, request, progress=cli.say)
     click.echo(render.as_json(plan.as_dict()) if as_json else render.latency_plan_text(plan))

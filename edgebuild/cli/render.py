@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
     from edgebuild.workflows.project import Checked
+    from edgebuild.workflows.plan import FleetGroupPlan
     from edgebuild.workflows.validate import DeviceValidation, GroupOnDevice
     from edgebuild.workflows.work import CompileWork
 
@@ -375,6 +376,28 @@ def _counted(names: tuple[str, ...]) -> str:
     for name in names:
         counts[name] = counts.get(name, 0) + 1
     return ", ".join(name + (f" x{n}" if n > 1 else "") for name, n in counts.items())
+
+
+def device_plans_text(plans: list[FleetGroupPlan]) -> str:
+    """``plan`` of a fleet file: per group, which core runs which model, and why a model is not on a DLA core."""
+    parts = []
+    for group in plans:
+        if group.plan is None:
+            parts.append(f"group {group.group} ({group.target}): no plan: {group.error}")
+            continue
+        plan = group.plan
+        budget = [f"latency budget {plan.budget_ms:g} ms" if plan.budget_ms else "",
+                  f"min {plan.min_fps:g} frames/s" if plan.min_fps else ""]
+        verdict = (f"; {' and '.join(b for b in budget if b)}: "
+                   f"{'meets it' if plan.meets else 'misses it'} (headroom {plan.headroom:.2f}x)"
+                   if plan.headroom is not None else "")
+        lines = [f"group {group.group} ({group.target}, {plan.power_mode}){verdict}", plan.table()]
+        lines += [f"  {note}" for note in plan.notes]
+        parts.append("\n".join(lines))
+    parts.append("predicted, not measured: each model's time from the latency model; the sharing of the cores and "
+                 "of DRAM is an assumption (docs/latency-plan.md, 'Several models on one module'); `edgebuild bench` "
+                 "measures each model alone and all together on a device")
+    return "\n\n".join(parts)
 
 
 def latency_plan_text(plan: LatencyPlan) -> str:

@@ -261,7 +261,7 @@ def predict_group(cost: GraphCost, *, group: str, module: Module, jetpack: str, 
 
     ``catalog``: the modules to name the cheapest one meeting a missed budget from."""
     precisions = tuple(precisions)
-    perf = _mode(module, jetpack, power_mode)
+    perf = performance_for(module, jetpack, power_mode)
     if perf is None:
         return None
     candidates = _candidates(cost, perf, precisions, fit, budget)
@@ -286,7 +286,7 @@ def _source(fit: LatencyModel) -> str:
     return f"latency model fitted to {figures} of TensorRT latency{own}, not a measurement"
 
 
-def _mode(module: Module, jetpack: str, power_mode: str | None) -> ModulePerformance | None:
+def performance_for(module: Module, jetpack: str, power_mode: str | None) -> ModulePerformance | None:
     """``power_mode`` of the module on ``jetpack``, else its fastest with a known clock; None when unknown."""
     modes = [p for p in performance_modes(module, jetpack) if power_mode is None or p.power_mode == power_mode]
     return max(modes, key=lambda p: p.gpu_mhz) if modes else None
@@ -322,7 +322,7 @@ def predict_candidates(onnx_path: Path, input_hw: tuple[int, int] | None,
         cost = graph_cost_from_file(onnx_path, batch=1, input_hw=input_hw)
     except EdgebuildError:
         return {}
-    perfs = [_mode(module, jetpack, mode) for module, jetpack, mode in targets]
+    perfs = [performance_for(module, jetpack, mode) for module, jetpack, mode in targets]
     if not perfs or cost.dynamic_inputs or any(p is None for p in perfs):
         return {}
     found = {}

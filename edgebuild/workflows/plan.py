@@ -9,14 +9,17 @@ and ``plan --calibrate`` (``edgebuild.latency.calibration.calibrate_project``) n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from edgebuild.errors import TargetError
+from edgebuild.latency.device_plan import DevicePlan
 from edgebuild.latency.model import LatencyModel
 from edgebuild.latency.plan import LatencyPlan, PlanRequest, candidate_precisions, plan_groups
 from edgebuild.project.config import Project
 from edgebuild.text import Progress
 
-__all__ = ["plan_project"]
+__all__ = ["FleetGroupPlan", "plan_fleet", "plan_project"]
 
 
 def plan_project(project_dir: Path, selector: str = "all", request: PlanRequest = PlanRequest(), *,
@@ -41,3 +44,65 @@ def _engine_memory(project: Project, onnx_path: Path, precisions: Sequence[str])
 
     shapes = {s.name: list(s.max_shape) for s in project.model.inputs}
     return {p: estimate_model_memory(project.project.name, onnx_path, p, shapes, 0, False).engine for p in precisions}
+
+
+@dataclass(frozen=True)
+class FleetGroupPlan:
+    """One group of a fleet file: its device plan, or why it has none."""
+
+    group: str
+    target: str  # module@jetpack
+    plan: DevicePlan | None
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"group": self.group, "target": self.target, **(self.plan.as_dict() if self.plan else {}),
+                "error": self.error}
+
+
+def plan_fleet(fleet_dir: Path, selector: str = "all", request: PlanRequest = PlanRequest(), *,
+               progress: Progress = lambda _: None) -> list[FleetGroupPlan]:
+    """``plan`` of a fleet file: per selected group, where each of its models runs (GPU, DLA0, DLA1) at which
+    precision (``edgebuild.latency.device_plan``), on each model's export (run as needed), at batch 1 and the
+    group's power mode (else its module's fastest with a known clock); the budget is the request's, else the
+    group's ``latency_budget_ms`` (each model's latency with the others running) and ``min_fps`` (the group's
+    frames per second, every model once per frame)."""
+    from edgebuild.errors import EdgebuildError
+    from edgebuild.latency.budget import performance_for
+    from edgebuild.latency.device_plan import PlannedModel, plan_device
+    from edgebuild.latency.graph import fixed_graph_cost
+    from edgebuild.project.fleet_file import load_fleet
+    from edgebuild.stages.export import EXPORT
+    from edgebuild.targets.profiles import load_catalog
+    from edgebuild.workflows.work import run_until, select, select_work
+
+    fleet = load_fleet(fleet_dir)
+    catalog = load_catalog()
+    selection = select(selector, fleet.file.fleet, catalog)
+    costs: dict[str, PlannedModel] = {}
+    plans = []
+    for group in (g for g in fleet.file.fleet if g.name in selection.names):
+        try:
+            models = []
+            for name in group.models or []:
+                if name not in costs:
+                    project = fleet.model_project(name)
+                    progress(f"== model {name}: export")
+                    export = run_until(select_work(project, selection, catalog), EXPORT, say=progress).record(EXPORT)
+                    assert export is not None, "the export stage ran without a record"
+                    image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
+                    hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
+                    costs[name] = PlannedModel(name, fixed_graph_cost(export.onnx_path, batch=1, input_hw=hw),
+                                               candidate_precisions(project, request))
+                models.append(costs[name])
+            module = catalog.modules[group.module]
+            perf = performance_for(module, group.jetpack, group.power_mode)
+            if perf is None:
+                raise TargetError(f"{module.id}: no power mode {group.power_mode or ''} with a known GPU clock in "
+                                  f"profiles/modules/{module.id}.toml: nothing to predict")
+            plan = plan_device(models, perf, module.id, budget_ms=request.budget_ms or group.latency_budget_ms,
+                               min_fps=request.min_fps or group.min_fps)
+            plans.append(FleetGroupPlan(group.name, group.target_id, plan))
+        except EdgebuildError as exc:
+            plans.append(FleetGroupPlan(group.name, group.target_id, None, str(exc)))
+    return plans
