@@ -66,6 +66,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
         "accept": digest([gate.policy.as_dict(), validation_key(project)] if measured else None),
         "target": group.target.id,
         "use_dla": str(group.use_dla),
+        **({"accelerator": group.accelerator} if group.use_dla else {}),  # a GPU group's key stays as it was
         "limits": digest(group.limits.as_dict()),
         "build_on": build_on or "",
         "host": digest(session.host().as_dict()),
