@@ -106,12 +106,12 @@ def dla_cost_findings(model: onnx.ModelProto, group: SelectedGroup, *, batch: in
         return []
     split = dla_split(model, group.target.release.tensorrt, batch=batch, input_hw=input_hw)
     total = split.dla_layers + len(split.fallbacks)
-    named = ", ".join(f"{f.name} ({f.op_type}, {f.flops_share:.1%} of FLOPs)" for f in split.costliest())
+    named = ", ".join(f"{f.name} ({f.op_type}, {_share(f.flops_share)} of FLOPs)" for f in split.costliest())
     where = f" at batch {batch}" + (f", {input_hw[0]}x{input_hw[1]}" if input_hw else "")
     summary = (f"{group.accelerator}: {len(split.fallbacks)} of {total} layers fall back to the GPU under TensorRT "
-               f"{split.tensorrt}'s DLA rules{where}: {split.flops_share:.1%} of the FLOPs and "
-               f"{split.bytes_share:.1%} of the bytes moved, with {split.transitions} GPU<->DLA transition(s) (each "
-               f"a copy of the boundary tensor, {split.boundary_elements} elements in all)"
+               f"{split.tensorrt}'s DLA rules{where}: {_share(split.flops_share)} of the FLOPs and "
+               f"{_share(split.bytes_share)} of the bytes moved, with {split.transitions} GPU<->DLA transition(s) "
+               f"(each a copy of the boundary tensor, {split.boundary_elements} elements in all)"
                + (f"; costliest: {named}" if named else "")
                + (f"; {split.unknown_shapes} node(s) without inferred shapes counted as nothing"
                   if split.unknown_shapes else ""))
@@ -126,6 +126,10 @@ def dla_cost_findings(model: onnx.ModelProto, group: SelectedGroup, *, batch: in
             "place this model on the GPU (accelerator = \"gpu\"), or rewrite its costliest fallback layers with "
             "operators the DLA runs", _SOURCE))
     return findings
+
+
+def _share(fraction: float) -> str:
+    return "<0.1%" if 0 < fraction < 0.001 else f"{fraction:.1%}"
 
 
 def image_shape(inputs: list) -> tuple[int, tuple[int, int] | None]:

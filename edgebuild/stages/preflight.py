@@ -56,7 +56,9 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     graph = append_nms(exported, check_nms_settings(inputs.project.task.kind, post.model_dump()),
                        len(inputs.project.task.classes)) if in_model else exported
     found = check_target(graph, inputs.unit)
-    found = replace(found, findings=found.findings + tuple(dla_findings(inputs, graph)))
+    dla = dla_findings(inputs, graph)
+    if dla:  # the static shape said with the project's shapes, in place of the ONNX's dynamic axes
+        found = replace(found, findings=tuple(f for f in found.findings if f.op_type != "dynamic shapes") + tuple(dla))
     if not in_model or answers_detections(exported):  # an NMS-free (one-to-one) head: nothing of NMS to check
         return found
     return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
@@ -74,8 +76,8 @@ def dla_findings(inputs: CompileInputs, graph: onnx.ModelProto) -> list[Finding]
     shape = Finding("(model)", "static shape", DLA_FALLBACK,
                     f"{group.accelerator}: the DLA runs no dynamic shapes, so this group's engine is built at one "
                     f"shape, min = opt = max = the opt_shape ({static}); a request of another shape is refused",
-                    "give the inputs the opt_shape the devices send (model.inputs)", "profiles/tensorrt/dla.toml "
-                    "general_restrictions")
+                    "give the inputs the opt_shape the devices send (model.inputs)",
+                    "profiles/tensorrt/dla.toml general_restrictions")
     return [shape, *dla_cost_findings(graph, group, batch=batch, input_hw=hw)]
 
 
