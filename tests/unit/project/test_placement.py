@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from edgebuild.cli import main
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
 from edgebuild.project.fleet_file import load_fleet
@@ -45,6 +47,10 @@ def test_each_accelerator_is_read_and_selected(tmp_path: Path, accelerator: str,
 def test_use_dla_is_the_deprecated_spelling_of_dla0(tmp_path: Path) -> None:
     write_tiny_project(tmp_path, _dock("use_dla = true"))
     assert load_project(tmp_path).group("dock").accelerator == "dla0"
+    checked = CliRunner().invoke(main, ["check", "-p", str(tmp_path)])
+    assert checked.exit_code == 0, checked.output
+    assert 'fleet[1].use_dla: deprecated: the old spelling of accelerator = "dla0"' in checked.output
+    assert "dla0" in checked.output.split("runs on")[1]  # the fleet table's column
     assert "contradicts" in _problem(tmp_path, _dock('use_dla = true\naccelerator = "gpu"'))
     # an older record's use_dla reads back as the placement it was
     assert GroupFacts.from_dict({"group": "dock", "target": "t", "use_dla": True}).accelerator == "dla0"
