@@ -56,7 +56,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     graph = append_nms(exported, check_nms_settings(inputs.project.task.kind, post.model_dump()),
                        len(inputs.project.task.classes)) if in_model else exported
     found = check_target(graph, inputs.unit)
-    dla = dla_findings(inputs, graph)
+    dla = _dla_findings(inputs, graph)
     if dla:  # the static shape said with the project's shapes, in place of the ONNX's dynamic axes
         found = replace(found, findings=tuple(f for f in found.findings if f.op_type != "dynamic shapes") + tuple(dla))
     if not in_model or answers_detections(exported):  # an NMS-free (one-to-one) head: nothing of NMS to check
@@ -64,7 +64,7 @@ def _run(inputs: CompileInputs) -> TargetPreflight:
     return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
 
 
-def dla_findings(inputs: CompileInputs, graph: onnx.ModelProto) -> list[Finding]:
+def _dla_findings(inputs: CompileInputs, graph: onnx.ModelProto) -> list[Finding]:
     """A DLA group's split priced at its engine's static shape (``edgebuild.latency.dla_cost``), and the shape."""
     group = inputs.unit
     if not group.use_dla or group.target.module.dla_cores == 0:
