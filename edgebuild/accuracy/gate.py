@@ -93,6 +93,8 @@ class CandidateResult:
     rejected_by: list[str]  # targets whose TensorRT parser would not take this graph (then not selectable)
     metrics: dict[str, float] = field(default_factory=dict)  # every metric of the task (pose, masks: box mAP too)
     refused: str = ""  # why the tracking gate refuses it, both numbers named ("": it does not, or is off)
+    # why the groups placed on a DLA core cannot build from it (edgebuild.targets.dla_precision; "": they can)
+    dla_refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ class GateResult:
         if self.tracking is not None:
             data["tracking"] = self.tracking.as_dict()
         for candidate in data["candidates"]:
-            if not candidate["refused"]:
-                del candidate["refused"]
+            for key in ("refused", "dla_refused"):  # written only where said, so older records read back as they were
+                if not candidate[key]:
+                    del candidate[key]
         data["stage"] = STAGE_VERSION
         return data
 
@@ -423,6 +426,8 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
             int8_choice: Int8Choice | None = None, nms_parity: NmsParity | None = None,
             predicted: dict[str, float] | None = None, tracking: TrackingGate | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
+    from edgebuild.targets.dla_precision import dla_note, dla_refusal
+
     policy = AccuracyPolicy.of(project)
     reference = measured[0].value
     results = []
@@ -440,7 +445,10 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
             passed=policy.passes(retention) and not refused,
             selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected,
-            metrics=dict(m.metrics), refused=refused))
+            metrics=dict(m.metrics), refused=refused,
+            dla_refused=dla_refusal(m.precision, store.gate / m.ships, groups)))
+    refused_on_dla = {r.precision: r.dla_refused for r in results}
+    notes = [*notes, *(dla_note(g, refused_on_dla) for g in groups if g.use_dla)]
     passing = [r for r in results if r.passed and r.selectable]
     ungated = not policy.gated
     if ungated:  # a dry run: every selectable candidate may be selected, the summary says so

@@ -204,8 +204,10 @@ def preflight_command(cli: CliContext, project_dir: Path, selector: str, onnx_pa
 
     Reports, per target, each node the parser cannot take (unsupported operator, opset out
     of range, a known restriction such as Resize antialias or ScatterND reduction), INT64
-    tensors TensorRT 8.x casts down, and, for groups with use_dla, the layers the DLA
-    cannot run. Exits with code 9 when any target has a blocking problem.
+    tensors TensorRT 8.x casts down, and, for groups placed on a DLA core (accelerator),
+    each layer that falls back to the GPU under that TensorRT's DLA rules, their share of
+    the FLOPs and bytes, the GPU<->DLA transitions, and whether the DLA would help at all.
+    Exits with code 9 when any target has a blocking problem.
     """
     from edgebuild.targets.preflight import preflight_text
     from edgebuild.workflows.build import preflight_targets

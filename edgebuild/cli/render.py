@@ -45,8 +45,10 @@ def as_json(data: Any) -> str:  # JSON in: anything json.dumps takes
 
 def fleet_table(units: list[GroupFacts]) -> str:
     rows = [[u.group + ("" if u.in_fleet else " (not in fleet)"), u.target, u.jetpack, "R" + u.l4t, u.tensorrt,
-             u.cuda, f"sm {u.compute_capability}", str(u.max_onnx_opset), u.limits or "-"] for u in units]
-    return table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "limits"])
+             u.cuda, f"sm {u.compute_capability}", str(u.max_onnx_opset), u.accelerator, u.limits or "-"]
+            for u in units]
+    return table(rows, ["group", "target", "JetPack", "L4T", "TensorRT", "CUDA", "GPU", "max opset", "runs on",
+                        "limits"])
 
 
 def check_text(checked: Checked) -> str:

@@ -69,7 +69,7 @@ def build_and_accept(project: Project, group: SelectedGroup, gate: GateResult, *
     payload = acceptance or (lambda name: acceptance_payload(project, gate, name))
     refused: list[Acceptance] = []
     record = None
-    for candidate in candidate_order(gate):
+    for candidate in candidate_order(gate, group.accelerator):
         expected_key = _expected_build_key(project, group, gate, candidate, host, build_on, state)
         if expected_key in refused_keys:  # refused by an earlier run: its measurement stands, nothing is built
             refused.append(state.measured[expected_key])
@@ -113,7 +113,7 @@ def device_needed(project: Project, group: SelectedGroup, gate: GateResult, host
     validation = validation_key(project)
     refused = state.refused(gate.policy, validation)
     folder = BuildLayout.of(project).engine(group.name)
-    for candidate in candidate_order(gate):
+    for candidate in candidate_order(gate, group.accelerator):
         key = _expected_build_key(project, group, gate, candidate, host, built.placement, state)
         if key in refused:
             continue

@@ -302,7 +302,7 @@ def place_and_build_engine(project: Project, group: SelectedGroup, gate: GateRes
     overrides the group's own build device. ``acceptance`` is the candidate's ``acceptance_payload``
     when the caller made it already.
     """
-    candidate = chosen_candidate(gate, candidate)
+    candidate = chosen_candidate(gate, candidate, group.accelerator)
     limits = group.limits
     assert limits is not None, "select_work resolves every group's limit preset"
     acceptance = acceptance if acceptance is not None else acceptance_payload(project, gate, candidate)
@@ -322,8 +322,8 @@ def place_and_build_engine(project: Project, group: SelectedGroup, gate: GateRes
     key = engine_build_key(recipe, placement, host)
     record = EngineRecord(group=group.name, target=group.target.id, placement=placement, reason=why,
                           folder=str(folder.relative_to(project.build_dir)), build_key=key, built=False, kept=False,
-                          host=host, candidate=candidate,
-                          fallback=fallback_candidate(project, gate, candidate) if recipe.fallback else None)
+                          host=host, candidate=candidate, fallback=fallback_candidate(
+                              project, gate, candidate, group.accelerator) if recipe.fallback else None)
     if placement == "deferred":
         _drop_engine(folder, store)
         return record

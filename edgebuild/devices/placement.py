@@ -54,12 +54,14 @@ def decide_placement(target: Target, host: DeviceFacts, build_on: str | None = N
         "checks the build and is never packaged")
 
 
-def candidate_order(gate: GateResult) -> list[str]:
+def candidate_order(gate: GateResult, accelerator: str = "gpu") -> list[str]:
     """The gate's candidates an engine may be built from, in the order they are tried for a target.
 
     The selected one first, then every other passing, selectable candidate that keeps more of the
     model in float (``PRECISION_ORDER``: int8, int8-mixed, fp16, fp32): what the accept step falls
-    back to when an engine loses the gate's margin on its device.
+    back to when an engine loses the gate's margin on its device. On a DLA core (``accelerator``)
+    the candidates the DLA cannot run (``CandidateResult.dla_refused``) are left out: the first
+    the DLA runs comes first.
     """
     from edgebuild.accuracy.gate import PRECISION_ORDER
 
@@ -68,28 +70,33 @@ def candidate_order(gate: GateResult) -> list[str]:
     after = PRECISION_ORDER.index(gate.selected)
     rest = sorted((c for c in gate.candidates if c.passed and c.selectable and c.precision != gate.selected
                    and PRECISION_ORDER.index(c.precision) > after), key=lambda c: PRECISION_ORDER.index(c.precision))
-    return [gate.selected, *(c.precision for c in rest)]
+    order = [gate.selected, *(c.precision for c in rest)]
+    if accelerator == "gpu":
+        return order
+    return [name for name in order if not gate.candidate(name).dla_refused]
 
 
-def chosen_candidate(gate: GateResult, candidate: str | None = None) -> str:
-    """``candidate``, else the gate's selection: what a group's engine is built from.
+def chosen_candidate(gate: GateResult, candidate: str | None = None, accelerator: str = "gpu") -> str:
+    """``candidate``, else the gate's selection (on a DLA core: the first it runs): what a group's engine is built
+    from.
 
     The engine stage runs only after a gate that selected one: a gate that selected nothing
-    stops the compile with its verdict (``accuracy.gate.verdict``) before any recipe is written.
+    stops the compile with its verdict (``accuracy.gate.verdict``) before any recipe is written,
+    and a DLA group none of whose passing candidates the DLA runs is stopped by the engine stage.
     """
-    chosen = candidate or gate.selected
-    assert chosen is not None, "the gate selected nothing: its verdict stops the compile before the engine stage"
+    chosen = candidate or next(iter(candidate_order(gate, accelerator)), None)
+    assert chosen is not None, "the gate selected nothing the group runs: the compile stops before the engine stage"
     return chosen
 
 
-def fallback_candidate(project: Project, gate: GateResult, candidate: str) -> str | None:
+def fallback_candidate(project: Project, gate: GateResult, candidate: str, accelerator: str = "gpu") -> str | None:
     """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 engine fails acceptance.
 
     Only for an INT8 candidate, and only with ``accuracy.first_boot_fallback``; None otherwise.
     """
     if not project.accuracy.first_boot_fallback or not candidate.startswith("int8"):
         return None
-    return next((c for c in candidate_order(gate) if not c.startswith("int8")), None)
+    return next((c for c in candidate_order(gate, accelerator) if not c.startswith("int8")), None)
 
 
 

@@ -58,7 +58,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
 
     target, limits = group.target, group.limits
     assert limits is not None, "select_work resolves every group's limit preset"
-    chosen = gate.candidate(chosen_candidate(gate, candidate))
+    chosen = gate.candidate(chosen_candidate(gate, candidate, group.accelerator))
     folder = folder or BuildLayout.of(project).engine(group.name)
     folder.mkdir(parents=True, exist_ok=True)
     source, onnx_path = gate.folder / chosen.onnx, folder / ONNX_FILE
@@ -70,7 +70,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     if not (folder / ACCEPTANCE_FILE).is_file() or file_sha256(folder / ACCEPTANCE_FILE) != acceptance_sha256:
         atomic_write_bytes(folder / ACCEPTANCE_FILE, acceptance)
     fallback = None if placement != "deferred" or folder.name == FALLBACK_FOLDER \
-        else fallback_candidate(project, gate, chosen.precision)
+        else fallback_candidate(project, gate, chosen.precision, group.accelerator)
     fallback_sha256 = None
     if fallback is not None:
         written = write_recipe(project, group, gate, placement, why, acceptance_payload(project, gate, fallback),
@@ -100,6 +100,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         accuracy_backend=chosen.backend,
         limits=RecipeLimits(**limits.as_dict()),
         **builder_settings(project, group, chosen.precision),
+        accelerator=group.accelerator,
         timing_cache=f"{target.module.id}-trt{target.release.tensorrt}.cache",
         module=RecipeModule(**_module_facts(target)),
         jetpack=target.release.jetpack,
@@ -160,13 +161,19 @@ def onnx_outputs(path: Path) -> dict[str, TensorSpec]:
 
 
 def builder_settings(project: Project, group: SelectedGroup, candidate: str) -> JsonObject:
-    """The recipe's TensorRT builder settings for a candidate (what ``engine_build_key`` reads besides the ONNX)."""
+    """The recipe's TensorRT builder settings for a candidate (what ``engine_build_key`` reads besides the ONNX).
+
+    A group placed on a DLA core builds one static shape, each input's opt_shape as min = opt = max:
+    the DLA runs no dynamic shapes (dla.toml's general restrictions)."""
+    from edgebuild.targets.dla import build_core
+
     assert group.limits is not None, "select_work resolves every group's limit preset"
+    static = group.use_dla
     return {"precision": "int8" if candidate.startswith("int8") else candidate,
-            "profiles": {s.name: [list(s.min_shape), list(s.opt_shape), list(s.max_shape)]
-                         for s in project.model.inputs},
+            "profiles": {s.name: [list(s.opt_shape)] * 3 if static else
+                         [list(s.min_shape), list(s.opt_shape), list(s.max_shape)] for s in project.model.inputs},
             "workspace_bytes": group.limits.tensorrt_workspace,  # the preset's TensorRT memory-pool limit
-            "dla_core": 0 if group.use_dla else None}
+            "dla_core": build_core(group.accelerator)}
 
 
 def acceptance_payload(project: Project, gate: GateResult, candidate_name: str | None = None) -> bytes:

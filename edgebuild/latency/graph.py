@@ -156,6 +156,51 @@ def graph_cost(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, i
     return GraphCost(tuple(layers), batch, (image[2], image[3]) if image else None, unknown, dynamic)
 
 
+@dataclass(frozen=True)
+class NodeCost:
+    """One ONNX node on its own, unfused: its FLOPs, its weights and the activation elements it reads and writes."""
+
+    flops: float
+    weight_elements: int
+    activation_elements: int
+    known: bool  # every shape it needs was inferred
+
+    @property
+    def elements(self) -> int:
+        return self.weight_elements + self.activation_elements
+
+
+def node_costs(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, int] | None = None
+               ) -> tuple[list[NodeCost], dict[str, int]]:
+    """The cost of each node of ``model`` (in graph order) with its inputs set to ``batch`` and ``input_hw``, and
+    the elements of every tensor whose shape is known there.
+
+    The same counting rules as ``graph_cost``, per node and without fusion: what a device split
+    (``edgebuild.latency.dla_cost``) needs, where each node may land on another accelerator.
+    """
+    import onnx
+
+    light = _with_input_shape(model, batch, input_hw)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    except Exception as exc:  # onnx's InferenceError and friends: a graph the checker refuses
+        raise ModelError(f"ONNX shape inference failed: {exc}") from None
+    shapes = _shapes(inferred)
+    weights = {init.name: math.prod(init.dims) for init in inferred.graph.initializer}
+    constants = set(weights) | {o for n in inferred.graph.node if n.op_type == "Constant" for o in n.output}
+    costs = []
+    for node in inferred.graph.node:
+        activations = [n for n in node.input if n and n not in constants]
+        if node.op_type not in ANCHORS and node.output and shapes.get(node.output[0]) is None:
+            known_inputs = [shape for shape in (shapes.get(n) for n in activations) if shape is not None]
+            shapes[node.output[0]] = max(known_inputs, key=math.prod) if known_inputs else None
+        counted = _node_flops(node, shapes) if node.op_type not in FREE else (0.0, False)
+        moved = sum(_size(shapes, n) or 0 for n in [*activations, *(o for o in node.output if o)])
+        costs.append(NodeCost(counted[0] if counted else 0.0, sum(weights.get(n, 0) for n in node.input),
+                              moved, counted is not None))
+    return costs, {name: math.prod(shape) for name, shape in shapes.items() if shape is not None}
+
+
 def _with_input_shape(model: onnx.ModelProto, batch: int, input_hw: tuple[int, int] | None) -> onnx.ModelProto:
     import onnx
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from edgebuild.errors import ConfigError
-from edgebuild.project.groups import check_groups
+from edgebuild.project.groups import check_groups, static_shape_problems
 from edgebuild.project.schema import HUB_SOURCE, PROJECT_FILE, TASK_KINDS, Project
 from edgebuild.project.streams_schema import check_regions_file, check_streams
 from edgebuild.project.toml_file import find_project_file, format_problems, format_validation_error, read_toml
@@ -60,6 +60,9 @@ def _check_meaning(project: Project, catalog: Catalog) -> list[str]:
     problems += _check_data(project)
     problems += _check_model_source(project)
     problems += _check_batching(project)
+    problems += [problem for i, group in enumerate(project.fleet) if group.accelerator != "gpu"
+                 for problem in static_shape_problems(f"fleet[{i}].{group.accelerator_key}", project.model.inputs,
+                                                      project.runtime)]
     problems += _check_build_location(project)
     problems += check_streams(project.streams, project.runtime.tracking, [g.name for g in project.fleet],
                               project.task.kind)

@@ -16,6 +16,13 @@ its own ``edgebuild.toml``: model, task, data, accuracy) and says which fleet gr
     jetpack = "6.2"
     models = ["detector", "classifier"]
 
+    [[fleet]]
+    name = "dock"
+    module = "agx-orin-64gb"
+    jetpack = "6.2"
+    models = ["detector", "classifier"]
+    placement = { detector = "dla0", classifier = "gpu" }   # the rest: the group's accelerator
+
 The fleet file owns what is shared by a group's models: ``[[fleet]]``, ``[runtime]``, ``[ota]``
 (the group's version, key and device types) and ``[farm]``; each model keeps its own version (its
 project's ``[ota] version``). :func:`load_fleet` loads every model project and gives each the view the compile
@@ -35,7 +42,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
-from edgebuild.project.groups import check_groups
+from edgebuild.project.groups import check_groups, static_shape_problems
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import (
     NAME_PATTERN,
@@ -90,6 +97,10 @@ class FleetFile(_Section):
             twice = sorted({m for m in group.models if group.models.count(m) > 1})
             if twice:
                 problems.append(f"fleet group {group.name!r} names {', '.join(twice)} more than once")
+            placed = [m for m in group.placement or {} if m not in group.models]
+            if placed:
+                problems.append(f"fleet group {group.name!r} places {', '.join(map(repr, placed))}, which it does not "
+                                f"run (its models: {', '.join(group.models)})")
         names = [g.name for g in self.fleet]
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
@@ -127,7 +138,9 @@ class Fleet:
         """The model's project as the fleet compiles it: the fleet's groups that run it (without their
         ``models`` list), the fleet's runtime, OTA and farm settings, and its own build folder here."""
         project = self.models[model]
-        groups = [g.model_copy(update={"models": None, "cgroup_preset": self._preset(g.cgroup_preset)})
+        groups = [g.model_copy(update={"models": None, "placement": None, "use_dla": False,
+                                       "accelerator": self.accelerator(g, model),
+                                       "cgroup_preset": self._preset(g.cgroup_preset)})
                   for g in self.groups_running(model)]
         runtime = self.file.runtime.model_copy(update={"cgroup_preset": self._preset(self.file.runtime.cgroup_preset)})
         section = project.project.model_copy(update={"build_dir": str(self.model_build_dir(model))})
@@ -136,6 +149,11 @@ class Fleet:
         ota = self.file.ota.model_copy(update={"version": project.ota.version})
         return project.model_copy(update={"project": section, "fleet": groups, "runtime": runtime, "ota": ota,
                                           "farm": self.file.farm})
+
+    @staticmethod
+    def accelerator(group: FleetGroup, model: str) -> str:
+        """Where ``group`` runs ``model``: its ``placement`` for the model, else the group's ``accelerator``."""
+        return (group.placement or {}).get(model, group.accelerator)
 
     def _preset(self, name: str | None) -> str | None:
         """A preset given as a file path is the fleet file's, not the model project's (absolute from here)."""
@@ -179,6 +197,7 @@ def load_fleet(location: str | Path = ".") -> Fleet:
         except ConfigError as exc:
             problems.append(f"models.{name}: {exc.message}")
     problems += _check_models(file, models)
+    problems += _check_dla_shapes(file, models)
     if problems:
         raise ConfigError(format_problems(source, problems))
     return Fleet(file, root, source, models)
@@ -207,3 +226,18 @@ def _check_models(file: FleetFile, models: dict[str, Project]) -> list[str]:
                                 f"is {fleet_group.target_id}: the two disagree on the group's target; make them "
                                 "agree (the fleet file's is what the compile builds)")
     return problems
+
+
+def _check_dla_shapes(file: FleetFile, models: dict[str, Project]) -> list[str]:
+    """Each model a group places on a DLA core must fit one static shape with the fleet's runtime."""
+    problems = []
+    for i, group in enumerate(file.fleet):
+        for model in group.models or []:
+            accelerator = Fleet.accelerator(group, model)
+            if accelerator == "gpu" or model not in models:
+                continue
+            key = f"fleet[{i}].placement.{model}" if model in (group.placement or {}) \
+                else f"fleet[{i}].{group.accelerator_key}"
+            problems += static_shape_problems(f"{key} ({model})", models[model].model.inputs, file.runtime)
+    return problems
+

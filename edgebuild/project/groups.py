@@ -1,6 +1,7 @@
 """A file's device groups against the profile catalog: a model project's and a fleet file's alike.
 
-``[[fleet]]`` (unique names, known modules and JetPack releases, DLA where the module has it),
+``[[fleet]]`` (unique names, known modules and JetPack releases, a DLA placement only where the module has
+the core and the JetPack's TensorRT runs the DLA),
 ``[ota] device_types`` (module ids) and ``[runtime] cgroup_preset`` (a preset's name) are checked
 the same way in both kinds of ``edgebuild.toml``, so they are checked here, once.
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgebuild.project.schema import NAME_PATTERN, FleetGroup, OtaSection, RuntimeSection
+from edgebuild.project.schema import NAME_PATTERN, FleetGroup, InputSpec, OtaSection, RuntimeSection
+from edgebuild.targets.dla import accelerator_problem
 from edgebuild.targets.profiles import Catalog
 
 __all__ = []
@@ -44,8 +46,15 @@ def check_groups(fleet: Sequence[FleetGroup], ota: OtaSection, runtime: RuntimeS
                 f"{key}: {module.name} is not supported by JetPack {release.jetpack} "
                 f"(JetPack releases for {module.id}: {', '.join(module.jetpack)})"
             )
-        if group.use_dla and module.dla_cores == 0:
-            problems.append(f"{key}.use_dla: {module.name} has no DLA cores; set use_dla = false")
+        problem = accelerator_problem(group.accelerator, module, release)
+        if problem is not None:
+            deprecated = " (use_dla = true is the deprecated spelling of accelerator = \"dla0\")" \
+                if group.accelerator_key == "use_dla" else ""
+            problems.append(f"{key}.{group.accelerator_key}: {problem}{deprecated}")
+        for model, accelerator in (group.placement or {}).items():
+            problem = accelerator_problem(accelerator, module, release)
+            if problem is not None:
+                problems.append(f"{key}.placement.{model}: {problem}")
     for module_id in ota.device_types:
         if module_id not in catalog.modules:
             problems.append(f"ota.device_types: {module_id!r} is not a module id "
@@ -54,3 +63,21 @@ def check_groups(fleet: Sequence[FleetGroup], ota: OtaSection, runtime: RuntimeS
     if preset is not None and not NAME_PATTERN.match(preset):
         problems.append(f"runtime.cgroup_preset: not a preset name, found {preset!r}")
     return problems
+
+
+def static_shape_problems(key: str, inputs: Sequence[InputSpec], runtime: RuntimeSection) -> list[str]:
+    """A model placed on a DLA core runs one shape: the DLA has no dynamic shapes, so its engine is built at
+    min = opt = max = each input's opt_shape, and the server must send exactly that (single images, unbatched)."""
+    problems = []
+    if runtime.max_batch_size > 1:
+        problems.append(f"{key}: a DLA placement runs one static shape (min = opt = max = opt_shape; the DLA has no "
+                        f"dynamic shapes), but runtime.max_batch_size = {runtime.max_batch_size} batches 1 to "
+                        f"{runtime.max_batch_size} requests at a time; set runtime.max_batch_size = 1, or place it on "
+                        "the GPU (accelerator = \"gpu\")")
+    for spec in inputs:
+        if spec.opt_shape[0] != 1:
+            problems.append(f"{key}: a DLA placement runs one static shape, the opt_shape, but input {spec.name!r} "
+                            f"has opt_shape {spec.opt_shape} (batch {spec.opt_shape[0]}) and the server sends single "
+                            "images; set its opt_shape[0] = 1, or place it on the GPU (accelerator = \"gpu\")")
+    return problems
+

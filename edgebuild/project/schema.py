@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgebuild.project.fleet_group import NAME_PATTERN, FleetGroup
 from edgebuild.project.streams_schema import StreamEntry, TrackingSection
 from edgebuild.project.tracking_section import TrackingGateSection
 from edgebuild.targets.presets import parse_size
@@ -30,7 +31,6 @@ SEGMENTATION_METRICS = ("mask mAP50-95", "mask mAP50", "box mAP50-95", "box mAP5
 POSE_METRICS = ("pose mAP50-95", "pose mAP50", "box mAP50-95", "box mAP50")
 OBB_METRICS = ("obb mAP50-95", "obb mAP50")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # project, fleet group and limit preset names
 
 
 class _Section(BaseModel):
@@ -364,49 +364,6 @@ class AccuracySection(_Section):
         return value
 
 
-class FleetGroup(_Section):
-    name: str
-    module: str
-    jetpack: str
-    use_dla: bool = False
-    build_on: str | None = None  # ssh://user@host[:port] of a Jetson of this profile that builds the engine
-    cgroup_preset: str | None = None  # limit preset (cgroups/ name or file); default [runtime]'s, then the module's
-    power_mode: str | None = None  # on the device farm: the power_mode tag its boards must have (e.g. MAXN)
-    models: list[str] | None = None  # a fleet file's group: the models it runs (edgebuild.project.fleet_file)
-    # predicted p50 (GPU compute, batch 1) each image must meet: a group no candidate precision can meet, even at
-    # the low end of the latency model's error band, is refused before engines are built (docs/latency-plan.md)
-    latency_budget_ms: float | None = Field(None, gt=0)
-    min_fps: float | None = Field(None, gt=0)  # images per second at batch 1: a budget of 1000 / min_fps ms
-
-    @field_validator("build_on")
-    @classmethod
-    def _build_on(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        from edgebuild.project.addresses import parse_ssh_url
-
-        parse_ssh_url(value)  # its ValueError names what is allowed
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.match(value):
-            raise ValueError(f"must be lower-case letters, digits, '-' or '_', found {value!r}")
-        return value
-
-    @field_validator("jetpack", mode="before")
-    @classmethod
-    def _jetpack_as_text(cls, value: Any) -> Any:
-        if isinstance(value, float):  # `jetpack = 6.2` written without quotes
-            return repr(value)
-        return value
-
-    @property
-    def target_id(self) -> str:
-        return f"{self.module}@{self.jetpack}"
-
-
 class ExportSection(_Section):
     opset: int | None = Field(None, ge=9)
     exporter: Literal["auto", "dynamo", "torchscript"] = "auto"
@@ -554,10 +511,11 @@ class Project(_Section):
 
     @model_validator(mode="after")
     def _one_model(self) -> Project:
-        named = [g.name for g in self.fleet if g.models is not None]
+        named = [g.name for g in self.fleet if g.models is not None or g.placement is not None]
         if named:
-            raise ValueError(f"fleet group(s) {', '.join(named)} name models: that is a fleet file's key ([models] "
-                             "composing model projects, docs/fleets.md); a model project's group runs its one model")
+            raise ValueError(f"fleet group(s) {', '.join(named)} name models (models, placement): those are a fleet "
+                             "file's keys ([models] composing model projects, docs/fleets.md); a model project's "
+                             "group runs its one model, placed with accelerator")
         return self
 
     @model_validator(mode="after")

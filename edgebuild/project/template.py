@@ -102,7 +102,7 @@ jetpack = "6.2"
 name = "dock"
 module = "agx-orin-64gb"
 jetpack = "5.1.2"
-# use_dla = true                # modules with DLA cores only
+# accelerator = "dla0"          # gpu (default), dla0, dla1 or dla (either core); modules with DLA cores only
 # build_on = "ssh://nvidia@agx-orin-01"   # a Jetson of this profile that builds the engine
 
 [runtime]

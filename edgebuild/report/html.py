@@ -98,10 +98,10 @@ def _html_fleet(report: BuildReport) -> str:
     for u in report.units:
         s = group_summary(report, u.group)
         rows.append([f"<b>{_e(u.group)}</b>", _e(u.target), _e(u.module), _e(u.compute_capability), _e(u.jetpack),
-                     _e(u.l4t), _e(u.tensorrt), _e(u.cuda), "yes" if u.use_dla else "no", _e(u.limits or "-"),
+                     _e(u.l4t), _e(u.tensorrt), _e(u.cuda), _e(u.accelerator), _e(u.limits or "-"),
                      _badge(s["preflight"]), _badge(s["gate"]), _e(s["placement"])])
     return "<h2>Fleet</h2>" + _html_table(["group", "target", "module", "CC", "JetPack", "L4T", "TensorRT", "CUDA",
-                                           "DLA", "limits", "preflight", "gate", "placement"], rows)
+                                           "accelerator", "limits", "preflight", "gate", "placement"], rows)
 
 
 def _html_stages(report: BuildReport) -> str:

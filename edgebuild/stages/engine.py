@@ -49,7 +49,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
     project, group, gate = inputs.project, inputs.unit, inputs.record(GATE)
     session = inputs.session
     assert group.limits is not None, "select_work resolves every group's limit preset"
-    order = [gate.candidate(name) for name in candidate_order(gate)]
+    order = [gate.candidate(name) for name in candidate_order(gate, group.accelerator)]
     state = EngineStateStore.of(project, group.name).read()
     build_on = _build_on(inputs)
     # what the accept step reads matters only where an engine is (or was) measured on a device
@@ -66,6 +66,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
         "accept": digest([gate.policy.as_dict(), validation_key(project)] if measured else None),
         "target": group.target.id,
         "use_dla": str(group.use_dla),
+        **({"accelerator": group.accelerator} if group.use_dla else {}),  # a GPU group's key stays as it was
         "limits": digest(group.limits.as_dict()),
         "build_on": build_on or "",
         "host": digest(session.host().as_dict()),
@@ -82,6 +83,8 @@ def _run(inputs: CompileInputs) -> EngineRecord:
 
     project, group, gate = inputs.project, inputs.unit, inputs.record(GATE)
     session = inputs.session
+    if group.use_dla:
+        _say_dla(inputs, gate)
 
     def build(build_on: str | None) -> EngineRecord:
         return build_and_accept(project, group, gate, host=session.host(), build_on=build_on, force=inputs.forced,
@@ -102,6 +105,27 @@ def _run(inputs: CompileInputs) -> EngineRecord:
     if outcome.error is not None:
         raise outcome.error
     return replace(outcome.result, board=outcome.board)
+
+
+def _say_dla(inputs: CompileInputs, gate: GateResult) -> None:
+    """A DLA group's engine: which candidate the DLA runs and why the others are not, and its one static shape; a
+    group whose every passing candidate the DLA cannot run stops here, with why."""
+    from edgebuild.devices.placement import candidate_order
+    from edgebuild.targets.dla import build_core
+
+    group = inputs.unit
+    refused = "; ".join(f"{c.precision}: {c.dla_refused}" for c in gate.candidates if c.passed and c.dla_refused)
+    order = candidate_order(gate, group.accelerator)
+    if not order:
+        raise AccuracyGateError(
+            f"{group.name} runs on {group.accelerator}, but no candidate that passes the gate runs on the DLA "
+            f"({refused or 'none passed'})",
+            hint="add fp16 to quantize.precisions (the DLA's FP16 layout is the fp16 candidate), or place the group "
+                 "on the GPU (accelerator = \"gpu\")")
+    shapes = ", ".join(f"{s.name} {s.opt_shape}" for s in inputs.project.model.inputs)
+    inputs.progress(f"engine: {group.name}: {group.accelerator} (built for DLA core {build_core(group.accelerator)}, "
+                    f"GPU fallback), {order[0]}, one static shape min = opt = max = {shapes} (the DLA runs no dynamic "
+                    "shapes)" + (f"; not on the DLA: {refused}" if refused and order[0] != gate.selected else ""))
 
 
 def _describe(record: EngineRecord) -> str:

@@ -38,8 +38,10 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
 
     return {**measurement_key_parts(inputs.project, inputs.record(EXPORT)),
             "decision": digest(decision_settings(inputs.project)),
-            # every candidate is checked against the TensorRT parsers of the groups preflight passed
-            "targets": digest(sorted(g.target.id for g in cleared_groups(inputs))),
+            # every candidate is checked against the TensorRT parsers of the groups preflight passed, and against
+            # the DLA of those placed on one (a GPU group's part of the key stays as it was)
+            "targets": digest(sorted(g.target.id + (f"/{g.accelerator}" if g.use_dla else "")
+                                     for g in cleared_groups(inputs))),
             "parser_tables": rules_digest()}
 
 

@@ -21,6 +21,8 @@ from edgebuild.stages.session import CompileInputs
 from edgebuild.targets.preflight import BLOCKING, DLA_FALLBACK, Finding, TargetPreflight
 
 if TYPE_CHECKING:
+    import onnx
+
     from edgebuild.targets.profiles import SelectedGroup
 
 __all__ = ["PREFLIGHT"]
@@ -31,26 +33,52 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
 
     group = inputs.unit
     post = inputs.project.task.postprocess
-    return {"onnx": inputs.record(EXPORT).content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
-            "parser_tables": rules_digest(),
-            "nms_in_model": digest(post.model_dump()) if getattr(post, "in_model", False) else "no"}
+    key = {"onnx": inputs.record(EXPORT).content_sha256, "target": group.target.id, "use_dla": str(group.use_dla),
+           "parser_tables": rules_digest(),
+           "nms_in_model": digest(post.model_dump()) if getattr(post, "in_model", False) else "no"}
+    if group.use_dla:  # the DLA split is priced at the static shape its engine is built at (a GPU key stays as it was)
+        key["accelerator"] = digest([DLA_COST_VERSION, group.accelerator,
+                                     [s.opt_shape for s in inputs.project.model.inputs]])
+    return key
+
+
+#: the DLA split's pricing (edgebuild.latency.dla_cost): a change to it re-runs only the DLA groups' preflight
+DLA_COST_VERSION = 1
 
 
 def _run(inputs: CompileInputs) -> TargetPreflight:
+    from edgebuild.sources.export.nms_graph import answers_detections, append_nms, check_nms_settings
     from edgebuild.targets.preflight import check_target
 
-    session = inputs.session
-    graph = session.onnx_graph(inputs.record(EXPORT).onnx_path)
+    exported = inputs.session.onnx_graph(inputs.record(EXPORT).onnx_path)
     post = inputs.project.task.postprocess
-    if not getattr(post, "in_model", False):
-        return check_target(graph, inputs.unit)
-    from edgebuild.sources.export.nms_graph import answers_detections, append_nms, check_nms_settings
-
-    found = check_target(append_nms(graph, check_nms_settings(inputs.project.task.kind, post.model_dump()),
-                                       len(inputs.project.task.classes)), inputs.unit)
-    if answers_detections(graph):  # an NMS-free (one-to-one) head: no NMS added, nothing of NMS to check
+    in_model = getattr(post, "in_model", False)
+    graph = append_nms(exported, check_nms_settings(inputs.project.task.kind, post.model_dump()),
+                       len(inputs.project.task.classes)) if in_model else exported
+    found = check_target(graph, inputs.unit)
+    dla = _dla_findings(inputs, graph)
+    if dla:  # the static shape said with the project's shapes, in place of the ONNX's dynamic axes
+        found = replace(found, findings=tuple(f for f in found.findings if f.op_type != "dynamic shapes") + tuple(dla))
+    if not in_model or answers_detections(exported):  # an NMS-free (one-to-one) head: nothing of NMS to check
         return found
     return replace(found, findings=found.findings + tuple(_nms_findings(inputs.unit)))
+
+
+def _dla_findings(inputs: CompileInputs, graph: onnx.ModelProto) -> list[Finding]:
+    """A DLA group's split priced at its engine's static shape (``edgebuild.latency.dla_cost``), and the shape."""
+    group = inputs.unit
+    if not group.use_dla or group.target.module.dla_cores == 0:
+        return []
+    from edgebuild.latency.dla_cost import dla_cost_findings, image_shape
+
+    batch, hw = image_shape(list(inputs.project.model.inputs))
+    static = ", ".join(f"{s.name} {s.opt_shape}" for s in inputs.project.model.inputs)
+    shape = Finding("(model)", "static shape", DLA_FALLBACK,
+                    f"{group.accelerator}: the DLA runs no dynamic shapes, so this group's engine is built at one "
+                    f"shape, min = opt = max = the opt_shape ({static}); a request of another shape is refused",
+                    "give the inputs the opt_shape the devices send (model.inputs)",
+                    "profiles/tensorrt/dla.toml general_restrictions")
+    return [shape, *dla_cost_findings(graph, group, batch=batch, input_hw=hw)]
 
 
 def _nms_findings(group: SelectedGroup) -> list[Finding]:

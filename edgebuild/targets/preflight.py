@@ -8,17 +8,19 @@ What a target's TensorRT can parse lives in data files under ``profiles/tensorrt
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgebuild._compat import tomllib
-from edgebuild.datafiles import data_dir
 from edgebuild.errors import ExportError, ProfileDataError
 from edgebuild.jsontypes import JsonObject
+from edgebuild.targets.dla import uses_dla
+from edgebuild.targets.rules_files import read_rules as _read_toml
+from edgebuild.targets.rules_files import tensorrt_dir as _tensorrt_dir
+from edgebuild.targets.rules_files import version_matches
+from edgebuild.targets.rules_files import version_tuple as _version
 
 if TYPE_CHECKING:
     import onnx
@@ -66,17 +68,6 @@ class TargetPreflight:
 
 # -- data files ----------------------------------------------------------------------------
 
-def _tensorrt_dir() -> Path:
-    return data_dir("profiles") / "tensorrt"
-
-
-def _read_toml(path: Path) -> JsonObject:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ProfileDataError(f"{path}: {exc}") from None
-
-
 @lru_cache(maxsize=16)
 def rules_digest() -> str:
     """Content hash of every rule preflight applies (the parser tables and known restrictions)."""
@@ -102,31 +93,6 @@ def parser_table(tensorrt_version: str) -> JsonObject:
 @lru_cache(maxsize=1)
 def restrictions() -> JsonObject:
     return _read_toml(_tensorrt_dir() / "known-restrictions.toml")
-
-
-@lru_cache(maxsize=1)
-def dla_table() -> JsonObject:
-    return _read_toml(_tensorrt_dir() / "dla.toml")
-
-
-_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
-def version_matches(version: str, spec: str) -> bool:
-    """``"10.3.0.30"`` against ``">=10.0,<10.9"``; an empty spec matches every version."""
-    have = _version(version)
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        match = re.fullmatch(r"(<=|>=|==|<|>)\s*([\d.]+)", clause)
-        if not match:
-            raise ProfileDataError(f"known-restrictions.toml: bad version specifier {clause!r}")
-        want = _version(match.group(2))
-        if not _OPS[match.group(1)](have[: len(want)], want):
-            return False
-    return True
 
 
 # -- the ONNX side -------------------------------------------------------------------------
@@ -319,8 +285,8 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
                                 typed_rule["problem"].format(tensorrt=release.tensorrt), typed_rule["fix"],
                                 typed_rule["source"]))
 
-    if group.use_dla and group.target.module.dla_cores > 0:
-        findings += _dla_fallbacks(model)
+    if uses_dla(group.accelerator) and group.target.module.dla_cores > 0:
+        findings += _dla_fallbacks(model, release.tensorrt)
     return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
 
 
@@ -358,10 +324,12 @@ def _first_supporting_release(op_type: str) -> str | None:
     return None
 
 
-def _dla_fallbacks(model: onnx.ModelProto) -> list[Finding]:
-    table = dla_table()
-    ops = table.get("onnx_ops", {})
-    source = table.get("source", "dla.toml")
+def _dla_fallbacks(model: onnx.ModelProto, tensorrt: str) -> list[Finding]:
+    """What a DLA engine cannot take as it is: dynamic input axes (built static), and each layer that falls back
+    to the GPU under that TensorRT's DLA rules (``edgebuild.targets.dla.place_nodes``)."""
+    from edgebuild.targets.dla import ON_GPU, dla_table, place_nodes
+
+    source = dla_table().get("source", "dla.toml")
     findings = []
     dynamic = [i.name for i in model.graph.input
                if any(d.dim_param or not d.dim_value for d in i.type.tensor_type.shape.dim)]
@@ -369,19 +337,15 @@ def _dla_fallbacks(model: onnx.ModelProto) -> list[Finding]:
         findings.append(Finding(
             "(model)", "dynamic shapes", DLA_FALLBACK,
             f"inputs {dynamic} have dynamic axes; the DLA runs only static shapes, so DLA engines are built "
-            "with min = opt = max",
-            "give the DLA groups a fixed input shape (min_shape = opt_shape = max_shape)", source))
-    for index, node in enumerate(model.graph.node):
-        entry = ops.get(node.op_type)
-        if node.op_type in ("Constant", "Identity"):
-            continue
-        if entry is None or not entry.get("dla", False):
-            why = "; ".join(entry.get("restrictions", [])) if entry else "not in the DLA supported-layer list"
+            "with min = opt = max = the input's opt_shape",
+            "requests of another shape are refused by a DLA engine: give the model a fixed input shape, or place "
+            "the group on the GPU", source))
+    for place in place_nodes(model, tensorrt):
+        if place.on == ON_GPU:
             findings.append(Finding(
-                node.name or f"{node.op_type}_{index}", node.op_type, DLA_FALLBACK,
-                f"the DLA cannot run {node.op_type} ({why}); it falls back to the GPU",
-                "fine with GPU fallback; to keep the layer on the DLA use a DLA-supported operator",
-                entry.get("source", source) if entry else source))
+                place.name, place.op_type, DLA_FALLBACK,
+                f"the DLA cannot run {place.op_type} ({place.why}); it falls back to the GPU",
+                "fine with GPU fallback; to keep the layer on the DLA use a DLA-supported operator", place.source))
     return findings
 
 

@@ -232,20 +232,26 @@ class GroupFacts:
     tensorrt: str = ""
     cuda: str = ""
     max_onnx_opset: int = 0
-    use_dla: bool = False
+    use_dla: bool = False  # the accelerator is a DLA core (kept for readers of older records)
     #: the limit preset's name; a group without one has no ``limits`` key
     limits: str | None = None
+    #: gpu, dla0, dla1 or dla (either core); a GPU group has no ``accelerator`` key
+    accelerator: str = "gpu"
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
         if self.limits is None:
             del data["limits"]
+        if self.accelerator == "gpu":
+            del data["accelerator"]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupFacts:
         """A group as stored; a key an older edgebuild did not write takes its default (in the fleet)."""
         data = {"in_fleet": True, **data}
+        if data.get("use_dla") and "accelerator" not in data:  # written before placements: use_dla was DLA core 0
+            data["accelerator"] = "dla0"
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
@@ -259,7 +265,7 @@ class SelectedGroup:
 
     name: str
     target: Target
-    use_dla: bool
+    accelerator: str = "gpu"  # gpu, dla0, dla1 or dla (either core): edgebuild.targets.dla
     in_fleet: bool = True
     build_on: str | None = None  # the group's ssh:// build device, if it names one
     cgroup_preset: str | None = None  # the group's own runtime limit preset, if it names one
@@ -270,12 +276,17 @@ class SelectedGroup:
         module, release = self.target.module, self.target.release
         return GroupFacts(self.name, self.in_fleet, self.target.id, module.name, module.compute_capability,
                           release.jetpack, release.l4t, release.tensorrt, release.cuda, release.max_onnx_opset,
-                          self.use_dla, self.limits.name if self.limits else None)
+                          self.use_dla, self.limits.name if self.limits else None, self.accelerator)
+
+    @property
+    def use_dla(self) -> bool:
+        """Whether the group runs on a DLA core (``accelerator`` is dla0, dla1 or dla)."""
+        return self.accelerator != "gpu"
 
 
 def select_groups(selector: str, fleet: list, catalog: Catalog) -> list[SelectedGroup]:
     """Resolve a --target selector against the project's fleet groups (in fleet order)."""
-    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.use_dla, build_on=g.build_on,
+    groups = [SelectedGroup(g.name, catalog.target(g.module, g.jetpack), g.accelerator, build_on=g.build_on,
                             cgroup_preset=g.cgroup_preset, power_mode=getattr(g, "power_mode", None))
               for g in fleet]
     chosen: dict[str, SelectedGroup] = {}
@@ -299,7 +310,7 @@ def _match(part: str, groups: list[SelectedGroup], catalog: Catalog) -> list[Sel
     elif "@" in part:
         target = catalog.parse_target(part)
         matched = [g for g in groups if g.target.id == target.id]
-        return matched or [SelectedGroup(target.id, target, use_dla=False, in_fleet=False)]
+        return matched or [SelectedGroup(target.id, target, in_fleet=False)]
     else:
         matched = [g for g in groups if g.name == part]
         if not matched:

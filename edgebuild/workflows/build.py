@@ -74,7 +74,17 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
 
     work = load_work(project_dir, selector)
     if onnx_path is not None:
-        return Preflighted(onnx_path, preflight(onnx_path, list(work.groups)))
+        from dataclasses import replace
+
+        from edgebuild.latency.dla_cost import dla_cost_findings, image_shape
+        from edgebuild.targets.preflight import load_graph
+
+        results = preflight(onnx_path, list(work.groups))
+        if any(g.use_dla for g in work.groups):  # priced at the project's opt_shape, as the stage does
+            model, (batch, hw) = load_graph(onnx_path), image_shape(list(work.project.model.inputs))
+            results = [replace(r, findings=r.findings + tuple(dla_cost_findings(model, g, batch=batch, input_hw=hw)))
+                       for r, g in zip(results, work.groups)]
+        return Preflighted(onnx_path, results)
     done = run_until(work, PREFLIGHT, say=progress)
     outcome = ran(done, PREFLIGHT)
     failed = next((u.error for u in outcome.units if u.record is None and u.error), None)

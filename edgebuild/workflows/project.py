@@ -34,12 +34,15 @@ def check_project(project_dir: Path) -> Checked:
     """
     from edgebuild.datasets.project_data import missing_data
     from edgebuild.project.config import load_project
-    from edgebuild.workflows.check import check_code_and_data, raise_for_problems
+    from edgebuild.workflows.check import Finding, check_code_and_data, raise_for_problems
     from edgebuild.workflows.work import select_work
 
     project = load_project(project_dir)
     work = select_work(project, "all")
     findings = model_file_findings(project, work.groups) + check_code_and_data(project)
+    findings += [Finding(f"fleet[{i}].use_dla", "deprecated: the old spelling of accelerator = \"dla0\" (still read); "
+                         "write accelerator = \"dla0\" (or dla1, or dla: either core)")
+                 for i, g in enumerate(project.fleet) if g.accelerator_key == "use_dla"]
     raise_for_problems(project, findings)
     to_prepare = sorted(missing_data(project)) if project.data.prepare else []
     return Checked(project, [g.describe() for g in work.groups], findings, to_prepare)

@@ -205,6 +205,8 @@ class ModelSpec:
     parse_errors: list[tuple[int, str, str, str]] = field(default_factory=list)
     build_fails: bool = False
     num_dla_cores: int = 2
+    #: indices of the layers the DLA cannot run (``IBuilderConfig.can_run_on_DLA`` says False for them)
+    gpu_only_layers: tuple[int, ...] = ()
     device_memory_size: int = 12345678
     #: (LayerType member, DataType of its first output) per layer of the parsed network
     layers: list[tuple[str, str]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
@@ -313,6 +315,10 @@ class Layer(TrtObject):
     def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str) -> None:
         super().__init__(trt)
         self._index, self._type, self._dtype = index, layer_type, output_dtype
+
+    @property
+    def name(self) -> str:
+        return f"{self._type.lower()}_{self._index}"
 
     @property
     def type(self) -> EnumMember:
@@ -428,6 +434,7 @@ class BuilderConfig(TrtObject):
         self._pools: dict[str, int] = {}
         self._profiles: list[OptimizationProfile] = []
         self._cache: TimingCache | None = None
+        self._devices: dict[int, str] = {}  # layer index -> DeviceType set for it
 
     def set_memory_pool_limit(self, pool: EnumMember, pool_size: int) -> None:
         self._pools[pool.name] = pool_size
@@ -459,6 +466,16 @@ class BuilderConfig(TrtObject):
 
     def get_timing_cache(self) -> TimingCache | None:
         return self._cache
+
+    def can_run_on_DLA(self, layer: Layer) -> bool:  # noqa: N802 (TensorRT's name)
+        return layer._index not in self._trt.spec.gpu_only_layers
+
+    def set_device_type(self, layer: Layer, device_type: EnumMember) -> None:
+        self._devices[layer._index] = device_type.name
+
+    def get_device_type(self, layer: Layer) -> EnumMember:
+        name = self._devices.get(layer._index) or getattr(self._props.get("default_device_type"), "name", "GPU")
+        return getattr(self._trt.DeviceType, name)
 
 
 class Builder(TrtObject):
@@ -590,6 +607,11 @@ class CudaEngine(TrtObject):
 
 class Runtime(TrtObject):
     _trt_class = "Runtime"
+    _defaults = {"DLA_core": -1}
+
+    @property
+    def num_DLA_cores(self) -> int:  # noqa: N802 (TensorRT's name)
+        return self._trt.spec.num_dla_cores
 
     def __init__(self, trt: TensorRTDouble, logger: Logger) -> None:
         super().__init__(trt)

@@ -35,7 +35,7 @@ def build():
 
 
 def _group(target: str, use_dla: bool = False) -> SelectedGroup:
-    return SelectedGroup(target, load_catalog().parse_target(target), use_dla)
+    return SelectedGroup(target, load_catalog().parse_target(target), "dla0" if use_dla else "gpu")
 
 
 def test_layernorm_blocks_jetpack_5_1_and_is_clean_on_6_1(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_every_profile_release_has_a_parser_table(tmp_path: Path) -> None:
     path = tmp_path / "relu.onnx"
     onnx.save(_model([relu], [_float("x", [1])], [_float("y", [1])], opset=13), path)
     catalog = load_catalog()
-    groups = [SelectedGroup(t.id, t, False) for t in catalog.all_targets()]
+    groups = [SelectedGroup(t.id, t) for t in catalog.all_targets()]
     results = preflight(path, groups)
     assert len(results) == len(groups) and all(not r.blocking for r in results)
 

@@ -267,7 +267,17 @@ class Recipe:
     task: Optional[RecipeTask] = None
     #: what the group's devices track (``[[streams]]``); None: they serve only (the field is then left out)
     streams: Optional[RecipeStreams] = None
+    #: where the model runs: gpu, dla0, dla1 or dla (either core: the device's runtime picks, ``dla_core`` is the
+    #: core it is built for); a GPU recipe has no ``accelerator`` key
+    accelerator: str = "gpu"
     schema: str = RECIPE_SCHEMA
+
+    @property
+    def runs_on(self) -> str:
+        """gpu, dla0, dla1 or dla (either core); a recipe written before placements says it with dla_core alone."""
+        if self.accelerator == "gpu" and self.dla_core is not None:
+            return "dla{}".format(self.dla_core)
+        return self.accelerator
 
     # -- the folder ------------------------------------------------------------------------------
 
@@ -342,6 +352,8 @@ class Recipe:
             data["task"]["postprocess"] = self.task.postprocess.as_dict()
         if self.streams is None:  # a recipe without streams is written as before they were recorded
             del data["streams"]
+        if self.accelerator == "gpu":  # and a GPU recipe as before placements
+            del data["accelerator"]
         return dict(schema=data.pop("schema"), **data)
 
     def save(self, folder: Union[str, Path]) -> Path:
@@ -500,6 +512,7 @@ def _check_values(recipe: Recipe) -> None:
                                                                               ", ".join(OUTPUT_FORMS)))
     if recipe.streams is not None:
         _check_streams(recipe.streams)
+    _check_accelerator(recipe)
     runtime = recipe.runtime
     if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
         raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "
@@ -509,6 +522,22 @@ def _check_values(recipe: Recipe) -> None:
     if any(not 1 <= size <= runtime.max_batch_size for size in runtime.preferred_batch_size):
         raise _FieldError("field 'runtime.preferred_batch_size' must hold sizes from 1 to max_batch_size {}, "
                           "not {}".format(runtime.max_batch_size, _shown(runtime.preferred_batch_size)))
+
+
+#: where a model runs (edgebuild.targets.dla.ACCELERATORS)
+ACCELERATORS = ("gpu", "dla0", "dla1", "dla")
+
+
+def _check_accelerator(recipe: Recipe) -> None:
+    """The placement against the core the engine is built for."""
+    if recipe.accelerator not in ACCELERATORS:
+        raise _FieldError("field 'accelerator' is {!r}, not one of {}".format(recipe.accelerator,
+                                                                             ", ".join(ACCELERATORS)))
+    if recipe.accelerator != "gpu" and recipe.dla_core is None:
+        raise _FieldError("field 'accelerator' is {!r} but 'dla_core' is null".format(recipe.accelerator))
+    if recipe.accelerator in ("dla0", "dla1") and recipe.accelerator != "dla{}".format(recipe.dla_core):
+        raise _FieldError("field 'accelerator' is {!r} but 'dla_core' is {}".format(recipe.accelerator,
+                                                                                 recipe.dla_core))
 
 
 def _check_streams(streams: RecipeStreams) -> None:

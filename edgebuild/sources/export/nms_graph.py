@@ -156,7 +156,7 @@ def nms_target_problem(tensorrt: str, use_dla: bool = False) -> tuple[str, str] 
     if use_dla:
         return ("the DLA has no NonMaxSuppression, TopK, GatherElements or ScatterND layer and runs no "
                 "data-dependent shapes, so the NMS part cannot run on the DLA",
-                f"set use_dla = false for this group, or {_KEY}in_model = false")
+                f"place this group on the GPU (accelerator = \"gpu\"), or {_KEY}in_model = false")
     return None
 
 

@@ -12,7 +12,7 @@ from edgebuild.targets.profiles import SelectedGroup, load_catalog
 
 
 def _group(target: str) -> SelectedGroup:
-    return SelectedGroup(target, load_catalog().parse_target(target), use_dla=False, in_fleet=False)
+    return SelectedGroup(target, load_catalog().parse_target(target), in_fleet=False)
 
 
 def _model(dtype: int = TensorProto.FLOAT, qdq: bool = False, op: str = "Relu") -> onnx.ModelProto:

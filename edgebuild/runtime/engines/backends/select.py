@@ -71,14 +71,17 @@ def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
     facts = device.probe()
     if facts.tensorrt is None:
         raise CapabilityMissing("TensorRT is not installed here ({})".format(facts.tensorrt_problem))
+    on = recipe.runs_on  # each model's engine opens on its own core (dla: the one fewer models use)
     if Recipe.has_engine(folder):
-        return (TensorRTRunner(folder / ENGINE_FILE, folder / ENGINE_JSON),
-                "TensorRT engine {} built for {}".format(folder / ENGINE_FILE, recipe.target))
+        return (TensorRTRunner(folder / ENGINE_FILE, folder / ENGINE_JSON, accelerator=on),
+                "TensorRT engine {} built for {}{}".format(folder / ENGINE_FILE, recipe.target, _on(on)))
     if facts.compute_capability is None:
         raise CapabilityMissing(facts.tensorrt_problem)
     # the device's TensorRT and GPU, and the model: a cache shared by versions never serves another model
     key = "trt{}-sm{}-{}-{}".format(facts.tensorrt, facts.compute_capability.replace(".", ""), recipe.precision,
                                    recipe.onnx_sha256[:12])
+    if recipe.dla_core is not None:  # a DLA engine is another engine of the same ONNX
+        key += "-dla{}".format(recipe.dla_core)
     cache = Path(engine_cache or os.environ.get(ENGINE_CACHE_ENV) or folder / "engine-cache") / key
     if not (cache / ENGINE_JSON).is_file():
         progress("no engine for {} yet: building it from the recipe into {} (this takes minutes, once)".format(
@@ -88,5 +91,9 @@ def tensorrt_runner(folder: Path, recipe: Recipe, engine_cache: Optional[Path],
             if not staged.exists():
                 atomic_write_bytes(staged, (folder / name).read_bytes())
         device.build_from_recipe(cache / RECIPE_FILE, facts, progress=progress)
-    return (TensorRTRunner(cache / ENGINE_FILE, cache / ENGINE_JSON),
-            "TensorRT engine built on this device from the recipe, cached in {}".format(cache))
+    return (TensorRTRunner(cache / ENGINE_FILE, cache / ENGINE_JSON, accelerator=on),
+            "TensorRT engine built on this device from the recipe, cached in {}{}".format(cache, _on(on)))
+
+
+def _on(accelerator: str) -> str:
+    return "" if accelerator == "gpu" else ", on {}".format("either DLA core" if accelerator == "dla" else accelerator)

@@ -38,9 +38,12 @@ from edgebuild.runtime.engines.backends.tensorrt_precision import apply_precisio
 from edgebuild.runtime.engines.backends.trt_api import (
     DeviceMemory,
     EnumValue,
+    IBuilder,
     IBuilderConfig,
     ICudaEngine,
+    INetworkDefinition,
     IOnnxParser,
+    IRuntime,
     TensorRT,
 )
 from edgebuild.runtime.engines.engine_header import read_header
@@ -93,6 +96,8 @@ class BuildSettings:
             raise ConfigError(f"workspace_bytes must be positive, not {self.workspace_bytes}")
         if self.dla_core is not None and self.precision == "fp32":
             raise ConfigError("DLA runs only FP16 or INT8 layers: choose precision fp16 or int8 to use a DLA core")
+        if self.dla_core is not None and self.dla_core < 0:
+            raise ConfigError("dla_core must be 0 or more (a DLA core's index), not {}".format(self.dla_core))
         if self.builder_optimization_level is not None and not 0 <= self.builder_optimization_level <= 5:
             raise ConfigError(f"builder_optimization_level must be 0..5, not {self.builder_optimization_level}")
         profiles = {}
@@ -104,6 +109,9 @@ class BuildSettings:
                 raise ConfigError(f"input {name!r}: min/opt/max shapes {low}/{opt}/{high} differ in rank")
             if any(not a <= b <= c for a, b, c in zip(low, opt, high)):
                 raise ConfigError(f"input {name!r}: shapes must satisfy min <= opt <= max, got {low}/{opt}/{high}")
+            if self.dla_core is not None and not low == opt == high:
+                raise ConfigError(f"input {name!r}: a DLA engine runs one static shape (the DLA has no dynamic "
+                                  f"shapes), so min = opt = max, not {low}/{opt}/{high}")
             profiles[name] = (low, opt, high)
         object.__setattr__(self, "profiles", profiles)
 
@@ -180,6 +188,40 @@ def _hardware_compatibility(config: IBuilderConfig) -> Optional[str]:
     return None if level is None else str(getattr(level, "name", level)).split(".")[-1]
 
 
+# -- the DLA -------------------------------------------------------------------------------------
+
+def _dla_problem(version: str) -> Optional[str]:
+    """Why TensorRT ``version`` runs no DLA on a Jetson, or None (profiles/tensorrt/dla.toml [[availability]], by
+    major.minor: 8.x and 10.0 to 10.7 do, 11.4 does from 11.4.1 on AGX Orin; the device's core count says the rest)."""
+    major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if major_minor < (10, 8) or major_minor == (11, 4):
+        return None
+    if major_minor < (11, 0):
+        return ("'TensorRT 10.7 was the last 10.x release that supported DLA' (TensorRT 11.4.1, Working with DLA; "
+                "unconfirmed for JetPack 7.2's TensorRT 10.16)")
+    return ("DLA is unavailable in TensorRT 11.0 to 11.3 and 11.5 on (TensorRT 11.4.1 and 11.5.0, Working with DLA); "
+            "11.4.1 runs it on AGX Orin with JetPack 7.2.2")
+
+
+def _place_on_dla(trt: TensorRT, builder: IBuilder, config: IBuilderConfig, network: INetworkDefinition,
+                  core: int) -> List[str]:
+    """DLA ``core`` as the default device, with GPU fallback, and each layer the DLA cannot run set to the GPU
+    (``can_run_on_DLA``), so the engine's split is explicit and recorded; the names of those layers."""
+    cores = int(builder.num_DLA_cores)
+    if not 0 <= core < cores:
+        raise TargetError(f"DLA core {core} was requested, but this device has {cores} DLA core(s)")
+    config.default_device_type = trt.DeviceType.DLA
+    config.DLA_core = int(core)
+    config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+    on_gpu = []
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if not config.can_run_on_DLA(layer):
+            config.set_device_type(layer, trt.DeviceType.GPU)
+            on_gpu.append(layer.name)
+    return on_gpu
+
+
 # -- builder ------------------------------------------------------------------------------------
 
 def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> JsonObject:
@@ -194,6 +236,11 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     version = str(trt.__version__)
     if not settings.onnx_path.is_file():
         raise ExportError(f"{settings.onnx_path}: ONNX file not found (run `edgebuild export` first)")
+    problem = _dla_problem(version) if settings.dla_core is not None else None
+    if problem:
+        raise TargetError(f"TensorRT {version} runs no DLA: {problem}",
+                          hint="place the group on the GPU (accelerator = \"gpu\"), or use a JetPack whose "
+                               "TensorRT runs the DLA")
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -226,13 +273,13 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
             profile.set_shape(name, low, opt, high)
         config.add_optimization_profile(profile)
 
+    gpu_fallback = None  # type: Optional[List[str]]
     if settings.dla_core is not None:
-        cores = int(builder.num_DLA_cores)
-        if not 0 <= settings.dla_core < cores:
-            raise TargetError(f"DLA core {settings.dla_core} was requested, but this device has {cores} DLA core(s)")
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = int(settings.dla_core)
-        config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+        gpu_fallback = _place_on_dla(trt, builder, config, network, settings.dla_core)
+        progress(f"DLA core {settings.dla_core}: {network.num_layers - len(gpu_fallback)} of {network.num_layers} "
+                 f"layers on the DLA, {len(gpu_fallback)} on the GPU (GPU fallback)"
+                 + (": " + ", ".join(gpu_fallback[:5]) + (" ..." if len(gpu_fallback) > 5 else "")
+                    if gpu_fallback else ""))
 
     optimization_level = None
     if settings.builder_optimization_level is not None:
@@ -290,6 +337,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
         "build_seconds": round(seconds, 3),
         "workspace_bytes": int(settings.workspace_bytes),
         "dla_core": settings.dla_core,
+        "dla_gpu_fallback": gpu_fallback,  # the layers a DLA engine runs on the GPU (None: not a DLA engine)
         "builder_optimization_level": optimization_level,
         "timing_cache": None if cache_path is None else {"path": str(cache_path), "loaded": cache_loaded},
         "device_memory_size": _device_memory_size(engine),
@@ -353,6 +401,26 @@ def _refuse_mismatch(engine_name: str, engine_bytes: bytes, record: Optional[Eng
 
 # -- runner -------------------------------------------------------------------------------------
 
+#: DLA engines this process opened, per core: "either core" (dla) opens on the one fewer use
+_OPENED_ON_CORE = {}  # type: Dict[int, int]
+
+
+def _open_on_dla(runtime: IRuntime, accelerator: Optional[str], path: Path) -> Optional[int]:
+    """Set ``runtime.DLA_core`` for a DLA engine (gpu or None: nothing); the core it runs on."""
+    if accelerator in (None, "gpu"):
+        return None
+    cores = int(runtime.num_DLA_cores)
+    if accelerator == "dla":
+        core = min(range(cores), key=lambda c: (_OPENED_ON_CORE.get(c, 0), c)) if cores else 0
+    else:
+        core = int(str(accelerator)[3:])
+    if not 0 <= core < cores:
+        raise TargetError(f"{path}: the engine runs on DLA core {core} ({accelerator}), but this device has "
+                          f"{cores} DLA core(s)", hint="place the group on a core the module has, or on the GPU")
+    runtime.DLA_core = core
+    _OPENED_ON_CORE[core] = _OPENED_ON_CORE.get(core, 0) + 1
+    return core
+
 _NUMPY_TYPES = (("FLOAT", "float32"), ("HALF", "float16"), ("INT8", "int8"), ("INT32", "int32"),
                 ("INT64", "int64"), ("BOOL", "bool_"), ("UINT8", "uint8"))
 
@@ -372,7 +440,9 @@ class TensorRTRunner:
 
     def __init__(self, engine_path: Union[str, Path], engine_json: Union[None, str, Path, JsonObject] = None,
                  *, trt: Optional[TensorRT] = None, memory: Optional[DeviceMemory] = None,
-                 device_root: Optional[Path] = None) -> None:
+                 device_root: Optional[Path] = None, accelerator: Optional[str] = None) -> None:
+        """``accelerator`` (the recipe's ``runs_on``: dla0, dla1, or dla for either core) opens a DLA engine on
+        that core; by default a DLA engine opens on the core its ``engine.json`` says it was built for."""
         self.path = Path(engine_path)
         self._trt = trt if trt is not None else import_tensorrt()
         self._memory = memory if memory is not None else default_memory()
@@ -382,12 +452,16 @@ class TensorRTRunner:
             built = engine_json if isinstance(engine_json, Mapping) else json.loads(Path(engine_json).read_text())
             check_engine_compatible(built, version, self._memory.compute_capability())
             record = EngineProvenance.from_engine_json(built)
+            if accelerator is None and built.get("dla_core") is not None:
+                accelerator = "dla{}".format(built["dla_core"])
         if not self.path.is_file():
             raise TargetError(f"{self.path}: TensorRT engine file not found")
         engine_bytes = self.path.read_bytes()
         _refuse_mismatch(str(self.path), engine_bytes, record, version, self._memory.compute_capability(), device_root)
         self._logger = self._trt.Logger(self._trt.Logger.WARNING)
         self._runtime = self._trt.Runtime(self._logger)
+        #: the DLA core the engine runs on (None: the GPU); set on the runtime before it deserializes the engine
+        self.dla_core = _open_on_dla(self._runtime, accelerator, self.path)
         self._engine = self._runtime.deserialize_cuda_engine(engine_bytes)
         if self._engine is None:
             raise TargetError(f"TensorRT {version} cannot load {self.path}: it was built with another TensorRT "

@@ -58,6 +58,7 @@ class ProfilingVerbosityEnum(Protocol):
 
 class DeviceTypeEnum(Protocol):
     DLA: EnumValue
+    GPU: EnumValue
 
 
 class LayerInformationFormatEnum(Protocol):
@@ -112,6 +113,9 @@ class ITensor(Protocol):
 
 
 class ILayer(Protocol):
+    @property
+    def name(self) -> str: ...
+
     @property
     def type(self) -> EnumValue: ...
 
@@ -182,6 +186,10 @@ class IBuilderConfig(Protocol):
 
     def get_timing_cache(self) -> ITimingCache: ...
 
+    def can_run_on_DLA(self, layer: ILayer) -> bool: ...
+
+    def set_device_type(self, layer: ILayer, device_type: EnumValue) -> None: ...
+
 
 class IBuilder(Protocol):
     @property
@@ -233,6 +241,11 @@ class ICudaEngine(Protocol):
 
 
 class IRuntime(Protocol):
+    DLA_core: int  # the DLA core a deserialized DLA engine runs on
+
+    @property
+    def num_DLA_cores(self) -> int: ...
+
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> Optional[ICudaEngine]: ...
 
 

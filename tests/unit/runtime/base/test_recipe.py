@@ -88,6 +88,9 @@ def test_a_truncated_recipe_names_the_file(folder: Path) -> None:
     (lambda d: d["module"].update(compatible="nvidia,tegra234"), "field 'module.compatible' must be a list"),
     (lambda d: d.update(dla_core="0"), "field 'dla_core' must be a whole number"),
     (lambda d: d.update(placment="deferred"), "unknown field 'placment'"),
+    (lambda d: d.update(accelerator="dla2", dla_core=0), "field 'accelerator' is 'dla2', not one of gpu, dla0"),
+    (lambda d: d.update(accelerator="dla1", dla_core=None), "field 'accelerator' is 'dla1' but 'dla_core' is null"),
+    (lambda d: d.update(accelerator="dla1", dla_core=0), "field 'accelerator' is 'dla1' but 'dla_core' is 0"),
 ])
 def test_a_hand_edited_recipe_names_the_field(folder: Path, change, message) -> None:
     path = _edit(folder, change)
@@ -139,3 +142,16 @@ def test_the_device_check_reads_the_typed_recipe(folder: Path) -> None:
     problems = mismatches(other, recipe)
     assert len(problems) == 3 and "not a Jetson Orin Nano 8GB" in problems[0]
     assert mismatches(other, recipe.to_dict()) == problems  # callers holding the JSON get the same check
+
+
+@pytest.mark.parametrize(("written", "runs_on"), [({"accelerator": "dla", "dla_core": 0}, "dla"),
+                                                   ({"accelerator": "dla1", "dla_core": 1}, "dla1"),
+                                                   ({"dla_core": 0}, "dla0"),  # written before placements
+                                                   ({}, "gpu")])
+def test_a_recipe_says_where_its_model_runs(folder: Path, written: dict, runs_on: str) -> None:
+    _edit(folder, lambda d: d.update(written))
+    recipe = Recipe.load(folder)
+    assert recipe.runs_on == runs_on
+    # a GPU recipe (and one from before placements) is written as it was: no accelerator key
+    assert ("accelerator" in recipe.to_dict()) == ("accelerator" in written)
+

@@ -259,7 +259,7 @@ def test_preflight_finds_nothing_blocking_in_the_nms_part_on_any_target_that_run
         if version in checked or nms_target_problem(target.release.tensorrt):
             continue
         checked.add(version)
-        findings = check_target(model, SelectedGroup(target.id, target, False)).findings
+        findings = check_target(model, SelectedGroup(target.id, target)).findings
         assert [f for f in findings if f.severity == BLOCKING] == [], (target.id, findings)
     assert {"8.5", "8.6", "10.3"} <= checked
 
@@ -269,7 +269,7 @@ def test_targets_that_cannot_run_the_nms_part_are_named_with_what_to_do() -> Non
     problem, fix = nms_target_problem("8.2.1.8")
     assert "TensorRT 8.2.1.8" in problem and "in_model" in fix and "JetPack 5.1" in fix
     problem, fix = nms_target_problem("8.5.2.2", use_dla=True)
-    assert "DLA" in problem and "use_dla = false" in fix
+    assert "DLA" in problem and 'accelerator = "gpu"' in fix
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def test_every_operator_added_for_pose_and_segmentation_is_in_the_parser_tables_
             if (kind, version) in checked or nms_target_problem(target.release.tensorrt):
                 continue
             checked.add((kind, version))
-            findings = check_target(inferred, SelectedGroup(target.id, target, False)).findings
+            findings = check_target(inferred, SelectedGroup(target.id, target)).findings
             assert [f for f in findings if f.severity == BLOCKING] == [], (kind, target.id, findings)
     assert {("pose", "10.3"), ("segmentation", "8.5")} <= checked
 

@@ -46,7 +46,9 @@ def _settings(tmp_path: Path, **overrides) -> BuildSettings:
 def test_the_builder_records_the_flags_the_config_held(tmp_path: Path, version: str, precision: str,
                                                        dla: int | None, flags: list[str]) -> None:
     trt = make_tensorrt(version)
-    meta = build_engine(_settings(tmp_path, precision=precision, dla_core=dla), trt=trt)
+    static = {"images": ((1, 3, 64, 64),) * 3}  # a DLA engine runs one shape
+    meta = build_engine(_settings(tmp_path, precision=precision, dla_core=dla,
+                                  **({"profiles": static} if dla is not None else {})), trt=trt)
     assert meta["builder_flags"] == flags and meta["version_compatible"] is False
     # the hardware compatibility level exists from 8.6; edgebuild never raises it
     assert meta["hardware_compatibility"] == (None if version == "8.5.3.1" else "NONE")

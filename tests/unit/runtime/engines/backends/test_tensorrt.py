@@ -25,6 +25,7 @@ from tests.support.project import REPO
 
 REFERENCE = REPO.parent / "shared" / "reference" / "tensorrt-api"
 SHAPES = {"images": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
+STATIC = {"images": ((1, 3, 64, 64),) * 3}  # what a DLA engine is built at: min = opt = max
 
 
 def _settings(tmp_path: Path, **overrides) -> BuildSettings:
@@ -201,7 +202,7 @@ def test_no_timing_cache_calls_without_a_path(tmp_path: Path, version: str) -> N
 @pytest.mark.parametrize("version", VERSIONS)
 def test_dla_with_gpu_fallback(tmp_path: Path, version: str) -> None:
     trt = _double(version)
-    build_engine(_settings(tmp_path, dla_core=1), trt=trt)
+    build_engine(_settings(tmp_path, dla_core=1, profiles=STATIC), trt=trt)
     device_type, = (args[0] for n, args, _ in trt.calls if n == "IBuilderConfig.default_device_type =")
     core, = (args[0] for n, args, _ in trt.calls if n == "IBuilderConfig.DLA_core =")
     assert device_type.name == "DLA" and core == 1
@@ -212,9 +213,9 @@ def test_dla_with_gpu_fallback(tmp_path: Path, version: str) -> None:
 def test_dla_core_the_device_lacks_and_fp32_on_dla_are_refused(tmp_path: Path) -> None:
     trt = make_tensorrt("10.3.0", ModelSpec(num_dla_cores=0))
     with pytest.raises(TargetError, match="DLA core 0 was requested, but this device has 0 DLA core"):
-        build_engine(_settings(tmp_path, dla_core=0), trt=trt)
+        build_engine(_settings(tmp_path, dla_core=0, profiles=STATIC), trt=trt)
     with pytest.raises(ConfigError, match="DLA runs only FP16 or INT8"):
-        _settings(tmp_path, dla_core=0, precision="fp32")
+        _settings(tmp_path, dla_core=0, precision="fp32", profiles=STATIC)
 
 
 @pytest.mark.parametrize(("version", "applied"), [("8.5.3.1", False), ("8.6.1", True), ("10.3.0", True)])

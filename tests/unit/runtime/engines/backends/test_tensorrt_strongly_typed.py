@@ -87,7 +87,7 @@ def test_11_refuses_a_precision_the_onnx_does_not_carry(tmp_path: Path, precisio
 def test_11_int8_with_dla_keeps_only_gpu_fallback(tmp_path: Path) -> None:
     """TensorRT 11.4.1 restores DLA on AGX Orin (JetPack 7.2.2+), strongly typed: GPU_FALLBACK still exists."""
     trt = make_tensorrt(TRT11, ModelSpec(layers=QDQ_GRAPH))
-    build_engine(_settings(tmp_path, "int8", dla_core=0), trt=trt)
+    build_engine(_settings(tmp_path, "int8", dla_core=0, profiles={"images": ((1, 3, 64, 64),) * 3}), trt=trt)
     assert _flag_calls(trt) == ["GPU_FALLBACK"]
 
 
