@@ -495,10 +495,11 @@ def plan_command(cli: CliContext, model: Path | None, project_dir: Path, selecto
     latency_budget_ms / min_fps unless --budget-ms / --min-fps. With --accelerator dla, on one
     DLA core of each module that has one (its unsupported layers on the GPU); rows carry their
     accelerator. In a fleet file (-p a folder whose edgebuild.toml has [models]), per group its
-    device plan: each model on the GPU, DLA0 or DLA1 at one of its precisions, chosen to meet the
-    group's budget with the most headroom (else the most frames per second), the cores sharing
-    the module's memory bandwidth, and why a model is not on a DLA core. With --calibrate, no plan: the project's fit is refitted with your bench
-    results. See docs/latency-plan.md.
+    device plan: each model on the GPU, DLA0 or DLA1 at one of its precisions, chosen to meet
+    the group's budget with the most headroom (else the most frames per second), the cores
+    sharing the module's memory bandwidth, and why a model is not on a DLA core. With
+    --calibrate, no plan: the project's fit is refitted with your bench results. See
+    docs/latency-plan.md.
 
     \b
     Examples:

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from edgebuild.workflows.doctor import Check
     from edgebuild.workflows.farm import FarmStatus
     from edgebuild.workflows.fleet_compile import FleetCompiled
-    from edgebuild.workflows.project import Checked
     from edgebuild.workflows.plan import FleetGroupPlan
+    from edgebuild.workflows.project import Checked
     from edgebuild.workflows.validate import DeviceValidation, GroupOnDevice
     from edgebuild.workflows.work import CompileWork
 

@@ -116,7 +116,8 @@ class DevicePlan:
                 "notes": list(self.notes), "source": "predicted (edgebuild.latency.device_plan; no device measured)"}
 
     def table(self) -> str:
-        lines = [f"{'model':<16} {'core':<5} {'precision':<9} {'alone ms':>9} {'together ms':>12} {'GB/s':>6}  fallback"]
+        head = f"{'model':<16} {'core':<5} {'precision':<9} {'alone ms':>9} {'together ms':>12} {'GB/s':>6}"
+        lines = [head + "  fallback"]
         for p in self.placements:
             fallback = f"{len(p.alone.fallback_ops)} ops, {p.alone.handovers} hand-overs" if p.core != "gpu" else ""
             lines.append(f"{p.model:<16} {p.core:<5} {p.precision:<9} {p.alone.latency_ms:>9.3f} "
@@ -128,10 +129,11 @@ class DevicePlan:
 
 
 def plan_device(models: list[PlannedModel], perf: ModulePerformance, module: str, *, budget_ms: float | None = None,
-                min_fps: float | None = None, fit: LatencyModel | None = None) -> DevicePlan:
+                min_fps: float | None = None, fit: LatencyModel | None = None, no_dla: str | None = None) -> DevicePlan:
     """The best placement of ``models`` on ``perf``'s module and power mode (see the module docstring); a
-    TargetError when some model can run on no core it may use at any precision it may ship."""
-    cores = ["gpu"] + [f"dla{i}" for i in range(min(perf.dla_cores, 2))]
+    TargetError when some model can run on no core it may use at any precision it may ship. ``no_dla``: why the
+    target's TensorRT runs no DLA (``edgebuild.targets.dla.accelerator_problem``): the GPU only."""
+    cores = ["gpu"] + ([] if no_dla else [f"dla{i}" for i in range(min(perf.dla_cores, 2))])
     options: list[list[tuple[str, str, CorePrediction]]] = []
     why_not: dict[str, list[str]] = {}
     for model in models:
@@ -154,7 +156,18 @@ def plan_device(models: list[PlannedModel], perf: ModulePerformance, module: str
             best_gpu = scored
     assert best is not None, "every model has at least one choice"
     gpu_only = best_gpu.fps if best_gpu else _gpu_only_fps(models, perf, fit, budget_ms, min_fps)
-    notes = _notes(models, best, why_not, perf, budget_ms, min_fps, options) if perf.dla_cores else ()
+    if no_dla and perf.dla_cores:
+        notes = [f"no DLA core considered: {no_dla}"]
+    else:
+        notes = _notes(models, best, why_not, perf, budget_ms, min_fps, options) if perf.dla_cores else []
+    placed = [p for p in best.placements if p.core != "gpu"]
+    if placed:
+        notes.append("to build this plan, the fleet group says: placement = { " + ", ".join(
+            f'{p.model} = "{p.core}"' for p in best.placements) + " }")
+    if any(p.precision == "int8" for p in placed):
+        notes.append("edgebuild builds DLA engines at FP16 today (INT8 on the DLA needs a scale on every tensor, "
+                      "which its Q/DQ candidates do not give: docs/targets.md); the DLA rows here predict INT8, the "
+                      "only DLA precision with published figures")
     return DevicePlan(module, perf.power_mode, best.placements, best.frame_ms, best.busiest, best.busy,
                       best.slowdown, budget_ms, min_fps, gpu_only, considered, tuple(notes))
 

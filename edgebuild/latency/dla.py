@@ -2,7 +2,7 @@
 each boundary between the two costs.
 
 Placement: a fused layer (``edgebuild.latency.graph``) runs on the DLA when every ONNX op in it is one
-the DLA runs (``profiles/tensorrt/dla.toml`` through ``edgebuild.targets.preflight.dla_table``, the rules
+the DLA runs (``profiles/tensorrt/dla.toml`` through ``edgebuild.targets.dla.dla_table``, the rules
 preflight names fallbacks with); the others fall back to the GPU, as TensorRT's GPU fallback does.
 One inference on one DLA core at precision ``p`` (FP16 or INT8: the DLA runs nothing else) takes:
 
@@ -46,7 +46,7 @@ DLA_PRECISIONS = ("fp16", "int8")
 @lru_cache(maxsize=1)
 def dla_ops() -> frozenset[str]:
     """The ONNX ops dla.toml says the DLA runs."""
-    from edgebuild.targets.preflight import dla_table
+    from edgebuild.targets.dla import dla_table
 
     return frozenset(op for op, entry in dla_table().get("onnx_ops", {}).items() if entry.get("dla", False))
 

@@ -9,7 +9,7 @@ and ``plan --calibrate`` (``edgebuild.latency.calibration.calibrate_project``) n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgebuild.errors import TargetError
@@ -17,6 +17,7 @@ from edgebuild.latency.device_plan import DevicePlan
 from edgebuild.latency.model import LatencyModel
 from edgebuild.latency.plan import LatencyPlan, PlanRequest, candidate_precisions, plan_groups
 from edgebuild.project.config import Project
+from edgebuild.project.fleet_group import FleetGroup
 from edgebuild.text import Progress
 
 __all__ = ["FleetGroupPlan", "plan_fleet", "plan_project"]
@@ -73,6 +74,7 @@ def plan_fleet(fleet_dir: Path, selector: str = "all", request: PlanRequest = Pl
     from edgebuild.latency.graph import fixed_graph_cost
     from edgebuild.project.fleet_file import load_fleet
     from edgebuild.stages.export import EXPORT
+    from edgebuild.targets.dla import accelerator_problem
     from edgebuild.targets.profiles import load_catalog
     from edgebuild.workflows.work import run_until, select, select_work
 
@@ -94,15 +96,24 @@ def plan_fleet(fleet_dir: Path, selector: str = "all", request: PlanRequest = Pl
                     hw = (image.opt_shape[2], image.opt_shape[3]) if image else None
                     costs[name] = PlannedModel(name, fixed_graph_cost(export.onnx_path, batch=1, input_hw=hw),
                                                candidate_precisions(project, request))
-                models.append(costs[name])
+                models.append(replace(costs[name], pinned=_pinned(group, name)))
             module = catalog.modules[group.module]
             perf = performance_for(module, group.jetpack, group.power_mode)
             if perf is None:
                 raise TargetError(f"{module.id}: no power mode {group.power_mode or ''} with a known GPU clock in "
                                   f"profiles/modules/{module.id}.toml: nothing to predict")
             plan = plan_device(models, perf, module.id, budget_ms=request.budget_ms or group.latency_budget_ms,
-                               min_fps=request.min_fps or group.min_fps)
+                               min_fps=request.min_fps or group.min_fps,
+                               no_dla=accelerator_problem("dla", module, catalog.releases[group.jetpack]))
             plans.append(FleetGroupPlan(group.name, group.target_id, plan))
         except EdgebuildError as exc:
             plans.append(FleetGroupPlan(group.name, group.target_id, None, str(exc)))
     return plans
+
+
+def _pinned(group: FleetGroup, model: str) -> str | None:
+    """Where the user placed ``model`` in ``group`` (its ``placement``, else the group's ``accelerator`` where the
+    group says one); None: the planner places it."""
+    if model in (group.placement or {}):
+        return (group.placement or {})[model]
+    return group.accelerator if "accelerator" in group.model_fields_set or group.use_dla else None

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -99,7 +98,7 @@ def test_placements_pinned_by_the_user_are_kept(conv_heavy: GraphCost, normalise
     plan = plan_device([PlannedModel("on-dla", normalised, ("int8",), pinned="dla"),
                         PlannedModel("on-gpu", conv_heavy, ("int8",), pinned="gpu")], perf, "agx-orin-64gb")
     assert [(p.model, p.core) for p in plan.placements] == [("on-dla", "dla0"), ("on-gpu", "gpu")]
-    assert plan.notes == ("on-gpu: on the GPU as placed (placement gpu)",)
+    assert plan.notes[0] == "on-gpu: on the GPU as placed (placement gpu)"
     with pytest.raises(TargetError, match="can run on none of \\['dla0', 'dla1'\\] at fp32.*FP16 and INT8 only"):
         plan_device([PlannedModel("fp32-only", conv_heavy, ("fp32",), pinned="dla")], perf, "agx-orin-64gb")
 
@@ -116,7 +115,8 @@ def test_a_module_without_dla_plans_the_gpu_alone_with_no_notes(conv_heavy: Grap
 
 
 def test_cores_asking_for_more_dram_than_the_module_gives_slow_every_inference(conv_heavy: GraphCost) -> None:
-    narrow = _perf("agx-orin-64gb").model_copy(update={"memory_bandwidth_gbps": 0.5})  # a bus the two cores would overrun
+    # a bus the two cores would overrun
+    narrow = _perf("agx-orin-64gb").model_copy(update={"memory_bandwidth_gbps": 0.5})
     models = [PlannedModel("a", conv_heavy, ("int8",), pinned="gpu"), PlannedModel("b", conv_heavy, ("int8",),
                                                                                     pinned="dla")]
     plan = plan_device(models, narrow, "agx-orin-64gb")
@@ -144,3 +144,16 @@ def test_plan_of_a_fleet_file_prints_each_groups_device_plan(tmp_path: Path) -> 
     assert group["meets"] is True and group["error"] is None
     refused = CliRunner().invoke(main, ["plan", "-p", str(tmp_path / "box"), "--accelerator", "dla"])
     assert refused.exit_code == 2 and "places each model on the GPU or a DLA core itself" in refused.output
+
+
+def test_a_tensorrt_without_the_dla_plans_the_gpu_and_a_dla_plan_says_how_to_build_it(conv_heavy: GraphCost) -> None:
+    perf = _perf("agx-orin-64gb")
+    models = [PlannedModel("a", conv_heavy, ("int8", "fp16")), PlannedModel("b", conv_heavy, ("int8", "fp16"))]
+    without = plan_device(models, perf, "agx-orin-64gb", no_dla="TensorRT 10.16 runs no DLA")
+    assert {p.core for p in without.placements} == {"gpu"}
+    assert without.notes == ("no DLA core considered: TensorRT 10.16 runs no DLA",)
+    placed = plan_device(models, perf, "agx-orin-64gb")
+    (how,) = [n for n in placed.notes if n.startswith("to build this plan")]
+    for p in placed.placements:
+        assert f'{p.model} = "{p.core}"' in how
+    assert any("edgebuild builds DLA engines at FP16 today" in n for n in placed.notes)
