@@ -257,6 +257,7 @@ def test_bench_of_a_group_measures_each_model_alone_and_all_at_once(yard_cams, t
     for row in result["together"]["models"].values():
         assert row["iterations"] > 0 and row["latency"]["p99_ms"] >= row["latency"]["p50_ms"] > 0
         assert row["alone_p50_ms"] > 0 and row["slowdown"] > 0
+        assert row["accelerator"] == "gpu"  # the core its recipe places it on (yard-cams: an Orin Nano, no DLA)
     assert result["together"]["memory"]["peak_rss_bytes"] > 0
 
 

@@ -5,11 +5,11 @@ cores and the memory. So a group folder (``edgebuild.runtime.base.group``) is me
 
 - each model alone, as ``run_bench`` measures a model folder (its configurations, cold start,
   per-request stages);
-- all of them at once, in one process as the group's server runs them: one thread per model,
-  each calling its own backend in a loop at batch 1 and its profile's opt shape for the same
-  ``duration_s``, started together; per model its latency percentiles, throughput and the
-  slowdown of its p50 against its p50 alone, and for the set the peak memory (RSS, the cgroup's
-  peak where the process is in one, tegrastats on a Jetson).
+- all of them at once, in one process as the group's server runs them: one thread per model (each
+  on the core its recipe places it: GPU, DLA0, DLA1), each calling its own backend in a loop at
+  batch 1 and its profile's opt shape for the same ``duration_s``, started together; per model
+  its latency percentiles, throughput and the slowdown of its p50 against its p50 alone, and for
+  the set the peak memory (RSS, the cgroup's peak where the process is in one, tegrastats on a Jetson).
 
 Python 3.8, the standard library and numpy.
 """
@@ -81,14 +81,14 @@ def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Pat
         inputs = {n: rng.random(s, dtype=np.float32) for n, s in input_shapes(recipe.profiles, 1).items()}
         for _ in range(warmup):
             runner.run(inputs)
-        loaded[name] = (runner, inputs)
+        loaded[name] = (runner, inputs, recipe.runs_on)
     samples: Dict[str, List[float]] = {name: [] for name in folders}
     start = threading.Event()
     sampler = TegrastatsSampler()
     sampler.start()
 
     def loop(name: str) -> None:
-        runner, inputs = loaded[name]
+        runner, inputs, _ = loaded[name]
         out, clock = samples[name], time.perf_counter
         start.wait()
         until = clock() + seconds
@@ -107,11 +107,12 @@ def _together(folders: Dict[str, Path], backend: str, engine_cache: Optional[Pat
     wall = time.perf_counter() - began
     rows = {}
     for name, values in samples.items():
-        rows[name] = {"backend": loaded[name][0].backend, "iterations": len(values),
+        rows[name] = {"backend": loaded[name][0].backend, "accelerator": loaded[name][2], "iterations": len(values),
                       "latency": latency_stats(values) if values else None,
                       "throughput_ips": round(len(values) / wall, 2)}
         if values:
-            progress("{} with the others: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s".format(
-                name, rows[name]["latency"]["p50_ms"], rows[name]["latency"]["p99_ms"], rows[name]["throughput_ips"]))
+            stats = rows[name]["latency"]
+            progress("{} ({}) with the others: p50 {:.3f} ms, p99 {:.3f} ms, {:.1f} images/s".format(
+                name, loaded[name][2], stats["p50_ms"], stats["p99_ms"], rows[name]["throughput_ips"]))
     return {"duration_s": seconds, "wall_s": round(wall, 3), "batch": 1, "models": rows,
             "memory": {"peak_rss_bytes": peak_rss_bytes(), "cgroup": cgroup_memory()}, "tegrastats": sampler.stop()}

@@ -475,6 +475,7 @@ class TogetherModel(_Record):
     throughput_ips: float
     alone_p50_ms: Optional[float] = None
     slowdown: Optional[float] = None
+    accelerator: Optional[str] = _sparse()  # gpu, dla0, dla1 or dla: where its recipe places it (written since 47)
 
 
 @dataclass(frozen=True)
