@@ -56,4 +56,5 @@ def test_every_public_name_is_used_by_another_layer() -> None:
                 unused.append(f"{module}.{name}")
     assert not unused, ("in __all__ but imported by no other layer, benchmark or example (drop it from __all__; "
                         f"the tests may still import it): {unused}")
-    assert listed < 400, f"{listed} public names: the goal is under 400"
+    # the budget grows only with a new layer's worth of features (issue 47 added the device plan): under 420
+    assert listed < 420, f"{listed} public names: the goal is under 420"
