@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.errors import EdgebuildError, LatencyBudgetError
+from edgebuild.errors import EdgebuildError, LatencyBudgetError, TargetError
 from edgebuild.jsontypes import JsonObject
 from edgebuild.latency.graph import GraphCost, fixed_graph_cost, graph_cost_from_file
 from edgebuild.latency.model import (
@@ -78,6 +78,7 @@ class GroupLatency:
     candidates: tuple[CandidateLatency, ...]
     source: str  # what produced the numbers (never a measurement)
     would_meet: str = ""  # the cheapest module and power mode whose fastest candidate meets the budget
+    accelerator: str = "gpu"  # where the group places the model: gpu, or a DLA core (dla0, dla1, dla: either)
 
     @property
     def fastest(self) -> CandidateLatency:
@@ -118,7 +119,9 @@ class GroupLatency:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
         budget = f"budget {self.budget_ms:g} ms" if self.budget_ms is not None else "no budget"
-        lines.append(f"predicted p50 GPU compute time at batch 1 on {self.where()}; {budget}; {self.source}")
+        core = ("GPU compute time" if self.accelerator == "gpu" else
+                f"time on a DLA core ({self.accelerator}; its fallback layers on the GPU)")
+        lines.append(f"predicted p50 {core} at batch 1 on {self.where()}; {budget}; {self.source}")
         return "\n".join(lines)
 
     def refusal(self) -> LatencyBudgetError:
@@ -215,8 +218,14 @@ def predict_groups(project: Project, onnx_path: Path, groups: Sequence[SelectedG
         budget = budgets.get(group.name)
         predicted = predict_group(cost, group=group.name, module=group.target.module,
                                   jetpack=group.target.release.jetpack, power_mode=group.power_mode,
-                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model)
-        if predicted is None:
+                                  precisions=precisions, budget=budget, fit=fit, catalog=catalog, model=model,
+                                  accelerator=group.accelerator)
+        if predicted is None and group.use_dla:
+            notes.append(f"{group.name}: no latency prediction on the DLA at {', '.join(precisions)}: the latency "
+                         "model predicts the DLA at INT8 only (no published DLA FP16 figure) and with a DLA clock "
+                         f"in profiles/modules/{group.target.module.id}.toml"
+                         + ("; its latency budget is NOT checked" if budget is not None else ""))
+        elif predicted is None:
             notes.append(f"{group.name}: no latency prediction: power mode {group.power_mode or 'any'} of "
                          f"{group.target.module.id} has no known GPU clock (profiles/modules/)"
                          + ("; its latency budget is NOT checked" if budget is not None else ""))
@@ -243,6 +252,23 @@ def _candidates(cost: GraphCost, perf: ModulePerformance, precisions: Iterable[s
     return tuple(found)
 
 
+def _dla_candidates(cost: GraphCost, perf: ModulePerformance, precisions: Iterable[str], fit: LatencyModel,
+                    budget: float | None) -> tuple[CandidateLatency, ...]:
+    """The candidates one DLA core runs, predicted there (its fallback layers on the GPU, the hand-overs); a
+    precision the DLA cannot run, or the model cannot predict there, is left out."""
+    from edgebuild.latency.cores import predict_core
+
+    found = []
+    for precision in precisions:
+        try:
+            got = predict_core(cost, perf, "dla", precision, fit)
+        except TargetError:
+            continue
+        found.append(CandidateLatency(precision, round(got.latency_ms, 4), round(got.low_ms, 4),
+                                      round(got.high_ms, 4), _verdict(got.latency_ms, got.low_ms, budget)))
+    return tuple(found)
+
+
 def _cheapest_meeting(cost: GraphCost, modules: Iterable[Module], precisions: Iterable[str], fit: LatencyModel,
                       budget: float) -> str:
     for module in sorted(modules, key=module_cost_key):
@@ -256,21 +282,25 @@ def _cheapest_meeting(cost: GraphCost, modules: Iterable[Module], precisions: It
 
 def predict_group(cost: GraphCost, *, group: str, module: Module, jetpack: str, power_mode: str | None,
                   precisions: Iterable[str], budget: float | None, fit: LatencyModel,
-                  catalog: Iterable[Module] = (), model: str = "") -> GroupLatency | None:
-    """The group's candidates at batch 1 (``cost``'s) on its module; None when its power mode has no known clock.
+                  catalog: Iterable[Module] = (), model: str = "", accelerator: str = "gpu") -> GroupLatency | None:
+    """The group's candidates at batch 1 (``cost``'s) on its module, on the GPU or where ``accelerator`` places
+    the model (a DLA core: ``edgebuild.latency.cores``); None when its power mode has no known clock, or the
+    DLA no prediction at any of ``precisions``.
 
-    ``catalog``: the modules to name the cheapest one meeting a missed budget from."""
+    ``catalog``: the modules to name the cheapest one meeting a missed budget from (GPU placements)."""
     precisions = tuple(precisions)
     perf = performance_for(module, jetpack, power_mode)
     if perf is None:
         return None
-    candidates = _candidates(cost, perf, precisions, fit, budget)
+    on_dla = accelerator != "gpu"
+    candidates = _dla_candidates(cost, perf, precisions, fit, budget) if on_dla else \
+        _candidates(cost, perf, precisions, fit, budget)
     if not candidates:
         return None
     source = _source(fit)
     found = GroupLatency(group, model, module.id, perf.power_mode, power_mode is None, jetpack, budget, candidates,
-                         source)
-    if budget is not None and not any(c.verdict == "meets" for c in candidates):
+                         source, accelerator=accelerator)
+    if budget is not None and not on_dla and not any(c.verdict == "meets" for c in candidates):
         from dataclasses import replace
 
         found = replace(found, would_meet=_cheapest_meeting(cost, catalog, precisions, fit, budget))

@@ -89,6 +89,24 @@ def test_a_missed_budget_names_the_cheapest_module_that_meets_it(cost) -> None:
     assert "a lower precision in quantize.precisions" in hint
 
 
+def test_a_group_placed_on_a_dla_core_is_predicted_there_at_the_precisions_the_dla_runs(cost) -> None:
+    from edgebuild.latency.cores import predict_core
+
+    catalog = load_catalog()
+    orin = catalog.modules["agx-orin-64gb"]
+    on_dla = predict_group(cost[1], group="dock", module=orin, jetpack="5.1.2", power_mode="MAXN",
+                           precisions=("fp16", "int8"), budget=1e3, fit=FIT, accelerator="dla0")
+    assert on_dla is not None and on_dla.accelerator == "dla0"
+    (int8,) = on_dla.candidates  # the DLA is predicted at INT8 only: no published DLA FP16 figure
+    perf = next(p for p in orin.performance if p.power_mode == "MAXN")
+    expected = predict_core(cost[1], perf, "dla", "int8").latency_ms
+    assert int8.precision == "int8" and int8.latency_ms == round(expected, 4)
+    assert "time on a DLA core (dla0; its fallback layers on the GPU)" in on_dla.table()
+    assert PredictedLatency.from_dict(PredictedLatency((on_dla,)).as_dict()).groups[0].accelerator == "dla0"
+    assert predict_group(cost[1], group="dock", module=orin, jetpack="5.1.2", power_mode="MAXN",
+                         precisions=("fp16",), budget=1e3, fit=FIT, accelerator="dla") is None
+
+
 def test_the_record_round_trips_and_an_unknown_power_mode_is_not_predicted(cost) -> None:
     found = _predict(cost, budget=1e-4)
     latency = PredictedLatency((found,), ("a note",))
