@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
+from edgebuild.accuracy.dla_int8.layout import DlaInt8
 from edgebuild.accuracy.gate_records import Int8Choice, Int8VariantRow, LayerSensitivity, NmsParity, TrackingGate
 from edgebuild.accuracy.measurements import (
     INT8_CHOICE_SETTINGS,
@@ -62,7 +63,6 @@ from edgebuild.text import Progress
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from edgebuild.accuracy.dla_int8.layout import DlaInt8
     from edgebuild.accuracy.int8_variants import Int8Variant
     from edgebuild.project.config import Project
     from edgebuild.runtime.engines.backends.trt_api import DeviceMemory
@@ -96,8 +96,8 @@ class CandidateResult:
     refused: str = ""  # why the tracking gate refuses it, both numbers named ("": it does not, or is off)
     # why the groups placed on a DLA core cannot build from it (edgebuild.targets.dla_precision; "": they can)
     dla_refused: str = ""
-    # the INT8 candidate's own DLA layout (edgebuild.accuracy.dla_int8.layout.DlaInt8.as_dict; {}: none measured)
-    dla_int8: JsonObject = field(default_factory=dict)
+    # the INT8 candidate's own DLA layout: its ranges and retention per TensorRT version (None: none measured)
+    dla_int8: DlaInt8 | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,8 @@ class GateResult:
     def from_dict(cls, data: JsonObject, folder: Path) -> GateResult:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["folder"] = folder  # the project may have moved since
-        data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
+        data["candidates"] = [CandidateResult(**{**c, "dla_int8": DlaInt8.from_dict(c.get("dla_int8") or {})})
+                              for c in data["candidates"]]
         data["policy"] = AccuracyPolicy.from_dict(data["policy"])
         data["sensitivity"] = [LayerSensitivity.from_dict(s) for s in data["sensitivity"]]
         data["int8_choice"] = Int8Choice.from_dict(data.get("int8_choice") or {})
@@ -457,7 +458,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
             metrics=dict(m.metrics), refused=refused,
             dla_refused=dla_refusal(m.precision, store.gate / m.ships, groups, dla_int8.refusals(policy.min_retention)
                                     if dla_int8 is not None and m.precision == "int8" else None),
-            dla_int8=dla_int8.as_dict() if dla_int8 is not None and m.precision == "int8" else {}))
+            dla_int8=dla_int8 if m.precision == "int8" else None))
     refused_on_dla = {r.precision: r.dla_refused for r in results}
     notes = [*notes, *(dla_note(g, refused_on_dla) for g in groups if g.use_dla),
              *dla_int8_notes(dla_int8, policy.min_retention)]

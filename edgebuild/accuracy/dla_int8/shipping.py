@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgebuild.accuracy.dla_int8.layout import DlaInt8
 from edgebuild.content import file_sha256
 from edgebuild.runtime.base.files import atomic_write_bytes, atomic_writer
 
@@ -33,7 +32,7 @@ def dla_int8_recipe(project: Project, gate: GateResult, tensorrt: str, ranges_ou
     candidate whose DLA layout was refused)."""
     from edgebuild.accuracy.evaluate import ACCEPTANCE_IMAGES, ACCEPTANCE_VERSION, ValidationSet, acceptance_set
 
-    dla = DlaInt8.from_dict(gate.candidate("int8").dla_int8)
+    dla = gate.candidate("int8").dla_int8
     layout = dla.layouts.get(tensorrt) if dla is not None else None
     assert dla is not None and layout is not None and layout.passed, "a refused DLA layout is never built"
     ranges = gate.folder / dla.ranges

@@ -72,7 +72,7 @@ def apply_dynamic_ranges(trt: TensorRT, config: IBuilderConfig, network: INetwor
     layers = [network.get_layer(i) for i in range(network.num_layers)]
     weights = {layer.get_output(0).name for layer in layers if layer.type == trt.LayerType.CONSTANT}
     done = {}  # type: Dict[str, float]
-    missing = []  # type: List[str]
+    missing = {}  # type: Dict[str, str]  # tensor -> the first DLA layer that reads or writes it
 
     def give(tensor: ITensor, where: str, needed: bool) -> None:
         name = tensor.name
@@ -82,8 +82,8 @@ def apply_dynamic_ranges(trt: TensorRT, config: IBuilderConfig, network: INetwor
             amax = ranges[name]
             tensor.set_dynamic_range(-amax, amax)
             done[name] = amax
-        elif needed and "{} ({})".format(name, where) not in missing:
-            missing.append("{} ({})".format(name, where))
+        elif needed and name not in missing:
+            missing[name] = where
 
     for index in range(network.num_inputs):
         give(network.get_input(index), "a network input", False)
@@ -106,7 +106,8 @@ def apply_dynamic_ranges(trt: TensorRT, config: IBuilderConfig, network: INetwor
     if missing:
         raise ExportError(
             "{}: INT8 on the DLA needs a dynamic range on every tensor a DLA layer reads or writes; {} of them have "
-            "none: {}{}".format(source, len(missing), ", ".join(missing[:SHOWN]),
+            "none: {}{}".format(source, len(missing), ", ".join("{} ({})".format(k, v) for k, v in
+                                                               list(missing.items())[:SHOWN]),
                                 " and {} more".format(len(missing) - SHOWN) if len(missing) > SHOWN else ""),
             hint="the ranges name the ONNX's tensors, and these were made by TensorRT's parser: build the group's "
                  "FP16 candidate on the DLA or place it on the GPU, and report the model to edgebuild")
