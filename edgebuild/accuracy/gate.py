@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgebuild.accuracy.baseline import BaselineCheck, judge_project_baseline
+from edgebuild.accuracy.dla_int8.layout import DlaInt8
 from edgebuild.accuracy.gate_records import Int8Choice, Int8VariantRow, LayerSensitivity, NmsParity, TrackingGate
 from edgebuild.accuracy.measurements import (
     INT8_CHOICE_SETTINGS,
@@ -95,6 +96,8 @@ class CandidateResult:
     refused: str = ""  # why the tracking gate refuses it, both numbers named ("": it does not, or is off)
     # why the groups placed on a DLA core cannot build from it (edgebuild.targets.dla_precision; "": they can)
     dla_refused: str = ""
+    # the INT8 candidate's own DLA layout: its ranges and retention per TensorRT version (None: none measured)
+    dla_int8: DlaInt8 | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,8 @@ class GateResult:
         if self.tracking is not None:
             data["tracking"] = self.tracking.as_dict()
         for candidate in data["candidates"]:
-            for key in ("refused", "dla_refused"):  # written only where said, so older records read back as they were
+            # written only where said, so older records read back as they were
+            for key in ("refused", "dla_refused", "dla_int8"):
                 if not candidate[key]:
                     del candidate[key]
         data["stage"] = STAGE_VERSION
@@ -164,7 +168,8 @@ class GateResult:
     def from_dict(cls, data: JsonObject, folder: Path) -> GateResult:
         data = {k: v for k, v in data.items() if k not in ("stage", "reused")}
         data["folder"] = folder  # the project may have moved since
-        data["candidates"] = [CandidateResult(**c) for c in data["candidates"]]
+        data["candidates"] = [CandidateResult(**{**c, "dla_int8": DlaInt8.from_dict(c.get("dla_int8") or {})})
+                              for c in data["candidates"]]
         data["policy"] = AccuracyPolicy.from_dict(data["policy"])
         data["sensitivity"] = [LayerSensitivity.from_dict(s) for s in data["sensitivity"]]
         data["int8_choice"] = Int8Choice.from_dict(data.get("int8_choice") or {})
@@ -262,13 +267,16 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             mixed = _search(project, policy, store, fp32, [r.layer for r in sensitivity], variant)
             if mixed is not None:
                 measured.append(mixed)
+    from edgebuild.accuracy.dla_int8.layout import measure_dla_int8
+
+    dla_int8 = measure_dla_int8(project, store, policy, measured, groups, say)  # a DLA group's own INT8 layout
     predicted = _predicted(project, export, groups, measured)
     tracking = None
     if tracker is not None:  # the tracking gate: every candidate's tracks against FP32's (docs/tracking-gate.md)
         tracking = tracker.judge([(m.precision, store.gate / m.ships) for m in measured])
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
                      seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity,
-                     predicted=predicted, tracking=tracking)
+                     predicted=predicted, tracking=tracking, dla_int8=dla_int8)
     result = replace(result, baseline=baseline)
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
@@ -424,8 +432,10 @@ def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGro
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[LayerSensitivity], *,
             groups: tuple[SelectedGroup, ...], notes: list[str], store: MeasurementStore, seconds: float,
             int8_choice: Int8Choice | None = None, nms_parity: NmsParity | None = None,
-            predicted: dict[str, float] | None = None, tracking: TrackingGate | None = None) -> GateResult:
+            predicted: dict[str, float] | None = None, tracking: TrackingGate | None = None,
+            dla_int8: DlaInt8 | None = None) -> GateResult:
     """The verdict per candidate and the selection, from measurements alone."""
+    from edgebuild.accuracy.dla_int8.layout import dla_int8_notes
     from edgebuild.targets.dla_precision import dla_note, dla_refusal
 
     policy = AccuracyPolicy.of(project)
@@ -446,9 +456,12 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
             selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected,
             metrics=dict(m.metrics), refused=refused,
-            dla_refused=dla_refusal(m.precision, store.gate / m.ships, groups)))
+            dla_refused=dla_refusal(m.precision, store.gate / m.ships, groups, dla_int8.refusals(policy.min_retention)
+                                    if dla_int8 is not None and m.precision == "int8" else None),
+            dla_int8=dla_int8 if m.precision == "int8" else None))
     refused_on_dla = {r.precision: r.dla_refused for r in results}
-    notes = [*notes, *(dla_note(g, refused_on_dla) for g in groups if g.use_dla)]
+    notes = [*notes, *(dla_note(g, refused_on_dla) for g in groups if g.use_dla),
+             *dla_int8_notes(dla_int8, policy.min_retention)]
     passing = [r for r in results if r.passed and r.selectable]
     ungated = not policy.gated
     if ungated:  # a dry run: every selectable candidate may be selected, the summary says so

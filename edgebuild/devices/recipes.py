@@ -26,6 +26,7 @@ from edgebuild.runtime.base.recipe import (
     ENGINE_FILE,
     FALLBACK_FOLDER,
     ONNX_FILE,
+    RANGES_FILE,
     RECIPE_FILE,
     REGIONS_FILE,
     Recipe,
@@ -39,6 +40,7 @@ from edgebuild.runtime.base.recipe import (
 from edgebuild.targets.presets import LimitPreset, human_size
 
 if TYPE_CHECKING:
+    from edgebuild.accuracy.dla_int8.shipping import DlaInt8Recipe
     from edgebuild.accuracy.gate import GateResult
     from edgebuild.project.config import Project
     from edgebuild.targets.profiles import SelectedGroup, Target
@@ -61,7 +63,10 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     chosen = gate.candidate(chosen_candidate(gate, candidate, group.accelerator))
     folder = folder or BuildLayout.of(project).engine(group.name)
     folder.mkdir(parents=True, exist_ok=True)
-    source, onnx_path = gate.folder / chosen.onnx, folder / ONNX_FILE
+    implicit = dla_int8_of(project, gate, group, chosen.precision, folder)  # INT8 on the DLA: FP32 ONNX + ranges
+    if implicit is not None:
+        acceptance = implicit.acceptance
+    source, onnx_path = gate.folder / (implicit.onnx if implicit else chosen.onnx), folder / ONNX_FILE
     onnx_sha256 = file_sha256(source)
     if not onnx_path.is_file() or file_sha256(onnx_path) != onnx_sha256:
         with atomic_writer(onnx_path) as out, open(source, "rb") as data:
@@ -96,7 +101,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         onnx_sha256=onnx_sha256,
         candidate=chosen.precision,
         kept_fp32=list(chosen.kept_fp32),
-        retention=chosen.retention,
+        retention=implicit.retention if implicit else chosen.retention,
         accuracy_backend=chosen.backend,
         limits=RecipeLimits(**limits.as_dict()),
         **builder_settings(project, group, chosen.precision),
@@ -114,8 +119,22 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
         outputs=onnx_outputs(onnx_path),
         task=recipe_task(project),
         streams=streams,
+        dynamic_ranges=RANGES_FILE if implicit else None,
+        dynamic_ranges_sha256=implicit.ranges_sha256 if implicit else None,
     ).save(folder)
     return folder / RECIPE_FILE
+
+
+def dla_int8_of(project: Project, gate: GateResult, group: SelectedGroup, candidate: str,
+                folder: Path) -> DlaInt8Recipe | None:
+    """A DLA group's INT8 candidate as it ships (the FP32 ONNX, its ranges as ``RANGES_FILE`` in ``folder``, the
+    acceptance set of its emulation); None for any other recipe, whose folder then holds no ranges file."""
+    if group.use_dla and candidate == "int8" and folder.name != FALLBACK_FOLDER:
+        from edgebuild.accuracy.dla_int8.shipping import dla_int8_recipe
+
+        return dla_int8_recipe(project, gate, group.target.release.tensorrt, folder / RANGES_FILE)
+    (folder / RANGES_FILE).unlink(missing_ok=True)
+    return None
 
 
 def recipe_streams(project: Project, group: str) -> RecipeStreams | None:

@@ -50,6 +50,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
     session = inputs.session
     assert group.limits is not None, "select_work resolves every group's limit preset"
     order = [gate.candidate(name) for name in candidate_order(gate, group.accelerator)]
+    implicit = [c.dla_int8.as_dict() for c in order if c.dla_int8 is not None] if group.use_dla else []
     state = EngineStateStore.of(project, group.name).read()
     build_on = _build_on(inputs)
     # what the accept step reads matters only where an engine is (or was) measured on a device
@@ -67,6 +68,7 @@ def _key(inputs: CompileInputs) -> dict[str, str]:
         "target": group.target.id,
         "use_dla": str(group.use_dla),
         **({"accelerator": group.accelerator} if group.use_dla else {}),  # a GPU group's key stays as it was
+        **({"dla_int8": digest(implicit)} if implicit else {}),  # INT8 on the DLA: its ranges and layouts
         "limits": digest(group.limits.as_dict()),
         "build_on": build_on or "",
         "host": digest(session.host().as_dict()),

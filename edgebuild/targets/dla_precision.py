@@ -16,7 +16,12 @@ each layer the DLA cannot run on the GPU (GPU fallback, at the engine's GPU prec
   support QAT ... if you convert it to implicit quantization, it would work with DLA").
   edgebuild's INT8 candidates are explicit Q/DQ on the inputs of Conv/Gemm/MatMul (what
   TensorRT runs in INT8 on the GPU), so :func:`int8_scale_gaps` lists the DLA tensors they give
-  no scale, and the candidate is refused for the DLA with that list: the group builds FP16.
+  no scale. The DLA's own INT8 is therefore built by implicit quantization: the FP32 ONNX with a
+  dynamic range on every tensor (``edgebuild.accuracy.dla_int8``), whose layout the gate measures on
+  its emulation; **int8** runs on the DLA where those ranges cover every DLA tensor and that
+  layout keeps min_retention (the gate's verdict per TensorRT version, ``implicit`` below), and is
+  refused with why otherwise. **int8-mixed** stays refused (its layers kept in float are a Q/DQ
+  layout), as is INT8 on the DLA with TensorRT 11 (:func:`implicit_int8_problem`).
 """
 
 from __future__ import annotations
@@ -78,8 +83,23 @@ def int8_scale_gaps(model: onnx.ModelProto, tensorrt: str) -> ScaleGaps:
     return ScaleGaps(len(tensors), missing, qdq)
 
 
-def dla_refusal(precision: str, onnx_path: Path, groups: tuple[SelectedGroup, ...]) -> str:
-    """Why the DLA groups among ``groups`` cannot build from this candidate ("" where they can, or none is on a DLA)."""
+def implicit_int8_problem(tensorrt: str) -> str:
+    """Why TensorRT ``tensorrt`` cannot build INT8 on the DLA by implicit quantization ("" where it can)."""
+    if int(tensorrt.split(".")[0]) >= 11:
+        return ("TensorRT 11 builds strongly typed networks only: the INT8 flag, calibrators and dynamic ranges are "
+                "removed (TensorRT 11.x migration guide, 'Removed Python APIs and Replacements', "
+                "https://docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/"
+                "tensorrt-10x-to-11x-python-api-reference.html), and the DLA runs no Q/DQ")
+    return ""
+
+
+def dla_refusal(precision: str, onnx_path: Path, groups: tuple[SelectedGroup, ...],
+                implicit: dict[str, str] | None = None) -> str:
+    """Why the DLA groups among ``groups`` cannot build from this candidate ("" where they can, or none is on a DLA).
+
+    ``implicit``: for the INT8 candidate, the gate's verdict on its DLA layout per TensorRT version (why not,
+    or "" where it runs; ``edgebuild.accuracy.dla_int8.layout.DlaInt8.refusals``); a version it has no verdict
+    for is refused with the Q/DQ candidate's scale gaps."""
     dla = [g for g in groups if g.use_dla]
     if not dla or precision == "fp16":
         return ""
@@ -88,10 +108,20 @@ def dla_refusal(precision: str, onnx_path: Path, groups: tuple[SelectedGroup, ..
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
-    reasons = {g.target.release.tensorrt: int8_scale_gaps(model, g.target.release.tensorrt).refusal() for g in dla}
+    reasons = {}
+    for g in dla:
+        version = g.target.release.tensorrt
+        if precision == "int8" and implicit is not None and version in implicit:
+            reasons[version] = implicit[version]
+        elif precision == "int8" and implicit_int8_problem(version):
+            reasons[version] = implicit_int8_problem(version)
+        else:
+            reasons[version] = int8_scale_gaps(model, version).refusal()
+    if not any(reasons.values()):
+        return ""
     if len(set(reasons.values())) == 1:
         return next(iter(reasons.values()))
-    return "; ".join(f"TensorRT {version}: {why}" for version, why in reasons.items())
+    return "; ".join(f"TensorRT {version}: {why}" for version, why in reasons.items() if why)
 
 
 def dla_note(group: SelectedGroup, refused: dict[str, str]) -> str:

@@ -210,6 +210,9 @@ class ModelSpec:
     device_memory_size: int = 12345678
     #: (LayerType member, DataType of its first output) per layer of the parsed network
     layers: list[tuple[str, str]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
+    #: per layer, the names of the tensors it reads and writes (as TensorRT's parser names them after the ONNX's);
+    #: a layer without an entry reads nothing and writes ``layer<i>:<k>``
+    layer_io: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
     layers_json: str = '{"Layers": [{"Name": "conv", "Precision": "test-double"}], "Bindings": ["images"]}'
     #: serialized timing cache the double's builder "produces"
     timing_cache_out: bytes = b"TEST-DOUBLE-TIMING-CACHE"
@@ -308,6 +311,10 @@ class Tensor(TrtObject):
     def dtype(self) -> EnumMember:
         return getattr(self._trt.DataType, self._spec.dtype)
 
+    def set_dynamic_range(self, min: float, max: float) -> bool:  # noqa: A002 (listed names); 8.x-10.x
+        self._trt.ranges[self._spec.name] = (min, max)
+        return True
+
 
 class Layer(TrtObject):
     _trt_class = "ILayer"
@@ -324,12 +331,25 @@ class Layer(TrtObject):
     def type(self) -> EnumMember:
         return getattr(self._trt.LayerType, self._type)
 
+    def _io(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        io = self._trt.spec.layer_io
+        return io[self._index] if self._index < len(io) else ((), (f"layer{self._index}:0",))
+
     @property
     def num_outputs(self) -> int:
-        return 1
+        return len(self._io()[1])
 
     def get_output(self, index: int) -> Tensor:
-        return Tensor(self._trt, TensorSpec(f"layer{self._index}:{index}", "OUTPUT", (), self._dtype))
+        return Tensor(self._trt, TensorSpec(self._io()[1][index], "OUTPUT", (), self._dtype))
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._io()[0])
+
+    def get_input(self, index: int) -> Tensor:
+        name = self._io()[0][index]
+        spec = next((t for t in self._trt.spec.tensors if t.name == name), None)
+        return Tensor(self._trt, spec or TensorSpec(name, "OUTPUT", (), "FLOAT"))
 
 
 class Network(TrtObject):
@@ -657,6 +677,7 @@ class TensorRTDouble:
         self.spec = spec or ModelSpec()
         self.device = FakeDevice()
         self.calls: list[tuple[str, tuple, dict]] = []
+        self.ranges: dict[str, tuple[float, float]] = {}  # ITensor.set_dynamic_range, by tensor name
 
     @property
     def unverified(self) -> set[str]:

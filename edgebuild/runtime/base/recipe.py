@@ -39,6 +39,8 @@ ACCEPTANCE_FILE = "acceptance.npz"
 FALLBACK_FOLDER = "fallback"
 #: the regions file of ``[runtime.tracking] regions``, copied into the model folder
 REGIONS_FILE = "regions.json"
+#: a DLA INT8 folder's dynamic ranges (``Recipe.dynamic_ranges``)
+RANGES_FILE = "dynamic_ranges.json"
 #: how the entry point runs a recipe's streams: beside the server, or instead of it
 TRACKING_MODES = ("beside", "instead")
 TRACKERS = ("bytetrack", "ocsort")
@@ -270,6 +272,11 @@ class Recipe:
     #: where the model runs: gpu, dla0, dla1 or dla (either core: the device's runtime picks, ``dla_core`` is the
     #: core it is built for); a GPU recipe has no ``accelerator`` key
     accelerator: str = "gpu"
+    #: INT8 on the DLA (implicit quantization): the file of the folder holding a dynamic range for every tensor
+    #: (``RANGES_FILE``, tensor name -> amax, format ``edgebuild.dynamic-ranges/1``) and its sha256; the ONNX is
+    #: then the FP32 model, with no Q/DQ (the DLA runs none). None: the field is left out
+    dynamic_ranges: Optional[str] = None
+    dynamic_ranges_sha256: Optional[str] = None
     schema: str = RECIPE_SCHEMA
 
     @property
@@ -284,6 +291,8 @@ class Recipe:
     def file_names(self, engine: bool = True) -> List[str]:
         """The folder's files: the recipe and the ONNX, and with ``engine`` engine.plan and engine.json."""
         names = [RECIPE_FILE, self.onnx] + ([self.acceptance] if self.acceptance else [])
+        if self.dynamic_ranges:
+            names.append(self.dynamic_ranges)
         if self.streams is not None and self.streams.regions:
             names.append(self.streams.regions)
         if self.fallback:  # the fallback recipe is deferred: it never holds an engine
@@ -325,6 +334,10 @@ class Recipe:
                                 or sha256_file(folder / self.acceptance) != self.acceptance_sha256):
             raise BundleError("{}: {} is missing or does not match the acceptance_sha256 of {}".format(
                 folder, self.acceptance, RECIPE_FILE), hint=_REBUILD)
+        if self.dynamic_ranges and (not (folder / self.dynamic_ranges).is_file()
+                                    or sha256_file(folder / self.dynamic_ranges) != self.dynamic_ranges_sha256):
+            raise BundleError("{}: {} is missing or does not match the dynamic_ranges_sha256 of {}".format(
+                folder, self.dynamic_ranges, RECIPE_FILE), hint=_REBUILD)
         if self.fallback and (not (folder / self.fallback / RECIPE_FILE).is_file()
                               or sha256_file(folder / self.fallback / RECIPE_FILE) != self.fallback_sha256):
             raise BundleError("{}: {}/{} is missing or does not match the fallback_sha256 of {}".format(
@@ -354,6 +367,8 @@ class Recipe:
             del data["streams"]
         if self.accelerator == "gpu":  # and a GPU recipe as before placements
             del data["accelerator"]
+        if self.dynamic_ranges is None:  # and one without dynamic ranges as before they were carried
+            del data["dynamic_ranges"], data["dynamic_ranges_sha256"]
         return dict(schema=data.pop("schema"), **data)
 
     def save(self, folder: Union[str, Path]) -> Path:
@@ -513,6 +528,9 @@ def _check_values(recipe: Recipe) -> None:
     if recipe.streams is not None:
         _check_streams(recipe.streams)
     _check_accelerator(recipe)
+    if recipe.dynamic_ranges is not None and (recipe.precision != "int8" or not recipe.dynamic_ranges_sha256):
+        raise _FieldError("field 'dynamic_ranges' needs precision int8 and a dynamic_ranges_sha256 (precision {!r})"
+                          .format(recipe.precision))
     runtime = recipe.runtime
     if runtime.max_batch_size < 1 or runtime.max_queue_delay_ms < 0 or runtime.warmup_budget_s <= 0:
         raise _FieldError("field 'runtime' needs max_batch_size >= 1, max_queue_delay_ms >= 0 and "

@@ -143,12 +143,12 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
     recipe = Recipe.load(recipe_path)
     if verify_device:
         require_match(facts, recipe)
-    if not (recipe_path.parent / recipe.onnx).is_file() or \
-            sha256_file(recipe_path.parent / recipe.onnx) != recipe.onnx_sha256:
-        from edgebuild.errors import BundleError
+    for name, expected in ((recipe.onnx, recipe.onnx_sha256), (recipe.dynamic_ranges, recipe.dynamic_ranges_sha256)):
+        if name and (not (recipe_path.parent / name).is_file() or sha256_file(recipe_path.parent / name) != expected):
+            from edgebuild.errors import BundleError
 
-        raise BundleError("{}: {} is missing or does not match the recipe's onnx_sha256; no engine is built from "
-                          "it".format(recipe_path.parent, recipe.onnx), hint="copy the model folder again")
+            raise BundleError("{}: {} is missing or does not match its sha256 in the recipe; no engine is built from "
+                              "it".format(recipe_path.parent, name), hint="copy the model folder again")
     if trt is None:
         if facts.tensorrt is None:
             raise CapabilityMissing(
@@ -165,7 +165,8 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
         # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
         profiles={name: (tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in recipe.profiles.items()},
         workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,
-        dla_core=recipe.dla_core, progress=progress)
+        dla_core=recipe.dla_core, progress=progress,
+        dynamic_ranges=folder / recipe.dynamic_ranges if recipe.dynamic_ranges else None)
     metadata = build_engine(settings, trt=trt)
     capability = facts.compute_capability
     if capability is None and verify_device:  # the SoC fixes the SM version; the device was verified above

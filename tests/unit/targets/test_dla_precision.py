@@ -108,3 +108,30 @@ def test_a_dla_groups_engine_is_built_at_one_static_shape_for_its_core(example_c
     for accelerator, core in (("dla0", 0), ("dla1", 1), ("dla", 0)):
         placed = builder_settings(project, replace(group, accelerator=accelerator), "fp16")
         assert placed["profiles"]["images"] == [spec.opt_shape] * 3 and placed["dla_core"] == core
+
+
+def test_int8_runs_on_the_dla_where_its_own_layout_keeps_the_gate(tmp_path: Path) -> None:
+    from edgebuild.accuracy.dla_int8.layout import DlaInt8, DlaLayout
+
+    path = tmp_path / "int8.onnx"
+    onnx.save(int8_graph(), path)
+    dla = (_group("dla0"),)
+    version = dla[0].target.release.tensorrt
+    assert dla_refusal("int8", path, dla, {version: ""}) == ""  # the gate measured its DLA layout: it passed
+    assert dla_refusal("int8", path, dla, {version: "retention 0.9 < 0.92"}) == "retention 0.9 < 0.92"
+    assert "scale" in dla_refusal("int8-mixed", path, dla, {version: ""})  # a Q/DQ layout: still refused
+    trt11 = replace(dla[0], target=load_catalog().parse_target("agx-orin-64gb@7.2.2"))  # TensorRT 11.4.1
+    assert "strongly typed networks only" in dla_refusal("int8", path, (trt11,))  # no dynamic ranges there
+    layout = DlaLayout(version, 10, 2, 12, 3, [], "e.onnx", 0.45, 0.9, False)
+    record = DlaInt8("fp32/model.onnx", "ranges.json", "minmax", 20, 64, {version: layout})
+    assert "keeps retention 0.900 < 0.92 on its emulation" in record.refusals(0.92)[version]
+    assert record.refusals(0.9) == {version: "its DLA layout (implicit INT8, a range on each of 12 DLA tensors, 2 "
+                                             "GPU fallback layer(s) in FP16) keeps retention 0.900 < 0.9 on its "
+                                             "emulation"}
+    # the gate's record keeps it beside the INT8 candidate and reads it back, and leaves it out where none
+    gate = _gate(tmp_path)
+    gate = replace(gate, candidates=[replace(c, dla_int8=record) if c.precision == "int8" else c
+                                     for c in gate.candidates])
+    written = gate.as_dict()["candidates"]
+    assert "dla_int8" not in written[1] and written[2]["dla_int8"]["layouts"][version]["retention"] == 0.9
+    assert GateResult.from_dict(gate.as_dict(), tmp_path).candidate("int8").dla_int8 == record

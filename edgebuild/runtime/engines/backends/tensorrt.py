@@ -35,6 +35,7 @@ from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import PRECISIONS
 from edgebuild.runtime.engines.backends.cuda_memory import default_memory
 from edgebuild.runtime.engines.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
+from edgebuild.runtime.engines.backends.tensorrt_ranges import apply_dynamic_ranges, read_ranges, refuse_typed
 from edgebuild.runtime.engines.backends.trt_api import (
     DeviceMemory,
     EnumValue,
@@ -67,7 +68,9 @@ class BuildSettings:
     """Everything the builder needs; a pipeline stage makes one from the project and the target profile.
 
     ``precision`` "int8" means the ONNX carries Q/DQ nodes: the INT8 flag (and FP16, so layers
-    without Q/DQ may use FP16) is set and TensorRT honours the Q/DQ scales; there is no calibrator.
+    without Q/DQ may use FP16) is set and TensorRT honours the Q/DQ scales; there is no calibrator. With
+    ``dynamic_ranges`` (a DLA INT8 recipe) the ONNX is FP32 and that file gives every tensor its range
+    (implicit quantization, ``tensorrt_ranges.py``).
     ``strongly_typed`` asks TensorRT 10.x for a strongly typed network; from TensorRT 11 every
     network is, the precision flags are gone, and the ONNX must carry the precision itself
     (``edgebuild.runtime.engines.backends.tensorrt_precision``).
@@ -83,6 +86,7 @@ class BuildSettings:
     dla_core: Optional[int] = None
     builder_optimization_level: Optional[int] = None
     strongly_typed: bool = False
+    dynamic_ranges: Optional[Path] = None
     progress: Progress = field(default=_no_progress, compare=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +98,8 @@ class BuildSettings:
             raise ConfigError(f"engine precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if int(self.workspace_bytes) <= 0:
             raise ConfigError(f"workspace_bytes must be positive, not {self.workspace_bytes}")
+        if self.dynamic_ranges is not None and self.precision != "int8":
+            raise ConfigError(f"dynamic ranges are INT8 scales: precision int8, not {self.precision!r}")
         if self.dla_core is not None and self.precision == "fp32":
             raise ConfigError("DLA runs only FP16 or INT8 layers: choose precision fp16 or int8 to use a DLA core")
         if self.dla_core is not None and self.dla_core < 0:
@@ -245,6 +251,8 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     typed = strongly_typed(trt, settings.strongly_typed)
+    if settings.dynamic_ranges is not None:
+        refuse_typed(trt, typed)
     network = builder.create_network(network_flags(trt, typed))
     parser = trt.OnnxParser(network, logger)
     progress(f"TensorRT {version}: parsing {settings.onnx_path.name}")
@@ -280,6 +288,8 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
                  f"layers on the DLA, {len(gpu_fallback)} on the GPU (GPU fallback)"
                  + (": " + ", ".join(gpu_fallback[:5]) + (" ..." if len(gpu_fallback) > 5 else "")
                     if gpu_fallback else ""))
+    ranges = None if settings.dynamic_ranges is None else apply_dynamic_ranges(
+        trt, config, network, read_ranges(settings.dynamic_ranges), gpu_fallback or [], settings.dynamic_ranges)
 
     optimization_level = None
     if settings.builder_optimization_level is not None:
@@ -338,6 +348,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
         "workspace_bytes": int(settings.workspace_bytes),
         "dla_core": settings.dla_core,
         "dla_gpu_fallback": gpu_fallback,  # the layers a DLA engine runs on the GPU (None: not a DLA engine)
+        "dynamic_ranges": ranges,  # implicit INT8: the tensors given a range (None: scales from Q/DQ, or none)
         "builder_optimization_level": optimization_level,
         "timing_cache": None if cache_path is None else {"path": str(cache_path), "loaded": cache_loaded},
         "device_memory_size": _device_memory_size(engine),

@@ -41,6 +41,7 @@ class BuilderFlagEnum(Protocol):
     FP16: EnumValue  # gone in 11 (strongly typed networks only)
     INT8: EnumValue  # gone in 11
     GPU_FALLBACK: EnumValue
+    PREFER_PRECISION_CONSTRAINTS: EnumValue  # gone in 11
 
 
 class NetworkDefinitionCreationFlagEnum(Protocol):
@@ -70,12 +71,14 @@ class TensorIOModeEnum(Protocol):
 
 
 class DataTypeEnum(Protocol):
+    FLOAT: EnumValue
     HALF: EnumValue
 
 
 class LayerTypeEnum(Protocol):
     QUANTIZE: EnumValue
     DEQUANTIZE: EnumValue
+    CONSTANT: EnumValue
 
 
 # -- the objects -----------------------------------------------------------------------------------------
@@ -111,6 +114,8 @@ class ITensor(Protocol):
     @property
     def dtype(self) -> EnumValue: ...
 
+    def set_dynamic_range(self, min: float, max: float) -> bool: ...  # 8.x-10.x (deprecated in 10), gone in 11
+
 
 class ILayer(Protocol):
     @property
@@ -123,6 +128,13 @@ class ILayer(Protocol):
     def num_outputs(self) -> int: ...
 
     def get_output(self, index: int) -> ITensor: ...
+
+    @property
+    def num_inputs(self) -> int: ...
+
+    def get_input(self, index: int) -> Optional[ITensor]: ...
+
+    precision: EnumValue  # settable; gone in 11 (strongly typed only)
 
 
 class INetworkDefinition(Protocol):

@@ -31,6 +31,6 @@ def test_no_engine_is_built_from_an_onnx_that_is_not_the_recipes(tmp_path: Path)
     folder = write_artifact(tmp_path / "yard")
     (folder / "model.onnx").write_bytes((folder / "model.onnx").read_bytes() + b"\0")
     host = DeviceFacts("10.3.0", "", "8.9", None, ())
-    with pytest.raises(BundleError, match="model.onnx is missing or does not match the recipe's onnx_sha256"):
+    with pytest.raises(BundleError, match="model.onnx is missing or does not match its sha256 in the recipe"):
         build_from_recipe(folder / "recipe.json", host, verify_device=False, trt=make_tensorrt("10.3.0"))
     assert not (folder / "engine.plan").exists()
