@@ -165,9 +165,9 @@ def plan_device(models: list[PlannedModel], perf: ModulePerformance, module: str
         notes.append("to build this plan, the fleet group says: placement = { " + ", ".join(
             f'{p.model} = "{p.core}"' for p in best.placements) + " }")
     if any(p.precision == "int8" for p in placed):
-        notes.append("edgebuild builds DLA engines at FP16 today (INT8 on the DLA needs a scale on every tensor, "
-                      "which its Q/DQ candidates do not give: docs/targets.md); the DLA rows here predict INT8, the "
-                      "only DLA precision with published figures")
+        notes.append("INT8 on a DLA core ships only where its own layout (every DLA tensor at INT8, by its "
+                     "calibrated range) passes the gate, else FP16, which the latency model does not predict on the "
+                     "DLA (no published figure): docs/targets.md, 'INT8 on the DLA'")
     return DevicePlan(module, perf.power_mode, best.placements, best.frame_ms, best.busiest, best.busy,
                       best.slowdown, budget_ms, min_fps, gpu_only, considered, tuple(notes))
 

@@ -156,4 +156,4 @@ def test_a_tensorrt_without_the_dla_plans_the_gpu_and_a_dla_plan_says_how_to_bui
     (how,) = [n for n in placed.notes if n.startswith("to build this plan")]
     for p in placed.placements:
         assert f'{p.model} = "{p.core}"' in how
-    assert any("edgebuild builds DLA engines at FP16 today" in n for n in placed.notes)
+    assert any("INT8 on a DLA core ships only where its own layout" in n for n in placed.notes)
