@@ -456,13 +456,11 @@ def _predicted(project: Project, export: ExportRecord, groups: tuple[SelectedGro
     if project.accuracy.select != "auto" or project.accuracy.backend == "tensorrt" or not groups:
         return {}
     from edgebuild.latency.budget import predict_candidates
-    from edgebuild.latency.model import PRECISIONS as PREDICTED
 
     image = next((i for i in project.model.inputs if len(i.opt_shape) == 4), None)
     return predict_candidates(export.onnx_path, (image.opt_shape[2], image.opt_shape[3]) if image else None,
                               [(g.target.module, g.target.release.jetpack, g.power_mode) for g in groups],
-                              [(m.precision, m.kept_fp32) for m in measured  # precisions the latency model knows
-                               if m.precision.removesuffix("-mixed") in PREDICTED])
+                              [(m.precision, m.kept_fp32) for m in measured])
 
 
 def _decide(project: Project, measured: list[Measurement], sensitivity: list[LayerSensitivity], *,

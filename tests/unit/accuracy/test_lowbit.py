@@ -26,7 +26,7 @@ THOR_TARGETS = ("agx-thor@7.0", "agx-thor@7.2", "agx-thor@7.2.2")
 
 
 def _thor(target: str = "agx-thor@7.0") -> SelectedGroup:
-    return SelectedGroup("thor", load_catalog().parse_target(target), use_dla=False, in_fleet=False)
+    return SelectedGroup("thor", load_catalog().parse_target(target), in_fleet=False)
 
 
 # -- the formats ------------------------------------------------------------------------------------------

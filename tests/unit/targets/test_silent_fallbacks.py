@@ -21,7 +21,7 @@ ORIN_10_3 = "agx-orin-64gb@6.2"  # TensorRT 10.3
 
 
 def _group(target: str) -> SelectedGroup:
-    return SelectedGroup(target, load_catalog().parse_target(target), use_dla=False, in_fleet=False)
+    return SelectedGroup(target, load_catalog().parse_target(target), in_fleet=False)
 
 
 def _cases(model: onnx.ModelProto, target: str, precision: str | None = None) -> list[str]:
