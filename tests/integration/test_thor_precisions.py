@@ -82,7 +82,7 @@ def test_nvfp4_is_measured_on_its_emulation_and_gated_on_a_trained_hybrid_detect
     root = example_copy("shapes-detector")
     shutil.copy(hybrid_detector.__file__, root / "hybrid_detector.py")
     hybrid_detector.fine_tune(root, root / "weights" / "hybrid.pt", steps=40, batch_size=8)
-    _for_thor(root, '["nvfp4", "fp8", "fp32"]', entry_point=hybrid_detector.ENTRY_POINT, weights="weights/hybrid.pt")
+    _for_thor(root, '["nvfp4", "fp32"]', entry_point=hybrid_detector.ENTRY_POINT, weights="weights/hybrid.pt")
     gate = _validate(root)
     fp32, nvfp4 = (next(c for c in gate["candidates"] if c["precision"] == p) for p in ("fp32", "nvfp4"))
     print(f"\nhybrid shapes detector on agx-thor@7.0: FP32 mAP50-95 {fp32['value']:.4f}, NVFP4 {nvfp4['value']:.4f} "
@@ -98,8 +98,9 @@ def test_nvfp4_is_measured_on_its_emulation_and_gated_on_a_trained_hybrid_detect
     assert outcome.error is None
     folder = root / "build" / "engines" / "thor"
     recipe = Recipe.load(folder)
-    if gate["selected"] == "nvfp4":
-        assert recipe.precision == "nvfp4" and (folder / Recipe.EMULATED_ONNX).is_file()
+    assert gate["selected"] == ("nvfp4" if nvfp4["passed"] else "fp32")
+    if nvfp4["passed"]:
+        assert recipe.precision == "nvfp4" and recipe.fallback and (folder / Recipe.EMULATED_ONNX).is_file()
         assert Recipe.EMULATED_ONNX not in recipe.file_names()  # host-side only: never shipped
         model = onnx.load(str(folder / recipe.onnx), load_external_data=False)
         assert any(n.op_type == "TRT_FP4DynamicQuantize" for n in model.graph.node)

@@ -73,8 +73,7 @@ class BuildSettings:
     (implicit quantization, ``tensorrt_ranges.py``).
     ``strongly_typed`` asks TensorRT 10.x for a strongly typed network; from TensorRT 11 every
     network is, the precision flags are gone, and the ONNX must carry the precision itself
-    (``edgebuild.runtime.engines.backends.tensorrt_precision``). "fp8" and "nvfp4" (Jetson AGX Thor)
-    are always built strongly typed, from the candidate's FP8/FP4 Q/DQ, with no precision flag.
+    (``edgebuild.runtime.engines.backends.tensorrt_precision``; so are "fp8" and "nvfp4", always).
     ``profiles`` maps each dynamic input name to its (min, opt, max) shapes.
     """
 
