@@ -298,6 +298,7 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
     """
     import io
 
+    from edgebuild.accuracy.lowbit import host_runner
     from edgebuild.runtime.engines import acceptance
     from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
 
@@ -331,7 +332,7 @@ def acceptance_set(project: Project, data: ValidationSet, fp32_onnx: Path, candi
         logits = project.task.postprocess.logits_output
         settings.update(kind=np.asarray("classification"), logits_output=np.asarray(logits),
                         fp32_top1=np.argmax(fp32[logits], axis=-1).astype(np.int64))
-    own = acceptance.agreement_of(settings, acceptance.run_outputs(OnnxRuntimeRunner(candidate_onnx), inputs, name,
+    own = acceptance.agreement_of(settings, acceptance.run_outputs(host_runner(candidate_onnx), inputs, name,
                                                                    batch))
     settings["threshold"] = np.float64(max(0.0, own - ACCEPTANCE_MARGIN))
     buffer = io.BytesIO()

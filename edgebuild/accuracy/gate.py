@@ -15,6 +15,10 @@ When it still fails, the layers are ranked by the quantization error of their ac
 (per-channel SQNR in one run of the INT8 graph), the worst are kept in floating point one more
 at a time and re-evaluated, until the gate passes or quantize.max_kept_layers is reached.
 
+FP8 and NVFP4 (Jetson AGX Thor groups) are one candidate each, made from the same calibration statistics
+and placement (``edgebuild.accuracy.lowbit``), measured on ONNX Runtime (NVFP4 on its FP32 emulation) and
+kept at the same min_retention; where the model has nothing TensorRT runs in that precision, a note says why.
+
 Before any candidate is decided, the FP32 baseline itself is judged (``edgebuild.accuracy.baseline``:
 against chance and against the metric the model file records); a wrong one stops the gate with its likely
 causes unless ``accuracy.baseline = "accept"``, and with the gate off it is reported, not enforced.
@@ -73,8 +77,9 @@ __all__ = ["GateResult", "PRECISION_ORDER", "decision_settings", "measurement_ke
 
 STAGE_VERSION = "gate/5"
 RECORD_FILE = "gate.json"
-#: lowest precision first: the order "lowest-precision" selection walks
-PRECISION_ORDER = ("int8", "int8-mixed", "fp16", "fp32")
+#: lowest precision first: the order "lowest-precision" selection walks, and the device falls back along. FP8
+#: after INT8 (the same width and, on Thor, the same tensor-core rate; FP8's exponent keeps more of a tail)
+PRECISION_ORDER = ("nvfp4", "int8", "int8-mixed", "fp8", "fp16", "fp32")
 
 
 
@@ -98,6 +103,7 @@ class CandidateResult:
     dla_refused: str = ""
     # the INT8 candidate's own DLA layout: its ranges and retention per TensorRT version (None: none measured)
     dla_int8: DlaInt8 | None = None
+    emulated: str = ""  # NVFP4: the FP32 emulation of ``onnx`` that ONNX Runtime runs on the host ("": none)
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,7 @@ class GateResult:
             data["tracking"] = self.tracking.as_dict()
         for candidate in data["candidates"]:
             # written only where said, so older records read back as they were
-            for key in ("refused", "dla_refused", "dla_int8"):
+            for key in ("refused", "dla_refused", "dla_int8", "emulated"):
                 if not candidate[key]:
                     del candidate[key]
         data["stage"] = STAGE_VERSION
@@ -248,6 +254,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         measured.append(fp16)
     sensitivity: list[LayerSensitivity] = []
     choice: Int8Choice | None = None
+    calibration_checked = False
     tracker = TrackingRun(project, store.root, force=force, progress=progress, say=say) if enabled(project) else None
     if "int8" in wanted and store.placement.empty:
         notes.append(f"INT8 not applicable: the model has no {', '.join(project.quantize.op_types)} node "
@@ -257,6 +264,7 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
         from edgebuild.accuracy.quantize import check_calibration
 
         check_calibration(project, say)
+        calibration_checked = True
         int8, choice, preferred = _choose_int8(project, policy, store, fp32, say)
         if tracker is not None and len(preferred) > 1:
             int8, choice = _track_int8(policy, tracker, store.gate, fp32, preferred, choice)
@@ -267,13 +275,14 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
             mixed = _search(project, policy, store, fp32, [r.layer for r in sensitivity], variant)
             if mixed is not None:
                 measured.append(mixed)
+    measured += _lowbit(project, store, notes, say, calibration_checked)
     from edgebuild.accuracy.dla_int8.layout import measure_dla_int8
 
     dla_int8 = measure_dla_int8(project, store, policy, measured, groups, say)  # a DLA group's own INT8 layout
     predicted = _predicted(project, export, groups, measured)
     tracking = None
     if tracker is not None:  # the tracking gate: every candidate's tracks against FP32's (docs/tracking-gate.md)
-        tracking = tracker.judge([(m.precision, store.gate / m.ships) for m in measured])
+        tracking = tracker.judge([(m.precision, store.gate / (m.emulated or m.ships)) for m in measured])
     result = _decide(project, measured, sensitivity, groups=groups, notes=notes, store=store,
                      seconds=round(time.perf_counter() - started, 3), int8_choice=choice, nms_parity=parity,
                      predicted=predicted, tracking=tracking, dla_int8=dla_int8)
@@ -281,6 +290,31 @@ def run_gate(project: Project, export: ExportRecord, *, groups: tuple[SelectedGr
     atomic_write_text(result.folder / RECORD_FILE, json.dumps(result.as_dict(), indent=2))
     store.prune_other_models()
     return result
+
+
+def _lowbit(project: Project, store: MeasurementStore, notes: list[str], say: Progress,
+            calibration_checked: bool) -> list[Measurement]:
+    """The FP8 and NVFP4 candidates ``quantize.precisions`` asks for (Jetson AGX Thor), each measured once and
+    gated like INT8; where the model has nothing TensorRT would run in that precision, a note says why."""
+    from edgebuild.accuracy.lowbit import LOWBIT
+    from edgebuild.accuracy.lowbit.candidates import not_applicable
+
+    found = []
+    for precision in (p for p in LOWBIT if p in project.quantize.precisions):
+        why = not_applicable(precision, store.prepared_path(), store.placement)
+        if why:
+            notes.append(why)
+            say(f"gate: {why}")
+            continue
+        if not calibration_checked:
+            from edgebuild.accuracy.quantize import check_calibration
+
+            check_calibration(project, say)
+            calibration_checked = True
+        measurement = store.candidate(precision)
+        if measurement is not None:
+            found.append(measurement)
+    return found
 
 
 def check_baseline(project: Project, fp32: Measurement, progress: Progress) -> BaselineCheck:
@@ -455,7 +489,7 @@ def _decide(project: Project, measured: list[Measurement], sensitivity: list[Lay
             passed=policy.passes(retention) and not refused,
             selectable=base in project.quantize.precisions and not rejected,
             backend=m.backend, latency_ms=m.latency_ms, kept_fp32=m.kept_fp32, note=m.note, rejected_by=rejected,
-            metrics=dict(m.metrics), refused=refused,
+            metrics=dict(m.metrics), refused=refused, emulated=m.emulated,
             dla_refused=dla_refusal(m.precision, store.gate / m.ships, groups, dla_int8.refusals(policy.min_retention)
                                     if dla_int8 is not None and m.precision == "int8" else None),
             dla_int8=dla_int8 if m.precision == "int8" else None))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.accuracy.gate_records import LayerSensitivity, NmsParity
 from edgebuild.accuracy.int8_variants import Int8Variant, method_names
+from edgebuild.accuracy.lowbit import LOWBIT, LOWBIT_VERSION, emulation_path
 from edgebuild.content import atomic_output_dir, digest, tool_versions
 from edgebuild.jsontypes import JsonObject
 from edgebuild.project.layout import BuildLayout
@@ -78,6 +79,7 @@ class Measurement:
     shipped: str = ""  # NMS inside: the candidate with the decode appended (what ships); "": ``onnx`` ships
     # every metric the task computes (segmentation, pose: the box mAP beside the gate's mask or pose mAP)
     metrics: dict[str, float] = field(default_factory=dict)
+    emulated: str = ""  # NVFP4: the FP32 emulation of ``ships`` that ONNX Runtime measured; "": ``ships`` itself
 
     @property
     def ships(self) -> str:
@@ -93,6 +95,7 @@ class _Built:
     note: str
     graph: str
     shipped: Path | None = None  # NMS inside: ``detections.onnx``
+    emulated: Path | None = None  # NVFP4: what ONNX Runtime runs in place of the shipped file
 
 
 def float_key_parts(project: Project, export: ExportRecord) -> dict[str, str]:
@@ -322,6 +325,8 @@ class MeasurementStore:
     # -- candidates --------------------------------------------------------------------------------
 
     def _folder(self, precision: str, kept: tuple[str, ...], variant: Int8Variant | None) -> Path:
+        if precision in LOWBIT:  # made from the calibration statistics: keyed by them too
+            return self.root / f"{precision}-{self._key({'precision': precision, 'lowbit': LOWBIT_VERSION})}"
         if precision != "int8":
             return self.root / f"{precision}-{self._key({'precision': precision}, int8=False)}"
         assert variant is not None
@@ -344,7 +349,7 @@ class MeasurementStore:
         shipped = folder / DETECTIONS_FILE if self.nms_inside else None
         if stored is not None and (folder / "model.onnx").is_file() and (shipped is None or shipped.is_file()):
             return _Built(stored["precision"], folder / "model.onnx", tuple(stored["kept_fp32"]), stored["note"],
-                          stored["graph"], shipped)
+                          stored["graph"], shipped, emulation_path(folder, stored.get("emulated", ""), self.nms_inside))
         with atomic_output_dir(folder) as staging:
             made = self._make(precision, kept, variant, staging / "model.onnx")
             graph = graph_digest(made.onnx_path)
@@ -352,10 +357,15 @@ class MeasurementStore:
                 raise SameGraph(self.graphs[graph])
             if shipped is not None:
                 self._append_nms(made.onnx_path, staging / DETECTIONS_FILE)
+            emulated = made.emulated.name if made.emulated else ""
+            if made.emulated and shipped is not None:
+                self._append_nms(made.emulated, staging / f"detections-{emulated}")
             atomic_write_text(staging / "built.json", json.dumps(
-                {"precision": made.precision, "kept_fp32": list(made.kept_fp32), "note": made.note, "graph": graph}))
+                {"precision": made.precision, "kept_fp32": list(made.kept_fp32), "note": made.note, "graph": graph,
+                 "emulated": emulated}))
         self._made.add(folder)
-        return _Built(made.precision, folder / "model.onnx", tuple(made.kept_fp32), made.note, graph, shipped)
+        return _Built(made.precision, folder / "model.onnx", tuple(made.kept_fp32), made.note, graph, shipped,
+                      emulation_path(folder, emulated, self.nms_inside))
 
     @property
     def nms_inside(self) -> bool:
@@ -409,7 +419,8 @@ class MeasurementStore:
             graph=built.graph, seconds=round(time.perf_counter() - started, 3),
             variant=variant.name if variant else "",
             shipped=str(built.shipped.relative_to(self.gate)) if built.shipped else "",
-            metrics={k: round(v, 6) for k, v in result.metrics.items()})
+            metrics={k: round(v, 6) for k, v in result.metrics.items()},
+            emulated=str(built.emulated.relative_to(self.gate)) if built.emulated else "")
         atomic_write_text(folder / "measurement.json", json.dumps(asdict(measurement), indent=2))
         self.measured += 1
         self.graphs[built.graph] = measurement
@@ -426,6 +437,10 @@ class MeasurementStore:
             return Candidate("fp32", out, note="the exported model (reference)")
         if precision == "fp16":
             return fp16_candidate(self.fp32_path(), out)
+        if precision in LOWBIT:
+            from edgebuild.accuracy.lowbit.candidates import make_lowbit
+
+            return make_lowbit(precision, self.prepared_path(), out, self.placement, self.statistics())
         assert variant is not None
         if not variant.bias_correction:
             return int8_candidate(self.project, self.prepared_path(), out, self.ranges_cache(variant.method),
@@ -517,23 +532,25 @@ class MeasurementStore:
         """``tensorrt_rejections`` of a measured candidate, kept beside it per set of targets and parser tables."""
         if not groups:
             return []
-        from edgebuild.targets.preflight import rules_digest
+        from edgebuild.targets.preflight import preflight, rules_digest
 
         targets = digest([sorted(g.target.id for g in groups), rules_digest(), measurement.graph])
         path = (self.gate / measurement.ships).parent / f"rejections-{targets[:16]}.json"
         stored = self._stored(path, "TensorRT check")
         if stored is not None:
             return list(stored)
-        found = tensorrt_rejections(self.gate / measurement.ships, groups)
+        # the parser's blocking findings, and the layouts TensorRT would build in a wider type than the candidate's
+        found = [r.rejection() for r in preflight(self.gate / measurement.ships, list(groups),
+                                                     measurement.precision.removesuffix("-mixed")) if r.blocking]
         atomic_write_text(path, json.dumps(found))
         return found
 
     def _runner(self, candidate: _Built, folder: Path) -> Runner:
         """ONNX Runtime on the CPU, or an engine built from the candidate with this host's TensorRT."""
         if self.project.accuracy.backend == "onnxruntime":
-            from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
+            from edgebuild.accuracy.lowbit import host_runner
 
-            return OnnxRuntimeRunner(candidate.shipped or candidate.onnx)
+            return host_runner(candidate.emulated or candidate.shipped or candidate.onnx)
         from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 
         engine_file = folder / "model.plan"
@@ -574,23 +591,6 @@ class MeasurementStore:
         for folder in (self.gate / MEASURED_DIR).iterdir():
             if folder.is_dir() and folder != self.root:
                 shutil.rmtree(folder, ignore_errors=True)
-
-
-def tensorrt_rejections(path: Path, groups: tuple[SelectedGroup, ...]) -> list[str]:
-    """Why the TensorRT parser of each group's JetPack would reject this candidate (empty: none would)."""
-    from edgebuild.targets.preflight import check_target, load_graph
-
-    if not groups:
-        return []
-    model = load_graph(path)
-    problems = []
-    for group in groups:
-        blocking = check_target(model, group).blocking
-        if blocking:
-            first = blocking[0]
-            problems.append(f"{group.name} (TensorRT {group.target.release.tensorrt}): {len(blocking)} node(s), "
-                            f"e.g. {first.node}: {first.problem}")
-    return problems
 
 
 #: calibration images the bias correction's activation shifts are measured on

@@ -36,10 +36,11 @@ __all__ = []
 
 @dataclass(frozen=True)
 class Candidate:
-    precision: str  # fp32 | fp16 | int8 | int8-mixed
+    precision: str  # fp32 | fp16 | int8 | int8-mixed | fp8 | nvfp4
     onnx_path: Path
     kept_fp32: tuple[str, ...] = ()  # INT8 fallback: nodes left in floating point
     note: str = ""
+    emulated: Path | None = None  # NVFP4: the FP32 graph that emulates ``onnx_path`` on the CPU (what is measured)
 
 
 @contextlib.contextmanager

@@ -196,23 +196,29 @@ def export_command(cli: CliContext, project_dir: Path, selector: str, force: boo
 @target_option
 @click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Check this ONNX file instead of the project's export.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8", "fp8", "nvfp4"]), default=None,
+              help="The precision the ONNX is to be built at (a gate candidate's, with --onnx): a layout the "
+                   "target's TensorRT would build in a wider type, or a precision its GPU lacks (FP8/NVFP4 off "
+                   "Thor), blocks. Default: the lowest precision the graph carries.")
 @json_option
 @pass_cli
 def preflight_command(cli: CliContext, project_dir: Path, selector: str, onnx_path: Path | None,
-                      as_json: bool) -> None:
+                      precision: str | None, as_json: bool) -> None:
     """Check every ONNX operator against each selected target's TensorRT parser.
 
     Reports, per target, each node the parser cannot take (unsupported operator, opset out
     of range, a known restriction such as Resize antialias or ScatterND reduction), INT64
     tensors TensorRT 8.x casts down, and, for groups placed on a DLA core (accelerator),
     each layer that falls back to the GPU under that TensorRT's DLA rules, their share of
-    the FLOPs and bytes, the GPU<->DLA transitions, and whether the DLA would help at all.
-    Exits with code 9 when any target has a blocking problem.
+    the FLOPs and bytes, the GPU<->DLA transitions, and whether the DLA would help at all;
+    and every layout that target's TensorRT would build in a wider type than the precision
+    (profiles/tensorrt/silent-fallbacks.toml: FP8/FP4 without their Q/DQ, FP4 on a
+    convolution, one-sided FP8 Q/DQ, ...). Exits with code 9 when any target has a blocking problem.
     """
     from edgebuild.targets.preflight import preflight_text
     from edgebuild.workflows.build import preflight_targets
 
-    checked = preflight_targets(project_dir, selector, onnx_path, progress=cli.say)
+    checked = preflight_targets(project_dir, selector, onnx_path, precision=precision, progress=cli.say)
     if as_json:
         click.echo(render.as_json({"onnx": str(checked.onnx), "targets": [r.as_dict() for r in checked.results]}))
     else:

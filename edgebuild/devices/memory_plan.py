@@ -32,9 +32,11 @@ from edgebuild.targets.presets import LimitPreset, human_size
 __all__ = ["MemoryPlan", "estimate_model_memory", "plan_group_memory"]
 
 #: bytes a value takes in an engine of each precision (INT8 engines keep some layers in FP16:
-#: their activations are counted at 2 bytes, their weights at 1)
-_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
-_ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "int8": 2}
+#: their activations are counted at 2 bytes, their weights at 1). FP8 and NVFP4 engines are strongly typed
+#: and edgebuild's candidates keep the layers without Q/DQ in FP32: activations at 4 bytes; NVFP4's weights
+#: at 1, as its convolutions' (FP8) dominate a detector's (its GEMMs' take 0.5 and a block scale per 16)
+_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "int8": 1, "fp8": 1, "nvfp4": 1}
+_ACTIVATION_BYTES = {"fp32": 4, "fp16": 2, "int8": 2, "fp8": 4, "nvfp4": 4}
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
 
 

@@ -90,14 +90,18 @@ def chosen_candidate(gate: GateResult, candidate: str | None = None, accelerator
 
 
 def fallback_candidate(project: Project, gate: GateResult, candidate: str, accelerator: str = "gpu") -> str | None:
-    """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 engine fails acceptance.
+    """The FP16 (else FP32) candidate a first-boot device falls back to when its INT8 (FP8, NVFP4) engine fails
+    acceptance.
 
-    Only for an INT8 candidate, and only with ``accuracy.first_boot_fallback``; None otherwise.
+    Only for a quantized candidate, and only with ``accuracy.first_boot_fallback``; None otherwise.
     """
-    if not project.accuracy.first_boot_fallback or not candidate.startswith("int8"):
+    if not project.accuracy.first_boot_fallback or not candidate.startswith(_QUANTIZED):
         return None
-    return next((c for c in candidate_order(gate, accelerator) if not c.startswith("int8")), None)
+    return next((c for c in candidate_order(gate, accelerator) if not c.startswith(_QUANTIZED)), None)
 
+
+#: the candidates a first-boot engine may fail acceptance with for its quantization (INT8, FP8, NVFP4)
+_QUANTIZED = ("int8", "fp8", "nvfp4")
 
 
 def shippable(placement: str) -> bool:

@@ -71,6 +71,7 @@ def write_recipe(project: Project, group: SelectedGroup, gate: GateResult, place
     if not onnx_path.is_file() or file_sha256(onnx_path) != onnx_sha256:
         with atomic_writer(onnx_path) as out, open(source, "rb") as data:
             shutil.copyfileobj(data, out)
+    _place_emulation(gate, chosen.emulated, folder)
     acceptance_sha256 = hashlib.sha256(acceptance).hexdigest()
     if not (folder / ACCEPTANCE_FILE).is_file() or file_sha256(folder / ACCEPTANCE_FILE) != acceptance_sha256:
         atomic_write_bytes(folder / ACCEPTANCE_FILE, acceptance)
@@ -151,6 +152,16 @@ def recipe_streams(project: Project, group: str) -> RecipeStreams | None:
                          regions=REGIONS_FILE if tracking.regions else None)
 
 
+def _place_emulation(gate: GateResult, emulated: str, folder: Path) -> None:
+    """NVFP4: its FP32 emulation as the folder's ``Recipe.EMULATED_ONNX``, which the host runs in place of the
+    ONNX ONNX Runtime cannot (the OTA health reference); not a file of the recipe, so never shipped."""
+    target = folder / Recipe.EMULATED_ONNX
+    if not emulated:
+        target.unlink(missing_ok=True)
+    elif not target.is_file() or file_sha256(target) != file_sha256(gate.folder / emulated):
+        atomic_write_bytes(target, (gate.folder / emulated).read_bytes())
+
+
 def _place_regions(project: Project, streams: RecipeStreams | None, folder: Path) -> None:
     """The project's regions file as the model folder's ``REGIONS_FILE`` (removed where the recipe has none)."""
     target = folder / REGIONS_FILE
@@ -203,7 +214,8 @@ def acceptance_payload(project: Project, gate: GateResult, candidate_name: str |
     """
     from edgebuild.accuracy.evaluate import ACCEPTANCE_IMAGES, ACCEPTANCE_VERSION, ValidationSet, acceptance_set
 
-    candidate = gate.folder / gate.candidate(chosen_candidate(gate, candidate_name)).onnx
+    chosen = gate.candidate(chosen_candidate(gate, candidate_name))
+    candidate = gate.folder / (chosen.emulated or chosen.onnx)  # NVFP4: ONNX Runtime runs its emulation
     stored = candidate.parent / f"acceptance-{ACCEPTANCE_VERSION}.npz"
     if stored.is_file():
         return stored.read_bytes()

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from edgebuild.errors import ConfigError
-from edgebuild.project.groups import check_groups, static_shape_problems
+from edgebuild.project.groups import check_groups, check_precisions, static_shape_problems
 from edgebuild.project.schema import HUB_SOURCE, PROJECT_FILE, TASK_KINDS, Project
 from edgebuild.project.streams_schema import check_regions_file, check_streams
 from edgebuild.project.toml_file import find_project_file, format_problems, format_validation_error, read_toml
@@ -56,6 +56,7 @@ def _check_meaning(project: Project, catalog: Catalog) -> list[str]:
     """Problems that need more than one key, or the profile catalog, to see."""
     problems: list[str] = []
     problems += check_groups(project.fleet, project.ota, project.runtime, catalog)
+    problems += check_precisions(project.quantize.precisions, project.fleet, catalog)
     problems += _check_model_against_task(project)
     problems += _check_data(project)
     problems += _check_model_source(project)

@@ -42,7 +42,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from edgebuild._compat import tomllib
 from edgebuild.errors import ConfigError
 from edgebuild.project.config import load_project
-from edgebuild.project.groups import check_groups, static_shape_problems
+from edgebuild.project.groups import check_groups, check_precisions, static_shape_problems
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import (
     NAME_PATTERN,
@@ -218,7 +218,11 @@ def _check_models(file: FleetFile, models: dict[str, Project]) -> list[str]:
         if name not in ran:
             problems.append(f"models.{name}: no fleet group runs it (add it to a group's models, or remove it)")
     groups = {g.name: g for g in file.fleet}
+    catalog = load_catalog()
     for name, project in models.items():
+        running = [g for g in file.fleet if name in (g.models or [])]
+        problems += check_precisions(project.quantize.precisions, running, catalog,
+                                     f"models.{name}: quantize.precisions")
         for own in project.fleet:
             fleet_group = groups.get(own.name)
             if fleet_group is not None and fleet_group.target_id != own.target_id:

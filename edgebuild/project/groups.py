@@ -12,9 +12,13 @@ from collections.abc import Sequence
 
 from edgebuild.project.schema import NAME_PATTERN, FleetGroup, InputSpec, OtaSection, RuntimeSection
 from edgebuild.targets.dla import accelerator_problem
-from edgebuild.targets.profiles import Catalog
+from edgebuild.targets.profiles import Catalog, Target
 
 __all__ = []
+
+#: what a refusal of fp8/nvfp4 for a group suggests
+_SPLIT_HINT = ("the gate selects one candidate per model for all its groups, so compile the Thor groups from a "
+               "project of their own (or drop it from quantize.precisions)")
 
 
 def check_groups(fleet: Sequence[FleetGroup], ota: OtaSection, runtime: RuntimeSection, catalog: Catalog) -> list[str]:
@@ -81,3 +85,19 @@ def static_shape_problems(key: str, inputs: Sequence[InputSpec], runtime: Runtim
                             "images; set its opt_shape[0] = 1, or place it on the GPU (accelerator = \"gpu\")")
     return problems
 
+
+def check_precisions(precisions: Sequence[str], fleet: Sequence[FleetGroup], catalog: Catalog,
+                     key: str = "quantize.precisions") -> list[str]:
+    """FP8 and NVFP4 asked for a group whose module or TensorRT cannot run them (Orin, Xavier, Nano: no FP8/FP4
+    tensor cores), each as ``key: what``: refused, not skipped, since the one candidate the gate selects for
+    all of a model's groups must build on each of them (docs/accuracy.md, "FP8 and NVFP4")."""
+    problems = []
+    for precision in dict.fromkeys(precisions):
+        for group in fleet:
+            module, release = catalog.modules.get(group.module), catalog.releases.get(group.jetpack)
+            if module is None or release is None:
+                continue  # check_groups names those
+            why = Target(module, release).precision_refusal(precision)
+            if why:
+                problems.append(f"{key}: {precision!r} for fleet group {group.name!r}: {why}; {_SPLIT_HINT}")
+    return problems

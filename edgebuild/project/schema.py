@@ -377,8 +377,8 @@ WEIGHTED_OPS = ["Conv", "ConvTranspose", "Gemm", "MatMul"]  # what TensorRT runs
 
 
 class QuantizeSection(_Section):
-    # candidates that may be selected; the FP32 model is always evaluated as the reference
-    precisions: list[Literal["int8", "fp16", "fp32"]] = Field(["int8", "fp16", "fp32"], min_length=1)
+    # candidates that may be selected (FP32 is always evaluated as the reference); fp8, nvfp4: Thor groups only
+    precisions: list[Literal["int8", "fp16", "fp32", "fp8", "nvfp4"]] = Field(["int8", "fp16", "fp32"], min_length=1)
     # how activation ranges are chosen: "auto" makes every method's INT8 from one set of statistics
     # (minmax, percentile 99.99 and 99.999, entropy, mse), ranks them by their outputs' error on
     # sensitivity_images and measures the best measure_best with the metric; a method name makes that one

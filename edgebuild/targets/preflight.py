@@ -55,6 +55,14 @@ class TargetPreflight:
     def blocking(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == BLOCKING]
 
+    def rejection(self) -> str:
+        """The gate's one line of why this target's TensorRT would reject the graph ("": it would not)."""
+        if not self.blocking:
+            return ""
+        first = self.blocking[0]
+        return (f"{self.group} (TensorRT {self.tensorrt}): {len(self.blocking)} node(s), e.g. {first.node}: "
+                f"{first.problem}")
+
     def as_dict(self) -> JsonObject:
         data = asdict(self)
         data["blocking"] = len(self.blocking)
@@ -138,7 +146,29 @@ def _constant_value(model: onnx.ModelProto, name: str) -> list[float] | None:
     return None
 
 
-def _rule_hits(rule: JsonObject, node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+def _rank(model: onnx.ModelProto, name: str) -> int | None:
+    """The rank the graph declares or shape inference found for ``name``, None where unknown."""
+    for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        if value.name == name and value.type.tensor_type.HasField("shape"):
+            return len(value.type.tensor_type.shape.dim)
+    return None
+
+
+def _rule_hits(rule: JsonObject, node: onnx.NodeProto, model: onnx.ModelProto, types: dict[str, str]) -> bool:
+    if "input_type" in rule and (not node.input or types.get(node.input[0]) != rule["input_type"]):
+        return False
+    if rule.get("always"):
+        return True
+    if "input_rank_not_in" in rule:
+        rank = _rank(model, node.input[0]) if node.input else None
+        return rank is not None and rank not in rule["input_rank_not_in"]
+    if "axis_not_in_last" in rule:
+        rank, axis = (_rank(model, node.input[0]) if node.input else None), _attribute(node, "axis")
+        return rank is not None and axis is not None and not rank - rule["axis_not_in_last"] <= axis % rank
+    if "scalar_constant_input" in rule:
+        index = rule["scalar_constant_input"]
+        values = _constant_value(model, node.input[index]) if len(node.input) > index else None
+        return values is None or len(values) != 1
     if "attribute_not_in" in rule:
         cond = rule["attribute_not_in"]
         value = _attribute(node, cond["name"])
@@ -231,7 +261,10 @@ def _int64_tensors(model: onnx.ModelProto) -> list[str]:
 
 # -- checking ------------------------------------------------------------------------------
 
-def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPreflight:
+def check_target(model: onnx.ModelProto, group: SelectedGroup, precision: str | None = None) -> TargetPreflight:
+    """Every finding of ``model`` for ``group``'s target. ``precision``: the candidate precision the graph is
+    built at (a gate candidate's: fp8 of an FP8 candidate), else the lowest the graph carries (its Q/DQ types,
+    its FP16 tensors); the layouts the target's TensorRT would build in a wider type are refused for it."""
     release = group.target.release
     table = parser_table(release.tensorrt)
     operators = table.get("operators", {})
@@ -252,13 +285,17 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
 
     for index, node in enumerate(model.graph.node):
         name = node.name or f"{node.op_type}_{index}"
-        if node.domain not in STANDARD_DOMAINS:
+        native = rules.get("parser_custom_ops", {}).get(node.op_type)  # a TRT_* op the parser imports itself
+        native = native is not None and version_matches(release.tensorrt, native["tensorrt"])
+        if node.domain not in STANDARD_DOMAINS and not native:
             custom = rules["custom_domain"]
             findings.append(Finding(name, node.op_type, custom["severity"],
                                     custom["problem"].format(domain=node.domain), custom["fix"], custom["source"]))
             continue
         entry = operators.get(node.op_type)
-        if entry is None or not entry.get("supported", False):
+        if native:
+            pass
+        elif entry is None or not entry.get("supported", False):
             findings.append(_unsupported(name, node.op_type, entry is not None, release, opset, parser_source, rules))
         elif node.input:
             typed = _dtype_finding(name, node, entry, types.get(node.input[0]), release, dtype_settings)
@@ -266,7 +303,7 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
                 findings.append(typed)
         for rule in rules.get("rule", []):
             if rule["op"] == node.op_type and version_matches(release.tensorrt, rule["tensorrt"]) \
-                    and _rule_hits(rule, node, model):
+                    and _rule_hits(rule, node, model, types):
                 findings.append(Finding(name, node.op_type, rule["severity"], rule["problem"], rule["fix"],
                                         rule["source"]))
 
@@ -285,9 +322,36 @@ def check_target(model: onnx.ModelProto, group: SelectedGroup) -> TargetPrefligh
                                 typed_rule["problem"].format(tensorrt=release.tensorrt), typed_rule["fix"],
                                 typed_rule["source"]))
 
+    findings += _precision_findings(model, types, group, precision)
     if uses_dla(group.accelerator) and group.target.module.dla_cores > 0:
         findings += _dla_fallbacks(model, release.tensorrt)
     return TargetPreflight(group.name, group.target.id, release.tensorrt, table["_path"], tuple(findings))
+
+
+def _precision_findings(model: onnx.ModelProto, types: dict[str, str], group: SelectedGroup,
+                        precision: str | None) -> list[Finding]:
+    """The module's and TensorRT's refusal of the precision, and the silent wider-type layouts the graph has
+    (``edgebuild.targets.precision_layouts``, profiles/tensorrt/silent-fallbacks.toml)."""
+    from edgebuild.targets.precision_layouts import (
+        graph_precision,
+        precision_refusal,
+        requirement_source,
+        silent_fallbacks,
+    )
+
+    release, module = group.target.release, group.target.module
+    claimed = precision or graph_precision(model, types)
+    findings = []
+    why = precision_refusal(claimed, module.compute_capability, release.tensorrt, module.name)
+    if why:
+        findings.append(Finding("(model)", "precision", BLOCKING, f"{claimed} candidate: {why}",
+                                "build this group from an INT8, FP16 or FP32 candidate (quantize.precisions)",
+                                requirement_source(claimed)))
+    for node, op_type, case in silent_fallbacks(model, types, release.tensorrt, claimed):
+        findings.append(Finding(node, op_type, BLOCKING,
+                                f"{case['problem']} [{case['id']}: TensorRT {release.tensorrt} builds {case['builds']} "
+                                f"for a {claimed} candidate]", case["fix"], case["source"]))
+    return findings
 
 
 def _carries_precision(model: onnx.ModelProto, types: dict[str, str]) -> bool:
@@ -349,10 +413,10 @@ def _dla_fallbacks(model: onnx.ModelProto, tensorrt: str) -> list[Finding]:
     return findings
 
 
-def preflight(onnx_path: Path, groups: list[SelectedGroup]) -> list[TargetPreflight]:
-    """Check the model against every selected group's target."""
+def preflight(onnx_path: Path, groups: list[SelectedGroup], precision: str | None = None) -> list[TargetPreflight]:
+    """Check the model against every selected group's target (as a ``precision`` candidate, where given)."""
     model = load_graph(onnx_path)
-    return [check_target(model, group) for group in groups]
+    return [check_target(model, group, precision) for group in groups]
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,13 @@ class Target:
     def id(self) -> str:
         return f"{self.module.id}@{self.release.jetpack}"
 
+    def precision_refusal(self, precision: str) -> str | None:
+        """Why this target cannot build ``precision`` (FP8, NVFP4: no such tensor cores, or a TensorRT before the
+        type), or None (profiles/tensorrt/silent-fallbacks.toml, ``[requires]``)."""
+        from edgebuild.targets.precision_layouts import precision_refusal
+
+        return precision_refusal(precision, self.module.compute_capability, self.release.tensorrt, self.module.name)
+
 
 @dataclass(frozen=True)
 class Catalog:

@@ -67,9 +67,9 @@ class Preflighted:
 
 
 def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None = None, *,
-                      progress: Progress = lambda _: None) -> Preflighted:
+                      precision: str | None = None, progress: Progress = lambda _: None) -> Preflighted:
     """The project's export (the preflight stage, run as needed), or ``onnx_path``, checked against
-    each selected group's TensorRT parser."""
+    each selected group's TensorRT parser (as a ``precision`` candidate, where given)."""
     from edgebuild.targets.preflight import preflight
 
     work = load_work(project_dir, selector)
@@ -79,7 +79,7 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
         from edgebuild.latency.dla_cost import dla_cost_findings, image_shape
         from edgebuild.targets.preflight import load_graph
 
-        results = preflight(onnx_path, list(work.groups))
+        results = preflight(onnx_path, list(work.groups), precision)
         if any(g.use_dla for g in work.groups):  # priced at the project's opt_shape, as the stage does
             model, (batch, hw) = load_graph(onnx_path), image_shape(list(work.project.model.inputs))
             results = [replace(r, findings=r.findings + tuple(dla_cost_findings(model, g, batch=batch, input_hw=hw)))
@@ -92,6 +92,8 @@ def preflight_targets(project_dir: Path, selector: str, onnx_path: Path | None =
         raise failed
     export = done.record(EXPORT)
     assert export is not None, "preflight ran without the export"
+    if precision is not None:  # the export as a candidate of that precision (the stage checked what it carries)
+        return Preflighted(export.onnx_path, preflight(export.onnx_path, list(work.groups), precision))
     return Preflighted(export.onnx_path, [u.record for u in outcome.units if u.record is not None])
 
 

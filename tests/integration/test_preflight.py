@@ -246,14 +246,12 @@ def _fleet_groups(root: Path) -> list[SelectedGroup]:
 
 
 def test_the_gate_names_the_targets_that_would_reject_a_candidate(tmp_path: Path) -> None:
-    from edgebuild.accuracy.measurements import tensorrt_rejections
-
     path = tmp_path / "int32-bias.onnx"
     onnx.save(_qdq_model(data_type=TensorProto.INT32), str(path))
-    problems = tensorrt_rejections(path, (_group("agx-orin-64gb@5.1.2"), _group("orin-nano-8gb@6.2")))
+    problems = [r.rejection() for r in preflight(path, [_group("agx-orin-64gb@5.1.2"), _group("orin-nano-8gb@6.2")])]
     assert len(problems) == 2 and problems[0].startswith("agx-orin-64gb@5.1.2 (TensorRT 8.5.2.2): 1 node(s), e.g. dq:")
     onnx.save(_qdq_model(), str(path))
-    assert tensorrt_rejections(path, (_group("agx-orin-64gb@5.1.2"),)) == []
+    assert [r.rejection() for r in preflight(path, [_group("agx-orin-64gb@5.1.2")])] == [""]
 
 
 MANY_LAYERNORMS = '''

@@ -155,15 +155,15 @@ def track_onnx(project: Project, onnx: Path, sequences: list[VideoSequence], *, 
     from tqdm import tqdm
 
     from edgebuild.accuracy.evaluate import recipe_task
+    from edgebuild.accuracy.lowbit import host_runner
     from edgebuild.accuracy.tracking.metrics import TrackedBox
-    from edgebuild.runtime.engines.backends.onnxruntime import OnnxRuntimeRunner
     from edgebuild.runtime.streams.batching import detections_of, prepare_batch
     from edgebuild.runtime.streams.tracking import StreamTracker
 
     section = _section(project)
     task, limits = recipe_task(project), _limits(project)
     postprocess = task.postprocess.as_dict()
-    runner = OnnxRuntimeRunner(onnx)
+    runner = host_runner(onnx)  # FP8/NVFP4: ONNX Runtime's basic optimizations only
     trackers = [StreamTracker(section.tracker, seq.fps, section.min_score) for seq in sequences]
     predicted: dict[int, dict[int, list[TrackedBox]]] = {i: {} for i in range(len(sequences))}
     bar = tqdm(total=sum(len(s.frames) for s in sequences), desc=desc, unit="frame", disable=not progress,

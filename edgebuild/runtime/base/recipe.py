@@ -18,7 +18,7 @@ Python 3.8, standard library only.
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
 
 from edgebuild.errors import ConfigError
 from edgebuild.runtime.base.files import atomic_write_text, sha256_file
@@ -45,7 +45,7 @@ RANGES_FILE = "dynamic_ranges.json"
 TRACKING_MODES = ("beside", "instead")
 TRACKERS = ("bytetrack", "ocsort")
 #: the precisions an engine is built at (the device contract owns them; the TensorRT backend reads them)
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "fp8", "nvfp4")
 
 _REBUILD = "rebuild the model folder with this edgebuild: `edgebuild compile --force --target GROUP`"
 
@@ -222,6 +222,10 @@ class RecipeAcceptance:
 class Recipe:
     """What one fleet group's model folder holds and how its engine is built."""
 
+    #: the build host's copy of an NVFP4 candidate's FP32 emulation beside the ONNX, which ONNX Runtime runs in
+    #: its place (it has no FP4 kernels): the OTA health reference. Not a file of the recipe: never shipped
+    EMULATED_ONNX: ClassVar[str] = "emulated.onnx"
+
     group: str
     model_name: str
     model_version: str
@@ -234,7 +238,7 @@ class Recipe:
     #: the ONNX file's name inside the folder
     onnx: str
     onnx_sha256: str
-    #: the TensorRT builder precision: fp32, fp16 or int8
+    #: the TensorRT builder precision: fp32, fp16, int8, or fp8 / nvfp4 (Jetson AGX Thor; built strongly typed)
     precision: str
     #: the gate candidate it came from (``int8``, ``int8-mixed``, ...)
     candidate: str

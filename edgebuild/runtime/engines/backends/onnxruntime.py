@@ -13,19 +13,26 @@ class OnnxRuntimeRunner:
     """Runs an ONNX file (inline or external-data layout) with ONNX Runtime's CPU provider.
 
     ``threads``: intra-op threads of a run (None: ONNX Runtime's default, one per core);
-    ``spinning``: whether those threads spin waiting for work (ONNX Runtime's default) or sleep.
+    ``spinning``: whether those threads spin waiting for work (ONNX Runtime's default) or sleep;
+    ``basic_optimizations``: only ONNX Runtime's basic graph optimizations, for a graph with float8 Q/DQ (an
+    FP8 or NVFP4 candidate): its extended ones drop a Relu before a float8 QuantizeLinear (the Relu + Q fusion
+    takes a zero point of 0 for the quantized minimum, which holds for uint8 only), and an FP8 candidate's
+    outputs were off by thousands of pixels (1.32); the basic ones keep the graph's meaning.
     """
 
-    def __init__(self, onnx_path: Path, *, threads: Optional[int] = None, spinning: bool = True) -> None:
+    def __init__(self, onnx_path: Path, *, threads: Optional[int] = None, spinning: bool = True,
+                 basic_optimizations: bool = False) -> None:
         import onnxruntime as ort
 
-        self.threads, self.spinning = threads, spinning
+        self.threads, self.spinning, self.basic_optimizations = threads, spinning, basic_optimizations
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ORT's warnings are not the user's problem
         if threads:
             options.intra_op_num_threads = threads
         if not spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if basic_optimizations:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         try:
             self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types for invalid models
@@ -49,7 +56,8 @@ class OnnxRuntimeRunner:
     def instance(self, threads: Optional[int] = None) -> "OnnxRuntimeRunner":
         """Another session of the same model (a model instance of the server), with ``threads`` intra-op
         threads (None: this one's)."""
-        return type(self)(self.path, threads=threads if threads is not None else self.threads, spinning=self.spinning)
+        return type(self)(self.path, threads=threads if threads is not None else self.threads, spinning=self.spinning,
+                          basic_optimizations=self.basic_optimizations)
 
     @classmethod
     def for_device(cls, onnx_path: Path) -> "OnnxRuntimeRunner":

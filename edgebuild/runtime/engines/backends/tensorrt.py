@@ -73,7 +73,7 @@ class BuildSettings:
     (implicit quantization, ``tensorrt_ranges.py``).
     ``strongly_typed`` asks TensorRT 10.x for a strongly typed network; from TensorRT 11 every
     network is, the precision flags are gone, and the ONNX must carry the precision itself
-    (``edgebuild.runtime.engines.backends.tensorrt_precision``).
+    (``edgebuild.runtime.engines.backends.tensorrt_precision``; so are "fp8" and "nvfp4", always).
     ``profiles`` maps each dynamic input name to its (min, opt, max) shapes.
     """
 
@@ -250,7 +250,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    typed = strongly_typed(trt, settings.strongly_typed)
+    typed = strongly_typed(trt, settings.strongly_typed, settings.precision)
     if settings.dynamic_ranges is not None:
         refuse_typed(trt, typed)
     network = builder.create_network(network_flags(trt, typed))
