@@ -185,6 +185,7 @@ class UltralyticsSummary:
     version: str
     nms_free: bool = False  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
     max_det: int = 0  # that top-k's K
+    detr: bool = False  # RT-DETR: a DETR decoder's top-k queries (edgebuild.sources.ultralytics.detr)
     kpt_shape: list[int] = field(default_factory=list)  # pose: [keypoints, 2 or 3]
     names_unread: str = ""  # names said, but not a dict or list of names (its first 60 characters)
     summary: str = ""  # the line that describes it
@@ -194,6 +195,8 @@ class UltralyticsSummary:
                            "stride": self.stride, "version": self.version}
         if self.nms_free:
             out.update(nms_free=True, max_det=self.max_det)
+        if self.detr:
+            out["detr"] = True
         if self.kpt_shape:
             out["kpt_shape"] = list(self.kpt_shape)
         if self.names_unread:
@@ -209,6 +212,7 @@ class UltralyticsSummary:
         return cls(task=str(data["task"]), classes=[str(c) for c in data.get("classes") or []],
                    imgsz=data.get("imgsz"), stride=data.get("stride"), version=str(data.get("version") or ""),
                    nms_free=bool(data.get("nms_free", False)), max_det=int(data.get("max_det") or 0),
+                   detr=bool(data.get("detr", False)),
                    kpt_shape=[int(v) for v in data.get("kpt_shape") or []],
                    names_unread=str(data.get("names_unread") or ""), summary=str(data.get("summary") or ""))
 
@@ -223,6 +227,7 @@ def ultralytics_summary(props: dict[str, str]) -> UltralyticsSummary | None:
                                imgsz=_metadata_literal(props.get("imgsz")),
                                stride=_metadata_literal(props.get("stride")), version=facts.version,
                                nms_free=facts.nms_free, max_det=facts.max_det if facts.nms_free else 0,
+                               detr=facts.detr,
                                kpt_shape=list(facts.kpt_shape), names_unread=unread)
     return replace(found, summary=describe_ultralytics(found))
 
@@ -235,7 +240,8 @@ def describe_ultralytics(summary: UltralyticsSummary) -> str:
         return (f"Ultralytics{version} export: task {summary.task}, class names unreadable "
                 f"(names = {summary.names_unread!r}), imgsz {summary.imgsz}, stride {summary.stride}")
     nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary.max_det})" if summary.nms_free else ""
-    return (f"Ultralytics{version} export: task {summary.task}, {len(classes)} classes ({shown}), "
+    kind = "RT-DETR export" if summary.detr else "export"
+    return (f"Ultralytics{version} {kind}: task {summary.task}, {len(classes)} classes ({shown}), "
             f"imgsz {summary.imgsz}, stride {summary.stride}{nms_free}")
 
 

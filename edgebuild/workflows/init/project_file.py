@@ -25,7 +25,7 @@ from edgebuild.project.config import PROJECT_FILE, load_project
 from edgebuild.project.layout import BuildLayout
 from edgebuild.project.schema import INSTANCE_KINDS, NAME_PATTERN
 from edgebuild.project.template import FoundGroup, FoundInput, FoundPostprocess, FoundProject, render_project
-from edgebuild.project.ultralytics_facts import NMS_FREE_NOTE, UltralyticsFacts, nms_free_outputs
+from edgebuild.project.ultralytics_facts import DETR_NOTE, NMS_FREE_NOTE, UltralyticsFacts, nms_free_outputs
 from edgebuild.workflows.init.dataset import FoundData, read_data, yolo_data_for_task
 from edgebuild.workflows.init.preprocess import given_preprocess as _given_preprocess
 from edgebuild.workflows.init.preprocess import measured_preprocess as _measured_preprocess
@@ -136,8 +136,10 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
         outputs, post = ["boxes", "scores"], FoundPostprocess(boxes_output="boxes", scores_output="scores",
                                                               **VAL_DEFAULTS)
         outputs_said = "edgebuild's adapter around the checkpoint's detection head"
-        if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
-            outputs, post, outputs_said = (*_nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})")
+        if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added (RT-DETR: the decoder's)
+            outputs, post = _nms_free_outputs(facts.max_det)
+            outputs_said = f"{DETR_NOTE} (top {facts.max_det})" if facts.detr else \
+                f"{NMS_FREE_NOTE} (top {facts.max_det})"
     elif task in INSTANCE_KINDS:  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
         outputs, post = _instance_outputs(task)
         outputs_said = f"edgebuild's adapter around the checkpoint's {facts.task} head"
@@ -242,7 +244,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     if task == "detection" and postprocess.nms_free:
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         outputs, postprocess = _nms_free_outputs(postprocess.nms_free)
-        outputs_said = f"{NMS_FREE_NOTE}: {head}"
+        outputs_said = f"{DETR_NOTE if ultra is not None and ultra.detr else NMS_FREE_NOTE}: {head}"
     elif task in INSTANCE_KINDS and postprocess.instance_head:
         heads = ", ".join(f"{o!r} {_shown(out_dims.get(o, []))}" for o in outputs)
         outputs, postprocess = _instance_outputs(task)
@@ -459,9 +461,11 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     groups = parse_fleet(fleet)
     ultra = found_model.ultralytics
     gray = found_model.channels == 1
-    resize = "resize" if found_model.task == "classification" else "letterbox"
+    resize = "resize" if found_model.task == "classification" or (ultra and ultra.detr) else "letterbox"
     if ultra:
-        pre_said = (f"from {shown}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
+        pre_said = (f"from {shown}'s Ultralytics metadata: {resize}" + (", pad 114" if resize == "letterbox" else
+                                                                         " (stretched to the input size)")
+                    + ", RGB, pixels / 255")
     elif found_model.preprocess_said:
         pre_said = found_model.preprocess_said
     else:
