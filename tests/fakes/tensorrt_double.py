@@ -206,8 +206,8 @@ class ModelSpec:
     build_fails: bool = False
     num_dla_cores: int = 2
     device_memory_size: int = 12345678
-    #: (LayerType member, DataType of its first output) per layer of the parsed network
-    layers: list[tuple[str, str]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
+    #: (LayerType member, DataType of its first output[, its name]) per layer of the parsed network
+    layers: list[tuple[str, ...]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
     layers_json: str = '{"Layers": [{"Name": "conv", "Precision": "test-double"}], "Bindings": ["images"]}'
     #: serialized timing cache the double's builder "produces"
     timing_cache_out: bytes = b"TEST-DOUBLE-TIMING-CACHE"
@@ -310,13 +310,21 @@ class Tensor(TrtObject):
 class Layer(TrtObject):
     _trt_class = "ILayer"
 
-    def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str) -> None:
+    def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str, name: str = "") -> None:
         super().__init__(trt)
         self._index, self._type, self._dtype = index, layer_type, output_dtype
+        self._name = name or f"layer{index}"
 
     @property
     def type(self) -> EnumMember:
         return getattr(self._trt.LayerType, self._type)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def set_output_type(self, index: int, dtype: EnumMember) -> None:
+        pass  # recorded in calls, as every call is
 
     @property
     def num_outputs(self) -> int:
@@ -333,7 +341,7 @@ class Network(TrtObject):
         super().__init__(trt)
         self._flags = flags
         self._inputs: list[TensorSpec] = []
-        self._layers: list[tuple[str, str]] = []
+        self._layers: list[tuple[str, ...]] = []
 
     @property
     def num_inputs(self) -> int:

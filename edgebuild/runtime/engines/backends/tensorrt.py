@@ -34,7 +34,12 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import PRECISIONS
 from edgebuild.runtime.engines.backends.cuda_memory import default_memory
-from edgebuild.runtime.engines.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
+from edgebuild.runtime.engines.backends.tensorrt_precision import (
+    apply_precision,
+    keep_layers_fp32,
+    network_flags,
+    strongly_typed,
+)
 from edgebuild.runtime.engines.backends.trt_api import (
     DeviceMemory,
     EnumValue,
@@ -80,6 +85,8 @@ class BuildSettings:
     dla_core: Optional[int] = None
     builder_optimization_level: Optional[int] = None
     strongly_typed: bool = False
+    #: an FP16 build's layers kept in FP32 (the FP16 candidate's ``kept_fp32``); ignored for other precisions
+    fp32_layers: Tuple[str, ...] = ()
     progress: Progress = field(default=_no_progress, compare=False)
 
     def __post_init__(self) -> None:
@@ -218,6 +225,11 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace_bytes))
     apply_precision(trt, config, network, settings.precision, typed, settings.onnx_path)
+    if settings.precision == "fp16":
+        missing = keep_layers_fp32(trt, config, network, settings.fp32_layers, typed)
+        if missing:
+            progress(f"TensorRT {version}: no layer named {', '.join(missing)} to keep in FP32 (the parser named "
+                     "them otherwise); those run as TensorRT chooses")
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # per-layer precision in the inspector
 
     if settings.profiles:

@@ -41,6 +41,7 @@ class BuilderFlagEnum(Protocol):
     FP16: EnumValue  # gone in 11 (strongly typed networks only)
     INT8: EnumValue  # gone in 11
     GPU_FALLBACK: EnumValue
+    OBEY_PRECISION_CONSTRAINTS: EnumValue  # gone in 11 (the ONNX's types are obeyed)
 
 
 class NetworkDefinitionCreationFlagEnum(Protocol):
@@ -70,6 +71,7 @@ class TensorIOModeEnum(Protocol):
 
 class DataTypeEnum(Protocol):
     HALF: EnumValue
+    FLOAT: EnumValue
 
 
 class LayerTypeEnum(Protocol):
@@ -116,9 +118,17 @@ class ILayer(Protocol):
     def type(self) -> EnumValue: ...
 
     @property
+    def name(self) -> str: ...
+
+    @property
     def num_outputs(self) -> int: ...
 
     def get_output(self, index: int) -> ITensor: ...
+
+    # a weakly typed build's precision constraint (gone in 11: the ONNX's types are obeyed)
+    precision: EnumValue
+
+    def set_output_type(self, index: int, dtype: EnumValue) -> None: ...
 
 
 class INetworkDefinition(Protocol):
