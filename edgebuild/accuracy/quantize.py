@@ -58,161 +58,20 @@ def fp16_candidate(source: Path, out: Path, batches: Sequence[np.ndarray] = (), 
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    from edgebuild.accuracy.fp16.float_layers import FEEDS, fp16_float_layers, fp32_between_kept
+
     found = fp16_float_layers(source, list(batches), input_name) if len(batches) else {}
     with _quiet():
         model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True, node_block_list=list(found))
-    onnx.save_model(_fp32_between_kept(model) if found else model, str(out))
+    onnx.save_model(fp32_between_kept(model) if found else model, str(out))
     note = "onnxruntime.transformers.float16, FP32 I/O"
-    if found:
+    if found:  # the nodes found, each with why; the elementwise nodes feeding one kept with it, counted
+        said = {name: why for name, why in found.items() if not why.startswith(FEEDS)}
         note += (f"; {len(found)} layer(s) kept in FP32, measured on {sum(len(b) for b in batches)} validation "
-                 "images: " + "; ".join(f"{name} ({why})" for name, why in found.items()))
+                 "images: " + "; ".join(f"{name} ({why})" for name, why in said.items())
+                 + (f"; and {len(found) - len(said)} elementwise node(s) feeding them" if len(found) > len(said)
+                    else ""))
     return Candidate("fp16", out, tuple(found), note)
-
-
-def _fp32_between_kept(model: Any) -> Any:
-    """``model`` without the FP16 round trips between layers kept in FP32: ONNX Runtime's converter casts every
-    kept node's output to FP16 and back for the next kept node, which overflows what the node was kept for. A
-    Cast to FP32 of such an FP16 copy reads the FP32 tensor instead (an Identity where it is a graph output)."""
-    import onnx
-
-    def cast_to(node: Any) -> int | None:
-        return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
-
-    produced = {o: n for n in model.graph.node for o in n.output}
-    outputs = {o.name for o in model.graph.output}
-    renamed: dict[str, str] = {}
-    dropped: set[int] = set()
-    for node in model.graph.node:
-        half = produced.get(node.input[0]) if cast_to(node) == onnx.TensorProto.FLOAT else None
-        if half is None or cast_to(half) != onnx.TensorProto.FLOAT16:
-            continue
-        if node.output[0] in outputs:
-            node.op_type, node.input[0] = "Identity", half.input[0]
-            del node.attribute[:]
-        else:
-            renamed[node.output[0]] = half.input[0]
-            dropped.add(id(node))
-    kept = [n for n in model.graph.node if id(n) not in dropped]
-    for node in kept:
-        node.input[:] = [renamed.get(i, i) for i in node.input]
-    read = {i for n in kept for i in n.input} | outputs
-    kept = [n for n in kept if cast_to(n) != onnx.TensorProto.FLOAT16 or n.output[0] in read]  # unread FP16 copies
-    del model.graph.node[:]
-    model.graph.node.extend(_in_graph_order(model, kept))
-    made = {o for n in kept for o in n.output}
-    infos = [v for v in model.graph.value_info if v.name in made]
-    del model.graph.value_info[:]
-    model.graph.value_info.extend(infos)
-    return model
-
-
-def _in_graph_order(model: Any, nodes: list[Any]) -> list[Any]:
-    """``nodes`` sorted so that each comes after what it reads (the converter appends its Casts at the end)."""
-    ready = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
-    ordered: list[Any] = []
-    waiting = list(nodes)
-    while waiting:
-        runnable = [n for n in waiting if all(i in ready for i in n.input)]
-        if not runnable:  # a subgraph's outer names, or a cycle: the rest as they were
-            return ordered + waiting
-        for node in runnable:
-            ready.update(node.output)
-        ordered += runnable
-        done = {id(n) for n in runnable}
-        waiting = [n for n in waiting if id(n) not in done]
-    return ordered
-
-
-#: FP16's largest finite value: a layer whose FP32 output goes past it overflows (inf) in FP16
-FP16_MAX = 65504.0
-#: a layer whose FP16 output is this far from FP32's (relative L2) ...
-FP16_ERROR = 0.05
-#: ... and this many times further than its inputs are, adds the error itself: it is kept in FP32
-FP16_ERROR_GROWTH = 8.0
-#: normalizations square their centred input: TensorRT's FP16 kernels overflow where |x| passes sqrt(FP16_MAX)
-_SQUARING_OPS = frozenset({"LayerNormalization", "GroupNormalization", "InstanceNormalization"})
-
-
-def fp16_float_layers(source: Path, batches: list[np.ndarray], input_name: str) -> dict[str, str]:
-    """{node: why} of the layers to keep in FP32 for an FP16 candidate, measured on ``batches``, in graph order:
-
-    - its FP32 output or input goes past FP16's range (``FP16_MAX``; infinities FP32 has too, such as masked
-      anchors, do not count): the tensor is made and read in FP32; or a normalization's input passes
-      ``sqrt(FP16_MAX)``, whose square TensorRT's FP16 kernels overflow. Magnitudes, not an FP16 run, decide
-      these: ONNX Runtime's CPU provider runs many FP16 operators in FP32 (Casts where it has no FP16 kernel),
-      so the host's FP16 run does not overflow where TensorRT's FP16 tensors would;
-    - run all in FP16, its output is non-finite where FP32's is finite, or ``FP16_ERROR`` from FP32's and
-      ``FP16_ERROR_GROWTH`` times further than its inputs: the error is its own, not carried in.
-    """
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    from edgebuild.project.schema import WEIGHTED_OPS
-
-    model = onnx.load(str(source))
-    with _quiet():
-        half = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
-    fp32, fp16 = _all_float_outputs(model, onnx.TensorProto.FLOAT), _all_float_outputs(half, onnx.TensorProto.FLOAT16)
-    peak: dict[str, float] = {}
-    signal: dict[str, float] = {}
-    noise: dict[str, float] = {}
-    for batch in batches:
-        for image in batch:  # one image at a time: every intermediate tensor is held at once
-            feed = {input_name: image[None]}
-            ours = dict(zip(fp32[1], fp32[0].run(fp32[1], feed)))
-            theirs = dict(zip(fp16[1], fp16[0].run(fp16[1], feed)))
-            for name, x in ours.items():
-                finite = np.isfinite(x)
-                peak[name] = max(peak.get(name, 0.0), float(np.abs(x[finite]).max(initial=0.0)))
-                if name not in theirs:
-                    continue
-                y = theirs[name].astype(np.float64)
-                both = finite & np.isfinite(y)
-                broken = bool((finite & ~np.isfinite(y)).any())
-                signal[name] = signal.get(name, 0.0) + float(np.square(x[both], dtype=np.float64).sum())
-                noise[name] = np.inf if broken else noise.get(name, 0.0) + float(np.square(x[both] - y[both]).sum())
-    error = {n: (noise[n] / signal[n]) ** 0.5 if signal[n] > 0 else (0.0 if noise[n] == 0 else np.inf)
-             for n in signal}
-    # what a top-k selected differs where FP16 reorders near-equal scores: not an error of the nodes after it
-    selected = _selection_tail(model, frozenset(WEIGHTED_OPS))
-    found: dict[str, str] = {}
-    for node in model.graph.node:
-        outputs = [o for o in node.output if o in peak]
-        if not node.name or not outputs:
-            continue
-        top = max(peak[o] for o in outputs)
-        inputs = max((peak.get(i, 0.0) for i in node.input), default=0.0)
-        grown = max((error.get(o, 0.0) for o in outputs), default=0.0)
-        carried = max((error.get(i, 0.0) for i in node.input), default=0.0)
-        if top > FP16_MAX:
-            found[node.name] = f"FP32 output up to {top:.3g}, past FP16's {FP16_MAX:g}"
-        elif inputs > FP16_MAX:  # an FP16 copy of its input would be inf: it reads the FP32 tensor
-            found[node.name] = f"reads FP32 values up to {inputs:.3g}, past FP16's {FP16_MAX:g}"
-        elif node.op_type in _SQUARING_OPS and inputs > FP16_MAX ** 0.5:
-            found[node.name] = f"input up to {inputs:.3g}: its square passes FP16's {FP16_MAX:g}"
-        elif node.name in selected:
-            continue
-        elif not np.isfinite(grown) and np.isfinite(carried):
-            found[node.name] = "overflows in FP16 (non-finite where FP32 is finite)"
-        elif grown > FP16_ERROR and grown > FP16_ERROR_GROWTH * carried:
-            found[node.name] = f"FP16 error {grown:.2g} of its output, {carried:.2g} of its inputs"
-    return found
-
-
-def _all_float_outputs(model: Any, elem_type: int) -> tuple[Any, list[str]]:
-    """An ONNX Runtime session of ``model`` answering every intermediate tensor of ``elem_type``, and their names."""
-    import onnx
-    import onnxruntime as ort
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    typed = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *model.graph.output]}
-    present = {o.name for o in model.graph.output}
-    wanted = [o for node in model.graph.node for o in node.output if typed.get(o) == elem_type]
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(t, elem_type, None) for t in wanted
-                              if t not in present)
-    with _quiet():
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session, wanted
 
 
 def calibration_feeds(project: Project, progress: bool, limit: int | None = None

@@ -101,7 +101,8 @@ def _overflowing(path: Path) -> None:
 def test_fp16_keeps_in_fp32_the_layers_measured_past_its_range(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from edgebuild.accuracy.quantize import fp16_candidate, fp16_float_layers
+    from edgebuild.accuracy.fp16.float_layers import fp16_float_layers
+    from edgebuild.accuracy.quantize import fp16_candidate
 
     _overflowing(tmp_path / "fp32.onnx")
     batches = [np.random.default_rng(0).uniform(0, 100, (2, 4, 4)).astype(np.float32)]
@@ -135,3 +136,26 @@ def test_fp16_keeps_in_fp32_the_layers_measured_past_its_range(tmp_path: Path) -
     assert relu.input[0] == next(n for n in kept_graph.graph.node if n.name == "up").output[0]
     assert written(tmp_path / "kept.onnx", "times_ten") == TensorProto.FLOAT16  # what FP16 carries stays FP16
     onnx.checker.check_model(kept_graph, full_check=True)
+
+
+def test_fp16_keeps_an_inverse_sigmoid_and_what_feeds_it_where_it_amplifies_fp16_rounding(tmp_path: Path) -> None:
+    """A DETR's decoder refines boxes through log(x / (1 - x)) of a sigmoid: near 1, FP16's rounding of x is most
+    of 1 - x. Measured with every tensor stored in FP16, the Sub's error is many times its inputs': it is kept in
+    FP32 with the elementwise nodes feeding it; the Conv before them (a layer) and what reads 1 - x are not."""
+    from edgebuild.accuracy.fp16.float_layers import fp16_float_layers
+
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.full((4, 4, 1, 1), 0.5, np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["logits"], name="layer"),
+             helper.make_node("Sigmoid", ["logits"], ["p"], name="sigmoid"),
+             helper.make_node("Sub", ["one", "p"], ["q"], name="one_minus"),
+             helper.make_node("Div", ["p", "q"], ["odds"], name="odds"),
+             helper.make_node("Log", ["odds"], ["y"], name="inverse_sigmoid")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    batches = [np.random.default_rng(0).uniform(2.0, 3.5, (4, 4, 3, 3)).astype(np.float32)]  # sigmoid 0.98..0.999
+    found = fp16_float_layers(tmp_path / "m.onnx", batches, "x")
+    # 1 - x of an FP16-rounded x is where the error is made (30x its input's); the sigmoid feeding it goes with it
+    assert list(found) == ["sigmoid", "one_minus"], found
+    assert found["one_minus"].startswith("FP16 error") and found["sigmoid"].startswith("feeds one_minus")
