@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import pickle
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,9 +27,9 @@ from edgebuild.runtime.base.model_outputs import NMS_OUTPUTS
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project
 
-__all__ = ["DETR_NOTE", "NMS_FREE_NOTE", "TASKS", "detr_head", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
-           "facts_from_checkpoint", "facts_from_props", "nms_free_head", "nms_free_outputs", "project_problems",
-           "read_literal", "recorded_metric", "source_facts"]
+__all__ = ["NMS_FREE_NOTE", "TASKS", "UltralyticsFacts", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K",
+           "facts_from_checkpoint", "facts_from_props", "nms_free_head",
+           "nms_free_outputs", "project_problems", "read_literal", "recorded_metric", "source_facts"]
 
 # Ultralytics' task -> edgebuild's task.kind
 TASKS = {"detect": "detection", "classify": "classification", "segment": "segmentation", "pose": "pose",
@@ -81,11 +81,17 @@ class UltralyticsFacts:
                 "version": self.version, "told_by": self.told_by, "model_class": self.model_class,
                 "nms_free": self.nms_free, "max_det": self.max_det, "kpt_shape": self.kpt_shape, "detr": self.detr}
 
+    @property
+    def head_note(self) -> str:
+        """What the project says of an NMS-free head: YOLO's one-to-one branch, or RT-DETR's decoder."""
+        return DETR_NOTE if self.detr else NMS_FREE_NOTE
+
     def summary(self) -> str:
         shown = ", ".join(self.classes[:3]) + (", ..." if len(self.classes) > 3 else "")
         return (f"Ultralytics{' ' + self.version if self.version else ''} {self.model_class or self.told_by}: task "
                 f"{self.task}, {len(self.classes)} classes ({shown}), imgsz {self.imgsz or '?'}, "
-                f"stride {self.stride or '?'}" + (f", {NMS_FREE_NOTE} (top {self.max_det})" if self.nms_free else ""))
+                f"stride {self.stride or '?'}"
+                + (f", {self.head_note} (top {self.max_det})" if self.nms_free else ""))
 
 
 # -- reading a checkpoint without running it ------------------------------------------------------
@@ -235,8 +241,9 @@ def _stride(value: Any) -> int:
         return 0
 
 
-def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
-    """From an ONNX export's metadata_props (as ``onnx_checks.ultralytics_summary`` reads them), or None."""
+def facts_from_props(props: dict[str, str], proto: Any = None) -> UltralyticsFacts | None:
+    """From an ONNX export's metadata_props (as ``onnx_checks.ultralytics_summary`` reads them), or None; an
+    RT-DETR's top-k from its graph (``proto``, ``detr_export_top_k``), which the metadata does not say."""
     said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
     if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
         return None
@@ -250,12 +257,37 @@ def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
                                               "rtdetr" in said_by.replace("-", ""))
     nms_free = detr or props.get("task") == "detect" and read_literal(props.get("end2end")) is True
     kpt_shape = _size(read_literal(props.get("kpt_shape"))) if props.get("task") == "pose" else []
-    return UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
+    facts = UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
                             imgsz=_size(read_literal(props.get("imgsz"))),
                             stride=_stride(read_literal(props.get("stride"))), version=props.get("version", ""),
                             told_by="ONNX metadata", model_class="RT-DETR export" if detr else "export",
                             nms_free=nms_free, detr=detr, kpt_shape=kpt_shape,
                             max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0)
+    k = detr_export_top_k(proto) if detr and proto is not None else None
+    return replace(facts, max_det=k) if k else facts
+
+
+def detr_export_top_k(proto: Any) -> int | None:
+    """An RT-DETR export's K: its last TopK's (the decoder's top-k; with one TopK, the encoder's query count), a
+    constant, or in a dynamic export the bound its computed K is clamped to (Clip's max, or Min's constant)."""
+    from onnx import numpy_helper
+
+    values = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    values.update({n.output[0]: numpy_helper.to_array(a.t) for n in proto.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    produced = {o: n for n in proto.graph.node for o in n.output}
+    tops = [n for n in proto.graph.node if n.op_type == "TopK" and len(n.input) > 1]
+    names = [tops[-1].input[1]] if tops else []
+    for _ in range(8):
+        known = [values[n] for n in names if n in values and values[n].size == 1]
+        if known:
+            return int(known[0].reshape(-1)[0])
+        node = produced.get(names[0]) if names else None
+        if node is None or node.op_type not in ("Clip", "Min", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity"):
+            return None
+        names = [node.input[2]] if node.op_type == "Clip" and len(node.input) > 2 else \
+            list(node.input) if node.op_type == "Min" else [node.input[0]]
+    return None
 
 
 def read_literal(text: str | None) -> Any:
@@ -437,12 +469,6 @@ def nms_free_head(project: Project) -> bool:
         and project.model.head != "one-to-many"
 
 
-def detr_head(project: Project) -> bool:
-    """Whether the project's model is an Ultralytics RT-DETR (a DETR decoder: its top-k queries ship)."""
-    facts = source_facts(project)
-    return facts is not None and facts.detr and project.task.kind == "detection"
-
-
 def source_facts(project: Project) -> UltralyticsFacts | None:
     """What the project's ``model.source`` says of itself if it is an Ultralytics model, else None."""
     if project.model.source is None:
@@ -469,7 +495,7 @@ def _facts_for_source(name: str, mtime_ns: int, size: int) -> UltralyticsFacts |
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:  # the model stage says what is wrong with it
         return None
-    return facts_from_props({p.key: p.value for p in proto.metadata_props})
+    return facts_from_props({p.key: p.value for p in proto.metadata_props}, proto)
 
 
 # -- the validation metric a model file records for itself -----------------------------------------

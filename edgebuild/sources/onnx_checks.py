@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.ultralytics_facts import TASKS, facts_from_props, read_literal
+from edgebuild.project.ultralytics_facts import TASKS, UltralyticsFacts, facts_from_props, read_literal
 from edgebuild.sources.export.tool_output import first_line
 
 if TYPE_CHECKING:
@@ -190,6 +190,11 @@ class UltralyticsSummary:
     names_unread: str = ""  # names said, but not a dict or list of names (its first 60 characters)
     summary: str = ""  # the line that describes it
 
+    @property
+    def head_note(self) -> str:
+        """What the project says of its NMS-free head (YOLO's one-to-one branch, RT-DETR's decoder)."""
+        return UltralyticsFacts(self.task, nms_free=self.nms_free, detr=self.detr).head_note
+
     def as_dict(self) -> JsonObject:
         out: JsonObject = {"task": self.task, "classes": list(self.classes), "imgsz": self.imgsz,
                            "stride": self.stride, "version": self.version}
@@ -217,9 +222,10 @@ class UltralyticsSummary:
                    names_unread=str(data.get("names_unread") or ""), summary=str(data.get("summary") or ""))
 
 
-def ultralytics_summary(props: dict[str, str]) -> UltralyticsSummary | None:
-    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or None for another file."""
-    facts = facts_from_props(props)
+def ultralytics_summary(props: dict[str, str], proto: onnx.ModelProto | None = None) -> UltralyticsSummary | None:
+    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or None for another file; an
+    RT-DETR's top-k is its graph's (``proto``), where the metadata does not say it."""
+    facts = facts_from_props(props, proto)
     if facts is None:
         return None
     unread = props["names"][:60] if not facts.classes and props.get("names") else ""  # not a dict or list of names
@@ -239,7 +245,7 @@ def describe_ultralytics(summary: UltralyticsSummary) -> str:
     if summary.names_unread:
         return (f"Ultralytics{version} export: task {summary.task}, class names unreadable "
                 f"(names = {summary.names_unread!r}), imgsz {summary.imgsz}, stride {summary.stride}")
-    nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary.max_det})" if summary.nms_free else ""
+    nms_free = f", {summary.head_note} (top {summary.max_det})" if summary.nms_free else ""
     kind = "RT-DETR export" if summary.detr else "export"
     return (f"Ultralytics{version} {kind}: task {summary.task}, {len(classes)} classes ({shown}), "
             f"imgsz {summary.imgsz}, stride {summary.stride}{nms_free}")

@@ -156,10 +156,11 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
         import onnx
 
         from edgebuild.sources.ultralytics.adapter import append_detection_adapter, append_top_k_adapter
-        from edgebuild.sources.ultralytics.detr import append_detr_adapter
+        from edgebuild.sources.ultralytics.detr import append_detr_rows
 
         threshold, proto = float(post.score_threshold), onnx.load(str(path))
-        proto = append_detr_adapter(proto, head, layout, classes, post.max_detections, threshold) if detr else \
+        proto = append_top_k_adapter(*append_detr_rows(proto, head, layout, classes, post.max_detections),
+                                     threshold) if detr else \
             append_top_k_adapter(proto, head, threshold) if top_k else \
             append_detection_adapter(proto, head, post.boxes_output, post.scores_output, classes)
         _save(proto, target)
@@ -330,11 +331,11 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
     if adapted and project.task.kind in INSTANCE_KINDS:
         parts["adapter"] = f"{INSTANCE_ADAPTER}: {adapted[1]} -> {', '.join(_instance_names(project))}"
     elif adapted and _is_top_k(project):
-        from edgebuild.project.ultralytics_facts import detr_head
+        from edgebuild.project.ultralytics_facts import source_facts
 
-        post = project.detection_postprocess
+        post, facts = project.detection_postprocess, source_facts(project)
         parts["adapter"] = f"{TOP_K_ADAPTER}: {adapted[1]} -> NMS_OUTPUTS, score > {post.score_threshold}" + \
-            (f", RT-DETR top {post.max_detections}" if detr_head(project) else "")
+            (f", RT-DETR top {post.max_detections}" if facts is not None and facts.detr else "")
     elif adapted:
         boxes, scores = _adapted_outputs(project)
         parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {boxes}, {scores}"
@@ -391,7 +392,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
         raise checks.opset_error(project, path, opset, ceiling, groups)
     done.append(f"opset {opset} <= {ceiling}, the highest every selected target's TensorRT parser takes")
     metadata = checks.metadata(proto)
-    ultralytics = checks.ultralytics_summary(metadata)
+    ultralytics = checks.ultralytics_summary(metadata, proto)
     if ultralytics is not None:
         progress("model: " + ultralytics.summary)
     adapted = _adapted(project) if ultralytics is not None else None

@@ -145,16 +145,16 @@ def _without_layer_norm(project: Project, releases: list[JetPackRelease], ceilin
     """(16, why) for an Ultralytics RT-DETR checkpoint (LayerNorms in its encoder and decoder) whose fleet has a
     TensorRT parser without LayerNormalization (8.5, JetPack 5.1): from opset 17 the exporter writes one such
     node per LayerNorm, below it the basic operators every parser takes (known-restrictions.toml); else None."""
-    from edgebuild.project.ultralytics_facts import detr_head, source_facts
+    from edgebuild.project.ultralytics_facts import source_facts
     from edgebuild.targets.preflight import parser_table, restrictions
 
     since = restrictions().get("decomposed_below", {}).get("LayerNormalization", {}).get("since_opset", 0)
-    facts = source_facts(project)
-    if not since or ceiling < since or facts is None or facts.told_by != "checkpoint" or not detr_head(project):
-        return None
     lacking = [r for r in releases
                if not parser_table(r.tensorrt).get("operators", {}).get("LayerNormalization", {}).get("supported")]
-    if not lacking:
+    if not since or ceiling < since or not lacking:
+        return None
+    facts = source_facts(project)
+    if facts is None or facts.told_by != "checkpoint" or not facts.detr:
         return None
     return since - 1, (f"{_ceiling_reason(releases, ceiling)}; {since - 1}, below LayerNormalization's opset "
                        f"{since}: RT-DETR's LayerNorms are written as basic operators, since {_parsers(lacking)} "

@@ -22,7 +22,7 @@ Ultralytics' RT-DETR in two layouts, by version (both read here):
   whose validator took each query's best class; the top K over (query, class) is taken here.
 
 Both forms: ``torch`` functions for the checkpoint's adapter, and ONNX nodes appended to an export
-(``append_detr_adapter``; Slice, Mul, Sub, Add, Concat, Shape, Gather, Cast, Reshape, TopK, Div, Mod,
+(``append_detr_rows``; Slice, Mul, Sub, Add, Concat, Shape, Gather, Cast, Reshape, TopK, Div, Mod,
 GatherElements, then ``append_top_k_adapter``'s). No ultralytics import.
 """
 
@@ -105,14 +105,13 @@ def detr_head_output(proto: onnx.ModelProto) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def append_detr_adapter(proto: onnx.ModelProto, head: str, layout: str, classes: int, top_k: int,
-                        score_threshold: float) -> onnx.ModelProto:
-    """A copy of ``proto`` whose RT-DETR output ``head`` (in ``layout``) is replaced by ``NMS_OUTPUTS``, as
-    ``rtdetr_detections`` and ``top_k_to_detections`` compute them; the image size is read from the graph's
+def append_detr_rows(proto: onnx.ModelProto, head: str, layout: str, classes: int,
+                     top_k: int) -> tuple[onnx.ModelProto, str]:
+    """A copy of ``proto`` whose RT-DETR output ``head`` (in ``layout``) is replaced by its detections' rows [N, K, 6]
+    (x1, y1, x2, y2 in input pixels, score, class; best first), as ``rtdetr_detections`` computes them, and that
+    output's name: ``append_top_k_adapter`` makes ``NMS_OUTPUTS`` of it. The image size is read from the graph's
     first input, so a dynamic export stays dynamic. No NonMaxSuppression."""
     from onnx import TensorProto, helper
-
-    from edgebuild.sources.ultralytics.adapter import append_top_k_adapter
 
     model = _copy(proto)
     graph = model.graph
@@ -136,7 +135,7 @@ def append_detr_adapter(proto: onnx.ModelProto, head: str, layout: str, classes:
     k = top_k if layout == QUERIES else _dim(graph.output[index], 1)
     del graph.output[index]
     graph.output.insert(index, helper.make_tensor_value_info(n("xyxy_rows"), TensorProto.FLOAT, [batch, k, 6]))
-    return append_top_k_adapter(model, n("xyxy_rows"), score_threshold)
+    return model, n("xyxy_rows")
 
 
 class _Nodes:

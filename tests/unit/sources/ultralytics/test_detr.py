@@ -18,7 +18,8 @@ from edgebuild.project.ultralytics_facts import (
 )
 from edgebuild.runtime.base.vision import NMS_OUTPUTS
 from edgebuild.sources.export.nms_graph import answers_detections
-from edgebuild.sources.ultralytics.detr import QUERIES, TOP_K, append_detr_adapter, detr_head_output, export_layout
+from edgebuild.sources.ultralytics.adapter import append_top_k_adapter
+from edgebuild.sources.ultralytics.detr import QUERIES, TOP_K, append_detr_rows, detr_head_output, export_layout
 
 torch = pytest.importorskip("torch")
 
@@ -99,7 +100,7 @@ def test_the_export_adapter_answers_what_the_module_adapter_answers(layout: str,
 
     model = _export(layout, classes, dims, top_ks=2 if layout == TOP_K else 1)
     assert detr_head_output(model) == "output0" and export_layout(model, "output0", classes) == layout
-    adapted = append_detr_adapter(model, "output0", layout, classes, K, THRESHOLD)
+    adapted = append_top_k_adapter(*append_detr_rows(model, "output0", layout, classes, K), THRESHOLD)
     onnx.checker.check_model(adapted, full_check=True)
     assert [o.name for o in adapted.graph.output] == list(NMS_OUTPUTS) and answers_detections(adapted)
     assert not any(n.op_type == "NonMaxSuppression" for n in adapted.graph.node)
@@ -169,3 +170,25 @@ def test_a_checkpoint_says_rt_detr_by_its_model_class_and_its_queries(tmp_path, 
     facts = facts_from_checkpoint(tmp_path / "best.pt")
     assert facts is not None and facts.detr and facts.nms_free and facts.max_det == 100, facts
     assert facts.model_class == "RTDETRDetectionModel" and facts.imgsz == [128, 128] and facts.stride == 32
+
+
+def test_an_exports_top_k_is_read_from_its_graph_constant_or_clamped() -> None:
+    """An RT-DETR export's metadata does not say its K: a static export has it as TopK's constant, a dynamic one
+    computes it from the image size clamped to the decoder's queries (Ultralytics' RTDETRDecoder.dynamic)."""
+    from edgebuild.project.ultralytics_facts import detr_export_top_k
+
+    static = _export(TOP_K, 3, ["batch", 100, 6], top_ks=2)
+    static.graph.initializer[0].CopyFrom(helper.make_tensor("k", TensorProto.INT64, [1], [100]))
+    assert detr_export_top_k(static) == 100
+    assert facts_from_props({p.key: p.value for p in static.metadata_props}, static).max_det == 100  # type: ignore
+    nodes = [helper.make_node("Shape", ["rows"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["n"], axis=0),
+             helper.make_node("Clip", ["n", "", "queries"], ["clamped"]),
+             helper.make_node("Unsqueeze", ["clamped", "zero"], ["k_dyn"]),
+             helper.make_node("TopK", ["rows", "k_dyn"], ["v", "i"], axis=1)]
+    inits = [helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("queries", TensorProto.INT64, [], [300])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["b", "q", 6])],
+                              [helper.make_tensor_value_info("v", TensorProto.FLOAT, None)], inits)
+    assert detr_export_top_k(helper.make_model(graph)) == 300
