@@ -12,7 +12,9 @@ edgebuild's detection task reads ``boxes [N, A, 4]`` (x1, y1, x2, y2 in input pi
   (YOLOv10, YOLO26: a one-to-one branch) runs that branch, as Ultralytics exports it: its top-k
   detections ``[N, K, 6]`` (x1, y1, x2, y2, score, class) become the four outputs NMS inside the
   model has (``NMS_OUTPUTS``: count, boxes, scores, classes; rows at or under the score threshold
-  zeroed), so no NonMaxSuppression is added and every consumer of those outputs reads them;
+  zeroed), so no NonMaxSuppression is added and every consumer of those outputs reads them; an
+  RT-DETR's decoder (``RTDETRDecoder``) gives its top-k queries the same way, its boxes turned from
+  normalised centre and size to pixels (``edgebuild.sources.ultralytics.detr``);
 - ``append_detection_adapter``: ONNX nodes (Transpose, Slice, the xywh -> xyxy arithmetic) appended
   to an Ultralytics export's graph, so the imported model has the two outputs; for an export of an
   NMS-free head (``[N, K, 6]``), ``append_top_k_adapter`` maps it to ``NMS_OUTPUTS`` the same way
