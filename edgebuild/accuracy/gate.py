@@ -429,9 +429,14 @@ def _track_int8(policy: AccuracyPolicy, tracker: TrackingRun, gate: Path, fp32: 
     return chosen, Int8Choice(chosen.variant, why, rows)
 
 
+#: the layer fallback keeps the worst layers in float one more at a time up to this many, then in growing steps
+SEARCH_ONE_BY_ONE = 8
+
+
 def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, fp32: Measurement,
             worst_first: list[str], variant: Int8Variant | None) -> Measurement | None:
-    """Keep the worst-ranked layers in float, one more at a time, until the gate passes.
+    """Keep the worst-ranked layers in float, one more at a time up to ``SEARCH_ONE_BY_ONE``, then in growing
+    steps (12, 16, 24, 32, ...: a transformer's INT8 loss spreads over many layers), until the gate passes.
 
     Only the candidates the ranking proposes are measured, each graph once; the search stops at
     the first that keeps ``min_retention`` (or at ``quantize.max_kept_layers``) and returns the
@@ -439,7 +444,10 @@ def _search(project: Project, policy: AccuracyPolicy, store: MeasurementStore, f
     """
     last = None
     limit = min(project.quantize.max_kept_layers, len(worst_first))
-    for count in range(1, limit + 1):
+    steps = [*range(1, min(SEARCH_ONE_BY_ONE, limit) + 1),
+             *(n for n in (12, 16, 24, 32, 48, 64, 96, 128, 192, 256) if SEARCH_ONE_BY_ONE < n < limit),
+             *([limit] if limit > SEARCH_ONE_BY_ONE else [])]
+    for count in steps:
         mixed = store.candidate("int8", tuple(worst_first[:count]), variant)
         if mixed is None:
             continue

@@ -328,7 +328,9 @@ class MeasurementStore:
         if precision in LOWBIT:  # made from the calibration statistics: keyed by them too
             return self.root / f"{precision}-{self._key({'precision': precision, 'lowbit': LOWBIT_VERSION})}"
         if precision != "int8":
-            return self.root / f"{precision}-{self._key({'precision': precision}, int8=False)}"
+            spec = {"precision": precision} if precision != "fp16" else \
+                {"precision": precision, "fp16": "float-layers/1", "images": self._signal_images}
+            return self.root / f"{precision}-{self._key(spec, int8=False)}"
         assert variant is not None
         name = f"int8-{variant.name}" + (f"-mixed-{len(kept)}" if kept else "")
         key = self._key({"precision": precision, "variant": variant.name, "kept": sorted(kept)})
@@ -436,7 +438,8 @@ class MeasurementStore:
                 shutil.copyfile(self.export.onnx_path.with_name(name), target)
             return Candidate("fp32", out, note="the exported model (reference)")
         if precision == "fp16":
-            return fp16_candidate(self.fp32_path(), out)
+            images = list(self._signal_batches())  # its layers FP16 cannot carry are measured on them
+            return fp16_candidate(self.fp32_path(), out, images, self.project.model.inputs[0].name)
         if precision in LOWBIT:
             from edgebuild.accuracy.lowbit.candidates import make_lowbit
 
@@ -561,7 +564,7 @@ class MeasurementStore:
             profiles={s.name: (tuple(s.min_shape), tuple(s.opt_shape), tuple(s.max_shape))
                       for s in self.project.model.inputs},
             workspace_bytes=1 << 30, timing_cache_path=self.root / "host-check-timing.cache",
-            progress=self.say), trt=self.trt)
+            fp32_layers=candidate.kept_fp32, progress=self.say), trt=self.trt)
         return TensorRTRunner(engine_file, trt=self.trt, memory=self.memory)
 
     def ranking(self, int8: Measurement) -> list[LayerSensitivity]:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,15 +53,26 @@ def _quiet() -> Iterator[None]:
             logging.disable(logging.NOTSET)
 
 
-def fp16_candidate(source: Path, out: Path) -> Candidate:
-    """FP16 weights and activations, FP32 inputs and outputs (as TensorRT's FP16 mode keeps I/O)."""
+def fp16_candidate(source: Path, out: Path, batches: Sequence[np.ndarray] = (), input_name: str = "") -> Candidate:
+    """FP16 weights and activations, FP32 inputs and outputs (as TensorRT's FP16 mode keeps I/O); with ``batches``
+    (validation images), the layers FP16 cannot carry, measured on them (``fp16_float_layers``), kept in FP32."""
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    from edgebuild.accuracy.fp16.float_layers import FEEDS, fp16_float_layers, fp32_between_kept
+
+    found = fp16_float_layers(source, list(batches), input_name) if len(batches) else {}
     with _quiet():
-        model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
-    onnx.save_model(model, str(out))
-    return Candidate("fp16", out, note="onnxruntime.transformers.float16, FP32 I/O")
+        model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True, node_block_list=list(found))
+    onnx.save_model(fp32_between_kept(model) if found else model, str(out))
+    note = "onnxruntime.transformers.float16, FP32 I/O"
+    if found:  # the nodes found, each with why; the elementwise nodes feeding one kept with it, counted
+        said = {name: why for name, why in found.items() if not why.startswith(FEEDS)}
+        note += (f"; {len(found)} layer(s) kept in FP32, measured on {sum(len(b) for b in batches)} validation "
+                 "images: " + "; ".join(f"{name} ({why})" for name, why in said.items())
+                 + (f"; and {len(found) - len(said)} elementwise node(s) feeding them" if len(found) > len(said)
+                    else ""))
+    return Candidate("fp16", out, tuple(found), note)
 
 
 def calibration_feeds(project: Project, progress: bool, limit: int | None = None
@@ -151,7 +162,8 @@ def qdq_placement(project: Project, source: Path) -> QdqPlacement:
     TensorRT fuses into the convolution when the residual input is quantized). Everything else,
     the detection head's decode math (Add/Mul with constants, Exp, Sigmoid, Concat, Resize), stays
     in float: TensorRT would not run it in INT8, and Q/DQ there only costs accuracy. Nor does
-    anything from a TopK on (an NMS-free head's top-k and the gathers after it, or NMS inside):
+    anything from a TopK on to the next layer (an NMS-free head's top-k and the gathers after it, NMS
+    inside; a DETR's decoder layers after its encoder's choice of queries are layers again):
     quantized scores reorder the top-k and quantized class indices change the class. Nor the
     expectation a DFL head takes over its softmax (``_expectations``): decode math written as a Conv."""
     import onnx
@@ -176,7 +188,7 @@ def qdq_placement(project: Project, source: Path) -> QdqPlacement:
     residual = tuple(n.name for n in model.graph.node
                      if project.quantize.residual_add and n.op_type == "Add" and len(n.input) == 2
                      and all(activation(i) for i in n.input) and any(from_weighted(i) for i in n.input))
-    tail = _selection_tail(model) | _expectations(model)
+    tail = _selection_tail(model, frozenset(op_types)) | _expectations(model)
     residual = tuple(n for n in residual if n not in tail)
     nodes = tuple(n.name for n in model.graph.node if n.name and n.name not in tail
                   and (n.op_type in op_types or n.name in residual))
@@ -211,8 +223,10 @@ def _expectations(model: Any) -> set[str]:
 SELECTION_OPS = frozenset({"TopK", "NonMaxSuppression", "GatherElements", "GatherND", "ScatterND"})
 
 
-def _selection_tail(model: Any) -> set[str]:
-    """The names of the selection nodes (``SELECTION_OPS``) and of every node that reads what they made."""
+def _selection_tail(model: Any, layers: frozenset[str] = frozenset()) -> set[str]:
+    """The names of the selection nodes (``SELECTION_OPS``) and of every node that reads what they made, up to
+    the next layer (``layers``: the weighted op types): a DETR's encoder picks its queries with a TopK and its
+    decoder's layers run on them, which quantize as any layer's (the decode math between stays in float)."""
     readers: dict[str, list[Any]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -224,7 +238,7 @@ def _selection_tail(model: Any) -> set[str]:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        wanted += [r for out in node.output for r in readers.get(out, [])]
+        wanted += [r for out in node.output for r in readers.get(out, []) if r.op_type not in layers]
     return {n.name for n in model.graph.node if id(n) in seen and n.name}
 
 

@@ -217,6 +217,8 @@ class FoundProject:
     weights: str | None = None  # a model by name: its state_dict (relative to the project folder)
     random_weights: bool = False  # a model by name without weights: say so where weights would be
     kpt_shape: list[int] | None = None  # a pose model's [keypoints, 2 or 3]
+    # a DETR head: the INT8 fallback may keep this many layers in float (its INT8 loss spreads over many layers)
+    max_kept_layers: int | None = None
 
 
 def _value(value: object) -> str:
@@ -330,8 +332,13 @@ def render_project(found: FoundProject) -> str:
     out += ["# max_images = 500                     # cap on the validation images (evenly spread by name)", "",
             "[accuracy]",
             _line("metric", _METRICS[found.task][0], "one of " + " | ".join(_METRICS[found.task])),
-            _line("min_retention", 0.92, "a candidate passes if its metric >= 0.92 x the FP32 metric"), "",
-            "# One table per device group: a module and its JetPack release (`edgebuild profiles list`)."]
+            _line("min_retention", 0.92, "a candidate passes if its metric >= 0.92 x the FP32 metric"), ""]
+    if found.max_kept_layers:
+        out += ["[quantize]", _comment("A transformer detector's INT8 loss spreads over its neck and attention: "
+                                       "the fallback may keep this many layers in float, by measured sensitivity "
+                                       "(docs/transformer-detectors.md)."),
+                _line("max_kept_layers", found.max_kept_layers), ""]
+    out += ["# One table per device group: a module and its JetPack release (`edgebuild profiles list`)."]
     for group in found.fleet:
         out += ["[[fleet]]", _line("name", group.name, group.said), _line("module", group.module),
                 _line("jetpack", group.jetpack), ""]

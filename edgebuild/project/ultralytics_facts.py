@@ -4,7 +4,7 @@ A checkpoint (``best.pt``) is read by ``peek_checkpoint``: its pickle is unpickl
 it names replaced by a stub, so nothing it names is imported or run (``torch.load`` with full
 unpickling would run arbitrary code). An Ultralytics ONNX export says the same in its
 ``metadata_props``. Either gives ``UltralyticsFacts`` (task, class names, imgsz, stride, and whether
-the head is NMS-free: YOLOv10's and YOLO26's one-to-one branch), which fill
+the head is NMS-free: YOLOv10's and YOLO26's one-to-one branch, or RT-DETR's decoder), which fill
 what ``[task]`` leaves out (``fill_raw_defaults``, before validation) and are checked against what
 it states (``project_problems``, each naming both). Neither torch nor ultralytics is imported here;
 ``edgebuild.sources.ultralytics.adapter`` loads and adapts the model.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import pickle
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,9 +27,9 @@ from edgebuild.runtime.base.model_outputs import NMS_OUTPUTS
 if TYPE_CHECKING:
     from edgebuild.project.schema import Project
 
-__all__ = ["NMS_FREE_NOTE", "TASKS", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K", "UltralyticsFacts",
-           "facts_from_checkpoint", "facts_from_props", "nms_free_head", "nms_free_outputs", "project_problems",
-           "read_literal", "recorded_metric", "source_facts"]
+__all__ = ["NMS_FREE_NOTE", "TASKS", "UltralyticsFacts", "VAL_DEFAULTS", "VAL_PRE_NMS_TOP_K",
+           "facts_from_checkpoint", "facts_from_props", "nms_free_head",
+           "nms_free_outputs", "project_problems", "read_literal", "recorded_metric", "source_facts"]
 
 # Ultralytics' task -> edgebuild's task.kind
 TASKS = {"detect": "detection", "classify": "classification", "segment": "segmentation", "pose": "pose",
@@ -51,6 +51,10 @@ VAL_PRE_NMS_TOP_K = 30000
 NMS_FREE_MAX_DET = 300
 #: what the project says of an NMS-free head: its one-to-one top-k ships as the detections, no NMS added
 NMS_FREE_NOTE = "NMS-free (one-to-one) head: no NMS added"
+#: Ultralytics' RT-DETR: its decoder's top-k queries are the detections (docs/transformer-detectors.md)
+DETR_NOTE = "NMS-free RT-DETR decoder: its top-k queries, no NMS added"
+DETR_HEADS = ("RTDETRDecoder",)
+DETR_MODELS = ("RTDETRDetectionModel",)
 
 
 
@@ -69,17 +73,25 @@ class UltralyticsFacts:
     nms_free: bool = False
     max_det: int = 0  # the NMS-free head's top-k (0: not NMS-free)
     kpt_shape: list[int] = field(default_factory=list)  # pose: [keypoints, 2 or 3]; [] otherwise
+    # RT-DETR: a DETR decoder (NMS-free, its top-k queries; its images stretched to imgsz, not letterboxed)
+    detr: bool = False
 
     def as_dict(self) -> JsonObject:
         return {"task": self.task, "classes": self.classes, "imgsz": self.imgsz, "stride": self.stride,
                 "version": self.version, "told_by": self.told_by, "model_class": self.model_class,
-                "nms_free": self.nms_free, "max_det": self.max_det, "kpt_shape": self.kpt_shape}
+                "nms_free": self.nms_free, "max_det": self.max_det, "kpt_shape": self.kpt_shape, "detr": self.detr}
+
+    @property
+    def head_note(self) -> str:
+        """What the project says of an NMS-free head: YOLO's one-to-one branch, or RT-DETR's decoder."""
+        return DETR_NOTE if self.detr else NMS_FREE_NOTE
 
     def summary(self) -> str:
         shown = ", ".join(self.classes[:3]) + (", ..." if len(self.classes) > 3 else "")
         return (f"Ultralytics{' ' + self.version if self.version else ''} {self.model_class or self.told_by}: task "
                 f"{self.task}, {len(self.classes)} classes ({shown}), imgsz {self.imgsz or '?'}, "
-                f"stride {self.stride or '?'}" + (f", {NMS_FREE_NOTE} (top {self.max_det})" if self.nms_free else ""))
+                f"stride {self.stride or '?'}"
+                + (f", {self.head_note} (top {self.max_det})" if self.nms_free else ""))
 
 
 # -- reading a checkpoint without running it ------------------------------------------------------
@@ -190,14 +202,15 @@ def facts_from_checkpoint(path: Path) -> UltralyticsFacts | None:
     classes = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else \
         [str(n) for n in names] if isinstance(names, (list, tuple)) else []
     head = _head_state(state)
-    nms_free = task == "detect" and isinstance(head.get("_modules"), dict) and \
+    detr = task == "detect" and model_class in DETR_MODELS
+    nms_free = detr or task == "detect" and isinstance(head.get("_modules"), dict) and \
         isinstance(head["_modules"].get("one2one_cv2"), _Stub)
-    max_det = head.get("max_det")
+    max_det = head.get("num_queries") if detr else head.get("max_det")  # RT-DETR: at most one per query
     return UltralyticsFacts(task=str(task), classes=classes, imgsz=_size(train.get("imgsz") or args.get("imgsz")),
                             stride=_stride(state.get("stride")), version=str(checkpoint.get("version") or ""),
                             told_by="checkpoint", model_class=model_class, nms_free=nms_free,
                             max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0,
-                            kpt_shape=_size(head.get("kpt_shape")) if task == "pose" else [])
+                            kpt_shape=_size(head.get("kpt_shape")) if task == "pose" else [], detr=detr)
 
 
 def _head_state(state: JsonObject) -> JsonObject:
@@ -228,8 +241,9 @@ def _stride(value: Any) -> int:
         return 0
 
 
-def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
-    """From an ONNX export's metadata_props (as ``onnx_checks.ultralytics_summary`` reads them), or None."""
+def facts_from_props(props: dict[str, str], proto: Any = None) -> UltralyticsFacts | None:
+    """From an ONNX export's metadata_props (as ``onnx_checks.ultralytics_summary`` reads them), or None; an
+    RT-DETR's top-k from its graph (``proto``, ``detr_export_top_k``), which the metadata does not say."""
     said_by = (props.get("author", "") + " " + props.get("description", "")).lower()
     if "ultralytics" not in said_by and not {"task", "names", "stride"} <= set(props):
         return None
@@ -238,14 +252,42 @@ def facts_from_props(props: dict[str, str]) -> UltralyticsFacts | None:
         [str(n) for n in names] if isinstance(names, (list, tuple)) else []
     args = read_literal(props.get("args"))
     max_det = args.get("max_det") if isinstance(args, dict) else None
-    nms_free = props.get("task") == "detect" and read_literal(props.get("end2end")) is True
+    # Ultralytics 8.4 names the head; before, an RT-DETR export says so only in its description ("rtdetr-l")
+    detr = props.get("task") == "detect" and (props.get("head") in DETR_HEADS if "head" in props else
+                                              "rtdetr" in said_by.replace("-", ""))
+    nms_free = detr or props.get("task") == "detect" and read_literal(props.get("end2end")) is True
     kpt_shape = _size(read_literal(props.get("kpt_shape"))) if props.get("task") == "pose" else []
-    return UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
+    facts = UltralyticsFacts(task=props.get("task", "unknown"), classes=classes,
                             imgsz=_size(read_literal(props.get("imgsz"))),
                             stride=_stride(read_literal(props.get("stride"))), version=props.get("version", ""),
-                            told_by="ONNX metadata", model_class="export", nms_free=nms_free,
-                            max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0,
-                            kpt_shape=kpt_shape)
+                            told_by="ONNX metadata", model_class="RT-DETR export" if detr else "export",
+                            nms_free=nms_free, detr=detr, kpt_shape=kpt_shape,
+                            max_det=(int(max_det) if isinstance(max_det, int) else NMS_FREE_MAX_DET) if nms_free else 0)
+    k = detr_export_top_k(proto) if detr and proto is not None else None
+    return replace(facts, max_det=k) if k else facts
+
+
+def detr_export_top_k(proto: Any) -> int | None:
+    """An RT-DETR export's K: its last TopK's (the decoder's top-k; with one TopK, the encoder's query count), a
+    constant, or in a dynamic export the bound its computed K is clamped to (Clip's max, or Min's constant)."""
+    from onnx import numpy_helper
+
+    values = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    values.update({n.output[0]: numpy_helper.to_array(a.t) for n in proto.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    produced = {o: n for n in proto.graph.node for o in n.output}
+    tops = [n for n in proto.graph.node if n.op_type == "TopK" and len(n.input) > 1]
+    names = [tops[-1].input[1]] if tops else []
+    for _ in range(8):
+        known = [values[n] for n in names if n in values and values[n].size == 1]
+        if known:
+            return int(known[0].reshape(-1)[0])
+        node = produced.get(names[0]) if names else None
+        if node is None or node.op_type not in ("Clip", "Min", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity"):
+            return None
+        names = [node.input[2]] if node.op_type == "Clip" and len(node.input) > 2 else \
+            list(node.input) if node.op_type == "Min" else [node.input[0]]
+    return None
 
 
 def read_literal(text: str | None) -> Any:
@@ -265,7 +307,7 @@ def project_defaults(facts: UltralyticsFacts, head: object = None) -> JsonObject
     kind = TASKS.get(facts.task)
     if kind is None:
         return {}
-    preprocess = dict(CLASSIFY_PREPROCESS if kind == "classification" else PREPROCESS)
+    preprocess = dict(ultralytics_preprocess(facts))
     if facts.imgsz:
         preprocess["input_size"] = list(facts.imgsz)
     task: JsonObject = {"kind": kind, "preprocess": preprocess}
@@ -278,6 +320,12 @@ def project_defaults(facts: UltralyticsFacts, head: object = None) -> JsonObject
     if facts.nms_free and head != "one-to-many":  # the one-to-one top-k is the detections: NMS_OUTPUTS themselves
         task["postprocess"] = nms_free_outputs(facts.max_det)[1]
     return task
+
+
+def ultralytics_preprocess(facts: UltralyticsFacts) -> JsonObject:
+    """How Ultralytics preprocesses the model's images: a letterbox, but a classifier's and RT-DETR's are
+    stretched to imgsz (RT-DETR's validator and predictor resize without keeping the aspect ratio)."""
+    return CLASSIFY_PREPROCESS if TASKS.get(facts.task) == "classification" or facts.detr else PREPROCESS
 
 
 def nms_free_outputs(max_det: int) -> tuple[list[str], JsonObject]:
@@ -327,13 +375,12 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
     if kind == "pose" and task.kind == "pose" and facts.kpt_shape and list(task.kpt_shape) != facts.kpt_shape:
         problems.append(f"task.kpt_shape: {list(task.kpt_shape)}, but {said} kpt_shape {facts.kpt_shape}: leave "
                         "task.kpt_shape out to use the model's")
-    wanted = CLASSIFY_PREPROCESS if kind == "classification" else PREPROCESS
-    for key, value in wanted.items():
+    for key, value in ultralytics_preprocess(facts).items():
         if key == "pad_value" and pre.resize != "letterbox":
             continue
         if getattr(pre, key) != value:
             problems.append(f"task.preprocess.{key}: {getattr(pre, key)!r}, but Ultralytics preprocesses with "
-                            f"{key} {value!r}")
+                            f"{key} {value!r}" + (" (RT-DETR stretches each image to imgsz)" if facts.detr else ""))
     if facts.stride and project.model.inputs:
         spec = project.model.inputs[0]
         for which in ("min_shape", "opt_shape", "max_shape"):
@@ -342,7 +389,11 @@ def project_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
             if len(shape) == 4 and off:
                 problems.append(f"model.inputs[0].{which}: {shape}: image sizes must be multiples of the model's "
                                 f"stride {facts.stride}, {off} {'is' if len(off) == 1 else 'are'} not")
-    if facts.nms_free and kind == "detection" and project.model.head == "one-to-many" and facts.told_by != "checkpoint":
+    if facts.detr and project.model.head == "one-to-many":
+        problems.append("model.head: \"one-to-many\", but RT-DETR has one head, its decoder, whose top-k queries "
+                        "are the detections (no NMS): leave head out")
+    elif facts.nms_free and kind == "detection" and project.model.head == "one-to-many" \
+            and facts.told_by != "checkpoint":
         problems.append("model.head: \"one-to-many\", but the ONNX export has only its NMS-free (one-to-one) head "
                         "(exported with nms=False): leave head out, or export again without nms=False (the raw "
                         "one-to-many head, NMS added by edgebuild)")
@@ -378,15 +429,21 @@ def _nms_free_problems(project: Project, facts: UltralyticsFacts) -> list[str]:
         problems.append(f"task.postprocess.max_detections: {post.max_detections}, but the export's NMS-free head "
                         f"returns its top {facts.max_det}: leave max_detections out, or export again with "
                         f"max_det={post.max_detections}")
+    if facts.detr and facts.told_by == "checkpoint" and post.max_detections > facts.max_det:
+        problems.append(f"task.postprocess.max_detections: {post.max_detections}, but the RT-DETR decoder has "
+                        f"{facts.max_det} queries and keeps at most that many: leave max_detections out, or set it "
+                        f"to {facts.max_det} or less")
     if facts.stride and project.model.inputs and len(project.model.inputs[0].min_shape) == 4:
-        # the top-k's K is fixed in the graph: the smallest image must have at least K anchors (strides 8, 16, 32)
+        # the top-k's K is fixed in the graph: the smallest image must have at least K anchors (strides 8, 16, 32);
+        # RT-DETR's encoder picks its queries among them (a K fixed in the graph, TensorRT 8.5's TopK needs that)
         height, width = project.model.inputs[0].min_shape[2:]
         anchors = sum((height // s) * (width // s) for s in (facts.stride // 4, facts.stride // 2, facts.stride) if s)
-        wanted = post.max_detections if facts.told_by == "checkpoint" else facts.max_det
+        wanted = facts.max_det if facts.detr or facts.told_by != "checkpoint" else post.max_detections
         if anchors < wanted:
             problems.append(f"model.inputs[0].min_shape: {project.model.inputs[0].min_shape} gives {anchors} anchors, "
-                            f"fewer than the NMS-free head's top {wanted}: raise the smallest image size or lower "
-                            "task.postprocess.max_detections")
+                            f"fewer than the NMS-free head's top {wanted}: raise the smallest image size"
+                            + (f" (RT-DETR's encoder picks its {wanted} queries among them)" if facts.detr else
+                               " or lower task.postprocess.max_detections"))
     return problems
 
 
@@ -438,7 +495,7 @@ def _facts_for_source(name: str, mtime_ns: int, size: int) -> UltralyticsFacts |
         proto = onnx.load(str(path), load_external_data=False)
     except Exception:  # the model stage says what is wrong with it
         return None
-    return facts_from_props({p.key: p.value for p in proto.metadata_props})
+    return facts_from_props({p.key: p.value for p in proto.metadata_props}, proto)
 
 
 # -- the validation metric a model file records for itself -----------------------------------------
@@ -469,7 +526,7 @@ def recorded_metric(project: Project) -> tuple[str, float, str] | None:
         return None
     found = recorded_metric_of(path, project.task.kind).get(project.metric)
     facts = source_facts(project)
-    if found is not None and facts is not None and facts.nms_free and facts.told_by == "checkpoint" \
+    if found is not None and facts is not None and facts.nms_free and not facts.detr and facts.told_by == "checkpoint" \
             and project.task.kind == "detection" and semver.parse(facts.version) is not None \
             and semver.compare(facts.version, "8.4.0") >= 0:
         # Ultralytics 8.4 validates an NMS-free model during training through its one-to-many head and NMS

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebuild.errors import ModelError
 from edgebuild.jsontypes import JsonObject
-from edgebuild.project.ultralytics_facts import TASKS, facts_from_props, read_literal
+from edgebuild.project.ultralytics_facts import TASKS, UltralyticsFacts, facts_from_props, read_literal
 from edgebuild.sources.export.tool_output import first_line
 
 if TYPE_CHECKING:
@@ -185,15 +185,23 @@ class UltralyticsSummary:
     version: str
     nms_free: bool = False  # YOLOv10/YOLO26 exported with nms=False: its one-to-one top-k, [N, K, 6]
     max_det: int = 0  # that top-k's K
+    detr: bool = False  # RT-DETR: a DETR decoder's top-k queries (edgebuild.sources.ultralytics.detr)
     kpt_shape: list[int] = field(default_factory=list)  # pose: [keypoints, 2 or 3]
     names_unread: str = ""  # names said, but not a dict or list of names (its first 60 characters)
     summary: str = ""  # the line that describes it
+
+    @property
+    def head_note(self) -> str:
+        """What the project says of its NMS-free head (YOLO's one-to-one branch, RT-DETR's decoder)."""
+        return UltralyticsFacts(self.task, nms_free=self.nms_free, detr=self.detr).head_note
 
     def as_dict(self) -> JsonObject:
         out: JsonObject = {"task": self.task, "classes": list(self.classes), "imgsz": self.imgsz,
                            "stride": self.stride, "version": self.version}
         if self.nms_free:
             out.update(nms_free=True, max_det=self.max_det)
+        if self.detr:
+            out["detr"] = True
         if self.kpt_shape:
             out["kpt_shape"] = list(self.kpt_shape)
         if self.names_unread:
@@ -209,13 +217,15 @@ class UltralyticsSummary:
         return cls(task=str(data["task"]), classes=[str(c) for c in data.get("classes") or []],
                    imgsz=data.get("imgsz"), stride=data.get("stride"), version=str(data.get("version") or ""),
                    nms_free=bool(data.get("nms_free", False)), max_det=int(data.get("max_det") or 0),
+                   detr=bool(data.get("detr", False)),
                    kpt_shape=[int(v) for v in data.get("kpt_shape") or []],
                    names_unread=str(data.get("names_unread") or ""), summary=str(data.get("summary") or ""))
 
 
-def ultralytics_summary(props: dict[str, str]) -> UltralyticsSummary | None:
-    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or None for another file."""
-    facts = facts_from_props(props)
+def ultralytics_summary(props: dict[str, str], proto: onnx.ModelProto | None = None) -> UltralyticsSummary | None:
+    """What an Ultralytics export says of itself (task, class names, imgsz, stride), or None for another file; an
+    RT-DETR's top-k is its graph's (``proto``), where the metadata does not say it."""
+    facts = facts_from_props(props, proto)
     if facts is None:
         return None
     unread = props["names"][:60] if not facts.classes and props.get("names") else ""  # not a dict or list of names
@@ -223,6 +233,7 @@ def ultralytics_summary(props: dict[str, str]) -> UltralyticsSummary | None:
                                imgsz=_metadata_literal(props.get("imgsz")),
                                stride=_metadata_literal(props.get("stride")), version=facts.version,
                                nms_free=facts.nms_free, max_det=facts.max_det if facts.nms_free else 0,
+                               detr=facts.detr,
                                kpt_shape=list(facts.kpt_shape), names_unread=unread)
     return replace(found, summary=describe_ultralytics(found))
 
@@ -234,8 +245,9 @@ def describe_ultralytics(summary: UltralyticsSummary) -> str:
     if summary.names_unread:
         return (f"Ultralytics{version} export: task {summary.task}, class names unreadable "
                 f"(names = {summary.names_unread!r}), imgsz {summary.imgsz}, stride {summary.stride}")
-    nms_free = f", NMS-free (one-to-one) head: no NMS added (top {summary.max_det})" if summary.nms_free else ""
-    return (f"Ultralytics{version} export: task {summary.task}, {len(classes)} classes ({shown}), "
+    nms_free = f", {summary.head_note} (top {summary.max_det})" if summary.nms_free else ""
+    kind = "RT-DETR export" if summary.detr else "export"
+    return (f"Ultralytics{version} {kind}: task {summary.task}, {len(classes)} classes ({shown}), "
             f"imgsz {summary.imgsz}, stride {summary.stride}{nms_free}")
 
 

@@ -143,22 +143,26 @@ def _adapted(project: Project, *, write: bool = True) -> tuple[Path, str] | None
     if stamp is None or project.task.kind != "detection":
         return None
     post = project.task.postprocess
-    top_k = _top_k_head(str(path), *stamp)
-    head = top_k or _raw_head(str(path), *stamp, len(project.task.classes))
+    top_k, classes = _top_k_head(str(path), *stamp, len(project.task.classes)), len(project.task.classes)
+    head = top_k[0] if top_k else _raw_head(str(path), *stamp, classes)
     if head is None:
         return None
-    name = digest([TOP_K_ADAPTER, source_files(path), head, post.score_threshold] if top_k else
-                  [ADAPTER, source_files(path), head, post.boxes_output, post.scores_output,
-                   len(project.task.classes)])[:16]
+    layout = top_k[1] if top_k else ""
+    detr = [layout, post.max_detections] if layout else []  # RT-DETR: its layout, its top-k
+    name = digest([TOP_K_ADAPTER, source_files(path), head, post.score_threshold, *detr] if top_k else
+                  [ADAPTER, source_files(path), head, post.boxes_output, post.scores_output, classes])[:16]
     target = BuildLayout.of(project).adapted_sources / f"{path.stem}-{name}.onnx"
     if write and not target.is_file():
         import onnx
 
         from edgebuild.sources.ultralytics.adapter import append_detection_adapter, append_top_k_adapter
+        from edgebuild.sources.ultralytics.detr import append_detr_rows
 
-        proto = append_top_k_adapter(onnx.load(str(path)), head, float(post.score_threshold)) if top_k else \
-            append_detection_adapter(onnx.load(str(path)), head, post.boxes_output, post.scores_output,
-                                     len(project.task.classes))
+        threshold, proto = float(post.score_threshold), onnx.load(str(path))
+        proto = append_top_k_adapter(*append_detr_rows(proto, head, layout, classes, post.max_detections),
+                                     threshold) if detr else \
+            append_top_k_adapter(proto, head, threshold) if top_k else \
+            append_detection_adapter(proto, head, post.boxes_output, post.scores_output, classes)
         _save(proto, target)
     return target, head
 
@@ -231,24 +235,31 @@ def _adapted_outputs(project: Project) -> tuple[str, str]:
 def _is_top_k(project: Project) -> bool:
     stamp = _stamp(source_path(project))
     return stamp is not None and project.task.kind == "detection" and \
-        _top_k_head(str(source_path(project)), *stamp) is not None
+        _top_k_head(str(source_path(project)), *stamp, len(project.task.classes)) is not None
 
 
 @lru_cache(maxsize=8)
-def _top_k_head(path: str, mtime_ns: int, size: int) -> str | None:
-    """The top-k output ([N, K, 6]) of an Ultralytics export of an NMS-free head (metadata end2end), or None."""
+def _top_k_head(path: str, mtime_ns: int, size: int, classes: int) -> tuple[str, str] | None:
+    """(the output, "") of an Ultralytics export of an NMS-free head (metadata end2end: [N, K, 6]), or (the output,
+    its layout) of an RT-DETR export (edgebuild.sources.ultralytics.detr); else None."""
     import onnx
 
     from edgebuild.project.ultralytics_facts import facts_from_props
     from edgebuild.sources.onnx_checks import metadata
     from edgebuild.sources.ultralytics.adapter import top_k_output
+    from edgebuild.sources.ultralytics.detr import detr_head_output, export_layout
 
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception:  # the model stage says what is wrong with it
         return None
     facts = facts_from_props(metadata(proto))
-    return top_k_output(proto) if facts is not None and facts.nms_free else None
+    if facts is not None and facts.detr:
+        head = detr_head_output(proto)
+        layout = export_layout(proto, head, len(facts.classes) or classes) if head else None
+        return (head, layout) if head and layout else None
+    head = top_k_output(proto) if facts is not None and facts.nms_free else None
+    return (head, "") if head else None
 
 
 @lru_cache(maxsize=8)
@@ -320,8 +331,11 @@ def onnx_key_parts(project: Project) -> dict[str, str]:
     if adapted and project.task.kind in INSTANCE_KINDS:
         parts["adapter"] = f"{INSTANCE_ADAPTER}: {adapted[1]} -> {', '.join(_instance_names(project))}"
     elif adapted and _is_top_k(project):
-        threshold = project.detection_postprocess.score_threshold
-        parts["adapter"] = f"{TOP_K_ADAPTER}: {adapted[1]} -> NMS_OUTPUTS, score > {threshold}"
+        from edgebuild.project.ultralytics_facts import source_facts
+
+        post, facts = project.detection_postprocess, source_facts(project)
+        parts["adapter"] = f"{TOP_K_ADAPTER}: {adapted[1]} -> NMS_OUTPUTS, score > {post.score_threshold}" + \
+            (f", RT-DETR top {post.max_detections}" if facts is not None and facts.detr else "")
     elif adapted:
         boxes, scores = _adapted_outputs(project)
         parts["adapter"] = f"{ADAPTER}: {adapted[1]} -> {boxes}, {scores}"
@@ -378,7 +392,7 @@ def check_onnx_model(project: Project, groups: Sequence[SelectedGroup], *,
         raise checks.opset_error(project, path, opset, ceiling, groups)
     done.append(f"opset {opset} <= {ceiling}, the highest every selected target's TensorRT parser takes")
     metadata = checks.metadata(proto)
-    ultralytics = checks.ultralytics_summary(metadata)
+    ultralytics = checks.ultralytics_summary(metadata, proto)
     if ultralytics is not None:
         progress("model: " + ultralytics.summary)
     adapted = _adapted(project) if ultralytics is not None else None

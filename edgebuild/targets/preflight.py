@@ -188,6 +188,9 @@ def _rule_hits(rule: JsonObject, node: onnx.NodeProto, model: onnx.ModelProto, t
     if rule.get("per_channel_on_activation"):
         scale = _constant_value(model, node.input[1]) if len(node.input) > 1 else None
         return scale is not None and len(scale) > 1 and not _is_weight(model, node.input[0])
+    if "input_not_constant" in rule:
+        index = rule["input_not_constant"]["index"]
+        return len(node.input) > index and bool(node.input[index]) and _constant_value(model, node.input[index]) is None
     if "constant_input_above" in rule:
         cond = rule["constant_input_above"]
         if len(node.input) <= cond["index"]:
@@ -370,13 +373,27 @@ def _unsupported(name: str, op_type: str, listed: bool, release: JetPackRelease,
         fixes.append(decomposed["fix"])
         parser_source = f"{parser_source}; {decomposed['source']}"
     if later:
-        fixes.append(f"TensorRT {later} supports it: target a JetPack with it")
+        fixes.append(f"TensorRT {later} supports it: target a JetPack with it{_jetpacks_with(later)}")
+    instead = rules.get("unsupported_instead", {}).get(op_type)
+    if instead:  # what the models that use it can do (RT-DETR's GridSample)
+        fixes.append(instead["fix"])
+        parser_source = f"{parser_source}; {instead['source']}"
     fixes.append("rewrite this part of the model with supported operators")
     return Finding(
         name, op_type, BLOCKING,
         f"{op_type} is {'marked unsupported in' if listed else 'not in'} the operator table of TensorRT "
         f"{release.tensorrt}'s ONNX parser",
         "; or ".join(fixes), parser_source)
+
+
+def _jetpacks_with(tensorrt: str) -> str:
+    """" (JetPack 5.1.1, 5.1.2, ...)": the catalog's releases whose TensorRT is ``tensorrt`` (major.minor) or later."""
+    from edgebuild.targets.profiles import load_catalog
+
+    wanted = _version(tensorrt)[:2]
+    found = sorted((r.jetpack for r in load_catalog().releases.values() if r.tensorrt_major_minor >= wanted),
+                   key=_version)
+    return f" (JetPack {found[0]} or later)" if found else ""
 
 
 def _first_supporting_release(op_type: str) -> str | None:

@@ -208,8 +208,8 @@ class ModelSpec:
     #: indices of the layers the DLA cannot run (``IBuilderConfig.can_run_on_DLA`` says False for them)
     gpu_only_layers: tuple[int, ...] = ()
     device_memory_size: int = 12345678
-    #: (LayerType member, DataType of its first output) per layer of the parsed network
-    layers: list[tuple[str, str]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
+    #: (LayerType member, DataType of its first output[, its name]) per layer of the parsed network
+    layers: list[tuple[str, ...]] = field(default_factory=lambda: [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")])
     #: per layer, the names of the tensors it reads and writes (as TensorRT's parser names them after the ONNX's);
     #: a layer without an entry reads nothing and writes ``layer<i>:<k>``
     layer_io: list[tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
@@ -319,13 +319,10 @@ class Tensor(TrtObject):
 class Layer(TrtObject):
     _trt_class = "ILayer"
 
-    def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str) -> None:
+    def __init__(self, trt: TensorRTDouble, index: int, layer_type: str, output_dtype: str, name: str = "") -> None:
         super().__init__(trt)
         self._index, self._type, self._dtype = index, layer_type, output_dtype
-
-    @property
-    def name(self) -> str:
-        return f"{self._type.lower()}_{self._index}"
+        self._name = name or f"{layer_type.lower()}_{index}"
 
     @property
     def type(self) -> EnumMember:
@@ -334,6 +331,13 @@ class Layer(TrtObject):
     def _io(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         io = self._trt.spec.layer_io
         return io[self._index] if self._index < len(io) else ((), (f"layer{self._index}:0",))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def set_output_type(self, index: int, dtype: EnumMember) -> None:
+        pass  # recorded in calls, as every call is
 
     @property
     def num_outputs(self) -> int:
@@ -359,7 +363,7 @@ class Network(TrtObject):
         super().__init__(trt)
         self._flags = flags
         self._inputs: list[TensorSpec] = []
-        self._layers: list[tuple[str, str]] = []
+        self._layers: list[tuple[str, ...]] = []
 
     @property
     def num_inputs(self) -> int:

@@ -299,3 +299,30 @@ def test_identical_findings_are_one_row_with_a_count_and_the_opset_16_hint(tmp_p
     assert "LayerNormalization" not in fixed.output
     record = json.loads((tmp_path / "build" / "export" / "opset16" / "export.json").read_text())
     assert record["exporter"] == "torchscript" and record["failed_attempts"] == []  # the fast exporter, first
+
+
+def test_a_computed_top_k_blocks_before_tensorrt_8_6_and_grid_sample_on_jetpack_4_says_what_to_do() -> None:
+    """Transformer detectors (docs/transformer-detectors.md): a TopK whose K the graph computes (an RT-DETR or
+    YOLO26 exported with dynamic=True) is refused by TensorRT 8.5's parser; GridSample (RT-DETR's deformable
+    attention) has no importer in JetPack 4.6's TensorRT 8.2, and the finding names the JetPacks that have one."""
+    shape = helper.make_node("Shape", ["x"], ["s"], name="shape")
+    k = numpy_helper.from_array(np.array([1], np.int64), "one")
+    gather = helper.make_node("Gather", ["s", "one"], ["k"], name="k_of_shape", axis=0)
+    topk = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=1)
+    outputs = [_float("v", [1, None]), helper.make_tensor_value_info("i", TensorProto.INT64, [1, None])]
+    computed = _model([shape, gather, topk], [_float("x", [1, 300])], outputs, [k])
+    assert any(p[0] == "TopK" and p[1] == BLOCKING and "initializer" in p[2]
+               for p in _problems(computed, "agx-orin-64gb@5.1.2"))
+    assert not any(p[0] == "TopK" for p in _problems(computed, "orin-nano-8gb@6.2"))
+    constant = _model([helper.make_node("TopK", ["x", "one"], ["v", "i"], name="topk", axis=1)],
+                      [_float("x", [1, 300])], outputs, [k])
+    assert not any(p[0] == "TopK" for p in _problems(constant, "agx-orin-64gb@5.1.2"))
+
+    grid = helper.make_node("GridSample", ["x4", "g"], ["y4"], name="sample", align_corners=0)
+    model = _model([grid], [_float("x4", [1, 8, 16, 16]), _float("g", [1, 300, 4, 2])], [_float("y4", [1, 8, 300, 4])],
+                   opset=16)
+    found = [f for f in check_target(model, _group("xavier-nx@4.6.4")).findings if f.op_type == "GridSample"]
+    assert found and found[0].severity == BLOCKING
+    assert "TensorRT 8.5 supports it: target a JetPack with it (JetPack 5.1" in found[0].fix
+    assert "deformable attention" in found[0].fix and "mmcv" in found[0].source
+    assert not [f for f in check_target(model, _group("agx-orin-64gb@5.1.2")).findings if f.op_type == "GridSample"]

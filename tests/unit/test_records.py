@@ -177,7 +177,8 @@ def test_the_export_and_checkpoint_records_read_back_what_they_wrote(tmp_path: P
     assert record.inputs[0].max_shape == [2, 3, 8, 8]
     _same_json(record.as_dict(), stored)
     facts = {"task": "detect", "classes": ["a"], "imgsz": [640, 640], "stride": 32, "version": "8.3.0",
-             "told_by": "checkpoint", "model_class": "DetectionModel", "nms_free": False, "max_det": 0, "kpt_shape": []}
+             "told_by": "checkpoint", "model_class": "DetectionModel", "nms_free": False, "max_det": 0, "kpt_shape": [],
+             "detr": False}
     model = {"entry_point": "best.pt", "parameters": 3, "output_shapes": {}, "seconds": 0.1, "loaded_files": {},
              "kind": "ultralytics", "told_by": "its content", "path": "/p/best.pt", "files": {"best.pt": "ab"},
              "ultralytics": facts, "checks": []}

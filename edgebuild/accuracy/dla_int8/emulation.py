@@ -10,7 +10,7 @@ For one TensorRT version's DLA placement (``edgebuild.targets.dla.place_nodes``)
   a constant DequantizeLinear would give), so the graph keeps its weights' names and ONNX Runtime folds nothing;
 - each float tensor a GPU fallback layer writes (and no DLA layer touches) is rounded to FP16 (Cast to FLOAT16
   and back): the builder runs the fallback layers in FP16
-  (``edgebuild.runtime.engines.backends.tensorrt_ranges``), and FP16 compute equals FP32 compute on
+  (``edgebuild.runtime.engines.backends.tensorrt_dla``), and FP16 compute equals FP32 compute on
   FP16-rounded values up to the rounding inside one layer (the FP16 candidate's own argument);
 - what is folded at build time stays as it is.
 

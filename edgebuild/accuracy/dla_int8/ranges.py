@@ -93,7 +93,7 @@ def write_ranges(path: Path, ranges: dict[str, float], method: str, images: int)
 
 def read_ranges(path: Path) -> dict[str, float]:
     """The tensor name -> amax of a ranges file, checked (the runtime's reader is
-    ``edgebuild.runtime.engines.backends.tensorrt_ranges.read_ranges``; the two formats are one)."""
+    ``edgebuild.runtime.engines.backends.tensorrt_dla.read_ranges``; the two formats are one)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -165,7 +165,7 @@ def build_from_recipe(recipe_path: Path, facts: DeviceFacts, *, timing_cache_dir
         # a recipe's profile is [min, opt, max] (Recipe.from_dict checks it)
         profiles={name: (tuple(low), tuple(opt), tuple(high)) for name, (low, opt, high) in recipe.profiles.items()},
         workspace_bytes=recipe.workspace_bytes, timing_cache_path=cache_dir / recipe.timing_cache,
-        dla_core=recipe.dla_core, progress=progress,
+        dla_core=recipe.dla_core, fp32_layers=tuple(recipe.kept_fp32), progress=progress,
         dynamic_ranges=folder / recipe.dynamic_ranges if recipe.dynamic_ranges else None)
     metadata = build_engine(settings, trt=trt)
     capability = facts.compute_capability

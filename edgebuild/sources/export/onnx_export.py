@@ -131,7 +131,7 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
     limiting = _parsers(r for r in releases if r.max_onnx_opset == ceiling)
     requested = project.export.opset
     if requested is None:
-        return ceiling, _ceiling_reason(releases, ceiling)
+        return _without_layer_norm(project, releases, ceiling) or (ceiling, _ceiling_reason(releases, ceiling))
     if requested > ceiling:
         raise ExportError(
             f"{project.source}: export.opset: {requested} is above what {limiting} can parse "
@@ -139,6 +139,26 @@ def choose_opset(project: Project, releases: list[JetPackRelease]) -> tuple[int,
             hint=f"set export.opset <= {ceiling}, or remove it to use {ceiling}",
         )
     return requested, f"export.opset in the project file (every target's TensorRT parser takes up to {ceiling})"
+
+
+def _without_layer_norm(project: Project, releases: list[JetPackRelease], ceiling: int) -> tuple[int, str] | None:
+    """(16, why) for an Ultralytics RT-DETR checkpoint (LayerNorms in its encoder and decoder) whose fleet has a
+    TensorRT parser without LayerNormalization (8.5, JetPack 5.1): from opset 17 the exporter writes one such
+    node per LayerNorm, below it the basic operators every parser takes (known-restrictions.toml); else None."""
+    from edgebuild.project.ultralytics_facts import source_facts
+    from edgebuild.targets.preflight import parser_table, restrictions
+
+    since = restrictions().get("decomposed_below", {}).get("LayerNormalization", {}).get("since_opset", 0)
+    lacking = [r for r in releases
+               if not parser_table(r.tensorrt).get("operators", {}).get("LayerNormalization", {}).get("supported")]
+    if not since or ceiling < since or not lacking:
+        return None
+    facts = source_facts(project)
+    if facts is None or facts.told_by != "checkpoint" or not facts.detr:
+        return None
+    return since - 1, (f"{_ceiling_reason(releases, ceiling)}; {since - 1}, below LayerNormalization's opset "
+                       f"{since}: RT-DETR's LayerNorms are written as basic operators, since {_parsers(lacking)} "
+                       "does not parse LayerNormalization")
 
 
 def _parsers(releases: Iterable[JetPackRelease]) -> str:

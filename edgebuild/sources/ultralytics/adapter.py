@@ -12,7 +12,9 @@ edgebuild's detection task reads ``boxes [N, A, 4]`` (x1, y1, x2, y2 in input pi
   (YOLOv10, YOLO26: a one-to-one branch) runs that branch, as Ultralytics exports it: its top-k
   detections ``[N, K, 6]`` (x1, y1, x2, y2, score, class) become the four outputs NMS inside the
   model has (``NMS_OUTPUTS``: count, boxes, scores, classes; rows at or under the score threshold
-  zeroed), so no NonMaxSuppression is added and every consumer of those outputs reads them;
+  zeroed), so no NonMaxSuppression is added and every consumer of those outputs reads them; an
+  RT-DETR's decoder (``RTDETRDecoder``) gives its top-k queries the same way, its boxes turned from
+  normalised centre and size to pixels (``edgebuild.sources.ultralytics.detr``);
 - ``append_detection_adapter``: ONNX nodes (Transpose, Slice, the xywh -> xyxy arithmetic) appended
   to an Ultralytics export's graph, so the imported model has the two outputs; for an export of an
   NMS-free head (``[N, K, 6]``), ``append_top_k_adapter`` maps it to ``NMS_OUTPUTS`` the same way
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from edgebuild.errors import ModelError
 from edgebuild.project.ultralytics_facts import (
+    DETR_HEADS,
     TASKS,
     VAL_DEFAULTS,
     UltralyticsFacts,
@@ -131,7 +134,15 @@ def _adapter_class() -> type:
             # model.model: Ultralytics' nn.Sequential of layers; its last, the Detect/Classify head, has
             # attributes torch's Module type does not know
             head: Any = cast("torch.nn.Sequential", model.model)[-1] if hasattr(model, "model") else None
-            if task in ("detect", *INSTANCE_HEADS) and head is not None:
+            self.detr = ""  # RT-DETR: its decoder's layout (edgebuild.sources.ultralytics.detr)
+            if task == "detect" and type(head).__name__ in DETR_HEADS:
+                from edgebuild.sources.ultralytics.detr import decoder_layout
+
+                # its top-k queries as exported (export: K = min(queries, max_det)); dynamic stays off so K is
+                # a constant of the graph (TensorRT 8.5's TopK takes no other), and forward clears the
+                # anchors' cache so they are made from the input's size, inside the graph when exported
+                self.detr, head.export, head.max_det = decoder_layout(head), True, top_k
+            elif task in ("detect", *INSTANCE_HEADS) and head is not None:
                 # The anchor grid from the input's size inside the graph: by default a Python shape check
                 # decides when to recompute it, which an export runs once, baking in the trace's size.
                 head.dynamic = True
@@ -143,8 +154,16 @@ def _adapter_class() -> type:
                     self.head_shape = (int(head.nc), *(int(k) for k in getattr(head, "kpt_shape", ())))
 
         def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+            if self.detr:
+                decoder: Any = cast("torch.nn.Sequential", self.model.model)[-1]
+                decoder.shapes = []  # its anchors made from this input's size
             y = self.model(images)
             y = y[0] if isinstance(y, (list, tuple)) else y  # eval mode: (decoded, raw maps)
+            if self.detr:
+                from edgebuild.sources.ultralytics.detr import rtdetr_detections
+
+                found = rtdetr_detections(y, images, self.top_k, self.detr)
+                return dict(zip(self.names, top_k_to_detections(found, self.score_threshold)))
             if self.task in INSTANCE_HEADS:
                 return dict(zip(self.names, instance_outputs(y, self.task, self.head_shape)))
             if self.task != "detect":

@@ -104,6 +104,10 @@ def _read_model(path: Path, input_size: list[int] | None) -> _Model:
     return _onnx_model(path, onnx_proto(path, found, words), input_size)
 
 
+#: an RT-DETR's INT8 fallback: the layers that may stay in float (the zoo test needed 16; docs/transformer-detectors.md)
+DETR_KEPT_LAYERS = 32
+
+
 def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
     """An Ultralytics checkpoint (best.pt), read without running its pickle by edgebuild.sources.ultralytics."""
     name = path.name
@@ -136,8 +140,9 @@ def _checkpoint_model(path: Path, input_size: list[int] | None) -> _Model:
         outputs, post = ["boxes", "scores"], FoundPostprocess(boxes_output="boxes", scores_output="scores",
                                                               **VAL_DEFAULTS)
         outputs_said = "edgebuild's adapter around the checkpoint's detection head"
-        if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added
-            outputs, post, outputs_said = (*_nms_free_outputs(facts.max_det), f"{NMS_FREE_NOTE} (top {facts.max_det})")
+        if facts.nms_free:  # YOLOv10/YOLO26: the one-to-one top-k ships, no NMS added (RT-DETR: the decoder's)
+            outputs, post = _nms_free_outputs(facts.max_det)
+            outputs_said = f"{facts.head_note} (top {facts.max_det})"
     elif task in INSTANCE_KINDS:  # the adapter's outputs (docs/tasks.md), decoded as Ultralytics' val
         outputs, post = _instance_outputs(task)
         outputs_said = f"edgebuild's adapter around the checkpoint's {facts.task} head"
@@ -202,7 +207,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
         raise ModelError(f"--model: {name}: input {graph_input.name!r} {_shown(dims)} is not an image batch "
                          "[N, C, H, W]", hint="export the model with a batched NCHW image input")
     raise_for_image_input(f"--model: {name}", graph_input.name, dims, dtype)
-    ultra = ultralytics_summary(metadata(proto))
+    ultra = ultralytics_summary(metadata(proto), proto)
     outputs = [o.name for o in proto.graph.output]
     out_dims = graph_output_dims(proto)
     task, task_said, postprocess, num_classes = _task(name, outputs, out_dims, ultra)
@@ -242,7 +247,7 @@ def _onnx_model(path: Path, proto: Any, input_size: list[int] | None) -> _Model:
     if task == "detection" and postprocess.nms_free:
         head = f"{outputs[0]!r} {_shown(out_dims.get(outputs[0], []))}"
         outputs, postprocess = _nms_free_outputs(postprocess.nms_free)
-        outputs_said = f"{NMS_FREE_NOTE}: {head}"
+        outputs_said = f"{ultra.head_note if ultra is not None else NMS_FREE_NOTE}: {head}"
     elif task in INSTANCE_KINDS and postprocess.instance_head:
         heads = ", ".join(f"{o!r} {_shown(out_dims.get(o, []))}" for o in outputs)
         outputs, postprocess = _instance_outputs(task)
@@ -459,9 +464,11 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
     groups = parse_fleet(fleet)
     ultra = found_model.ultralytics
     gray = found_model.channels == 1
-    resize = "resize" if found_model.task == "classification" else "letterbox"
+    resize = "resize" if found_model.task == "classification" or (ultra and ultra.detr) else "letterbox"
     if ultra:
-        pre_said = (f"from {shown}'s Ultralytics metadata: {resize}, pad 114, RGB, pixels / 255")
+        pre_said = (f"from {shown}'s Ultralytics metadata: {resize}" + (", pad 114" if resize == "letterbox" else
+                                                                         " (stretched to the input size)")
+                    + ", RGB, pixels / 255")
     elif found_model.preprocess_said:
         pre_said = found_model.preprocess_said
     else:
@@ -483,7 +490,8 @@ def init_from_files(directory: Path, *, model: Path | str, data: Path, fleet: st
         validation={k: _relative(Path(v), directory) for k, v in found_data.validation.items()},
         data_said=f"From the {found_data.title} ({_relative(data, directory)}).", fleet=groups,
         notes=found_model.notes, trust_checkpoint=trust_checkpoint if found_model.checkpoint else None,
-        kpt_shape=list(ultra.kpt_shape) if ultra is not None and ultra.kpt_shape else None)
+        kpt_shape=list(ultra.kpt_shape) if ultra is not None and ultra.kpt_shape else None,
+        max_kept_layers=DETR_KEPT_LAYERS if ultra is not None and ultra.detr else None)
     given = {k: v for k, v in (preprocess or {}).items() if v is not None}
     project = _given_preprocess(project, given)
     measure = not ultra and found_model.mean is None and found_model.in_pytorch != "hub"

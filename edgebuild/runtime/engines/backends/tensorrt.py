@@ -34,17 +34,26 @@ from edgebuild.runtime.base.json_object import JsonObject
 from edgebuild.runtime.base.progress import Progress
 from edgebuild.runtime.base.recipe import PRECISIONS
 from edgebuild.runtime.engines.backends.cuda_memory import default_memory
-from edgebuild.runtime.engines.backends.tensorrt_precision import apply_precision, network_flags, strongly_typed
-from edgebuild.runtime.engines.backends.tensorrt_ranges import apply_dynamic_ranges, read_ranges, refuse_typed
+from edgebuild.runtime.engines.backends.tensorrt_dla import (
+    apply_dynamic_ranges,
+    dla_problem,
+    open_on_dla,
+    place_on_dla,
+    read_ranges,
+    refuse_typed,
+)
+from edgebuild.runtime.engines.backends.tensorrt_precision import (
+    apply_precision,
+    keep_layers_fp32,
+    network_flags,
+    strongly_typed,
+)
 from edgebuild.runtime.engines.backends.trt_api import (
     DeviceMemory,
     EnumValue,
-    IBuilder,
     IBuilderConfig,
     ICudaEngine,
-    INetworkDefinition,
     IOnnxParser,
-    IRuntime,
     TensorRT,
 )
 from edgebuild.runtime.engines.engine_header import read_header
@@ -70,7 +79,7 @@ class BuildSettings:
     ``precision`` "int8" means the ONNX carries Q/DQ nodes: the INT8 flag (and FP16, so layers
     without Q/DQ may use FP16) is set and TensorRT honours the Q/DQ scales; there is no calibrator. With
     ``dynamic_ranges`` (a DLA INT8 recipe) the ONNX is FP32 and that file gives every tensor its range
-    (implicit quantization, ``tensorrt_ranges.py``).
+    (implicit quantization, ``tensorrt_dla.py``).
     ``strongly_typed`` asks TensorRT 10.x for a strongly typed network; from TensorRT 11 every
     network is, the precision flags are gone, and the ONNX must carry the precision itself
     (``edgebuild.runtime.engines.backends.tensorrt_precision``; so are "fp8" and "nvfp4", always).
@@ -87,6 +96,8 @@ class BuildSettings:
     builder_optimization_level: Optional[int] = None
     strongly_typed: bool = False
     dynamic_ranges: Optional[Path] = None
+    #: an FP16 build's layers kept in FP32 (the FP16 candidate's ``kept_fp32``); ignored for other precisions
+    fp32_layers: Tuple[str, ...] = ()
     progress: Progress = field(default=_no_progress, compare=False)
 
     def __post_init__(self) -> None:
@@ -194,40 +205,6 @@ def _hardware_compatibility(config: IBuilderConfig) -> Optional[str]:
     return None if level is None else str(getattr(level, "name", level)).split(".")[-1]
 
 
-# -- the DLA -------------------------------------------------------------------------------------
-
-def _dla_problem(version: str) -> Optional[str]:
-    """Why TensorRT ``version`` runs no DLA on a Jetson, or None (profiles/tensorrt/dla.toml [[availability]], by
-    major.minor: 8.x and 10.0 to 10.7 do, 11.4 does from 11.4.1 on AGX Orin; the device's core count says the rest)."""
-    major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if major_minor < (10, 8) or major_minor == (11, 4):
-        return None
-    if major_minor < (11, 0):
-        return ("'TensorRT 10.7 was the last 10.x release that supported DLA' (TensorRT 11.4.1, Working with DLA; "
-                "unconfirmed for JetPack 7.2's TensorRT 10.16)")
-    return ("DLA is unavailable in TensorRT 11.0 to 11.3 and 11.5 on (TensorRT 11.4.1 and 11.5.0, Working with DLA); "
-            "11.4.1 runs it on AGX Orin with JetPack 7.2.2")
-
-
-def _place_on_dla(trt: TensorRT, builder: IBuilder, config: IBuilderConfig, network: INetworkDefinition,
-                  core: int) -> List[str]:
-    """DLA ``core`` as the default device, with GPU fallback, and each layer the DLA cannot run set to the GPU
-    (``can_run_on_DLA``), so the engine's split is explicit and recorded; the names of those layers."""
-    cores = int(builder.num_DLA_cores)
-    if not 0 <= core < cores:
-        raise TargetError(f"DLA core {core} was requested, but this device has {cores} DLA core(s)")
-    config.default_device_type = trt.DeviceType.DLA
-    config.DLA_core = int(core)
-    config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    on_gpu = []
-    for index in range(network.num_layers):
-        layer = network.get_layer(index)
-        if not config.can_run_on_DLA(layer):
-            config.set_device_type(layer, trt.DeviceType.GPU)
-            on_gpu.append(layer.name)
-    return on_gpu
-
-
 # -- builder ------------------------------------------------------------------------------------
 
 def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> JsonObject:
@@ -242,7 +219,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     version = str(trt.__version__)
     if not settings.onnx_path.is_file():
         raise ExportError(f"{settings.onnx_path}: ONNX file not found (run `edgebuild export` first)")
-    problem = _dla_problem(version) if settings.dla_core is not None else None
+    problem = dla_problem(version) if settings.dla_core is not None else None
     if problem:
         raise TargetError(f"TensorRT {version} runs no DLA: {problem}",
                           hint="place the group on the GPU (accelerator = \"gpu\"), or use a JetPack whose "
@@ -273,6 +250,11 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace_bytes))
     apply_precision(trt, config, network, settings.precision, typed, settings.onnx_path)
+    if settings.precision == "fp16":
+        missing = keep_layers_fp32(trt, config, network, settings.fp32_layers, typed)
+        if missing:
+            progress(f"TensorRT {version}: no layer named {', '.join(missing)} to keep in FP32 (the parser named "
+                     "them otherwise); those run as TensorRT chooses")
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # per-layer precision in the inspector
 
     if settings.profiles:
@@ -283,7 +265,7 @@ def build_engine(settings: BuildSettings, trt: Optional[TensorRT] = None) -> Jso
 
     gpu_fallback = None  # type: Optional[List[str]]
     if settings.dla_core is not None:
-        gpu_fallback = _place_on_dla(trt, builder, config, network, settings.dla_core)
+        gpu_fallback = place_on_dla(trt, builder, config, network, settings.dla_core)
         progress(f"DLA core {settings.dla_core}: {network.num_layers - len(gpu_fallback)} of {network.num_layers} "
                  f"layers on the DLA, {len(gpu_fallback)} on the GPU (GPU fallback)"
                  + (": " + ", ".join(gpu_fallback[:5]) + (" ..." if len(gpu_fallback) > 5 else "")
@@ -412,26 +394,6 @@ def _refuse_mismatch(engine_name: str, engine_bytes: bytes, record: Optional[Eng
 
 # -- runner -------------------------------------------------------------------------------------
 
-#: DLA engines this process opened, per core: "either core" (dla) opens on the one fewer use
-_OPENED_ON_CORE = {}  # type: Dict[int, int]
-
-
-def _open_on_dla(runtime: IRuntime, accelerator: Optional[str], path: Path) -> Optional[int]:
-    """Set ``runtime.DLA_core`` for a DLA engine (gpu or None: nothing); the core it runs on."""
-    if accelerator in (None, "gpu"):
-        return None
-    cores = int(runtime.num_DLA_cores)
-    if accelerator == "dla":
-        core = min(range(cores), key=lambda c: (_OPENED_ON_CORE.get(c, 0), c)) if cores else 0
-    else:
-        core = int(str(accelerator)[3:])
-    if not 0 <= core < cores:
-        raise TargetError(f"{path}: the engine runs on DLA core {core} ({accelerator}), but this device has "
-                          f"{cores} DLA core(s)", hint="place the group on a core the module has, or on the GPU")
-    runtime.DLA_core = core
-    _OPENED_ON_CORE[core] = _OPENED_ON_CORE.get(core, 0) + 1
-    return core
-
 _NUMPY_TYPES = (("FLOAT", "float32"), ("HALF", "float16"), ("INT8", "int8"), ("INT32", "int32"),
                 ("INT64", "int64"), ("BOOL", "bool_"), ("UINT8", "uint8"))
 
@@ -472,7 +434,7 @@ class TensorRTRunner:
         self._logger = self._trt.Logger(self._trt.Logger.WARNING)
         self._runtime = self._trt.Runtime(self._logger)
         #: the DLA core the engine runs on (None: the GPU); set on the runtime before it deserializes the engine
-        self.dla_core = _open_on_dla(self._runtime, accelerator, self.path)
+        self.dla_core = open_on_dla(self._runtime, accelerator, self.path)
         self._engine = self._runtime.deserialize_cuda_engine(engine_bytes)
         if self._engine is None:
             raise TargetError(f"TensorRT {version} cannot load {self.path}: it was built with another TensorRT "

@@ -31,7 +31,7 @@ BuilderFlag.FP16/INT8, no IInt8Calibrator classes).
 # (typing.Set on purpose: this file must run on Python 3.8)
 
 from pathlib import Path
-from typing import Set
+from typing import List, Sequence, Set
 
 from edgebuild.errors import ConfigError, ExportError
 from edgebuild.runtime.engines.backends.trt_api import IBuilderConfig, INetworkDefinition, TensorRT
@@ -129,3 +129,30 @@ def apply_precision(trt: TensorRT, config: IBuilderConfig, network: INetworkDefi
         f"{onnx_path.name} has no {what}: it would build an FP32 engine, not the {precision} engine asked for",
         hint=f"build from edgebuild's {candidate}, which the accuracy gate writes, or ask for precision fp32",
     )
+
+
+def keep_layers_fp32(trt: TensorRT, config: IBuilderConfig, network: INetworkDefinition, names: Sequence[str],
+                     typed: bool) -> List[str]:
+    """An FP16 build's layers that must stay in FP32 (an FP16 candidate's ``kept_fp32``: its ONNX node names, which
+    the parser gives the layers it makes) get FP32 precision and output types, and the builder obeys them; the
+    names no layer has are returned (the builder reports them).
+
+    Weakly typed, the FP16 flag lets TensorRT run any layer in FP16 whatever the ONNX's types; strongly typed,
+    the candidate's FP32 nodes already carry FP32 tensors, so nothing is set. (TensorRT's own advice for a
+    LayerNorm after self-attention: "forcing layernorm layers to run in FP32 precision can help".)
+    """
+    if typed or not names:
+        return []
+    wanted, found = set(names), set()
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if layer.name not in wanted:
+            continue
+        found.add(layer.name)
+        layer.precision = trt.DataType.FLOAT
+        for output in range(layer.num_outputs):
+            if layer.get_output(output).dtype in (trt.DataType.FLOAT, trt.DataType.HALF):
+                layer.set_output_type(output, trt.DataType.FLOAT)
+    if found:
+        config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    return sorted(wanted - found)

@@ -42,6 +42,7 @@ class BuilderFlagEnum(Protocol):
     INT8: EnumValue  # gone in 11
     GPU_FALLBACK: EnumValue
     PREFER_PRECISION_CONSTRAINTS: EnumValue  # gone in 11
+    OBEY_PRECISION_CONSTRAINTS: EnumValue  # gone in 11 (the ONNX's types are obeyed)
 
 
 class NetworkDefinitionCreationFlagEnum(Protocol):
@@ -134,7 +135,10 @@ class ILayer(Protocol):
 
     def get_input(self, index: int) -> Optional[ITensor]: ...
 
-    precision: EnumValue  # settable; gone in 11 (strongly typed only)
+    # a weakly typed build's precision constraint (gone in 11: the ONNX's types are obeyed)
+    precision: EnumValue
+
+    def set_output_type(self, index: int, dtype: EnumValue) -> None: ...
 
 
 class INetworkDefinition(Protocol):

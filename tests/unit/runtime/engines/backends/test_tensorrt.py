@@ -458,3 +458,25 @@ def test_another_instance_is_another_execution_context_of_the_same_engine(tmp_pa
     assert runner._device  # closing one instance leaves the other's buffers
     runner.close()
     assert not trt.device.buffers
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_fp16_build_keeps_the_candidates_fp32_layers_in_fp32(tmp_path: Path, version: str) -> None:
+    """An FP16 candidate's layers kept in FP32 (measured overflow-prone: accuracy.quantize.fp16_float_layers) get
+    FP32 precision and output types and OBEY_PRECISION_CONSTRAINTS, weakly typed; strongly typed (11), the
+    ONNX's FP32 nodes are obeyed as they are and nothing is set. A name no layer has is said, not fatal."""
+    graph = [("CONSTANT", "HALF", "w"), ("NORMALIZATION", "HALF", "/decoder/norm1"), ("SOFTMAX", "HALF", "attn")]
+    trt = make_tensorrt(version, ModelSpec(layers=graph))
+    said: list[str] = []
+    build_engine(_settings(tmp_path, fp32_layers=("/decoder/norm1", "/gone"), progress=said.append), trt=trt)
+    kept = [args for name, args, _ in trt.calls if name == "ILayer.precision ="]
+    if version not in WEAKLY_TYPED:
+        assert not kept and not _calls(trt, "ILayer.set_output_type") and not any("/gone" in s for s in said)
+        return
+    assert [a[0].name for a in kept] == ["FLOAT"]
+    assert [a[1].name for _, a, _ in _calls(trt, "ILayer.set_output_type")] == ["FLOAT"]
+    assert "OBEY_PRECISION_CONSTRAINTS" in [a[0].name for _, a, _ in _calls(trt, "IBuilderConfig.set_flag")]
+    assert any("no layer named /gone" in s for s in said)
+    plain = make_tensorrt(version, ModelSpec(layers=graph))  # an INT8 build's kept layers are its Q/DQ's business
+    build_engine(_settings(tmp_path, precision="int8", fp32_layers=("/decoder/norm1",)), trt=plain)
+    assert not [n for n, _, _ in plain.calls if n == "ILayer.precision ="]

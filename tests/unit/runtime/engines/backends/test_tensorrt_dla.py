@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ConfigError, TargetError
-from edgebuild.runtime.engines.backends import tensorrt as backend
+from edgebuild.runtime.engines.backends import tensorrt_dla
 from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, TensorRTRunner, build_engine
 from tests.fakes.tensorrt_double import PLAN, VERSIONS, ModelSpec, make_tensorrt
 
@@ -75,9 +75,9 @@ def test_a_tensorrt_without_the_dla_refuses_before_building(tmp_path: Path, vers
 
 def test_the_tensorrt_releases_that_run_the_dla() -> None:
     for version in ("8.2.1.8", "8.5.2.2", "8.6.2.3", "10.3.0.30", "10.7.0", "11.4.1", "11.4.0.106"):
-        assert backend._dla_problem(version) is None, version
+        assert tensorrt_dla.dla_problem(version) is None, version
     for version in ("10.8.0", "10.13.3.9", "11.0.0", "11.5.0"):
-        assert backend._dla_problem(version), version
+        assert tensorrt_dla.dla_problem(version), version
 
 
 def _plan(tmp_path: Path) -> Path:
@@ -88,7 +88,7 @@ def _plan(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_core_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backend, "_OPENED_ON_CORE", {})
+    monkeypatch.setattr(tensorrt_dla, "_OPENED_ON_CORE", {})
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -10,7 +10,7 @@ import pytest
 
 from edgebuild.errors import ConfigError, ExportError
 from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, build_engine
-from edgebuild.runtime.engines.backends.tensorrt_ranges import RANGES_FORMAT, read_ranges
+from edgebuild.runtime.engines.backends.tensorrt_dla import RANGES_FORMAT, read_ranges
 from tests.fakes.tensorrt_double import ModelSpec, TensorSpec, make_tensorrt
 
 STATIC = {"images": ((1, 3, 64, 64),) * 3}

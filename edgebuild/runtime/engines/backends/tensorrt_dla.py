@@ -1,4 +1,6 @@
-"""INT8 on the DLA by implicit quantization: a dynamic range on every tensor, read from the recipe's ranges file.
+"""TensorRT on the DLA: which releases run it, the split of a network between a DLA core and the GPU, the core
+an engine opens on, and INT8 by implicit quantization (a dynamic range on every tensor, from the recipe's ranges
+file).
 
 The DLA runs no QuantizeLinear/DequantizeLinear (NVIDIA/TensorRT#2222), so a DLA INT8 engine is built
 from the FP32 ONNX with ``BuilderFlag.INT8`` (and FP16) and a range ``[-amax, amax]`` on each tensor
@@ -23,11 +25,18 @@ Python 3.8, the device's TensorRT.
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from edgebuild.errors import ConfigError, ExportError
+from edgebuild.errors import ConfigError, ExportError, TargetError
 from edgebuild.runtime.base.json_object import JsonObject
-from edgebuild.runtime.engines.backends.trt_api import IBuilderConfig, INetworkDefinition, ITensor, TensorRT
+from edgebuild.runtime.engines.backends.trt_api import (
+    IBuilder,
+    IBuilderConfig,
+    INetworkDefinition,
+    IRuntime,
+    ITensor,
+    TensorRT,
+)
 
 __all__: list = []  # used by tensorrt.py, the same layer
 
@@ -113,3 +122,60 @@ def apply_dynamic_ranges(trt: TensorRT, config: IBuilderConfig, network: INetwor
                  "FP16 candidate on the DLA or place it on the GPU, and report the model to edgebuild")
     config.set_flag(trt.BuilderFlag.PREFER_PRECISION_CONSTRAINTS)  # the fallback layers in FP16, as measured
     return {"tensors": len(done), "gpu_layers_fp16": half, "file": Path(source).name}
+
+
+# -- where the layers run -----------------------------------------------------------------------
+
+def dla_problem(version: str) -> Optional[str]:
+    """Why TensorRT ``version`` runs no DLA on a Jetson, or None (profiles/tensorrt/dla.toml [[availability]], by
+    major.minor: 8.x and 10.0 to 10.7 do, 11.4 does from 11.4.1 on AGX Orin; the device's core count says the rest)."""
+    major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if major_minor < (10, 8) or major_minor == (11, 4):
+        return None
+    if major_minor < (11, 0):
+        return ("'TensorRT 10.7 was the last 10.x release that supported DLA' (TensorRT 11.4.1, Working with DLA; "
+                "unconfirmed for JetPack 7.2's TensorRT 10.16)")
+    return ("DLA is unavailable in TensorRT 11.0 to 11.3 and 11.5 on (TensorRT 11.4.1 and 11.5.0, Working with DLA); "
+            "11.4.1 runs it on AGX Orin with JetPack 7.2.2")
+
+
+def place_on_dla(trt: TensorRT, builder: IBuilder, config: IBuilderConfig, network: INetworkDefinition,
+                  core: int) -> List[str]:
+    """DLA ``core`` as the default device, with GPU fallback, and each layer the DLA cannot run set to the GPU
+    (``can_run_on_DLA``), so the engine's split is explicit and recorded; the names of those layers."""
+    cores = int(builder.num_DLA_cores)
+    if not 0 <= core < cores:
+        raise TargetError(f"DLA core {core} was requested, but this device has {cores} DLA core(s)")
+    config.default_device_type = trt.DeviceType.DLA
+    config.DLA_core = int(core)
+    config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+    on_gpu = []
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if not config.can_run_on_DLA(layer):
+            config.set_device_type(layer, trt.DeviceType.GPU)
+            on_gpu.append(layer.name)
+    return on_gpu
+
+
+# -- the runner's core ---------------------------------------------------------------------------
+
+#: DLA engines this process opened, per core: "either core" (dla) opens on the one fewer use
+_OPENED_ON_CORE = {}  # type: Dict[int, int]
+
+
+def open_on_dla(runtime: IRuntime, accelerator: Optional[str], path: Path) -> Optional[int]:
+    """Set ``runtime.DLA_core`` for a DLA engine (gpu or None: nothing); the core it runs on."""
+    if accelerator in (None, "gpu"):
+        return None
+    cores = int(runtime.num_DLA_cores)
+    if accelerator == "dla":
+        core = min(range(cores), key=lambda c: (_OPENED_ON_CORE.get(c, 0), c)) if cores else 0
+    else:
+        core = int(str(accelerator)[3:])
+    if not 0 <= core < cores:
+        raise TargetError(f"{path}: the engine runs on DLA core {core} ({accelerator}), but this device has "
+                          f"{cores} DLA core(s)", hint="place the group on a core the module has, or on the GPU")
+    runtime.DLA_core = core
+    _OPENED_ON_CORE[core] = _OPENED_ON_CORE.get(core, 0) + 1
+    return core
