@@ -157,7 +157,9 @@ def test_a_checkpoint_says_rt_detr_by_its_model_class_and_its_queries(tmp_path, 
         for part in ("ultralytics", "ultralytics.nn", "ultralytics.nn.modules", module):
             monkeypatch.setitem(sys.modules, part, sys.modules.get(part) or types.ModuleType(part))
         made = type(name, (Plain,), {"__module__": module, "__qualname__": name})
-        setattr(sys.modules[module], name, made)
+        # through monkeypatch: where the real Ultralytics is imported, its class comes back after the test
+        # (a zoo test in the same process then pickles the real RTDETRDetectionModel)
+        monkeypatch.setattr(sys.modules[module], name, made, raising=False)
         classes[name] = made
     head = classes["RTDETRDecoder"]()
     head.__dict__.update({"_modules": {}, "num_queries": 100, "nc": 2})
