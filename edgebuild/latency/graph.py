@@ -136,18 +136,25 @@ def _graph_cost_of(value: Any) -> GraphCost:
                      tuple(str(name) for name in value["dynamic_inputs"]))
 
 
-def graph_cost(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, int] | None = None) -> GraphCost:
-    """The cost of ``model`` with its inputs set to ``batch`` (and ``input_hw`` for 4-D image inputs)."""
+def _inferred(model: onnx.ModelProto
+              ) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...] | None], dict[str, int], set[str]]:
+    """(the model with inferred shapes, its tensors' shapes, weight name -> elements, the names of weights and
+    Constant outputs): what graph_cost and node_costs count with."""
     import onnx
 
-    model = _with_input_shape(model, batch, input_hw)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # onnx's InferenceError and friends: a graph the checker refuses
         raise ModelError(f"ONNX shape inference failed: {exc}") from None
-    shapes = _shapes(inferred)
     weights = {init.name: math.prod(init.dims) for init in inferred.graph.initializer}
     constants = set(weights) | {o for n in inferred.graph.node if n.op_type == "Constant" for o in n.output}
+    return inferred, _shapes(inferred), weights, constants
+
+
+def graph_cost(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, int] | None = None) -> GraphCost:
+    """The cost of ``model`` with its inputs set to ``batch`` (and ``input_hw`` for 4-D image inputs)."""
+    model = _with_input_shape(model, batch, input_hw)
+    inferred, shapes, weights, constants = _inferred(model)
     layers, unknown = _fuse(inferred.graph, shapes, weights, constants)
     inputs = [v for v in model.graph.input if v.name not in weights]
     dynamic = tuple(v.name for v in inputs if shapes.get(v.name) is None)
@@ -178,16 +185,7 @@ def node_costs(model: onnx.ModelProto, *, batch: int = 1, input_hw: tuple[int, i
     The same counting rules as ``graph_cost``, per node and without fusion: what a device split
     (``edgebuild.latency.dla_cost``) needs, where each node may land on another accelerator.
     """
-    import onnx
-
-    light = _with_input_shape(model, batch, input_hw)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
-    except Exception as exc:  # onnx's InferenceError and friends: a graph the checker refuses
-        raise ModelError(f"ONNX shape inference failed: {exc}") from None
-    shapes = _shapes(inferred)
-    weights = {init.name: math.prod(init.dims) for init in inferred.graph.initializer}
-    constants = set(weights) | {o for n in inferred.graph.node if n.op_type == "Constant" for o in n.output}
+    inferred, shapes, weights, constants = _inferred(_with_input_shape(model, batch, input_hw))
     costs = []
     for node in inferred.graph.node:
         activations = [n for n in node.input if n and n not in constants]
