@@ -13,26 +13,16 @@ from pathlib import Path
 import pytest
 
 from edgebuild.errors import ConfigError, ExportError
-from edgebuild.runtime.engines.backends.tensorrt import BuildSettings, build_engine
+from edgebuild.runtime.engines.backends.tensorrt import build_engine
 from tests.fakes.tensorrt_double import PLAN, ModelSpec, make_tensorrt
+from tests.unit.runtime.engines.backends.test_tensorrt_strongly_typed import FP16_GRAPH, FP32_GRAPH, _settings
 
-SHAPES = {"images": ((1, 3, 32, 32), (2, 3, 64, 64), (4, 3, 96, 96))}
-#: what TensorRT's parser makes of each candidate (LayerType, output DataType)
-FP32_GRAPH = [("CONVOLUTION", "FLOAT"), ("ACTIVATION", "FLOAT")]
+#: what TensorRT's parser makes of each candidate (LayerType, output DataType); FP32's and FP16's as in
+#: the strongly typed builds' tests
 FP8_GRAPH = [("QUANTIZE", "FP8"), ("DEQUANTIZE", "FLOAT"), ("CONSTANT", "FP8"), ("DEQUANTIZE", "FLOAT"),
              ("CONVOLUTION", "FLOAT")]
 NVFP4_GRAPH = [*FP8_GRAPH, ("CONSTANT", "FP4"), ("DEQUANTIZE", "FLOAT"), ("DYNAMIC_QUANTIZE", "FP4"),
                ("DEQUANTIZE", "FLOAT"), ("MATRIX_MULTIPLY", "FLOAT")]
-FP16_GRAPH = [("CONSTANT", "HALF"), ("CONVOLUTION", "HALF"), ("ACTIVATION", "HALF")]
-
-
-def _settings(tmp_path: Path, precision: str, **overrides) -> BuildSettings:
-    onnx = tmp_path / "model.onnx"
-    onnx.write_bytes(b"an ONNX file the double only checks exists")
-    values = dict(onnx_path=onnx, engine_path=tmp_path / "out" / "model.plan", precision=precision, profiles=SHAPES,
-                  workspace_bytes=1 << 28)
-    values.update(overrides)
-    return BuildSettings(**values)
 
 
 def _created_with(trt) -> tuple:
