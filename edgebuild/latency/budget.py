@@ -30,7 +30,6 @@ from edgebuild.latency.model import (
     layer_seconds,
     load_latency_model,
     performance_modes,
-    predict_ms,
     runs,
 )
 from edgebuild.targets.profiles import Module, ModulePerformance, SelectedGroup, load_catalog
@@ -241,27 +240,16 @@ def _verdict(ms: float, low: float, budget: float | None) -> str:
 
 
 def _candidates(cost: GraphCost, perf: ModulePerformance, precisions: Iterable[str], fit: LatencyModel,
-                budget: float | None) -> tuple[CandidateLatency, ...]:
-    found = []
-    for precision in precisions:
-        if not runs(perf, precision):
-            continue  # this GPU has no INT8 (FP8, NVFP4) path TensorRT uses: the candidate would run in float
-        ms = predict_ms(cost, perf, precision, fit)
-        found.append(CandidateLatency(precision, round(ms, 4), round(ms * fit.band_low, 4),
-                                      round(ms * fit.band_high, 4), _verdict(ms, ms * fit.band_low, budget)))
-    return tuple(found)
-
-
-def _dla_candidates(cost: GraphCost, perf: ModulePerformance, precisions: Iterable[str], fit: LatencyModel,
-                    budget: float | None) -> tuple[CandidateLatency, ...]:
-    """The candidates one DLA core runs, predicted there (its fallback layers on the GPU, the hand-overs); a
-    precision the DLA cannot run, or the model cannot predict there, is left out."""
+                budget: float | None, core: str = "gpu") -> tuple[CandidateLatency, ...]:
+    """The candidates ``core`` runs ("gpu", or "dla": one DLA core, its fallback layers on the GPU), predicted
+    there (``edgebuild.latency.cores``); a precision the core has no path for is left out (on the GPU: no INT8,
+    FP8 or NVFP4 path TensorRT uses, the candidate would run in float; on the DLA: FP32, or FP16 unpredicted)."""
     from edgebuild.latency.cores import predict_core
 
     found = []
     for precision in precisions:
         try:
-            got = predict_core(cost, perf, "dla", precision, fit)
+            got = predict_core(cost, perf, core, precision, fit)
         except TargetError:
             continue
         found.append(CandidateLatency(precision, round(got.latency_ms, 4), round(got.low_ms, 4),
@@ -293,8 +281,7 @@ def predict_group(cost: GraphCost, *, group: str, module: Module, jetpack: str, 
     if perf is None:
         return None
     on_dla = accelerator != "gpu"
-    candidates = _dla_candidates(cost, perf, precisions, fit, budget) if on_dla else \
-        _candidates(cost, perf, precisions, fit, budget)
+    candidates = _candidates(cost, perf, precisions, fit, budget, "dla" if on_dla else "gpu")
     if not candidates:
         return None
     source = _source(fit)
